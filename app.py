@@ -1,0 +1,28 @@
+#!/usr/bin/env python3
+"""The trainium-cdk app: `cdk synth -c config=PATH [-c region=R] [-c backends=a,b] [-c instance_type=T] [-c nodes=N]`."""
+
+from __future__ import annotations
+
+import sys
+
+import aws_cdk as cdk
+
+from trainium_cdk.config import OVERRIDES, ConfigError, load_config
+from trainium_cdk.stacks import compose
+
+
+def main() -> None:
+    app = cdk.App()
+    try:
+        config = load_config(
+            app.node.try_get_context("config"), {k: app.node.try_get_context(k) for k in OVERRIDES}
+        )
+        compose(app, config)
+    except ConfigError as err:
+        print(f"trainium-cdk: {err}", file=sys.stderr)
+        sys.exit(2)
+    app.synth()
+
+
+if __name__ == "__main__":
+    main()

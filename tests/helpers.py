@@ -1,0 +1,101 @@
+"""Synthesize an app once and hand tests its templates, with cdk-nag and cfn-lint on the side."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import cdk_nag
+from aws_cdk.assertions import Template
+
+from trainium_cdk.config import Config, build_config
+from trainium_cdk.stacks import TrainingApp, compose
+
+ROOT = Path(__file__).resolve().parent.parent
+# The feature flags of cdk.json, so that tests synthesize what `cdk synth` does.
+CDK_CONTEXT: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]
+
+BASE_CONFIG: dict[str, Any] = {
+    "project": "t",
+    "region": "us-west-2",
+    "network": {"az_ids": ["usw2-az4", "usw2-az3"]},
+    "compute_groups": [{"name": "train", "instance_type": "trn1.32xlarge", "nodes": 2, "az_ids": "usw2-az4"}],
+    # trn2 AZs are not in the catalog; tests declare them the way `trn azs` writes them.
+    "instance_offerings": {
+        "trn2.48xlarge": {"us-west-2": ["usw2-az4", "usw2-az3"]},
+        "trn2u.48xlarge": {"us-west-2": ["usw2-az4"]},
+    },
+}
+
+
+def config_with(**changes: Any) -> Config:
+    """BASE_CONFIG with top-level sections replaced and `group` merged into the first compute group."""
+    raw = json.loads(json.dumps(BASE_CONFIG))
+    group = changes.pop("group", None)
+    if group:
+        raw["compute_groups"][0].update(group)
+    raw.update(changes)
+    return build_config(raw)
+
+
+@dataclass
+class Synthesized:
+    config: Config
+    stacks: TrainingApp
+    assembly: cdk.cx_api.CloudAssembly
+    outdir: Path
+
+    def template_json(self, role: str) -> dict[str, Any]:
+        stack = self._stack(role)
+        return self.assembly.get_stack_by_name(stack.stack_name).template
+
+    def template(self, role: str) -> Template:
+        return Template.from_json(self.template_json(role))
+
+    def template_paths(self) -> list[Path]:
+        return sorted(self.outdir.glob("*.template.json"))
+
+    def _stack(self, role: str) -> cdk.Stack:
+        if role == "network":
+            return self.stacks.network
+        if role == "storage":
+            assert self.stacks.storage is not None
+            return self.stacks.storage
+        return self.stacks.backends[role]
+
+
+def synth(config: Config, *, nag: bool = True) -> Synthesized:
+    """Synthesize the whole app for a config; with cdk-nag, a finding not acknowledged fails the synth."""
+    outdir = Path(tempfile.mkdtemp(prefix="trainium-cdk-test-"))
+    app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
+    if nag:
+        cdk.Validations.of(app).add_plugins(cdk_nag.AwsSolutionsChecks(app))
+    stacks = compose(app, config)
+    assembly = app.synth()
+    return Synthesized(config=config, stacks=stacks, assembly=assembly, outdir=outdir)
+
+
+def nag_violations(result: Synthesized) -> list[str]:
+    report = json.loads((result.outdir / "validation-report.json").read_text())
+    return [
+        f"{v['ruleName']} at {c['constructPath']}"
+        for plugin in report["pluginReports"]
+        for v in plugin.get("violations", [])
+        for c in v["violatingConstructs"]
+    ]
+
+
+def cfn_lint_errors(path: Path, region: str) -> list[str]:
+    """cfn-lint errors (E rules) of one template; warnings and informational findings pass."""
+    from cfnlint.api import ManualArgs, lint
+
+    matches = lint(path.read_text(), config=ManualArgs(regions=[region]))
+    return [f"{m.rule.id} {m.message} ({path.name}:{m.linenumber})" for m in matches if m.rule.id.startswith("E")]
+
+
+def resources(template: dict[str, Any], type_name: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == type_name}

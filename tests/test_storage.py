@@ -1,0 +1,148 @@
+"""LustreStorage: FSx for Lustre settings, Lustre ports, data repository, removal policy, stable IDs."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk.assertions import Match
+
+from tests.helpers import config_with, resources, synth
+from trainium_cdk.constructs.storage import (
+    ASSOCIATION_LOGICAL_ID,
+    BUCKET_LOGICAL_ID,
+    FILE_SYSTEM_LOGICAL_ID,
+    SECURITY_GROUP_LOGICAL_ID,
+)
+
+
+@pytest.fixture(scope="module")
+def default():
+    return synth(config_with())
+
+
+@pytest.fixture(scope="module")
+def with_repository():
+    return synth(config_with(storage={"capacity_gib": 4800, "data_repository": {"s3_prefix": "datasets/"}}))
+
+
+@pytest.fixture(scope="module")
+def scratch_existing_bucket():
+    return synth(
+        config_with(
+            storage={
+                "deployment_type": "SCRATCH_2", "throughput_mb_per_tib": None, "compression": "NONE",
+                "removal_policy": "destroy",
+                "data_repository": {"bucket_name": "my-datasets", "file_system_path": "/datasets", "auto_export": False},
+            }
+        )
+    )
+
+
+def test_file_system_defaults(default):
+    default.template("storage").has_resource_properties(
+        "AWS::FSx::FileSystem",
+        {
+            "FileSystemType": "LUSTRE",
+            "FileSystemTypeVersion": "2.15",
+            "StorageCapacity": 1200,
+            "LustreConfiguration": {
+                "DeploymentType": "PERSISTENT_2",
+                "PerUnitStorageThroughput": 250,
+                "DataCompressionType": "LZ4",
+            },
+        },
+    )
+
+
+def test_file_system_sits_in_the_compute_subnet(default):
+    (fs,) = resources(default.template_json("storage"), "AWS::FSx::FileSystem").values()
+    (subnet,) = fs["Properties"]["SubnetIds"]
+    assert "privateSubnet1" in str(subnet)  # the usw2-az4 private subnet, imported from the network stack
+    assert default.stacks.network.network.compute_subnet("train").availability_zone == "usw2-az4"
+
+
+def test_stateful_resources_keep_pinned_logical_ids_and_retain(default, with_repository):
+    template = default.template_json("storage")
+    assert template["Resources"][FILE_SYSTEM_LOGICAL_ID]["Type"] == "AWS::FSx::FileSystem"
+    assert template["Resources"][FILE_SYSTEM_LOGICAL_ID]["DeletionPolicy"] == "Retain"
+    assert template["Resources"][FILE_SYSTEM_LOGICAL_ID]["UpdateReplacePolicy"] == "Retain"
+    assert template["Resources"][SECURITY_GROUP_LOGICAL_ID]["Type"] == "AWS::EC2::SecurityGroup"
+    repo = with_repository.template_json("storage")["Resources"]
+    assert repo[BUCKET_LOGICAL_ID]["Type"] == "AWS::S3::Bucket"
+    assert repo[BUCKET_LOGICAL_ID]["DeletionPolicy"] == "Retain"
+    assert repo[ASSOCIATION_LOGICAL_ID]["Type"] == "AWS::FSx::DataRepositoryAssociation"
+    assert (FILE_SYSTEM_LOGICAL_ID, BUCKET_LOGICAL_ID, ASSOCIATION_LOGICAL_ID) == (
+        "LustreFileSystem", "DataRepositoryBucket", "DataRepositoryAssociation",
+    )
+
+
+def _lustre_rules(template, kind):
+    return sorted(
+        (r["Properties"]["FromPort"], r["Properties"]["ToPort"])
+        for r in resources(template, f"AWS::EC2::SecurityGroup{kind}").values()
+        if r["Properties"]["GroupId"] == {"Fn::GetAtt": [SECURITY_GROUP_LOGICAL_ID, "GroupId"]}
+    )
+
+
+def test_lustre_ports_open_to_clients_and_itself(default):
+    template = default.template_json("storage")
+    # 988 and 1018-1023 from the EFA group; from itself the L2 file system opens 988-1023.
+    assert _lustre_rules(template, "Ingress") == [(988, 988), (988, 1023), (1018, 1023)]
+    assert _lustre_rules(template, "Egress") == [(988, 988), (988, 988), (1018, 1023), (1018, 1023)]
+    sources = {
+        str(r["Properties"].get("SourceSecurityGroupId"))
+        for r in resources(template, "AWS::EC2::SecurityGroupIngress").values()
+    }
+    assert any("EfaSecurityGroup" in s for s in sources)
+    ingress = [r["Properties"] for r in resources(template, "AWS::EC2::SecurityGroupIngress").values()]
+    assert not any("CidrIp" in r for r in ingress)
+
+
+def test_clients_accept_lustre_from_the_file_system(default):
+    template = default.template_json("storage")
+    client_rules = [
+        r["Properties"]
+        for r in resources(template, "AWS::EC2::SecurityGroupIngress").values()
+        if "EfaSecurityGroup" in str(r["Properties"]["GroupId"])
+    ]
+    assert sorted((r["FromPort"], r["ToPort"]) for r in client_rules) == [(988, 988), (1018, 1023)]
+
+
+def test_data_repository_association_with_created_bucket(with_repository):
+    template = with_repository.template("storage")
+    template.has_resource_properties(
+        "AWS::FSx::DataRepositoryAssociation",
+        {
+            "FileSystemPath": "/s3",
+            "BatchImportMetaDataOnCreate": True,
+            "DataRepositoryPath": {"Fn::Join": ["", ["s3://", {"Ref": BUCKET_LOGICAL_ID}, "/datasets/"]]},
+            "S3": {
+                "AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]},
+                "AutoExportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]},
+            },
+        },
+    )
+    template.has_resource_properties(
+        "AWS::S3::Bucket",
+        {
+            "PublicAccessBlockConfiguration": Match.object_like({"BlockPublicAcls": True}),
+            "VersioningConfiguration": {"Status": "Enabled"},
+        },
+    )
+    template.has_resource_properties("AWS::FSx::FileSystem", {"StorageCapacity": 4800})
+
+
+def test_scratch_with_existing_bucket(scratch_existing_bucket):
+    template = scratch_existing_bucket.template_json("storage")
+    (fs,) = resources(template, "AWS::FSx::FileSystem").values()
+    assert fs["DeletionPolicy"] == "Delete"
+    assert fs["Properties"]["LustreConfiguration"] == {"DeploymentType": "SCRATCH_2", "DataCompressionType": "NONE"}
+    assert not resources(template, "AWS::S3::Bucket")
+    (dra,) = resources(template, "AWS::FSx::DataRepositoryAssociation").values()
+    assert dra["Properties"]["DataRepositoryPath"] == "s3://my-datasets/"
+    assert dra["Properties"]["FileSystemPath"] == "/datasets"
+    assert "AutoExportPolicy" not in dra["Properties"]["S3"]
+
+
+def test_outputs_name_the_file_system(default):
+    outputs = default.template_json("storage")["Outputs"]
+    assert {"FileSystemId", "FileSystemDnsName", "FileSystemMountName"} <= set(outputs)

@@ -1,0 +1,92 @@
+"""`make bench`: cold wall time and peak memory of `cdk synth` through the CDK CLI (not a test).
+
+Runs the default app, and an app with 8 compute groups, 3 times each from an empty output folder,
+and prints the median wall time and the median of the peak resident memory of the whole process
+tree (CLI, Python app, jsii runtime), sampled every 20 ms from /proc.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = 3
+GROUP_TYPES = ("trn1.32xlarge", "trn1n.32xlarge", "trn1.2xlarge", "trn1.32xlarge")
+
+
+def _tree_rss_kib(root_pid: int) -> int:
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        pid, ppid = int(entry.name), int(fields["PPid"])
+        children.setdefault(ppid, []).append(pid)
+        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0])
+    total, stack = 0, [root_pid]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def run_once(context: list[str]) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [str(ROOT / "node_modules/.bin/cdk"), "synth", "--quiet", "--output", out, *context]
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, _tree_rss_kib(proc.pid))
+            time.sleep(0.02)
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            sys.exit(f"synth failed: {' '.join(cmd)}\n{proc.stderr.read().decode()}")
+    return wall, peak / 1024
+
+
+def eight_group_config(path: Path) -> None:
+    config = yaml.safe_load((ROOT / "config/default.yaml").read_text())
+    config["compute_groups"] = [
+        {"name": f"g{i}", "instance_type": GROUP_TYPES[i % len(GROUP_TYPES)], "nodes": 2,
+         "az_ids": "usw2-az4" if i % 2 == 0 else "usw2-az3"}
+        for i in range(8)
+    ]
+    path.write_text(yaml.safe_dump(config))
+
+
+def measure(label: str, context: list[str]) -> float:
+    runs = [run_once(context) for _ in range(RUNS)]
+    wall = statistics.median(r[0] for r in runs)
+    peak = statistics.median(r[1] for r in runs)
+    print(f"{label:<28} wall {wall:6.1f} s   peak RSS {peak:7.0f} MiB   (runs: "
+          + ", ".join(f"{r[0]:.1f}s" for r in runs) + ")")
+    return wall
+
+
+def main() -> None:
+    print(f"cold `cdk synth` through the CDK CLI, median of {RUNS}, {os.cpu_count()} cores")
+    default = measure("default app (1 group)", [])
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "eight.yaml"
+        eight_group_config(config)
+        eight = measure("8 compute groups", ["-c", f"config={config}"])
+    print(f"each extra compute group adds {(eight - default) / 7:.2f} s")
+
+
+if __name__ == "__main__":
+    main()

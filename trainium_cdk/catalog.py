@@ -1,0 +1,182 @@
+"""Instance facts: the only place in the project where they live.
+
+Everything that depends on an instance type (EFA interfaces in a launch template, Neuron devices in a
+pod request, `--nproc_per_node`, device paths in a Batch job) reads them from here. The numbers come
+from the EC2 and Neuron documentation (see shared/REFERENCE.md); a user can register a type the
+catalog does not know with :meth:`Catalog.register` or the config's ``custom_instance_types``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from trainium_cdk.errors import ConfigError, one_of
+
+NEURON_RESOURCE = "aws.amazon.com/neuron"
+NEURONCORE_RESOURCE = "aws.amazon.com/neuroncore"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+
+
+@dataclass(frozen=True)
+class NetworkInterfaceSlot:
+    """Where one EFA interface goes in a launch template."""
+
+    network_card_index: int
+    device_index: int
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """What the project needs to know about one instance type, without calling AWS.
+
+    ``neuron_cores`` is the number of NeuronCores one process can own at the default logical
+    NeuronCore setting: the default ``--nproc_per_node`` of a job. ``offered_az_ids`` maps a region
+    to the AZ IDs known to offer the type; a region missing here is unknown, not excluded.
+    """
+
+    name: str
+    accelerator: str
+    neuron_devices: int
+    neuron_cores: int
+    efa_interfaces: int
+    network_cards: int
+    vcpus: int
+    memory_gib: int
+    network_gbps: int
+    for_training: bool = True
+    offered_az_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("neuron_devices", "neuron_cores", "vcpus", "memory_gib", "network_cards"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"instance type {self.name}: {name}", getattr(self, name), "must be at least 1")
+        if not 0 <= self.efa_interfaces <= self.network_cards:
+            raise ConfigError(
+                f"instance type {self.name}: efa_interfaces",
+                self.efa_interfaces,
+                f"must be between 0 and network_cards ({self.network_cards}): one EFA interface per card",
+            )
+        object.__setattr__(
+            self, "offered_az_ids", MappingProxyType({r: tuple(a) for r, a in self.offered_az_ids.items()})
+        )
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def has_efa(self) -> bool:
+        return self.efa_interfaces > 0
+
+    @property
+    def efa_slots(self) -> tuple[NetworkInterfaceSlot, ...]:
+        """One EFA interface per network card: card 0 is the primary (device 0), every other card
+        carries its interface on device index 1, as current EC2 guidance for multi-card instances says."""
+        return tuple(
+            NetworkInterfaceSlot(network_card_index=card, device_index=0 if card == 0 else 1)
+            for card in range(self.efa_interfaces)
+        )
+
+    @property
+    def neuron_device_paths(self) -> tuple[str, ...]:
+        return tuple(f"/dev/neuron{i}" for i in range(self.neuron_devices))
+
+    @property
+    def efa_device_paths(self) -> tuple[str, ...]:
+        return tuple(f"/dev/infiniband/uverbs{i}" for i in range(self.efa_interfaces))
+
+    def az_ids_in(self, region: str) -> tuple[str, ...] | None:
+        """AZ IDs known to offer this type in ``region``, or None when the catalog does not know."""
+        return self.offered_az_ids.get(region)
+
+
+# Public Neuron samples name these AZ IDs for Trn1 (AZ names differ per account; IDs do not).
+_TRN1_AZ_IDS = {"us-east-1": ("use1-az6", "use1-az5"), "us-west-2": ("usw2-az4", "usw2-az3")}
+
+BUILTIN_INSTANCE_TYPES: tuple[InstanceSpec, ...] = (
+    InstanceSpec(
+        name="trn1.2xlarge", accelerator="Trainium", neuron_devices=1, neuron_cores=2, efa_interfaces=0,
+        network_cards=1, vcpus=8, memory_gib=32, network_gbps=25, offered_az_ids=_TRN1_AZ_IDS,
+    ),
+    InstanceSpec(
+        name="trn1.32xlarge", accelerator="Trainium", neuron_devices=16, neuron_cores=32, efa_interfaces=8,
+        network_cards=8, vcpus=128, memory_gib=512, network_gbps=800, offered_az_ids=_TRN1_AZ_IDS,
+    ),
+    InstanceSpec(
+        name="trn1n.32xlarge", accelerator="Trainium", neuron_devices=16, neuron_cores=32, efa_interfaces=16,
+        network_cards=16, vcpus=128, memory_gib=512, network_gbps=1600, offered_az_ids=_TRN1_AZ_IDS,
+    ),
+    # Trainium2: 128 physical NeuronCores, 64 logical at the default LNC=2. AZs not in the catalog:
+    # `trn azs` writes them into the config.
+    InstanceSpec(
+        name="trn2.48xlarge", accelerator="Trainium2", neuron_devices=16, neuron_cores=64, efa_interfaces=16,
+        network_cards=16, vcpus=192, memory_gib=2048, network_gbps=3200,
+    ),
+    InstanceSpec(
+        name="trn2u.48xlarge", accelerator="Trainium2", neuron_devices=16, neuron_cores=64, efa_interfaces=16,
+        network_cards=16, vcpus=192, memory_gib=2048, network_gbps=3200,
+    ),
+    InstanceSpec(
+        name="inf2.xlarge", accelerator="Inferentia2", neuron_devices=1, neuron_cores=2, efa_interfaces=0,
+        network_cards=1, vcpus=4, memory_gib=16, network_gbps=15, for_training=False,
+    ),
+    InstanceSpec(
+        name="inf2.8xlarge", accelerator="Inferentia2", neuron_devices=1, neuron_cores=2, efa_interfaces=0,
+        network_cards=1, vcpus=32, memory_gib=128, network_gbps=25, for_training=False,
+    ),
+    InstanceSpec(
+        name="inf2.24xlarge", accelerator="Inferentia2", neuron_devices=6, neuron_cores=12, efa_interfaces=0,
+        network_cards=1, vcpus=96, memory_gib=384, network_gbps=50, for_training=False,
+    ),
+    InstanceSpec(
+        name="inf2.48xlarge", accelerator="Inferentia2", neuron_devices=12, neuron_cores=24, efa_interfaces=0,
+        network_cards=1, vcpus=192, memory_gib=768, network_gbps=100, for_training=False,
+    ),
+)
+
+SUPPORTED_TRAINING_TYPES: tuple[str, ...] = tuple(s.name for s in BUILTIN_INSTANCE_TYPES if s.for_training)
+EFA_TRAINING_TYPES: tuple[str, ...] = tuple(
+    s.name for s in BUILTIN_INSTANCE_TYPES if s.for_training and s.has_efa
+)
+
+
+class Catalog:
+    """The instance types a deployment knows: the built-in ones plus those a user registers."""
+
+    def __init__(self, specs: Iterable[InstanceSpec] = BUILTIN_INSTANCE_TYPES) -> None:
+        self._specs: dict[str, InstanceSpec] = {}
+        for spec in specs:
+            self.register(spec)
+
+    def register(self, spec: InstanceSpec) -> None:
+        if spec.name in self._specs and self._specs[spec.name] != spec:
+            raise ConfigError("custom_instance_types[].name", spec.name, "already in the catalog with other facts")
+        self._specs[spec.name] = spec
+
+    def get(self, name: str, *, field: str = "instance_type") -> InstanceSpec:
+        try:
+            return self._specs[name]
+        except KeyError:
+            raise ConfigError(field, name, "unknown instance type; " + one_of(self.names())) from None
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._specs))
+
+    def __iter__(self):
+        return iter(self._specs.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def neuron_types(self) -> tuple[str, ...]:
+        """Every type with Neuron devices: where the Neuron device plugin must run."""
+        return self.names()
+
+    def efa_types(self) -> tuple[str, ...]:
+        """Every type with EFA: the only nodes where the EFA device plugin may run."""
+        return tuple(name for name in self.names() if self._specs[name].has_efa)
+
+
+DEFAULT_CATALOG = Catalog()

@@ -1,0 +1,505 @@
+"""The typed configuration of a deployment: one model, loaded only by ``app.py``.
+
+A YAML file (``cdk synth -c config=PATH``, default ``config/default.yaml``) plus the context overrides
+``region``, ``backends``, ``instance_type`` and ``nodes``. Every check runs here, before any construct
+is built, and a failure raises :class:`ConfigError` naming the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from trainium_cdk.catalog import BUILTIN_INSTANCE_TYPES, Catalog, InstanceSpec
+from trainium_cdk.errors import ConfigError, one_of
+
+BACKENDS = ("eks", "batch", "parallelcluster", "instance")
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "default.yaml"
+
+# FSx for Lustre: what each deployment type accepts (FSx API reference).
+LUSTRE_THROUGHPUT_MB_PER_TIB = {"PERSISTENT_2": (125, 250, 500, 1000), "SCRATCH_2": ()}
+LUSTRE_CAPACITY_STEP_GIB = 2400
+LUSTRE_MIN_CAPACITY_GIB = 1200
+LUSTRE_MAX_CAPACITY_GIB = 2_400 * 1_000
+
+# CloudWatch Logs retention periods, days -> the name of aws_logs.RetentionDays.
+LOG_RETENTION_DAYS = dict(
+    zip(
+        (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653),
+        (
+            "ONE_DAY", "THREE_DAYS", "FIVE_DAYS", "ONE_WEEK", "TWO_WEEKS", "ONE_MONTH", "TWO_MONTHS",
+            "THREE_MONTHS", "FOUR_MONTHS", "FIVE_MONTHS", "SIX_MONTHS", "ONE_YEAR", "THIRTEEN_MONTHS",
+            "EIGHTEEN_MONTHS", "TWO_YEARS", "THREE_YEARS", "FIVE_YEARS", "SIX_YEARS", "SEVEN_YEARS",
+            "EIGHT_YEARS", "NINE_YEARS", "TEN_YEARS",
+        ),
+        strict=True,
+    )
+)
+_NAME = re.compile(r"^[a-z][a-z0-9-]{0,22}$")
+_AZ_ID = re.compile(r"^([a-z]+[0-9])-az([0-9]+)$")
+_REGION = re.compile(r"^([a-z]{2})-([a-z]+)-([0-9])$")
+_DIRECTIONS = {
+    "north": "n", "south": "s", "east": "e", "west": "w", "central": "c",
+    "northeast": "ne", "northwest": "nw", "southeast": "se", "southwest": "sw",
+}
+
+
+def az_id_prefix(region: str) -> str:
+    """'us-west-2' -> 'usw2': the prefix every AZ ID of the region carries."""
+    match = _REGION.match(region)
+    if not match or match.group(2) not in _DIRECTIONS:
+        raise ConfigError("region", region, "a commercial AWS region code such as us-west-2 or us-east-1")
+    return f"{match.group(1)}{_DIRECTIONS[match.group(2)]}{match.group(3)}"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Capacity(_Model):
+    """How the nodes of a compute group are bought."""
+
+    type: Literal["on-demand", "reservation", "capacity-block"] = Field(
+        "on-demand", description="on-demand, an On-Demand Capacity Reservation, or an EC2 Capacity Block for ML."
+    )
+    reservation_id: str | None = Field(
+        None, description="cr-... id of the reservation or capacity block; required unless on-demand."
+    )
+
+    @model_validator(mode="after")
+    def _reservation(self) -> Capacity:
+        if self.type == "on-demand":
+            if self.reservation_id is not None:
+                raise ConfigError("reservation_id", self.reservation_id, "only with type reservation or capacity-block")
+        elif not re.match(r"^cr-[0-9a-f]{8,17}$", self.reservation_id or ""):
+            raise ConfigError(
+                "reservation_id", self.reservation_id, f"type {self.type} needs a reservation id like cr-0123456789abcdef0"
+            )
+        return self
+
+    @property
+    def reserved(self) -> bool:
+        return self.type != "on-demand"
+
+
+class ComputeGroup(_Model):
+    """Nodes of one instance type in one AZ: a node group, a Batch compute environment, a Slurm queue."""
+
+    name: str = Field("train", description="Short name, lower case: used in resource names and labels.")
+    instance_type: str = Field("trn1.32xlarge", description="An instance type of the catalog.")
+    nodes: int = Field(2, description="Nodes a job runs on (desired size).")
+    min_nodes: int = Field(0, description="Nodes kept when idle (EKS node group minimum; Batch minimum is 0).")
+    max_nodes: int | None = Field(None, description="Most nodes the group may scale to; default: nodes.")
+    az_ids: tuple[str, ...] = Field(
+        ("usw2-az4",), description="AZ ID(s) of the group. An EFA type takes exactly one: EFA needs one subnet."
+    )
+    capacity: Capacity = Field(default_factory=Capacity)
+    root_volume_gib: int = Field(512, description="Encrypted gp3 root volume of each node, GiB.")
+
+    @field_validator("az_ids", mode="before")
+    @classmethod
+    def _one_az(cls, value: Any) -> Any:
+        return (value,) if isinstance(value, str) else value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("lower-case letters, digits and '-', starting with a letter, at most 23 characters")
+        return value
+
+    @field_validator("root_volume_gib")
+    @classmethod
+    def _root_volume(cls, value: int) -> int:
+        if not 64 <= value <= 16384:
+            raise ValueError("between 64 and 16384 GiB (gp3)")
+        return value
+
+    @model_validator(mode="after")
+    def _sizes(self) -> ComputeGroup:
+        if self.max_nodes is not None and self.max_nodes < 1:
+            raise ConfigError("max_nodes", self.max_nodes, "at least 1")
+        if self.nodes < 1 or self.nodes > self.maximum:
+            raise ConfigError("nodes", self.nodes, f"between 1 and the group maximum max_nodes ({self.maximum})")
+        if not 0 <= self.min_nodes <= self.nodes:
+            raise ConfigError("min_nodes", self.min_nodes, f"between 0 and nodes ({self.nodes})")
+        if not self.az_ids:
+            raise ConfigError("az_ids", list(self.az_ids), "at least one AZ ID such as usw2-az4")
+        for i, az_id in enumerate(self.az_ids):
+            if not _AZ_ID.match(az_id):
+                raise ConfigError(f"az_ids[{i}]", az_id, "an AZ ID such as usw2-az4 (AZ names differ per account)")
+        return self
+
+    @property
+    def maximum(self) -> int:
+        return self.max_nodes if self.max_nodes is not None else self.nodes
+
+    @property
+    def az_id(self) -> str:
+        """The AZ of the group's compute subnet (the first one for a multi-AZ group without EFA)."""
+        return self.az_ids[0]
+
+    @property
+    def placement_group(self) -> bool:
+        """A cluster placement group fights reservations and capacity blocks (partial fleets)."""
+        return not self.capacity.reserved
+
+
+class NetworkSettings(_Model):
+    """The training VPC."""
+
+    cidr: str = Field("10.0.0.0/16", description="IPv4 CIDR of the VPC, /16 to /24.")
+    az_ids: tuple[str, ...] | None = Field(
+        None, description="AZ IDs of the VPC, at least two (EKS needs two); default: the compute AZs plus "
+        "other AZs the catalog knows for the instance type."
+    )
+    public_subnet_mask: int = Field(24, description="Prefix length of each public subnet.")
+    private_subnet_mask: int = Field(18, description="Prefix length of each private subnet (pods take many IPs).")
+    nat_gateways: Literal["one", "per-az"] = Field("one", description="one NAT gateway, or one per AZ.")
+    interface_endpoints: bool = Field(
+        False, description="Interface endpoints for ECR, STS, CloudWatch Logs and SSM (the S3 gateway is always on)."
+    )
+    flow_log_retention_days: int = Field(30, description="Retention of the VPC flow log group, days.")
+
+    @field_validator("flow_log_retention_days")
+    @classmethod
+    def _retention(cls, value: int) -> int:
+        if value not in LOG_RETENTION_DAYS:
+            raise ValueError("a CloudWatch Logs retention; " + one_of(LOG_RETENTION_DAYS))
+        return value
+
+    @model_validator(mode="after")
+    def _fits(self) -> NetworkSettings:
+        try:
+            net = ipaddress.IPv4Network(self.cidr)
+        except ValueError as err:
+            raise ConfigError("cidr", self.cidr, f"an IPv4 network such as 10.0.0.0/16 ({err})") from None
+        if not 16 <= net.prefixlen <= 24:
+            raise ConfigError("cidr", self.cidr, "a prefix length between /16 and /24 (VPC limits)")
+        for name in ("public_subnet_mask", "private_subnet_mask"):
+            mask = getattr(self, name)
+            if not net.prefixlen < mask <= 28:
+                raise ConfigError(name, mask, f"longer than the VPC prefix /{net.prefixlen} and at most /28")
+        return self
+
+    def check_fits(self, az_count: int) -> None:
+        """Every AZ gets one public and one private subnet: they must fit in the VPC CIDR."""
+        net = ipaddress.IPv4Network(self.cidr)
+        needed = az_count * (2 ** (32 - self.public_subnet_mask) + 2 ** (32 - self.private_subnet_mask))
+        if needed > net.num_addresses:
+            raise ConfigError(
+                "network.cidr", self.cidr,
+                f"too small: {az_count} AZs x (/{self.public_subnet_mask} public + /{self.private_subnet_mask} "
+                f"private) need {needed} addresses, the VPC has {net.num_addresses}; use a shorter prefix or "
+                "longer subnet masks",
+            )
+
+
+class DataRepository(_Model):
+    """An S3 prefix linked to a path of the file system, imported and exported automatically."""
+
+    bucket_name: str | None = Field(
+        None, description="An existing bucket; default: a bucket created (and retained) by the storage stack."
+    )
+    s3_prefix: str = Field("", description="Prefix in the bucket linked to the path; empty: the whole bucket.")
+    file_system_path: str = Field("/s3", description="Path in the file system that mirrors the prefix.")
+    auto_import: bool = Field(True, description="New, changed and deleted S3 objects show up in the file system.")
+    auto_export: bool = Field(True, description="New, changed and deleted files are exported to S3.")
+
+    @field_validator("file_system_path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not re.match(r"^/[A-Za-z0-9_./-]*$", value) or "//" in value or ".." in value:
+            raise ValueError("an absolute path such as /s3 (letters, digits, _ . - /)")
+        return value
+
+    @field_validator("bucket_name")
+    @classmethod
+    def _bucket(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", value):
+            raise ValueError("an S3 bucket name: 3-63 lower-case letters, digits, '.' and '-'")
+        return value
+
+
+class StorageSettings(_Model):
+    """FSx for Lustre shared by every node: datasets, checkpoints, the Neuron compile cache."""
+
+    enabled: bool = Field(True, description="Deploy the storage stack.")
+    deployment_type: Literal["PERSISTENT_2", "SCRATCH_2"] = Field("PERSISTENT_2", description="FSx deployment type.")
+    capacity_gib: int = Field(1200, description="Storage capacity: 1200 GiB or a multiple of 2400 GiB.")
+    throughput_mb_per_tib: int | None = Field(
+        250, description="PERSISTENT_2 throughput per TiB: 125, 250, 500 or 1000; none for SCRATCH_2."
+    )
+    lustre_version: Literal["2.15"] = Field("2.15", description="Lustre version.")
+    compression: Literal["LZ4", "NONE"] = Field("LZ4", description="Data compression.")
+    data_repository: DataRepository | None = Field(None, description="Optional S3 data repository association.")
+    removal_policy: Literal["retain", "snapshot", "destroy"] = Field(
+        "retain", description="What `cdk destroy` does to the file system (and a created bucket)."
+    )
+    compute_group: str | None = Field(None, description="Group whose subnet holds the file system; default: first.")
+
+    @model_validator(mode="after")
+    def _lustre(self) -> StorageSettings:
+        cap = self.capacity_gib
+        if not (cap == LUSTRE_MIN_CAPACITY_GIB or (cap % LUSTRE_CAPACITY_STEP_GIB == 0 and 0 < cap)) or (
+            cap > LUSTRE_MAX_CAPACITY_GIB
+        ):
+            raise ConfigError(
+                "capacity_gib", cap,
+                f"{self.deployment_type} accepts 1200 GiB or a multiple of 2400 GiB (2400, 4800, ...)",
+            )
+        offered = LUSTRE_THROUGHPUT_MB_PER_TIB[self.deployment_type]
+        if offered and self.throughput_mb_per_tib not in offered:
+            raise ConfigError(
+                "throughput_mb_per_tib", self.throughput_mb_per_tib,
+                f"{self.deployment_type} offers " + ", ".join(map(str, offered)) + " MB/s/TiB",
+            )
+        if not offered and self.throughput_mb_per_tib is not None:
+            raise ConfigError(
+                "throughput_mb_per_tib", self.throughput_mb_per_tib,
+                f"{self.deployment_type} has a fixed throughput: leave it out (null)",
+            )
+        return self
+
+
+class CustomInstanceType(_Model):
+    """An instance type the catalog does not know, with the facts the constructs need."""
+
+    name: str
+    accelerator: str = "Trainium"
+    neuron_devices: int
+    neuron_cores: int
+    efa_interfaces: int = 0
+    network_cards: int = 1
+    vcpus: int
+    memory_gib: int
+    network_gbps: int = 25
+    offered_az_ids: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+    def spec(self) -> InstanceSpec:
+        return InstanceSpec(**self.model_dump())
+
+
+class Config(_Model):
+    """A whole deployment."""
+
+    project: str = Field("trainium", description="Prefix of every stack name.")
+    region: str = Field("us-west-2", description="AWS region of every stack.")
+    backends: tuple[Literal["eks", "batch", "parallelcluster", "instance"], ...] = Field(
+        ("eks",), description="Compute backends to deploy: " + ", ".join(BACKENDS) + "."
+    )
+    network: NetworkSettings = Field(default_factory=NetworkSettings)
+    compute_groups: tuple[ComputeGroup, ...] = Field((ComputeGroup(),), description="At least one compute group.")
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    instance_offerings: dict[str, dict[str, tuple[str, ...]]] = Field(
+        default_factory=dict,
+        description="AZ IDs offering an instance type per region, beyond the catalog (`trn azs` writes these).",
+    )
+    custom_instance_types: tuple[CustomInstanceType, ...] = Field(
+        (), description="Instance types the catalog does not know."
+    )
+    tags: dict[str, str] = Field(default_factory=dict, description="Tags on every resource.")
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("lower-case letters, digits and '-', starting with a letter, at most 23 characters")
+        return value
+
+    @field_validator("backends", mode="before")
+    @classmethod
+    def _backends(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        for item in value:
+            if item not in BACKENDS:
+                raise ValueError(f"unknown backend {item!r}; " + one_of(BACKENDS))
+        if len(set(value)) != len(value):
+            raise ValueError("each backend at most once")
+        return value
+
+    @model_validator(mode="after")
+    def _whole(self) -> Config:
+        prefix = az_id_prefix(self.region)
+        catalog = self.catalog
+        if not self.compute_groups:
+            raise ConfigError("compute_groups", [], "at least one compute group")
+        names = [g.name for g in self.compute_groups]
+        for i, group in enumerate(self.compute_groups):
+            where = f"compute_groups[{i}]"
+            if group.name in names[:i]:
+                raise ConfigError(f"{where}.name", group.name, "unique among compute groups")
+            spec = catalog.get(group.instance_type, field=f"{where}.instance_type")
+            if spec.has_efa and len(group.az_ids) > 1:
+                raise ConfigError(
+                    f"{where}.az_ids", list(group.az_ids),
+                    f"exactly one AZ ID: {spec.name} uses EFA, which needs every node in one subnet",
+                )
+            offered = self.offered_az_ids(spec)
+            for j, az_id in enumerate(group.az_ids):
+                if not az_id.startswith(prefix + "-"):
+                    raise ConfigError(
+                        f"{where}.az_ids[{j}]", az_id, f"an AZ ID of region {self.region} ({prefix}-az1, ...)"
+                    )
+                if offered is None:
+                    raise ConfigError(
+                        f"{where}.az_ids[{j}]", az_id,
+                        f"no AZ of {self.region} is known to offer {spec.name}: run `trn azs --instance-type "
+                        f"{spec.name} --region {self.region}` or list them under instance_offerings",
+                    )
+                if az_id not in offered:
+                    raise ConfigError(
+                        f"{where}.az_ids[{j}]", az_id,
+                        f"does not offer {spec.name} (per the catalog and instance_offerings); "
+                        + one_of(offered),
+                    )
+        vpc_az_ids = self.vpc_az_ids
+        for j, az_id in enumerate(vpc_az_ids):
+            if not az_id.startswith(prefix + "-"):
+                raise ConfigError(f"network.az_ids[{j}]", az_id, f"an AZ ID of region {self.region}")
+        if len(vpc_az_ids) < 2 or len(set(vpc_az_ids)) != len(vpc_az_ids):
+            raise ConfigError(
+                "network.az_ids", list(vpc_az_ids), "at least two distinct AZ IDs (EKS needs subnets in two AZs)"
+            )
+        for i, group in enumerate(self.compute_groups):
+            missing = [a for a in group.az_ids if a not in vpc_az_ids]
+            if missing:
+                raise ConfigError(
+                    "network.az_ids", list(vpc_az_ids),
+                    f"must include the AZ IDs of compute_groups[{i}] ({', '.join(missing)})",
+                )
+        self.network.check_fits(len(vpc_az_ids))
+        if self.storage.compute_group is not None and self.storage.compute_group not in names:
+            raise ConfigError("storage.compute_group", self.storage.compute_group, "a compute group; " + one_of(names))
+        return self
+
+    # -- derived facts ------------------------------------------------------------------------------
+
+    @cached_property
+    def catalog(self) -> Catalog:
+        catalog = Catalog(BUILTIN_INSTANCE_TYPES)
+        for i, custom in enumerate(self.custom_instance_types):
+            try:
+                catalog.register(custom.spec())
+            except ConfigError as err:
+                raise ConfigError(f"custom_instance_types[{i}]", custom.name, err.allowed) from None
+        return catalog
+
+    def spec(self, group: ComputeGroup) -> InstanceSpec:
+        return self.catalog.get(group.instance_type)
+
+    def offered_az_ids(self, spec: InstanceSpec) -> tuple[str, ...] | None:
+        known = spec.az_ids_in(self.region)
+        extra = self.instance_offerings.get(spec.name, {}).get(self.region)
+        if known is None and extra is None:
+            return None
+        return tuple(dict.fromkeys((known or ()) + tuple(extra or ())))
+
+    @property
+    def vpc_az_ids(self) -> tuple[str, ...]:
+        """The VPC's AZs: as configured, or the compute AZs followed by other AZs offering their types."""
+        if self.network.az_ids is not None:
+            return self.network.az_ids
+        compute = list(dict.fromkeys(a for g in self.compute_groups for a in g.az_ids))
+        spare = [
+            a
+            for g in self.compute_groups
+            for a in self.offered_az_ids(self.catalog.get(g.instance_type)) or ()
+            if a not in compute
+        ]
+        return tuple(compute + list(dict.fromkeys(spare))[: max(0, 2 - len(compute))])
+
+    @property
+    def storage_group(self) -> ComputeGroup:
+        name = self.storage.compute_group or self.compute_groups[0].name
+        return next(g for g in self.compute_groups if g.name == name)
+
+    def stack_name(self, part: str) -> str:
+        return f"{self.project}-{part}"
+
+
+# -- loading -----------------------------------------------------------------------------------------
+
+OVERRIDES = ("region", "backends", "instance_type", "nodes")
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def format_validation_error(err: ValidationError) -> ConfigError:
+    """Turn pydantic's report into one ConfigError: field, value, what is allowed, one line each."""
+    lines = []
+    first: tuple[str, Any, str] | None = None
+    for item in err.errors():
+        where = _loc(tuple(item["loc"]))
+        cause = (item.get("ctx") or {}).get("error")
+        if isinstance(cause, ConfigError):
+            field = f"{where}.{cause.field}" if where else cause.field
+            value, allowed = cause.value, cause.allowed
+        else:
+            field, value = where or "config", item.get("input")
+            allowed = item["msg"].removeprefix("Value error, ")
+            if item["type"] == "extra_forbidden":
+                allowed = "unknown setting (a typo?)"
+                value = item.get("input")
+        first = first or (field, value, allowed)
+        lines.append(f"{field} = {value!r}: {allowed}")
+    assert first is not None
+    error = ConfigError(*first)
+    error.args = ("invalid configuration:\n  " + "\n  ".join(lines),)
+    return error
+
+
+def build_config(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> Config:
+    """Validate a raw config (as read from YAML) with context overrides applied."""
+    data = dict(raw)
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    unknown = sorted(set(overrides) - set(OVERRIDES))
+    if unknown:
+        raise ConfigError("context", unknown[0], "unknown override; " + one_of(OVERRIDES))
+    if "region" in overrides:
+        data["region"] = str(overrides["region"])
+    if "backends" in overrides:
+        data["backends"] = overrides["backends"]
+    if "instance_type" in overrides or "nodes" in overrides:
+        groups = [dict(g) for g in data.get("compute_groups") or [{}]]
+        for group in groups:
+            if "instance_type" in overrides:
+                group["instance_type"] = str(overrides["instance_type"])
+            if "nodes" in overrides:
+                nodes = overrides["nodes"]
+                try:
+                    group["nodes"] = int(nodes)
+                except (TypeError, ValueError):
+                    raise ConfigError("nodes", nodes, "a whole number of nodes, at least 1") from None
+        data["compute_groups"] = groups
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise format_validation_error(err) from None
+
+
+def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
+    """Read a YAML config file and validate it with the context overrides."""
+    path = Path(path) if path else DEFAULT_CONFIG_PATH
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError("config", str(path), "a YAML file that exists") from None
+    except yaml.YAMLError as err:
+        raise ConfigError("config", str(path), f"valid YAML ({err})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError("config", str(path), "a YAML mapping of settings at the top level")
+    return build_config(raw, overrides)

@@ -1,0 +1,167 @@
+"""TrainingNetwork: the VPC every backend trains in.
+
+Public and private subnets in at least two AZs (EKS needs two), NAT, an S3 gateway endpoint (interface
+endpoints as an option), flow logs, the EFA security group, and one cluster placement group per
+compute group. AZs are given by AZ ID, never by name: names differ per account and looking them up
+would make synth call AWS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Acknowledgment, RemovalPolicy, Validations
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from trainium_cdk.config import LOG_RETENTION_DAYS, ComputeGroup, NetworkSettings
+from trainium_cdk.errors import ConfigError, one_of
+
+PUBLIC_SUBNET_GROUP = "public"
+PRIVATE_SUBNET_GROUP = "private"
+
+# Interface endpoints worth their hourly cost in a private training VPC: image pulls (ECR), role
+# credentials (STS), logs, and Session Manager.
+INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
+    "EcrApi": ec2.InterfaceVpcEndpointAwsService.ECR,
+    "EcrDocker": ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER,
+    "Sts": ec2.InterfaceVpcEndpointAwsService.STS,
+    "Logs": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
+    "Ssm": ec2.InterfaceVpcEndpointAwsService.SSM,
+    "SsmMessages": ec2.InterfaceVpcEndpointAwsService.SSM_MESSAGES,
+    "Ec2Messages": ec2.InterfaceVpcEndpointAwsService.EC2_MESSAGES,
+}
+
+
+class TrainingNetwork(Construct):
+    """The training VPC, the EFA security group and the placement groups.
+
+    :param settings: the network section of the config.
+    :param az_ids: AZ IDs of the VPC, at least two; every compute group's AZ must be among them.
+    :param compute_groups: the groups whose compute subnets and placement groups this network provides.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: NetworkSettings,
+        az_ids: Sequence[str],
+        compute_groups: Sequence[ComputeGroup],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if len(set(az_ids)) < 2:
+            raise ConfigError("az_ids", list(az_ids), "at least two distinct AZ IDs (EKS needs subnets in two AZs)")
+        settings.check_fits(len(az_ids))
+        self.az_ids = tuple(az_ids)
+
+        self.flow_log_group = logs.LogGroup(
+            self,
+            "FlowLogs",
+            retention=logs.RetentionDays[LOG_RETENTION_DAYS[settings.flow_log_retention_days]],
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(settings.cidr),
+            availability_zones=list(az_ids),
+            nat_gateways=1 if settings.nat_gateways == "one" else len(az_ids),
+            subnet_configuration=[
+                ec2.SubnetConfiguration(
+                    name=PUBLIC_SUBNET_GROUP, subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=settings.public_subnet_mask
+                ),
+                ec2.SubnetConfiguration(
+                    name=PRIVATE_SUBNET_GROUP,
+                    subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
+                    cidr_mask=settings.private_subnet_mask,
+                ),
+            ],
+            gateway_endpoints={"S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)},
+            flow_logs={
+                "FlowLog": ec2.FlowLogOptions(
+                    destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_log_group),
+                    traffic_type=ec2.FlowLogTrafficType.ALL,
+                )
+            },
+            # Nothing uses the default security group; restricting it costs a custom-resource Lambda.
+            restrict_default_security_group=False,
+        )
+        self._pin_subnets_to_az_ids()
+
+        if settings.interface_endpoints:
+            for name, service in INTERFACE_ENDPOINTS.items():
+                endpoint = self.vpc.add_interface_endpoint(
+                    name,
+                    service=service,
+                    subnets=ec2.SubnetSelection(subnet_group_name=PRIVATE_SUBNET_GROUP),
+                    private_dns_enabled=True,
+                )
+                Validations.of(endpoint).acknowledge(
+                    Acknowledgment(
+                        id="AwsSolutions-EC23",
+                        reason="The endpoint accepts HTTPS from the VPC CIDR only; the rule cannot read the "
+                        "CIDR because it is a reference to the VPC, not a literal.",
+                    )
+                )
+
+        # EFA's OS-bypass traffic flows only between interfaces whose group allows all traffic in from
+        # itself and out to itself; all outbound covers the latter and image pulls, AWS APIs and storage.
+        self.efa_security_group = ec2.SecurityGroup(
+            self,
+            "EfaSecurityGroup",
+            vpc=self.vpc,
+            description="EFA: all traffic from itself; all outbound",
+            allow_all_outbound=True,
+        )
+        self.efa_security_group.add_ingress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA from itself")
+
+        self.placement_groups: dict[str, ec2.PlacementGroup] = {}
+        self._groups = {g.name: g for g in compute_groups}
+        for group in compute_groups:
+            self.compute_subnets(group.name)  # fails early for an AZ outside the VPC
+            if group.placement_group:
+                self.placement_groups[group.name] = ec2.PlacementGroup(
+                    self, f"PlacementGroup-{group.name}", strategy=ec2.PlacementGroupStrategy.CLUSTER
+                )
+
+    def _pin_subnets_to_az_ids(self) -> None:
+        # The L2 Vpc only knows AZ names; we hand it AZ IDs and rewrite each subnet to
+        # AvailabilityZoneId so that the same template lands in the same physical AZ in every account.
+        for subnet in self.vpc.public_subnets + self.vpc.private_subnets:
+            cfn_subnet = subnet.node.default_child
+            assert isinstance(cfn_subnet, ec2.CfnSubnet)
+            cfn_subnet.add_property_deletion_override("AvailabilityZone")
+            cfn_subnet.add_property_override("AvailabilityZoneId", subnet.availability_zone)
+
+    @property
+    def private_subnets(self) -> list[ec2.ISubnet]:
+        return self.vpc.private_subnets
+
+    def compute_subnets(self, group_name: str) -> list[ec2.ISubnet]:
+        """The private subnets of a compute group: one for an EFA group, whose nodes share one subnet."""
+        group = self._group(group_name)
+        by_az = {s.availability_zone: s for s in self.vpc.private_subnets}
+        missing = [a for a in group.az_ids if a not in by_az]
+        if missing:
+            raise ConfigError(
+                f"compute group {group.name}: az_ids", list(group.az_ids), "AZ IDs of the VPC; " + one_of(self.az_ids)
+            )
+        return [by_az[a] for a in group.az_ids]
+
+    def compute_subnet(self, group_name: str) -> ec2.ISubnet:
+        """The one subnet of the group's first AZ: where its EFA nodes and the file system live."""
+        return self.compute_subnets(group_name)[0]
+
+    def placement_group(self, group_name: str) -> ec2.PlacementGroup | None:
+        """The group's cluster placement group, or None when it uses a reservation or capacity block."""
+        self._group(group_name)
+        return self.placement_groups.get(group_name)
+
+    def _group(self, group_name: str) -> ComputeGroup:
+        try:
+            return self._groups[group_name]
+        except KeyError:
+            raise ConfigError("compute group", group_name, one_of(self._groups)) from None

@@ -1,0 +1,170 @@
+"""LustreStorage: FSx for Lustre shared by every node (datasets, checkpoints, the Neuron compile cache).
+
+Stateful: the file system (and a bucket it creates) keep pinned logical IDs and an explicit removal
+policy, so that a redeploy updates them in place instead of replacing them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Acknowledgment, RemovalPolicy, Validations
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_fsx as fsx
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from trainium_cdk.config import StorageSettings
+
+# Lustre network (LNET) ports: clients connect to 988; 1018-1023 are the reserved ports of both ends.
+LUSTRE_PORT_RANGES = ((988, 988), (1018, 1023))
+LUSTRE_PORTS = tuple(ec2.Port.tcp_range(low, high) if low != high else ec2.Port.tcp(low) for low, high in LUSTRE_PORT_RANGES)
+
+# Logical IDs that must never change: a new ID replaces the file system and loses its data.
+FILE_SYSTEM_LOGICAL_ID = "LustreFileSystem"
+SECURITY_GROUP_LOGICAL_ID = "LustreSecurityGroup"
+BUCKET_LOGICAL_ID = "DataRepositoryBucket"
+ASSOCIATION_LOGICAL_ID = "DataRepositoryAssociation"
+
+_REMOVAL = {"retain": RemovalPolicy.RETAIN, "destroy": RemovalPolicy.DESTROY}
+_DEPLOYMENT = {"PERSISTENT_2": fsx.LustreDeploymentType.PERSISTENT_2, "SCRATCH_2": fsx.LustreDeploymentType.SCRATCH_2}
+_COMPRESSION = {"LZ4": fsx.LustreDataCompressionType.LZ4, "NONE": fsx.LustreDataCompressionType.NONE}
+_S3_EVENTS = ["NEW", "CHANGED", "DELETED"]
+
+
+class LustreStorage(Construct):
+    """An FSx for Lustre file system in the compute subnet, open to its clients on the Lustre ports.
+
+    :param vpc: the training VPC.
+    :param subnet: the compute subnet (a file system lives in one subnet; put it next to the nodes).
+    :param clients: security groups of the nodes that mount it (the EFA security group).
+    :param settings: the storage section of the config.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        subnet: ec2.ISubnet,
+        clients: Sequence[ec2.ISecurityGroup],
+        settings: StorageSettings,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        removal = _REMOVAL[settings.removal_policy]
+
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description="FSx for Lustre: TCP 988 and 1018-1023 from its clients and itself",
+            allow_all_outbound=False,
+        )
+        _pin(self.security_group, SECURITY_GROUP_LOGICAL_ID)
+        # The L2 file system adds ingress from the group itself on 988-1023; clients and egress are ours.
+        for peer in (self.security_group, *clients):
+            for port in LUSTRE_PORTS:
+                if peer is not self.security_group:
+                    self.security_group.add_ingress_rule(peer, port, "Lustre from clients")
+                self.security_group.add_egress_rule(peer, port, "Lustre")
+        # FSx documents client rules too: Lustre servers call clients back on the same ports. L1 rules,
+        # because the L2 would put them in the clients' (network) stack and make it depend on this one.
+        for i, client in enumerate(clients):
+            for low, high in LUSTRE_PORT_RANGES:
+                ec2.CfnSecurityGroupIngress(
+                    self,
+                    f"ClientIngress{i}-{low}",
+                    group_id=client.security_group_id,
+                    source_security_group_id=self.security_group.security_group_id,
+                    ip_protocol="tcp",
+                    from_port=low,
+                    to_port=high,
+                    description="Lustre from FSx",
+                )
+
+        throughput = settings.throughput_mb_per_tib
+        self.file_system = fsx.LustreFileSystem(
+            self,
+            "FileSystem",
+            vpc=vpc,
+            vpc_subnet=subnet,
+            security_group=self.security_group,
+            storage_capacity_gib=settings.capacity_gib,
+            file_system_type_version=fsx.FileSystemTypeVersion.V_2_15,
+            lustre_configuration=fsx.LustreConfiguration(
+                deployment_type=_DEPLOYMENT[settings.deployment_type],
+                per_unit_storage_throughput=throughput,
+                data_compression_type=_COMPRESSION[settings.compression],
+            ),
+            removal_policy=removal,
+        )
+        _pin(self.file_system, FILE_SYSTEM_LOGICAL_ID)
+
+        self.bucket: s3.IBucket | None = None
+        self.association: fsx.CfnDataRepositoryAssociation | None = None
+        repo = settings.data_repository
+        if repo is not None:
+            if repo.bucket_name:
+                self.bucket = s3.Bucket.from_bucket_name(self, "DataBucket", repo.bucket_name)
+            else:
+                created = s3.Bucket(
+                    self,
+                    "DataBucket",
+                    encryption=s3.BucketEncryption.S3_MANAGED,
+                    block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+                    enforce_ssl=True,
+                    versioned=True,
+                    removal_policy=removal,
+                    auto_delete_objects=False,
+                )
+                _pin(created, BUCKET_LOGICAL_ID)
+                Validations.of(created).acknowledge(
+                    Acknowledgment(
+                        id="AwsSolutions-S1",
+                        reason="Training data bucket read in bulk by FSx for Lustre; per-request access logs of "
+                        "millions of shard reads cost more than they tell. Enable CloudTrail data events for audit.",
+                    )
+                )
+                self.bucket = created
+            # No L2 exists for data repository associations.
+            self.association = fsx.CfnDataRepositoryAssociation(
+                self,
+                "DataRepositoryAssociation",
+                file_system_id=self.file_system.file_system_id,
+                file_system_path=repo.file_system_path,
+                data_repository_path=f"s3://{self.bucket.bucket_name}/{repo.s3_prefix}",
+                batch_import_meta_data_on_create=True,
+                s3=fsx.CfnDataRepositoryAssociation.S3Property(
+                    auto_import_policy=(
+                        fsx.CfnDataRepositoryAssociation.AutoImportPolicyProperty(events=_S3_EVENTS)
+                        if repo.auto_import
+                        else None
+                    ),
+                    auto_export_policy=(
+                        fsx.CfnDataRepositoryAssociation.AutoExportPolicyProperty(events=_S3_EVENTS)
+                        if repo.auto_export
+                        else None
+                    ),
+                ),
+            )
+            self.association.apply_removal_policy(removal)
+            self.association.override_logical_id(ASSOCIATION_LOGICAL_ID)
+
+    @property
+    def file_system_id(self) -> str:
+        return self.file_system.file_system_id
+
+    @property
+    def dns_name(self) -> str:
+        return self.file_system.dns_name
+
+    @property
+    def mount_name(self) -> str:
+        return self.file_system.mount_name
+
+
+def _pin(construct: Construct, logical_id: str) -> None:
+    resource = construct.node.default_child
+    assert resource is not None
+    resource.override_logical_id(logical_id)  # type: ignore[attr-defined]

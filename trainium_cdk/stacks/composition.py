@@ -1,0 +1,43 @@
+"""Compose the app's stacks from one config: what `app.py` and the tests call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aws_cdk import App, Environment, Stack, Tags
+
+from trainium_cdk.config import Config
+from trainium_cdk.stacks.network_stack import NetworkStack
+from trainium_cdk.stacks.storage_stack import StorageStack
+
+
+@dataclass
+class TrainingApp:
+    """The stacks of one deployment, by role."""
+
+    network: NetworkStack
+    storage: StorageStack | None = None
+    backends: dict[str, Stack] = field(default_factory=dict)
+
+    @property
+    def stacks(self) -> list[Stack]:
+        return [self.network, *([self.storage] if self.storage else []), *self.backends.values()]
+
+
+def compose(app: App, config: Config) -> TrainingApp:
+    """Add every stack the config asks for to ``app``.
+
+    Stacks name a region but no account: synth stays offline (no lookups), and `cdk deploy` takes
+    the account from the caller's credentials.
+    """
+    env = Environment(region=config.region)
+    network = NetworkStack(app, config.stack_name("network"), config=config, env=env)
+    result = TrainingApp(network=network)
+    if config.storage.enabled:
+        result.storage = StorageStack(
+            app, config.stack_name("storage"), config=config, network=network.network, env=env
+        )
+    Tags.of(app).add("project", config.project)
+    for key, value in sorted(config.tags.items()):
+        Tags.of(app).add(key, value)
+    return result

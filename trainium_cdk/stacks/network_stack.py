@@ -1,0 +1,27 @@
+"""The network stack: the training VPC, its EFA security group and placement groups."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Stack
+from constructs import Construct
+
+from trainium_cdk.config import Config
+from trainium_cdk.constructs.network import TrainingNetwork
+
+
+class NetworkStack(Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, config: Config, **kwargs) -> None:
+        super().__init__(scope, construct_id, description="trainium-cdk: training VPC and EFA networking", **kwargs)
+        self.network = TrainingNetwork(
+            self,
+            "Network",
+            settings=config.network,
+            az_ids=config.vpc_az_ids,
+            compute_groups=config.compute_groups,
+        )
+        CfnOutput(self, "VpcId", value=self.network.vpc.vpc_id)
+        CfnOutput(self, "EfaSecurityGroupId", value=self.network.efa_security_group.security_group_id)
+        for group in config.compute_groups:
+            CfnOutput(
+                self, f"ComputeSubnet-{group.name}", value=self.network.compute_subnet(group.name).subnet_id
+            )

@@ -1,0 +1,32 @@
+"""The storage stack: stateful, on its own, so that a change elsewhere never replaces the file system."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Stack
+from constructs import Construct
+
+from trainium_cdk.config import Config
+from trainium_cdk.constructs.network import TrainingNetwork
+from trainium_cdk.constructs.storage import LustreStorage
+
+
+class StorageStack(Stack):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: Config, network: TrainingNetwork, **kwargs
+    ) -> None:
+        super().__init__(
+            scope, construct_id, description="trainium-cdk: FSx for Lustre shared storage (stateful)", **kwargs
+        )
+        self.storage = LustreStorage(
+            self,
+            "Storage",
+            vpc=network.vpc,
+            subnet=network.compute_subnet(config.storage_group.name),
+            clients=[network.efa_security_group],
+            settings=config.storage,
+        )
+        CfnOutput(self, "FileSystemId", value=self.storage.file_system_id)
+        CfnOutput(self, "FileSystemDnsName", value=self.storage.dns_name)
+        CfnOutput(self, "FileSystemMountName", value=self.storage.mount_name)
+        if self.storage.bucket is not None:
+            CfnOutput(self, "DataBucketName", value=self.storage.bucket.bucket_name)

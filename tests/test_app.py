@@ -32,7 +32,7 @@ def default_out(tmp_path_factory):
 
 def test_default_app_stacks(default_out):
     names = sorted(p.name for p in default_out.glob("*.template.json"))
-    assert names[:2] == ["trainium-network.template.json", "trainium-storage.template.json"]
+    assert names == ["trainium-eks.template.json", "trainium-network.template.json", "trainium-storage.template.json"]
     manifest = json.loads((default_out / "manifest.json").read_text())
     envs = {a["environment"] for a in manifest["artifacts"].values() if a["type"] == "aws:cloudformation:stack"}
     assert envs == {"aws://unknown-account/us-west-2"}

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from trainium_cdk.config import DEFAULT_CONFIG_PATH, ConfigError, az_id_prefix, build_config, load_config
-from tests.helpers import BASE_CONFIG
+from tests.helpers import BASE_CONFIG, US_EAST_2
 
 
 def _raw(**sections: Any) -> dict[str, Any]:
@@ -51,8 +51,8 @@ def test_vpc_azs_default_to_compute_az_then_other_offered_az():
 
 
 def test_trn2_offerings_come_from_config():
-    config = build_config(_raw(group={"instance_type": "trn2.48xlarge"}))
-    assert config.offered_az_ids(config.spec(config.compute_groups[0])) == ("usw2-az4", "usw2-az3")
+    config = build_config(_raw(**US_EAST_2, group={"instance_type": "trn2.48xlarge", "az_ids": "use2-az3"}))
+    assert config.offered_az_ids(config.spec(config.compute_groups[0])) == ("use2-az3", "use2-az2")
 
 
 def test_custom_instance_type_is_registered():
@@ -125,13 +125,15 @@ BAD_INPUT: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, ...]]] = {
         ("compute_groups[0].az_ids[0]", "'usw2-az1'", "does not offer trn1.32xlarge", "usw2-az4, usw2-az3"),
     ),
     "AZ does not offer the type (user config)": (
-        _raw(group={"instance_type": "trn2u.48xlarge", "az_ids": "usw2-az3"}), {},
-        ("compute_groups[0].az_ids[0]", "'usw2-az3'", "does not offer trn2u.48xlarge", "allowed: usw2-az4"),
+        _raw(region="us-east-2", group={"instance_type": "trn2u.48xlarge", "az_ids": "use2-az1"},
+             network={"az_ids": ["use2-az1", "use2-az3"]}),
+        {},
+        ("compute_groups[0].az_ids[0]", "'use2-az1'", "does not offer trn2u.48xlarge", "allowed: use2-az3, use2-az2"),
     ),
     "no known AZ in region": (
         _raw(
             group={"instance_type": "trn2.48xlarge"},
-            instance_offerings={"trn2.48xlarge": {"us-east-1": ["use1-az6"]}},
+            instance_offerings={"trn2.48xlarge": {"us-east-2": ["use2-az3"]}},
         ),
         {},
         ("compute_groups[0].az_ids[0]", "no AZ of us-west-2 is known to offer trn2.48xlarge", "trn azs"),

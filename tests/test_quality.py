@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import cfn_lint_errors, config_with, nag_violations, synth
+from tests.helpers import cfn_lint_errors, config_with, for_type, nag_violations, synth
 from trainium_cdk.catalog import SUPPORTED_TRAINING_TYPES
 
 VARIANTS = {
-    **{f"group of {t}": {"group": {"instance_type": t}} for t in SUPPORTED_TRAINING_TYPES},
+    **{f"group of {t}": for_type(t) for t in SUPPORTED_TRAINING_TYPES},
     "data repository, endpoints, per-AZ NAT": {
         "storage": {"data_repository": {"s3_prefix": "data/"}},
         "network": {"az_ids": ["usw2-az4", "usw2-az3"], "interface_endpoints": True, "nat_gateways": "per-az"},

@@ -269,6 +269,49 @@ class StorageSettings(_Model):
         return self
 
 
+class EksSettings(_Model):
+    """The EKS backend: cluster, system nodes and the software on the cluster."""
+
+    endpoint_access: Literal["public-and-private", "private"] = Field(
+        "public-and-private", description="API server endpoint: public and private, or private only."
+    )
+    public_access_cidrs: tuple[str, ...] = Field(
+        ("0.0.0.0/0",), description="CIDRs allowed to reach a public endpoint."
+    )
+    admin_role_arns: tuple[str, ...] = Field(
+        (), description="IAM roles given cluster admin through access entries (the deploying identity always is)."
+    )
+    system_instance_type: str = Field("m7i.large", description="Instance type of the system node group.")
+    system_nodes: int = Field(2, description="Nodes of the system node group (cluster add-ons).")
+    neuron_scheduler_extension: bool = Field(False, description="Install the Neuron scheduler extension.")
+    neuron_monitor: bool = Field(False, description="Install neuron-monitor with a Prometheus endpoint.")
+
+    @field_validator("admin_role_arns")
+    @classmethod
+    def _roles(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for arn in value:
+            if not re.match(r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$", arn):
+                raise ValueError(f"{arn!r} is not an IAM role ARN (arn:aws:iam::123456789012:role/name)")
+        return value
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for cidr in value:
+            try:
+                ipaddress.IPv4Network(cidr)
+            except ValueError:
+                raise ValueError(f"{cidr!r} is not an IPv4 CIDR such as 203.0.113.0/24") from None
+        return value
+
+    @field_validator("system_nodes")
+    @classmethod
+    def _system_nodes(cls, value: int) -> int:
+        if not 1 <= value <= 10:
+            raise ValueError("between 1 and 10")
+        return value
+
+
 class CustomInstanceType(_Model):
     """An instance type the catalog does not know, with the facts the constructs need."""
 
@@ -298,6 +341,7 @@ class Config(_Model):
     network: NetworkSettings = Field(default_factory=NetworkSettings)
     compute_groups: tuple[ComputeGroup, ...] = Field((ComputeGroup(),), description="At least one compute group.")
     storage: StorageSettings = Field(default_factory=StorageSettings)
+    eks: EksSettings = Field(default_factory=EksSettings)
     instance_offerings: dict[str, dict[str, tuple[str, ...]]] = Field(
         default_factory=dict,
         description="AZ IDs offering an instance type per region, beyond the catalog (`trn azs` writes these).",

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from aws_cdk import App, Environment, Stack, Tags
 
 from trainium_cdk.config import Config
+from trainium_cdk.stacks.eks_stack import EksStack
 from trainium_cdk.stacks.network_stack import NetworkStack
 from trainium_cdk.stacks.storage_stack import StorageStack
 
@@ -36,6 +37,11 @@ def compose(app: App, config: Config) -> TrainingApp:
     if config.storage.enabled:
         result.storage = StorageStack(
             app, config.stack_name("storage"), config=config, network=network.network, env=env
+        )
+    storage = result.storage.storage if result.storage else None
+    if "eks" in config.backends:
+        result.backends["eks"] = EksStack(
+            app, config.stack_name("eks"), config=config, network=network.network, storage=storage, env=env
         )
     Tags.of(app).add("project", config.project)
     for key, value in sorted(config.tags.items()):

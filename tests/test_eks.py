@@ -1,0 +1,175 @@
+"""EKS backend: cluster, add-ons, and one all-EFA Trainium node group per compute group."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, resources, synth
+from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
+from trainium_cdk.versions import KUBERNETES_VERSION
+
+# One app holds a group of every type, in us-east-2 where cfn-lint knows Trn1 and Trn2.
+AZ = {"trn1.2xlarge": "use2-az2"}
+
+
+def _group(instance_type: str) -> dict:
+    return {
+        "name": instance_type.replace(".", "-"),
+        "instance_type": instance_type,
+        "nodes": 1 if instance_type == "trn1.2xlarge" else 2,
+        "max_nodes": 4,
+        "az_ids": AZ.get(instance_type, "use2-az3"),
+        "root_volume_gib": 300,
+    }
+
+
+@pytest.fixture(scope="module")
+def every_type():
+    """One app with a compute group of every supported instance type."""
+    return synth(config_with(**US_EAST_2, compute_groups=[_group(t) for t in SUPPORTED_TRAINING_TYPES]))
+
+
+@pytest.fixture(scope="module")
+def reserved():
+    """A capacity reservation, a capacity block, a private endpoint and an admin role."""
+    return synth(
+        config_with(
+            **US_EAST_2,
+            compute_groups=[
+                {**_group("trn1.32xlarge"), "capacity": {"type": "reservation", "reservation_id": "cr-0aaaaaaaaaaaaaaaa"}},
+                {**_group("trn2.48xlarge"), "capacity": {"type": "capacity-block", "reservation_id": "cr-0bbbbbbbbbbbbbbbb"}},
+            ],
+            eks={"endpoint_access": "private", "admin_role_arns": ["arn:aws:iam::123456789012:role/ml-platform-admin"]},
+        )
+    )
+
+
+def _launch_template_of(template: dict, group_name: str) -> dict:
+    nodegroups = resources(template, "AWS::EKS::Nodegroup")
+    (nodegroup,) = [n for n in nodegroups.values() if n["Properties"]["Labels"].get("trainium-cdk/compute-group") == group_name]
+    lt_id = nodegroup["Properties"]["LaunchTemplate"]["Id"]["Ref"]
+    return template["Resources"][lt_id]["Properties"]["LaunchTemplateData"], nodegroup["Properties"]
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_launch_template_has_every_efa_interface_on_its_own_card(every_type, instance_type):
+    spec = DEFAULT_CATALOG.get(instance_type)
+    data, _ = _launch_template_of(every_type.template_json("eks"), _group(instance_type)["name"])
+    assert data["InstanceType"] == instance_type
+    interfaces = data.get("NetworkInterfaces", [])
+    assert len(interfaces) == spec.efa_interfaces
+    assert sorted(i["NetworkCardIndex"] for i in interfaces) == list(range(spec.efa_interfaces))
+    assert all(i["InterfaceType"] == "efa" for i in interfaces)
+    assert [i["DeviceIndex"] for i in interfaces] == ([0] + [1] * (spec.efa_interfaces - 1) if spec.has_efa else [])
+    for interface in interfaces:
+        groups = json.dumps(interface["Groups"])
+        assert "EfaSecurityGroup" in groups and "ClusterSecurityGroupId" in groups
+    if not spec.has_efa:
+        assert "EfaSecurityGroup" in json.dumps(data["SecurityGroupIds"])
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_node_group_one_subnet_neuron_ami_taint_and_sizes(every_type, instance_type):
+    data, nodegroup = _launch_template_of(every_type.template_json("eks"), _group(instance_type)["name"])
+    assert len(nodegroup["Subnets"]) == 1
+    assert nodegroup["AmiType"] == "AL2023_x86_64_NEURON"
+    assert "InstanceTypes" not in nodegroup  # the type lives in the launch template
+    assert nodegroup["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": "aws.amazon.com/neuron", "Value": "true"}]
+    assert nodegroup["Labels"]["trainium-cdk/instance-type"] == instance_type
+    expected = _group(instance_type)
+    assert nodegroup["ScalingConfig"] == {"MinSize": 0, "DesiredSize": expected["nodes"], "MaxSize": 4}
+    assert data["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 2, "HttpTokens": "required"}
+    (root,) = data["BlockDeviceMappings"]
+    assert root["Ebs"] == {"DeleteOnTermination": True, "Encrypted": True, "VolumeSize": 300, "VolumeType": "gp3"}
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_node_group_subnet_is_the_compute_subnet(every_type, instance_type):
+    _, nodegroup = _launch_template_of(every_type.template_json("eks"), _group(instance_type)["name"])
+    network = every_type.stacks.network
+    subnet = network.network.compute_subnet(_group(instance_type)["name"])
+    expected_logical = network.get_logical_id(subnet.node.default_child)
+    assert network.resolve(expected_logical) in json.dumps(nodegroup["Subnets"])
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_placement_group_attached_on_demand(every_type, instance_type):
+    data, _ = _launch_template_of(every_type.template_json("eks"), _group(instance_type)["name"])
+    assert "PlacementGroup" in json.dumps(data["Placement"]["GroupName"])
+    assert "CapacityReservationSpecification" not in data
+
+
+def test_no_placement_group_with_a_reservation_or_capacity_block(reserved):
+    template = reserved.template_json("eks")
+    data, nodegroup = _launch_template_of(template, "trn1-32xlarge")
+    assert "Placement" not in data
+    assert data["CapacityReservationSpecification"] == {
+        "CapacityReservationTarget": {"CapacityReservationId": "cr-0aaaaaaaaaaaaaaaa"}
+    }
+    assert nodegroup["CapacityType"] == "ON_DEMAND"
+    data, nodegroup = _launch_template_of(template, "trn2-48xlarge")
+    assert "Placement" not in data
+    assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    assert nodegroup["CapacityType"] == "CAPACITY_BLOCK"
+    assert len(data["NetworkInterfaces"]) == 16
+
+
+def test_cluster_version_logging_encryption_and_endpoint(every_type, reserved):
+    (cluster,) = resources(every_type.template_json("eks"), "AWS::EKS::Cluster").values()
+    props = cluster["Properties"]
+    assert props["Version"] == KUBERNETES_VERSION
+    assert props["AccessConfig"]["AuthenticationMode"] in ("API", "API_AND_CONFIG_MAP")
+    assert {t["Type"] for t in props["Logging"]["ClusterLogging"]["EnabledTypes"]} == {
+        "api", "audit", "authenticator", "controllerManager", "scheduler"
+    }
+    assert props["EncryptionConfig"][0]["Resources"] == ["secrets"]
+    vpc_config = props["ResourcesVpcConfig"]
+    assert vpc_config["EndpointPublicAccess"] is True and vpc_config["EndpointPrivateAccess"] is True
+    assert "ComputeConfig" not in props or props["ComputeConfig"].get("Enabled") is not True  # not Auto Mode
+    (private,) = resources(reserved.template_json("eks"), "AWS::EKS::Cluster").values()
+    assert private["Properties"]["ResourcesVpcConfig"]["EndpointPublicAccess"] is False
+
+
+def test_admin_role_gets_an_access_entry(reserved):
+    entries = [e["Properties"] for e in resources(reserved.template_json("eks"), "AWS::EKS::AccessEntry").values()]
+    admin = [e for e in entries if e["PrincipalArn"] == "arn:aws:iam::123456789012:role/ml-platform-admin"]
+    assert len(admin) == 1
+    assert "AmazonEKSClusterAdminPolicy" in json.dumps(admin[0]["AccessPolicies"])
+
+
+def test_system_node_group(every_type):
+    nodegroups = resources(every_type.template_json("eks"), "AWS::EKS::Nodegroup").values()
+    (system,) = [n["Properties"] for n in nodegroups if n["Properties"]["Labels"].get("trainium-cdk/role") == "system"]
+    assert system["InstanceTypes"] == ["m7i.large"]
+    assert system["ScalingConfig"]["DesiredSize"] == 2
+    assert system["AmiType"] == "AL2023_x86_64_STANDARD"
+    assert len(system["Subnets"]) == 2
+    assert "Taints" not in system
+
+
+def test_managed_addons_and_fsx_csi_pod_identity(every_type):
+    template = every_type.template_json("eks")
+    addons = {a["Properties"]["AddonName"]: a["Properties"] for a in resources(template, "AWS::EKS::Addon").values()}
+    assert set(addons) == {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", "aws-fsx-csi-driver"}
+    config = json.loads(addons["aws-fsx-csi-driver"]["ConfigurationValues"])
+    assert {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"} in config["node"]["tolerations"]
+    (association,) = resources(template, "AWS::EKS::PodIdentityAssociation").values()
+    assert association["Properties"]["ServiceAccount"] == "fsx-csi-controller-sa"
+    assert association["Properties"]["Namespace"] == "kube-system"
+    roles = resources(template, "AWS::IAM::Role")
+    role_id = association["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+    trust = json.dumps(roles[role_id]["Properties"]["AssumeRolePolicyDocument"])
+    assert "pods.eks.amazonaws.com" in trust and "sts:TagSession" in trust
+
+
+def test_cdk_adds_no_neuron_device_plugin_of_its_own(every_type):
+    manifests = json.dumps(resources(every_type.template_json("eks"), "Custom::AWSCDK-EKS-KubernetesResource"))
+    # The only Neuron device plugin is ours (from the charts), never CDK's bundled manifest.
+    assert manifests.count('\\"name\\":\\"neuron-device-plugin-daemonset\\"') == 0
+
+
+def test_every_type_in_one_cluster_passes_cfn_lint(every_type):
+    for path in every_type.template_paths():
+        assert cfn_lint_errors(path, every_type.config.region) == []

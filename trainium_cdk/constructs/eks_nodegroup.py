@@ -1,0 +1,99 @@
+"""TrainiumNodeGroup: an EKS managed node group of one compute group, wired for EFA.
+
+The node group is built directly (not with ``cluster.add_nodegroup_capacity``), so that CDK does
+not install its own Neuron device plugin next to ours, and its instance type lives in the launch
+template, where the Neuron AMI type is accepted for Trainium.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from trainium_cdk.catalog import InstanceSpec
+from trainium_cdk.config import ComputeGroup
+from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
+from trainium_cdk.constructs.nag import acknowledge
+
+NEURON_TAINT_KEY = "aws.amazon.com/neuron"
+GROUP_LABEL = "trainium-cdk/compute-group"
+INSTANCE_TYPE_LABEL = "trainium-cdk/instance-type"
+EFA_LABEL = "trainium-cdk/efa"
+
+# What the L2 node group attaches to its node role.
+NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
+
+_CAPACITY_TYPE = {
+    "on-demand": eks.CapacityType.ON_DEMAND,
+    "reservation": eks.CapacityType.ON_DEMAND,
+    "capacity-block": eks.CapacityType.CAPACITY_BLOCK,
+}
+
+
+class TrainiumNodeGroup(Construct):
+    """Nodes of one compute group: one subnet, every EFA interface, the placement group, the Neuron
+    AMI, and the Neuron taint so that only pods asking for Neuron land there.
+
+    :param cluster: the EKS cluster.
+    :param group: the compute group (sizes, capacity, root volume).
+    :param spec: its instance type from the catalog.
+    :param subnets: the group's compute subnets (exactly one for an EFA type).
+    :param security_groups: the EFA group; the cluster security group is added here.
+    :param placement_group: the group's cluster placement group, or None.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        group: ComputeGroup,
+        spec: InstanceSpec,
+        subnets: Sequence[ec2.ISubnet],
+        security_groups: Sequence[ec2.ISecurityGroup],
+        placement_group: ec2.IPlacementGroup | None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.spec = spec
+        self.launch_template = EfaLaunchTemplate(
+            self,
+            "LaunchTemplate",
+            spec=spec,
+            # A launch template that names security groups replaces the cluster group: add it back.
+            security_groups=[*security_groups, cluster.cluster_security_group],
+            placement_group=placement_group,
+            root_volume_gib=group.root_volume_gib,
+            capacity=group.capacity,
+        )
+        self.labels = {
+            GROUP_LABEL: group.name,
+            INSTANCE_TYPE_LABEL: spec.name,
+            EFA_LABEL: "true" if spec.has_efa else "false",
+        }
+        self.nodegroup = eks.Nodegroup(
+            self,
+            "Nodegroup",
+            cluster=cluster,
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_NEURON,
+            capacity_type=_CAPACITY_TYPE[group.capacity.type],
+            launch_template_spec=eks.LaunchTemplateSpec(
+                id=self.launch_template.launch_template_id, version=self.launch_template.latest_version
+            ),
+            subnets=ec2.SubnetSelection(subnets=list(subnets)),
+            min_size=group.min_nodes,
+            desired_size=group.nodes,
+            max_size=group.maximum,
+            labels=self.labels,
+            taints=[eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=NEURON_TAINT_KEY, value="true")],
+            enable_node_auto_repair=True,
+        )
+        acknowledge(
+            self.nodegroup.role,
+            "AwsSolutions-IAM4",
+            [f"Policy::arn:<AWS::Partition>:iam::aws:policy/{p}" for p in NODE_MANAGED_POLICIES],
+            "EKS managed nodes need the AWS-managed worker, CNI and ECR read-only policies, kept current by AWS.",
+        )

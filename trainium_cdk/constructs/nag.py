@@ -1,0 +1,16 @@
+"""Acknowledge cdk-nag findings with a reason, one finding at a time (cdk-nag 3 has no prefix match)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Acknowledgment, Validations
+from constructs import IConstruct
+
+
+def acknowledge(construct: IConstruct, rule: str, findings: Sequence[str] | None, reason: str) -> None:
+    """Acknowledge ``rule`` on ``construct`` and its children: the whole rule, or each finding given
+    (``Resource::*``, ``Policy::arn:...``) so that a new finding of the same rule still fails."""
+    for finding in findings or [None]:
+        rule_id = f"{rule}[{finding}]" if finding else rule
+        Validations.of(construct).acknowledge(Acknowledgment(id=rule_id, reason=reason))

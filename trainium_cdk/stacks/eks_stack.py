@@ -1,0 +1,49 @@
+"""The EKS backend stack: the cluster, one Trainium node group per compute group, cluster software."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Stack
+from constructs import Construct
+
+from trainium_cdk.config import Config
+from trainium_cdk.constructs.eks_cluster import TrainiumCluster
+from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
+from trainium_cdk.constructs.network import TrainingNetwork
+from trainium_cdk.constructs.storage import LustreStorage
+
+
+class EksStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: Config,
+        network: TrainingNetwork,
+        storage: LustreStorage | None,
+        **kwargs,
+    ) -> None:
+        super().__init__(scope, construct_id, description="trainium-cdk: EKS cluster with Trainium node groups", **kwargs)
+        self.training = TrainiumCluster(
+            self, "Eks", vpc=network.vpc, subnets=network.private_subnets, settings=config.eks
+        )
+        cluster = self.training.cluster
+        self.node_groups = {
+            group.name: TrainiumNodeGroup(
+                self,
+                f"NodeGroup-{group.name}",
+                cluster=cluster,
+                group=group,
+                spec=config.spec(group),
+                subnets=network.compute_subnets(group.name),
+                security_groups=[network.efa_security_group],
+                placement_group=network.placement_group(group.name),
+            )
+            for group in config.compute_groups
+        }
+        CfnOutput(self, "ClusterName", value=cluster.cluster_name)
+        CfnOutput(
+            self,
+            "UpdateKubeconfig",
+            value=f"aws eks update-kubeconfig --region {config.region} --name {cluster.cluster_name}",
+        )

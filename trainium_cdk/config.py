@@ -312,19 +312,79 @@ class EksSettings(_Model):
         return value
 
 
+class BatchSettings(_Model):
+    """The AWS Batch backend: multi-node parallel jobs on the compute groups."""
+
+    image_uri: str | None = Field(
+        None, description="Training image; default: the AWS Neuron PyTorch training container (versions.py)."
+    )
+    command: tuple[str, ...] | None = Field(
+        None, description="Command of each node; default: torchrun of the example script on all NeuronCores."
+    )
+    job_timeout_minutes: int = Field(1440, description="A job attempt is stopped after this many minutes.")
+    retry_attempts: int = Field(2, description="Attempts of a job (1 to 10).")
+    log_retention_days: int = Field(30, description="Retention of the job log group, days.")
+
+    @field_validator("retry_attempts")
+    @classmethod
+    def _attempts(cls, value: int) -> int:
+        if not 1 <= value <= 10:
+            raise ValueError("between 1 and 10 (AWS Batch limit)")
+        return value
+
+    @field_validator("job_timeout_minutes")
+    @classmethod
+    def _timeout(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("at least 1 minute")
+        return value
+
+    @field_validator("log_retention_days")
+    @classmethod
+    def _retention(cls, value: int) -> int:
+        if value not in LOG_RETENTION_DAYS:
+            raise ValueError("a CloudWatch Logs retention; " + one_of(LOG_RETENTION_DAYS))
+        return value
+
+
+class ParallelClusterSettings(_Model):
+    """The AWS ParallelCluster (Slurm) backend."""
+
+    head_node_instance_type: str = Field("m7i.xlarge", description="Instance type of the Slurm head node.")
+    head_node_subnet: Literal["public", "private"] = Field(
+        "private", description="Head node in a public subnet, or a private one reached with SSM."
+    )
+    ssh_key_name: str | None = Field(None, description="EC2 key pair for SSH; default none (SSM only).")
+
+
+class InstanceSettings(_Model):
+    """The single development instance."""
+
+    instance_type: str = Field("trn1.2xlarge", description="An instance type of the catalog.")
+    az_id: str | None = Field(None, description="AZ ID; default: the first VPC AZ known to offer the type.")
+    root_volume_gib: int = Field(512, description="Encrypted gp3 root volume, GiB.")
+    dlami: str = Field(
+        "multi-framework/ubuntu-24.04", description="Neuron DLAMI flavour: /aws/service/neuron/dlami/<this>/latest."
+    )
+    instance_connect_endpoint: bool = Field(False, description="Add an EC2 Instance Connect endpoint.")
+    mount_storage: bool = Field(True, description="Mount the FSx file system at /fsx when storage is deployed.")
+
+
 class CustomInstanceType(_Model):
     """An instance type the catalog does not know, with the facts the constructs need."""
 
-    name: str
-    accelerator: str = "Trainium"
-    neuron_devices: int
-    neuron_cores: int
-    efa_interfaces: int = 0
-    network_cards: int = 1
-    vcpus: int
-    memory_gib: int
-    network_gbps: int = 25
-    offered_az_ids: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    name: str = Field(description="EC2 instance type name.")
+    accelerator: str = Field("Trainium", description="Accelerator, for documentation.")
+    neuron_devices: int = Field(description="Neuron devices (aws.amazon.com/neuron per node).")
+    neuron_cores: int = Field(description="NeuronCores a process can own: torchrun --nproc_per_node.")
+    efa_interfaces: int = Field(0, description="EFA interfaces, one per network card; 0 for none.")
+    network_cards: int = Field(1, description="Network cards of the instance.")
+    vcpus: int = Field(description="vCPUs.")
+    memory_gib: int = Field(description="Memory, GiB.")
+    network_gbps: int = Field(25, description="Network bandwidth, Gbps.")
+    offered_az_ids: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict, description="Region -> AZ IDs known to offer the type."
+    )
 
     def spec(self) -> InstanceSpec:
         return InstanceSpec(**self.model_dump())
@@ -342,6 +402,9 @@ class Config(_Model):
     compute_groups: tuple[ComputeGroup, ...] = Field((ComputeGroup(),), description="At least one compute group.")
     storage: StorageSettings = Field(default_factory=StorageSettings)
     eks: EksSettings = Field(default_factory=EksSettings)
+    batch: BatchSettings = Field(default_factory=BatchSettings)
+    parallelcluster: ParallelClusterSettings = Field(default_factory=ParallelClusterSettings)
+    instance: InstanceSettings = Field(default_factory=InstanceSettings)
     instance_offerings: dict[str, dict[str, tuple[str, ...]]] = Field(
         default_factory=dict,
         description="AZ IDs offering an instance type per region, beyond the catalog (`trn azs` writes these).",

@@ -29,7 +29,7 @@ setup: $(STAMP) node_modules/.installed
 synth: setup
 	rm -rf cdk.out
 	$(CDK) synth --quiet $(ARGS)
-	@ls cdk.out/*.template.json
+	@ls cdk.out/*.template.json dist/*/*
 
 ## test: the whole suite (CDK assertions, cdk-nag, cfn-lint, manifests, config errors)
 test: setup

@@ -8,6 +8,7 @@ import sys
 import aws_cdk as cdk
 
 from trainium_cdk.config import OVERRIDES, ConfigError, load_config
+from trainium_cdk.dist import write_dist
 from trainium_cdk.stacks import compose
 
 
@@ -18,6 +19,7 @@ def main() -> None:
             app.node.try_get_context("config"), {k: app.node.try_get_context(k) for k in OVERRIDES}
         )
         compose(app, config)
+        write_dist(config)
     except ConfigError as err:
         print(f"trainium-cdk: {err}", file=sys.stderr)
         sys.exit(2)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, resources, synth
 from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
+from tests.chart_helpers import affinity_types
+from trainium_cdk import versions
 from trainium_cdk.versions import KUBERNETES_VERSION
 
 # One app holds a group of every type, in us-east-2 where cfn-lint knows Trn1 and Trn2.
@@ -164,10 +167,49 @@ def test_managed_addons_and_fsx_csi_pod_identity(every_type):
     assert "pods.eks.amazonaws.com" in trust and "sts:TagSession" in trust
 
 
-def test_cdk_adds_no_neuron_device_plugin_of_its_own(every_type):
-    manifests = json.dumps(resources(every_type.template_json("eks"), "Custom::AWSCDK-EKS-KubernetesResource"))
-    # The only Neuron device plugin is ours (from the charts), never CDK's bundled manifest.
-    assert manifests.count('\\"name\\":\\"neuron-device-plugin-daemonset\\"') == 0
+def _cluster_objects(template: dict) -> list[dict]:
+    """Kubernetes objects the stack applies, from every manifest whose text is fully known at synth."""
+    objects = []
+    for resource in resources(template, "Custom::AWSCDK-EKS-KubernetesResource").values():
+        manifest = resource["Properties"]["Manifest"]
+        if isinstance(manifest, str):
+            objects += json.loads(manifest)
+    return objects
+
+
+def test_exactly_one_neuron_device_plugin_ours(every_type):
+    daemon_sets = [o for o in _cluster_objects(every_type.template_json("eks")) if o["kind"] == "DaemonSet"]
+    neuron = [
+        d for d in daemon_sets
+        if any("neuron-device-plugin" in c["image"] for c in d["spec"]["template"]["spec"]["containers"])
+    ]
+    assert len(neuron) == 1
+    assert neuron[0]["spec"]["template"]["spec"]["containers"][0]["image"] == versions.NEURON_DEVICE_PLUGIN_IMAGE
+    assert affinity_types(neuron[0]) == list(DEFAULT_CATALOG.neuron_types())
+
+
+def test_efa_plugin_runs_on_efa_types_only(every_type):
+    (efa,) = [
+        o for o in _cluster_objects(every_type.template_json("eks"))
+        if o["kind"] == "DaemonSet" and "efa" in o["metadata"]["name"]
+    ]
+    assert affinity_types(efa) == ["trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge", "trn2u.48xlarge"]
+
+
+def test_fsx_volume_is_bound_to_the_storage_stack(every_type):
+    (resource,) = [
+        r for r in resources(every_type.template_json("eks"), "Custom::AWSCDK-EKS-KubernetesResource").values()
+        if not isinstance(r["Properties"]["Manifest"], str)
+    ]
+    text = json.dumps(resource["Properties"]["Manifest"])
+    imports = re.findall(r'ImportValue": "([^"]+)"', text)
+    assert any(i.startswith("t-storage:ExportsOutputRefLustreFileSystem") for i in imports)  # volumeHandle, DNS name
+    assert any("LustreMountName" in i for i in imports)
+    assert any("LustreSecurityGroup" in i for i in imports)
+    network = every_type.stacks.network
+    subnet = network.network.compute_subnet(every_type.config.storage_group.name)  # first group: use2-az2
+    assert any(network.resolve(network.get_logical_id(subnet.node.default_child)) in i for i in imports)
+    assert '\\"ReadWriteMany\\"' in text or "ReadWriteMany" in text
 
 
 def test_every_type_in_one_cluster_passes_cfn_lint(every_type):

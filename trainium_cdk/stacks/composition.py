@@ -43,6 +43,7 @@ def compose(app: App, config: Config) -> TrainingApp:
         result.backends["eks"] = EksStack(
             app, config.stack_name("eks"), config=config, network=network.network, storage=storage, env=env
         )
+    # Each backend adds its stack here, below the EKS one, in the order of BACKENDS.
     Tags.of(app).add("project", config.project)
     for key, value in sorted(config.tags.items()):
         Tags.of(app).add(key, value)

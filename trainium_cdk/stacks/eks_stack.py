@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import cdk8s
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
+from trainium_cdk.charts import cluster_charts
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.eks_cluster import TrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.dist import fsx_storage_props
 
 
 class EksStack(Stack):
@@ -41,6 +44,28 @@ class EksStack(Stack):
             )
             for group in config.compute_groups
         }
+        # The same charts `make synth` writes to dist/, here with the deployed ids as tokens.
+        storage_props = (
+            fsx_storage_props(
+                config,
+                subnet_id=network.compute_subnet(config.storage_group.name).subnet_id,
+                security_group_id=storage.security_group.security_group_id,
+                file_system_id=storage.file_system_id,
+                dns_name=storage.dns_name,
+                mount_name=storage.mount_name,
+            )
+            if storage is not None
+            else None
+        )
+        self.charts = cluster_charts(
+            cdk8s.App(),
+            region=self.region,
+            catalog=config.catalog,
+            storage=storage_props,
+            scheduler_extension=config.eks.neuron_scheduler_extension,
+            monitor=config.eks.neuron_monitor,
+        )
+        self.manifests = {chart.node.id: cluster.add_cdk8s_chart(chart.node.id, chart) for chart in self.charts}
         CfnOutput(self, "ClusterName", value=cluster.cluster_name)
         CfnOutput(
             self,

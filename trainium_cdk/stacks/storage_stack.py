@@ -28,5 +28,6 @@ class StorageStack(Stack):
         CfnOutput(self, "FileSystemId", value=self.storage.file_system_id)
         CfnOutput(self, "FileSystemDnsName", value=self.storage.dns_name)
         CfnOutput(self, "FileSystemMountName", value=self.storage.mount_name)
+        CfnOutput(self, "FileSystemSecurityGroupId", value=self.storage.security_group.security_group_id)
         if self.storage.bucket is not None:
             CfnOutput(self, "DataBucketName", value=self.storage.bucket.bucket_name)

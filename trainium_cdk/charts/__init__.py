@@ -1,0 +1,93 @@
+"""cdk8s charts that run on the EKS cluster: device plugins and shared storage.
+
+:func:`cluster_charts` builds all of them into a cdk8s App. The EKS stack passes CDK tokens and adds
+each chart with ``cluster.add_cdk8s_chart``; ``make synth`` calls :func:`write_manifests` for plain
+YAML in ``dist/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import cdk8s
+from constructs import Construct
+
+from trainium_cdk.catalog import DEFAULT_CATALOG, Catalog
+from trainium_cdk.charts.efa_device_plugin import EfaDevicePlugin
+from trainium_cdk.charts.fsx_storage import FsxStorage, FsxStorageProps
+from trainium_cdk.charts.neuron_device_plugin import NeuronDevicePlugin
+
+__all__ = [
+    "EFA_CHART_ID", "FSX_CHART_ID", "NEURON_CHART_ID", "EfaDevicePlugin", "FsxStorage", "FsxStorageProps",
+    "NeuronDevicePlugin", "cluster_charts", "write_manifests",
+]
+
+# Chart ids are file names in dist/ and construct ids in the EKS stack: keep them stable.
+NEURON_CHART_ID = "neuron-device-plugin"
+EFA_CHART_ID = "efa-device-plugin"
+FSX_CHART_ID = "fsx-storage"
+MANIFEST_SUFFIX = ".k8s.yaml"
+
+
+def cluster_charts(
+    app: Construct,
+    *,
+    region: str,
+    catalog: Catalog = DEFAULT_CATALOG,
+    storage: FsxStorageProps | Mapping[str, Any] | None = None,
+    scheduler_extension: bool = False,
+    monitor: bool = False,
+) -> list[cdk8s.Chart]:
+    """Every cluster chart, built into ``app`` (a cdk8s App).
+
+    :param region: AWS region of the cluster (a CDK token works).
+    :param catalog: instance types the node affinities list. Default: the built-in catalog.
+    :param storage: FsxStorage props; None leaves the storage chart out. Default: None.
+    :param scheduler_extension: deploy the Neuron scheduler extension. Default: False.
+    :param monitor: deploy neuron-monitor. Default: False.
+
+    A catalog without EFA types gets no EFA device plugin: there is no node it could run on.
+    """
+    charts: list[cdk8s.Chart] = [
+        NeuronDevicePlugin(
+            app, NEURON_CHART_ID, instance_types=catalog.neuron_types(),
+            scheduler_extension=scheduler_extension, monitor=monitor,
+        )
+    ]
+    if catalog.efa_types():
+        charts.append(EfaDevicePlugin(app, EFA_CHART_ID, region=region, instance_types=catalog.efa_types()))
+    if storage is not None:
+        kwargs = storage.as_kwargs() if isinstance(storage, FsxStorageProps) else dict(storage)
+        charts.append(FsxStorage(app, FSX_CHART_ID, **kwargs))
+    return charts
+
+
+def write_manifests(
+    outdir: str | Path,
+    *,
+    region: str,
+    catalog: Catalog = DEFAULT_CATALOG,
+    storage: FsxStorageProps | Mapping[str, Any] | None = None,
+    scheduler_extension: bool = False,
+    monitor: bool = False,
+) -> list[Path]:
+    """Write one ``<chart id>.k8s.yaml`` per cluster chart into ``outdir``; return their paths.
+
+    Takes the arguments of :func:`cluster_charts` (plain values, no tokens). Manifests left in
+    ``outdir`` by an earlier run are removed first: ``kubectl apply -f dist/`` must not apply a chart
+    that is no longer built.
+    """
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    for stale in outdir.glob(f"*{MANIFEST_SUFFIX}"):
+        stale.unlink()
+    app = cdk8s.App(
+        outdir=str(outdir), output_file_extension=MANIFEST_SUFFIX, yaml_output_type=cdk8s.YamlOutputType.FILE_PER_CHART
+    )
+    charts = cluster_charts(
+        app, region=region, catalog=catalog, storage=storage, scheduler_extension=scheduler_extension, monitor=monitor
+    )
+    app.synth()
+    return [outdir / f"{chart.node.id}{MANIFEST_SUFFIX}" for chart in charts]

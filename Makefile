@@ -12,7 +12,7 @@ NPM = $(RUN) node "$(NODE_BIN)/../lib/node_modules/npm/bin/npm-cli.js"
 CDK = $(RUN) node_modules/.bin/cdk
 ARGS ?=
 
-.PHONY: setup synth test bench deploy destroy diff lock clean
+.PHONY: setup synth test pcluster-schema bench deploy destroy diff lock clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,8 +32,12 @@ synth: setup
 	@ls cdk.out/*.template.json dist/*/*
 
 ## test: the whole suite (CDK assertions, cdk-nag, cfn-lint, manifests, config errors)
-test: setup
+test: setup pcluster-schema
 	$(RUN) $(PY) -m pytest $(ARGS)
+
+## pcluster-schema: ParallelCluster's own package in .venv-pcluster (it pins CDK v1: never in .venv)
+pcluster-schema: $(STAMP)
+	$(PY) -m tests.pcluster_schema --setup || test "$$CI" != true
 
 ## bench: cold synth time and peak memory through the CDK CLI, median of 3 (not a test)
 bench: setup

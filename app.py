@@ -10,6 +10,7 @@ import aws_cdk as cdk
 from trainium_cdk.config import OVERRIDES, ConfigError, load_config
 from trainium_cdk.dist import write_dist
 from trainium_cdk.stacks import compose
+from trainium_cdk.stacks.pipeline_stack import PipelineStack
 
 
 def main() -> None:
@@ -18,7 +19,12 @@ def main() -> None:
         config = load_config(
             app.node.try_get_context("config"), {k: app.node.try_get_context(k) for k in OVERRIDES}
         )
-        compose(app, config)
+        if str(app.node.try_get_context("pipeline")).lower() == "true":
+            if config.pipeline is None:
+                raise ConfigError("pipeline", None, "-c pipeline=true needs a pipeline section in the config")
+            PipelineStack(app, config.stack_name("pipeline"), config=config, env=cdk.Environment(region=config.region))
+        else:
+            compose(app, config)
         write_dist(config)
     except ConfigError as err:
         print(f"trainium-cdk: {err}", file=sys.stderr)

@@ -189,6 +189,30 @@ BAD_INPUT: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, ...]]] = {
         ("storage.data_repository.file_system_path", "'data'", "absolute path"),
     ),
     "unknown override": (_raw(), {"instances": "trn1"}, ("context", "'instances'", "allowed: region")),
+    "job nodes above the group maximum": (
+        _raw(workloads={"jobs": [{"name": "bert", "nodes": 3}]}), {},
+        ("workloads.jobs[0].nodes", "= 3", "group maximum (2)"),
+    ),
+    "job cache set with a slash": (
+        _raw(workloads={"jobs": [{"name": "bert", "cache_set": "team/bert"}]}), {},
+        ("workloads.jobs[0].cache_set", "'team/bert'", "no '/'"),
+    ),
+    "job processes above the cores": (
+        _raw(workloads={"jobs": [{"name": "bert", "processes_per_node": 64}]}), {},
+        ("workloads.jobs[0].processes_per_node", "= 64", "32 NeuronCores of trn1.32xlarge"),
+    ),
+    "job on an unknown group": (
+        _raw(workloads={"jobs": [{"name": "bert", "group": "dev"}]}), {},
+        ("workloads.jobs[0].group", "'dev'", "allowed: train"),
+    ),
+    "multi-node job without volcano": (
+        _raw(workloads={"volcano": False, "jobs": [{"name": "bert"}]}), {},
+        ("workloads.jobs[0].nodes", "= 2", "workloads.volcano"),
+    ),
+    "data loader not an S3 URI": (
+        _raw(workloads={"data_loader": {"s3_uri": "https://example.com/x"}}), {},
+        ("workloads.data_loader.s3_uri", "'https://example.com/x'", "S3 URI"),
+    ),
 }
 
 

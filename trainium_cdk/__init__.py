@@ -1,0 +1,104 @@
+"""trainium-cdk: AWS CDK constructs and cdk8s charts for AWS Trainium training clusters.
+
+The public API, importable from the package root::
+
+    from trainium_cdk import TrainingNetwork, LustreStorage, TrainiumCluster, TrainiumNodeGroup, load_config
+
+Names resolve on first use, so that ``import trainium_cdk`` (and the ``trn`` CLI) does not start the
+CDK's JavaScript runtime until a construct is needed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# name -> module that defines it
+_PUBLIC = {
+    # configuration and facts
+    "Config": "trainium_cdk.config",
+    "ConfigError": "trainium_cdk.errors",
+    "load_config": "trainium_cdk.config",
+    "build_config": "trainium_cdk.config",
+    "Catalog": "trainium_cdk.catalog",
+    "InstanceSpec": "trainium_cdk.catalog",
+    "DEFAULT_CATALOG": "trainium_cdk.catalog",
+    "JobSpec": "trainium_cdk.jobs",
+    # constructs
+    "TrainingNetwork": "trainium_cdk.constructs.network",
+    "LustreStorage": "trainium_cdk.constructs.storage",
+    "EfaLaunchTemplate": "trainium_cdk.constructs.efa_launch_template",
+    "TrainiumCluster": "trainium_cdk.constructs.eks_cluster",
+    "TrainiumNodeGroup": "trainium_cdk.constructs.eks_nodegroup",
+    "TrainingWorkloads": "trainium_cdk.constructs.eks_workloads",
+    "TrainiumBatch": "trainium_cdk.constructs.batch",
+    "SlurmCluster": "trainium_cdk.constructs.parallelcluster",
+    "DevInstance": "trainium_cdk.constructs.dev_instance",
+    # stacks
+    "compose": "trainium_cdk.stacks.composition",
+    "TrainingApp": "trainium_cdk.stacks.composition",
+    "NetworkStack": "trainium_cdk.stacks.network_stack",
+    "StorageStack": "trainium_cdk.stacks.storage_stack",
+    "EksStack": "trainium_cdk.stacks.eks_stack",
+    "BatchStack": "trainium_cdk.stacks.batch_stack",
+    "ParallelClusterStack": "trainium_cdk.stacks.parallelcluster_stack",
+    "InstanceStack": "trainium_cdk.stacks.instance_stack",
+    "PipelineStack": "trainium_cdk.stacks.pipeline_stack",
+    # cdk8s charts
+    "NeuronDevicePlugin": "trainium_cdk.charts.neuron_device_plugin",
+    "EfaDevicePlugin": "trainium_cdk.charts.efa_device_plugin",
+    "FsxStorage": "trainium_cdk.charts.fsx_storage",
+    "SingleNodeTrainingJob": "trainium_cdk.charts.training",
+    "DistributedTrainingJob": "trainium_cdk.charts.training",
+    "VolcanoQueue": "trainium_cdk.charts.training",
+    "DataLoaderJob": "trainium_cdk.charts.training",
+    "ShellPod": "trainium_cdk.charts.training",
+    "TensorBoard": "trainium_cdk.charts.training",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trainium_cdk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return [*globals(), *__all__]
+
+
+if TYPE_CHECKING:  # static type checkers see the real names
+    from trainium_cdk.catalog import DEFAULT_CATALOG, Catalog, InstanceSpec
+    from trainium_cdk.charts.efa_device_plugin import EfaDevicePlugin
+    from trainium_cdk.charts.fsx_storage import FsxStorage
+    from trainium_cdk.charts.neuron_device_plugin import NeuronDevicePlugin
+    from trainium_cdk.charts.training import (
+        DataLoaderJob, DistributedTrainingJob, ShellPod, SingleNodeTrainingJob, TensorBoard, VolcanoQueue,
+    )
+    from trainium_cdk.config import Config, build_config, load_config
+    from trainium_cdk.constructs.batch import TrainiumBatch
+    from trainium_cdk.constructs.dev_instance import DevInstance
+    from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
+    from trainium_cdk.constructs.eks_cluster import TrainiumCluster
+    from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
+    from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
+    from trainium_cdk.constructs.network import TrainingNetwork
+    from trainium_cdk.constructs.parallelcluster import SlurmCluster
+    from trainium_cdk.constructs.storage import LustreStorage
+    from trainium_cdk.errors import ConfigError
+    from trainium_cdk.jobs import JobSpec
+    from trainium_cdk.stacks.batch_stack import BatchStack
+    from trainium_cdk.stacks.composition import TrainingApp, compose
+    from trainium_cdk.stacks.eks_stack import EksStack
+    from trainium_cdk.stacks.instance_stack import InstanceStack
+    from trainium_cdk.stacks.network_stack import NetworkStack
+    from trainium_cdk.stacks.parallelcluster_stack import ParallelClusterStack
+    from trainium_cdk.stacks.pipeline_stack import PipelineStack
+    from trainium_cdk.stacks.storage_stack import StorageStack

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from trainium_cdk.catalog import BUILTIN_INSTANCE_TYPES, Catalog, InstanceSpec
 from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.jobs import JobSpec
 
 BACKENDS = ("eks", "batch", "parallelcluster", "instance")
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "default.yaml"
@@ -348,13 +349,54 @@ class BatchSettings(_Model):
 
 
 class ParallelClusterSettings(_Model):
-    """The AWS ParallelCluster (Slurm) backend."""
+    """The AWS ParallelCluster (Slurm) backend: one Slurm queue per compute group."""
 
     head_node_instance_type: str = Field("m7i.xlarge", description="Instance type of the Slurm head node.")
     head_node_subnet: Literal["public", "private"] = Field(
         "private", description="Head node in a public subnet, or a private one reached with SSM."
     )
     ssh_key_name: str | None = Field(None, description="EC2 key pair for SSH; default none (SSM only).")
+    ssh_allowed_cidr: str | None = Field(
+        None, description="IPv4 CIDR allowed to SSH to the head node; default: the VPC CIDR (never the internet)."
+    )
+    head_node_root_volume_gib: int = Field(200, description="Encrypted gp3 root volume of the head node, GiB.")
+    deletion_policy: Literal["Delete", "Retain"] = Field(
+        "Delete", description="What deleting the stack does to the cluster (ParallelCluster's DeletionPolicy)."
+    )
+
+    @field_validator("head_node_instance_type")
+    @classmethod
+    def _head_node_type(cls, value: str) -> str:
+        if not re.match(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$", value):
+            raise ValueError("an EC2 instance type such as m7i.xlarge")
+        return value
+
+    @field_validator("ssh_key_name")
+    @classmethod
+    def _key_name(cls, value: str | None) -> str | None:
+        if value is not None and not 1 <= len(value) <= 255:
+            raise ValueError("an EC2 key pair name, 1 to 255 characters")
+        return value
+
+    @field_validator("ssh_allowed_cidr")
+    @classmethod
+    def _ssh_cidr(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            network = ipaddress.IPv4Network(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an IPv4 CIDR such as 203.0.113.0/24") from None
+        if network.prefixlen == 0:
+            raise ValueError("not the whole internet: use SSM Session Manager, or name the CIDR you connect from")
+        return value
+
+    @field_validator("head_node_root_volume_gib")
+    @classmethod
+    def _head_root(cls, value: int) -> int:
+        if not 40 <= value <= 16384:
+            raise ValueError("between 40 and 16384 GiB (gp3; the ParallelCluster AMI needs 40)")
+        return value
 
 
 class InstanceSettings(_Model):
@@ -362,12 +404,138 @@ class InstanceSettings(_Model):
 
     instance_type: str = Field("trn1.2xlarge", description="An instance type of the catalog.")
     az_id: str | None = Field(None, description="AZ ID; default: the first VPC AZ known to offer the type.")
-    root_volume_gib: int = Field(512, description="Encrypted gp3 root volume, GiB.")
+    root_volume_gib: int = Field(512, description="Encrypted gp3 root volume, GiB (Neuron asks for 512 or more).")
     dlami: str = Field(
         "multi-framework/ubuntu-24.04", description="Neuron DLAMI flavour: /aws/service/neuron/dlami/<this>/latest."
     )
     instance_connect_endpoint: bool = Field(False, description="Add an EC2 Instance Connect endpoint.")
     mount_storage: bool = Field(True, description="Mount the FSx file system at /fsx when storage is deployed.")
+
+    @field_validator("az_id")
+    @classmethod
+    def _az_id(cls, value: str | None) -> str | None:
+        if value is not None and not _AZ_ID.match(value):
+            raise ValueError("an AZ ID such as usw2-az4 (AZ names differ per account)")
+        return value
+
+    @field_validator("root_volume_gib")
+    @classmethod
+    def _root_volume(cls, value: int) -> int:
+        if not 512 <= value <= 16384:
+            raise ValueError("between 512 and 16384 GiB (the Neuron setup guides ask for at least 512 GiB)")
+        return value
+
+    @field_validator("dlami")
+    @classmethod
+    def _dlami(cls, value: str) -> str:
+        if not re.match(r"^[a-z0-9][a-z0-9._-]*/(ubuntu-2[24]\.04|amazon-linux-2023)$", value):
+            raise ValueError(
+                "a Neuron DLAMI SSM prefix below /aws/service/neuron/dlami/, such as multi-framework/ubuntu-24.04, "
+                "base/amazon-linux-2023 or pytorch-2.9/ubuntu-24.04"
+            )
+        return value
+
+
+EXAMPLE_COMMAND = ("python3", "/opt/trainium-cdk/examples/mlp/train.py")
+
+
+class TrainingJobSettings(_Model):
+    """A training job the EKS stack runs (and `make synth` writes to dist/eks/workloads)."""
+
+    name: str = Field(description="Job name, a DNS label of at most 40 characters.")
+    group: str | None = Field(None, description="Compute group it runs on; default: the first.")
+    nodes: int | None = Field(None, description="Nodes; default: the group's nodes. Above 1: a gang-scheduled job.")
+    processes_per_node: int | None = Field(None, description="Processes per node; default: every NeuronCore.")
+    command: tuple[str, ...] = Field(EXAMPLE_COMMAND, description="Program and arguments, run under torchrun.")
+    image: str | None = Field(None, description="Image; default: workloads.image.")
+    cache_set: str = Field("default", description="Neuron compile cache directory: /data/neuron-cache/<cache_set>.")
+    precompile: bool = Field(False, description="Run under neuron_parallel_compile first, then train.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment.")
+    retries: int = Field(3, description="Restarts of the whole job after a failure.")
+
+
+class DataLoaderSettings(_Model):
+    """A Job that copies an S3 prefix into the file system (for file systems without a data repository)."""
+
+    s3_uri: str = Field(description="s3://bucket/prefix to copy.")
+    path: str = Field("datasets", description="Directory under /data.")
+
+    @field_validator("s3_uri")
+    @classmethod
+    def _uri(cls, value: str) -> str:
+        if not re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$", value):
+            raise ValueError("an S3 URI such as s3://my-bucket/datasets/")
+        return value
+
+    @property
+    def bucket(self) -> str:
+        return self.s3_uri.removeprefix("s3://").split("/", 1)[0]
+
+
+class WorkloadSettings(_Model):
+    """What runs on the EKS cluster beyond the device plugins."""
+
+    image: str | None = Field(
+        None, description="Training image; default: the MLP example image the EKS stack builds (dist/: ${TRAINING_IMAGE})."
+    )
+    jobs: tuple[TrainingJobSettings, ...] = Field((), description="Training jobs the stack runs on deploy.")
+    volcano: bool = Field(True, description="Install Volcano (gang scheduling, needed by multi-node jobs) and its queue.")
+    queue: str = Field("training", description="The Volcano queue.")
+    data_loader: DataLoaderSettings | None = Field(None, description="Copy an S3 prefix into /data.")
+    tensorboard: bool = Field(False, description="TensorBoard on the file system's runs/ directory (ClusterIP).")
+    shell: bool = Field(False, description="An interactive pod with /data mounted.")
+
+
+class PipelineEnvironment(_Model):
+    """One deployment target of the pipeline: an account in the config's region."""
+
+    name: str = Field(description="Stage name, such as dev or prod.")
+    account: str = Field(description="12-digit AWS account id, bootstrapped to trust the pipeline account.")
+
+    @field_validator("name")
+    @classmethod
+    def _stage_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("lower-case letters, digits and '-', starting with a letter, at most 23 characters")
+        return value
+
+    @field_validator("account")
+    @classmethod
+    def _account(cls, value: str) -> str:
+        if not re.match(r"^[0-9]{12}$", value):
+            raise ValueError("a 12-digit AWS account id")
+        return value
+
+
+class PipelineSettings(_Model):
+    """CDK Pipelines deployment (`cdk synth -c pipeline=true`): a self-mutating pipeline in CodePipeline."""
+
+    repository: str = Field(description="Source repository as owner/name.")
+    branch: str = Field("main", description="Branch that triggers the pipeline.")
+    connection_arn: str = Field(description="ARN of the CodeConnections connection to the repository.")
+    environments: tuple[PipelineEnvironment, ...] = Field(description="Stages in order, each an account.")
+
+    @field_validator("repository")
+    @classmethod
+    def _repo(cls, value: str) -> str:
+        if not re.match(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", value):
+            raise ValueError("owner/name of the repository")
+        return value
+
+    @field_validator("connection_arn")
+    @classmethod
+    def _connection(cls, value: str) -> str:
+        if not re.match(r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):[a-z0-9-]+:[0-9]{12}:connection/.+$", value):
+            raise ValueError("a CodeConnections connection ARN (arn:aws:codeconnections:REGION:ACCOUNT:connection/ID)")
+        return value
+
+    @field_validator("environments")
+    @classmethod
+    def _environments(cls, value: tuple[PipelineEnvironment, ...]) -> tuple[PipelineEnvironment, ...]:
+        names = [e.name for e in value]
+        if not value or len(set(names)) != len(names):
+            raise ValueError("at least one environment, each name once")
+        return value
 
 
 class CustomInstanceType(_Model):
@@ -405,6 +573,8 @@ class Config(_Model):
     batch: BatchSettings = Field(default_factory=BatchSettings)
     parallelcluster: ParallelClusterSettings = Field(default_factory=ParallelClusterSettings)
     instance: InstanceSettings = Field(default_factory=InstanceSettings)
+    workloads: WorkloadSettings = Field(default_factory=WorkloadSettings)
+    pipeline: PipelineSettings | None = Field(None, description="CDK Pipelines deployment; synthesized with -c pipeline=true.")
     instance_offerings: dict[str, dict[str, tuple[str, ...]]] = Field(
         default_factory=dict,
         description="AZ IDs offering an instance type per region, beyond the catalog (`trn azs` writes these).",
@@ -484,6 +654,19 @@ class Config(_Model):
                     f"must include the AZ IDs of compute_groups[{i}] ({', '.join(missing)})",
                 )
         self.network.check_fits(len(vpc_az_ids))
+        job_names = [j.name for j in self.workloads.jobs]
+        for i, job in enumerate(self.workloads.jobs):
+            where = f"workloads.jobs[{i}]"
+            if job.name in job_names[:i]:
+                raise ConfigError(f"{where}.name", job.name, "unique among jobs")
+            if job.group is not None and job.group not in names:
+                raise ConfigError(f"{where}.group", job.group, "a compute group; " + one_of(names))
+            try:
+                spec = self.job_spec(job, image="validation")
+            except ConfigError as err:
+                raise ConfigError(f"{where}.{err.field}", err.value, err.allowed) from None
+            if spec.distributed and not self.workloads.volcano:
+                raise ConfigError(f"{where}.nodes", spec.nodes, "1 unless workloads.volcano is on (gang scheduling)")
         if self.storage.compute_group is not None and self.storage.compute_group not in names:
             raise ConfigError("storage.compute_group", self.storage.compute_group, "a compute group; " + one_of(names))
         return self
@@ -523,6 +706,28 @@ class Config(_Model):
             if a not in compute
         ]
         return tuple(compute + list(dict.fromkeys(spare))[: max(0, 2 - len(compute))])
+
+    def group(self, name: str | None) -> ComputeGroup:
+        """A compute group by name; None: the first."""
+        return next(g for g in self.compute_groups if name is None or g.name == name)
+
+    def job_spec(self, job: TrainingJobSettings, *, image: str) -> JobSpec:
+        """The validated job a TrainingJobSettings describes, on its group's instance type."""
+        group = self.group(job.group)
+        return JobSpec(
+            name=job.name,
+            instance=self.spec(group),
+            group=group.name,
+            command=job.command,
+            image=job.image or self.workloads.image or image,
+            nodes=job.nodes if job.nodes is not None else group.nodes,
+            max_nodes=group.maximum,
+            processes_per_node=job.processes_per_node,
+            cache_set=job.cache_set,
+            precompile=job.precompile,
+            env=job.env,
+            retries=job.retries,
+        )
 
     @property
     def storage_group(self) -> ComputeGroup:

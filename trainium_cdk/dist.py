@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainium_cdk.charts import FsxStorageProps, write_manifests
+import cdk8s
+
+from trainium_cdk.charts import FsxStorageProps, write_charts, write_manifests
 from trainium_cdk.charts._k8s import placeholder
+from trainium_cdk.charts.training import DataLoaderJob, ShellPod, TensorBoard, training_job
+from trainium_cdk.charts.workloads import example_jobs, workload_charts
 from trainium_cdk.config import Config
+from trainium_cdk.parallelcluster import write_dist as write_parallelcluster_dist
 
 DIST = Path("dist")
 # Placeholder -> the stack output that holds its value.
@@ -20,6 +25,8 @@ PLACEHOLDERS = {
     "FSX_MOUNT_NAME": ("storage", "FileSystemMountName"),
     "FSX_SECURITY_GROUP_ID": ("storage", "FileSystemSecurityGroupId"),
     "COMPUTE_SUBNET_ID": ("network", "ComputeSubnet-<group>"),
+    "TRAINING_IMAGE": ("eks", "ExampleImageUri"),
+    "DATA_S3_URI": ("", "the s3://bucket/prefix of your dataset"),
 }
 
 
@@ -61,10 +68,29 @@ def dist_storage_props(config: Config) -> FsxStorageProps | None:
     )
 
 
+def dist_workloads(app: cdk8s.App, config: Config) -> list[cdk8s.Chart]:
+    """The configured workloads, then every example not configured: the MLP jobs, BERT-large phase 1,
+    a data loader, the shell pod and TensorBoard, so that dist/ holds all of them."""
+    image = config.workloads.image or placeholder("TRAINING_IMAGE")
+    charts = workload_charts(app, config, image=image)
+    for job in example_jobs(config, image=image):
+        if f"job-{job.name}" not in charts:
+            charts[f"job-{job.name}"] = training_job(app, f"job-{job.name}", job=job, queue=config.workloads.queue)
+    if "data-loader" not in charts:
+        charts["data-loader"] = DataLoaderJob(app, "data-loader", s3_uri=placeholder("DATA_S3_URI"))
+    if "data-shell" not in charts:
+        charts["data-shell"] = ShellPod(app, "data-shell", image=image)
+    if "tensorboard" not in charts:
+        charts["tensorboard"] = TensorBoard(app, "tensorboard")
+    return list(charts.values())
+
+
 def write_dist(config: Config, outdir: Path = DIST) -> list[Path]:
-    """Write every manifest of the configured EKS cluster into ``outdir/eks``; return the paths."""
+    """Write every manifest of the configured EKS cluster into ``outdir/eks`` and its workloads into
+    ``outdir/eks/workloads``; return the paths."""
     written: list[Path] = []
     if "eks" in config.backends:
+        written += write_charts(outdir / "eks" / "workloads", lambda app: dist_workloads(app, config))
         written += write_manifests(
             outdir / "eks",
             region=config.region,
@@ -73,4 +99,5 @@ def write_dist(config: Config, outdir: Path = DIST) -> list[Path]:
             scheduler_extension=config.eks.neuron_scheduler_extension,
             monitor=config.eks.neuron_monitor,
         )
+    written += write_parallelcluster_dist(config, outdir)
     return written

@@ -31,8 +31,11 @@ def efa_device_plugin_image(region: str) -> str:
 
 
 # AWS Neuron Deep Learning Container for PyTorch training (account 763104351884, per-region ECR).
+# Neuron 2.26.1 (the patch AWS's DLC image list carries for 2.26; the 2.26.0 tag is superseded), the
+# SDK of NEURON_SDK_VERSION below. PyTorch 2.8 is end of life from Neuron 2.29: the next step for every
+# pin together is 2.9.0-neuronx-py312-sdk2.30.0-ubuntu24.04 (the last PyTorch/XLA line is 2.9).
 NEURON_TRAINING_IMAGE_REPOSITORY = "pytorch-training-neuronx"
-NEURON_TRAINING_IMAGE_TAG = "2.8.0-neuronx-py311-sdk2.26.0-ubuntu22.04"
+NEURON_TRAINING_IMAGE_TAG = "2.8.0-neuronx-py311-sdk2.26.1-ubuntu22.04"
 NEURON_DLC_ACCOUNT = "763104351884"
 
 
@@ -42,3 +45,40 @@ def neuron_training_image(region: str) -> str:
         f"{NEURON_DLC_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/"
         f"{NEURON_TRAINING_IMAGE_REPOSITORY}:{NEURON_TRAINING_IMAGE_TAG}"
     )
+
+# AWS ParallelCluster: the custom resource provider template (per version and region), the pcluster
+# CLI users run, and the package whose schema the tests validate our cluster configuration against.
+PARALLELCLUSTER_VERSION = "3.16.1"
+
+
+def parallelcluster_provider_template_url(region: str, url_suffix: str = "amazonaws.com") -> str:
+    """ParallelCluster's published CloudFormation custom resource provider for ``region``."""
+    return (
+        f"https://{region}-aws-parallelcluster.s3.{region}.{url_suffix}/parallelcluster/"
+        f"{PARALLELCLUSTER_VERSION}/templates/custom_resource/cluster.yaml"
+    )
+
+
+# Neuron SDK installed on hosts without a container (ParallelCluster nodes): 2.26.1, the patch of the
+# 2.26 release the training container above carries (PyTorch NeuronX 2.8, Ubuntu 22.04, Python 3.10).
+# Component versions from the Neuron 2.26.1 release content; a new SDK changes all of them together.
+NEURON_SDK_VERSION = "2.26.1"
+NEURON_APT_PACKAGES = {
+    "aws-neuronx-dkms": "2.24.7.0",
+    "aws-neuronx-collectives": "2.28.27.0",
+    "aws-neuronx-runtime-lib": "2.28.23.0",
+    "aws-neuronx-tools": "2.26.14.0",
+}
+NEURON_PIP_PACKAGES = {
+    "neuronx-cc": "2.21.33363.0",
+    "torch-neuronx": "2.8.*",
+    "neuronx_distributed": "0.15.22404",
+}
+
+
+# Volcano (gang scheduling for multi-node jobs), from its Helm repository, installed by the EKS stack.
+VOLCANO_HELM_REPOSITORY = "https://volcano-sh.github.io/helm-charts"
+VOLCANO_CHART_VERSION = "1.13.0"
+# Data loading and TensorBoard: small public images, pinned.
+AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.27.49"
+TENSORBOARD_IMAGE = "docker.io/tensorflow/tensorflow:2.20.0"

@@ -7,7 +7,7 @@ YAML in ``dist/``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from trainium_cdk.charts.neuron_device_plugin import NeuronDevicePlugin
 
 __all__ = [
     "EFA_CHART_ID", "FSX_CHART_ID", "NEURON_CHART_ID", "EfaDevicePlugin", "FsxStorage", "FsxStorageProps",
-    "NeuronDevicePlugin", "cluster_charts", "write_manifests",
+    "NeuronDevicePlugin", "cluster_charts", "write_charts", "write_manifests",
 ]
 
 # Chart ids are file names in dist/ and construct ids in the EKS stack: keep them stable.
@@ -79,6 +79,18 @@ def write_manifests(
     ``outdir`` by an earlier run are removed first: ``kubectl apply -f dist/`` must not apply a chart
     that is no longer built.
     """
+    return write_charts(
+        outdir,
+        lambda app: cluster_charts(
+            app, region=region, catalog=catalog, storage=storage, scheduler_extension=scheduler_extension,
+            monitor=monitor,
+        ),
+    )
+
+
+def write_charts(outdir: str | Path, build: Callable[[cdk8s.App], Iterable[cdk8s.Chart]]) -> list[Path]:
+    """Synthesize the charts ``build`` adds to a fresh cdk8s App into ``outdir``, one
+    ``<chart id>.k8s.yaml`` each, after removing manifests an earlier run left there."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     for stale in outdir.glob(f"*{MANIFEST_SUFFIX}"):
@@ -86,8 +98,6 @@ def write_manifests(
     app = cdk8s.App(
         outdir=str(outdir), output_file_extension=MANIFEST_SUFFIX, yaml_output_type=cdk8s.YamlOutputType.FILE_PER_CHART
     )
-    charts = cluster_charts(
-        app, region=region, catalog=catalog, storage=storage, scheduler_extension=scheduler_extension, monitor=monitor
-    )
+    charts = list(build(app))
     app.synth()
     return [outdir / f"{chart.node.id}{MANIFEST_SUFFIX}" for chart in charts]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Stack
+from aws_cdk import Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -143,14 +143,18 @@ class TrainiumCluster(Construct):
                 ],
             )
         )
+        stack = Stack.of(self)
+        # cdk-nag names the account as the template shows it: a reference, or the stage's literal id.
+        account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
         acknowledge(
             self.fsx_csi_role,
             "AwsSolutions-IAM5",
             [
                 "Resource::*",
-                "Resource::arn:<AWS::Partition>:iam::<AWS::AccountId>:role/aws-service-role/fsx.amazonaws.com/*",
-                "Resource::arn:<AWS::Partition>:iam::<AWS::AccountId>:role/aws-service-role/"
-                "s3.data-source.lustre.fsx.amazonaws.com/*",
+                *(
+                    f"Resource::arn:<AWS::Partition>:iam::{account}:role/aws-service-role/{service}/*"
+                    for service in ("fsx.amazonaws.com", "s3.data-source.lustre.fsx.amazonaws.com")
+                ),
             ],
             "The FSx CSI controller creates file systems whose IDs do not exist yet, and the FSx "
             "service-linked roles have names AWS chooses.",

@@ -7,8 +7,11 @@ from dataclasses import dataclass, field
 from aws_cdk import App, Environment, Stack, Tags
 
 from trainium_cdk.config import Config
+from trainium_cdk.stacks.batch_stack import BatchStack
 from trainium_cdk.stacks.eks_stack import EksStack
+from trainium_cdk.stacks.instance_stack import InstanceStack
 from trainium_cdk.stacks.network_stack import NetworkStack
+from trainium_cdk.stacks.parallelcluster_stack import ParallelClusterStack
 from trainium_cdk.stacks.storage_stack import StorageStack
 
 
@@ -44,6 +47,18 @@ def compose(app: App, config: Config) -> TrainingApp:
             app, config.stack_name("eks"), config=config, network=network.network, storage=storage, env=env
         )
     # Each backend adds its stack here, below the EKS one, in the order of BACKENDS.
+    if "batch" in config.backends:
+        result.backends["batch"] = BatchStack(
+            app, config.stack_name("batch"), config=config, network=network.network, storage=storage, env=env
+        )
+    if "parallelcluster" in config.backends:
+        result.backends["parallelcluster"] = ParallelClusterStack(
+            app, config.stack_name("parallelcluster"), config=config, network=network.network, storage=storage, env=env
+        )
+    if "instance" in config.backends:
+        result.backends["instance"] = InstanceStack(
+            app, config.stack_name("instance"), config=config, network=network.network, storage=storage, env=env
+        )
     Tags.of(app).add("project", config.project)
     for key, value in sorted(config.tags.items()):
         Tags.of(app).add(key, value)

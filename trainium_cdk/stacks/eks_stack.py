@@ -6,10 +6,11 @@ import cdk8s
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
-from trainium_cdk.charts import cluster_charts
+from trainium_cdk.charts import FSX_CHART_ID, cluster_charts
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.eks_cluster import TrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
+from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.dist import fsx_storage_props
@@ -66,7 +67,15 @@ class EksStack(Stack):
             monitor=config.eks.neuron_monitor,
         )
         self.manifests = {chart.node.id: cluster.add_cdk8s_chart(chart.node.id, chart) for chart in self.charts}
-        CfnOutput(self, "ClusterName", value=cluster.cluster_name)
+        self.workloads = TrainingWorkloads(
+            self,
+            "Workloads",
+            cluster=cluster,
+            config=config,
+            after=[self.manifests[FSX_CHART_ID]] if FSX_CHART_ID in self.manifests else [],
+        )
+        CfnOutput(self, "ExampleImageUri", value=self.workloads.image.image_uri)
+        self.cluster_name_output = CfnOutput(self, "ClusterName", value=cluster.cluster_name)
         CfnOutput(
             self,
             "UpdateKubeconfig",

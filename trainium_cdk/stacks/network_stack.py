@@ -19,7 +19,7 @@ class NetworkStack(Stack):
             az_ids=config.vpc_az_ids,
             compute_groups=config.compute_groups,
         )
-        CfnOutput(self, "VpcId", value=self.network.vpc.vpc_id)
+        self.vpc_output = CfnOutput(self, "VpcId", value=self.network.vpc.vpc_id)
         CfnOutput(self, "EfaSecurityGroupId", value=self.network.efa_security_group.security_group_id)
         for group in config.compute_groups:
             CfnOutput(

@@ -25,7 +25,7 @@ class StorageStack(Stack):
             clients=[network.efa_security_group],
             settings=config.storage,
         )
-        CfnOutput(self, "FileSystemId", value=self.storage.file_system_id)
+        self.file_system_output = CfnOutput(self, "FileSystemId", value=self.storage.file_system_id)
         CfnOutput(self, "FileSystemDnsName", value=self.storage.dns_name)
         CfnOutput(self, "FileSystemMountName", value=self.storage.mount_name)
         CfnOutput(self, "FileSystemSecurityGroupId", value=self.storage.security_group.security_group_id)

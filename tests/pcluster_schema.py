@@ -1,0 +1,136 @@
+"""ParallelCluster's own validation of our cluster configurations, from its own package.
+
+aws-parallelcluster pins CDK v1 and constructs 3, so it lives in a virtual environment of its own,
+``.venv-pcluster`` at the project root (created here on first use, or by `make test` through
+``python -m tests.pcluster_schema --setup``), and runs tools/pcluster_validate.py as a subprocess.
+
+    python -m tests.pcluster_schema --setup          # create or update .venv-pcluster
+    python -m tests.pcluster_schema CONFIG.yaml ...  # validate cluster configuration files
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainium_cdk.versions import PARALLELCLUSTER_VERSION
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv-pcluster"
+PYTHON = VENV / "bin" / "python"
+STAMP = VENV / f".installed-aws-parallelcluster-{PARALLELCLUSTER_VERSION}"
+VALIDATOR = ROOT / "tools" / "pcluster_validate.py"
+PACKAGE = f"aws-parallelcluster=={PARALLELCLUSTER_VERSION}"
+INSTALL_TIMEOUT_S = 900
+VALIDATE_TIMEOUT_S = 300
+
+
+class PclusterUnavailable(RuntimeError):
+    """The ParallelCluster environment could not be created (no network, no venv module...)."""
+
+
+@dataclass(frozen=True)
+class Result:
+    errors: list[str]
+    warnings: list[str]
+
+
+@contextmanager
+def _lock() -> Iterator[None]:
+    # Several pytest runs may start at once on one machine: one of them builds, the others wait.
+    lock = Path(tempfile.gettempdir()) / f"trainium-cdk-pcluster-{hashlib.sha256(bytes(ROOT)).hexdigest()[:12]}.lock"
+    with open(lock, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _run(args: Sequence[str], what: str) -> None:
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise PclusterUnavailable(f"{what} failed: {err}") from err
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
+        raise PclusterUnavailable(f"{what} failed (exit {done.returncode}):\n{tail}")
+
+
+def ensure_venv() -> Path:
+    """Create (or reuse) .venv-pcluster with the pinned aws-parallelcluster; return its python."""
+    if STAMP.exists():
+        return PYTHON
+    with _lock():
+        if STAMP.exists():
+            return PYTHON
+        shutil.rmtree(VENV, ignore_errors=True)
+        _run([sys.executable, "-m", "venv", str(VENV)], f"creating {VENV.name} (python -m venv)")
+        _run(
+            [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", PACKAGE],
+            f"pip install {PACKAGE} into {VENV.name}",
+        )
+        STAMP.touch()
+    return PYTHON
+
+
+def validate_many(configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Result]:
+    """Validate cluster configurations (cluster name -> configuration) in one subprocess."""
+    python = ensure_venv()
+    request = [{"name": name, "config": config} for name, config in configs.items()]
+    env = {**os.environ, "AWS_DEFAULT_REGION": next(iter(configs.values())).get("Region", "us-east-1")}
+    for key in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        env.pop(key, None)  # offline by design: never hand it credentials
+    done = subprocess.run(
+        [str(python), str(VALIDATOR)],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=VALIDATE_TIMEOUT_S,
+        env=env,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{VALIDATOR.name} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
+    answers = json.loads(done.stdout)
+    return {name: Result(**answer) for name, answer in zip(configs, answers, strict=True)}
+
+
+def validate(config: Mapping[str, Any], cluster_name: str = "trainium-cluster") -> Result:
+    return validate_many({cluster_name: config})[cluster_name]
+
+
+def main(argv: Sequence[str]) -> int:
+    if list(argv) == ["--setup"]:
+        try:
+            print(ensure_venv())
+        except PclusterUnavailable as err:
+            print(err, file=sys.stderr)
+            return 1
+        return 0
+    import yaml
+
+    failed = 0
+    for path in argv:
+        result = validate(yaml.safe_load(Path(path).read_text()), Path(path).stem)
+        for line in result.errors:
+            print(f"{path}: error: {line}")
+        for line in result.warnings:
+            print(f"{path}: warning: {line}")
+        failed += bool(result.errors)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

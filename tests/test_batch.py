@@ -1,0 +1,547 @@
+"""AWS Batch backend: compute environments, queues and multi-node parallel job definitions over all EFA."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk.assertions import Template
+
+from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, resources, synth
+from trainium_cdk import versions
+from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
+from trainium_cdk.config import BatchSettings, ComputeGroup
+from trainium_cdk.constructs.batch import (
+    CONTAINER_MEMORY_FRACTION,
+    NEURON_ECS_AMI_PARAMETER,
+    TrainiumBatch,
+    ecr_repository_arn,
+    torchrun_command,
+)
+from trainium_cdk.errors import ConfigError
+from trainium_cdk.stacks import compose
+
+# One app holds a group of every type, in us-east-2 where cfn-lint knows Trn1 and Trn2.
+AZ = {"trn1.2xlarge": "use2-az2"}
+MAX_NODES = 4
+CUSTOM_IMAGE = "123456789012.dkr.ecr.us-east-2.amazonaws.com/ml/train:1.0"
+CUSTOM_COMMAND = ["/opt/train.py", "--epochs", "3"]
+
+
+def _group(instance_type: str) -> dict:
+    return {
+        "name": instance_type.replace(".", "-"),
+        "instance_type": instance_type,
+        "nodes": 1 if instance_type == "trn1.2xlarge" else 2,
+        "max_nodes": MAX_NODES,
+        "az_ids": AZ.get(instance_type, "use2-az3"),
+        "root_volume_gib": 300,
+    }
+
+
+@pytest.fixture(scope="module")
+def every_type():
+    """A Batch compute group of every supported type, with the storage stack."""
+    return synth(
+        config_with(**US_EAST_2, backends=["batch"], compute_groups=[_group(t) for t in SUPPORTED_TRAINING_TYPES])
+    )
+
+
+@pytest.fixture(scope="module")
+def reserved():
+    """A capacity reservation and a capacity block, no storage, and every Batch setting changed."""
+    return synth(
+        config_with(
+            **US_EAST_2,
+            backends=["batch"],
+            compute_groups=[
+                {**_group("trn1.32xlarge"), "name": "reserved", "nodes": 4,
+                 "capacity": {"type": "reservation", "reservation_id": "cr-0aaaaaaaaaaaaaaaa"}},
+                {**_group("trn2.48xlarge"), "name": "block",
+                 "capacity": {"type": "capacity-block", "reservation_id": "cr-0bbbbbbbbbbbbbbbb"}},
+            ],
+            storage={"enabled": False},
+            batch={
+                "image_uri": CUSTOM_IMAGE, "command": CUSTOM_COMMAND, "job_timeout_minutes": 120,
+                "retry_attempts": 3, "log_retention_days": 7,
+            },
+        )
+    )
+
+
+class Group:
+    """The synthesized resources of one compute group's TrainiumBatch."""
+
+    def __init__(self, result, name: str) -> None:
+        self.stack = result.stacks.backends["batch"]
+        self.construct: TrainiumBatch = self.stack.groups[name]
+        self.template = result.template_json("batch")
+        self.spec = self.construct.spec
+
+    def logical_id(self, construct) -> str:
+        resource = construct if isinstance(construct, cdk.CfnResource) else construct.node.default_child
+        return self.stack.resolve(self.stack.get_logical_id(resource))
+
+    def properties(self, construct) -> dict[str, Any]:
+        return self.template["Resources"][self.logical_id(construct)]["Properties"]
+
+    @property
+    def compute(self) -> dict[str, Any]:
+        return self.properties(self.construct.compute_environment)["ComputeResources"]
+
+    @property
+    def launch_template(self) -> dict[str, Any]:
+        return self.properties(self.construct.launch_template.resource)["LaunchTemplateData"]
+
+    @property
+    def job_definition(self) -> dict[str, Any]:
+        return self.properties(self.construct.job_definition)
+
+    @property
+    def container(self) -> dict[str, Any]:
+        definition = self.job_definition
+        if definition["Type"] == "multinode":
+            (node_range,) = definition["NodeProperties"]["NodeRangeProperties"]
+            return node_range["Container"]
+        return definition["ContainerProperties"]
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {e["Name"]: e["Value"] for e in self.container["Environment"]}
+
+    @property
+    def user_data(self) -> str:
+        return _text(self.launch_template["UserData"]["Fn::Base64"])
+
+
+def _text(value: Any) -> str:
+    """The literal text of a string or an Fn::Join; other tokens as <token>."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return separator.join(_text(p) for p in parts)
+    return "<token>"
+
+
+def _name(instance_type: str) -> str:
+    return _group(instance_type)["name"]
+
+
+# -- compute environment ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_compute_environment_is_the_group_type_scaled_from_zero(every_type, instance_type):
+    group = Group(every_type, _name(instance_type))
+    compute = group.compute
+    assert compute["Type"] == "EC2"  # multi-node parallel jobs do not run on Spot
+    assert compute["InstanceTypes"] == [instance_type]
+    assert compute["MinvCpus"] == 0
+    assert compute["MaxvCpus"] == MAX_NODES * group.spec.vcpus
+    assert compute["AllocationStrategy"] == "BEST_FIT_PROGRESSIVE"
+    assert compute["Ec2Configuration"] == [{"ImageType": "ECS_AL2023"}]
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_compute_environment_uses_the_launch_template_at_its_latest_version(every_type, instance_type):
+    group = Group(every_type, _name(instance_type))
+    template_id = group.logical_id(group.construct.launch_template.resource)
+    assert group.compute["LaunchTemplate"] == {
+        "LaunchTemplateId": {"Ref": template_id},
+        "Version": {"Fn::GetAtt": [template_id, "LatestVersionNumber"]},
+    }
+    profile = group.compute["InstanceRole"]["Fn::GetAtt"][0]
+    roles = group.template["Resources"][profile]["Properties"]["Roles"]
+    assert roles == [{"Ref": group.logical_id(group.construct.instance_role)}]
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_compute_environment_in_the_one_compute_subnet(every_type, instance_type):
+    group = Group(every_type, _name(instance_type))
+    (subnet,) = group.compute["Subnets"]
+    network = every_type.stacks.network
+    subnet_resource = network.network.compute_subnet(_name(instance_type)).node.default_child
+    expected = network.resolve(network.get_logical_id(subnet_resource))
+    assert expected in json.dumps(subnet)
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_on_demand_uses_the_cluster_placement_group(every_type, instance_type):
+    group = Group(every_type, _name(instance_type))
+    network = every_type.stacks.network
+    placement = network.network.placement_group(_name(instance_type))
+    expected = network.resolve(network.get_logical_id(placement.node.default_child))
+    assert expected in json.dumps(group.compute["PlacementGroup"])
+    assert expected in json.dumps(group.launch_template["Placement"]["GroupName"])
+    assert "CapacityReservationSpecification" not in group.launch_template
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_security_groups_live_on_the_efa_interfaces_only(every_type, instance_type):
+    group = Group(every_type, _name(instance_type))
+    if group.spec.has_efa:
+        # EC2 rejects instance-level groups next to the template's network interfaces.
+        assert "SecurityGroupIds" not in group.compute
+        assert "SecurityGroupIds" not in group.launch_template
+    else:
+        assert "EfaSecurityGroup" in json.dumps(group.compute["SecurityGroupIds"])
+
+
+# -- launch template -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_launch_template_wires_every_efa_interface_of_the_catalog(every_type, instance_type):
+    group = Group(every_type, _name(instance_type))
+    data = group.launch_template
+    interfaces = data.get("NetworkInterfaces", [])
+    assert data["InstanceType"] == instance_type
+    assert len(interfaces) == group.spec.efa_interfaces
+    assert sorted(i["NetworkCardIndex"] for i in interfaces) == list(range(group.spec.efa_interfaces))
+    assert all(i["InterfaceType"] == "efa" and "EfaSecurityGroup" in json.dumps(i["Groups"]) for i in interfaces)
+    assert not any("AssociatePublicIpAddress" in i for i in interfaces)  # private subnets only
+    assert data["MetadataOptions"]["HttpTokens"] == "required"
+    assert data["BlockDeviceMappings"][0]["Ebs"] == {
+        "DeleteOnTermination": True, "Encrypted": True, "VolumeSize": 300, "VolumeType": "gp3"
+    }
+
+
+def test_nodes_run_the_ecs_neuron_ami_from_ssm(every_type):
+    template = every_type.template_json("batch")
+    parameters = {k: v for k, v in template["Parameters"].items() if v.get("Default") == NEURON_ECS_AMI_PARAMETER}
+    (parameter_id,) = parameters  # one parameter for every group
+    assert parameters[parameter_id]["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
+    for instance_type in SUPPORTED_TRAINING_TYPES:
+        assert Group(every_type, _name(instance_type)).launch_template["ImageId"] == {"Ref": parameter_id}
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_user_data_is_mime_multipart_and_installs_what_is_missing(every_type, instance_type):
+    group = Group(every_type, _name(instance_type))
+    text = group.user_data
+    assert text.startswith("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=")
+    assert 'Content-Type: text/x-shellscript; charset="us-ascii"' in text
+    assert text.rstrip().endswith("--==TRAINIUM_CDK==--")
+    assert "rpm -q \"$pkg\"" in text and "aws-neuronx-dkms aws-neuronx-tools" in text
+    assert "https://yum.repos.neuron.amazonaws.com" in text
+    assert ("efa_installer.sh -y --minimal" in text) == group.spec.has_efa
+    assert "mount -t lustre -o relatime,flock" in text and "@tcp:/" in text
+
+
+def test_user_data_mounts_the_storage_stack_file_system(every_type):
+    raw = json.dumps(Group(every_type, "trn1-32xlarge").launch_template["UserData"])
+    # The file system's DNS name is <id>.fsx.<region>.amazonaws.com; its mount name an attribute.
+    assert "ExportsOutputRefLustreFileSystem" in raw and ".fsx." in raw and "LustreMountName" in raw
+
+
+# -- job definition --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_job_definition_shape(every_type, instance_type):
+    group = Group(every_type, _name(instance_type))
+    definition = group.job_definition
+    assert definition["JobDefinitionName"] == f"t-batch-{_name(instance_type)}"
+    assert definition["PlatformCapabilities"] == ["EC2"]
+    if group.spec.has_efa:
+        nodes = definition["NodeProperties"]
+        assert definition["Type"] == "multinode"
+        assert nodes["NumNodes"] == 2 and nodes["MainNode"] == 0
+        (node_range,) = nodes["NodeRangeProperties"]
+        assert node_range["TargetNodes"] == "0:1"
+        assert node_range["Container"]["InstanceType"] == instance_type
+    else:
+        # No EFA, no multi-node training: a single-node container job.
+        assert definition["Type"] == "container"
+        assert "NodeProperties" not in definition
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_container_devices_equal_the_catalog(every_type, instance_type):
+    group = Group(every_type, _name(instance_type))
+    devices = group.container["LinuxParameters"]["Devices"]
+    expected = [*group.spec.neuron_device_paths, *group.spec.efa_device_paths]
+    assert [d["HostPath"] for d in devices] == expected
+    assert [d["ContainerPath"] for d in devices] == expected
+    assert all(d["Permissions"] == ["read", "write"] for d in devices)
+    assert sum(d["HostPath"].startswith("/dev/infiniband/uverbs") for d in devices) == group.spec.efa_interfaces
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_container_unlimited_memlock_not_privileged_whole_node(every_type, instance_type):
+    group = Group(every_type, _name(instance_type))
+    container = group.container
+    assert container["Ulimits"] == [{"HardLimit": -1, "Name": "memlock", "SoftLimit": -1}]
+    assert container.get("Privileged") in (None, False)
+    requirements = {r["Type"]: r["Value"] for r in container["ResourceRequirements"]}
+    assert requirements["VCPU"] == str(group.spec.vcpus)
+    assert requirements["MEMORY"] == str(int(group.spec.memory_gib * 1024 * CONTAINER_MEMORY_FRACTION))
+    assert container["LinuxParameters"]["SharedMemorySize"] > 64
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_container_environment(every_type, instance_type):
+    group = Group(every_type, _name(instance_type))
+    env = group.environment
+    assert env["NEURON_RT_RESET_CORES"] == "1"
+    assert env["XLA_TRANSFER_SEED_ASYNC"] == "1"
+    assert env["NEURON_CC_FLAGS"] == f"--cache_dir=/fsx/neuron-cache/{_name(instance_type)}"
+    efa = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1", "CCOM_SOCKET_IFNAME": "eth0"}
+    if group.spec.has_efa:
+        assert efa.items() <= env.items()
+    else:
+        assert not set(efa) & set(env)
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_torchrun_wired_to_the_batch_node_variables(every_type, instance_type):
+    group = Group(every_type, _name(instance_type))
+    command = group.container["Command"]
+    assert command[:2] == ["/bin/bash", "-c"]
+    script = command[2]
+    for variable in (
+        "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS", "AWS_BATCH_JOB_NODE_INDEX", "AWS_BATCH_JOB_NUM_NODES"
+    ):
+        assert variable in script
+    assert f"export NPROC_PER_NODE={group.spec.neuron_cores}" in script
+    assert "exec torchrun " in script and '--nproc_per_node="$NPROC_PER_NODE"' in script
+    assert command[-1] == "Ref::script"
+    assert group.job_definition["Parameters"] == {"script": "/fsx/code/train.py"}
+
+
+def test_image_retries_timeout_and_logs_defaults(every_type):
+    group = Group(every_type, "trn1-32xlarge")
+    assert group.container["Image"] == versions.neuron_training_image("us-east-2")
+    assert versions.NEURON_TRAINING_IMAGE_TAG in group.container["Image"]
+    assert group.job_definition["RetryStrategy"] == {"Attempts": 2}
+    assert group.job_definition["Timeout"] == {"AttemptDurationSeconds": 1440 * 60}
+    logging = group.container["LogConfiguration"]
+    assert logging["LogDriver"] == "awslogs"
+    assert logging["Options"]["awslogs-group"] == {"Ref": group.logical_id(group.construct.log_group)}
+    assert group.properties(group.construct.log_group)["RetentionInDays"] == 30
+
+
+def test_fsx_is_mounted_into_the_container(every_type):
+    container = Group(every_type, "trn1-32xlarge").container
+    assert container["Volumes"] == [{"Host": {"SourcePath": "/fsx"}, "Name": "fsx"}]
+    assert container["MountPoints"] == [{"ContainerPath": "/fsx", "SourceVolume": "fsx"}]  # read-write
+
+
+# -- queues, roles, outputs ------------------------------------------------------------------------
+
+
+def test_one_job_queue_per_group_on_its_compute_environment(every_type):
+    queues = resources(every_type.template_json("batch"), "AWS::Batch::JobQueue")
+    assert len(queues) == len(SUPPORTED_TRAINING_TYPES)
+    for instance_type in SUPPORTED_TRAINING_TYPES:
+        group = Group(every_type, _name(instance_type))
+        queue = group.properties(group.construct.job_queue)
+        assert queue["JobQueueName"] == f"t-batch-{_name(instance_type)}"
+        assert queue["ComputeEnvironmentOrder"] == [
+            {
+                "ComputeEnvironment": {
+                    "Fn::GetAtt": [group.logical_id(group.construct.compute_environment), "ComputeEnvironmentArn"]
+                },
+                "Order": 1,
+            }
+        ]
+
+
+def _statements(group: Group, role) -> list[dict]:
+    role_id = group.logical_id(role)
+    return [
+        s
+        for p in resources(group.template, "AWS::IAM::Policy").values()
+        if {"Ref": role_id} in p["Properties"]["Roles"]
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_instance_role_is_the_ecs_agent_and_one_image_repository(every_type):
+    group = Group(every_type, "trn1-32xlarge")
+    statements = _statements(group, group.construct.instance_role)
+    actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert {"ecs:RegisterContainerInstance", "ecs:Poll", "ecs:SubmitTaskStateChange"} <= actions
+    assert not any(a.endswith("*") for a in actions)
+    assert not {"ecs:CreateCluster", "logs:PutLogEvents"} & actions
+    (pull,) = [s for s in statements if "ecr:BatchGetImage" in s["Action"]]
+    assert "763104351884:repository/pytorch-training-neuronx" in json.dumps(pull["Resource"])
+    role = group.properties(group.construct.instance_role)
+    assert "ManagedPolicyArns" not in role
+    assert "ec2.amazonaws.com" in json.dumps(role["AssumeRolePolicyDocument"])
+
+
+def test_job_role_has_no_permissions_and_execution_role_writes_its_logs(every_type):
+    group = Group(every_type, "trn1-32xlarge")
+    assert group.container["JobRoleArn"] == {"Fn::GetAtt": [group.logical_id(group.construct.job_role), "Arn"]}
+    assert _statements(group, group.construct.job_role) == []
+    logs = [s for s in _statements(group, group.construct.execution_role) if "logs:PutLogEvents" in s["Action"]]
+    assert logs == [
+        {
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+            "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [group.logical_id(group.construct.log_group), "Arn"]},
+        }
+    ]
+
+
+def test_outputs_name_queues_definitions_and_the_submit_command(every_type):
+    outputs = every_type.template_json("batch")["Outputs"]
+    values = {k: v["Value"] for k, v in outputs.items()}
+    assert values["JobQueueNametrn132xlarge"] == "t-batch-trn1-32xlarge"
+    assert values["JobDefinitionNametrn132xlarge"] == "t-batch-trn1-32xlarge"
+    assert values["SubmitJobtrn132xlarge"] == (
+        "aws batch submit-job --region us-east-2 --job-name trn1-32xlarge-training --job-queue t-batch-trn1-32xlarge "
+        "--job-definition t-batch-trn1-32xlarge --parameters script=/fsx/code/train.py"
+    )
+    for name in ("JobQueueArn", "JobDefinitionArn", "LogGroupName"):
+        assert f"{name}trn132xlarge" in values
+
+
+# -- reservations, capacity blocks, custom settings ------------------------------------------------
+
+
+def test_no_placement_group_with_a_reservation(reserved):
+    group = Group(reserved, "reserved")
+    assert "PlacementGroup" not in group.compute
+    assert "Placement" not in group.launch_template
+    assert group.launch_template["CapacityReservationSpecification"] == {
+        "CapacityReservationTarget": {"CapacityReservationId": "cr-0aaaaaaaaaaaaaaaa"}
+    }
+    assert len(group.launch_template["NetworkInterfaces"]) == 8
+    assert group.compute["MaxvCpus"] == MAX_NODES * 128
+    nodes = group.job_definition["NodeProperties"]
+    assert nodes["NumNodes"] == 4 and nodes["NodeRangeProperties"][0]["TargetNodes"] == "0:3"
+
+
+def test_capacity_block_warns_that_batch_ignores_market_options(reserved):
+    group = Group(reserved, "block")
+    assert "PlacementGroup" not in group.compute
+    messages = [m.entry.data for m in reserved.assembly.get_stack_by_name("t-batch").messages]
+    assert any("Capacity Block" in str(m) and "block" in str(m) for m in messages)
+    assert not any("ecrImageRequiresPolicy" in str(m) for m in messages)
+
+
+def test_custom_image_command_retries_timeout_and_retention(reserved):
+    group = Group(reserved, "reserved")
+    container = group.container
+    assert container["Image"] == CUSTOM_IMAGE
+    assert container["Command"][-3:] == CUSTOM_COMMAND
+    assert "Parameters" not in group.job_definition
+    assert group.job_definition["RetryStrategy"] == {"Attempts": 3}
+    assert group.job_definition["Timeout"] == {"AttemptDurationSeconds": 120 * 60}
+    assert group.properties(group.construct.log_group)["RetentionInDays"] == 7
+    (pull,) = [s for s in _statements(group, group.construct.instance_role) if "ecr:BatchGetImage" in s["Action"]]
+    assert "123456789012:repository/ml/train" in json.dumps(pull["Resource"])
+
+
+def test_without_storage_no_mount_and_a_local_compile_cache(reserved):
+    group = Group(reserved, "reserved")
+    assert "lustre" not in group.user_data
+    assert group.container.get("Volumes", []) == []
+    assert group.environment["NEURON_CC_FLAGS"] == "--cache_dir=/var/tmp/neuron-compile-cache/reserved"
+    outputs = reserved.template_json("batch")["Outputs"]
+    assert "--parameters" not in outputs["SubmitJobreserved"]["Value"]
+
+
+# -- quality gates ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fixture", ["every_type", "reserved"])
+def test_cdk_nag_clean_and_cfn_lint_zero_errors(request, fixture):
+    result = request.getfixturevalue(fixture)
+    assert nag_violations(result) == []
+    for path in result.template_paths():
+        assert cfn_lint_errors(path, result.config.region) == []
+
+
+# -- units -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("hostname") is None, reason="needs hostname -I")
+@pytest.mark.parametrize(
+    ("batch_env", "expected"),
+    [
+        ({"AWS_BATCH_JOB_NODE_INDEX": "2", "AWS_BATCH_JOB_NUM_NODES": "4",
+          "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.1.5"},
+         "--nnodes=4 --node_rank=2 --nproc_per_node=32 --master_addr=10.0.1.5 --master_port=29500"),
+        # The main node has no main-node address variable: it uses its own private address.
+        ({"AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_NUM_NODES": "4"},
+         "--nnodes=4 --node_rank=0 --nproc_per_node=32"),
+    ],
+)
+def test_launcher_runs_torchrun_with_the_node_variables(tmp_path, batch_env, expected):
+    fake = tmp_path / "torchrun"
+    fake.write_text('#!/bin/bash\necho "$@"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    spec = DEFAULT_CATALOG.get("trn1.32xlarge")
+    command = torchrun_command(spec, str(tmp_path / "cache"), ["train.py", "--lr", "1e-4"])
+    env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", **batch_env}
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert out.startswith(expected)
+    assert out.endswith("train.py --lr 1e-4")
+    assert "--master_addr= " not in out and "127.0.0.1" not in out
+    assert (tmp_path / "cache").is_dir()
+
+
+def test_ecr_repository_arn():
+    assert ecr_repository_arn(versions.neuron_training_image("us-west-2")) == (
+        "arn:aws:ecr:us-west-2:763104351884:repository/pytorch-training-neuronx"
+    )
+    assert ecr_repository_arn(CUSTOM_IMAGE) == "arn:aws:ecr:us-east-2:123456789012:repository/ml/train"
+    assert ecr_repository_arn("public.ecr.aws/neuron/pytorch-training-neuronx:latest") is None
+    assert ecr_repository_arn("docker.io/library/python:3.12") is None
+
+
+def test_empty_command_is_rejected():
+    with pytest.raises(ConfigError, match="batch.command"):
+        compose(cdk.App(), config_with(backends=["batch"], batch={"command": []}))
+
+
+def _bare(*, every_subnet: bool = False, **overrides):
+    """A TrainiumBatch in a bare stack, built on call: the checks run before any resource."""
+    stack = cdk.Stack(cdk.App(), "Bare")
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2)
+    props = {
+        "group": ComputeGroup(),
+        "spec": DEFAULT_CATALOG.get("trn1.32xlarge"),
+        "vpc": vpc,
+        "subnets": vpc.private_subnets if every_subnet else vpc.private_subnets[:1],
+        "security_groups": [ec2.SecurityGroup(stack, "Sg", vpc=vpc)],
+        "placement_group": None,
+        "settings": BatchSettings(),
+        **overrides,
+    }
+    return lambda: TrainiumBatch(stack, "Batch", **props)
+
+
+def test_an_efa_group_needs_exactly_one_subnet():
+    with pytest.raises(ConfigError, match="exactly one subnet"):
+        _bare(every_subnet=True)()
+
+
+def test_inference_types_are_rejected():
+    with pytest.raises(ConfigError, match="training type"):
+        _bare(group=ComputeGroup(instance_type="inf2.48xlarge"), spec=DEFAULT_CATALOG.get("inf2.48xlarge"))()
+
+
+def test_the_spec_must_be_the_group_type():
+    with pytest.raises(ConfigError, match="instance type of compute group"):
+        _bare(spec=DEFAULT_CATALOG.get("trn1n.32xlarge"))()
+
+
+
+def test_default_image_pull_is_granted_in_an_environment_agnostic_stack():
+    training = _bare()()
+    template = Template.from_stack(cdk.Stack.of(training)).to_json()
+    policies = json.dumps(resources(template, "AWS::IAM::Policy"))
+    assert policies.count(":763104351884:repository/pytorch-training-neuronx") == 2  # instance and execution roles
+    assert '{"Ref": "AWS::Region"}' in policies

@@ -1,0 +1,187 @@
+"""Training workload charts: requests from the catalog, EFA env, gang size, cache sets, Volcano fields."""
+
+from __future__ import annotations
+
+import cdk8s
+import pytest
+
+from tests.chart_helpers import validate_all
+from trainium_cdk.catalog import DEFAULT_CATALOG, EFA_RESOURCE, EFA_TRAINING_TYPES, NEURON_RESOURCE, SUPPORTED_TRAINING_TYPES
+from trainium_cdk.charts.training import (
+    DataLoaderJob, DistributedTrainingJob, ShellPod, SingleNodeTrainingJob, TensorBoard, VolcanoQueue, training_job,
+)
+from trainium_cdk.errors import ConfigError
+from trainium_cdk.jobs import JobSpec
+
+COMMAND = ("python3", "train.py", "--epochs", "2")
+
+
+def job(instance_type: str, nodes: int = 1, **kwargs) -> JobSpec:
+    return JobSpec(
+        name=kwargs.pop("name", "run"), instance=DEFAULT_CATALOG.get(instance_type), command=COMMAND,
+        image="example.com/train:1", nodes=nodes, max_nodes=kwargs.pop("max_nodes", 4), group="train", **kwargs,
+    )
+
+
+def synth(chart_class, **props) -> list[dict]:
+    app = cdk8s.Testing.app()
+    return cdk8s.Testing.synth(chart_class(app, "test", **props))
+
+
+def _container(pod_spec: dict) -> dict:
+    (container,) = pod_spec["containers"]
+    return container
+
+
+def _env(container: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_single_node_job_requests_every_neuron_device(instance_type):
+    spec = DEFAULT_CATALOG.get(instance_type)
+    (manifest,) = synth(SingleNodeTrainingJob, job=job(instance_type))
+    validate_all([manifest])
+    pod = manifest["spec"]["template"]["spec"]
+    container = _container(pod)
+    assert container["resources"]["limits"] == {NEURON_RESOURCE: str(spec.neuron_devices)}
+    assert f"torchrun --nnodes=1 --nproc_per_node={spec.neuron_cores} python3 train.py --epochs 2" in container["command"][2]
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": instance_type, "trainium-cdk/compute-group": "train"}
+    assert {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert {"name": "data", "mountPath": "/data"} in container["volumeMounts"]
+    assert {"name": "data", "persistentVolumeClaim": {"claimName": "fsx-lustre"}} in pod["volumes"]
+    assert not any(name.startswith("FI_") for name in _env(container))  # no EFA on one node
+    assert manifest["metadata"]["labels"]["trainium-cdk/rank"] == "0"
+
+
+@pytest.mark.parametrize("instance_type", EFA_TRAINING_TYPES)
+def test_distributed_job_requests_all_devices_and_efa(instance_type):
+    spec = DEFAULT_CATALOG.get(instance_type)
+    (manifest,) = synth(DistributedTrainingJob, job=job(instance_type, nodes=4))
+    for task in manifest["spec"]["tasks"]:
+        container = _container(task["template"]["spec"])
+        assert container["resources"]["limits"] == {
+            NEURON_RESOURCE: str(spec.neuron_devices), EFA_RESOURCE: str(spec.efa_interfaces)
+        }
+        env = _env(container)
+        assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1" and env["FI_EFA_FORK_SAFE"] == "1"
+        assert env["CCOM_SOCKET_IFNAME"] == "eth0"
+        assert env["WORLD_SIZE"] == str(4 * spec.neuron_cores) and env["NNODES"] == "4"
+        assert env["MASTER_ADDR"] == "run-leader-0.run"
+        assert f"--nnodes=4 --nproc_per_node={spec.neuron_cores}" in container["command"][2]
+
+
+def test_volcano_job_field_by_field():
+    (manifest,) = synth(DistributedTrainingJob, job=job("trn1.32xlarge", nodes=3, retries=5), queue="research")
+    assert manifest["apiVersion"] == "batch.volcano.sh/v1alpha1" and manifest["kind"] == "Job"
+    spec = manifest["spec"]
+    assert spec["schedulerName"] == "volcano"
+    assert spec["queue"] == "research"
+    assert spec["minAvailable"] == 3  # the gang is the whole job
+    assert sum(t["replicas"] for t in spec["tasks"]) == 3
+    assert [(t["name"], t["replicas"]) for t in spec["tasks"]] == [("leader", 1), ("worker", 2)]
+    assert spec["maxRetry"] == 5
+    assert {"event": "PodFailed", "action": "RestartJob"} in spec["policies"]
+    assert set(spec["plugins"]) == {"svc", "env"}
+    leader, worker = spec["tasks"]
+    assert leader["template"]["metadata"]["labels"]["trainium-cdk/rank"] == "0"
+    assert worker["template"]["metadata"]["labels"]["trainium-cdk/rank"] == "worker"
+    assert _container(leader["template"]["spec"])["command"][2].startswith("export NODE_RANK=0 && torchrun")
+    assert _container(worker["template"]["spec"])["command"][2].startswith("export NODE_RANK=$((VC_TASK_INDEX + 1))")
+    for task in spec["tasks"]:
+        assert task["template"]["spec"]["restartPolicy"] == "Never"  # failures go to the job policy
+        # The pod template is core Kubernetes: validate it as a Pod.
+        validate_all([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": task["template"]["spec"]}])
+
+
+@pytest.mark.parametrize("nodes", [2, 5, 8])
+def test_gang_size_equals_node_count(nodes):
+    (manifest,) = synth(DistributedTrainingJob, job=job("trn1n.32xlarge", nodes=nodes, max_nodes=8))
+    assert manifest["spec"]["minAvailable"] == nodes
+    assert sum(t["replicas"] for t in manifest["spec"]["tasks"]) == nodes
+
+
+def test_cache_sets_get_separate_directories():
+    a = _env(_container(synth(SingleNodeTrainingJob, job=job("trn1.32xlarge", cache_set="bert"))[0]["spec"]["template"]["spec"]))
+    b = _env(_container(synth(SingleNodeTrainingJob, job=job("trn1.32xlarge", cache_set="gpt"))[0]["spec"]["template"]["spec"]))
+    assert a["NEURON_CC_FLAGS"] == "--cache_dir=/data/neuron-cache/bert"
+    assert b["NEURON_CC_FLAGS"] == "--cache_dir=/data/neuron-cache/gpt"
+
+
+def test_precompile_runs_the_same_command_first():
+    (manifest,) = synth(SingleNodeTrainingJob, job=job("trn1.32xlarge", precompile=True))
+    command = _container(manifest["spec"]["template"]["spec"])["command"][2]
+    run = "torchrun --nnodes=1 --nproc_per_node=32 python3 train.py --epochs 2"
+    assert command == f"neuron_parallel_compile {run} && {run}"
+
+
+def test_processes_per_node_override():
+    (manifest,) = synth(SingleNodeTrainingJob, job=job("trn2.48xlarge", processes_per_node=16))
+    assert "--nproc_per_node=16 " in _container(manifest["spec"]["template"]["spec"])["command"][2]
+
+
+def test_training_job_picks_the_kind():
+    app = cdk8s.Testing.app()
+    assert isinstance(training_job(app, "a", job=job("trn1.32xlarge", nodes=2)), DistributedTrainingJob)
+    assert isinstance(training_job(app, "b", job=job("trn1.2xlarge"), queue="q"), SingleNodeTrainingJob)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"nodes": 5, "max_nodes": 4}, "nodes = 5: between 1 and the group maximum (4)"),
+        ({"cache_set": "team/bert"}, "cache_set = 'team/bert': one directory name"),
+        ({"cache_set": ".."}, "cache_set = '..'"),
+        ({"processes_per_node": 33}, "processes_per_node = 33: between 1 and the 32 NeuronCores of trn1.32xlarge"),
+        ({"name": "Bad_Name"}, "name = 'Bad_Name'"),
+        ({"retries": -1}, "retries = -1"),
+    ],
+)
+def test_bad_job_input(kwargs, message):
+    with pytest.raises(ConfigError) as caught:
+        job("trn1.32xlarge", **kwargs)
+    assert message in str(caught.value)
+
+
+def test_multi_node_needs_efa():
+    with pytest.raises(ConfigError, match="trn1.2xlarge has no EFA"):
+        job("trn1.2xlarge", nodes=2)
+
+
+def test_queue():
+    (queue,) = synth(VolcanoQueue, name="training", weight=2)
+    assert (queue["apiVersion"], queue["kind"]) == ("scheduling.volcano.sh/v1beta1", "Queue")
+    assert queue["spec"] == {"weight": 2, "reclaimable": False}
+    assert "namespace" not in queue["metadata"]  # queues are cluster-scoped
+
+
+def test_data_loader_syncs_s3_into_the_volume():
+    manifests = synth(DataLoaderJob, s3_uri="s3://bucket/wiki/", path="datasets/wiki")
+    validate_all(manifests)
+    job_manifest = next(m for m in manifests if m["kind"] == "Job")
+    pod = job_manifest["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "data-loader"
+    assert _container(pod)["args"] == ["s3", "sync", "--only-show-errors", "s3://bucket/wiki/", "/data/datasets/wiki"]
+    with pytest.raises(ConfigError, match="s3_uri"):
+        synth(DataLoaderJob, s3_uri="bucket/wiki")
+    with pytest.raises(ConfigError, match="path"):
+        synth(DataLoaderJob, s3_uri="s3://b/x", path="/etc")
+
+
+def test_shell_pod_mounts_the_volume():
+    (pod,) = synth(ShellPod, image="example.com/train:1")
+    validate_all([pod])
+    assert {"name": "data", "mountPath": "/data"} in _container(pod["spec"])["volumeMounts"]
+
+
+def test_tensorboard_is_cluster_internal():
+    manifests = synth(TensorBoard, log_dir="runs")
+    validate_all(manifests)
+    service = next(m for m in manifests if m["kind"] == "Service")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"] == [{"name": "http", "port": 6006, "targetPort": 6006}]
+    deployment = next(m for m in manifests if m["kind"] == "Deployment")
+    container = _container(deployment["spec"]["template"]["spec"])
+    assert "--logdir=/data/runs" in container["command"]
+    assert "env" not in container  # no password or token baked in
+    assert not any(m["kind"] == "Ingress" for m in manifests)

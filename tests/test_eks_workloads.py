@@ -1,0 +1,94 @@
+"""The EKS stack installs Volcano, the example image and the configured workloads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import config_with, resources, synth
+from trainium_cdk import versions
+
+
+@pytest.fixture(scope="module")
+def result():
+    return synth(
+        config_with(
+            workloads={
+                "jobs": [
+                    {"name": "bert", "cache_set": "bert", "precompile": True},
+                    {"name": "mlp", "nodes": 1, "cache_set": "mlp"},
+                ],
+                "data_loader": {"s3_uri": "s3://my-datasets/wiki/"},
+                "shell": True,
+                "tensorboard": True,
+            }
+        )
+    )
+
+
+def _manifests(template):
+    return {
+        k: v for k, v in resources(template, "Custom::AWSCDK-EKS-KubernetesResource").items()
+    }
+
+
+def test_volcano_from_its_pinned_helm_chart(result):
+    (chart,) = resources(result.template_json("eks"), "Custom::AWSCDK-EKS-HelmChart").values()
+    props = chart["Properties"]
+    assert props["Chart"] == "volcano"
+    assert props["Repository"] == versions.VOLCANO_HELM_REPOSITORY
+    assert props["Version"] == versions.VOLCANO_CHART_VERSION
+    assert props["Namespace"] == "volcano-system"
+
+
+def test_queue_and_jobs_wait_for_volcano_and_the_volume(result):
+    template = result.template_json("eks")
+    manifests = _manifests(template)
+    (helm_id,) = resources(template, "Custom::AWSCDK-EKS-HelmChart")
+    by_id = {k: v for k, v in manifests.items()}
+    jobs = [k for k in by_id if "jobbert" in k or "jobmlp" in k]
+    assert len(jobs) == 2
+    for logical_id in jobs:
+        depends = by_id[logical_id].get("DependsOn", [])
+        assert helm_id in depends
+        assert any("volcanoqueue" in d for d in depends)
+        assert any("fsxstorage" in d for d in depends)
+
+
+def test_jobs_use_the_example_image_asset(result):
+    template = result.template_json("eks")
+    text = json.dumps([m for k, m in _manifests(template).items() if "jobbert" in k])
+    assert "cdk-hnb659fds-container-assets" in text  # the asset's repository, resolved at deploy
+    assert "neuron_parallel_compile" in text
+    assert "ExampleImageUri" in template["Outputs"]
+
+
+def test_example_image_builds_from_the_example_folder(result):
+    assets = json.loads((result.outdir / "t-eks.assets.json").read_text())
+    (image,) = assets["dockerImages"].values()
+    assert image["source"]["directory"].startswith("asset.")
+    built = result.outdir / image["source"]["directory"]
+    assert (built / "Dockerfile").exists() and (built / "train.py").exists()
+    assert image["source"]["dockerBuildArgs"]["BASE_TAG"] == versions.NEURON_TRAINING_IMAGE_TAG
+    assert image["source"]["platform"] == "linux/amd64"
+
+
+def test_data_loader_reads_its_bucket_through_pod_identity(result):
+    template = result.template_json("eks")
+    associations = [a["Properties"] for a in resources(template, "AWS::EKS::PodIdentityAssociation").values()]
+    (loader,) = [a for a in associations if a["ServiceAccount"] == "data-loader"]
+    assert loader["Namespace"] == "default"
+    role_id = loader["RoleArn"]["Fn::GetAtt"][0]
+    (policy,) = [
+        p["Properties"] for p in resources(template, "AWS::IAM::Policy").values()
+        if p["Properties"]["Roles"] == [{"Ref": role_id}]
+    ]
+    actions = {a for st in policy["PolicyDocument"]["Statement"] for a in st["Action"]}
+    assert actions == {"s3:GetObject*", "s3:GetBucket*", "s3:List*"}  # read only
+    assert "my-datasets" in json.dumps(policy)
+
+
+def test_shell_and_tensorboard_installed(result):
+    text = json.dumps(_manifests(result.template_json("eks")))
+    assert "data-shell" in text and "tensorboard" in text

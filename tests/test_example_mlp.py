@@ -1,0 +1,53 @@
+"""The MLP example trains: on the CPU here, on NeuronCores in the Neuron container (not run here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "trainium_cdk" / "examples" / "mlp" / "train.py"
+
+
+@pytest.fixture(scope="module")
+def example():
+    spec = importlib.util.spec_from_file_location("mlp_train", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_runs_on_cpu_without_torch_neuronx(example):
+    assert example.xm is None
+
+
+def test_loss_falls(example):
+    history = example.train(epochs=5, samples=1024)
+    assert len(history) == 5
+    assert history[-1] < 0.5 * history[0], history
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_data_parallel_under_torchrun(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+            f"--master_port={_free_port()}", str(SCRIPT), "--epochs", "4", "--samples", "1024", "--output-dir", str(tmp_path),
+        ],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    history = json.loads((tmp_path / "metrics.json").read_text())["loss_per_epoch"]
+    assert len(history) == 4 and history[-1] < 0.5 * history[0], history

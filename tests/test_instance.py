@@ -1,0 +1,190 @@
+"""Development instance: Neuron DLAMI from SSM, private subnet, SSM-only access, FSx at /fsx."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import cfn_lint_errors, config_with, nag_violations, resources, synth
+from trainium_cdk.config import ConfigError
+from trainium_cdk.constructs.dev_instance import dev_instance_az_id, dlami_parameter
+
+SSM_AMI_TYPE = "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
+OPEN = ("0.0.0.0/0", "::/0")
+
+# Defaults: trn1.2xlarge, Ubuntu 24.04 multi-framework DLAMI, the storage stack mounted, no endpoint.
+DEFAULT = config_with(backends=["instance"])
+# An AL2023 base DLAMI on trn1.32xlarge in the VPC's second AZ, an Instance Connect endpoint, no mount.
+VARIANT = config_with(
+    backends=["instance"],
+    instance={
+        "instance_type": "trn1.32xlarge",
+        "az_id": "usw2-az3",
+        "dlami": "base/amazon-linux-2023",
+        "instance_connect_endpoint": True,
+        "mount_storage": False,
+        "root_volume_gib": 1024,
+    },
+)
+
+
+@pytest.fixture(scope="module")
+def default():
+    return synth(DEFAULT)
+
+
+@pytest.fixture(scope="module")
+def variant():
+    return synth(VARIANT)
+
+
+def _instance(result) -> dict:
+    (instance,) = resources(result.template_json("instance"), "AWS::EC2::Instance").values()
+    return instance["Properties"]
+
+
+def _ingress_rules(template: dict) -> list[dict]:
+    rules = [
+        rule
+        for group in resources(template, "AWS::EC2::SecurityGroup").values()
+        for rule in group["Properties"].get("SecurityGroupIngress", [])
+    ]
+    return rules + [r["Properties"] for r in resources(template, "AWS::EC2::SecurityGroupIngress").values()]
+
+
+@pytest.mark.parametrize("fixture", ["default", "variant"])
+def test_no_port_open_to_the_internet(request, fixture):
+    result = request.getfixturevalue(fixture)
+    for path in result.template_paths():
+        template = json.loads(path.read_text())
+        for rule in _ingress_rules(template):
+            assert rule.get("CidrIp") not in OPEN and rule.get("CidrIpv6") not in OPEN, (path.name, rule)
+
+
+@pytest.mark.parametrize(("fixture", "dlami"), [("default", "multi-framework/ubuntu-24.04"), ("variant", "base/amazon-linux-2023")])
+def test_ami_is_the_dlami_ssm_parameter_resolved_at_deploy(request, fixture, dlami):
+    result = request.getfixturevalue(fixture)
+    template = result.template_json("instance")
+    image = _instance(result)["ImageId"]
+    parameter = template["Parameters"][image["Ref"]]
+    assert parameter["Type"] == SSM_AMI_TYPE
+    assert parameter["Default"] == f"/aws/service/neuron/dlami/{dlami}/latest/image_id" == dlami_parameter(dlami)
+
+
+@pytest.mark.parametrize(
+    ("fixture", "device", "size"), [("default", "/dev/sda1", 512), ("variant", "/dev/xvda", 1024)]
+)
+def test_encrypted_gp3_root_volume_imdsv2_detailed_monitoring(request, fixture, device, size):
+    props = _instance(request.getfixturevalue(fixture))
+    assert props["BlockDeviceMappings"] == [
+        {"DeviceName": device, "Ebs": {"DeleteOnTermination": True, "Encrypted": True, "VolumeSize": size, "VolumeType": "gp3"}}
+    ]
+    assert props["MetadataOptions"]["HttpTokens"] == "required"
+    assert props["Monitoring"] is True
+    assert "AvailabilityZone" not in props  # our subnets carry AZ IDs; the subnet places it
+
+
+def test_instance_type_and_private_subnet_of_the_chosen_az(default, variant):
+    for result, instance_type, az_id in ((default, "trn1.2xlarge", "usw2-az4"), (variant, "trn1.32xlarge", "usw2-az3")):
+        props = _instance(result)
+        assert props["InstanceType"] == instance_type
+        network = result.stacks.network
+        (subnet,) = [s for s in network.network.private_subnets if s.availability_zone == az_id]
+        logical = network.resolve(network.get_logical_id(subnet.node.default_child))
+        assert logical in json.dumps(props["SubnetId"])
+        assert "NetworkInterfaces" not in props  # no public address
+
+
+def test_role_is_ssm_only(default):
+    template = default.template_json("instance")
+    (role,) = resources(template, "AWS::IAM::Role").values()
+    assert "AmazonSSMManagedInstanceCore" in json.dumps(role["Properties"]["ManagedPolicyArns"])
+    assert len(role["Properties"]["ManagedPolicyArns"]) == 1
+    assert "Policies" not in role["Properties"]
+    assert resources(template, "AWS::IAM::Policy") == {}
+
+
+def test_fsx_mounted_with_the_efa_group_when_storage_is_deployed(default, variant):
+    props = _instance(default)
+    user_data = json.dumps(props["UserData"])
+    assert "ExportsOutputFnGetAttLustreFileSystemLustreMountName" in user_data
+    assert "@tcp:/" in user_data and " /fsx lustre " in user_data and "mount /fsx" in user_data
+    assert "lustre-client-modules" in user_data  # Ubuntu DLAMI
+    assert "EfaSecurityGroup" in json.dumps(props["SecurityGroupIds"])
+    assert len(props["SecurityGroupIds"]) == 2
+
+    props = _instance(variant)
+    assert "lustre" not in json.dumps(props.get("UserData", ""))
+    assert "EfaSecurityGroup" not in json.dumps(props["SecurityGroupIds"])
+
+
+def test_instance_connect_endpoint_only_on_request_and_only_ssh(default, variant):
+    assert resources(default.template_json("instance"), "AWS::EC2::InstanceConnectEndpoint") == {}
+    assert _ingress_rules(default.template_json("instance")) == []
+
+    template = variant.template_json("instance")
+    (endpoint,) = resources(template, "AWS::EC2::InstanceConnectEndpoint").values()
+    assert endpoint["Properties"]["PreserveClientIp"] is False
+    (rule,) = _ingress_rules(template)
+    assert (rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) == ("tcp", 22, 22)
+    assert "InstanceConnectSecurityGroup" in json.dumps(rule["SourceSecurityGroupId"])
+    assert "aws ec2-instance-connect ssh" in json.dumps(template["Outputs"]["InstanceConnectSsh"])
+
+
+def test_outputs_instance_id_and_session_command(default):
+    outputs = default.template_json("instance")["Outputs"]
+    (instance_id,) = resources(default.template_json("instance"), "AWS::EC2::Instance")
+    assert outputs["InstanceId"]["Value"] == {"Ref": instance_id}
+    assert outputs["StartSession"]["Value"] == {
+        "Fn::Join": ["", ["aws ssm start-session --region us-west-2 --target ", {"Ref": instance_id}]]
+    }
+
+
+@pytest.mark.parametrize("fixture", ["default", "variant"])
+def test_cfn_lint_and_cdk_nag_clean(request, fixture):
+    result = request.getfixturevalue(fixture)
+    assert nag_violations(result) == []
+    for path in result.template_paths():
+        assert cfn_lint_errors(path, result.config.region) == []
+
+
+def test_az_defaults_to_the_first_vpc_az_offering_the_type():
+    assert dev_instance_az_id(DEFAULT) == "usw2-az4"
+    config = config_with(network={"az_ids": ["usw2-az1", "usw2-az3", "usw2-az4"]}, backends=["instance"])
+    assert dev_instance_az_id(config) == "usw2-az3"  # usw2-az1 is not known to offer trn1.2xlarge
+
+
+@pytest.mark.parametrize(
+    ("instance", "message"),
+    [
+        ({"az_id": "usw2-az1"}, "an AZ ID of the VPC"),
+        ({"instance_type": "trn2.48xlarge"}, "is known to offer trn2.48xlarge"),
+        ({"instance_type": "p5.48xlarge"}, "unknown instance type"),
+    ],
+)
+def test_az_and_type_errors(instance, message):
+    config = config_with(backends=["instance"], instance=instance)
+    with pytest.raises(ConfigError, match=message):
+        dev_instance_az_id(config)
+
+
+def test_offered_check_on_an_explicit_az():
+    config = config_with(
+        network={"az_ids": ["usw2-az4", "usw2-az1"]}, backends=["instance"], instance={"az_id": "usw2-az1"}
+    )
+    with pytest.raises(ConfigError, match="does not offer trn1.2xlarge"):
+        dev_instance_az_id(config)
+
+
+@pytest.mark.parametrize(
+    ("instance", "message"),
+    [
+        ({"dlami": "ubuntu"}, "Neuron DLAMI SSM prefix"),
+        ({"root_volume_gib": 100}, "at least 512 GiB"),
+        ({"az_id": "us-west-2a"}, "AZ ID"),
+    ],
+)
+def test_instance_settings_are_validated(instance, message):
+    with pytest.raises(ConfigError, match=message):
+        config_with(instance=instance)

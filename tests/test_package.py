@@ -1,0 +1,92 @@
+"""The library as another CDK app uses it: a built wheel, installed, imported and synthesized."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+USER_APP = textwrap.dedent(
+    """
+    import aws_cdk as cdk
+
+    import trainium_cdk
+    from trainium_cdk import DEFAULT_CATALOG, LustreStorage, TrainiumCluster, TrainiumNodeGroup, TrainingNetwork
+    from trainium_cdk.config import ComputeGroup, EksSettings, NetworkSettings, StorageSettings
+
+    app = cdk.App()
+    stack = cdk.Stack(app, "MyTraining", env=cdk.Environment(region="us-west-2"))
+    group = ComputeGroup(name="pretrain", instance_type="trn1n.32xlarge", nodes=4, az_ids=("usw2-az4",))
+    network = TrainingNetwork(
+        stack, "Network", settings=NetworkSettings(), az_ids=["usw2-az4", "usw2-az3"], compute_groups=[group]
+    )
+    LustreStorage(
+        stack, "Storage", vpc=network.vpc, subnet=network.compute_subnet("pretrain"),
+        clients=[network.efa_security_group], settings=StorageSettings(capacity_gib=2400),
+    )
+    eks = TrainiumCluster(stack, "Eks", vpc=network.vpc, subnets=network.private_subnets, settings=EksSettings())
+    TrainiumNodeGroup(
+        stack, "Pretrain", cluster=eks.cluster, group=group, spec=DEFAULT_CATALOG.get(group.instance_type),
+        subnets=network.compute_subnets("pretrain"), security_groups=[network.efa_security_group],
+        placement_group=network.placement_group("pretrain"),
+    )
+    app.synth()
+    print(trainium_cdk.__file__)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """Build the wheel and install it (no dependencies: they are this environment's) into a folder."""
+    tmp = tmp_path_factory.mktemp("package")
+    wheels, site = tmp / "wheels", tmp / "site"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-w", str(wheels)], check=True)
+    (wheel,) = wheels.glob("trainium_cdk-*.whl")
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True)
+    return tmp, site
+
+
+def test_wheel_carries_the_package_data(installed):
+    _, site = installed
+    package = site / "trainium_cdk"
+    for relative in ("py.typed", "parallelcluster/neuron_setup.sh", "examples/mlp/Dockerfile", "examples/mlp/train.py"):
+        assert (package / relative).is_file(), relative
+    entry_points = next(site.glob("trainium_cdk-*.dist-info")) / "entry_points.txt"
+    assert "trn = trainium_cdk.cli:main" in entry_points.read_text()
+
+
+def test_public_api_is_listed_and_resolves():
+    import trainium_cdk
+
+    for name in trainium_cdk.__all__:
+        assert getattr(trainium_cdk, name) is not None, name
+    with pytest.raises(AttributeError):
+        trainium_cdk.NoSuchConstruct  # noqa: B018
+
+
+def test_a_separate_cdk_app_imports_and_synthesizes_the_constructs(installed):
+    tmp, site = installed
+    app_dir, out = tmp / "user-app", tmp / "cdk.out"
+    app_dir.mkdir()
+    (app_dir / "app.py").write_text(USER_APP)
+    # Outside the repository, with the installed package first: the user's view of the library.
+    env = {**os.environ, "PYTHONPATH": str(site), "CDK_OUTDIR": str(out)}
+    proc = subprocess.run(
+        [sys.executable, "app.py"], cwd=app_dir, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith(str(site))
+    template = json.loads((out / "MyTraining.template.json").read_text())
+    kinds = [r["Type"] for r in template["Resources"].values()]
+    assert "AWS::FSx::FileSystem" in kinds and "AWS::EKS::Cluster" in kinds and "AWS::EKS::Nodegroup" in kinds
+    (lt,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
+    assert len(lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 16  # trn1n.32xlarge: all 16

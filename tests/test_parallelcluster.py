@@ -1,0 +1,437 @@
+"""ParallelCluster backend: the cluster configuration (checked by ParallelCluster's own schema), the
+custom resource stack, the Neuron setup script, the batch scripts and the pcluster CLI files."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, resources, synth
+from tests.pcluster_schema import PclusterUnavailable, ensure_venv, validate_many
+from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
+from trainium_cdk.config import ConfigError
+from trainium_cdk.constructs.storage import FILE_SYSTEM_LOGICAL_ID
+from trainium_cdk.parallelcluster import ClusterIds, S3Object, cluster_configuration, render_cluster_yaml, write_dist
+from trainium_cdk.parallelcluster.cluster_config import OS, SSM_POLICY, placeholder_names
+from trainium_cdk.parallelcluster.dist import SETUP_SCRIPT
+from trainium_cdk.parallelcluster.sbatch import render_sbatch
+from trainium_cdk.versions import (
+    NEURON_APT_PACKAGES,
+    NEURON_PIP_PACKAGES,
+    NEURON_SDK_VERSION,
+    PARALLELCLUSTER_VERSION,
+)
+
+AZ = {"trn1.2xlarge": "use2-az2"}
+RESERVATION = "cr-0aaaaaaaaaaaaaaaa"
+CAPACITY_BLOCK = "cr-0bbbbbbbbbbbbbbbb"
+
+
+def _name(instance_type: str) -> str:
+    return instance_type.replace(".", "-")
+
+
+def _group(instance_type: str, **extra) -> dict:
+    return {
+        "name": _name(instance_type),
+        "instance_type": instance_type,
+        "nodes": 1 if instance_type == "trn1.2xlarge" else 2,
+        "max_nodes": 4,
+        "az_ids": AZ.get(instance_type, "use2-az3"),
+        "root_volume_gib": 300,
+        **extra,
+    }
+
+
+EVERY_TYPE = config_with(
+    **US_EAST_2, backends=["parallelcluster"], compute_groups=[_group(t) for t in SUPPORTED_TRAINING_TYPES]
+)
+# Reservations, no storage stack (ParallelCluster creates the file system), a public head node with a key.
+RESERVED = config_with(
+    **US_EAST_2,
+    backends=["parallelcluster"],
+    compute_groups=[
+        _group("trn1.32xlarge", capacity={"type": "reservation", "reservation_id": RESERVATION}),
+        _group("trn2.48xlarge", capacity={"type": "capacity-block", "reservation_id": CAPACITY_BLOCK}),
+    ],
+    storage={"enabled": False, "deployment_type": "SCRATCH_2", "throughput_mb_per_tib": None, "capacity_gib": 2400},
+    parallelcluster={"head_node_subnet": "public", "ssh_key_name": "ml-team", "ssh_allowed_cidr": "203.0.113.0/24"},
+    tags={"cost-center": "ml"},
+)
+
+
+def concrete_ids(config, *, file_system: bool = True) -> ClusterIds:
+    """Ids as they look after deploy, for ParallelCluster's schema (it checks their format)."""
+    bucket = "cdk-hnb659fds-assets-123456789012-us-east-2"
+    return ClusterIds(
+        head_node_subnet_id="subnet-0123456789abcdef0",
+        compute_subnet_ids={g.name: f"subnet-0123456789abcd{i:03d}" for i, g in enumerate(config.compute_groups)},
+        efa_security_group_id="sg-0123456789abcdef0",
+        file_system_id="fs-0123456789abcdef0" if file_system else None,
+        setup_script=S3Object(bucket, "0" * 64 + ".sh"),
+        batch_scripts={"train-x.sbatch": S3Object(bucket, "1" * 64 + ".sbatch")},
+    )
+
+
+@pytest.fixture(scope="module")
+def every_type():
+    return synth(EVERY_TYPE)
+
+
+@pytest.fixture(scope="module")
+def reserved():
+    return synth(RESERVED)
+
+
+def _cluster(result) -> dict:
+    (cluster,) = resources(result.template_json("parallelcluster"), "Custom::PclusterCluster").values()
+    return cluster["Properties"]
+
+
+def _queue(result, group_name: str) -> dict:
+    (queue,) = [q for q in _cluster(result)["ClusterConfiguration"]["Scheduling"]["SlurmQueues"] if q["Name"] == group_name]
+    return queue
+
+
+def _logical_ref(stack, construct) -> str:
+    return stack.resolve(stack.get_logical_id(construct.node.default_child))
+
+
+# -- ParallelCluster's own schema ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pcluster():
+    """The ParallelCluster environment; skipped only when it cannot be created, and never in CI."""
+    try:
+        return ensure_venv()
+    except PclusterUnavailable as err:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"ParallelCluster's schema must run in CI: {err}")
+        pytest.skip(f"ParallelCluster's schema is not available here: {err}")
+
+
+def _broken(config: dict, change) -> dict:
+    config = copy.deepcopy(config)
+    change(config)
+    return config
+
+
+def _as_cloudformation_delivers_it(value):
+    """CloudFormation hands a custom resource every scalar property as a string ("true", "4")."""
+    if isinstance(value, dict):
+        return {k: _as_cloudformation_delivers_it(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_cloudformation_delivers_it(v) for v in value]
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _valid_cases() -> dict[str, dict]:
+    cases = {
+        "every-type": cluster_configuration(EVERY_TYPE, concrete_ids(EVERY_TYPE)),
+        "every-type-as-strings": _as_cloudformation_delivers_it(
+            cluster_configuration(EVERY_TYPE, concrete_ids(EVERY_TYPE))
+        ),
+        "reserved-new-file-system": cluster_configuration(RESERVED, concrete_ids(RESERVED, file_system=False)),
+    }
+    for instance_type in SUPPORTED_TRAINING_TYPES:
+        config = config_with(**US_EAST_2, backends=["parallelcluster"], compute_groups=[_group(instance_type)])
+        cases[_name(instance_type)] = cluster_configuration(config, concrete_ids(config))
+    text = render_cluster_yaml(EVERY_TYPE)
+    values = {
+        "HEAD_NODE_SUBNET_ID": "subnet-0123456789abcdef0",
+        "EFA_SECURITY_GROUP_ID": "sg-0123456789abcdef0",
+        "FSX_FILE_SYSTEM_ID": "fs-0123456789abcdef0",
+        "SCRIPTS_BUCKET": "my-bucket",
+        **{f"COMPUTE_SUBNET_ID_{g.name.upper().replace('-', '_')}": f"subnet-0123456789abcd{i:03d}"
+           for i, g in enumerate(EVERY_TYPE.compute_groups)},
+    }
+    for name, value in values.items():
+        text = text.replace("${" + name + "}", value)
+    cases["cli-yaml-after-envsubst"] = yaml.safe_load(text)
+    return cases
+
+
+GOOD = cluster_configuration(EVERY_TYPE, concrete_ids(EVERY_TYPE))
+INVALID = {
+    "max-count-negative": (
+        _broken(GOOD, lambda c: c["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0].update(MaxCount=-1)),
+        "Scheduling.SlurmQueues.0.ComputeResources.0.MaxCount: Must be greater than or equal to 1.",
+    ),
+    "unknown-key": (
+        _broken(GOOD, lambda c: c["HeadNode"].update(InstanceTyp="m7i.xlarge")),
+        "HeadNode.InstanceTyp: Unknown field.",
+    ),
+    "efa-queue-without-explicit-placement-group": (
+        _broken(GOOD, lambda c: c["Scheduling"]["SlurmQueues"][1]["Networking"].pop("PlacementGroup")),
+        "Scheduling.SlurmQueues.1.Networking.PlacementGroup: The placement group for EFA-enabled compute resources",
+    ),
+    "capacity-block-min-below-max": (
+        _broken(
+            cluster_configuration(RESERVED, concrete_ids(RESERVED)),
+            lambda c: c["Scheduling"]["SlurmQueues"][1]["ComputeResources"][0].update(MinCount=0),
+        ),
+        "Max count must be set to the same value of min count when using Capacity Block reservation.",
+    ),
+    "bad-subnet-id": (
+        _broken(GOOD, lambda c: c["HeadNode"]["Networking"].update(SubnetId="${HEAD_NODE_SUBNET_ID}")),
+        "HeadNode.Networking.SubnetId: String does not match expected pattern.",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def schema_results(pcluster):
+    """Every case through ParallelCluster's schema and offline validators, in one subprocess."""
+    cases = {**{f"t-{k}": v for k, v in _valid_cases().items()}, **{f"t-{k}": c for k, (c, _) in INVALID.items()}}
+    return validate_many(cases)
+
+
+def test_parallelcluster_validator_pins_the_same_version(pcluster):
+    version = subprocess.run(
+        [str(pcluster), "-c", "import importlib.metadata as m; print(m.version('aws-parallelcluster'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    assert version == PARALLELCLUSTER_VERSION
+
+
+EXPECTED_WARNINGS = {
+    "reserved-new-file-system": ["Placement group is disabled for queue 'trn1-32xlarge'. This is expected when using a "
+                                 "capacity reservation"],
+}
+
+
+@pytest.mark.parametrize("case", ["every-type", "every-type-as-strings", "reserved-new-file-system", "cli-yaml-after-envsubst",
+                                  *map(_name, SUPPORTED_TRAINING_TYPES)])
+def test_generated_configuration_passes_parallelcluster_schema(schema_results, case):
+    result = schema_results[f"t-{case}"]
+    assert result.errors == []
+    # The one warning allowed: the placement group we leave out on purpose for a reservation.
+    expected = EXPECTED_WARNINGS.get(case, [])
+    assert len(result.warnings) == len(expected)
+    assert all(e in w for w, e in zip(result.warnings, expected, strict=True)), result.warnings
+
+
+@pytest.mark.parametrize("case", sorted(INVALID))
+def test_wrong_setting_is_caught_with_a_message(schema_results, case):
+    errors = schema_results[f"t-{case}"].errors
+    expected = INVALID[case][1]
+    assert any(expected in e for e in errors), errors
+
+
+# -- the configuration in the stack ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_one_queue_per_group_with_efa_per_catalog(every_type, instance_type):
+    spec = DEFAULT_CATALOG.get(instance_type)
+    queue = _queue(every_type, _name(instance_type))
+    (resource,) = queue["ComputeResources"]
+    assert resource["InstanceType"] == instance_type
+    assert resource["Efa"] == {"Enabled": spec.has_efa}
+    assert resource["MinCount"] == 0 and resource["MaxCount"] == 4
+    assert "CapacityReservationTarget" not in resource
+    assert queue["CapacityType"] == "ONDEMAND"
+    assert queue["Networking"]["PlacementGroup"] == {"Enabled": True}
+    assert queue["ComputeSettings"]["LocalStorage"]["RootVolume"] == {"Size": 300, "Encrypted": True, "VolumeType": "gp3"}
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_queue_uses_the_group_compute_subnet_and_efa_security_group(every_type, instance_type):
+    queue = _queue(every_type, _name(instance_type))
+    network = every_type.stacks.network
+    subnet = network.network.compute_subnet(_name(instance_type))
+    assert len(queue["Networking"]["SubnetIds"]) == 1
+    assert _logical_ref(network, subnet) in json.dumps(queue["Networking"]["SubnetIds"])
+    assert "EfaSecurityGroup" in json.dumps(queue["Networking"]["AdditionalSecurityGroups"])
+
+
+def test_reservation_and_capacity_block_skip_the_placement_group(reserved):
+    queue = _queue(reserved, "trn1-32xlarge")
+    (resource,) = queue["ComputeResources"]
+    assert queue["Networking"]["PlacementGroup"] == {"Enabled": False}
+    assert resource["CapacityReservationTarget"] == {"CapacityReservationId": RESERVATION}
+    assert queue["CapacityType"] == "ONDEMAND"
+    assert (resource["MinCount"], resource["MaxCount"]) == (0, 4)
+
+    queue = _queue(reserved, "trn2-48xlarge")
+    (resource,) = queue["ComputeResources"]
+    assert queue["Networking"]["PlacementGroup"] == {"Enabled": False}
+    assert resource["CapacityReservationTarget"] == {"CapacityReservationId": CAPACITY_BLOCK}
+    assert queue["CapacityType"] == "CAPACITY_BLOCK"
+    # ParallelCluster runs capacity blocks as static nodes: MinCount = MaxCount.
+    assert (resource["MinCount"], resource["MaxCount"]) == (4, 4)
+
+
+def test_storage_stack_file_system_mounted_at_fsx(every_type):
+    (storage,) = _cluster(every_type)["ClusterConfiguration"]["SharedStorage"]
+    assert storage["StorageType"] == "FsxLustre" and storage["MountDir"] == "/fsx"
+    assert set(storage["FsxLustreSettings"]) == {"FileSystemId"}
+    # The storage stack's file system (its pinned logical ID), imported across stacks.
+    assert f'"t-storage:ExportsOutputRef{FILE_SYSTEM_LOGICAL_ID}' in json.dumps(storage["FsxLustreSettings"])
+
+
+def test_without_storage_stack_parallelcluster_creates_the_file_system(reserved):
+    assert reserved.stacks.storage is None
+    (storage,) = _cluster(reserved)["ClusterConfiguration"]["SharedStorage"]
+    assert storage["MountDir"] == "/fsx"
+    assert storage["FsxLustreSettings"] == {
+        "StorageCapacity": 2400, "DeploymentType": "SCRATCH_2", "DataCompressionType": "LZ4", "DeletionPolicy": "Retain",
+    }
+
+
+def test_head_node_private_by_default_next_to_the_file_system(every_type):
+    config = _cluster(every_type)["ClusterConfiguration"]
+    head = config["HeadNode"]
+    network = every_type.stacks.network
+    subnet = network.network.compute_subnet(EVERY_TYPE.storage_group.name)
+    assert _logical_ref(network, subnet) in json.dumps(head["Networking"]["SubnetId"])
+    assert head["InstanceType"] == "m7i.xlarge"
+    assert head["Ssh"] == {"AllowedIps": "10.0.0.0/16"}  # the VPC CIDR: never the internet
+    assert {"Policy": SSM_POLICY} in head["Iam"]["AdditionalIamPolicies"]
+    assert head["Imds"] == {"Secured": True}
+    assert head["LocalStorage"]["RootVolume"]["Encrypted"] is True
+    assert config["Image"] == {"Os": OS} and config["Region"] == "us-east-2"
+    assert config["Scheduling"]["Scheduler"] == "slurm"
+    assert len(config["Scheduling"]["SlurmQueues"]) == len(SUPPORTED_TRAINING_TYPES)
+
+
+def test_public_head_node_with_key_and_cidr(reserved):
+    head = _cluster(reserved)["ClusterConfiguration"]["HeadNode"]
+    network = reserved.stacks.network
+    (public,) = [s for s in network.network.vpc.public_subnets if s.availability_zone == "use2-az3"]
+    assert _logical_ref(network, public) in json.dumps(head["Networking"]["SubnetId"])
+    assert head["Ssh"] == {"AllowedIps": "203.0.113.0/24", "KeyName": "ml-team"}
+    tags = _cluster(reserved)["ClusterConfiguration"]["Tags"]
+    assert {"Key": "cost-center", "Value": "ml"} in tags and {"Key": "project", "Value": "t"} in tags
+
+
+def test_setup_script_is_an_asset_nodes_may_read_and_only_it(every_type):
+    config = _cluster(every_type)["ClusterConfiguration"]
+    head = config["HeadNode"]
+    action = head["CustomActions"]["OnNodeConfigured"]
+    script_url = json.dumps(action["Script"])
+    assert "s3://" in script_url and "cdk-hnb659fds-assets" in script_url and ".sh" in script_url
+    access = head["Iam"]["S3Access"]
+    keys = [a["KeyName"] for a in access]
+    assert all(a["EnableWriteAccess"] is False for a in access)
+    assert keys[0].endswith(".sh") and keys[0] in script_url
+    assert sorted(k.rsplit(".", 1)[1] for k in keys[1:]) == ["sbatch"] * len(SUPPORTED_TRAINING_TYPES)
+    for queue in config["Scheduling"]["SlurmQueues"]:
+        assert queue["CustomActions"] == head["CustomActions"]
+        assert queue["Iam"]["S3Access"] == access
+    # The staged asset is the script from the source tree.
+    staged = [p for p in every_type.outdir.glob("asset.*") if p.name.endswith(keys[0][:64] + ".sh")]
+    assert staged and staged[0].read_bytes() == SETUP_SCRIPT.read_bytes()
+
+
+def test_setup_script_arguments_carry_the_pinned_versions(every_type):
+    args = _cluster(every_type)["ClusterConfiguration"]["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Args"]
+    pairs = list(zip(args[::2], args[1::2], strict=True))
+    assert ("--sdk", NEURON_SDK_VERSION) in pairs
+    assert [v for k, v in pairs if k == "--apt"] == [f"{n}={v}" for n, v in NEURON_APT_PACKAGES.items()]
+    assert [v for k, v in pairs if k == "--pip"] == [f"{n}=={v}" for n, v in NEURON_PIP_PACKAGES.items()]
+    batch = [v for k, v in pairs if k == "--sbatch"]
+    assert len(batch) == len(SUPPORTED_TRAINING_TYPES)
+    assert all(json.dumps(v).startswith('{"Fn::Join"') for v in batch)
+
+
+def test_provider_nested_stack_and_custom_resource(every_type):
+    template = every_type.template_json("parallelcluster")
+    (provider_id, provider), = resources(template, "AWS::CloudFormation::Stack").items()
+    url = json.dumps(provider["Properties"]["TemplateURL"])
+    assert f"https://us-east-2-aws-parallelcluster.s3.us-east-2." in url
+    assert f"/parallelcluster/{PARALLELCLUSTER_VERSION}/templates/custom_resource/cluster.yaml" in url
+    assert provider["Properties"]["Parameters"] == {"AdditionalIamPolicies": SSM_POLICY}
+    cluster = _cluster(every_type)
+    assert cluster["ServiceToken"] == {"Fn::GetAtt": [provider_id, "Outputs.ServiceToken"]}
+    assert cluster["ClusterName"] == "t-cluster"
+    assert cluster["DeletionPolicy"] == "Delete"
+    assert cluster["ClusterName"] not in {s.stack_name for s in every_type.stacks.stacks}
+    outputs = template["Outputs"]
+    assert "aws ssm start-session --region us-east-2 --target" in json.dumps(outputs["HeadNodeSession"])
+    assert "headNode.instanceId" in json.dumps(outputs["HeadNodeInstanceId"])
+
+
+@pytest.mark.parametrize("fixture", ["every_type", "reserved"])
+def test_cfn_lint_and_cdk_nag_clean(request, fixture):
+    result = request.getfixturevalue(fixture)
+    assert nag_violations(result) == []
+    for path in result.template_paths():
+        assert cfn_lint_errors(path, result.config.region) == []
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError, match="forbids this queue name"):
+        cluster_configuration(
+            config_with(group={"name": "default"}, backends=["parallelcluster"]), concrete_ids(config_with())
+        )
+    with pytest.raises(ConfigError, match="not the whole internet"):
+        config_with(parallelcluster={"ssh_allowed_cidr": "0.0.0.0/0"})
+    with pytest.raises(ConfigError, match="head_node_instance_type"):
+        config_with(parallelcluster={"head_node_instance_type": "big"})
+
+
+# -- the setup script and the batch scripts --------------------------------------------------------
+
+
+def test_setup_script_is_valid_bash_and_takes_every_version_from_arguments():
+    subprocess.run(["bash", "-n", str(SETUP_SCRIPT)], check=True)
+    text = SETUP_SCRIPT.read_text()
+    for version in (NEURON_SDK_VERSION, *NEURON_APT_PACKAGES.values(), *NEURON_PIP_PACKAGES.values()):
+        assert version not in text
+    assert "cfn_node_type" in text and "/etc/hosts" in text
+
+
+@pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
+def test_batch_script_runs_torchrun_on_every_neuroncore_of_every_node(instance_type, tmp_path):
+    spec = DEFAULT_CATALOG.get(instance_type)
+    config = EVERY_TYPE
+    group = next(g for g in config.compute_groups if g.instance_type == instance_type)
+    text = render_sbatch(config, group)
+    assert f"--nnodes={group.nodes} --nproc_per_node={spec.neuron_cores}" in text
+    assert f"#SBATCH --nodes={group.nodes}\n" in text
+    assert f"#SBATCH --partition={group.name}\n" in text
+    assert ("export FI_PROVIDER=efa" in text) == spec.has_efa
+    assert ("FI_EFA_USE_DEVICE_RDMA=1" in text) == spec.has_efa
+    cache = f"/fsx/neuron-cache/t-{group.name}"
+    assert f'NEURON_CC_FLAGS="--cache_dir={cache} ' in text
+    assert 'srun --kill-on-bad-exit=1 neuron_parallel_compile "${launcher[@]}"' in text
+    assert text.index("neuron_parallel_compile") < text.rindex('srun --kill-on-bad-exit=1 "${launcher[@]}"')
+    path = tmp_path / "train.sbatch"
+    path.write_text(text)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_write_dist_writes_the_cli_files(tmp_path):
+    paths = write_dist(EVERY_TYPE, tmp_path)
+    names = [p.relative_to(tmp_path).as_posix() for p in paths]
+    assert names[:2] == ["parallelcluster/t-cluster.yaml", "parallelcluster/neuron_setup.sh"]
+    assert sorted(names[2:]) == sorted(f"parallelcluster/train-{_name(t)}.sbatch" for t in SUPPORTED_TRAINING_TYPES)
+    text = paths[0].read_text()
+    for name in placeholder_names(EVERY_TYPE):
+        assert "${" + name + "}" in text
+    assert "Token[" not in text
+    assert "pcluster create-cluster" in text
+    assert paths[1].read_bytes() == SETUP_SCRIPT.read_bytes() and os.access(paths[1], os.X_OK)
+    again = write_dist(EVERY_TYPE, tmp_path / "again")
+    assert [p.read_bytes() for p in again] == [p.read_bytes() for p in paths]
+    assert write_dist(config_with(), tmp_path / "none") == []
+    assert not Path(tmp_path / "none" / "parallelcluster").exists()
+
+
+def test_a_failed_environment_build_says_what_failed():
+    import sys
+
+    from tests.pcluster_schema import _run
+
+    with pytest.raises(PclusterUnavailable, match=r"pip install x failed \(exit 3\):\nno index"):
+        _run([sys.executable, "-c", "import sys; print('no index', file=sys.stderr); sys.exit(3)"], "pip install x")

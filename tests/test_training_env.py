@@ -1,0 +1,47 @@
+"""training_env: the EFA and Neuron environment every backend's jobs share."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainium_cdk.catalog import DEFAULT_CATALOG, EFA_TRAINING_TYPES, SUPPORTED_TRAINING_TYPES
+from trainium_cdk.training_env import efa_environment, neuron_environment
+
+EFA_KEYS = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
+
+
+@pytest.mark.parametrize("instance_type", EFA_TRAINING_TYPES)
+def test_efa_types_get_the_libfabric_efa_settings(instance_type):
+    assert efa_environment(DEFAULT_CATALOG.get(instance_type)) == EFA_KEYS
+
+
+@pytest.mark.parametrize("instance_type", sorted(set(DEFAULT_CATALOG.names()) - set(EFA_TRAINING_TYPES)))
+def test_types_without_efa_must_not_ask_for_the_efa_provider(instance_type):
+    assert efa_environment(DEFAULT_CATALOG.get(instance_type)) == {}
+
+
+def test_every_supported_type_is_covered():
+    assert "trn1.2xlarge" in SUPPORTED_TRAINING_TYPES and "trn1.2xlarge" not in EFA_TRAINING_TYPES
+
+
+def test_neuron_environment_runtime_settings_and_cache_dir():
+    env = neuron_environment("/fsx/neuron-cache/train")
+    assert env == {
+        "NEURON_RT_RESET_CORES": "1",
+        "XLA_TRANSFER_SEED_ASYNC": "1",
+        "NEURON_CC_FLAGS": "--cache_dir=/fsx/neuron-cache/train",
+    }
+
+
+def test_cache_dir_is_per_caller():
+    assert neuron_environment("/a")["NEURON_CC_FLAGS"] != neuron_environment("/b")["NEURON_CC_FLAGS"]
+
+
+def test_returned_maps_are_copies():
+    spec = DEFAULT_CATALOG.get("trn1.32xlarge")
+    first = efa_environment(spec)
+    first["FI_PROVIDER"] = "tcp"
+    neuron = neuron_environment("/x")
+    neuron["NEURON_RT_RESET_CORES"] = "0"
+    assert efa_environment(spec)["FI_PROVIDER"] == "efa"
+    assert neuron_environment("/x")["NEURON_RT_RESET_CORES"] == "1"

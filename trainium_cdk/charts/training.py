@@ -1,0 +1,306 @@
+"""Training workloads on the EKS cluster: single-node and multi-node jobs, data loading, a shell, TensorBoard.
+
+Every pod that trains asks for all Neuron devices (and, across nodes, all EFA interfaces) of its
+instance type from the catalog, lands on its compute group's nodes (one AZ, one subnet), tolerates
+the Neuron taint and mounts the FSx volume at /data. Multi-node jobs are Volcano jobs: gang-scheduled
+(all pods or none), a leader task whose pod is labelled ``trainium-cdk/rank=0``, and torchrun's static
+rendezvous on the leader's stable DNS name (no etcd).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from cdk8s import Chart
+from constructs import Construct
+
+from trainium_cdk import versions
+from trainium_cdk.catalog import EFA_RESOURCE, NEURON_RESOURCE
+from trainium_cdk.charts._k8s import (
+    CHART_LABELS, INSTANCE_TYPE_LABEL, NEURON_NO_SCHEDULE, api_object, check_name, workload,
+)
+from trainium_cdk.errors import ConfigError
+from trainium_cdk.jobs import DATA_MOUNT, JobSpec
+
+GROUP_LABEL = "trainium-cdk/compute-group"  # set on the nodes by TrainiumNodeGroup
+RANK_LABEL = "trainium-cdk/rank"
+JOB_LABEL = "trainium-cdk/job"
+DEFAULT_CLAIM = "fsx-lustre"
+DEFAULT_NAMESPACE = "default"
+DEFAULT_QUEUE = "training"
+VOLCANO_SCHEDULER = "volcano"
+DATA_VOLUME = "data"
+SHM_VOLUME = "dshm"
+
+
+def _data_volumes(claim_name: str) -> list[dict[str, Any]]:
+    # PyTorch data loaders share tensors through /dev/shm; the container default (64 MiB) is too small.
+    return [
+        {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name}},
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+    ]
+
+
+def _data_mounts() -> list[dict[str, Any]]:
+    return [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT}, {"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+
+
+def training_pod_spec(job: JobSpec, *, command: str, env: Mapping[str, str], claim_name: str) -> dict[str, Any]:
+    """The pod of one node of a job: all the node's devices, its group's nodes, the data volume."""
+    limits = {NEURON_RESOURCE: str(job.instance.neuron_devices)}
+    if job.distributed and job.instance.has_efa:
+        limits[EFA_RESOURCE] = str(job.instance.efa_interfaces)
+    selector = {INSTANCE_TYPE_LABEL: job.instance.name}
+    if job.group:
+        selector[GROUP_LABEL] = job.group
+    return {
+        "restartPolicy": "Never",
+        "nodeSelector": selector,
+        "tolerations": [NEURON_NO_SCHEDULE],
+        "containers": [
+            {
+                "name": "train",
+                "image": job.image,
+                "command": ["/bin/sh", "-c", command],
+                "env": [{"name": k, "value": v} for k, v in env.items()],
+                # Extended resources are requested through limits (requests default to them).
+                "resources": {"limits": limits},
+                "volumeMounts": _data_mounts(),
+            }
+        ],
+        "volumes": _data_volumes(claim_name),
+    }
+
+
+class SingleNodeTrainingJob(Chart):
+    """A Kubernetes Job: ``torchrun --nnodes=1 --nproc_per_node=<NeuronCores>`` on one node.
+
+    :param job: the job (``nodes`` must be 1).
+    :param claim_name: the FSx PersistentVolumeClaim mounted at /data. Default: ``fsx-lustre``.
+    :param namespace: default ``default``.
+    """
+
+    def __init__(
+        self, scope: Construct, id: str, *, job: JobSpec, claim_name: str = DEFAULT_CLAIM,
+        namespace: str = DEFAULT_NAMESPACE,
+    ) -> None:
+        if job.distributed:
+            raise ConfigError("SingleNodeTrainingJob.job.nodes", job.nodes, "1; use DistributedTrainingJob")
+        super().__init__(scope, id, labels=CHART_LABELS)
+        labels = {JOB_LABEL: job.name, RANK_LABEL: "0"}
+        self.job = api_object(
+            self, "Job", api_version="batch/v1", kind="Job", name=job.name, namespace=namespace, labels=labels,
+            spec={
+                "backoffLimit": job.retries,
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": training_pod_spec(
+                        job, command=job.torchrun(), env=job.environment(), claim_name=claim_name
+                    ),
+                },
+            },
+        )
+
+
+class DistributedTrainingJob(Chart):
+    """A Volcano Job of ``nodes`` pods x ``processes_per_node`` processes, gang-scheduled.
+
+    Task ``leader`` (one pod, node rank 0, labelled ``trainium-cdk/rank=0``) and task ``worker``
+    (nodes - 1 pods, node rank = task index + 1). Volcano's ``svc`` plugin gives every pod a stable
+    name, ``<job>-leader-0.<job>``, which is the rendezvous address; its ``env`` plugin exports
+    ``VC_TASK_INDEX``. A failed or evicted pod restarts the whole job, up to ``job.retries`` times.
+
+    :param job: the job (``nodes`` at least 2).
+    :param queue: the Volcano queue. Default: ``training``.
+    :param claim_name: the FSx PersistentVolumeClaim mounted at /data. Default: ``fsx-lustre``.
+    :param namespace: default ``default``.
+    """
+
+    def __init__(
+        self, scope: Construct, id: str, *, job: JobSpec, queue: str = DEFAULT_QUEUE,
+        claim_name: str = DEFAULT_CLAIM, namespace: str = DEFAULT_NAMESPACE,
+    ) -> None:
+        if not job.distributed:
+            raise ConfigError("DistributedTrainingJob.job.nodes", job.nodes, "at least 2; use SingleNodeTrainingJob")
+        check_name("DistributedTrainingJob.queue", queue)
+        super().__init__(scope, id, labels=CHART_LABELS)
+        self.master_addr = f"{job.name}-leader-0.{job.name}"
+        env = {**job.environment(), "MASTER_ADDR": self.master_addr, "MASTER_PORT": "29500"}
+        tasks = [
+            self._task(job, "leader", 1, "0", "export NODE_RANK=0", env, claim_name),
+            self._task(
+                job, "worker", job.nodes - 1, "worker", "export NODE_RANK=$((VC_TASK_INDEX + 1))", env, claim_name
+            ),
+        ]
+        self.volcano_job = api_object(
+            self, "Job", api_version="batch.volcano.sh/v1alpha1", kind="Job", name=job.name, namespace=namespace,
+            labels={JOB_LABEL: job.name},
+            spec={
+                "schedulerName": VOLCANO_SCHEDULER,
+                "queue": queue,
+                "minAvailable": job.nodes,  # the gang: all nodes start together or none does
+                "maxRetry": job.retries,
+                "policies": [
+                    {"event": "PodEvicted", "action": "RestartJob"},
+                    {"event": "PodFailed", "action": "RestartJob"},
+                ],
+                "plugins": {"svc": [], "env": []},
+                "tasks": tasks,
+            },
+        )
+
+    @staticmethod
+    def _task(
+        job: JobSpec, name: str, replicas: int, rank: str, set_rank: str, env: Mapping[str, str], claim_name: str
+    ) -> dict[str, Any]:
+        command = f"{set_rank} && {job.torchrun()}"
+        return {
+            "name": name,
+            "replicas": replicas,
+            "template": {
+                "metadata": {"labels": {JOB_LABEL: job.name, RANK_LABEL: rank}},
+                "spec": training_pod_spec(job, command=command, env=env, claim_name=claim_name),
+            },
+        }
+
+
+class VolcanoQueue(Chart):
+    """The Volcano queue training jobs are submitted to.
+
+    :param name: default ``training``.
+    :param weight: share of the cluster against other queues. Default: 1.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, name: str = DEFAULT_QUEUE, weight: int = 1) -> None:
+        check_name("VolcanoQueue.name", name)
+        if weight < 1:
+            raise ConfigError("VolcanoQueue.weight", weight, "at least 1")
+        super().__init__(scope, id, labels=CHART_LABELS)
+        self.queue = api_object(
+            self, "Queue", api_version="scheduling.volcano.sh/v1beta1", kind="Queue", name=name,
+            spec={"weight": weight, "reclaimable": False},
+        )
+
+
+class DataLoaderJob(Chart):
+    """A Job that syncs an S3 prefix into the FSx volume, for file systems without a data repository
+    association. Its service account gets S3 read through EKS Pod Identity (the stack binds a role).
+
+    :param s3_uri: ``s3://bucket/prefix``.
+    :param path: directory under /data. Default: ``datasets``.
+    :param service_account: default ``data-loader``.
+    """
+
+    def __init__(
+        self, scope: Construct, id: str, *, s3_uri: str, path: str = "datasets", service_account: str = "data-loader",
+        claim_name: str = DEFAULT_CLAIM, namespace: str = DEFAULT_NAMESPACE, image: str = versions.AWS_CLI_IMAGE,
+    ) -> None:
+        if not s3_uri.startswith("s3://") and not s3_uri.startswith("${"):
+            raise ConfigError("DataLoaderJob.s3_uri", s3_uri, "an S3 URI such as s3://my-bucket/datasets/")
+        if path.startswith("/") or ".." in path.split("/"):
+            raise ConfigError("DataLoaderJob.path", path, "a relative directory under /data, such as datasets/wiki")
+        check_name("DataLoaderJob.service_account", service_account)
+        super().__init__(scope, id, labels=CHART_LABELS)
+        self.service_account = api_object(
+            self, "ServiceAccount", api_version="v1", kind="ServiceAccount", name=service_account, namespace=namespace
+        )
+        self.job = api_object(
+            self, "Job", api_version="batch/v1", kind="Job", name="data-loader", namespace=namespace,
+            spec={
+                "backoffLimit": 3,
+                "template": {
+                    "spec": {
+                        "serviceAccountName": service_account,
+                        "restartPolicy": "OnFailure",
+                        "containers": [
+                            {
+                                "name": "sync",
+                                "image": image,
+                                "args": ["s3", "sync", "--only-show-errors", s3_uri, f"{DATA_MOUNT}/{path}"],
+                                "volumeMounts": [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT}],
+                            }
+                        ],
+                        "volumes": [{"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name}}],
+                    }
+                },
+            },
+        )
+
+
+class ShellPod(Chart):
+    """An interactive pod with the FSx volume at /data: `kubectl exec -it data-shell -- bash`.
+
+    Runs on the system nodes (no Neuron devices), in the training image so its tools match.
+    """
+
+    def __init__(
+        self, scope: Construct, id: str, *, image: str, claim_name: str = DEFAULT_CLAIM,
+        namespace: str = DEFAULT_NAMESPACE,
+    ) -> None:
+        super().__init__(scope, id, labels=CHART_LABELS)
+        self.pod = api_object(
+            self, "Pod", api_version="v1", kind="Pod", name="data-shell", namespace=namespace,
+            spec={
+                "containers": [
+                    {
+                        "name": "shell",
+                        "image": image,
+                        "command": ["sleep", "infinity"],
+                        "volumeMounts": [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT}],
+                    }
+                ],
+                "volumes": [{"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name}}],
+            },
+        )
+
+
+class TensorBoard(Chart):
+    """TensorBoard reading runs on the FSx volume, behind a ClusterIP Service (no public load balancer,
+    no password baked into an image): `kubectl port-forward svc/tensorboard 6006`.
+
+    :param log_dir: directory under /data with the event files. Default: ``runs``.
+    """
+
+    PORT = 6006
+
+    def __init__(
+        self, scope: Construct, id: str, *, log_dir: str = "runs", claim_name: str = DEFAULT_CLAIM,
+        namespace: str = DEFAULT_NAMESPACE, image: str = versions.TENSORBOARD_IMAGE,
+    ) -> None:
+        if log_dir.startswith("/") or ".." in log_dir.split("/"):
+            raise ConfigError("TensorBoard.log_dir", log_dir, "a relative directory under /data, such as runs")
+        super().__init__(scope, id, labels=CHART_LABELS)
+        labels = {"app.kubernetes.io/name": "tensorboard"}
+        self.deployment = workload(
+            self, "Deployment", kind="Deployment", name="tensorboard", namespace=namespace, labels=labels,
+            replicas=1,
+            pod_spec={
+                "containers": [
+                    {
+                        "name": "tensorboard",
+                        "image": image,
+                        "command": [
+                            "tensorboard", f"--logdir={DATA_MOUNT}/{log_dir}", "--host=0.0.0.0", f"--port={self.PORT}",
+                        ],
+                        "ports": [{"name": "http", "containerPort": self.PORT}],
+                        "readinessProbe": {"httpGet": {"path": "/", "port": self.PORT}},
+                        "volumeMounts": [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT, "readOnly": True}],
+                    }
+                ],
+                "volumes": [{"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name}}],
+            },
+        )
+        self.service = api_object(
+            self, "Service", api_version="v1", kind="Service", name="tensorboard", namespace=namespace,
+            labels=labels,
+            spec={"type": "ClusterIP", "selector": labels, "ports": [{"name": "http", "port": self.PORT, "targetPort": self.PORT}]},
+        )
+
+
+def training_job(scope: Construct, id: str, *, job: JobSpec, **kwargs: Any) -> Chart:
+    """The chart that runs ``job``: a Volcano job across nodes, a plain Job on one."""
+    if job.distributed:
+        return DistributedTrainingJob(scope, id, job=job, **kwargs)
+    kwargs.pop("queue", None)
+    return SingleNodeTrainingJob(scope, id, job=job, **kwargs)

@@ -1,0 +1,458 @@
+"""TrainiumBatch: AWS Batch for one compute group, multi-node parallel jobs over every EFA interface.
+
+Per compute group: a managed EC2 compute environment (the group's instance type, its one compute
+subnet, the cluster placement group, the shared ``EfaLaunchTemplate`` with the ECS-optimized AL2023
+Neuron AMI), a job queue, and a job definition that runs torchrun on every NeuronCore of every node.
+An EFA type gets a multi-node parallel job definition; a type without EFA (trn1.2xlarge) cannot
+train across nodes, so it gets a single-node container job definition instead.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+
+from aws_cdk import Annotations, Duration, RemovalPolicy, Size, Stack, Token
+from aws_cdk import aws_batch as batch
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from trainium_cdk.catalog import InstanceSpec
+from trainium_cdk.config import LOG_RETENTION_DAYS, BatchSettings, ComputeGroup
+from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
+from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.errors import ConfigError
+from trainium_cdk.training_env import efa_environment, neuron_environment
+from trainium_cdk.versions import NEURON_DLC_ACCOUNT, NEURON_TRAINING_IMAGE_REPOSITORY, neuron_training_image
+
+# Where the file system is mounted, on the host and in the container (as on the other backends).
+MOUNT_DIR = "/fsx"
+# Neuron's own default cache directory: used, per container, when no shared storage is deployed.
+LOCAL_CACHE_ROOT = "/var/tmp/neuron-compile-cache"
+# The "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, as the ECS docs and aws-cdk-lib's
+# EcsOptimizedImage.amazon_linux2023(NEURON) name it. The user data installs the driver if it lacks one.
+NEURON_ECS_AMI_PARAMETER = "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id"
+NEURON_YUM_REPO = "https://yum.repos.neuron.amazonaws.com"
+EFA_INSTALLER_URL = "https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz"
+MASTER_PORT = 29500
+# Multi-node parallel containers run in awsvpc mode: eth0 is the task's interface; the other one
+# (ecs-eth0, link-local) reaches only the ECS agent and must not carry the Neuron bootstrap sockets.
+SOCKET_IFNAME = "eth0"
+# The ECS agent registers less memory than the instance has (kernel, agent): a job asking for all of
+# it would never be placed. Docker's 64 MiB /dev/shm is too small for data loader workers.
+CONTAINER_MEMORY_FRACTION = 0.9
+SHARED_MEMORY_FRACTION = 0.25
+# Job definition parameter naming the training script when no command is configured.
+SCRIPT_PARAMETER = "script"
+DEFAULT_SCRIPT = f"{MOUNT_DIR}/code/train.py"
+DEFAULT_SCRIPT_WITHOUT_STORAGE = "train.py"
+JOB_QUEUE_PRIORITY = 1
+MIME_BOUNDARY = "==TRAINIUM_CDK=="
+
+# What the ECS agent on a Batch node calls (AmazonEC2ContainerServiceforEC2Role, without
+# ecs:CreateCluster, CloudWatch Logs and ECR on every repository): Batch owns the ECS cluster, logs go
+# through the execution role, and images come from one repository.
+ECS_AGENT_ACTIONS = (
+    "ecs:RegisterContainerInstance",
+    "ecs:DeregisterContainerInstance",
+    "ecs:DiscoverPollEndpoint",
+    "ecs:Poll",
+    "ecs:StartTelemetrySession",
+    "ecs:UpdateContainerInstancesState",
+    "ecs:SubmitAttachmentStateChanges",
+    "ecs:SubmitContainerStateChange",
+    "ecs:SubmitTaskStateChange",
+    "ec2:DescribeTags",
+)
+ECR_PULL_ACTIONS = ("ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage")
+_ECR_IMAGE = re.compile(
+    r"^(?P<account>[0-9]{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/(?P<repo>[^:@]+)"
+)
+
+
+class TrainiumBatch(Construct):
+    """AWS Batch for one compute group: compute environment, job queue, job definition, logs, roles.
+
+    :param group: the compute group (nodes, maximum, capacity, root volume).
+    :param spec: its instance type from the catalog.
+    :param vpc: the training VPC.
+    :param subnets: the group's compute subnets: exactly one for an EFA type (EFA needs one subnet).
+    :param security_groups: groups of every node interface (the EFA group).
+    :param placement_group: the group's cluster placement group, or None (with a reservation).
+    :param settings: the batch section of the config: the image (default: the Neuron PyTorch training
+        container of versions.py), the command (the training script and its arguments, which every node
+        runs under torchrun; default: the job definition's ``script`` parameter), timeout, retries and
+        log retention.
+    :param storage: the FSx for Lustre file system, mounted at /fsx on the nodes and in the jobs;
+        default none (the Neuron compile cache then stays in each container).
+    :param name_prefix: prefix of the job queue and job definition names; default: generated names.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        group: ComputeGroup,
+        spec: InstanceSpec,
+        vpc: ec2.IVpc,
+        subnets: Sequence[ec2.ISubnet],
+        security_groups: Sequence[ec2.ISecurityGroup],
+        placement_group: ec2.IPlacementGroup | None,
+        settings: BatchSettings,
+        storage: LustreStorage | None = None,
+        name_prefix: str | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        _check(group, spec, subnets, security_groups, settings)
+        self.group = group
+        self.spec = spec
+        self.multi_node = spec.has_efa
+        self._custom_image = settings.image_uri is not None
+        self.image = settings.image_uri or neuron_training_image(Stack.of(self).region)
+        self.cache_dir = (
+            f"{MOUNT_DIR}/neuron-cache/{group.name}" if storage is not None else f"{LOCAL_CACHE_ROOT}/{group.name}"
+        )
+        if group.capacity.type == "capacity-block":
+            Annotations.of(self).add_warning_v2(
+                "trainium-cdk:batch-capacity-block",
+                f"compute group {group.name}: AWS Batch ignores the launch template's instance market options, "
+                "which a Capacity Block needs; use the EKS backend for capacity blocks.",
+            )
+
+        image_id = ecs.EcsOptimizedImage.amazon_linux2023(ecs.AmiHardwareType.NEURON).get_image(self).image_id
+        self.launch_template = EfaLaunchTemplate(
+            self,
+            "LaunchTemplate",
+            spec=spec,
+            security_groups=security_groups,
+            placement_group=placement_group,
+            root_volume_gib=group.root_volume_gib,
+            capacity=group.capacity,
+            image_id=image_id,
+            user_data=node_user_data(spec, storage),
+        )
+        self.instance_role = self._instance_role()
+        self.compute_environment = batch.ManagedEc2EcsComputeEnvironment(
+            self,
+            "ComputeEnvironment",
+            vpc=vpc,
+            vpc_subnets=ec2.SubnetSelection(subnets=list(subnets)),
+            instance_types=[ec2.InstanceType(spec.name)],
+            use_optimal_instance_classes=False,
+            minv_cpus=0,
+            maxv_cpus=group.maximum * spec.vcpus,
+            placement_group=placement_group,
+            launch_template=ec2.LaunchTemplate.from_launch_template_attributes(
+                self,
+                "LaunchTemplateRef",
+                launch_template_id=self.launch_template.launch_template_id,
+                version_number=self.launch_template.latest_version,
+            ),
+            instance_role=self.instance_role,
+            security_groups=list(security_groups),
+            images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2023)],
+            allocation_strategy=batch.AllocationStrategy.BEST_FIT_PROGRESSIVE,
+            spot=False,
+        )
+        cfn_ce = self.compute_environment.node.default_child
+        assert isinstance(cfn_ce, batch.CfnComputeEnvironment)
+        if spec.has_efa:
+            # EC2 rejects instance-level security groups next to the template's network interfaces.
+            cfn_ce.add_property_deletion_override("ComputeResources.SecurityGroupIds")
+        # The L2 leaves the version out ($Default); pin it so a template change updates the nodes.
+        cfn_ce.add_property_override("ComputeResources.LaunchTemplate.Version", self.launch_template.latest_version)
+
+        name = f"{name_prefix}-{group.name}" if name_prefix else None
+        self.job_queue = batch.JobQueue(
+            self,
+            "JobQueue",
+            job_queue_name=name,
+            priority=JOB_QUEUE_PRIORITY,
+            compute_environments=[
+                batch.OrderedComputeEnvironment(compute_environment=self.compute_environment, order=1)
+            ],
+        )
+        self.log_group = logs.LogGroup(
+            self,
+            "Logs",
+            retention=logs.RetentionDays[LOG_RETENTION_DAYS[settings.log_retention_days]],
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.job_role = iam.Role(
+            self,
+            "JobRole",
+            assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
+            description=f"Training jobs of compute group {group.name}: no permissions until granted",
+        )
+        self.execution_role = iam.Role(
+            self,
+            "ExecutionRole",
+            assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
+            description=f"ECS agent for the jobs of compute group {group.name}: write their logs",
+        )
+        # Depending on its configuration the ECS agent pulls with the execution or the instance role: both may.
+        self._grant_pull(self.execution_role)
+        acknowledge(
+            self.execution_role,
+            "AwsSolutions-IAM5",
+            ["Resource::*"],
+            "ecr:GetAuthorizationToken has no resource-level permissions; image pulls are limited to the "
+            "training image's repository.",
+        )
+        self.container = self._container(settings, storage)
+        Annotations.of(self.container).acknowledge_warning(
+            "@aws-cdk/aws-ecs:ecrImageRequiresPolicy",
+            "The instance and execution roles are granted pulls from the training image's repository.",
+        )
+        parameters = None if settings.command else {SCRIPT_PARAMETER: _default_script(storage)}
+        self.job_definition: batch.MultiNodeJobDefinition | batch.EcsJobDefinition
+        if self.multi_node:
+            self.job_definition = batch.MultiNodeJobDefinition(
+                self,
+                "JobDefinition",
+                job_definition_name=name,
+                containers=[batch.MultiNodeContainer(container=self.container, start_node=0, end_node=group.nodes - 1)],
+                main_node=0,
+                instance_type=ec2.InstanceType(spec.name),
+                parameters=parameters,
+                retry_attempts=settings.retry_attempts,
+                timeout=Duration.minutes(settings.job_timeout_minutes),
+                propagate_tags=True,
+            )
+        else:
+            self.job_definition = batch.EcsJobDefinition(
+                self,
+                "JobDefinition",
+                job_definition_name=name,
+                container=self.container,
+                parameters=parameters,
+                retry_attempts=settings.retry_attempts,
+                timeout=Duration.minutes(settings.job_timeout_minutes),
+                propagate_tags=True,
+            )
+
+        # The L2 name of a job definition is its ARN (with the revision): keep the plain names.
+        self.job_queue_name = name or self.job_queue.job_queue_name
+        self.job_definition_name = name or self.job_definition.job_definition_arn
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """The job's environment: the Neuron runtime and compile cache, EFA across nodes."""
+        env = neuron_environment(self.cache_dir)
+        if self.multi_node:
+            env.update(efa_environment(self.spec), CCOM_SOCKET_IFNAME=SOCKET_IFNAME)
+        return env
+
+    def _instance_role(self) -> iam.Role:
+        role = iam.Role(
+            self,
+            "InstanceRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=f"ECS agent on the Batch nodes of compute group {self.group.name}",
+        )
+        role.add_to_policy(iam.PolicyStatement(actions=list(ECS_AGENT_ACTIONS), resources=["*"]))
+        # Container instances are tagged when they register; nothing else may be tagged.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["ecs:TagResource"],
+                resources=["*"],
+                conditions={"StringEquals": {"ecs:CreateAction": ["RegisterContainerInstance"]}},
+            )
+        )
+        self._grant_pull(role)
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5",
+            ["Resource::*"],
+            "The ECS agent acts on the container instance and the ECS cluster that AWS Batch creates and names "
+            "at run time, and ecr:GetAuthorizationToken and ec2:DescribeTags have no resource-level permissions.",
+        )
+        return role
+
+    def _grant_pull(self, role: iam.Role) -> None:
+        """Pull the training image from its one ECR repository (nothing for another registry)."""
+        stack = Stack.of(self)
+        if self._custom_image:
+            repository = ecr_repository_arn(self.image, partition=stack.partition)
+        else:
+            # Built, not parsed: in an environment-agnostic stack the region is a token.
+            repository = stack.format_arn(
+                service="ecr",
+                account=NEURON_DLC_ACCOUNT,
+                resource="repository",
+                resource_name=NEURON_TRAINING_IMAGE_REPOSITORY,
+            )
+        if repository is None:
+            return
+        role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
+        role.add_to_policy(iam.PolicyStatement(actions=list(ECR_PULL_ACTIONS), resources=[repository]))
+
+    def _container(self, settings: BatchSettings, storage: LustreStorage | None) -> batch.EcsEc2ContainerDefinition:
+        spec = self.spec
+        memory_mib = int(spec.memory_gib * 1024 * CONTAINER_MEMORY_FRACTION)
+        linux = batch.LinuxParameters(
+            self, "LinuxParameters", shared_memory_size=Size.mebibytes(int(memory_mib * SHARED_MEMORY_FRACTION))
+        )
+        linux.add_devices(
+            *[
+                batch.Device(
+                    host_path=path,
+                    container_path=path,
+                    permissions=[batch.DevicePermission.READ, batch.DevicePermission.WRITE],
+                )
+                for path in (*spec.neuron_device_paths, *(spec.efa_device_paths if self.multi_node else ()))
+            ]
+        )
+        volumes = (
+            [batch.EcsVolume.host(name="fsx", host_path=MOUNT_DIR, container_path=MOUNT_DIR)]
+            if storage is not None
+            else []
+        )
+        return batch.EcsEc2ContainerDefinition(
+            self,
+            "Container",
+            image=ecs.ContainerImage.from_registry(self.image),
+            cpu=spec.vcpus,
+            memory=Size.mebibytes(memory_mib),
+            command=torchrun_command(spec, self.cache_dir, settings.command),
+            environment=self.environment,
+            job_role=self.job_role,
+            execution_role=self.execution_role,
+            linux_parameters=linux,
+            # EFA registers memory with the device: the container may lock as much as it needs.
+            ulimits=[batch.Ulimit(name=batch.UlimitName.MEMLOCK, soft_limit=-1, hard_limit=-1)],
+            privileged=False,
+            logging=ecs.LogDriver.aws_logs(stream_prefix=self.group.name, log_group=self.log_group),
+            volumes=volumes,
+        )
+
+
+def torchrun_command(spec: InstanceSpec, cache_dir: str, program: Sequence[str] | None) -> list[str]:
+    """The container command of every node: torchrun on every NeuronCore, wired to the Batch node
+    variables. ``program`` is the training script and its arguments; default: the ``script``
+    parameter of the job definition (``aws batch submit-job --parameters script=...``)."""
+    # Batch sets the main node's address on the child nodes only: the main node uses its own.
+    launcher = "\n".join(
+        [
+            "set -euo pipefail",
+            "SELF_IP=\"$(hostname -I | tr ' ' '\\n' | grep -vE '^(127\\.|169\\.254\\.)' | head -n 1)\"",
+            'export MASTER_ADDR="${AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS:-$SELF_IP}"',
+            ': "${MASTER_ADDR:?no private address for the main node}"',
+            f"export MASTER_PORT={MASTER_PORT}",
+            'export NODE_RANK="${AWS_BATCH_JOB_NODE_INDEX:-0}"',
+            'export NNODES="${AWS_BATCH_JOB_NUM_NODES:-1}"',
+            f"export NPROC_PER_NODE={spec.neuron_cores}",
+            f"mkdir -p {shlex.quote(cache_dir)}",
+            'exec torchrun --nnodes="$NNODES" --node_rank="$NODE_RANK" --nproc_per_node="$NPROC_PER_NODE" '
+            '--master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" "$@"',
+        ]
+    )
+    return ["/bin/bash", "-c", launcher, "trainium-launch", *(program or [f"Ref::{SCRIPT_PARAMETER}"])]
+
+
+def node_user_data(spec: InstanceSpec, storage: LustreStorage | None) -> str:
+    """MIME multi-part user data (Batch merges it with its own): the Neuron driver and tools, the EFA
+    kernel module, and the FSx mount, each only when the AMI does not already have it."""
+    lines = [
+        "#!/bin/bash",
+        f"# trainium-cdk: Neuron driver, EFA and storage on an AWS Batch node ({spec.name}).",
+        "set -euxo pipefail",
+        "missing=''",
+        "for pkg in aws-neuronx-dkms aws-neuronx-tools; do",
+        '  rpm -q "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"',
+        "done",
+        'if [ -n "$missing" ]; then',
+        "  cat > /etc/yum.repos.d/neuron.repo <<'EOF'",
+        "[neuron]",
+        "name=Neuron YUM Repository",
+        f"baseurl={NEURON_YUM_REPO}",
+        "enabled=1",
+        "metadata_expire=0",
+        "EOF",
+        f"  rpm --import {NEURON_YUM_REPO}/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB",
+        '  dnf install -y "kernel-devel-uname-r == $(uname -r)" $missing',
+        "fi",
+        "modprobe neuron",
+    ]
+    if spec.has_efa:
+        lines += [
+            "if [ ! -e /dev/infiniband/uverbs0 ]; then modprobe efa || true; modprobe ib_uverbs || true; fi",
+            "if [ ! -e /dev/infiniband/uverbs0 ]; then",
+            "  cd /tmp",
+            f"  curl -fsSLO {EFA_INSTALLER_URL}",
+            "  tar -xf aws-efa-installer-latest.tar.gz",
+            # Kernel module and rdma-core only: libfabric comes with the training image.
+            "  (cd aws-efa-installer && ./efa_installer.sh -y --minimal)",
+            "  modprobe efa",
+            "  modprobe ib_uverbs || true",
+            "fi",
+        ]
+    if storage is not None:
+        source = f"{storage.dns_name}@tcp:/{storage.mount_name}"
+        lines += [
+            "rpm -q lustre-client >/dev/null 2>&1 || dnf install -y lustre-client",
+            f"mkdir -p {MOUNT_DIR}",
+            f"grep -q ' {MOUNT_DIR} lustre ' /etc/fstab || "
+            f"echo '{source} {MOUNT_DIR} lustre defaults,relatime,flock,_netdev 0 0' >> /etc/fstab",
+            f"mountpoint -q {MOUNT_DIR} || mount -t lustre -o relatime,flock {source} {MOUNT_DIR}",
+        ]
+    script = "\n".join(lines)
+    return "\n".join(
+        [
+            "MIME-Version: 1.0",
+            f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"',
+            "",
+            f"--{MIME_BOUNDARY}",
+            'Content-Type: text/x-shellscript; charset="us-ascii"',
+            "",
+            script,
+            "",
+            f"--{MIME_BOUNDARY}--",
+            "",
+        ]
+    )
+
+
+def ecr_repository_arn(image: str, *, partition: str = "aws") -> str | None:
+    """The ECR repository ARN of an image URI, or None for another registry (nothing to grant)."""
+    if Token.is_unresolved(image):
+        return None
+    match = _ECR_IMAGE.match(image)
+    if match is None:
+        return None
+    return f"arn:{partition}:ecr:{match['region']}:{match['account']}:repository/{match['repo']}"
+
+
+def _default_script(storage: LustreStorage | None) -> str:
+    return DEFAULT_SCRIPT if storage is not None else DEFAULT_SCRIPT_WITHOUT_STORAGE
+
+
+def _check(
+    group: ComputeGroup,
+    spec: InstanceSpec,
+    subnets: Sequence[ec2.ISubnet],
+    security_groups: Sequence[ec2.ISecurityGroup],
+    settings: BatchSettings,
+) -> None:
+    if group.instance_type != spec.name:
+        raise ConfigError("spec", spec.name, f"the instance type of compute group {group.name} ({group.instance_type})")
+    if not spec.for_training:
+        raise ConfigError(
+            f"compute group {group.name}: instance_type", spec.name, "a training type (Trainium), not an inference type"
+        )
+    if spec.has_efa and len(subnets) != 1:
+        raise ConfigError(
+            "subnets", len(subnets), f"exactly one subnet: {spec.name} uses EFA, which needs every node in one subnet"
+        )
+    if not subnets:
+        raise ConfigError("subnets", 0, "at least one subnet")
+    if not 1 <= len(security_groups) <= 5:
+        raise ConfigError("security_groups", len(security_groups), "between 1 and 5 (AWS Batch limit)")
+    if settings.command is not None and not settings.command:
+        raise ConfigError("batch.command", [], "the training script and its arguments, or leave it out")

@@ -1,0 +1,215 @@
+"""DevInstance: one Trainium (or Inferentia) instance for development, on the Neuron DLAMI.
+
+Private subnet, no inbound rule from anywhere: reached with SSM Session Manager (or, as an option, an
+EC2 Instance Connect endpoint inside the VPC). The AMI is the DLAMI's public SSM parameter, resolved
+by CloudFormation at deploy time, so synth stays offline and a redeploy picks up the latest DLAMI.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Fn
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from trainium_cdk.catalog import InstanceSpec
+from trainium_cdk.config import Config, InstanceSettings
+from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.errors import ConfigError, one_of
+
+DLAMI_PARAMETER_PREFIX = "/aws/service/neuron/dlami"
+MOUNT_DIR = "/fsx"
+SSH_PORT = 22
+# The root device of the AMI: Ubuntu images boot from /dev/sda1, Amazon Linux from /dev/xvda.
+ROOT_DEVICE = {"ubuntu": "/dev/sda1", "amazon-linux": "/dev/xvda"}
+OS_USER = {"ubuntu": "ubuntu", "amazon-linux": "ec2-user"}
+
+
+def dlami_parameter(dlami: str) -> str:
+    """The public SSM parameter holding the latest image id of a Neuron DLAMI flavour."""
+    return f"{DLAMI_PARAMETER_PREFIX}/{dlami}/latest/image_id"
+
+
+def dlami_family(dlami: str) -> str:
+    return "ubuntu" if dlami.rsplit("/", 1)[-1].startswith("ubuntu") else "amazon-linux"
+
+
+def dev_instance_az_id(config: Config) -> str:
+    """``instance.az_id``, or the first AZ of the VPC known to offer the instance type."""
+    settings = config.instance
+    spec = config.catalog.get(settings.instance_type, field="instance.instance_type")
+    offered = config.offered_az_ids(spec)
+    vpc_az_ids = config.vpc_az_ids
+    if settings.az_id is not None:
+        if settings.az_id not in vpc_az_ids:
+            raise ConfigError("instance.az_id", settings.az_id, "an AZ ID of the VPC; " + one_of(vpc_az_ids))
+        if offered is not None and settings.az_id not in offered:
+            raise ConfigError(
+                "instance.az_id", settings.az_id,
+                f"does not offer {spec.name} (per the catalog and instance_offerings); " + one_of(offered),
+            )
+        return settings.az_id
+    for az_id in vpc_az_ids:
+        if offered and az_id in offered:
+            return az_id
+    raise ConfigError(
+        "instance.az_id", None,
+        f"no AZ of the VPC ({', '.join(vpc_az_ids)}) is known to offer {spec.name}: set instance.az_id, list "
+        f"the type's AZs under instance_offerings (`trn azs`), or add one of them to network.az_ids",
+    )
+
+
+class DevInstance(Construct):
+    """A development instance: the Neuron DLAMI, an encrypted gp3 root volume, IMDSv2, detailed
+    monitoring, an SSM-only role, and the FSx file system at /fsx when one is given.
+
+    :param vpc: the training VPC.
+    :param subnet: a private subnet in an AZ that offers the instance type.
+    :param spec: the instance type from the catalog.
+    :param settings: the instance section of the config.
+    :param storage: a file system to mount at /fsx; default none.
+    :param storage_client_group: the security group the file system accepts clients from (the EFA
+        group); required with ``storage``.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        subnet: ec2.ISubnet,
+        spec: InstanceSpec,
+        settings: InstanceSettings,
+        storage: LustreStorage | None = None,
+        storage_client_group: ec2.ISecurityGroup | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if storage is not None and storage_client_group is None:
+            raise ConfigError("storage_client_group", None, "the security group FSx accepts clients from")
+        family = dlami_family(settings.dlami)
+        self.os_user = OS_USER[family]
+        self.image_parameter = dlami_parameter(settings.dlami)
+
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description="Development instance: SSM Session Manager only",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+        )
+        acknowledge(
+            self.role,
+            "AwsSolutions-IAM4",
+            ["Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore"],
+            "AmazonSSMManagedInstanceCore is the least privilege Session Manager needs (ssm, ssmmessages, "
+            "ec2messages on the instance itself); AWS maintains it as the service changes.",
+        )
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description="Development instance: no inbound from anywhere (SSM); all outbound",
+            allow_all_outbound=True,
+        )
+
+        user_data = ec2.UserData.for_linux()
+        if storage is not None:
+            user_data.add_commands(*_lustre_mount_commands(family, storage.dns_name, storage.mount_name))
+
+        self.instance = ec2.Instance(
+            self,
+            "Instance",
+            vpc=vpc,
+            vpc_subnets=ec2.SubnetSelection(subnets=[subnet]),
+            instance_type=ec2.InstanceType(spec.name),
+            machine_image=ec2.MachineImage.from_ssm_parameter(self.image_parameter, os=ec2.OperatingSystemType.LINUX),
+            role=self.role,
+            security_group=self.security_group,
+            user_data=user_data,
+            block_devices=[
+                ec2.BlockDevice(
+                    device_name=ROOT_DEVICE[family],
+                    volume=ec2.BlockDeviceVolume.ebs(
+                        settings.root_volume_gib,
+                        encrypted=True,
+                        volume_type=ec2.EbsDeviceVolumeType.GP3,
+                        delete_on_termination=True,
+                    ),
+                )
+            ],
+            # IMDSv2 on the instance itself: require_imdsv2 adds a launch template with a fixed name,
+            # which collides between two deployments in one account.
+            http_tokens=ec2.HttpTokens.REQUIRED,
+            http_endpoint=True,
+            detailed_monitoring=True,
+            propagate_tags_to_volume_on_creation=True,
+        )
+        # The L2 copies the subnet's AZ into AvailabilityZone; our subnets carry AZ IDs (see
+        # TrainingNetwork), which that property rejects. The subnet alone places the instance.
+        cfn_instance = self.instance.node.default_child
+        assert isinstance(cfn_instance, ec2.CfnInstance)
+        cfn_instance.add_property_deletion_override("AvailabilityZone")
+        if storage_client_group is not None and storage is not None:
+            self.instance.add_security_group(storage_client_group)
+        acknowledge(
+            self.instance,
+            "AwsSolutions-EC29",
+            None,
+            "A development instance is disposable by design (code and data live on FSx or in git); "
+            "termination protection would make `cdk destroy` fail.",
+        )
+
+        self.endpoint: ec2.CfnInstanceConnectEndpoint | None = None
+        if settings.instance_connect_endpoint:
+            endpoint_group = ec2.SecurityGroup(
+                self,
+                "InstanceConnectSecurityGroup",
+                vpc=vpc,
+                description="EC2 Instance Connect endpoint: SSH to the development instance only",
+                allow_all_outbound=False,
+            )
+            endpoint_group.add_egress_rule(self.security_group, ec2.Port.tcp(SSH_PORT), "SSH to the instance")
+            self.security_group.add_ingress_rule(endpoint_group, ec2.Port.tcp(SSH_PORT), "SSH from the endpoint")
+            # L1: aws-cdk-lib has no L2 for EC2 Instance Connect endpoints.
+            self.endpoint = ec2.CfnInstanceConnectEndpoint(
+                self,
+                "InstanceConnectEndpoint",
+                subnet_id=subnet.subnet_id,
+                security_group_ids=[endpoint_group.security_group_id],
+                preserve_client_ip=False,
+            )
+
+    @property
+    def instance_id(self) -> str:
+        return self.instance.instance_id
+
+
+def _lustre_mount_commands(family: str, dns_name: str, mount_name: str) -> list[str]:
+    """Install the Lustre client unless the image has it, mount at /fsx, and keep it in fstab."""
+    if family == "ubuntu":
+        install = [
+            ". /etc/os-release",
+            "wget -qO - https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc"
+            " | gpg --dearmor --yes -o /usr/share/keyrings/fsx-ubuntu-public-key.gpg",
+            'echo "deb [signed-by=/usr/share/keyrings/fsx-ubuntu-public-key.gpg] '
+            'https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu ${VERSION_CODENAME} main"'
+            " > /etc/apt/sources.list.d/fsxlustreclientrepo.list",
+            "apt-get update -y && DEBIAN_FRONTEND=noninteractive apt-get install -y lustre-client-modules-$(uname -r)",
+        ]
+    else:
+        install = ["dnf install -y lustre-client"]
+    source = Fn.join("", [dns_name, "@tcp:/", mount_name])
+    return [
+        "set -euxo pipefail",
+        "if ! modinfo lustre >/dev/null 2>&1; then",
+        *(f"  {line}" for line in install),
+        "fi",
+        f"mkdir -p {MOUNT_DIR}",
+        f'echo "{source} {MOUNT_DIR} lustre defaults,relatime,flock,_netdev,x-systemd.automount,'
+        f'x-systemd.requires=network.service 0 0" >> /etc/fstab',
+        f"mount {MOUNT_DIR}",
+        # The shared compile cache (one directory per job family below it), writable by every user.
+        f"install -d -m 1777 {MOUNT_DIR}/neuron-cache",
+    ]

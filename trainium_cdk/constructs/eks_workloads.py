@@ -1,0 +1,109 @@
+"""TrainingWorkloads: Volcano, the example training image, and the configured workloads on a cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cdk8s
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from trainium_cdk import versions
+from trainium_cdk.charts.workloads import QUEUE_CHART_ID, workload_charts
+from trainium_cdk.config import Config
+from trainium_cdk.constructs.nag import acknowledge
+
+EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
+VOLCANO_NAMESPACE = "volcano-system"
+DATA_LOADER_SERVICE_ACCOUNT = "data-loader"
+
+
+class TrainingWorkloads(Construct):
+    """Everything that trains on the cluster.
+
+    - Volcano from its pinned Helm chart, and its queue (gang scheduling for multi-node jobs);
+    - the MLP example image, a Docker image asset built and pushed at deploy time (synth only hashes
+      the folder: no Docker needed to synthesize), the default image of every job;
+    - the configured jobs, data loader (its service account reads the bucket through EKS Pod
+      Identity), shell pod and TensorBoard, as cdk8s charts applied after the storage chart.
+
+    :param cluster: the EKS cluster.
+    :param config: the deployment's config (``workloads`` section).
+    :param after: manifests the workloads need first (the FSx volume and claim).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        config: Config,
+        after: list[eks.KubernetesManifest],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.image = ecr_assets.DockerImageAsset(
+            self,
+            "ExampleImage",
+            directory=str(EXAMPLE_DIR),
+            platform=ecr_assets.Platform.LINUX_AMD64,
+            build_args={"REGION": config.region, "BASE_TAG": versions.NEURON_TRAINING_IMAGE_TAG},
+        )
+        self.volcano: eks.HelmChart | None = None
+        if config.workloads.volcano:
+            self.volcano = cluster.add_helm_chart(
+                "Volcano",
+                chart="volcano",
+                repository=versions.VOLCANO_HELM_REPOSITORY,
+                version=versions.VOLCANO_CHART_VERSION,
+                namespace=VOLCANO_NAMESPACE,
+                create_namespace=True,
+                wait=True,
+            )
+        if config.workloads.data_loader is not None:
+            self.data_loader_role = iam.Role(
+                self,
+                "DataLoaderRole",
+                assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"),
+                description="Reads the dataset bucket for the data-loader Job (EKS pod identity)",
+            )
+            self.data_loader_role.assume_role_policy.add_statements(  # type: ignore[union-attr]
+                iam.PolicyStatement(
+                    actions=["sts:TagSession"], principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")]
+                )
+            )
+            bucket = s3.Bucket.from_bucket_name(self, "DataBucket", config.workloads.data_loader.bucket)
+            bucket.grant_read(self.data_loader_role)
+            acknowledge(
+                self.data_loader_role,
+                "AwsSolutions-IAM5",
+                ["Action::s3:GetBucket*", "Action::s3:GetObject*", "Action::s3:List*",
+                 f"Resource::arn:<AWS::Partition>:s3:::{bucket.bucket_name}/*"],
+                "Reading a whole dataset prefix: every object of the bucket the config names, read only.",
+            )
+            # L1: the pod identity association binds the role to a service account the chart creates.
+            eks.CfnPodIdentityAssociation(
+                self,
+                "DataLoaderPodIdentity",
+                cluster_name=cluster.cluster_name,
+                namespace="default",
+                service_account=DATA_LOADER_SERVICE_ACCOUNT,
+                role_arn=self.data_loader_role.role_arn,
+            )
+        self.charts = workload_charts(cdk8s.App(), config, image=self.image.image_uri)
+        self.manifests: dict[str, eks.KubernetesManifest] = {}
+        for chart_id, chart in self.charts.items():
+            manifest = cluster.add_cdk8s_chart(chart_id, chart)
+            for dependency in after:
+                manifest.node.add_dependency(dependency)
+            # Volcano's CRDs must exist before its queue and jobs.
+            if self.volcano is not None and (chart_id == QUEUE_CHART_ID or chart_id.startswith("job-")):
+                manifest.node.add_dependency(self.volcano)
+            self.manifests[chart_id] = manifest
+        if QUEUE_CHART_ID in self.manifests:
+            for chart_id, manifest in self.manifests.items():
+                if chart_id.startswith("job-"):
+                    manifest.node.add_dependency(self.manifests[QUEUE_CHART_ID])

@@ -1,0 +1,263 @@
+"""The ParallelCluster 3 cluster configuration of a deployment, from the project's config.
+
+One function builds it (:func:`cluster_configuration`): the :class:`SlurmCluster` construct passes
+CDK tokens for the ids that other stacks own, and :func:`render_cluster_yaml` passes ``${NAME}``
+placeholders (filled with `envsubst` from the stack outputs) for users of the pcluster CLI. Both
+describe the same cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from trainium_cdk.config import ComputeGroup, Config
+from trainium_cdk.errors import ConfigError
+from trainium_cdk.versions import (
+    NEURON_APT_PACKAGES,
+    NEURON_PIP_PACKAGES,
+    NEURON_SDK_VERSION,
+    PARALLELCLUSTER_VERSION,
+)
+
+# PyTorch NeuronX 2.8 (Neuron 2.26) is published for Ubuntu 22.04 only, and the Neuron AL2023 images
+# cannot run PyTorch 2.9+ (glibc 2.34 < 2.35): Ubuntu 22.04 is the one OS both tools support.
+OS = "ubuntu2204"
+OS_USER = "ubuntu"
+MOUNT_DIR = "/fsx"
+SHARED_STORAGE_NAME = "fsx"
+# /home is exported by the head node to every node: one venv, built once, used by the whole cluster.
+VENV = f"/home/{OS_USER}/aws_neuron_venv_pytorch"
+JOBS_DIR = f"/home/{OS_USER}/trainium"
+SETUP_SCRIPT_NAME = "neuron_setup.sh"
+SSM_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+# ParallelCluster's own validator rejects this queue name.
+FORBIDDEN_QUEUE_NAMES = ("default",)
+_CAPACITY_TYPE = {"on-demand": "ONDEMAND", "reservation": "ONDEMAND", "capacity-block": "CAPACITY_BLOCK"}
+
+
+@dataclass(frozen=True)
+class S3Object:
+    """An object ParallelCluster nodes read: bucket and key (either may be a CDK token)."""
+
+    bucket: str
+    key: str
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+
+@dataclass(frozen=True)
+class ClusterIds:
+    """What the cluster configuration refers to but does not create.
+
+    :param head_node_subnet_id: the head node's subnet (public or private, per the config).
+    :param compute_subnet_ids: compute group name -> its one compute subnet.
+    :param efa_security_group_id: the EFA security group (also the group FSx accepts clients from).
+    :param file_system_id: the storage stack's file system, or None for a new one created by
+        ParallelCluster from ``config.storage``.
+    :param setup_script: the Neuron setup script (OnNodeConfigured).
+    :param batch_scripts: batch script file name -> object, copied to the head node's ``~/trainium``.
+    """
+
+    head_node_subnet_id: str
+    compute_subnet_ids: Mapping[str, str]
+    efa_security_group_id: str
+    file_system_id: str | None
+    setup_script: S3Object
+    batch_scripts: Mapping[str, S3Object] = field(default_factory=dict)
+
+
+def cluster_name(config: Config) -> str:
+    """The cluster's name; ParallelCluster needs it to differ from the name of any stack of ours."""
+    return f"{config.project}-cluster"
+
+
+def queue_name(group: ComputeGroup) -> str:
+    return group.name
+
+
+def compute_resource_name(group: ComputeGroup) -> str:
+    return group.instance_type.replace(".", "-")
+
+
+def batch_script_name(group: ComputeGroup) -> str:
+    return f"train-{group.name}.sbatch"
+
+
+def setup_args(batch_scripts: Mapping[str, S3Object]) -> list[str]:
+    """Arguments of the setup script: every version from versions.py, so the script never changes."""
+    args = ["--sdk", NEURON_SDK_VERSION, "--venv", VENV]
+    for name, version in NEURON_APT_PACKAGES.items():
+        args += ["--apt", f"{name}={version}"]
+    for name, version in NEURON_PIP_PACKAGES.items():
+        args += ["--pip", f"{name}=={version}"]
+    for name, obj in batch_scripts.items():
+        args += ["--sbatch", f"{name}={obj.url}"]
+    return args
+
+
+def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
+    """The ParallelCluster 3 configuration: a head node and one Slurm queue per compute group."""
+    for i, group in enumerate(config.compute_groups):
+        if group.name in FORBIDDEN_QUEUE_NAMES:
+            raise ConfigError(f"compute_groups[{i}].name", group.name, "ParallelCluster forbids this queue name")
+        if group.name not in ids.compute_subnet_ids:
+            raise ConfigError("compute_subnet_ids", sorted(ids.compute_subnet_ids), f"a subnet for group {group.name}")
+    settings = config.parallelcluster
+    scripts = [ids.setup_script, *ids.batch_scripts.values()]
+    s3_access = [{"BucketName": s.bucket, "KeyName": s.key, "EnableWriteAccess": False} for s in scripts]
+    action = {"OnNodeConfigured": {"Script": ids.setup_script.url, "Args": setup_args(ids.batch_scripts)}}
+    ssh: dict[str, Any] = {"AllowedIps": settings.ssh_allowed_cidr or config.network.cidr}
+    if settings.ssh_key_name:
+        ssh["KeyName"] = settings.ssh_key_name
+    head_node = {
+        "InstanceType": settings.head_node_instance_type,
+        "Networking": {
+            "SubnetId": ids.head_node_subnet_id,
+            "AdditionalSecurityGroups": [ids.efa_security_group_id],
+        },
+        "Ssh": ssh,
+        "LocalStorage": {
+            "RootVolume": {"Size": settings.head_node_root_volume_gib, "Encrypted": True, "VolumeType": "gp3"}
+        },
+        "Iam": {"AdditionalIamPolicies": [{"Policy": SSM_POLICY}], "S3Access": copy.deepcopy(s3_access)},
+        "Imds": {"Secured": True},
+        "CustomActions": copy.deepcopy(action),
+    }
+    return {
+        "Region": config.region,
+        "Image": {"Os": OS},
+        "HeadNode": head_node,
+        "Scheduling": {
+            "Scheduler": "slurm",
+            "SlurmQueues": [_queue(config, group, ids, action, s3_access) for group in config.compute_groups],
+        },
+        "SharedStorage": [_shared_storage(config, ids.file_system_id)],
+        "Imds": {"ImdsSupport": "v2.0"},
+        "Tags": [{"Key": "project", "Value": config.project}]
+        + [{"Key": k, "Value": v} for k, v in sorted(config.tags.items())],
+    }
+
+
+def _queue(
+    config: Config, group: ComputeGroup, ids: ClusterIds, action: dict[str, Any], s3_access: list[dict[str, Any]]
+) -> dict[str, Any]:
+    spec = config.spec(group)
+    capacity = group.capacity
+    compute_resource: dict[str, Any] = {
+        "Name": compute_resource_name(group),
+        "InstanceType": group.instance_type,
+        "MinCount": 0,
+        "MaxCount": group.maximum,
+        "Efa": {"Enabled": spec.has_efa},
+    }
+    if capacity.type == "capacity-block":
+        # ParallelCluster runs a capacity block as static nodes: MinCount must equal MaxCount (> 0).
+        compute_resource["MinCount"] = group.maximum
+    if capacity.reserved:
+        compute_resource["CapacityReservationTarget"] = {"CapacityReservationId": capacity.reservation_id}
+    return {
+        "Name": queue_name(group),
+        "CapacityType": _CAPACITY_TYPE[capacity.type],
+        "ComputeResources": [compute_resource],
+        "ComputeSettings": {
+            "LocalStorage": {"RootVolume": {"Size": group.root_volume_gib, "Encrypted": True, "VolumeType": "gp3"}}
+        },
+        "Networking": {
+            # EFA needs every node of a job in one subnet; the group has exactly one.
+            "SubnetIds": [ids.compute_subnet_ids[group.name]],
+            # A placement group fights reservations and capacity blocks; ParallelCluster wants an
+            # explicit Enabled: false for EFA queues without one.
+            "PlacementGroup": {"Enabled": group.placement_group},
+            "AdditionalSecurityGroups": [ids.efa_security_group_id],
+        },
+        "Iam": {"AdditionalIamPolicies": [{"Policy": SSM_POLICY}], "S3Access": copy.deepcopy(s3_access)},
+        "CustomActions": copy.deepcopy(action),
+    }
+
+
+def _shared_storage(config: Config, file_system_id: str | None) -> dict[str, Any]:
+    storage: dict[str, Any] = {"Name": SHARED_STORAGE_NAME, "StorageType": "FsxLustre", "MountDir": MOUNT_DIR}
+    if file_system_id is not None:
+        storage["FsxLustreSettings"] = {"FileSystemId": file_system_id}
+        return storage
+    settings = config.storage
+    lustre: dict[str, Any] = {"StorageCapacity": settings.capacity_gib, "DeploymentType": settings.deployment_type}
+    if settings.throughput_mb_per_tib is not None:
+        lustre["PerUnitStorageThroughput"] = settings.throughput_mb_per_tib
+    if settings.compression == "LZ4":
+        lustre["DataCompressionType"] = "LZ4"
+    # ParallelCluster offers Delete or Retain for a file system it creates; a snapshot policy keeps it.
+    lustre["DeletionPolicy"] = "Delete" if settings.removal_policy == "destroy" else "Retain"
+    storage["FsxLustreSettings"] = lustre
+    return storage
+
+
+# -- the pcluster CLI alternative ------------------------------------------------------------------
+
+SCRIPTS_PREFIX = "trainium"
+
+
+def placeholder(name: str) -> str:
+    return "${" + name + "}"
+
+
+def subnet_placeholder(group: ComputeGroup) -> str:
+    return "COMPUTE_SUBNET_ID_" + group.name.upper().replace("-", "_")
+
+
+def placeholder_names(config: Config) -> dict[str, str]:
+    """Placeholder -> where its value comes from after `cdk deploy` of the network (and storage) stacks."""
+    names = {
+        "HEAD_NODE_SUBNET_ID": (
+            f"the public subnet in AZ ID {config.storage_group.az_id} of {config.stack_name('network')} "
+            "(tag aws-cdk:subnet-name=public)"
+            if config.parallelcluster.head_node_subnet == "public"
+            else f"output ComputeSubnet-{config.storage_group.name} of {config.stack_name('network')}"
+        ),
+        "EFA_SECURITY_GROUP_ID": f"output EfaSecurityGroupId of {config.stack_name('network')}",
+        "SCRIPTS_BUCKET": f"an S3 bucket of yours; upload this directory to s3://$SCRIPTS_BUCKET/{SCRIPTS_PREFIX}/",
+    }
+    for group in config.compute_groups:
+        names[subnet_placeholder(group)] = f"output ComputeSubnet-{group.name} of {config.stack_name('network')}"
+    if config.storage.enabled:
+        names["FSX_FILE_SYSTEM_ID"] = f"output FileSystemId of {config.stack_name('storage')}"
+    return names
+
+
+def placeholder_ids(config: Config) -> ClusterIds:
+    bucket = placeholder("SCRIPTS_BUCKET")
+    return ClusterIds(
+        head_node_subnet_id=placeholder("HEAD_NODE_SUBNET_ID"),
+        compute_subnet_ids={g.name: placeholder(subnet_placeholder(g)) for g in config.compute_groups},
+        efa_security_group_id=placeholder("EFA_SECURITY_GROUP_ID"),
+        file_system_id=placeholder("FSX_FILE_SYSTEM_ID") if config.storage.enabled else None,
+        setup_script=S3Object(bucket, f"{SCRIPTS_PREFIX}/{SETUP_SCRIPT_NAME}"),
+        batch_scripts={
+            batch_script_name(g): S3Object(bucket, f"{SCRIPTS_PREFIX}/{batch_script_name(g)}")
+            for g in config.compute_groups
+        },
+    )
+
+
+def render_cluster_yaml(config: Config, ids: ClusterIds | None = None) -> str:
+    """The cluster configuration as YAML for `pcluster create-cluster`, with ``${NAME}`` placeholders
+    for ids known only after deploy (or the concrete ``ids`` given)."""
+    body = yaml.safe_dump(cluster_configuration(config, ids or placeholder_ids(config)), sort_keys=False)
+    header = [
+        f"# ParallelCluster {PARALLELCLUSTER_VERSION} configuration of {cluster_name(config)}, generated by trainium-cdk",
+        "# (the same cluster the ParallelCluster stack deploys). Fill the placeholders, then:",
+        f"#   envsubst < {config.project}-cluster.yaml > cluster.yaml",
+        f"#   pcluster create-cluster --region {config.region} --cluster-name {cluster_name(config)} "
+        "--cluster-configuration cluster.yaml",
+    ]
+    if ids is None:
+        header.append("# Placeholders:")
+        header += [f"#   {name}: {source}" for name, source in placeholder_names(config).items()]
+    return "\n".join(header) + "\n" + body

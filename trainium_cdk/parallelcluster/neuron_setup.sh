@@ -1,0 +1,80 @@
+#!/bin/bash
+# trainium-cdk: ParallelCluster OnNodeConfigured action for Trainium clusters (Ubuntu 22.04).
+#
+# Every version comes from the arguments (trainium_cdk/versions.py renders them into the cluster
+# configuration), so this file never changes when the Neuron SDK pin does:
+#   --sdk VERSION        Neuron SDK release, for the log and /etc/neuron-sdk-version
+#   --apt NAME=VERSION   a Neuron Debian package, pinned (repeatable)
+#   --pip SPEC           a Neuron pip requirement, pinned (repeatable)
+#   --venv DIR           the PyTorch Neuron virtual environment (on /home, which the head node shares)
+#   --sbatch NAME=S3URL  a batch script the head node copies to $(dirname VENV)/trainium/NAME (repeatable)
+#
+# Compute nodes get the driver, runtime, collectives and tools; the head node builds the shared venv
+# (one build for the whole cluster: /home is NFS-exported to every node). ParallelCluster installs EFA.
+set -euo pipefail
+
+SDK="" VENV="/home/ubuntu/aws_neuron_venv_pytorch"
+APT=() PIP=() SBATCH=()
+while (($#)); do
+  case "$1" in
+    --sdk) SDK="$2"; shift 2 ;;
+    --apt) APT+=("$2"); shift 2 ;;
+    --pip) PIP+=("$2"); shift 2 ;;
+    --venv) VENV="$2"; shift 2 ;;
+    --sbatch) SBATCH+=("$2"); shift 2 ;;
+    *) echo "neuron_setup: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+# shellcheck disable=SC1091
+. /etc/parallelcluster/cfnconfig   # cfn_node_type: HeadNode or ComputeFleet
+# shellcheck disable=SC1091
+. /etc/os-release
+echo "neuron_setup: Neuron SDK ${SDK} on ${cfn_node_type} (${PRETTY_NAME})"
+export DEBIAN_FRONTEND=noninteractive
+
+add_neuron_apt_repo() {
+  install -d -m 0755 /etc/apt/keyrings
+  curl -fsSL https://apt.repos.neuron.amazonaws.com/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB \
+    | gpg --dearmor --yes -o /etc/apt/keyrings/neuron.gpg
+  echo "deb [signed-by=/etc/apt/keyrings/neuron.gpg] https://apt.repos.neuron.amazonaws.com ${VERSION_CODENAME} main" \
+    > /etc/apt/sources.list.d/neuron.list
+  apt-get update -y
+}
+
+if [[ "${cfn_node_type}" == "ComputeFleet" ]]; then
+  add_neuron_apt_repo
+  apt-get install -y "linux-headers-$(uname -r)" git
+  # Debian revisions follow the version (1.2.3.0-<hash>): pin the version, accept the revision.
+  pinned=()
+  for spec in "${APT[@]}"; do pinned+=("${spec}*"); done
+  apt-get install -y --allow-downgrades --allow-change-held-packages "${pinned[@]}"
+  apt-mark hold "${APT[@]%%=*}"
+  echo 'export PATH=/opt/aws/neuron/bin:$PATH' > /etc/profile.d/neuron.sh
+
+  # Multi-NIC Trn1 nodes: older images map the hostname to the address of another interface in
+  # /etc/hosts, and collectives then bind to the wrong one. Map it to the primary address.
+  primary_ip="$(hostname -I | awk '{print $1}')"
+  short="$(hostname -s)"
+  domain="$(dnsdomainname 2>/dev/null || true)"
+  sed -i "/[[:space:]]${short}\([[:space:]]\|\.\|$\)/d" /etc/hosts
+  echo "${primary_ip} ${domain:+${short}.${domain} }${short}" >> /etc/hosts
+else
+  apt-get update -y
+  apt-get install -y python3-venv python3-pip git
+  if [[ ! -x "${VENV}/bin/python" ]]; then
+    sudo -u ubuntu python3 -m venv "${VENV}"
+  fi
+  sudo -u ubuntu "${VENV}/bin/python" -m pip install --quiet --upgrade pip
+  sudo -u ubuntu "${VENV}/bin/python" -m pip install --quiet \
+    --extra-index-url https://pip.repos.neuron.amazonaws.com "${PIP[@]}" torchvision
+  # The shared compile cache (one directory per job family below it), writable by every user.
+  install -d -m 1777 /fsx/neuron-cache
+  jobs_dir="$(dirname "${VENV}")/trainium"
+  sudo -u ubuntu mkdir -p "${jobs_dir}"
+  for spec in "${SBATCH[@]}"; do
+    sudo -u ubuntu aws s3 cp --only-show-errors "${spec#*=}" "${jobs_dir}/${spec%%=*}"
+  done
+fi
+echo "${SDK}" > /etc/neuron-sdk-version
+echo "neuron_setup: done"

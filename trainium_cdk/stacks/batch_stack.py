@@ -1,0 +1,70 @@
+"""The AWS Batch backend stack: per compute group a compute environment, a job queue, a job definition."""
+
+from __future__ import annotations
+
+import shlex
+
+from aws_cdk import CfnOutput, Stack
+from constructs import Construct
+
+from trainium_cdk.config import Config
+from trainium_cdk.constructs.batch import SCRIPT_PARAMETER, TrainiumBatch
+from trainium_cdk.constructs.network import TrainingNetwork
+from trainium_cdk.constructs.storage import LustreStorage
+
+
+class BatchStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: Config,
+        network: TrainingNetwork,
+        storage: LustreStorage | None,
+        **kwargs,
+    ) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            description="trainium-cdk: AWS Batch multi-node parallel training on Trainium",
+            **kwargs,
+        )
+        self.groups = {
+            group.name: TrainiumBatch(
+                self,
+                f"Batch-{group.name}",
+                group=group,
+                spec=config.spec(group),
+                vpc=network.vpc,
+                subnets=network.compute_subnets(group.name),
+                security_groups=[network.efa_security_group],
+                placement_group=network.placement_group(group.name),
+                settings=config.batch,
+                storage=storage,
+                name_prefix=construct_id,
+            )
+            for group in config.compute_groups
+        }
+        for name, training in self.groups.items():
+            CfnOutput(self, f"JobQueueName-{name}", value=training.job_queue_name)
+            CfnOutput(self, f"JobQueueArn-{name}", value=training.job_queue.job_queue_arn)
+            CfnOutput(self, f"JobDefinitionName-{name}", value=training.job_definition_name)
+            CfnOutput(self, f"JobDefinitionArn-{name}", value=training.job_definition.job_definition_arn)
+            CfnOutput(self, f"LogGroupName-{name}", value=training.log_group.log_group_name)
+            CfnOutput(self, f"SubmitJob-{name}", value=submit_job_command(config.region, training))
+
+
+def submit_job_command(region: str, training: TrainiumBatch) -> str:
+    """The `aws batch submit-job` command of one compute group (its default script, or the configured one)."""
+    parts = [
+        "aws batch submit-job",
+        f"--region {region}",
+        f"--job-name {training.group.name}-training",
+        f"--job-queue {training.job_queue_name}",
+        f"--job-definition {training.job_definition_name}",
+    ]
+    parameters = training.job_definition.parameters
+    if parameters and SCRIPT_PARAMETER in parameters:
+        parts.append(f"--parameters {SCRIPT_PARAMETER}={shlex.quote(str(parameters[SCRIPT_PARAMETER]))}")
+    return " ".join(parts)

@@ -1,0 +1,53 @@
+"""The development instance stack: one Neuron DLAMI instance reached with SSM Session Manager."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Stack
+from constructs import Construct
+
+from trainium_cdk.config import Config
+from trainium_cdk.constructs.dev_instance import DevInstance, dev_instance_az_id
+from trainium_cdk.constructs.network import TrainingNetwork
+from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.errors import ConfigError
+
+
+class InstanceStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: Config,
+        network: TrainingNetwork,
+        storage: LustreStorage | None,
+        **kwargs,
+    ) -> None:
+        super().__init__(scope, construct_id, description="trainium-cdk: Neuron development instance", **kwargs)
+        settings = config.instance
+        spec = config.catalog.get(settings.instance_type, field="instance.instance_type")
+        az_id = dev_instance_az_id(config)
+        subnets = [s for s in network.private_subnets if s.availability_zone == az_id]
+        if not subnets:
+            raise ConfigError("instance.az_id", az_id, "an AZ ID of the VPC")
+        mount = storage if settings.mount_storage else None
+        self.dev = DevInstance(
+            self,
+            "Dev",
+            vpc=network.vpc,
+            subnet=subnets[0],
+            spec=spec,
+            settings=settings,
+            storage=mount,
+            storage_client_group=network.efa_security_group if mount is not None else None,
+        )
+        instance_id = self.dev.instance_id
+        CfnOutput(self, "InstanceId", value=instance_id)
+        CfnOutput(self, "StartSession", value=f"aws ssm start-session --region {config.region} --target {instance_id}")
+        if self.dev.endpoint is not None:
+            CfnOutput(
+                self,
+                "InstanceConnectSsh",
+                value=f"aws ec2-instance-connect ssh --region {config.region} --instance-id {instance_id} "
+                f"--connection-type eice --os-user {self.dev.os_user}",
+            )

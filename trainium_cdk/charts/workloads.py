@@ -52,52 +52,62 @@ def workload_charts(app: Construct, config: Config, *, image: str) -> dict[str, 
     return charts
 
 
-def example_jobs(config: Config, *, image: str) -> list[JobSpec]:
-    """The documented examples on the first compute group: the MLP on one node, the MLP across the
-    group's nodes (when it has EFA and more than one node), and BERT-large phase 1 (2 nodes, bf16)."""
+def example_settings(config: Config) -> list[TrainingJobSettings]:
+    """The documented examples on the first compute group: the MLP on one node, and, when the group has
+    EFA and room for two nodes, the MLP across its nodes and BERT-large phase 1 (2 nodes, bf16)."""
     group = config.compute_groups[0]
-    spec = config.spec(group)
-    def mlp(name: str, nodes: int) -> JobSpec:
+
+    def mlp(name: str, nodes: int) -> TrainingJobSettings:
         command = (*EXAMPLE_COMMAND, "--output-dir", f"/data/runs/{name}")
-        return config.job_spec(
-            TrainingJobSettings(name=name, nodes=nodes, command=command, cache_set=name), image=image
-        )
+        return TrainingJobSettings(name=name, group=group.name, nodes=nodes, command=command, cache_set=name)
 
     examples = [mlp("mlp", 1)]
-    if spec.has_efa and group.maximum >= 2:
-        nodes = group.nodes if group.nodes > 1 else 2
+    if config.spec(group).has_efa and group.maximum >= 2:
         examples += [
-            mlp("mlp-distributed", nodes),
-            config.job_spec(
-                TrainingJobSettings(
-                    name="bert-large-phase1", nodes=2, command=BERT_LARGE_PHASE1_COMMAND, cache_set="bert-large",
-                    # bf16 through autocast; XLA_DOWNCAST_BF16 for SDKs before autocast support.
-                    env={"XLA_DOWNCAST_BF16": "1", "NEURON_RT_STOCHASTIC_ROUNDING_EN": "1"},
-                ),
-                image=image,
+            mlp("mlp-distributed", group.nodes if group.nodes > 1 else 2),
+            TrainingJobSettings(
+                name="bert-large-phase1", group=group.name, nodes=2, command=BERT_LARGE_PHASE1_COMMAND,
+                cache_set="bert-large",
+                # bf16 through autocast; XLA_DOWNCAST_BF16 for SDKs before autocast support.
+                env={"XLA_DOWNCAST_BF16": "1", "NEURON_RT_STOCHASTIC_ROUNDING_EN": "1"},
             ),
         ]
     return examples
 
 
-def render_job(config: Config, *, name: str, group: str | None = None, nodes: int | None = None,
-               image: str | None = None) -> list[dict[str, Any]]:
-    """The Kubernetes objects of a configured job (or an example, by name) as dicts, for `trn submit`."""
-    image = image or config.workloads.image or "${TRAINING_IMAGE}"
-    configured = {j.name: j for j in config.workloads.jobs}
-    if name in configured:
-        settings = configured[name]
-        overrides: dict[str, Any] = {}
-        if group is not None:
-            overrides["group"] = group
-        if nodes is not None:
-            overrides["nodes"] = nodes
-        job = config.job_spec(settings.model_copy(update=overrides), image=image)
-    else:
-        examples = {j.name: j for j in example_jobs(config, image=image)}
-        if name not in examples:
-            raise ConfigError("job", name, "a job of workloads.jobs or an example; " + one_of([*configured, *examples]))
-        job = examples[name]
+def example_jobs(config: Config, *, image: str) -> list[JobSpec]:
+    return [config.job_spec(settings, image=image) for settings in example_settings(config)]
+
+
+def render_job(
+    config: Config,
+    *,
+    name: str,
+    group: str | None = None,
+    nodes: int | None = None,
+    job: str | None = None,
+    image: str | None = None,
+) -> list[dict[str, Any]]:
+    """The Kubernetes objects of one training job, as dicts, for `trn submit --backend eks`.
+
+    :param name: the name of the job to create.
+    :param job: the workload it runs: a job of ``workloads.jobs`` or an example (``mlp``,
+        ``mlp-distributed``, ``bert-large-phase1``). Default: the first configured job, else ``mlp``.
+    :param group: compute group; default: the workload's.
+    :param nodes: nodes; default: the workload's. Above 1 it becomes a gang-scheduled Volcano job.
+    :param image: default: the workload's image, ``workloads.image``, else ``${TRAINING_IMAGE}``.
+    """
+    workloads = {s.name: s for s in (*config.workloads.jobs, *example_settings(config))}
+    chosen = job or (config.workloads.jobs[0].name if config.workloads.jobs else "mlp")
+    if chosen not in workloads:
+        raise ConfigError("job", chosen, "a job of workloads.jobs or an example; " + one_of(workloads))
+    update: dict[str, Any] = {"name": name}
+    if group is not None:
+        update["group"] = group
+    if nodes is not None:
+        update["nodes"] = nodes
+    spec = config.job_spec(
+        workloads[chosen].model_copy(update=update), image=image or config.workloads.image or "${TRAINING_IMAGE}"
+    )
     app = cdk8s.App()
-    chart = training_job(app, name, job=job, queue=config.workloads.queue)
-    return chart.to_json()
+    return training_job(app, name, job=spec, queue=config.workloads.queue).to_json()

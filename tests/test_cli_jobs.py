@@ -1,0 +1,711 @@
+"""`trn submit/status/logs`.
+
+Batch: a real moto Batch queue, multi-node job definition and CloudWatch Logs; the stack outputs are
+faked at DescribeStacks (moto's CloudFormation needs an extra that is not installed).
+EKS: no cluster here, so the kubernetes client is replaced with unittest.mock, and the job chart's
+render_job (written elsewhere) with a fake that returns one small Job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import boto3
+import pytest
+import yaml
+from botocore.exceptions import EndpointConnectionError
+
+from tests.test_cli_support import (
+    DEFAULT_YAML,
+    REGION,
+    ROOT,
+    AwsCalls,
+    assert_one_clean_line,
+    client_error,
+    run_cli,
+)
+from trainium_cdk.cli import batch_jobs, jobs
+from trainium_cdk.cli._common import CliError
+
+STACK = "trainium-batch"
+
+# The shared fixtures (aws, aws_env, no_credentials, no_sleep).
+pytest_plugins = ["tests.test_cli_support"]
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    """The default config with the Batch backend (the EKS tests pass --backend eks)."""
+    raw = yaml.safe_load(DEFAULT_YAML.read_text())
+    raw["backends"] = ["batch"]
+    path = tmp_path / "jobs.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def stack_answer(outputs: dict[str, str]) -> Any:
+    def answer(params: dict[str, Any]) -> Any:
+        if params["StackName"] != STACK:
+            message = f"Stack with id {params['StackName']} does not exist"
+            return client_error("ValidationError", "DescribeStacks", message)
+        return {"Stacks": [{
+            "StackName": STACK, "StackStatus": "UPDATE_COMPLETE", "CreationTime": dt.datetime(2026, 11, 1),
+            "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in outputs.items()],
+        }]}
+
+    return answer
+
+
+@pytest.fixture
+def batch(aws: AwsCalls) -> dict[str, str]:
+    """A moto Batch queue and multi-node job definition, published as the stack's outputs."""
+    role = boto3.client("iam").create_role(RoleName="batch", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    client = boto3.client("batch", region_name=REGION)
+    env = client.create_compute_environment(
+        computeEnvironmentName="trainium-train", type="UNMANAGED", state="ENABLED", serviceRole=role
+    )
+    queue = client.create_job_queue(
+        jobQueueName="trainium-train", state="ENABLED", priority=1,
+        computeEnvironmentOrder=[{"order": 1, "computeEnvironment": env["computeEnvironmentArn"]}],
+    )
+    definition = client.register_job_definition(
+        jobDefinitionName="trainium-train", type="multinode",
+        nodeProperties={"numNodes": 2, "mainNode": 0, "nodeRangeProperties": [{
+            "targetNodes": "0:", "container": {"image": "neuron", "vcpus": 1, "memory": 128, "command": ["train"]},
+        }]},
+    )
+    outputs = {
+        "TrainJobQueueArn": queue["jobQueueArn"],
+        "TrainJobDefinitionArn": definition["jobDefinitionArn"],
+        "JobLogGroupName": "/aws/batch/job",
+    }
+    aws.fake("DescribeStacks", stack_answer(outputs))
+    return outputs
+
+
+def submitted(aws: AwsCalls) -> list[dict[str, Any]]:
+    return aws.of("SubmitJob")
+
+
+# -- Batch: submit ----------------------------------------------------------------------------------
+
+
+def test_submit_sends_a_multinode_job_to_the_group_queue(aws, batch, config):
+    result = run_cli("submit", "--config", str(config), "--nodes", "3", "--name", "bert-demo")
+    assert result.code == 0, result.err
+    assert submitted(aws) == [{
+        "jobName": "bert-demo", "jobQueue": batch["TrainJobQueueArn"],
+        "jobDefinition": batch["TrainJobDefinitionArn"], "nodeOverrides": {"numNodes": 3},
+    }]
+    job_id = result.out.split("job id ")[1].split()[0]
+    job = boto3.client("batch", region_name=REGION).describe_jobs(jobs=[job_id])["jobs"][0]
+    assert job["jobName"] == "bert-demo" and job["jobQueue"] == batch["TrainJobQueueArn"]
+    assert "(3 x trn1.32xlarge, group train)" in result.out
+    assert f"trn status {job_id} --wait" in result.out and f"trn logs {job_id} --follow" in result.out
+    assert aws.of("DescribeStacks") == [{"StackName": STACK}]
+
+
+def test_submit_defaults_nodes_and_name_from_the_group(aws, batch, config):
+    result = run_cli("submit", "--config", str(config))
+    assert result.code == 0, result.err
+    request = submitted(aws)[0]
+    assert request["nodeOverrides"] == {"numNodes": 2}
+    assert request["jobName"].startswith("trainium-train-")
+
+
+def test_submit_dry_run_prints_the_request_and_submits_nothing(aws, batch, config):
+    result = run_cli("submit", "--config", str(config), "--nodes", "4", "--name", "x", "--dry-run")
+    assert result.code == 0, result.err
+    assert submitted(aws) == []
+    body = json.loads(result.out.split("\n", 1)[1])
+    assert body == {"jobName": "x", "jobQueue": batch["TrainJobQueueArn"],
+                    "jobDefinition": batch["TrainJobDefinitionArn"], "nodeOverrides": {"numNodes": 4}}
+
+
+def test_submit_to_a_single_node_definition_sends_no_node_overrides(aws, batch, config):
+    definition = boto3.client("batch", region_name=REGION).register_job_definition(
+        jobDefinitionName="single", type="container",
+        containerProperties={"image": "neuron", "vcpus": 1, "memory": 128},
+    )
+    aws.fake("DescribeStacks", stack_answer({**batch, "TrainJobDefinitionArn": definition["jobDefinitionArn"]}))
+    assert run_cli("submit", "--config", str(config), "--nodes", "1", "--name", "one").code == 0
+    assert "nodeOverrides" not in submitted(aws)[0]
+    result = run_cli("submit", "--config", str(config), "--nodes", "2", "--name", "two")
+    assert_one_clean_line(result, "--nodes", "single-node")
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (("--nodes", "9"), ("--nodes", "max_nodes of group train (4)")),
+        (("--nodes", "0"), ("--nodes",)),
+        (("--group", "big"), ("--group", "allowed: train")),
+        (("--name", "bad name!"), ("--name", "Batch job name")),
+        (("-c", "nodes=lots"), ("configuration error", "nodes")),
+    ],
+)
+def test_submit_rejects_bad_input_in_one_line(aws, batch, config, argv, words):
+    result = run_cli("submit", "--config", str(config), *argv)
+    assert_one_clean_line(result, *words)
+    assert submitted(aws) == []
+
+
+def test_submit_without_the_stack_says_to_deploy_it(aws, config):
+    missing = client_error("ValidationError", "DescribeStacks", f"Stack with id {STACK} does not exist")
+    aws.fake("DescribeStacks", missing)
+    result = run_cli("submit", "--config", str(config))
+    assert_one_clean_line(result, f"stack {STACK} does not exist in us-west-2", "cdk deploy")
+
+
+# -- Batch: finding the outputs -----------------------------------------------------------------------
+
+GROUPS = ["train", "train-big"]
+
+
+@pytest.mark.parametrize(
+    ("outputs", "group", "expected"),
+    [
+        ({"JobQueue": "q"}, "train", "q"),  # one queue for every group
+        ({"TrainJobQueueArn": "arn:q1", "TrainBigJobQueueArn": "arn:q2"}, "train", "arn:q1"),
+        ({"TrainJobQueueArn": "arn:q1", "TrainBigJobQueueArn": "arn:q2"}, "train-big", "arn:q2"),
+        ({"JobQueuetrain": "q1", "JobQueuetrainbig": "q2"}, "train", "q1"),
+        ({"BatchJobQueueTrainA1B2C3": "arn:q1", "BatchJobQueueTrainNameD4": "q1"}, "train", "arn:q1"),
+        ({"trainiumJobQueueArn": "arn:q"}, "train", "arn:q"),  # the project name is no group name
+    ],
+)
+def test_find_output_is_tolerant(outputs, group, expected):
+    found = batch_jobs.find_output(outputs, "JobQueue", group=group, groups=GROUPS, stack=STACK, project="trainium")
+    assert found == expected
+
+
+@pytest.mark.parametrize(
+    ("outputs", "message"),
+    [
+        ({"VpcId": "vpc-1"}, "no output whose key contains JobQueue (outputs: VpcId)"),
+        ({"TrainBigJobQueue": "q2"}, "no JobQueue output for compute group train"),
+        ({"JobQueueA": "q1", "JobQueueB": "q2"}, "several JobQueue outputs"),
+    ],
+)
+def test_find_output_explains_what_is_missing(outputs, message):
+    with pytest.raises(CliError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        batch_jobs.find_output(outputs, "JobQueue", group="train", groups=GROUPS, stack=STACK)
+
+
+# -- Batch: status ----------------------------------------------------------------------------------
+
+
+def _submit(config: Path) -> str:
+    result = run_cli("submit", "--config", str(config), "--name", "demo")
+    assert result.code == 0, result.err
+    return result.out.split("job id ")[1].split()[0]
+
+
+def test_status_of_a_moto_job(aws, batch, config):
+    job_id = _submit(config)
+    result = run_cli("status", job_id, "--config", str(config))
+    assert result.code == 0, result.err
+    assert result.out.startswith(f"job {job_id}: SUCCEEDED (demo, 2 nodes")
+    assert {"jobs": [job_id]} in aws.of("DescribeJobs")
+
+
+def jobs_sequence(aws: AwsCalls, states: list[dict[str, Any]]) -> None:
+    """DescribeJobs answers the next state per call for the job, nothing for its node ids."""
+    remaining = list(states)
+
+    def answer(params: dict[str, Any]) -> dict[str, Any]:
+        if any("#" in j for j in params["jobs"]):
+            return {"jobs": []}
+        state = remaining.pop(0) if len(remaining) > 1 else remaining[0]
+        return {"jobs": [{"jobId": params["jobs"][0], "jobName": "demo", **state}]}
+
+    aws.fake("DescribeJobs", answer)
+
+
+def test_status_wait_prints_transitions_with_backoff(aws, config, no_sleep):
+    jobs_sequence(aws, [
+        {"status": "SUBMITTED"}, {"status": "RUNNABLE"}, {"status": "RUNNABLE"}, {"status": "RUNNING"},
+        {"status": "FAILED", "statusReason": "Essential container in task exited", "container": {"exitCode": 1}},
+    ])
+    result = run_cli("status", "abc", "--wait", "--config", str(config))
+    assert result.code == 1
+    transitions = [line.split(" ", 1)[1] for line in result.out.splitlines()]
+    assert transitions == [
+        "job abc: SUBMITTED (demo)",
+        "job abc: SUBMITTED -> RUNNABLE (demo)",
+        "job abc: RUNNABLE -> RUNNING (demo)",
+        "job abc: RUNNING -> FAILED (demo, Essential container in task exited, exit code 1)",
+    ]
+    assert no_sleep == [2.0, 2.0, 3.0, 2.0]  # grows while nothing changes, resets on a transition
+
+
+def test_status_wait_gives_up_at_the_timeout(aws, config, no_sleep):
+    jobs_sequence(aws, [{"status": "RUNNING"}])
+    result = run_cli("status", "abc", "--wait", "--timeout", "0", "--config", str(config))
+    assert result.code == 1
+    assert "still RUNNING" in result.err and "Traceback" not in result.err
+
+
+def test_status_of_an_unknown_job(aws, config):
+    result = run_cli("status", "no-such-job", "--config", str(config))
+    assert_one_clean_line(result, "no AWS Batch job no-such-job in us-west-2")
+
+
+# -- Batch: logs ------------------------------------------------------------------------------------
+
+
+def _put_log(stream: str, *messages: str) -> None:
+    logs = boto3.client("logs", region_name=REGION)
+    with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+        logs.create_log_group(logGroupName="/aws/batch/job")
+    logs.create_log_stream(logGroupName="/aws/batch/job", logStreamName=stream)
+    now = int(dt.datetime.now().timestamp() * 1000)
+    logs.put_log_events(
+        logGroupName="/aws/batch/job", logStreamName=stream,
+        logEvents=[{"timestamp": now + i, "message": m} for i, m in enumerate(messages)],
+    )
+
+
+def test_logs_print_the_main_node_stream(aws, batch, config):
+    job_id = _submit(config)
+    _put_log(f"trainium-train/default/{job_id}", "rank 0: step 1 loss 9.1", "rank 0: step 2 loss 8.7")
+    result = run_cli("logs", job_id, "--config", str(config))
+    assert result.code == 0, result.err
+    assert result.out == "rank 0: step 1 loss 9.1\nrank 0: step 2 loss 8.7\n"
+    assert {"jobs": [f"{job_id}#0"]} in aws.of("DescribeJobs")  # the main node first
+    first = aws.of("GetLogEvents")[0]
+    assert first == {"logGroupName": "/aws/batch/job", "logStreamName": f"trainium-train/default/{job_id}",
+                     "startFromHead": True}
+
+
+def test_logs_follow_a_finished_job_drains_and_exits(aws, batch, config, no_sleep):
+    job_id = _submit(config)
+    _put_log(f"trainium-train/default/{job_id}", "done")
+    result = run_cli("logs", job_id, "--follow", "--config", str(config))
+    assert result.code == 0, result.err
+    assert result.out == "done\n"
+    assert result.err == f"job {job_id} SUCCEEDED\n"
+
+
+def test_logs_follow_waits_for_the_stream_pages_and_ends_with_the_job(aws, config, no_sleep):
+    container = {"logStreamName": "s", "logConfiguration": {"logDriver": "awslogs", "options": {"awslogs-group": "/t"}}}
+    jobs_sequence(aws, [
+        {"status": "RUNNABLE"}, {"status": "RUNNING", "container": container},
+        {"status": "RUNNING", "container": container}, {"status": "FAILED", "container": container},
+    ])
+    pages = {None: (["a"], "t1"), "t1": (["b"], "t2"), "t2": ([], "t2")}
+    late = iter([([], "t2"), (["c"], "t3")])
+
+    def events(params: dict[str, Any]) -> dict[str, Any]:
+        token = params.get("nextToken")
+        found, nxt = next(late) if token == "t2" else pages.get(token, ([], token))
+        return {"events": [{"timestamp": 1, "message": m + "\n"} for m in found], "nextForwardToken": nxt}
+
+    aws.fake("GetLogEvents", events)
+    result = run_cli("logs", "abc", "--follow", "--config", str(config))
+    assert result.out == "a\nb\nc\n"
+    assert result.code == 1  # the job FAILED
+    assert "waiting for job abc to start (RUNNABLE)" in result.err and "job abc FAILED" in result.err
+    assert {p["logGroupName"] for p in aws.of("GetLogEvents")} == {"/t"}
+
+
+def test_logs_before_the_job_starts(aws, config):
+    jobs_sequence(aws, [{"status": "RUNNABLE"}])
+    result = run_cli("logs", "abc", "--config", str(config))
+    assert result.code == 1
+    assert "no log stream yet" in result.err and "--follow" in result.err
+
+
+# -- errors: one line, exit 2, never a traceback -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "words"),
+    [
+        (client_error("AccessDeniedException", "DescribeJobs", "not authorized"), ("access denied to DescribeJobs",)),
+        (client_error("UnauthorizedOperation", "DescribeJobs"), ("access denied", "UnauthorizedOperation")),
+        (client_error("ThrottlingException", "DescribeJobs", "Rate exceeded"), ("throttled DescribeJobs", "wait")),
+        (client_error("ExpiredTokenException", "DescribeJobs"), ("credentials were rejected", "aws sso login")),
+        (EndpointConnectionError(endpoint_url="https://batch.us-west-2.amazonaws.com"), ("cannot reach AWS",)),
+    ],
+)
+def test_aws_errors_become_one_line(aws, config, error, words):
+    aws.fake("DescribeJobs", error)
+    assert_one_clean_line(run_cli("status", "abc", "--config", str(config)), *words)
+
+
+def test_no_credentials_is_one_line(no_credentials, config):
+    assert_one_clean_line(run_cli("status", "abc", "--config", str(config)), "no usable AWS credentials")
+
+
+def test_missing_config_file_is_one_line(aws, tmp_path):
+    result = run_cli("submit", "--config", str(tmp_path / "missing.yaml"))
+    assert_one_clean_line(result, "configuration error", "missing.yaml")
+
+
+def test_the_real_entry_point_prints_no_traceback(tmp_path, config):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AWS_EC2_METADATA_DISABLED": "true",
+           "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+           "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "trainium_cdk.cli", "status", "abc", "--config", str(config)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith("trn status: no usable AWS credentials") and done.stderr.count("\n") == 1
+
+
+def test_importing_the_cli_is_cheap_and_synth_never_imports_it():
+    heavy = ("boto3", "kubernetes", "cdk8s", "aws_cdk")
+    code = f"import sys, trainium_cdk.cli; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    package = ROOT / "trainium_cdk"
+    synth_side = [ROOT / "app.py", package / "__init__.py", *(package / "stacks").glob("*.py")]
+    for path in synth_side:
+        assert "trainium_cdk.cli" not in path.read_text(), path
+
+
+# -- EKS (unittest.mock in place of the kubernetes client; no cluster here) ---------------------------
+
+NAMESPACE = "ml"
+
+
+def small_job(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "trainium-cdk"}},
+        "spec": {"completions": 2, "parallelism": 2, "completionMode": "Indexed", "template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "train", "image": "neuron"}]}}},
+    }
+
+
+@pytest.fixture
+def kube(monkeypatch: pytest.MonkeyPatch, no_sleep: list[float]) -> Any:
+    from kubernetes import client
+
+    rendered: list[dict[str, Any]] = []
+
+    def render_job(
+        config: Any, *, group: str, name: str, nodes: int | None = None, job: str | None = None
+    ) -> list[dict[str, Any]]:
+        rendered.append({"project": config.project, "group": group, "name": name, "nodes": nodes})
+        return [small_job(name)]
+
+    charts_workloads = types.ModuleType("trainium_cdk.charts.workloads")
+    charts_workloads.render_job = render_job
+    monkeypatch.setitem(sys.modules, "trainium_cdk.charts.workloads", charts_workloads)
+    context = {"name": "eks", "context": {"cluster": "eks", "namespace": NAMESPACE}}
+    with (
+        mock.patch("kubernetes.config.load_kube_config") as load,
+        mock.patch("kubernetes.config.list_kube_config_contexts", return_value=([context], context)),
+        mock.patch("kubernetes.client.ApiClient") as api_client,
+        mock.patch("kubernetes.client.CoreV1Api") as core,
+        mock.patch("kubernetes.client.BatchV1Api") as batch_api,
+        mock.patch("kubernetes.client.CustomObjectsApi") as custom_api,
+        mock.patch("kubernetes.dynamic.DynamicClient") as dynamic,
+    ):
+        from kubernetes.client.exceptions import ApiException
+
+        custom_api.return_value.get_namespaced_custom_object.side_effect = ApiException(status=404, reason="Not Found")
+        yield types.SimpleNamespace(
+            load=load, api_client=api_client, core=core.return_value, batch=batch_api.return_value,
+            custom=custom_api.return_value, dyn=dynamic.return_value, rendered=rendered, client=client,
+            sleeps=no_sleep,
+        )
+
+
+def pod(
+    name: str, rank: int, phase: str, *, created: int = 0, unschedulable: str | None = None,
+    job_label: str = "trainium-cdk/job",
+) -> Any:
+    from kubernetes import client
+
+    scheduled = client.V1PodCondition(type="PodScheduled", status="False", message=unschedulable)
+    conditions = [scheduled] if unschedulable else None
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name=name, labels={job_label: "demo", "trainium-cdk/rank": str(rank)},
+            creation_timestamp=dt.datetime(2026, 11, 1, 0, created, tzinfo=dt.UTC),
+        ),
+        spec=client.V1PodSpec(
+            containers=[client.V1Container(name="train")], node_name=None if unschedulable else "ip-10-0-1-5"
+        ),
+        status=client.V1PodStatus(phase=phase, conditions=conditions),
+    )
+
+
+def pods(*items: Any) -> Any:
+    from kubernetes import client
+
+    return client.V1PodList(items=list(items))
+
+
+def job(condition: str | None = None, reason: str | None = None) -> Any:
+    from kubernetes import client
+
+    conditions = [client.V1JobCondition(type=condition, status="True", reason=reason)] if condition else None
+    return client.V1Job(status=client.V1JobStatus(conditions=conditions))
+
+
+def test_eks_submit_creates_the_rendered_objects(kube, config):
+    result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "demo", "--nodes", "2")
+    assert result.code == 0, result.err
+    assert kube.rendered == [{"project": "trainium", "group": "train", "name": "demo", "nodes": 2}]
+    kube.load.assert_called_once_with(config_file=None, context=None)
+    kube.dyn.resources.get.assert_called_once_with(api_version="batch/v1", kind="Job")
+    resource = kube.dyn.resources.get.return_value
+    kube.dyn.create.assert_called_once_with(resource, body=small_job("demo"), namespace=NAMESPACE)
+    assert f"created Job {NAMESPACE}/demo" in result.out
+    assert f"trn logs demo --backend eks --namespace {NAMESPACE} --follow" in result.out
+
+
+def test_eks_submit_namespace_kubeconfig_and_context_flags(kube, config, tmp_path):
+    argv = ("--namespace", "team", "--kubeconfig", str(tmp_path / "kc"), "--context", "eks")
+    result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "demo", *argv)
+    assert result.code == 0, result.err
+    kube.load.assert_called_once_with(config_file=str(tmp_path / "kc"), context="eks")
+    assert kube.dyn.create.call_args.kwargs["namespace"] == "team"
+    assert kube.rendered[0]["nodes"] is None  # the chart picks the group's nodes
+
+
+def test_eks_submit_dry_run_renders_without_a_cluster(kube, config):
+    result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "demo", "--dry-run")
+    assert result.code == 0, result.err
+    assert list(yaml.safe_load_all(result.out)) == [small_job("demo")]
+    kube.load.assert_not_called()
+    kube.dyn.create.assert_not_called()
+
+
+def test_eks_submit_existing_job_is_one_line(kube, config):
+    from kubernetes.client.exceptions import ApiException
+
+    kube.dyn.create.side_effect = ApiException(status=409, reason="Conflict")
+    result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "demo")
+    assert_one_clean_line(result, f"Job {NAMESPACE}/demo already exists", "kubectl delete job demo")
+
+
+def test_eks_submit_unknown_kind_is_one_line(kube, config):
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+    kube.dyn.resources.get.side_effect = ResourceNotFoundError("No matches found for {'kind': 'Job'}")
+    result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "demo")
+    assert_one_clean_line(result, "the cluster does not know Job (batch/v1)")
+
+
+def test_eks_status_reads_the_job_and_its_pods(kube, config):
+    kube.batch.read_namespaced_job_status.return_value = job("Complete")
+    kube.core.list_namespaced_pod.return_value = pods(pod("demo-1", 1, "Succeeded"), pod("demo-0", 0, "Succeeded"))
+    result = run_cli("status", "demo", "--backend", "eks", "--config", str(config))
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0] == f"job {NAMESPACE}/demo: SUCCEEDED (2 pod(s): 2 succeeded)"
+    assert lines[1].split() == ["demo-0", "rank", "0", "Succeeded", "node", "ip-10-0-1-5"]
+    kube.batch.read_namespaced_job_status.assert_called_once_with("demo", NAMESPACE)
+    kube.core.list_namespaced_pod.assert_called_once_with(NAMESPACE, label_selector="trainium-cdk/job=demo")
+
+
+def test_eks_status_shows_why_a_pod_is_pending(kube, config):
+    kube.batch.read_namespaced_job_status.return_value = job()
+    kube.core.list_namespaced_pod.return_value = pods(
+        pod("demo-0", 0, "Pending", unschedulable="0/3 nodes are available: 3 Insufficient aws.amazon.com/neuron.")
+    )
+    result = run_cli("status", "demo", "--backend", "eks", "--config", str(config))
+    assert result.code == 0
+    assert "PENDING" in result.out.splitlines()[0]
+    assert "unschedulable: 0/3 nodes are available: 3 Insufficient aws.amazon.com/neuron." in result.out
+
+
+def test_eks_status_wait_follows_transitions_to_failed(kube, config):
+    kube.batch.read_namespaced_job_status.side_effect = [job(), job(), job("Failed", "BackoffLimitExceeded")]
+    kube.core.list_namespaced_pod.side_effect = [
+        pods(pod("demo-0", 0, "Pending"), pod("demo-1", 1, "Pending")),
+        pods(pod("demo-0", 0, "Running"), pod("demo-1", 1, "Running")),
+        pods(pod("demo-0", 0, "Failed"), pod("demo-1", 1, "Running")),
+    ]
+    result = run_cli("status", "demo", "--backend", "eks", "--wait", "--config", str(config))
+    assert result.code == 1
+    heads = [line.split(" ", 1)[1] for line in result.out.splitlines() if not line.startswith("  ")]
+    assert heads == [
+        f"job {NAMESPACE}/demo: PENDING (2 pod(s): 2 pending)",
+        f"job {NAMESPACE}/demo: PENDING -> RUNNING (2 pod(s): 2 running)",
+        f"job {NAMESPACE}/demo: RUNNING -> FAILED (2 pod(s): 1 failed, 1 running; BackoffLimitExceeded)",
+    ]
+    assert kube.sleeps == [2.0, 2.0]
+
+
+def test_eks_status_of_a_missing_job(kube, config):
+    from kubernetes.client.exceptions import ApiException
+
+    kube.batch.read_namespaced_job_status.side_effect = ApiException(status=404, reason="Not Found")
+    kube.core.list_namespaced_pod.return_value = pods()
+    result = run_cli("status", "demo", "--backend", "eks", "--config", str(config))
+    assert_one_clean_line(result, f"no job demo in namespace {NAMESPACE}")
+    kube.custom.get_namespaced_custom_object.assert_called_once_with(
+        "batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", "demo"
+    )
+
+
+def test_eks_status_of_a_volcano_job(kube, config):
+    from kubernetes.client.exceptions import ApiException
+
+    kube.batch.read_namespaced_job_status.side_effect = ApiException(status=404, reason="Not Found")
+    kube.custom.get_namespaced_custom_object.side_effect = None
+    kube.custom.get_namespaced_custom_object.return_value = {
+        "kind": "Job", "status": {"state": {"phase": "Aborted", "reason": "PodFailed"}},
+    }
+    kube.core.list_namespaced_pod.return_value = pods(
+        pod("demo-leader-0", 0, "Failed"), pod("demo-worker-0", 1, "Running")
+    )
+    result = run_cli("status", "demo", "--backend", "eks", "--config", str(config))
+    assert result.code == 1
+    assert result.out.splitlines()[0] == f"job {NAMESPACE}/demo: FAILED (2 pod(s): 1 failed, 1 running; PodFailed)"
+
+
+def test_eks_status_finds_pods_by_the_kubernetes_job_name_label(kube, config):
+    kube.batch.read_namespaced_job_status.return_value = job()
+    found = pods(pod("demo-0", 0, "Running", job_label="job-name"))
+    kube.core.list_namespaced_pod.side_effect = (
+        lambda ns, label_selector: found if label_selector == "job-name=demo" else pods()
+    )
+    result = run_cli("status", "demo", "--backend", "eks", "--config", str(config))
+    assert result.code == 0, result.err
+    assert "RUNNING (1 pod(s): 1 running)" in result.out
+
+
+def test_the_pod_labels_are_the_training_charts():
+    from trainium_cdk.charts import training
+    from trainium_cdk.cli import eks_jobs
+
+    assert eks_jobs.RANK_LABEL == training.RANK_LABEL
+    assert eks_jobs.JOB_NAME_LABELS[0] == training.JOB_LABEL
+
+
+def test_eks_logs_of_the_rank0_pod(kube, config):
+    kube.core.list_namespaced_pod.return_value = pods(
+        pod("demo-0-old", 0, "Failed", created=1), pod("demo-0", 0, "Running", created=5)
+    )
+    kube.core.read_namespaced_pod_log.return_value = "step 1\nstep 2\n"
+    result = run_cli("logs", "demo", "--backend", "eks", "--config", str(config))
+    assert result.code == 0, result.err
+    assert result.out == "step 1\nstep 2\n"
+    kube.core.list_namespaced_pod.assert_called_once_with(
+        NAMESPACE, label_selector="trainium-cdk/rank=0,trainium-cdk/job=demo"
+    )
+    kube.core.read_namespaced_pod_log.assert_called_once_with(name="demo-0", namespace=NAMESPACE, container="train")
+
+
+def test_eks_logs_follow_waits_for_the_pod_and_streams(kube, config):
+    nothing = [pods()] * 3  # one empty answer per job-name label
+    kube.core.list_namespaced_pod.side_effect = [
+        *nothing, pods(pod("demo-0", 0, "Pending")), pods(pod("demo-0", 0, "Running"))
+    ]
+    stream = mock.Mock()
+    stream.stream.return_value = iter([b"step 1\n", b"step 2\n"])
+    kube.core.read_namespaced_pod_log.return_value = stream
+    kube.core.read_namespaced_pod.return_value = pod("demo-0", 0, "Succeeded")
+    result = run_cli("logs", "demo", "--backend", "eks", "--follow", "--config", str(config))
+    assert result.code == 0, result.err
+    assert result.out == "step 1\nstep 2\n"
+    kube.core.read_namespaced_pod_log.assert_called_once_with(
+        name="demo-0", namespace=NAMESPACE, container="train", follow=True, _preload_content=False
+    )
+    stream.release_conn.assert_called_once()
+    assert kube.sleeps == [2.0, 3.0]
+    assert "waiting for the rank-0 pod" in result.err and "pod demo-0 Succeeded" in result.err
+
+
+def test_eks_logs_without_a_pod_is_one_line(kube, config):
+    kube.core.list_namespaced_pod.return_value = pods()
+    result = run_cli("logs", "demo", "--backend", "eks", "--config", str(config))
+    assert_one_clean_line(result, "no pod labelled trainium-cdk/rank=0,trainium-cdk/job=demo")
+    selectors = [c.kwargs["label_selector"] for c in kube.core.list_namespaced_pod.call_args_list]
+    assert selectors == [
+        "trainium-cdk/rank=0,trainium-cdk/job=demo", "trainium-cdk/rank=0,job-name=demo",
+        "trainium-cdk/rank=0,volcano.sh/job-name=demo",
+    ]
+
+
+def test_eks_forbidden_is_one_line(kube, config):
+    from kubernetes.client.exceptions import ApiException
+
+    kube.batch.read_namespaced_job_status.side_effect = ApiException(status=403, reason="Forbidden")
+    result = run_cli("status", "demo", "--backend", "eks", "--config", str(config))
+    assert_one_clean_line(result, "Kubernetes API refused the request (403 Forbidden)", "access entry")
+
+
+def test_eks_without_kubeconfig_is_one_line(kube, config):
+    from kubernetes.config import ConfigException
+
+    kube.load.side_effect = ConfigException("Invalid kube-config file. No configuration found.")
+    result = run_cli("status", "demo", "--backend", "eks", "--config", str(config))
+    assert_one_clean_line(result, "no usable kubeconfig", "aws eks update-kubeconfig")
+
+
+# -- the wait loop's output ---------------------------------------------------------------------------
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _fetcher(*states: str) -> Any:
+    remaining = list(states)
+    return lambda: jobs.JobState(remaining.pop(0) if len(remaining) > 1 else remaining[0])
+
+
+def test_watch_draws_a_progress_line_on_a_terminal(monkeypatch):
+    monkeypatch.setenv("TERM", "xterm")
+    out = _Tty()
+    clock = jobs.Clock(sleep=lambda s: None, monotonic=iter(range(0, 1000, 7)).__next__)
+    final = jobs.watch(_fetcher("RUNNING", "RUNNING", "SUCCEEDED"), out=out, wait=True, label="job x", clock=clock)
+    assert final.state == "SUCCEEDED"
+    text = out.getvalue()
+    assert "\r\033[Kjob x: RUNNING for 0m" in text and "next check in 2s" in text
+    assert text.endswith("job x: RUNNING -> SUCCEEDED\n")
+
+
+def test_watch_prints_a_heartbeat_when_not_a_terminal():
+    out = io.StringIO()
+    ticks = iter(range(0, 100_000, 200))
+    clock = jobs.Clock(sleep=lambda s: None, monotonic=lambda: next(ticks))
+    jobs.watch(_fetcher("RUNNING", "RUNNING", "RUNNING", "SUCCEEDED"), out=out, wait=True, label="job x", clock=clock)
+    lines = out.getvalue().splitlines()
+    assert any("job x: still RUNNING" in line for line in lines)
+    assert "\r" not in out.getvalue()
+
+
+def test_eks_dry_run_renders_the_real_job_chart(capsys: pytest.CaptureFixture[str]) -> None:
+    """No fake: the CLI renders the actual chart (a Volcano job across nodes) without a cluster."""
+    import yaml
+
+    from trainium_cdk.cli import main
+
+    code = main(["submit", "--backend", "eks", "--job", "mlp-distributed", "--nodes", "2", "--name", "run-1", "--dry-run"])
+    assert code == 0
+    objects = [o for o in yaml.safe_load_all(capsys.readouterr().out) if o]
+    (job,) = objects
+    assert (job["apiVersion"], job["kind"], job["metadata"]["name"]) == ("batch.volcano.sh/v1alpha1", "Job", "run-1")
+    assert job["spec"]["minAvailable"] == 2
+    leader = job["spec"]["tasks"][0]["template"]
+    assert leader["metadata"]["labels"]["trainium-cdk/rank"] == "0"
+    assert leader["spec"]["containers"][0]["resources"]["limits"]["vpc.amazonaws.com/efa"] == "8"
+
+
+def test_eks_unknown_workload_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from trainium_cdk.cli import main
+
+    assert main(["submit", "--backend", "eks", "--job", "gpt5", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "job = 'gpt5'" in err and "mlp-distributed" in err and "Traceback" not in err

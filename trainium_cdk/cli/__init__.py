@@ -1,0 +1,62 @@
+"""`trn`: the operations CLI of trainium-cdk (AZ offerings, preflight, training jobs).
+
+    trn azs --instance-type trn1.32xlarge --region us-west-2 [--write] [--dry-run]
+    trn doctor [--config PATH] [-c key=value ...]
+    trn submit [--backend batch|eks] [--group NAME] [--nodes N] [--name NAME] [--dry-run]
+    trn status JOB [--wait]
+    trn logs JOB [--follow]
+
+Import has no side effects and makes no AWS call; the synth path (app.py, trainium_cdk.stacks) never
+imports this package. Errors a user can fix print one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from trainium_cdk.cli._common import PROG
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from trainium_cdk.cli import azs, doctor, jobs
+
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Operate trainium-cdk deployments: find AZs, check an account before deploy, run jobs.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    azs.add_parser(sub)
+    doctor.add_parser(sub)
+    jobs.add_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run the CLI; return the exit code (0 ok, 1 a check or job failed, 2 a usage or environment error)."""
+    from trainium_cdk.cli._errors import explain
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+    except SystemExit as exit_:  # --help and usage errors: argparse already printed
+        return int(exit_.code or 0) if isinstance(exit_.code, int) else 2
+    try:
+        return int(args.func(args, out, err))
+    except KeyboardInterrupt:
+        err.write(f"{PROG}: interrupted\n")
+        return 130
+    except Exception as error:  # noqa: BLE001 - every known kind becomes one line; the rest is a bug
+        explained = explain(error)
+        if explained is None:
+            raise
+        message, code = explained
+        out.flush()
+        err.write(f"{PROG} {args.command}: {message}\n")
+        return code

@@ -1,0 +1,119 @@
+"""What every subcommand shares: the error type, config loading, AWS clients, output.
+
+Nothing here calls AWS at import time; boto3 clients are made when a command runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from trainium_cdk.config import DEFAULT_CONFIG_PATH, OVERRIDES, Config, load_config
+from trainium_cdk.errors import ConfigError, one_of
+
+PROG = "trn"
+# Retries inside botocore before a throttling error reaches the user.
+BOTO_RETRIES = {"mode": "standard", "max_attempts": 6}
+# Quota codes of the EC2 "Running On-Demand <family> instances" vCPU quotas, by family prefix.
+# All Trainium families (trn1, trn1n, trn2, trn2u) share one quota, all Inferentia2 ones another.
+ON_DEMAND_QUOTAS = {
+    "trn": ("L-2C3B7624", "Running On-Demand Trn instances"),
+    "inf": ("L-1945791B", "Running On-Demand Inf instances"),
+}
+
+
+class CliError(Exception):
+    """A failure the user can act on: one line on stderr, then exit ``code`` (2 unless said)."""
+
+    def __init__(self, message: str, *, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def default_config_path() -> Path:
+    """config/default.yaml of the working directory when there is one, else the project's own."""
+    local = Path("config") / "default.yaml"
+    return local if local.is_file() else DEFAULT_CONFIG_PATH
+
+
+def parse_overrides(pairs: Sequence[str] | None) -> dict[str, str]:
+    """``-c key=value`` pairs, the same overrides as ``cdk synth -c``."""
+    overrides: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError("-c", pair, "key=value, with key one of " + ", ".join(OVERRIDES))
+        if key not in OVERRIDES:
+            raise ConfigError("-c", key, "unknown override; " + one_of(OVERRIDES))
+        overrides[key] = value.strip()
+    return overrides
+
+
+def read_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> Config:
+    return load_config(path or default_config_path(), overrides)
+
+
+def session(region: str | None):
+    """A boto3 session for ``region`` (AWS_PROFILE and the usual credential chain apply)."""
+    import boto3
+
+    return boto3.session.Session(region_name=region)
+
+
+def client(sess: Any, service: str) -> Any:
+    from botocore.config import Config as BotoConfig
+
+    return sess.client(service, config=BotoConfig(retries=dict(BOTO_RETRIES)))
+
+
+def error_code(err: BaseException) -> str:
+    response = getattr(err, "response", None) or {}
+    return str((response.get("Error") or {}).get("Code", ""))
+
+
+def error_message(err: BaseException) -> str:
+    response = getattr(err, "response", None) or {}
+    return str((response.get("Error") or {}).get("Message", "")) or str(err)
+
+
+DENIED_CODES = frozenset({
+    "AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException",
+    "AuthFailure", "OptInRequired",
+})
+BAD_CREDENTIAL_CODES = frozenset({
+    "UnrecognizedClientException", "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException",
+    "InvalidAccessKeyId", "SignatureDoesNotMatch", "RequestExpired",
+})
+THROTTLING_CODES = frozenset({
+    "Throttling", "ThrottlingException", "ThrottledException", "RequestLimitExceeded",
+    "TooManyRequestsException", "RequestThrottled", "RequestThrottledException", "SlowDown",
+})
+
+
+def is_denied(err: BaseException) -> bool:
+    return error_code(err) in DENIED_CODES
+
+
+def natural_az_key(az: str) -> tuple[str, int, str]:
+    """usw2-az2 before usw2-az10; AZ names sort by their letter."""
+    head, _, tail = az.rpartition("-az")
+    if head and tail.isdigit():
+        return (head, int(tail), az)
+    return (az, 0, az)
+
+
+def table(rows: Iterable[Sequence[str]], headers: Sequence[str], out: TextIO) -> None:
+    rows = [list(map(str, r)) for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    for row in [list(headers), *rows]:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+def is_interactive(stream: TextIO) -> bool:
+    try:
+        return stream.isatty() and os.environ.get("TERM") != "dumb"
+    except (AttributeError, ValueError):
+        return False

@@ -1,0 +1,335 @@
+"""Jobs on the AWS Batch backend: multi-node parallel jobs on the deployed ``<project>-batch`` stack.
+
+The job queue and job definition of a compute group come from the stack's outputs. Their keys are
+matched loosely (any output whose key contains "JobQueue" / "JobDefinition", preferring the one that
+names the group, then an ARN) so that the stack may name them ``TrainJobQueueArn``,
+``JobQueue-train`` or ``JobQueue`` alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TextIO
+
+from trainium_cdk.cli._common import CliError, client, error_code, session
+from trainium_cdk.cli.jobs import (
+    CLOCK,
+    FAILED,
+    POLL_FACTOR,
+    POLL_FIRST_S,
+    POLL_MAX_S,
+    SUCCEEDED,
+    Clock,
+    JobState,
+    check_nodes,
+    default_name,
+    group_of,
+    watch,
+)
+from trainium_cdk.config import Config
+from trainium_cdk.errors import ConfigError
+
+STACK_PART = "batch"
+QUEUE_KEY = "JobQueue"
+DEFINITION_KEY = "JobDefinition"
+LOG_GROUP_KEY = "LogGroup"
+DEFAULT_LOG_GROUP = "/aws/batch/job"
+_BATCH_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+_DESCRIBE_MAX = 100
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+# -- stack outputs -----------------------------------------------------------------------------------
+
+
+def stack_outputs(cfn: Any, stack: str, region: str) -> dict[str, str]:
+    from botocore.exceptions import ClientError
+
+    try:
+        stacks = cfn.describe_stacks(StackName=stack)["Stacks"]
+    except ClientError as error:
+        if error_code(error) == "ValidationError" and "does not exist" in str(error):
+            raise CliError(
+                f"stack {stack} does not exist in {region}: deploy the Batch backend first "
+                f"(`cdk deploy {stack} -c backends=batch`), or pass -c region=R / --config for another deployment"
+            ) from None
+        raise
+    status = stacks[0].get("StackStatus", "")
+    if status.endswith("_FAILED") or status.startswith("DELETE") or status == "ROLLBACK_COMPLETE":
+        raise CliError(f"stack {stack} is {status}: fix and redeploy it before submitting jobs")
+    return {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", []) if "OutputKey" in o}
+
+
+def find_output(
+    outputs: Mapping[str, str], kind: str, *, group: str, groups: Sequence[str], stack: str, project: str = ""
+) -> str:
+    """The value of the ``kind`` output (JobQueue, JobDefinition, ...) of compute group ``group``."""
+    kind_n, project_n = _norm(kind), _norm(project)
+
+    def key_n(key: str) -> str:
+        text = _norm(key)
+        return text.replace(project_n, "") if project_n else text
+
+    candidates = {k: v for k, v in outputs.items() if kind_n in _norm(k)}
+    if not candidates:
+        listed = ", ".join(sorted(outputs)) or "none"
+        raise CliError(
+            f"stack {stack} has no output whose key contains {kind} (outputs: {listed}): is it deployed with "
+            f"backends: [batch] and up to date?"
+        )
+    group_n = _norm(group)
+    # A longer group name that contains this one ("train" in "train-big") must not claim its outputs.
+    longer = [_norm(g) for g in groups if g != group and group_n in _norm(g)]
+    named = {k for k in candidates if any(_norm(g) in key_n(k) for g in groups)}
+    mine = {k: v for k, v in candidates.items() if group_n in key_n(k) and not any(o in key_n(k) for o in longer)}
+    if mine:
+        pool = mine
+    elif not named:
+        pool = candidates  # outputs not per group: one queue shared by every group
+    else:
+        raise CliError(
+            f"stack {stack} has no {kind} output for compute group {group} (it has: {', '.join(sorted(candidates))})"
+            ": pass --group, or redeploy the stack with this group"
+        )
+    values = set(pool.values())
+    if len(values) > 1:
+        arns = {k: v for k, v in pool.items() if v.startswith("arn:") or "arn" in _norm(k)[-3:]}
+        if len(set(arns.values())) == 1:
+            values = set(arns.values())
+    if len(values) != 1:
+        raise CliError(
+            f"stack {stack} has several {kind} outputs for group {group} ({', '.join(sorted(pool))}): "
+            "pass --group with the group they belong to"
+        )
+    return values.pop()
+
+
+def job_definition_type(batch: Any, definition: str) -> str | None:
+    """'multinode' or 'container' for the definition named by an output (ARN, name:revision or name)."""
+    if definition.startswith("arn:") or ":" in definition:
+        found = batch.describe_job_definitions(jobDefinitions=[definition]).get("jobDefinitions", [])
+    else:
+        found = batch.describe_job_definitions(jobDefinitionName=definition, status="ACTIVE").get("jobDefinitions", [])
+    if not found:
+        return None
+    return max(found, key=lambda d: d.get("revision", 0)).get("type")
+
+
+# -- submit ------------------------------------------------------------------------------------------
+
+
+def submit_request(*, name: str, queue: str, definition: str, nodes: int, multinode: bool) -> dict[str, Any]:
+    request: dict[str, Any] = {"jobName": name, "jobQueue": queue, "jobDefinition": definition}
+    if multinode:
+        request["nodeOverrides"] = {"numNodes": nodes}
+    return request
+
+
+def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -> int:
+    group = group_of(config, args.group)
+    nodes = check_nodes(config, group, args.nodes)
+    name = args.name or f"{config.project}-{default_name(group)}"
+    if not _BATCH_JOB_NAME.match(name):
+        raise ConfigError(
+            "--name", name, "a Batch job name: up to 128 letters, digits, '-' and '_', starting alphanumeric"
+        )
+    sess = session(config.region)
+    stack = config.stack_name(STACK_PART)
+    outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region)
+    groups = [g.name for g in config.compute_groups]
+    kw = {"group": group.name, "groups": groups, "stack": stack, "project": config.project}
+    queue = find_output(outputs, QUEUE_KEY, **kw)
+    definition = find_output(outputs, DEFINITION_KEY, **kw)
+    batch = client(sess, "batch")
+    kind = job_definition_type(batch, definition)
+    if kind is None:
+        raise CliError(f"job definition {definition} (output of {stack}) does not exist: redeploy {stack}")
+    multinode = kind != "container"
+    if not multinode and nodes > 1:
+        raise ConfigError("--nodes", nodes, f"1: job definition {definition} is a single-node (container) job")
+    request = submit_request(name=name, queue=queue, definition=definition, nodes=nodes, multinode=multinode)
+    if args.dry_run:
+        out.write(f"dry run: would submit to AWS Batch in {config.region}:\n{json.dumps(request, indent=2)}\n")
+        return 0
+    response = batch.submit_job(**request)
+    job_id = response["jobId"]
+    out.write(
+        f"submitted {response.get('jobName', name)}: job id {job_id} "
+        f"({nodes} x {group.instance_type}, group {group.name})\n"
+    )
+    out.write(f"  trn status {job_id} --wait\n  trn logs {job_id} --follow\n")
+    return 0
+
+
+# -- status ------------------------------------------------------------------------------------------
+
+
+def describe(batch: Any, job_ids: Sequence[str]) -> list[dict[str, Any]]:
+    jobs: list[dict[str, Any]] = []
+    for i in range(0, len(job_ids), _DESCRIBE_MAX):
+        jobs += batch.describe_jobs(jobs=list(job_ids[i : i + _DESCRIBE_MAX])).get("jobs", [])
+    return jobs
+
+
+def describe_one(batch: Any, job_id: str, region: str) -> dict[str, Any]:
+    jobs = describe(batch, [job_id])
+    if not jobs:
+        raise CliError(
+            f"no AWS Batch job {job_id} in {region}: check the id (Batch forgets jobs about 7 days after they end)"
+        )
+    return jobs[0]
+
+
+def job_state(batch: Any, job_id: str, region: str) -> JobState:
+    job = describe_one(batch, job_id, region)
+    parts = [job.get("jobName", "")]
+    node_props = job.get("nodeProperties") or {}
+    num_nodes = node_props.get("numNodes")
+    if num_nodes:
+        parts.append(f"{num_nodes} nodes")
+    if job.get("statusReason"):
+        parts.append(job["statusReason"])
+    exit_code = (job.get("container") or {}).get("exitCode")
+    if exit_code is not None and job.get("status") in (SUCCEEDED, FAILED):
+        parts.append(f"exit code {exit_code}")
+    lines = []
+    if num_nodes:
+        node_ids = [f"{job_id}#{i}" for i in range(int(num_nodes))]
+        for node in sorted(describe(batch, node_ids), key=lambda n: (n.get("nodeDetails") or {}).get("nodeIndex", 0)):
+            details = node.get("nodeDetails") or {}
+            interfaces = (node.get("container") or {}).get("networkInterfaces") or [{}]
+            ip = interfaces[0].get("privateIpv4Address", "")
+            main = " main" if details.get("isMainNode") else ""
+            lines.append(f"node {details.get('nodeIndex', '?')}{main}: {node.get('status')} {ip}".rstrip())
+    return JobState(job.get("status", "UNKNOWN"), ", ".join(p for p in parts if p), lines)
+
+
+def status(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clock: Clock = CLOCK) -> int:
+    batch = client(session(config.region), "batch")
+    final = watch(
+        lambda: job_state(batch, args.job, config.region), out=out, wait=args.wait, label=f"job {args.job}",
+        timeout=args.timeout, clock=clock,
+    )
+    return 1 if final.state == FAILED else 0
+
+
+# -- logs --------------------------------------------------------------------------------------------
+
+
+def log_target(batch: Any, job: dict[str, Any], outputs: Callable[[], Mapping[str, str]]) -> tuple[str, str | None]:
+    """(log group, log stream of rank 0 or None before it starts) of a job."""
+    job_id = job["jobId"]
+    node_props = job.get("nodeProperties") or {}
+    sources = []
+    if node_props:
+        sources += describe(batch, [f"{job_id}#{node_props.get('mainNode', 0)}"])
+    sources.append(job)
+    stream = group = None
+    for source in sources:
+        attempts = reversed(source.get("attempts") or [])
+        containers = [source.get("container") or {}] + [a.get("container") or {} for a in attempts]
+        for container in containers:
+            stream = stream or container.get("logStreamName")
+            options = (container.get("logConfiguration") or {}).get("options") or {}
+            group = group or options.get("awslogs-group")
+    if stream is None:
+        return DEFAULT_LOG_GROUP, None
+    group = group or _definition_log_group(batch, job.get("jobDefinition")) or _output_log_group(outputs)
+    return group or DEFAULT_LOG_GROUP, stream
+
+
+def _definition_log_group(batch: Any, definition: str | None) -> str | None:
+    if not definition:
+        return None
+    found = batch.describe_job_definitions(jobDefinitions=[definition]).get("jobDefinitions", [])
+    for d in found:
+        containers = [(d.get("containerProperties") or {})] + [
+            r.get("container") or {} for r in (d.get("nodeProperties") or {}).get("nodeRangeProperties", [])
+        ]
+        for container in containers:
+            group = ((container.get("logConfiguration") or {}).get("options") or {}).get("awslogs-group")
+            if group:
+                return group
+    return None
+
+
+def _output_log_group(outputs: Callable[[], Mapping[str, str]]) -> str | None:
+    try:
+        found = [v for k, v in outputs().items() if _norm(LOG_GROUP_KEY) in _norm(k)]
+    except CliError:
+        return None
+    return found[0] if len(found) == 1 else None
+
+
+def logs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clock: Clock = CLOCK) -> int:
+    from botocore.exceptions import ClientError
+
+    sess = session(config.region)
+    batch, cwl = client(sess, "batch"), client(sess, "logs")
+    stack = config.stack_name(STACK_PART)
+    outputs = lambda: stack_outputs(client(sess, "cloudformation"), stack, config.region)  # noqa: E731
+    delay = POLL_FIRST_S
+    announced = False
+    while True:
+        job = describe_one(batch, args.job, config.region)
+        group, stream = log_target(batch, job, outputs)
+        if stream:
+            break
+        if job.get("status") in (SUCCEEDED, FAILED):
+            raise CliError(
+                f"job {args.job} is {job['status']} and has no log stream (it never started a container)", code=1
+            )
+        if not args.follow:
+            raise CliError(
+                f"job {args.job} is {job.get('status')}: no log stream yet; "
+                f"`trn logs {args.job} --follow` waits for it",
+                code=1,
+            )
+        if not announced:
+            err.write(f"waiting for job {args.job} to start ({job.get('status')})...\n")
+            announced = True
+        clock.sleep(delay)
+        delay = min(POLL_MAX_S, delay * POLL_FACTOR)
+
+    token: str | None = None
+    ended: str | None = None
+    delay = POLL_FIRST_S
+    while True:
+        request = {"logGroupName": group, "logStreamName": stream, "startFromHead": True}
+        if token:
+            request["nextToken"] = token
+        try:
+            page = cwl.get_log_events(**request)
+        except ClientError as error:
+            if error_code(error) != "ResourceNotFoundException":
+                raise
+            if not args.follow:
+                raise CliError(f"log stream {group} {stream} does not exist (yet): try --follow", code=1) from None
+            page = {"events": [], "nextForwardToken": token}
+        for event in page.get("events", []):
+            out.write(event.get("message", "").rstrip("\n") + "\n")
+        out.flush()
+        new_token = page.get("nextForwardToken")
+        if new_token and new_token != token:
+            token = new_token
+            if page.get("events"):
+                delay = POLL_FIRST_S
+            continue
+        # At the end of the stream.
+        if not args.follow:
+            return 0
+        if ended:
+            err.write(f"job {args.job} {ended}\n")
+            return 1 if ended == FAILED else 0
+        state = describe_one(batch, args.job, config.region).get("status")
+        if state in (SUCCEEDED, FAILED):
+            ended = state  # read the stream once more: the last lines may land after the job ends
+            continue
+        clock.sleep(delay)
+        delay = min(POLL_MAX_S, delay * POLL_FACTOR)

@@ -1,0 +1,440 @@
+"""`trn doctor`: what would stop a deploy, checked against the account before `cdk deploy`.
+
+Each check prints PASS, WARN or FAIL and, unless it passed, what to do. Exit code 1 when any check
+FAILs. A check whose API call is denied becomes a WARN naming the IAM action: doctor should run with
+read-only permissions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from trainium_cdk.cli._common import (
+    BAD_CREDENTIAL_CODES,
+    ON_DEMAND_QUOTAS,
+    client,
+    error_code,
+    error_message,
+    is_denied,
+    natural_az_key,
+    parse_overrides,
+    read_config,
+    session,
+)
+from trainium_cdk.cli._errors import CREDENTIALS_HINT
+from trainium_cdk.config import ComputeGroup, Config
+
+PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+DEFAULT_BOOTSTRAP_QUALIFIER = "hnb659fds"
+# Synthesized templates refuse bootstrap versions 1-5 (the CheckBootstrapVersion rule).
+MIN_BOOTSTRAP_VERSION = 6
+TOOLKIT_STACK = "CDKToolkit"
+# Reservation states in which nodes can launch now / later.
+USABLE_NOW = ("active",)
+USABLE_LATER = ("scheduled", "payment-pending", "pending", "assessing", "delayed")
+ENDING_SOON = dt.timedelta(hours=24)
+
+
+@dataclass(frozen=True)
+class Check:
+    status: str
+    name: str
+    detail: str
+    fix: str = ""
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="preflight before a deploy: credentials, AZ offerings, vCPU quota, reservations, CDK bootstrap",
+        description="Check the account against the config before `cdk deploy`. Exit code 1 when a check FAILs.",
+    )
+    p.add_argument("--config", metavar="PATH", help="config YAML (default: config/default.yaml)")
+    p.add_argument(
+        "-c", dest="overrides", action="append", metavar="KEY=VALUE", default=[],
+        help="override like `cdk synth -c`: region, backends, instance_type, nodes (repeatable)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    config = read_config(args.config, parse_overrides(args.overrides))
+    doctor = Doctor(config, session(config.region))
+    out.write(f"trn doctor: project {config.project} in {config.region}\n")
+    checks = doctor.run(lambda check: _print(check, out))
+    counts = {s: sum(c.status == s for c in checks) for s in (FAIL, WARN, PASS)}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items())
+    if counts[FAIL]:
+        out.write(f"{summary}: fix every FAIL before `cdk deploy`\n")
+        return 1
+    out.write(f"{summary}: ready to deploy" + (" (read the WARN lines)" if counts[WARN] else "") + "\n")
+    return 0
+
+
+def _print(check: Check, out: TextIO) -> None:
+    out.write(f"{check.status}  {check.name:<22} {check.detail}\n")
+    if check.fix and check.status != PASS:
+        out.write(f"      -> {check.fix}\n")
+    out.flush()
+
+
+class Doctor:
+    """The checks, in the order a deploy would trip over them."""
+
+    def __init__(self, config: Config, sess: Any, *, now: Callable[[], dt.datetime] | None = None) -> None:
+        self.config = config
+        self.session = sess
+        self.account: str | None = None
+        self._now = now or (lambda: dt.datetime.now(dt.UTC))
+        self._clients: dict[str, Any] = {}
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            self._clients[service] = client(self.session, service)
+        return self._clients[service]
+
+    def run(self, report: Callable[[Check], None]) -> list[Check]:
+        checks: list[Check] = []
+
+        def emit(items: list[Check]) -> None:
+            for item in items:
+                checks.append(item)
+                report(item)
+
+        emit([self.credentials()])
+        if checks[-1].status == FAIL:
+            emit([Check(WARN, "other checks", "skipped: they need working credentials", "fix the credentials first")])
+            return checks
+        for name, action, check in (
+            ("availability zones", "ec2:DescribeAvailabilityZones", self.availability_zones),
+            ("instance offerings", "ec2:DescribeInstanceTypeOfferings", self.offerings),
+            ("vCPU quota", "servicequotas:GetServiceQuota", self.quotas),
+            ("capacity", "ec2:DescribeCapacityReservations", self.capacity),
+            ("CDK bootstrap", "ssm:GetParameter", self.bootstrap),
+        ):
+            emit(self._guard(name, action, check))
+        return checks
+
+    def _guard(self, name: str, action: str, check: Callable[[], list[Check]]) -> list[Check]:
+        from botocore.exceptions import ClientError
+
+        try:
+            return check()
+        except ClientError as error:
+            if not is_denied(error):
+                raise
+            return [Check(
+                WARN, name, f"could not check: {error.operation_name} was denied ({error_code(error)})",
+                f"allow {action} (read-only) for this identity, or ask an administrator to run `trn doctor`",
+            )]
+
+    # -- checks ------------------------------------------------------------------------------------
+
+    def credentials(self) -> Check:
+        from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
+
+        try:
+            identity = self.client("sts").get_caller_identity()
+        except (NoCredentialsError, PartialCredentialsError) as error:
+            return Check(FAIL, "credentials", f"no AWS credentials ({error})", CREDENTIALS_HINT)
+        except ClientError as error:
+            if error_code(error) not in BAD_CREDENTIAL_CODES and not is_denied(error):
+                raise
+            detail = f"rejected: {error_code(error)}: {error_message(error)}"
+            return Check(FAIL, "credentials", detail, CREDENTIALS_HINT)
+        self.account = identity["Account"]
+        return Check(PASS, "credentials", f"account {identity['Account']} as {identity['Arn']}")
+
+    def availability_zones(self) -> list[Check]:
+        zones = self.client("ec2").describe_availability_zones()["AvailabilityZones"]
+        by_id = {z["ZoneId"]: z for z in zones}
+        group_az_ids = (a for g in self.config.compute_groups for a in g.az_ids)
+        wanted = list(dict.fromkeys([*self.config.vpc_az_ids, *group_az_ids]))
+        missing = [a for a in wanted if a not in by_id]
+        if missing:
+            known = ", ".join(sorted(by_id, key=natural_az_key))
+            return [Check(
+                FAIL, "availability zones", f"{', '.join(missing)} not in {self.config.region} for this account",
+                f"use AZ IDs of this region in network.az_ids and compute_groups[].az_ids: {known}",
+            )]
+        down = [a for a in wanted if by_id[a].get("State", "available") != "available"]
+        names = ", ".join(f"{a}={by_id[a]['ZoneName']}" for a in wanted)
+        if down:
+            return [Check(WARN, "availability zones", f"not available now: {', '.join(down)} ({names})",
+                          "check the AWS Health Dashboard before deploying")]
+        return [Check(PASS, "availability zones", names)]
+
+    def offerings(self) -> list[Check]:
+        ec2 = self.client("ec2")
+        checks = []
+        offered_by_type: dict[str, list[str]] = {}
+        for group in self.config.compute_groups:
+            itype = group.instance_type
+            if itype not in offered_by_type:
+                ids: set[str] = set()
+                pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+                    LocationType="availability-zone-id", Filters=[{"Name": "instance-type", "Values": [itype]}]
+                )
+                for page in pages:
+                    offerings = page.get("InstanceTypeOfferings", [])
+                    ids |= {o["Location"] for o in offerings if o.get("InstanceType") == itype}
+                offered_by_type[itype] = sorted(ids, key=natural_az_key)
+            offered = offered_by_type[itype]
+            name = f"offering {group.name}"
+            missing = [a for a in group.az_ids if a not in offered]
+            refresh = f"`trn azs --instance-type {itype} --region {self.config.region} --write`"
+            if not offered:
+                checks.append(Check(
+                    FAIL, name, f"{itype} is not offered in any AZ of {self.config.region}",
+                    f"pick a region that offers it, then run {refresh} there",
+                ))
+            elif missing:
+                checks.append(Check(
+                    FAIL, name, f"{itype} is not offered in {', '.join(missing)}",
+                    f"set compute_groups[{group.name}].az_ids to one of {', '.join(offered)} (see {refresh})",
+                ))
+            else:
+                checks.append(Check(PASS, name, f"{itype} is offered in {', '.join(group.az_ids)}"))
+        return checks
+
+    def quotas(self) -> list[Check]:
+        needs: dict[str, dict[str, Any]] = {}
+        checks = []
+        for group in self.config.compute_groups:
+            spec = self.config.spec(group)
+            quota = _quota_for(spec.family)
+            if quota is None:
+                checks.append(Check(WARN, f"quota {group.name}", f"no known On-Demand quota for family {spec.family}",
+                                    "check the EC2 vCPU quota of this family in the Service Quotas console"))
+                continue
+            need = needs.setdefault(quota[0], {"name": quota[1], "nodes": 0, "max": 0, "groups": []})
+            need["nodes"] += group.nodes * spec.vcpus
+            need["max"] += group.maximum * spec.vcpus
+            need["groups"].append(f"{group.name}: {group.nodes}-{group.maximum} x {spec.name} ({spec.vcpus} vCPUs)")
+        for code, need in needs.items():
+            checks.append(self._quota_check(code, need))
+        return checks
+
+    def _quota_check(self, code: str, need: dict[str, Any]) -> Check:
+        name = f"quota {code}"
+        value, source = self._quota_value(code, need["name"])
+        asked = f"{need['nodes']} vCPUs for {'; '.join(need['groups'])}"
+        increase = (
+            f"request at least {need['max']} vCPUs: aws service-quotas request-service-quota-increase "
+            f"--service-code ec2 --quota-code {code} --desired-value {need['max']} --region {self.config.region}"
+        )
+        if value is None:
+            return Check(WARN, name, f"could not read '{need['name']}' (needs {asked})", increase)
+        label = f"'{need['name']}' is {value:g} vCPUs ({source})"
+        if value < need["nodes"]:
+            return Check(FAIL, name, f"{label}, below the {asked}", increase)
+        if value < need["max"]:
+            return Check(WARN, name, f"{label}: enough for nodes ({need['nodes']}), not for max_nodes ({need['max']})",
+                         increase)
+        in_use = self._vcpus_in_use(code)
+        if in_use and value - in_use < need["max"]:
+            return Check(
+                WARN, name, f"{label}, but {in_use} vCPUs of it are in use by running instances "
+                f"({value - in_use:g} left for {need['nodes']}-{need['max']} vCPUs)",
+                "if those are not this cluster's nodes, stop them or raise the quota: " + increase,
+            )
+        return Check(PASS, name, f"{label} >= {need['max']} vCPUs asked at most")
+
+    def _quota_value(self, code: str, name: str) -> tuple[float | None, str]:
+        from botocore.exceptions import ClientError
+
+        sq = self.client("service-quotas")
+        try:
+            return float(sq.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]), "applied"
+        except ClientError as error:
+            if error_code(error) not in ("NoSuchResourceException", "ResourceNotFoundException"):
+                raise
+        # Quota codes have changed before: fall back to the quota's name.
+        try:
+            for page in sq.get_paginator("list_service_quotas").paginate(ServiceCode="ec2"):
+                for quota in page.get("Quotas", []):
+                    if quota.get("QuotaName", "").lower().startswith(name.lower()) and "Value" in quota:
+                        return float(quota["Value"]), f"{quota.get('QuotaCode', '?')} by name"
+        except ClientError as error:
+            if error_code(error) not in ("NoSuchResourceException", "ResourceNotFoundException"):
+                raise
+        try:
+            default = sq.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)
+            return float(default["Quota"]["Value"]), "AWS default"
+        except ClientError as error:
+            if error_code(error) not in ("NoSuchResourceException", "ResourceNotFoundException"):
+                raise
+        return None, "unknown"
+
+    def _vcpus_in_use(self, code: str) -> int:
+        """vCPUs of running instances of the families that share quota ``code``."""
+        from botocore.exceptions import ClientError
+
+        families = [prefix for prefix, (c, _) in ON_DEMAND_QUOTAS.items() if c == code]
+        try:
+            pages = self.client("ec2").get_paginator("describe_instances").paginate(Filters=[
+                {"Name": "instance-type", "Values": [f"{f}*" for f in families]},
+                {"Name": "instance-state-name", "Values": ["pending", "running"]},
+            ])
+            total = 0
+            for page in pages:
+                for reservation in page.get("Reservations", []):
+                    for instance in reservation.get("Instances", []):
+                        total += self._vcpus_of(instance)
+            return total
+        except ClientError as error:
+            if is_denied(error):
+                return 0
+            raise
+
+    def _vcpus_of(self, instance: dict[str, Any]) -> int:
+        itype = instance.get("InstanceType", "")
+        if itype in self.config.catalog:
+            return self.config.catalog.get(itype).vcpus
+        cpu = instance.get("CpuOptions") or {}
+        return int(cpu.get("CoreCount", 0)) * int(cpu.get("ThreadsPerCore", 1))
+
+    def capacity(self) -> list[Check]:
+        return [
+            self._reservation(group) if group.capacity.reserved else self._open_reservations(group)
+            for group in self.config.compute_groups
+        ]
+
+    def _reservation(self, group: ComputeGroup) -> Check:
+        from botocore.exceptions import ClientError
+
+        name = f"capacity {group.name}"
+        rid = group.capacity.reservation_id
+        try:
+            found = self.client("ec2").describe_capacity_reservations(CapacityReservationIds=[rid])
+        except ClientError as error:
+            if not error_code(error).startswith("InvalidCapacityReservationId"):
+                raise
+            return Check(FAIL, name, f"{rid} does not exist in {self.config.region} for this account",
+                         "check capacity.reservation_id and the region (`aws ec2 describe-capacity-reservations`)")
+        reservations = found.get("CapacityReservations", [])
+        if not reservations:
+            return Check(FAIL, name, f"{rid} was not found", "check capacity.reservation_id")
+        r = reservations[0]
+        kind = "capacity block" if r.get("ReservationType") == "capacity-block" else "reservation"
+        what = (
+            f"{kind} {rid} ({r.get('State')}, {r.get('TotalInstanceCount')} x {r.get('InstanceType')} "
+            f"in {r.get('AvailabilityZoneId')})"
+        )
+        if r.get("InstanceType") != group.instance_type:
+            return Check(FAIL, name, f"{what} is not for {group.instance_type}",
+                         f"set compute_groups[{group.name}].instance_type: {r.get('InstanceType')} "
+                         "or use another reservation")
+        if r.get("AvailabilityZoneId") and r["AvailabilityZoneId"] != group.az_id:
+            return Check(FAIL, name, f"{what} is not in the group's AZ {group.az_id}",
+                         f"set compute_groups[{group.name}].az_ids: {r['AvailabilityZoneId']}: "
+                         "nodes must launch in the reservation's AZ")
+        state = r.get("State", "")
+        if state not in USABLE_NOW + USABLE_LATER:
+            return Check(FAIL, name, f"{what} cannot be used",
+                         "buy or create a new one and set capacity.reservation_id")
+        total = int(r.get("TotalInstanceCount", 0))
+        if total < group.nodes:
+            status = FAIL if kind == "capacity block" else WARN
+            return Check(status, name, f"{what} holds fewer instances than nodes ({group.nodes})",
+                         "lower nodes or extend the reservation")
+        if state in USABLE_LATER:
+            start = r.get("StartDate")
+            return Check(WARN, name, f"{what} is not active yet" + (f": starts {start}" if start else ""),
+                         "nodes launch only once it is active; deploy with nodes: 0 or wait until then")
+        expected = "capacity-block" if group.capacity.type == "capacity-block" else "default"
+        if r.get("ReservationType", "default") != expected:
+            return Check(WARN, name, f"{what} is a {kind}, the config says capacity.type {group.capacity.type}",
+                         f"set capacity.type: {'capacity-block' if kind == 'capacity block' else 'reservation'}")
+        end = r.get("EndDate")
+        if isinstance(end, dt.datetime) and end - self._now() < ENDING_SOON:
+            return Check(WARN, name, f"{what} ends {end:%Y-%m-%d %H:%M %Z}",
+                         "instances are terminated when it ends: extend it or plan the job around it")
+        available = int(r.get("AvailableInstanceCount", total))
+        if available < group.nodes:
+            return Check(WARN, name, f"{what}: only {available} instance(s) free now",
+                         "other instances use it: stop them or lower nodes")
+        return Check(PASS, name, f"{what}, {available} free")
+
+    def _open_reservations(self, group: ComputeGroup) -> Check:
+        name = f"capacity {group.name}"
+        pages = self.client("ec2").get_paginator("describe_capacity_reservations").paginate(Filters=[
+            {"Name": "instance-type", "Values": [group.instance_type]},
+            {"Name": "state", "Values": ["active"]},
+        ])
+        matching = [
+            r for page in pages for r in page.get("CapacityReservations", [])
+            if r.get("AvailabilityZoneId") in group.az_ids
+        ]
+        if not matching:
+            return Check(PASS, name, f"on-demand {group.nodes} x {group.instance_type}; no active reservation in "
+                         f"{', '.join(group.az_ids)} (launches depend on free on-demand capacity)")
+        listed = ", ".join(
+            f"{r['CapacityReservationId']} ({r.get('AvailableInstanceCount', '?')} free, "
+            f"{r.get('InstanceMatchCriteria', 'open')}"
+            f"{', capacity block' if r.get('ReservationType') == 'capacity-block' else ''})"
+            for r in matching
+        )
+        return Check(PASS, name, f"on-demand; matching reservations: {listed}"
+                     " (targeted ones and capacity blocks are used only with capacity.reservation_id)")
+
+    def bootstrap(self) -> list[Check]:
+        from botocore.exceptions import ClientError
+
+        qualifier = bootstrap_qualifier()
+        parameter = f"/cdk-bootstrap/{qualifier}/version"
+        target = f"aws://{self.account or 'ACCOUNT'}/{self.config.region}"
+        fix = f"run `cdk bootstrap {target}` (the CDK CLI of this project: `make setup`, then node_modules/.bin/cdk)"
+        try:
+            value = self.client("ssm").get_parameter(Name=parameter)["Parameter"]["Value"]
+        except ClientError as error:
+            if error_code(error) != "ParameterNotFound" and not is_denied(error):
+                raise
+            return [self._toolkit_stack(parameter, fix, denied=is_denied(error))]
+        try:
+            version = int(value)
+        except ValueError:
+            return [Check(WARN, "CDK bootstrap", f"{parameter} = {value!r} is not a version number", fix)]
+        if version < MIN_BOOTSTRAP_VERSION:
+            detail = f"version {version} is too old (need >= {MIN_BOOTSTRAP_VERSION})"
+            return [Check(FAIL, "CDK bootstrap", detail, fix)]
+        return [Check(PASS, "CDK bootstrap", f"version {version} ({parameter})")]
+
+    def _toolkit_stack(self, parameter: str, fix: str, *, denied: bool) -> Check:
+        from botocore.exceptions import ClientError
+
+        try:
+            stacks = self.client("cloudformation").describe_stacks(StackName=TOOLKIT_STACK)["Stacks"]
+        except ClientError as error:
+            if error_code(error) == "ValidationError":
+                return Check(FAIL, "CDK bootstrap", f"{self.config.region} is not bootstrapped "
+                             f"(no {parameter}, no {TOOLKIT_STACK} stack)", fix)
+            raise
+        status = stacks[0].get("StackStatus", "?") if stacks else "?"
+        if denied:
+            return Check(WARN, "CDK bootstrap", f"{TOOLKIT_STACK} stack is {status}; reading {parameter} was denied",
+                         "allow ssm:GetParameter on /cdk-bootstrap/* to check its version")
+        return Check(WARN, "CDK bootstrap", f"{TOOLKIT_STACK} stack is {status} but {parameter} is missing",
+                     "a custom qualifier? set @aws-cdk/core:bootstrapQualifier in cdk.json, or " + fix)
+
+
+def _quota_for(family: str) -> tuple[str, str] | None:
+    for prefix, quota in ON_DEMAND_QUOTAS.items():
+        if family.startswith(prefix):
+            return quota
+    return None
+
+
+def bootstrap_qualifier(cdk_json: Path = Path("cdk.json")) -> str:
+    """The bootstrap qualifier of cdk.json in the working directory, else CDK's default."""
+    try:
+        context = json.loads(cdk_json.read_text()).get("context", {})
+    except (OSError, ValueError, AttributeError):
+        return DEFAULT_BOOTSTRAP_QUALIFIER
+    return str(context.get("@aws-cdk/core:bootstrapQualifier") or DEFAULT_BOOTSTRAP_QUALIFIER)

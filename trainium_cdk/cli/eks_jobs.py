@@ -1,0 +1,323 @@
+"""Jobs on the EKS backend, through the Kubernetes API with the user's kubeconfig.
+
+``submit`` creates the objects of the training job chart (``trainium_cdk.charts.workloads.render_job``,
+imported only here: it pulls in cdk8s); ``status`` reads the Job and its pods; ``logs`` streams the
+pod labelled ``trainium-cdk/rank=0`` of the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+import yaml
+
+from trainium_cdk.cli._common import CliError
+from trainium_cdk.cli.jobs import (
+    CLOCK,
+    FAILED,
+    POLL_FACTOR,
+    POLL_FIRST_S,
+    POLL_MAX_S,
+    SUCCEEDED,
+    Clock,
+    JobState,
+    check_nodes,
+    default_name,
+    group_of,
+    watch,
+)
+from trainium_cdk.config import Config
+
+# Pod labels naming the job, tried in this order: the training chart's own (charts/training.py
+# JOB_LABEL), the one Kubernetes puts on batch/v1 Job pods, the one Volcano puts on its pods. Kept
+# here rather than imported so that status and logs do not load cdk8s; a test pins them to the chart.
+JOB_NAME_LABELS = ("trainium-cdk/job", "job-name", "volcano.sh/job-name")
+RANK_LABEL = "trainium-cdk/rank"
+DEFAULT_NAMESPACE = "default"
+JOB_KINDS = ("Job", "PyTorchJob", "JobSet", "MPIJob")
+# Multi-node jobs of the chart are Volcano jobs; their phase -> the states `trn status` prints.
+VOLCANO_JOB = ("batch.volcano.sh", "v1alpha1", "jobs")
+VOLCANO_STATES = {
+    "Pending": "PENDING", "Inqueue": "PENDING", "Running": "RUNNING", "Completing": "RUNNING",
+    "Completed": SUCCEEDED, "Failed": FAILED, "Aborted": FAILED, "Terminated": FAILED,
+    "Restarting": "RESTARTING", "Aborting": "ABORTING", "Terminating": "TERMINATING",
+}
+
+
+class Kube:
+    """Kubernetes API clients from the kubeconfig; nothing connects before the first call."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from kubernetes import client, config
+
+        config.load_kube_config(config_file=args.kubeconfig, context=args.context)
+        self.api = client.ApiClient()
+        self.core = client.CoreV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.namespace = args.namespace or _context_namespace(args) or DEFAULT_NAMESPACE
+
+    def dynamic(self) -> Any:
+        from kubernetes import dynamic
+
+        return dynamic.DynamicClient(self.api)
+
+
+def _context_namespace(args: argparse.Namespace) -> str | None:
+    from kubernetes import config
+
+    try:
+        contexts, active = config.list_kube_config_contexts(config_file=args.kubeconfig)
+    except Exception:  # noqa: BLE001 - the namespace is a convenience; load_kube_config reported real problems
+        return None
+    chosen = next((c for c in contexts or [] if c.get("name") == args.context), active) if args.context else active
+    namespace = ((chosen or {}).get("context") or {}).get("namespace")
+    return str(namespace) if isinstance(namespace, str) and namespace else None
+
+
+def _api_exception() -> type[Exception]:
+    from kubernetes.client.exceptions import ApiException
+
+    return ApiException
+
+
+# -- submit ------------------------------------------------------------------------------------------
+
+
+def render(config: Config, *, group: str, name: str, nodes: int | None, job: str | None = None) -> list[dict[str, Any]]:
+    from trainium_cdk.charts.workloads import render_job
+
+    objects = render_job(config, group=group, name=name, nodes=nodes, job=job)
+    if not objects:
+        raise CliError(f"the training job chart rendered no objects for group {group}")
+    return list(objects)
+
+
+def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -> int:
+    group = group_of(config, args.group)
+    if args.nodes is not None:
+        check_nodes(config, group, args.nodes)
+    name = args.name or default_name(group)
+    objects = render(config, group=group.name, name=name, nodes=args.nodes, job=args.job)
+    if args.dry_run:
+        out.write(f"# dry run: would create {len(objects)} object(s) in the cluster of your kubeconfig\n")
+        out.write(yaml.safe_dump_all(objects, sort_keys=False))
+        return 0
+    kube = Kube(args)
+    dyn = kube.dynamic()
+    api_exception = _api_exception()
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+    job_namespace = kube.namespace
+    for obj in objects:
+        api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
+        meta = obj.get("metadata") or {}
+        try:
+            resource = dyn.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            raise CliError(
+                f"the cluster does not know {kind} ({api_version}): install its controller or CRD "
+                "(deploy the EKS stack of this project) and submit again"
+            ) from None
+        namespace = (meta.get("namespace") or kube.namespace) if resource.namespaced else None
+        where = f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+        try:
+            if namespace:
+                dyn.create(resource, body=obj, namespace=namespace)
+            else:
+                dyn.create(resource, body=obj)
+        except api_exception as error:
+            if getattr(error, "status", None) != 409:
+                raise
+            if meta.get("name") == name or kind in JOB_KINDS:
+                raise CliError(
+                    f"{kind} {where} already exists: pick another --name, or delete it "
+                    f"(`kubectl delete {kind.lower()} {meta.get('name')} -n {namespace or DEFAULT_NAMESPACE}`)"
+                ) from None
+            out.write(f"exists  {kind} {where} (left as it is)\n")
+            continue
+        out.write(f"created {kind} {where}\n")
+        if namespace and (meta.get("name") == name or kind in JOB_KINDS):
+            job_namespace = namespace
+    ns = job_namespace
+    out.write(f"submitted {name} to namespace {ns}\n")
+    out.write(f"  trn status {name} --backend eks --namespace {ns} --wait\n")
+    out.write(f"  trn logs {name} --backend eks --namespace {ns} --follow\n")
+    return 0
+
+
+# -- status ------------------------------------------------------------------------------------------
+
+
+def _pods(kube: Kube, name: str, *, rank: str | None = None) -> tuple[str, list[Any]]:
+    """(selector, pods) of job ``name``: the first job-name label that finds any pod."""
+    prefix = f"{RANK_LABEL}={rank}," if rank is not None else ""
+    for label in JOB_NAME_LABELS:
+        selector = f"{prefix}{label}={name}"
+        pods = kube.core.list_namespaced_pod(kube.namespace, label_selector=selector).items or []
+        if pods:
+            return selector, sorted(pods, key=lambda p: (_rank(p), str(getattr(p.metadata, "name", ""))))
+    return f"{prefix}{JOB_NAME_LABELS[0]}={name}", []
+
+
+def _rank(pod: Any) -> int:
+    labels = getattr(pod.metadata, "labels", None) or {}
+    try:
+        return int(labels.get(RANK_LABEL, 1_000_000))
+    except (TypeError, ValueError):
+        return 1_000_000
+
+
+def _pod_line(pod: Any) -> str:
+    status = pod.status
+    labels = pod.metadata.labels or {}
+    phase = getattr(status, "phase", None) or "Unknown"
+    why = ""
+    for cs in getattr(status, "container_statuses", None) or []:
+        waiting = getattr(getattr(cs, "state", None), "waiting", None)
+        terminated = getattr(getattr(cs, "state", None), "terminated", None)
+        if waiting is not None and waiting.reason:
+            why = waiting.reason
+        elif terminated is not None and terminated.reason:
+            why = f"{terminated.reason} (exit {terminated.exit_code})"
+    if phase == "Pending" and not why:
+        for cond in getattr(status, "conditions", None) or []:
+            if cond.type == "PodScheduled" and cond.status == "False":
+                why = f"unschedulable: {cond.message}" if cond.message else (cond.reason or "")
+    node = getattr(pod.spec, "node_name", None) or "-"
+    rank = labels.get(RANK_LABEL, "?")
+    return f"{pod.metadata.name}  rank {rank}  {phase}  node {node}" + (f"  {why}" if why else "")
+
+
+def _read_job(kube: Kube, name: str) -> tuple[str | None, Any]:
+    """('batch', V1Job) or ('volcano', dict) or (None, None) when neither kind of job has that name."""
+    api_exception = _api_exception()
+    try:
+        return "batch", kube.batch.read_namespaced_job_status(name, kube.namespace)
+    except api_exception as error:
+        if getattr(error, "status", None) != 404:
+            raise
+    group, version, plural = VOLCANO_JOB
+    try:
+        return "volcano", kube.custom.get_namespaced_custom_object(group, version, kube.namespace, plural, name)
+    except api_exception as error:
+        if getattr(error, "status", None) != 404:  # 404 also when Volcano is not installed
+            raise
+    return None, None
+
+
+def _batch_job_state(job: Any) -> tuple[str, str] | None:
+    for cond in getattr(getattr(job, "status", None), "conditions", None) or []:
+        if cond.status != "True":
+            continue
+        reason = ": ".join(x for x in (cond.reason, cond.message) if x)
+        if cond.type in ("Complete", "SuccessCriteriaMet"):
+            return SUCCEEDED, reason
+        if cond.type in ("Failed", "FailureTarget"):
+            return FAILED, reason
+        if cond.type == "Suspended":
+            return "SUSPENDED", reason
+    return None
+
+
+def _volcano_job_state(job: dict[str, Any]) -> tuple[str, str] | None:
+    state = ((job or {}).get("status") or {}).get("state") or {}
+    phase = state.get("phase")
+    if not phase:
+        return None
+    reason = ": ".join(str(x) for x in (state.get("reason"), state.get("message")) if x)
+    return VOLCANO_STATES.get(phase, str(phase).upper()), reason
+
+
+def job_state(kube: Kube, name: str) -> JobState:
+    kind, job = _read_job(kube, name)
+    _, pods = _pods(kube, name)
+    if kind is None and not pods:
+        raise CliError(
+            f"no job {name} in namespace {kube.namespace}: check the name and --namespace "
+            "(`kubectl get jobs,vcjob -A`)"
+        )
+    lines = [_pod_line(p) for p in pods]
+    phases = [getattr(p.status, "phase", None) or "Unknown" for p in pods]
+    counts = ", ".join(f"{phases.count(ph)} {ph.lower()}" for ph in dict.fromkeys(phases))
+    detail = f"{len(pods)} pod(s): {counts}" if pods else "no pods yet"
+    known = _batch_job_state(job) if kind == "batch" else _volcano_job_state(job) if kind == "volcano" else None
+    if known is not None and (known[0] in (SUCCEEDED, FAILED) or kind == "volcano"):
+        state, reason = known
+        return JobState(state, f"{detail}; {reason}" if reason else detail, lines)
+    if known is not None:  # a suspended batch/v1 Job
+        return JobState(known[0], detail, lines)
+    if not pods:
+        return JobState("PENDING", detail, lines)
+    if kind is None and all(ph == "Succeeded" for ph in phases):
+        return JobState(SUCCEEDED, detail, lines)
+    if kind is None and any(ph == "Failed" for ph in phases):
+        return JobState(FAILED, detail, lines)
+    if all(ph in ("Running", "Succeeded") for ph in phases):
+        return JobState("RUNNING", detail, lines)
+    if any(ph == "Running" for ph in phases):
+        return JobState("STARTING", detail, lines)
+    return JobState("PENDING", detail, lines)
+
+
+def status(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clock: Clock = CLOCK) -> int:
+    kube = Kube(args)
+    final = watch(
+        lambda: job_state(kube, args.job), out=out, wait=args.wait, label=f"job {kube.namespace}/{args.job}",
+        timeout=args.timeout, clock=clock,
+    )
+    return 1 if final.state == FAILED else 0
+
+
+# -- logs --------------------------------------------------------------------------------------------
+
+
+def rank0_pod(kube: Kube, name: str) -> tuple[str, Any | None]:
+    selector, pods = _pods(kube, name, rank="0")
+    # A restarted job leaves older rank-0 pods behind: the newest one is the one running.
+    newest = max(pods, key=lambda p: str(getattr(p.metadata, "creation_timestamp", "") or ""), default=None)
+    return selector, newest
+
+
+def logs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clock: Clock = CLOCK) -> int:
+    kube = Kube(args)
+    delay = POLL_FIRST_S
+    announced = False
+    while True:
+        selector, pod = rank0_pod(kube, args.job)
+        phase = getattr(getattr(pod, "status", None), "phase", None) if pod is not None else None
+        if pod is not None and phase not in (None, "Pending"):
+            break
+        if not args.follow:
+            if pod is None:
+                raise CliError(
+                    f"no pod labelled {selector} in namespace {kube.namespace}: "
+                    "check the job name and --namespace; `--follow` waits for the pod"
+                )
+            raise CliError(f"rank-0 pod {pod.metadata.name} is Pending: no logs yet; `--follow` waits for it", code=1)
+        if not announced:
+            err.write(f"waiting for the rank-0 pod of {args.job} to start...\n")
+            announced = True
+        clock.sleep(delay)
+        delay = min(POLL_MAX_S, delay * POLL_FACTOR)
+
+    container = args.container or pod.spec.containers[0].name
+    pod_name = pod.metadata.name
+    if not args.follow:
+        text = kube.core.read_namespaced_pod_log(name=pod_name, namespace=kube.namespace, container=container)
+        out.write(text if text.endswith("\n") or not text else text + "\n")
+        return 0
+    response = kube.core.read_namespaced_pod_log(
+        name=pod_name, namespace=kube.namespace, container=container, follow=True, _preload_content=False
+    )
+    try:
+        for chunk in response.stream():
+            out.write(chunk.decode("utf-8", errors="replace") if isinstance(chunk, bytes) else str(chunk))
+            out.flush()
+    finally:
+        response.release_conn()
+    final = kube.core.read_namespaced_pod(pod_name, kube.namespace)
+    phase = getattr(final.status, "phase", None)
+    err.write(f"pod {pod_name} {phase}\n")
+    return 1 if phase == "Failed" else 0

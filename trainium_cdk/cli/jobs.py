@@ -1,0 +1,237 @@
+"""`trn submit`, `trn status`, `trn logs`: training jobs on the Batch or the EKS backend.
+
+The backend modules do the work; this one parses, picks the backend and the compute group, and
+holds the wait loop both share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from trainium_cdk.cli._common import CliError, is_interactive, parse_overrides, read_config
+from trainium_cdk.config import ComputeGroup, Config
+from trainium_cdk.errors import ConfigError, one_of
+
+JOB_BACKENDS = ("batch", "eks")
+SUCCEEDED, FAILED = "SUCCEEDED", "FAILED"
+TERMINAL = (SUCCEEDED, FAILED)
+# Polling: first wait, growth per poll without a change, longest wait; a heartbeat line this often
+# when stdout is not a terminal (CI logs that print nothing for hours get killed).
+POLL_FIRST_S = 2.0
+POLL_FACTOR = 1.5
+POLL_MAX_S = 30.0
+HEARTBEAT_S = 300.0
+
+
+@dataclass
+class JobState:
+    """Where a job is: a Batch status (SUBMITTED ... RUNNING, SUCCEEDED, FAILED) or the same words for EKS."""
+
+    state: str
+    detail: str = ""
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return self.state in TERMINAL
+
+
+@dataclass
+class Clock:
+    """Time as the wait loops see it: replaced in tests."""
+
+    sleep: Callable[[float], None] = time.sleep
+    monotonic: Callable[[], float] = time.monotonic
+    now: Callable[[], dt.datetime] = dt.datetime.now
+
+
+CLOCK = Clock()
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=JOB_BACKENDS, help="default: the job backend the config deploys")
+    p.add_argument("--config", metavar="PATH", help="config YAML (default: config/default.yaml)")
+    p.add_argument(
+        "-c", dest="overrides", action="append", metavar="KEY=VALUE", default=[],
+        help="override like `cdk synth -c` (region, backends, instance_type, nodes); repeatable",
+    )
+    k = p.add_argument_group("EKS backend")
+    k.add_argument("--namespace", help="Kubernetes namespace (default: the kubeconfig context's, else default)")
+    k.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    k.add_argument("--context", help="kubeconfig context (default: the current one)")
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser(
+        "submit", help="submit a training job to a compute group",
+        description="Submit a training job. Batch: a multi-node parallel job on the queue and job definition of "
+        "the deployed <project>-batch stack. EKS: the objects of the training job chart, through your kubeconfig.",
+    )
+    p.add_argument("--group", metavar="NAME", help="compute group (default: the first one of the config)")
+    p.add_argument("--nodes", type=int, metavar="N", help="nodes of the job (default: the group's nodes)")
+    p.add_argument("--name", help="job name (default: <group>-<date>-<time>)")
+    p.add_argument(
+        "--job", metavar="WORKLOAD",
+        help="EKS: the workload to run, a job of workloads.jobs or an example (mlp, mlp-distributed, "
+        "bert-large-phase1); default: the first configured job, else mlp",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print what would be submitted, submit nothing")
+    _common(p)
+    p.set_defaults(func=submit)
+
+    p = sub.add_parser("status", help="state of a job; --wait follows it to SUCCEEDED or FAILED",
+                       description="Print the state of a job (Batch job id, or EKS job name). Exit 1 if it FAILED.")
+    p.add_argument("job", help="Batch job id, or EKS job name")
+    p.add_argument("--wait", action="store_true", help="poll (with backoff) until SUCCEEDED or FAILED")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="with --wait: give up after this long (exit 1)")
+    _common(p)
+    p.set_defaults(func=status)
+
+    p = sub.add_parser("logs", help="logs of the job's rank-0 node (Batch main node, EKS rank-0 pod)",
+                       description="Print the logs of rank 0: the Batch main node's CloudWatch log stream, or the "
+                       "EKS pod labelled trainium-cdk/rank=0. --follow streams until the job ends.")
+    p.add_argument("job", help="Batch job id, or EKS job name")
+    p.add_argument("--follow", "-f", action="store_true", help="keep streaming until the job ends")
+    p.add_argument("--container", help="EKS: container of the pod (default: its first)")
+    _common(p)
+    p.set_defaults(func=logs)
+
+
+# -- shared ------------------------------------------------------------------------------------------
+
+
+def load(args: argparse.Namespace) -> tuple[Config, str]:
+    config = read_config(args.config, parse_overrides(args.overrides))
+    return config, backend_of(config, args.backend)
+
+
+def backend_of(config: Config, chosen: str | None) -> str:
+    if chosen:
+        return chosen
+    deployed = [b for b in config.backends if b in JOB_BACKENDS]
+    if not deployed:
+        raise CliError(
+            f"the config deploys no job backend (backends: {', '.join(config.backends)}): pass --backend "
+            f"batch or eks, or add one to backends"
+        )
+    return deployed[0]
+
+
+def group_of(config: Config, name: str | None) -> ComputeGroup:
+    names = [g.name for g in config.compute_groups]
+    if name is None:
+        return config.compute_groups[0]
+    for group in config.compute_groups:
+        if group.name == name:
+            return group
+    raise ConfigError("--group", name, "a compute group of the config; " + one_of(names))
+
+
+def check_nodes(config: Config, group: ComputeGroup, nodes: int | None) -> int:
+    n = group.nodes if nodes is None else nodes
+    spec = config.spec(group)
+    if not 1 <= n <= group.maximum:
+        raise ConfigError("--nodes", n, f"between 1 and max_nodes of group {group.name} ({group.maximum})")
+    if n > 1 and not spec.has_efa:
+        raise ConfigError("--nodes", n, f"1: {spec.name} has no EFA, so group {group.name} runs single-node jobs")
+    return n
+
+
+def default_name(group: ComputeGroup, clock: Clock = CLOCK) -> str:
+    return f"{group.name}-{clock.now():%m%d-%H%M%S}"
+
+
+def watch(
+    fetch: Callable[[], JobState], *, out: TextIO, wait: bool, label: str,
+    timeout: float | None = None, clock: Clock = CLOCK,
+) -> JobState:
+    """Fetch once (``wait`` False) or until the job ends, printing each state transition."""
+    interactive = is_interactive(out)
+    start = clock.monotonic()
+    last_state: str | None = None
+    last_line = start
+    delay = POLL_FIRST_S
+    progress = False
+    while True:
+        current = fetch()
+        if current.state != last_state:
+            if progress:
+                out.write("\r\033[K")
+                progress = False
+            stamp = f"{clock.now():%H:%M:%S} " if wait else ""
+            arrow = f"{last_state} -> " if last_state else ""
+            detail = f" ({current.detail})" if current.detail else ""
+            out.write(f"{stamp}{label}: {arrow}{current.state}{detail}\n")
+            for line in current.lines:
+                out.write(f"  {line}\n")
+            out.flush()
+            last_state, delay, last_line = current.state, POLL_FIRST_S, clock.monotonic()
+        if current.done or not wait:
+            if progress:
+                out.write("\n")
+            return current
+        elapsed = clock.monotonic() - start
+        if timeout is not None and elapsed >= timeout:
+            if progress:
+                out.write("\n")
+            raise CliError(
+                f"{label} is still {current.state} after {elapsed:.0f}s: gave up waiting (--timeout)", code=1
+            )
+        if interactive:
+            out.write(f"\r\033[K{label}: {current.state} for {_duration(elapsed)}, next check in {delay:.0f}s")
+            out.flush()
+            progress = True
+        elif clock.monotonic() - last_line >= HEARTBEAT_S:
+            out.write(f"{clock.now():%H:%M:%S} {label}: still {current.state} ({_duration(elapsed)})\n")
+            out.flush()
+            last_line = clock.monotonic()
+        clock.sleep(delay)
+        delay = min(POLL_MAX_S, delay * POLL_FACTOR)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+# -- commands ----------------------------------------------------------------------------------------
+
+
+def submit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    config, backend = load(args)
+    if backend == "batch":
+        from trainium_cdk.cli import batch_jobs
+
+        return batch_jobs.submit(args, config, out, err)
+    from trainium_cdk.cli import eks_jobs
+
+    return eks_jobs.submit(args, config, out, err)
+
+
+def status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    config, backend = load(args)
+    if backend == "batch":
+        from trainium_cdk.cli import batch_jobs
+
+        return batch_jobs.status(args, config, out, err)
+    from trainium_cdk.cli import eks_jobs
+
+    return eks_jobs.status(args, config, out, err)
+
+
+def logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    config, backend = load(args)
+    if backend == "batch":
+        from trainium_cdk.cli import batch_jobs
+
+        return batch_jobs.logs(args, config, out, err)
+    from trainium_cdk.cli import eks_jobs
+
+    return eks_jobs.logs(args, config, out, err)

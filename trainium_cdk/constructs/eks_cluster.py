@@ -18,6 +18,7 @@ from constructs import Construct
 from trainium_cdk.config import EksSettings
 from trainium_cdk.constructs.eks_nodegroup import NODE_MANAGED_POLICIES
 from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.versions import KUBERNETES_VERSION
 
 # The kubectl layer above must match this version: both move together (see versions.py).
@@ -26,6 +27,8 @@ NEURON_TOLERATION = {"key": "aws.amazon.com/neuron", "operator": "Exists", "effe
 CRITICAL_ADDONS_TOLERATION = {"key": "CriticalAddonsOnly", "operator": "Exists"}
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
+# Services whose service-linked roles the FSx CSI controller may create (the second for S3 links).
+FSX_SERVICE_LINKED_ROLES = ("fsx.amazonaws.com", "s3.data-source.lustre.fsx.amazonaws.com")
 # Add-ons EKS manages for us; versions float with the cluster version (EKS picks the default).
 ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
 
@@ -119,31 +122,25 @@ class TrainiumCluster(Construct):
         self.addons = {
             name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name) for name in ADDONS
         }
-        self.fsx_csi_role = iam.Role(
+        self.fsx_csi_role, self.fsx_csi_association = pod_identity_role(
             self,
-            "FsxCsiRole",
-            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"),
+            "FsxCsi",
+            cluster=self.cluster,
+            namespace="kube-system",
+            service_account=FSX_CSI_SERVICE_ACCOUNT,
             description="FSx for Lustre CSI controller (EKS pod identity)",
         )
-        # Pod identity sessions are tagged: the trust policy must allow sts:TagSession too.
-        self.fsx_csi_role.assume_role_policy.add_statements(  # type: ignore[union-attr]
-            iam.PolicyStatement(
-                actions=["sts:TagSession"], principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")]
-            )
-        )
         self.fsx_csi_role.add_to_policy(iam.PolicyStatement(actions=list(FSX_CSI_ACTIONS), resources=["*"]))
+        stack = Stack.of(self)
         self.fsx_csi_role.add_to_policy(
             iam.PolicyStatement(
                 actions=["iam:CreateServiceLinkedRole", "iam:AttachRolePolicy", "iam:PutRolePolicy"],
                 resources=[
-                    f"arn:{Stack.of(self).partition}:iam::{Stack.of(self).account}:role/aws-service-role/"
-                    "fsx.amazonaws.com/*",
-                    f"arn:{Stack.of(self).partition}:iam::{Stack.of(self).account}:role/aws-service-role/"
-                    "s3.data-source.lustre.fsx.amazonaws.com/*",
+                    f"arn:{stack.partition}:iam::{stack.account}:role/aws-service-role/{service}/*"
+                    for service in FSX_SERVICE_LINKED_ROLES
                 ],
             )
         )
-        stack = Stack.of(self)
         # cdk-nag names the account as the template shows it: a reference, or the stage's literal id.
         account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
         acknowledge(
@@ -153,21 +150,11 @@ class TrainiumCluster(Construct):
                 "Resource::*",
                 *(
                     f"Resource::arn:<AWS::Partition>:iam::{account}:role/aws-service-role/{service}/*"
-                    for service in ("fsx.amazonaws.com", "s3.data-source.lustre.fsx.amazonaws.com")
+                    for service in FSX_SERVICE_LINKED_ROLES
                 ),
             ],
             "The FSx CSI controller creates file systems whose IDs do not exist yet, and the FSx "
             "service-linked roles have names AWS chooses.",
-        )
-        # L1: the add-on creates its own service account, so the L2 ServiceAccount (which applies a
-        # manifest) does not fit; the association alone binds the role to it.
-        self.fsx_csi_association = eks.CfnPodIdentityAssociation(
-            self,
-            "FsxCsiPodIdentity",
-            cluster_name=self.cluster.cluster_name,
-            namespace="kube-system",
-            service_account=FSX_CSI_SERVICE_ACCOUNT,
-            role_arn=self.fsx_csi_role.role_arn,
         )
         self.addons[FSX_CSI_ADDON] = eks.Addon(
             self,

@@ -7,7 +7,6 @@ from pathlib import Path
 import cdk8s
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -15,6 +14,7 @@ from trainium_cdk import versions
 from trainium_cdk.charts.workloads import QUEUE_CHART_ID, workload_charts
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.pod_identity import pod_identity_role
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
 VOLCANO_NAMESPACE = "volcano-system"
@@ -64,16 +64,13 @@ class TrainingWorkloads(Construct):
                 wait=True,
             )
         if config.workloads.data_loader is not None:
-            self.data_loader_role = iam.Role(
+            self.data_loader_role, _ = pod_identity_role(
                 self,
-                "DataLoaderRole",
-                assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"),
+                "DataLoader",
+                cluster=cluster,
+                namespace="default",
+                service_account=DATA_LOADER_SERVICE_ACCOUNT,
                 description="Reads the dataset bucket for the data-loader Job (EKS pod identity)",
-            )
-            self.data_loader_role.assume_role_policy.add_statements(  # type: ignore[union-attr]
-                iam.PolicyStatement(
-                    actions=["sts:TagSession"], principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")]
-                )
             )
             bucket = s3.Bucket.from_bucket_name(self, "DataBucket", config.workloads.data_loader.bucket)
             bucket.grant_read(self.data_loader_role)
@@ -83,15 +80,6 @@ class TrainingWorkloads(Construct):
                 ["Action::s3:GetBucket*", "Action::s3:GetObject*", "Action::s3:List*",
                  f"Resource::arn:<AWS::Partition>:s3:::{bucket.bucket_name}/*"],
                 "Reading a whole dataset prefix: every object of the bucket the config names, read only.",
-            )
-            # L1: the pod identity association binds the role to a service account the chart creates.
-            eks.CfnPodIdentityAssociation(
-                self,
-                "DataLoaderPodIdentity",
-                cluster_name=cluster.cluster_name,
-                namespace="default",
-                service_account=DATA_LOADER_SERVICE_ACCOUNT,
-                role_arn=self.data_loader_role.role_arn,
             )
         self.charts = workload_charts(cdk8s.App(), config, image=self.image.image_uri)
         self.manifests: dict[str, eks.KubernetesManifest] = {}

@@ -6,13 +6,22 @@ from dataclasses import dataclass, field
 
 from aws_cdk import App, Environment, Stack, Tags
 
-from trainium_cdk.config import Config
+from trainium_cdk.config import BACKENDS, Config
 from trainium_cdk.stacks.batch_stack import BatchStack
 from trainium_cdk.stacks.eks_stack import EksStack
 from trainium_cdk.stacks.instance_stack import InstanceStack
 from trainium_cdk.stacks.network_stack import NetworkStack
 from trainium_cdk.stacks.parallelcluster_stack import ParallelClusterStack
 from trainium_cdk.stacks.storage_stack import StorageStack
+
+
+# The stack of each backend; each takes (scope, id, *, config, network, storage, env).
+BACKEND_STACKS: dict[str, type[Stack]] = {
+    "eks": EksStack,
+    "batch": BatchStack,
+    "parallelcluster": ParallelClusterStack,
+    "instance": InstanceStack,
+}
 
 
 @dataclass
@@ -42,23 +51,11 @@ def compose(app: App, config: Config) -> TrainingApp:
             app, config.stack_name("storage"), config=config, network=network.network, env=env
         )
     storage = result.storage.storage if result.storage else None
-    if "eks" in config.backends:
-        result.backends["eks"] = EksStack(
-            app, config.stack_name("eks"), config=config, network=network.network, storage=storage, env=env
-        )
-    # Each backend adds its stack here, below the EKS one, in the order of BACKENDS.
-    if "batch" in config.backends:
-        result.backends["batch"] = BatchStack(
-            app, config.stack_name("batch"), config=config, network=network.network, storage=storage, env=env
-        )
-    if "parallelcluster" in config.backends:
-        result.backends["parallelcluster"] = ParallelClusterStack(
-            app, config.stack_name("parallelcluster"), config=config, network=network.network, storage=storage, env=env
-        )
-    if "instance" in config.backends:
-        result.backends["instance"] = InstanceStack(
-            app, config.stack_name("instance"), config=config, network=network.network, storage=storage, env=env
-        )
+    for backend in BACKENDS:  # in this order, so stack order is stable
+        if backend in config.backends:
+            result.backends[backend] = BACKEND_STACKS[backend](
+                app, config.stack_name(backend), config=config, network=network.network, storage=storage, env=env
+            )
     Tags.of(app).add("project", config.project)
     for key, value in sorted(config.tags.items()):
         Tags.of(app).add(key, value)

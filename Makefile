@@ -12,7 +12,7 @@ NPM = $(RUN) node "$(NODE_BIN)/../lib/node_modules/npm/bin/npm-cli.js"
 CDK = $(RUN) node_modules/.bin/cdk
 ARGS ?=
 
-.PHONY: setup synth test pcluster-schema bench deploy destroy diff lock clean
+.PHONY: setup synth test pcluster-schema docs bench deploy destroy diff lock clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ test: setup pcluster-schema
 ## pcluster-schema: ParallelCluster's own package in .venv-pcluster (it pins CDK v1: never in .venv)
 pcluster-schema: $(STAMP)
 	$(PY) -m tests.pcluster_schema --setup || test "$$CI" != true
+
+## docs: regenerate the README's config reference and architecture picture from the code
+docs: setup
+	$(RUN) $(PY) -m trainium_cdk.docs --write
 
 ## bench: cold synth time and peak memory through the CDK CLI, median of 3 (not a test)
 bench: setup

@@ -12,10 +12,20 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 def test_readme_config_reference_is_generated_from_the_model():
     text = README.read_text()
     start, end = text.index(docs.BEGIN), text.index(docs.END) + len(docs.END)
-    assert text[start:end] == docs.block(), "run: .venv/bin/python -m trainium_cdk.docs --write"
+    assert text[start:end] == docs.block(), "run: make docs"
 
 
 def test_reference_lists_every_section():
     reference = docs.config_reference()
     for key in ("`compute_groups[].instance_type`", "`storage.capacity_gib`", "`eks.endpoint_access`", "`network.cidr`"):
         assert key in reference
+
+
+def test_readme_architecture_is_generated_from_the_app():
+    text = README.read_text()
+    start, end = text.index(docs.ARCH_BEGIN), text.index(docs.ARCH_END) + len(docs.ARCH_END)
+    generated = docs.architecture_block()
+    assert text[start:end] == generated, "run: make docs"
+    # Every backend's stack is in the picture, and each depends on the network.
+    for stack in ("trainium-eks", "trainium-batch", "trainium-parallelcluster", "trainium-instance"):
+        assert f"{stack.replace('-', '_')} --> trainium_network" in generated

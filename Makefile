@@ -61,7 +61,8 @@ lock:
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/pip install --quiet -r requirements-dev.txt
 	( echo "# Generated: every package of the dev environment at its tested version (make lock regenerates it)."; \
-	  .venv-lock/bin/pip freeze ) > constraints.txt
+	  echo "# torch is pinned without its local label (+cpu): pip takes the CPU wheel where one is offered locally."; \
+	  .venv-lock/bin/pip freeze | sed 's/^torch==\(.*\)+cpu$$/torch==\1/' ) > constraints.txt
 	rm -rf .venv-lock
 
 clean:

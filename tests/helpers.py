@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +50,16 @@ def for_type(instance_type: str, **group: Any) -> dict[str, Any]:
     return {"group": {"instance_type": instance_type, **group}}
 
 
+# Every cloud assembly of a test run (about 57 MB each with the kubectl layer) goes under one folder,
+# removed when the run ends.
+_OUTDIRS = Path(tempfile.mkdtemp(prefix="trainium-cdk-tests-"))
+atexit.register(shutil.rmtree, _OUTDIRS, True)
+
+
+def new_outdir() -> Path:
+    return Path(tempfile.mkdtemp(dir=_OUTDIRS))
+
+
 def config_with(**changes: Any) -> Config:
     """BASE_CONFIG with top-level sections replaced and `group` merged into the first compute group."""
     raw = json.loads(json.dumps(BASE_CONFIG))
@@ -86,7 +98,7 @@ class Synthesized:
 
 def synth(config: Config, *, nag: bool = True) -> Synthesized:
     """Synthesize the whole app for a config; with cdk-nag, a finding not acknowledged fails the synth."""
-    outdir = Path(tempfile.mkdtemp(prefix="trainium-cdk-test-"))
+    outdir = new_outdir()
     app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
     if nag:
         cdk.Validations.of(app).add_plugins(cdk_nag.AwsSolutionsChecks(app))

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 
 import aws_cdk as cdk
 import cdk_nag
 import pytest
 
-from tests.helpers import CDK_CONTEXT, cfn_lint_errors, config_with, resources
+from tests.helpers import CDK_CONTEXT, cfn_lint_errors, config_with, new_outdir, resources
 from trainium_cdk.stacks.pipeline_stack import PipelineStack, cli_version
 
 PIPELINE = {
@@ -22,7 +21,7 @@ PIPELINE = {
 
 @pytest.fixture(scope="module")
 def synthesized():
-    outdir = Path(tempfile.mkdtemp(prefix="trainium-cdk-pipeline-"))
+    outdir = new_outdir()
     app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
     cdk.Validations.of(app).add_plugins(cdk_nag.AwsSolutionsChecks(app))  # raises on a finding
     config = config_with(pipeline=PIPELINE)

@@ -89,9 +89,10 @@ def architecture_mermaid() -> str:
     from trainium_cdk.stacks import compose
 
     config = load_config(overrides={"backends": ",".join(BACKENDS)})
-    app = cdk.App(outdir=tempfile.mkdtemp(prefix="trainium-cdk-docs-"))
-    stacks = compose(app, config).stacks
-    app.synth()
+    with tempfile.TemporaryDirectory(prefix="trainium-cdk-docs-") as outdir:
+        app = cdk.App(outdir=outdir)
+        stacks = compose(app, config).stacks
+        app.synth()
     lines = ["```mermaid", "flowchart LR"]
     for stack in stacks:
         sid = stack.stack_name.replace("-", "_")

@@ -92,3 +92,14 @@ def test_data_loader_reads_its_bucket_through_pod_identity(result):
 def test_shell_and_tensorboard_installed(result):
     text = json.dumps(_manifests(result.template_json("eks")))
     assert "data-shell" in text and "tensorboard" in text
+
+
+def test_training_image_repository(result):
+    template = result.template_json("eks")
+    (repo,) = resources(template, "AWS::ECR::Repository").values()
+    assert repo["DeletionPolicy"] == "Retain"
+    props = repo["Properties"]
+    assert props["ImageScanningConfiguration"] == {"ScanOnPush": True}
+    assert props["ImageTagMutability"] == "IMMUTABLE"
+    assert '"countNumber":100' in props["LifecyclePolicy"]["LifecyclePolicyText"]
+    assert "TrainingImageRepositoryUri" in template["Outputs"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import cdk8s
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_s3 as s3
@@ -19,6 +21,7 @@ from trainium_cdk.constructs.pod_identity import pod_identity_role
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
 VOLCANO_NAMESPACE = "volcano-system"
 DATA_LOADER_SERVICE_ACCOUNT = "data-loader"
+IMAGES_KEPT = 100
 
 
 class TrainingWorkloads(Construct):
@@ -26,7 +29,8 @@ class TrainingWorkloads(Construct):
 
     - Volcano from its pinned Helm chart, and its queue (gang scheduling for multi-node jobs);
     - the MLP example image, a Docker image asset built and pushed at deploy time (synth only hashes
-      the folder: no Docker needed to synthesize), the default image of every job;
+      the folder: no Docker needed to synthesize), the default image of every job, and an ECR
+      repository for your own training images (scanned on push, immutable tags, retained);
     - the configured jobs, data loader (its service account reads the bucket through EKS Pod
       Identity), shell pod and TensorBoard, as cdk8s charts applied after the storage chart.
 
@@ -45,6 +49,15 @@ class TrainingWorkloads(Construct):
         after: list[eks.KubernetesManifest],
     ) -> None:
         super().__init__(scope, construct_id)
+        # Where teams push their own training images; kept on destroy, like any artifact store.
+        self.repository = ecr.Repository(
+            self,
+            "TrainingImages",
+            image_scan_on_push=True,
+            image_tag_mutability=ecr.TagMutability.IMMUTABLE,
+            lifecycle_rules=[ecr.LifecycleRule(max_image_count=IMAGES_KEPT, description="keep the newest images")],
+            removal_policy=RemovalPolicy.RETAIN,
+        )
         self.image = ecr_assets.DockerImageAsset(
             self,
             "ExampleImage",

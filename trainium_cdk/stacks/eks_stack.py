@@ -75,6 +75,7 @@ class EksStack(Stack):
             after=[self.manifests[FSX_CHART_ID]] if FSX_CHART_ID in self.manifests else [],
         )
         CfnOutput(self, "ExampleImageUri", value=self.workloads.image.image_uri)
+        CfnOutput(self, "TrainingImageRepositoryUri", value=self.workloads.repository.repository_uri)
         self.cluster_name_output = CfnOutput(self, "ClusterName", value=cluster.cluster_name)
         CfnOutput(
             self,

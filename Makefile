@@ -29,7 +29,7 @@ setup: $(STAMP) node_modules/.installed
 synth: setup
 	rm -rf cdk.out
 	$(CDK) synth --quiet $(ARGS)
-	@ls cdk.out/*.template.json dist/*/*
+	@ls cdk.out/*.template.json; find dist -type f | sort
 
 ## test: the whole suite (CDK assertions, cdk-nag, cfn-lint, manifests, config errors)
 test: setup pcluster-schema

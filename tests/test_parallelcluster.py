@@ -348,7 +348,7 @@ def test_provider_nested_stack_and_custom_resource(every_type):
     template = every_type.template_json("parallelcluster")
     (provider_id, provider), = resources(template, "AWS::CloudFormation::Stack").items()
     url = json.dumps(provider["Properties"]["TemplateURL"])
-    assert f"https://us-east-2-aws-parallelcluster.s3.us-east-2." in url
+    assert "https://us-east-2-aws-parallelcluster.s3.us-east-2." in url
     assert f"/parallelcluster/{PARALLELCLUSTER_VERSION}/templates/custom_resource/cluster.yaml" in url
     assert provider["Properties"]["Parameters"] == {"AdditionalIamPolicies": SSM_POLICY}
     cluster = _cluster(every_type)

@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 
 from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.training_env import efa_environment, neuron_environment
+from trainium_cdk.training_env import CACHE_DIR_NAME, MASTER_PORT, efa_environment, neuron_environment
 
 DATA_MOUNT = "/data"
-CACHE_ROOT = f"{DATA_MOUNT}/neuron-cache"
-MASTER_PORT = 29500
+CACHE_ROOT = f"{DATA_MOUNT}/{CACHE_DIR_NAME}"
 # A cache set names one directory: no slashes, nothing that climbs out of the cache root.
 _CACHE_SET = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")

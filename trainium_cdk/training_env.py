@@ -7,6 +7,13 @@ from __future__ import annotations
 
 from trainium_cdk.catalog import InstanceSpec
 
+# Where hosts mount the shared file system (Batch, ParallelCluster, the dev instance); pods mount it at
+# /data. The Neuron compile cache lives in one directory per job family under <mount>/neuron-cache.
+HOST_MOUNT_DIR = "/fsx"
+CACHE_DIR_NAME = "neuron-cache"
+# torchrun's rendezvous port on the rank-0 node, on every backend.
+MASTER_PORT = 29500
+
 # libfabric over EFA with device RDMA; fork-safe because data loaders fork.
 _EFA = {
     "FI_PROVIDER": "efa",

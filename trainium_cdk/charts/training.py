@@ -21,7 +21,7 @@ from trainium_cdk.charts._k8s import (
     CHART_LABELS, INSTANCE_TYPE_LABEL, NEURON_NO_SCHEDULE, api_object, check_name, workload,
 )
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.jobs import DATA_MOUNT, JobSpec
+from trainium_cdk.jobs import DATA_MOUNT, MASTER_PORT, JobSpec
 
 GROUP_LABEL = "trainium-cdk/compute-group"  # set on the nodes by TrainiumNodeGroup
 RANK_LABEL = "trainium-cdk/rank"
@@ -126,7 +126,7 @@ class DistributedTrainingJob(Chart):
         check_name("DistributedTrainingJob.queue", queue)
         super().__init__(scope, id, labels=CHART_LABELS)
         self.master_addr = f"{job.name}-leader-0.{job.name}"
-        env = {**job.environment(), "MASTER_ADDR": self.master_addr, "MASTER_PORT": "29500"}
+        env = {**job.environment(), "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(MASTER_PORT)}
         tasks = [
             self._task(job, "leader", 1, "0", "export NODE_RANK=0", env, claim_name),
             self._task(

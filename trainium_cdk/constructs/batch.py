@@ -27,11 +27,13 @@ from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.training_env import efa_environment, neuron_environment
+from trainium_cdk.training_env import (
+    CACHE_DIR_NAME, HOST_MOUNT_DIR, MASTER_PORT, efa_environment, neuron_environment,
+)
 from trainium_cdk.versions import NEURON_DLC_ACCOUNT, NEURON_TRAINING_IMAGE_REPOSITORY, neuron_training_image
 
 # Where the file system is mounted, on the host and in the container (as on the other backends).
-MOUNT_DIR = "/fsx"
+MOUNT_DIR = HOST_MOUNT_DIR
 # Neuron's own default cache directory: used, per container, when no shared storage is deployed.
 LOCAL_CACHE_ROOT = "/var/tmp/neuron-compile-cache"
 # The "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, as the ECS docs and aws-cdk-lib's
@@ -39,7 +41,6 @@ LOCAL_CACHE_ROOT = "/var/tmp/neuron-compile-cache"
 NEURON_ECS_AMI_PARAMETER = "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id"
 NEURON_YUM_REPO = "https://yum.repos.neuron.amazonaws.com"
 EFA_INSTALLER_URL = "https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz"
-MASTER_PORT = 29500
 # Multi-node parallel containers run in awsvpc mode: eth0 is the task's interface; the other one
 # (ecs-eth0, link-local) reaches only the ECS agent and must not carry the Neuron bootstrap sockets.
 SOCKET_IFNAME = "eth0"
@@ -116,7 +117,7 @@ class TrainiumBatch(Construct):
         self._custom_image = settings.image_uri is not None
         self.image = settings.image_uri or neuron_training_image(Stack.of(self).region)
         self.cache_dir = (
-            f"{MOUNT_DIR}/neuron-cache/{group.name}" if storage is not None else f"{LOCAL_CACHE_ROOT}/{group.name}"
+            f"{MOUNT_DIR}/{CACHE_DIR_NAME}/{group.name}" if storage is not None else f"{LOCAL_CACHE_ROOT}/{group.name}"
         )
         if group.capacity.type == "capacity-block":
             Annotations.of(self).add_warning_v2(

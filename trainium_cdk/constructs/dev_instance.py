@@ -17,9 +17,10 @@ from trainium_cdk.config import Config, InstanceSettings
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.training_env import CACHE_DIR_NAME, HOST_MOUNT_DIR
 
 DLAMI_PARAMETER_PREFIX = "/aws/service/neuron/dlami"
-MOUNT_DIR = "/fsx"
+MOUNT_DIR = HOST_MOUNT_DIR
 SSH_PORT = 22
 # The root device of the AMI: Ubuntu images boot from /dev/sda1, Amazon Linux from /dev/xvda.
 ROOT_DEVICE = {"ubuntu": "/dev/sda1", "amazon-linux": "/dev/xvda"}
@@ -211,5 +212,5 @@ def _lustre_mount_commands(family: str, dns_name: str, mount_name: str) -> list[
         f'x-systemd.requires=network.service 0 0" >> /etc/fstab',
         f"mount {MOUNT_DIR}",
         # The shared compile cache (one directory per job family below it), writable by every user.
-        f"install -d -m 1777 {MOUNT_DIR}/neuron-cache",
+        f"install -d -m 1777 {MOUNT_DIR}/{CACHE_DIR_NAME}",
     ]

@@ -17,6 +17,7 @@ import yaml
 
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.training_env import HOST_MOUNT_DIR
 from trainium_cdk.versions import (
     NEURON_APT_PACKAGES,
     NEURON_PIP_PACKAGES,
@@ -28,7 +29,7 @@ from trainium_cdk.versions import (
 # cannot run PyTorch 2.9+ (glibc 2.34 < 2.35): Ubuntu 22.04 is the one OS both tools support.
 OS = "ubuntu2204"
 OS_USER = "ubuntu"
-MOUNT_DIR = "/fsx"
+MOUNT_DIR = HOST_MOUNT_DIR
 SHARED_STORAGE_NAME = "fsx"
 # /home is exported by the head node to every node: one venv, built once, used by the whole cluster.
 VENV = f"/home/{OS_USER}/aws_neuron_venv_pytorch"

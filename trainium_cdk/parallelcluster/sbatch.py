@@ -16,10 +16,9 @@ from collections.abc import Mapping
 
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.parallelcluster.cluster_config import MOUNT_DIR, VENV, batch_script_name, queue_name
-from trainium_cdk.training_env import efa_environment, neuron_environment
+from trainium_cdk.training_env import CACHE_DIR_NAME, MASTER_PORT, efa_environment, neuron_environment
 
-CACHE_ROOT = f"{MOUNT_DIR}/neuron-cache"
-MASTER_PORT = 29500
+CACHE_ROOT = f"{MOUNT_DIR}/{CACHE_DIR_NAME}"
 
 
 def cache_dir(job_name: str) -> str:

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import stat
-import subprocess
 from typing import Any
 
 import aws_cdk as cdk
@@ -23,8 +19,8 @@ from trainium_cdk.constructs.batch import (
     NEURON_ECS_AMI_PARAMETER,
     TrainiumBatch,
     ecr_repository_arn,
-    torchrun_command,
 )
+from trainium_cdk.launcher import launch_command
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.stacks import compose
 
@@ -256,7 +252,7 @@ def test_job_definition_shape(every_type, instance_type):
         assert definition["Type"] == "multinode"
         assert nodes["NumNodes"] == 2 and nodes["MainNode"] == 0
         (node_range,) = nodes["NodeRangeProperties"]
-        assert node_range["TargetNodes"] == "0:1"
+        assert node_range["TargetNodes"] == "0:"  # open: a submit-time numNodes reaches every node
         assert node_range["Container"]["InstanceType"] == instance_type
     else:
         # No EFA, no multi-node training: a single-node container job.
@@ -293,7 +289,8 @@ def test_container_environment(every_type, instance_type):
     env = group.environment
     assert env["NEURON_RT_RESET_CORES"] == "1"
     assert env["XLA_TRANSFER_SEED_ASYNC"] == "1"
-    assert env["NEURON_CC_FLAGS"] == f"--cache_dir=/fsx/neuron-cache/{_name(instance_type)}"
+    assert env["TRN_CACHE_DIR"] == f"/fsx/neuron-cache/{_name(instance_type)}"
+    assert env["NPROC_PER_NODE"] == str(group.spec.neuron_cores) and env["MASTER_PORT"] == "29500"
     efa = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1", "CCOM_SOCKET_IFNAME": "eth0"}
     if group.spec.has_efa:
         assert efa.items() <= env.items()
@@ -302,18 +299,11 @@ def test_container_environment(every_type, instance_type):
 
 
 @pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
-def test_torchrun_wired_to_the_batch_node_variables(every_type, instance_type):
+def test_the_launcher_runs_the_script_parameter(every_type, instance_type):
     group = Group(every_type, _name(instance_type))
-    command = group.container["Command"]
-    assert command[:2] == ["/bin/bash", "-c"]
-    script = command[2]
-    for variable in (
-        "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS", "AWS_BATCH_JOB_NODE_INDEX", "AWS_BATCH_JOB_NUM_NODES"
-    ):
-        assert variable in script
-    assert f"export NPROC_PER_NODE={group.spec.neuron_cores}" in script
-    assert "exec torchrun " in script and '--nproc_per_node="$NPROC_PER_NODE"' in script
-    assert command[-1] == "Ref::script"
+    # The launcher reads AWS_BATCH_JOB_NODE_INDEX / NUM_NODES / MAIN_NODE_PRIVATE_IPV4_ADDRESS at run time
+    # (tests/test_launcher.py, tests/test_rehearsal.py).
+    assert group.container["Command"] == launch_command(["Ref::script"])
     assert group.job_definition["Parameters"] == {"script": "/fsx/code/train.py"}
 
 
@@ -419,7 +409,7 @@ def test_no_placement_group_with_a_reservation(reserved):
     assert len(group.launch_template["NetworkInterfaces"]) == 8
     assert group.compute["MaxvCpus"] == MAX_NODES * 128
     nodes = group.job_definition["NodeProperties"]
-    assert nodes["NumNodes"] == 4 and nodes["NodeRangeProperties"][0]["TargetNodes"] == "0:3"
+    assert nodes["NumNodes"] == 4 and nodes["NodeRangeProperties"][0]["TargetNodes"] == "0:"
 
 
 def test_capacity_block_warns_that_batch_ignores_market_options(reserved):
@@ -434,7 +424,7 @@ def test_custom_image_command_retries_timeout_and_retention(reserved):
     group = Group(reserved, "reserved")
     container = group.container
     assert container["Image"] == CUSTOM_IMAGE
-    assert container["Command"][-3:] == CUSTOM_COMMAND
+    assert container["Command"] == launch_command(CUSTOM_COMMAND)
     assert "Parameters" not in group.job_definition
     assert group.job_definition["RetryStrategy"] == {"Attempts": 3}
     assert group.job_definition["Timeout"] == {"AttemptDurationSeconds": 120 * 60}
@@ -447,7 +437,7 @@ def test_without_storage_no_mount_and_a_local_compile_cache(reserved):
     group = Group(reserved, "reserved")
     assert "lustre" not in group.user_data
     assert group.container.get("Volumes", []) == []
-    assert group.environment["NEURON_CC_FLAGS"] == "--cache_dir=/var/tmp/neuron-compile-cache/reserved"
+    assert group.environment["TRN_CACHE_DIR"] == "/var/tmp/neuron-compile-cache/reserved"
     outputs = reserved.template_json("batch")["Outputs"]
     assert "--parameters" not in outputs["SubmitJobreserved"]["Value"]
 
@@ -464,32 +454,6 @@ def test_cdk_nag_clean_and_cfn_lint_zero_errors(request, fixture):
 
 
 # -- units -----------------------------------------------------------------------------------------
-
-
-@pytest.mark.skipif(shutil.which("hostname") is None, reason="needs hostname -I")
-@pytest.mark.parametrize(
-    ("batch_env", "expected"),
-    [
-        ({"AWS_BATCH_JOB_NODE_INDEX": "2", "AWS_BATCH_JOB_NUM_NODES": "4",
-          "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.1.5"},
-         "--nnodes=4 --node_rank=2 --nproc_per_node=32 --master_addr=10.0.1.5 --master_port=29500"),
-        # The main node has no main-node address variable: it uses its own private address.
-        ({"AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_NUM_NODES": "4"},
-         "--nnodes=4 --node_rank=0 --nproc_per_node=32"),
-    ],
-)
-def test_launcher_runs_torchrun_with_the_node_variables(tmp_path, batch_env, expected):
-    fake = tmp_path / "torchrun"
-    fake.write_text('#!/bin/bash\necho "$@"\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    spec = DEFAULT_CATALOG.get("trn1.32xlarge")
-    command = torchrun_command(spec, str(tmp_path / "cache"), ["train.py", "--lr", "1e-4"])
-    env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", **batch_env}
-    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout.strip()
-    assert out.startswith(expected)
-    assert out.endswith("train.py --lr 1e-4")
-    assert "--master_addr= " not in out and "127.0.0.1" not in out
-    assert (tmp_path / "cache").is_dir()
 
 
 def test_ecr_repository_arn():

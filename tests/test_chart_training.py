@@ -12,6 +12,7 @@ from trainium_cdk.charts.training import (
 )
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.jobs import JobSpec
+from trainium_cdk.launcher import LAUNCHER, launch_command
 
 COMMAND = ("python3", "train.py", "--epochs", "2")
 
@@ -45,10 +46,11 @@ def test_single_node_job_requests_every_neuron_device(instance_type):
     pod = manifest["spec"]["template"]["spec"]
     container = _container(pod)
     assert container["resources"]["limits"] == {NEURON_RESOURCE: str(spec.neuron_devices)}
-    assert f"torchrun --nnodes=1 --nproc_per_node={spec.neuron_cores} python3 train.py --epochs 2" in container["command"][2]
+    assert container["command"] == launch_command(COMMAND)
+    assert _env(container)["NPROC_PER_NODE"] == str(spec.neuron_cores)
     assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": instance_type, "trainium-cdk/compute-group": "train"}
     assert {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-    assert {"name": "data", "mountPath": "/data"} in container["volumeMounts"]
+    assert {"name": "data", "mountPath": "/fsx"} in container["volumeMounts"]
     assert {"name": "data", "persistentVolumeClaim": {"claimName": "fsx-lustre"}} in pod["volumes"]
     assert not any(name.startswith("FI_") for name in _env(container))  # no EFA on one node
     assert manifest["metadata"]["labels"]["trainium-cdk/rank"] == "0"
@@ -66,9 +68,10 @@ def test_distributed_job_requests_all_devices_and_efa(instance_type):
         env = _env(container)
         assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1" and env["FI_EFA_FORK_SAFE"] == "1"
         assert env["CCOM_SOCKET_IFNAME"] == "eth0"
-        assert env["WORLD_SIZE"] == str(4 * spec.neuron_cores) and env["NNODES"] == "4"
-        assert env["MASTER_ADDR"] == "run-leader-0.run"
-        assert f"--nnodes=4 --nproc_per_node={spec.neuron_cores}" in container["command"][2]
+        # Node count, rank and address come from Volcano at run time, never fixed here.
+        assert not {"WORLD_SIZE", "NNODES", "MASTER_ADDR", "NODE_RANK"} & set(env)
+        assert env["NPROC_PER_NODE"] == str(spec.neuron_cores)
+        assert container["command"] == launch_command(COMMAND)
 
 
 def test_volcano_job_field_by_field():
@@ -86,8 +89,9 @@ def test_volcano_job_field_by_field():
     leader, worker = spec["tasks"]
     assert leader["template"]["metadata"]["labels"]["trainium-cdk/rank"] == "0"
     assert worker["template"]["metadata"]["labels"]["trainium-cdk/rank"] == "worker"
-    assert _container(leader["template"]["spec"])["command"][2].startswith("export NODE_RANK=0 && torchrun")
-    assert _container(worker["template"]["spec"])["command"][2].startswith("export NODE_RANK=$((VC_TASK_INDEX + 1))")
+    assert _env(_container(leader["template"]["spec"]))["TRN_NODE_RANK_OFFSET"] == "0"
+    assert _env(_container(worker["template"]["spec"]))["TRN_NODE_RANK_OFFSET"] == "1"
+    assert _container(leader["template"]["spec"])["command"][2] == LAUNCHER
     for task in spec["tasks"]:
         assert task["template"]["spec"]["restartPolicy"] == "Never"  # failures go to the job policy
         # The pod template is core Kubernetes: validate it as a Pod.
@@ -104,20 +108,40 @@ def test_gang_size_equals_node_count(nodes):
 def test_cache_sets_get_separate_directories():
     a = _env(_container(synth(SingleNodeTrainingJob, job=job("trn1.32xlarge", cache_set="bert"))[0]["spec"]["template"]["spec"]))
     b = _env(_container(synth(SingleNodeTrainingJob, job=job("trn1.32xlarge", cache_set="gpt"))[0]["spec"]["template"]["spec"]))
-    assert a["NEURON_CC_FLAGS"] == "--cache_dir=/data/neuron-cache/bert"
-    assert b["NEURON_CC_FLAGS"] == "--cache_dir=/data/neuron-cache/gpt"
+    assert a["TRN_CACHE_DIR"] == "/fsx/neuron-cache/bert"
+    assert b["TRN_CACHE_DIR"] == "/fsx/neuron-cache/gpt"
 
 
-def test_precompile_runs_the_same_command_first():
+def test_precompile_is_asked_of_the_launcher():
     (manifest,) = synth(SingleNodeTrainingJob, job=job("trn1.32xlarge", precompile=True))
-    command = _container(manifest["spec"]["template"]["spec"])["command"][2]
-    run = "torchrun --nnodes=1 --nproc_per_node=32 python3 train.py --epochs 2"
-    assert command == f"neuron_parallel_compile {run} && {run}"
+    assert _env(_container(manifest["spec"]["template"]["spec"]))["TRN_PRECOMPILE"] == "1"
+    (manifest,) = synth(SingleNodeTrainingJob, job=job("trn1.32xlarge"))
+    assert "TRN_PRECOMPILE" not in _env(_container(manifest["spec"]["template"]["spec"]))
 
 
 def test_processes_per_node_override():
     (manifest,) = synth(SingleNodeTrainingJob, job=job("trn2.48xlarge", processes_per_node=16))
-    assert "--nproc_per_node=16 " in _container(manifest["spec"]["template"]["spec"])["command"][2]
+    assert _env(_container(manifest["spec"]["template"]["spec"]))["NPROC_PER_NODE"] == "16"
+
+
+def test_without_shared_storage_nothing_is_mounted_and_the_cache_stays_on_the_node():
+    for chart, nodes in ((SingleNodeTrainingJob, 1), (DistributedTrainingJob, 2)):
+        (manifest,) = synth(chart, job=job("trn1.32xlarge", nodes=nodes, shared_storage=False))
+        pods = [manifest["spec"]["template"]["spec"]] if nodes == 1 else [t["template"]["spec"] for t in manifest["spec"]["tasks"]]
+        for pod in pods:
+            assert [v["name"] for v in pod["volumes"]] == ["dshm"]
+            assert not any("persistentVolumeClaim" in v for v in pod["volumes"])
+            env = _env(_container(pod))
+            assert env["TRN_CACHE_DIR"] == "/var/tmp/neuron-compile-cache/default"
+            assert "HF_HOME" not in env
+
+
+def test_autocast_with_a_bf16_variable_is_rejected():
+    with pytest.raises(ConfigError, match="env.XLA_DOWNCAST_BF16 = '1': unset"):
+        JobSpec(
+            name="bert", instance=DEFAULT_CATALOG.get("trn1.32xlarge"), command=("bert.py", "--enable_pt_autocast"),
+            image="x", env={"XLA_DOWNCAST_BF16": "1"},
+        )
 
 
 def test_training_job_picks_the_kind():
@@ -129,7 +153,7 @@ def test_training_job_picks_the_kind():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"nodes": 5, "max_nodes": 4}, "nodes = 5: between 1 and the group maximum (4)"),
+        ({"nodes": 5, "max_nodes": 4}, "nodes = 5: between 1 and max_nodes of group train (4)"),
         ({"cache_set": "team/bert"}, "cache_set = 'team/bert': one directory name"),
         ({"cache_set": ".."}, "cache_set = '..'"),
         ({"processes_per_node": 33}, "processes_per_node = 33: between 1 and the 32 NeuronCores of trn1.32xlarge"),
@@ -161,7 +185,7 @@ def test_data_loader_syncs_s3_into_the_volume():
     job_manifest = next(m for m in manifests if m["kind"] == "Job")
     pod = job_manifest["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "data-loader"
-    assert _container(pod)["args"] == ["s3", "sync", "--only-show-errors", "s3://bucket/wiki/", "/data/datasets/wiki"]
+    assert _container(pod)["args"] == ["s3", "sync", "--only-show-errors", "s3://bucket/wiki/", "/fsx/datasets/wiki"]
     with pytest.raises(ConfigError, match="s3_uri"):
         synth(DataLoaderJob, s3_uri="bucket/wiki")
     with pytest.raises(ConfigError, match="path"):
@@ -171,7 +195,7 @@ def test_data_loader_syncs_s3_into_the_volume():
 def test_shell_pod_mounts_the_volume():
     (pod,) = synth(ShellPod, image="example.com/train:1")
     validate_all([pod])
-    assert {"name": "data", "mountPath": "/data"} in _container(pod["spec"])["volumeMounts"]
+    assert {"name": "data", "mountPath": "/fsx"} in _container(pod["spec"])["volumeMounts"]
 
 
 def test_tensorboard_is_cluster_internal():
@@ -182,6 +206,6 @@ def test_tensorboard_is_cluster_internal():
     assert service["spec"]["ports"] == [{"name": "http", "port": 6006, "targetPort": 6006}]
     deployment = next(m for m in manifests if m["kind"] == "Deployment")
     container = _container(deployment["spec"]["template"]["spec"])
-    assert "--logdir=/data/runs" in container["command"]
+    assert "--logdir=/fsx/runs" in container["command"]
     assert "env" not in container  # no password or token baked in
     assert not any(m["kind"] == "Ingress" for m in manifests)

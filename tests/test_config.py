@@ -191,7 +191,19 @@ BAD_INPUT: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, ...]]] = {
     "unknown override": (_raw(), {"instances": "trn1"}, ("context", "'instances'", "allowed: region")),
     "job nodes above the group maximum": (
         _raw(workloads={"jobs": [{"name": "bert", "nodes": 3}]}), {},
-        ("workloads.jobs[0].nodes", "= 3", "group maximum (2)"),
+        ("workloads.jobs[0].nodes", "= 3", "max_nodes of group train (2)"),
+    ),
+    "data loader without storage": (
+        _raw(storage={"enabled": False}, workloads={"data_loader": {"s3_uri": "s3://bucket/data/"}}), {},
+        ("workloads.data_loader", "'s3://bucket/data/'", "storage.enabled is false"),
+    ),
+    "tensorboard without storage": (
+        _raw(storage={"enabled": False}, workloads={"tensorboard": True}), {},
+        ("workloads.tensorboard", "True", "storage.enabled is false"),
+    ),
+    "shell without storage": (
+        _raw(storage={"enabled": False}, workloads={"shell": True}), {},
+        ("workloads.shell", "True", "storage.enabled is false"),
     ),
     "job cache set with a slash": (
         _raw(workloads={"jobs": [{"name": "bert", "cache_set": "team/bert"}]}), {},

@@ -51,10 +51,13 @@ def test_bert_large_phase1_example(written):
     (bert,) = [o for o in _objects(written[1]) if o["metadata"]["name"] == "bert-large-phase1"]
     assert bert["spec"]["minAvailable"] == 2
     leader = bert["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
-    assert "--nproc_per_node=32" in leader["command"][2] and "dp_bert_large_hf_pretrain_hdf5.py" in leader["command"][2]
+    assert leader["command"][4] == "dp_bert_large_hf_pretrain_hdf5.py" and "--enable_pt_autocast" in leader["command"]
     env = {e["name"]: e["value"] for e in leader["env"]}
-    assert env["XLA_DOWNCAST_BF16"] == "1" and env["FI_PROVIDER"] == "efa"
-    assert env["NEURON_CC_FLAGS"] == "--cache_dir=/data/neuron-cache/bert-large"
+    assert env["NPROC_PER_NODE"] == "32" and env["FI_PROVIDER"] == "efa"
+    # Autocast: the Neuron docs say not to set XLA_USE_BF16 / XLA_DOWNCAST_BF16 with it.
+    assert "XLA_DOWNCAST_BF16" not in env and "XLA_USE_BF16" not in env
+    assert env["TRN_CACHE_DIR"] == "/fsx/neuron-cache/bert-large"
+    assert env["HF_HOME"] == "/fsx/huggingface"
 
 
 def test_ids_known_after_deploy_are_envsubst_placeholders(written):
@@ -73,3 +76,14 @@ def test_deterministic(written, tmp_path):
 
 def test_no_eks_no_manifests(tmp_path):
     assert write_dist(config_with(backends=["batch"]), tmp_path) == []
+
+
+def test_storage_off_mounts_nothing_from_fsx(tmp_path):
+    """With storage off no pod may wait for the FSx claim (it would stay Pending forever)."""
+    paths = write_dist(config_with(storage={"enabled": False}), tmp_path)
+    text = "".join(p.read_text() for p in paths)
+    assert "persistentVolumeClaim" not in text and "fsx-lustre" not in text
+    names = {p.name for p in paths}
+    assert not {"data-loader.k8s.yaml", "data-shell.k8s.yaml", "tensorboard.k8s.yaml", "fsx-storage.k8s.yaml"} & names
+    jobs = [o for p in paths for o in yaml.safe_load_all(p.read_text()) if o and "job-" in p.name]
+    assert jobs and all("/var/tmp/neuron-compile-cache/" in str(o) for o in jobs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -60,7 +61,7 @@ def test_jobs_use_the_example_image_asset(result):
     template = result.template_json("eks")
     text = json.dumps([m for k, m in _manifests(template).items() if "jobbert" in k])
     assert "cdk-hnb659fds-container-assets" in text  # the asset's repository, resolved at deploy
-    assert "neuron_parallel_compile" in text
+    assert re.search(r'TRN_PRECOMPILE\W+value\W+1\W', text)  # precompile asked of the launcher
     assert "ExampleImageUri" in template["Outputs"]
 
 

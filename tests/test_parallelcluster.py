@@ -20,6 +20,7 @@ from trainium_cdk.constructs.storage import FILE_SYSTEM_LOGICAL_ID
 from trainium_cdk.parallelcluster import ClusterIds, S3Object, cluster_configuration, render_cluster_yaml, write_dist
 from trainium_cdk.parallelcluster.cluster_config import OS, SSM_POLICY, placeholder_names
 from trainium_cdk.parallelcluster.dist import SETUP_SCRIPT
+from trainium_cdk.launcher import LAUNCHER
 from trainium_cdk.parallelcluster.sbatch import render_sbatch
 from trainium_cdk.versions import (
     NEURON_APT_PACKAGES,
@@ -397,15 +398,16 @@ def test_batch_script_runs_torchrun_on_every_neuroncore_of_every_node(instance_t
     config = EVERY_TYPE
     group = next(g for g in config.compute_groups if g.instance_type == instance_type)
     text = render_sbatch(config, group)
-    assert f"--nnodes={group.nodes} --nproc_per_node={spec.neuron_cores}" in text
+    # The node count is Slurm's (sbatch -N overrides the default); the launcher reads it at run time.
+    assert f"--nnodes={group.nodes}" not in text and '--nnodes="$NNODES"' in text
     assert f"#SBATCH --nodes={group.nodes}\n" in text
     assert f"#SBATCH --partition={group.name}\n" in text
+    assert f"export NPROC_PER_NODE={spec.neuron_cores}\n" in text
     assert ("export FI_PROVIDER=efa" in text) == spec.has_efa
     assert ("FI_EFA_USE_DEVICE_RDMA=1" in text) == spec.has_efa
-    cache = f"/fsx/neuron-cache/t-{group.name}"
-    assert f'NEURON_CC_FLAGS="--cache_dir={cache} ' in text
-    assert 'srun --kill-on-bad-exit=1 neuron_parallel_compile "${launcher[@]}"' in text
-    assert text.index("neuron_parallel_compile") < text.rindex('srun --kill-on-bad-exit=1 "${launcher[@]}"')
+    assert f"export TRN_CACHE_DIR=/fsx/neuron-cache/{group.name}\n" in text  # one layout on every backend
+    assert LAUNCHER in text
+    assert text.rstrip().endswith('srun --kill-on-bad-exit=1 /bin/sh -c "$TRN_LAUNCHER" trainium-launch "$@"')
     path = tmp_path / "train.sbatch"
     path.write_text(text)
     subprocess.run(["bash", "-n", str(path)], check=True)

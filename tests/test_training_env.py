@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainium_cdk.catalog import DEFAULT_CATALOG, EFA_TRAINING_TYPES, SUPPORTED_TRAINING_TYPES
-from trainium_cdk.training_env import efa_environment, neuron_environment
+from trainium_cdk.training_env import cache_dir, efa_environment, neuron_environment
 
 EFA_KEYS = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
 
@@ -24,24 +24,21 @@ def test_every_supported_type_is_covered():
     assert "trn1.2xlarge" in SUPPORTED_TRAINING_TYPES and "trn1.2xlarge" not in EFA_TRAINING_TYPES
 
 
-def test_neuron_environment_runtime_settings_and_cache_dir():
-    env = neuron_environment("/fsx/neuron-cache/train")
-    assert env == {
-        "NEURON_RT_RESET_CORES": "1",
-        "XLA_TRANSFER_SEED_ASYNC": "1",
-        "NEURON_CC_FLAGS": "--cache_dir=/fsx/neuron-cache/train",
-    }
+def test_neuron_environment_runtime_settings():
+    assert neuron_environment() == {"NEURON_RT_RESET_CORES": "1", "XLA_TRANSFER_SEED_ASYNC": "1"}
 
 
-def test_cache_dir_is_per_caller():
-    assert neuron_environment("/a")["NEURON_CC_FLAGS"] != neuron_environment("/b")["NEURON_CC_FLAGS"]
+def test_one_compile_cache_layout_on_shared_storage_and_on_the_node():
+    assert cache_dir("train") == "/fsx/neuron-cache/train"
+    assert cache_dir("train", shared=False) == "/var/tmp/neuron-compile-cache/train"
+    assert cache_dir("a") != cache_dir("b")
 
 
 def test_returned_maps_are_copies():
     spec = DEFAULT_CATALOG.get("trn1.32xlarge")
     first = efa_environment(spec)
     first["FI_PROVIDER"] = "tcp"
-    neuron = neuron_environment("/x")
+    neuron = neuron_environment()
     neuron["NEURON_RT_RESET_CORES"] = "0"
     assert efa_environment(spec)["FI_PROVIDER"] == "efa"
-    assert neuron_environment("/x")["NEURON_RT_RESET_CORES"] == "1"
+    assert neuron_environment()["NEURON_RT_RESET_CORES"] == "1"

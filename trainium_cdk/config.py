@@ -436,7 +436,8 @@ class InstanceSettings(_Model):
         return value
 
 
-EXAMPLE_COMMAND = ("python3", "/opt/trainium-cdk/examples/mlp/train.py")
+# The example image's script; torchrun runs it with python (a command starting with python3 works too).
+EXAMPLE_COMMAND = ("/opt/trainium-cdk/examples/mlp/train.py",)
 
 
 class TrainingJobSettings(_Model):
@@ -446,9 +447,14 @@ class TrainingJobSettings(_Model):
     group: str | None = Field(None, description="Compute group it runs on; default: the first.")
     nodes: int | None = Field(None, description="Nodes; default: the group's nodes. Above 1: a gang-scheduled job.")
     processes_per_node: int | None = Field(None, description="Processes per node; default: every NeuronCore.")
-    command: tuple[str, ...] = Field(EXAMPLE_COMMAND, description="Program and arguments, run under torchrun.")
+    command: tuple[str, ...] = Field(
+        EXAMPLE_COMMAND, description="Program and arguments as one process runs them (train.py ...); the launcher "
+        "runs them under torchrun on every node."
+    )
     image: str | None = Field(None, description="Image; default: workloads.image.")
-    cache_set: str = Field("default", description="Neuron compile cache directory: /data/neuron-cache/<cache_set>.")
+    cache_set: str | None = Field(
+        None, description="Neuron compile cache directory /fsx/neuron-cache/<cache_set>; default: the group's name."
+    )
     precompile: bool = Field(False, description="Run under neuron_parallel_compile first, then train.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment.")
     retries: int = Field(3, description="Restarts of the whole job after a failure.")
@@ -667,6 +673,17 @@ class Config(_Model):
                 raise ConfigError(f"{where}.{err.field}", err.value, err.allowed) from None
             if spec.distributed and not self.workloads.volcano:
                 raise ConfigError(f"{where}.nodes", spec.nodes, "1 unless workloads.volcano is on (gang scheduling)")
+        if not self.storage.enabled:
+            for name, value in (
+                ("data_loader", self.workloads.data_loader),
+                ("tensorboard", self.workloads.tensorboard),
+                ("shell", self.workloads.shell),
+            ):
+                if value:
+                    raise ConfigError(
+                        f"workloads.{name}", value if isinstance(value, bool) else value.s3_uri,
+                        "off (null or false) while storage.enabled is false: it needs the shared file system",
+                    )
         if self.storage.compute_group is not None and self.storage.compute_group not in names:
             raise ConfigError("storage.compute_group", self.storage.compute_group, "a compute group; " + one_of(names))
         return self
@@ -723,10 +740,11 @@ class Config(_Model):
             nodes=job.nodes if job.nodes is not None else group.nodes,
             max_nodes=group.maximum,
             processes_per_node=job.processes_per_node,
-            cache_set=job.cache_set,
+            cache_set=job.cache_set or group.name,
             precompile=job.precompile,
             env=job.env,
             retries=job.retries,
+            shared_storage=self.storage.enabled,
         )
 
     @property

@@ -70,12 +70,14 @@ def dist_storage_props(config: Config) -> FsxStorageProps | None:
 
 def dist_workloads(app: cdk8s.App, config: Config) -> list[cdk8s.Chart]:
     """The configured workloads, then every example not configured: the MLP jobs, BERT-large phase 1,
-    a data loader, the shell pod and TensorBoard, so that dist/ holds all of them."""
+    and, with shared storage, a data loader, the shell pod and TensorBoard."""
     image = config.workloads.image or placeholder("TRAINING_IMAGE")
     charts = workload_charts(app, config, image=image)
     for job in example_jobs(config, image=image):
         if f"job-{job.name}" not in charts:
             charts[f"job-{job.name}"] = training_job(app, f"job-{job.name}", job=job, queue=config.workloads.queue)
+    if not config.storage.enabled:
+        return list(charts.values())  # the data loader, the shell and TensorBoard need the file system
     if "data-loader" not in charts:
         charts["data-loader"] = DataLoaderJob(app, "data-loader", s3_uri=placeholder("DATA_S3_URI"))
     if "data-shell" not in charts:

@@ -1,25 +1,40 @@
-"""What a training job runs, independent of where: validation, the torchrun command, its environment.
+"""What a training job runs, independent of where: validation, the launch command, its environment.
 
 Pure Python (no CDK, no cdk8s), so that the config validates jobs before anything is built and the
-job charts render the same command.
+job charts and the CLI render the same command.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.training_env import CACHE_DIR_NAME, MASTER_PORT, efa_environment, neuron_environment
+from trainium_cdk.launcher import launch_command, launch_environment
+from trainium_cdk.training_env import MASTER_PORT, SHARED_MOUNT, cache_dir, efa_environment, neuron_environment
 
-DATA_MOUNT = "/data"
-CACHE_ROOT = f"{DATA_MOUNT}/{CACHE_DIR_NAME}"
 # A cache set names one directory: no slashes, nothing that climbs out of the cache root.
 _CACHE_SET = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+# The Neuron docs: with autocast, XLA_USE_BF16 / XLA_DOWNCAST_BF16 override its per-operator precision.
+_AUTOCAST_FLAG = "--enable_pt_autocast"
+_BF16_VARIABLES = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
+# Pods reach the other nodes' sockets through one interface; EFA carries the collectives.
+POD_SOCKET_IFNAME = "eth0"
+# Hugging Face caches (hub, datasets) on shared storage, as the Neuron tutorials keep them.
+HF_HOME = f"{SHARED_MOUNT}/huggingface"
+
+
+def check_node_count(field_name: str, nodes: int, *, maximum: int, instance: InstanceSpec, group: str | None) -> int:
+    """The one rule for a job's node count, wherever it is set (config, job, ``trn submit --nodes``)."""
+    where = f" of group {group}" if group else ""
+    if not 1 <= nodes <= maximum:
+        raise ConfigError(field_name, nodes, f"between 1 and max_nodes{where} ({maximum})")
+    if nodes > 1 and not instance.has_efa:
+        raise ConfigError(field_name, nodes, f"1: {instance.name} has no EFA, so it cannot run a multi-node job")
+    return nodes
 
 
 @dataclass(frozen=True)
@@ -28,16 +43,20 @@ class JobSpec:
 
     :param name: job name, a DNS label of at most 40 characters (pod names append to it).
     :param instance: the instance type of the nodes, from the catalog.
-    :param command: the training program and its arguments; torchrun is put in front of it.
+    :param command: the training program and its arguments, as one process runs it (``train.py ...``
+        or ``python3 train.py ...``); the launcher runs it under torchrun on every node.
     :param image: container image.
     :param nodes: nodes of the job; above 1 it is a distributed (gang-scheduled) job.
     :param max_nodes: the compute group's maximum; nodes above it can never be scheduled.
     :param processes_per_node: default: every NeuronCore of the instance.
-    :param cache_set: the Neuron compile cache directory under /data/neuron-cache: jobs that run
-        at the same time must not share one.
+    :param cache_set: the Neuron compile cache directory (``/fsx/neuron-cache/<cache_set>``): jobs that
+        run at the same time must not share one.
     :param precompile: run the same command under neuron_parallel_compile first, then for real.
     :param env: extra environment.
     :param retries: restarts of the whole job after a failure.
+    :param group: the compute group whose nodes run it.
+    :param shared_storage: mount the shared file system at /fsx (and keep the compile cache there);
+        without it the cache stays on the node.
     """
 
     name: str
@@ -52,6 +71,7 @@ class JobSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     retries: int = 3
     group: str | None = None
+    shared_storage: bool = True
 
     def __post_init__(self) -> None:
         if not _JOB_NAME.match(self.name):
@@ -61,12 +81,7 @@ class JobSpec:
         if not self.command:
             raise ConfigError("command", list(self.command), "the training program and its arguments")
         maximum = self.max_nodes if self.max_nodes is not None else self.nodes
-        if not 1 <= self.nodes <= maximum:
-            raise ConfigError("nodes", self.nodes, f"between 1 and the group maximum ({maximum})")
-        if self.nodes > 1 and not self.instance.has_efa:
-            raise ConfigError(
-                "nodes", self.nodes, f"1: {self.instance.name} has no EFA, so it cannot run a multi-node job"
-            )
+        check_node_count("nodes", self.nodes, maximum=maximum, instance=self.instance, group=self.group)
         if not 1 <= self.processes <= self.instance.neuron_cores:
             raise ConfigError(
                 "processes_per_node",
@@ -79,6 +94,13 @@ class JobSpec:
             )
         if self.retries < 0:
             raise ConfigError("retries", self.retries, "0 or more")
+        if _AUTOCAST_FLAG in self.command:
+            for variable in _BF16_VARIABLES:
+                if self.env.get(variable, "0") not in ("", "0"):
+                    raise ConfigError(
+                        f"env.{variable}", self.env[variable],
+                        f"unset (or 0) with {_AUTOCAST_FLAG}: it overrides autocast's per-operator precision",
+                    )
 
     @property
     def processes(self) -> int:
@@ -94,30 +116,23 @@ class JobSpec:
 
     @property
     def cache_dir(self) -> str:
-        return f"{CACHE_ROOT}/{self.cache_set}"
+        return cache_dir(self.cache_set, shared=self.shared_storage)
+
+    def launch(self) -> list[str]:
+        """The container command of every node of the job: the launcher, then the training command."""
+        return launch_command(self.command)
 
     def environment(self) -> dict[str, str]:
-        """Neuron runtime and compile cache, EFA when the job spans nodes, and the job's shape."""
-        env = neuron_environment(self.cache_dir)
+        """Neuron runtime, EFA when the job spans nodes, what the launcher reads, and the job's own."""
+        env = neuron_environment()
         if self.distributed:
-            # Pods have one interface for sockets (eth0); EFA carries the collectives.
-            env.update(efa_environment(self.instance), CCOM_SOCKET_IFNAME="eth0")
+            env.update(efa_environment(self.instance), CCOM_SOCKET_IFNAME=POD_SOCKET_IFNAME)
         env.update(
-            NNODES=str(self.nodes), NPROC_PER_NODE=str(self.processes), WORLD_SIZE=str(self.world_size)
+            launch_environment(
+                processes=self.processes, master_port=MASTER_PORT, cache_dir=self.cache_dir, precompile=self.precompile
+            )
         )
+        if self.shared_storage:
+            env["HF_HOME"] = HF_HOME
         env.update(self.env)
         return env
-
-    def torchrun(self, *, master_addr: str = "$MASTER_ADDR", node_rank: str = "$NODE_RANK") -> str:
-        """The shell command of one node: torchrun (static rendezvous, no etcd), after a precompile run
-        under neuron_parallel_compile when asked."""
-        program = shlex.join(list(self.command))
-        if self.distributed:
-            launcher = (
-                f"torchrun --nnodes={self.nodes} --nproc_per_node={self.processes} --node_rank={node_rank} "
-                f"--master_addr={master_addr} --master_port={MASTER_PORT}"
-            )
-        else:
-            launcher = f"torchrun --nnodes=1 --nproc_per_node={self.processes}"
-        run = f"{launcher} {program}"
-        return f"neuron_parallel_compile {run} && {run}" if self.precompile else run

@@ -1,16 +1,21 @@
-"""The environment distributed training on Neuron and EFA needs: one place for every backend.
+"""What every backend's training job shares: mount point, compile-cache layout, port, environment.
 
-EKS job charts, the Batch job definition and the Slurm script all read these maps.
+The EKS job charts, the Batch job definition and the Slurm batch script all read these, and all of
+them start the same launcher (``trainium_cdk.launcher``).
 """
 
 from __future__ import annotations
 
 from trainium_cdk.catalog import InstanceSpec
 
-# Where hosts mount the shared file system (Batch, ParallelCluster, the dev instance); pods mount it at
-# /data. The Neuron compile cache lives in one directory per job family under <mount>/neuron-cache.
-HOST_MOUNT_DIR = "/fsx"
+# Where the shared file system is mounted on every backend: hosts (Batch, ParallelCluster, the dev
+# instance) and pods alike, so that one path (a dataset, a checkpoint, the compile cache) is the same
+# path everywhere.
+SHARED_MOUNT = "/fsx"
+HOST_MOUNT_DIR = SHARED_MOUNT
 CACHE_DIR_NAME = "neuron-cache"
+# Neuron's compile cache when no shared storage is deployed: on the node, per cache set.
+LOCAL_CACHE_ROOT = "/var/tmp/neuron-compile-cache"
 # torchrun's rendezvous port on the rank-0 node, on every backend.
 MASTER_PORT = 29500
 
@@ -26,11 +31,17 @@ _NEURON = {
 }
 
 
+def cache_dir(cache_set: str, *, shared: bool = True) -> str:
+    """The one compile-cache layout: ``/fsx/neuron-cache/<cache set>`` on shared storage, a node-local
+    directory without it. Jobs that run at the same time must not share a cache set."""
+    return f"{SHARED_MOUNT}/{CACHE_DIR_NAME}/{cache_set}" if shared else f"{LOCAL_CACHE_ROOT}/{cache_set}"
+
+
 def efa_environment(spec: InstanceSpec) -> dict[str, str]:
     """libfabric settings for EFA; empty for an instance without EFA (it must not ask for the provider)."""
     return dict(_EFA) if spec.has_efa else {}
 
 
-def neuron_environment(cache_dir: str) -> dict[str, str]:
-    """Neuron runtime settings and the compile cache directory (one per cache set, on shared storage)."""
-    return {**_NEURON, "NEURON_CC_FLAGS": f"--cache_dir={cache_dir}"}
+def neuron_environment() -> dict[str, str]:
+    """Neuron runtime settings (the launcher adds the compile cache to NEURON_CC_FLAGS)."""
+    return dict(_NEURON)

@@ -2,7 +2,7 @@
 
 Every pod that trains asks for all Neuron devices (and, across nodes, all EFA interfaces) of its
 instance type from the catalog, lands on its compute group's nodes (one AZ, one subnet), tolerates
-the Neuron taint and mounts the FSx volume at /data. Multi-node jobs are Volcano jobs: gang-scheduled
+the Neuron taint and mounts the FSx volume at /fsx. Multi-node jobs are Volcano jobs: gang-scheduled
 (all pods or none), a leader task whose pod is labelled ``trainium-cdk/rank=0``, and torchrun's static
 rendezvous on the leader's stable DNS name (no etcd).
 """
@@ -21,7 +21,9 @@ from trainium_cdk.charts._k8s import (
     CHART_LABELS, INSTANCE_TYPE_LABEL, NEURON_NO_SCHEDULE, api_object, check_name, workload,
 )
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.jobs import DATA_MOUNT, MASTER_PORT, JobSpec
+from trainium_cdk.jobs import JobSpec
+from trainium_cdk.launcher import LEADER_TASK, RANK_OFFSET_VARIABLE, WORKER_TASK
+from trainium_cdk.training_env import SHARED_MOUNT
 
 GROUP_LABEL = "trainium-cdk/compute-group"  # set on the nodes by TrainiumNodeGroup
 RANK_LABEL = "trainium-cdk/rank"
@@ -30,30 +32,35 @@ DEFAULT_CLAIM = "fsx-lustre"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_QUEUE = "training"
 VOLCANO_SCHEDULER = "volcano"
+# Pods mount the shared file system where hosts do, so every path is the same on every backend.
+DATA_MOUNT = SHARED_MOUNT
 DATA_VOLUME = "data"
 SHM_VOLUME = "dshm"
 
 
-def _data_volumes(claim_name: str) -> list[dict[str, Any]]:
+def _data_volumes(claim_name: str | None) -> list[dict[str, Any]]:
     # PyTorch data loaders share tensors through /dev/shm; the container default (64 MiB) is too small.
-    return [
-        {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name}},
-        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
-    ]
+    shm = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}]
+    if claim_name is None:
+        return shm
+    return [{"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name}}, *shm]
 
 
-def _data_mounts() -> list[dict[str, Any]]:
-    return [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT}, {"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+def _data_mounts(claim_name: str | None) -> list[dict[str, Any]]:
+    shm = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+    return shm if claim_name is None else [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT}, *shm]
 
 
-def training_pod_spec(job: JobSpec, *, command: str, env: Mapping[str, str], claim_name: str) -> dict[str, Any]:
-    """The pod of one node of a job: all the node's devices, its group's nodes, the data volume."""
+def training_pod_spec(job: JobSpec, *, env: Mapping[str, str], claim_name: str) -> dict[str, Any]:
+    """The pod of one node of a job: all the node's devices, its group's nodes, the launcher, and the
+    data volume when the job uses shared storage."""
     limits = {NEURON_RESOURCE: str(job.instance.neuron_devices)}
     if job.distributed and job.instance.has_efa:
         limits[EFA_RESOURCE] = str(job.instance.efa_interfaces)
     selector = {INSTANCE_TYPE_LABEL: job.instance.name}
     if job.group:
         selector[GROUP_LABEL] = job.group
+    claim = claim_name if job.shared_storage else None
     return {
         "restartPolicy": "Never",
         "nodeSelector": selector,
@@ -62,22 +69,22 @@ def training_pod_spec(job: JobSpec, *, command: str, env: Mapping[str, str], cla
             {
                 "name": "train",
                 "image": job.image,
-                "command": ["/bin/sh", "-c", command],
+                "command": job.launch(),
                 "env": [{"name": k, "value": v} for k, v in env.items()],
                 # Extended resources are requested through limits (requests default to them).
                 "resources": {"limits": limits},
-                "volumeMounts": _data_mounts(),
+                "volumeMounts": _data_mounts(claim),
             }
         ],
-        "volumes": _data_volumes(claim_name),
+        "volumes": _data_volumes(claim),
     }
 
 
 class SingleNodeTrainingJob(Chart):
-    """A Kubernetes Job: ``torchrun --nnodes=1 --nproc_per_node=<NeuronCores>`` on one node.
+    """A Kubernetes Job: the launcher runs torchrun on every NeuronCore of one node.
 
     :param job: the job (``nodes`` must be 1).
-    :param claim_name: the FSx PersistentVolumeClaim mounted at /data. Default: ``fsx-lustre``.
+    :param claim_name: the FSx PersistentVolumeClaim mounted at /fsx. Default: ``fsx-lustre``.
     :param namespace: default ``default``.
     """
 
@@ -95,9 +102,7 @@ class SingleNodeTrainingJob(Chart):
                 "backoffLimit": job.retries,
                 "template": {
                     "metadata": {"labels": labels},
-                    "spec": training_pod_spec(
-                        job, command=job.torchrun(), env=job.environment(), claim_name=claim_name
-                    ),
+                    "spec": training_pod_spec(job, env=job.environment(), claim_name=claim_name),
                 },
             },
         )
@@ -108,12 +113,13 @@ class DistributedTrainingJob(Chart):
 
     Task ``leader`` (one pod, node rank 0, labelled ``trainium-cdk/rank=0``) and task ``worker``
     (nodes - 1 pods, node rank = task index + 1). Volcano's ``svc`` plugin gives every pod a stable
-    name, ``<job>-leader-0.<job>``, which is the rendezvous address; its ``env`` plugin exports
-    ``VC_TASK_INDEX``. A failed or evicted pod restarts the whole job, up to ``job.retries`` times.
+    name, ``<job>-leader-0.<job>``, which is the rendezvous address (``VC_LEADER_HOSTS``); its ``env``
+    plugin exports ``VC_TASK_INDEX``. The launcher derives node rank and count from them at run time
+    (``trainium_cdk.launcher``). A failed or evicted pod restarts the whole job, up to ``job.retries`` times.
 
     :param job: the job (``nodes`` at least 2).
     :param queue: the Volcano queue. Default: ``training``.
-    :param claim_name: the FSx PersistentVolumeClaim mounted at /data. Default: ``fsx-lustre``.
+    :param claim_name: the FSx PersistentVolumeClaim mounted at /fsx. Default: ``fsx-lustre``.
     :param namespace: default ``default``.
     """
 
@@ -125,13 +131,11 @@ class DistributedTrainingJob(Chart):
             raise ConfigError("DistributedTrainingJob.job.nodes", job.nodes, "at least 2; use SingleNodeTrainingJob")
         check_name("DistributedTrainingJob.queue", queue)
         super().__init__(scope, id, labels=CHART_LABELS)
-        self.master_addr = f"{job.name}-leader-0.{job.name}"
-        env = {**job.environment(), "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(MASTER_PORT)}
+        # The svc plugin's stable name of the leader pod; the launcher reads it from VC_LEADER_HOSTS.
+        self.master_addr = f"{job.name}-{LEADER_TASK}-0.{job.name}"
         tasks = [
-            self._task(job, "leader", 1, "0", "export NODE_RANK=0", env, claim_name),
-            self._task(
-                job, "worker", job.nodes - 1, "worker", "export NODE_RANK=$((VC_TASK_INDEX + 1))", env, claim_name
-            ),
+            self._task(job, LEADER_TASK, 1, "0", 0, claim_name),
+            self._task(job, WORKER_TASK, job.nodes - 1, "worker", 1, claim_name),
         ]
         self.volcano_job = api_object(
             self, "Job", api_version="batch.volcano.sh/v1alpha1", kind="Job", name=job.name, namespace=namespace,
@@ -151,16 +155,15 @@ class DistributedTrainingJob(Chart):
         )
 
     @staticmethod
-    def _task(
-        job: JobSpec, name: str, replicas: int, rank: str, set_rank: str, env: Mapping[str, str], claim_name: str
-    ) -> dict[str, Any]:
-        command = f"{set_rank} && {job.torchrun()}"
+    def _task(job: JobSpec, name: str, replicas: int, rank: str, rank_offset: int, claim_name: str) -> dict[str, Any]:
+        # Node rank = offset + the env plugin's VC_TASK_INDEX: 0 for the leader, 1.. for the workers.
+        env = {**job.environment(), RANK_OFFSET_VARIABLE: str(rank_offset)}
         return {
             "name": name,
             "replicas": replicas,
             "template": {
                 "metadata": {"labels": {JOB_LABEL: job.name, RANK_LABEL: rank}},
-                "spec": training_pod_spec(job, command=command, env=env, claim_name=claim_name),
+                "spec": training_pod_spec(job, env=env, claim_name=claim_name),
             },
         }
 
@@ -188,7 +191,7 @@ class DataLoaderJob(Chart):
     association. Its service account gets S3 read through EKS Pod Identity (the stack binds a role).
 
     :param s3_uri: ``s3://bucket/prefix``.
-    :param path: directory under /data. Default: ``datasets``.
+    :param path: directory under /fsx. Default: ``datasets``.
     :param service_account: default ``data-loader``.
     """
 
@@ -199,7 +202,7 @@ class DataLoaderJob(Chart):
         if not s3_uri.startswith("s3://") and not s3_uri.startswith("${"):
             raise ConfigError("DataLoaderJob.s3_uri", s3_uri, "an S3 URI such as s3://my-bucket/datasets/")
         if path.startswith("/") or ".." in path.split("/"):
-            raise ConfigError("DataLoaderJob.path", path, "a relative directory under /data, such as datasets/wiki")
+            raise ConfigError("DataLoaderJob.path", path, "a relative directory under /fsx, such as datasets/wiki")
         check_name("DataLoaderJob.service_account", service_account)
         super().__init__(scope, id, labels=CHART_LABELS)
         self.service_account = api_object(
@@ -229,7 +232,7 @@ class DataLoaderJob(Chart):
 
 
 class ShellPod(Chart):
-    """An interactive pod with the FSx volume at /data: `kubectl exec -it data-shell -- bash`.
+    """An interactive pod with the FSx volume at /fsx: `kubectl exec -it data-shell -- bash`.
 
     Runs on the system nodes (no Neuron devices), in the training image so its tools match.
     """
@@ -259,7 +262,7 @@ class TensorBoard(Chart):
     """TensorBoard reading runs on the FSx volume, behind a ClusterIP Service (no public load balancer,
     no password baked into an image): `kubectl port-forward svc/tensorboard 6006`.
 
-    :param log_dir: directory under /data with the event files. Default: ``runs``.
+    :param log_dir: directory under /fsx with the event files. Default: ``runs``.
     """
 
     PORT = 6006
@@ -269,7 +272,7 @@ class TensorBoard(Chart):
         namespace: str = DEFAULT_NAMESPACE, image: str = versions.TENSORBOARD_IMAGE,
     ) -> None:
         if log_dir.startswith("/") or ".." in log_dir.split("/"):
-            raise ConfigError("TensorBoard.log_dir", log_dir, "a relative directory under /data, such as runs")
+            raise ConfigError("TensorBoard.log_dir", log_dir, "a relative directory under /fsx, such as runs")
         super().__init__(scope, id, labels=CHART_LABELS)
         labels = {"app.kubernetes.io/name": "tensorboard"}
         self.deployment = workload(

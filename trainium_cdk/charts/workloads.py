@@ -18,14 +18,15 @@ from trainium_cdk.charts.training import (
 from trainium_cdk.config import EXAMPLE_COMMAND, Config, TrainingJobSettings
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.jobs import JobSpec
+from trainium_cdk.training_env import SHARED_MOUNT
 
 QUEUE_CHART_ID = "volcano-queue"
 # BERT-large phase 1, as the Neuron multi-node tutorial runs it: the script of aws-neuron-samples
 # (torch-neuronx/training/dp_bert_hf_pretrain) in an image of yours, the tokenized Wikipedia corpus on FSx.
 BERT_LARGE_PHASE1_COMMAND = (
-    "python3", "dp_bert_large_hf_pretrain_hdf5.py",
-    "--data_dir", "/data/datasets/bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128",
-    "--output_dir", "/data/runs/bert-large-phase1",
+    "dp_bert_large_hf_pretrain_hdf5.py",
+    "--data_dir", f"{SHARED_MOUNT}/datasets/bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128",
+    "--output_dir", f"{SHARED_MOUNT}/runs/bert-large-phase1",
     "--lr", "6e-4", "--phase1_end_step", "28125", "--batch_size", "16", "--grad_accum_usteps", "32",
     "--seq_len", "128", "--max_pred_len", "20", "--warmup_steps", "2000", "--enable_pt_autocast",
 )
@@ -58,7 +59,8 @@ def example_settings(config: Config) -> list[TrainingJobSettings]:
     group = config.compute_groups[0]
 
     def mlp(name: str, nodes: int) -> TrainingJobSettings:
-        command = (*EXAMPLE_COMMAND, "--output-dir", f"/data/runs/{name}")
+        output = ("--output-dir", f"{SHARED_MOUNT}/runs/{name}") if config.storage.enabled else ()
+        command = (*EXAMPLE_COMMAND, *output)
         return TrainingJobSettings(name=name, group=group.name, nodes=nodes, command=command, cache_set=name)
 
     examples = [mlp("mlp", 1)]
@@ -68,8 +70,9 @@ def example_settings(config: Config) -> list[TrainingJobSettings]:
             TrainingJobSettings(
                 name="bert-large-phase1", group=group.name, nodes=2, command=BERT_LARGE_PHASE1_COMMAND,
                 cache_set="bert-large",
-                # bf16 through autocast; XLA_DOWNCAST_BF16 for SDKs before autocast support.
-                env={"XLA_DOWNCAST_BF16": "1", "NEURON_RT_STOCHASTIC_ROUNDING_EN": "1"},
+                # bf16 through autocast (--enable_pt_autocast): the Neuron docs say not to set
+                # XLA_USE_BF16 or XLA_DOWNCAST_BF16 with it.
+                env={"NEURON_RT_STOCHASTIC_ROUNDING_EN": "1"},
             ),
         ]
     return examples
@@ -83,31 +86,34 @@ def render_job(
     config: Config,
     *,
     name: str,
+    image: str,
     group: str | None = None,
     nodes: int | None = None,
     job: str | None = None,
-    image: str | None = None,
 ) -> list[dict[str, Any]]:
     """The Kubernetes objects of one training job, as dicts, for `trn submit --backend eks`.
 
     :param name: the name of the job to create.
+    :param image: the default training image (the EKS stack's image, or the user's); a job or
+        ``workloads.image`` that names its own wins.
     :param job: the workload it runs: a job of ``workloads.jobs`` or an example (``mlp``,
         ``mlp-distributed``, ``bert-large-phase1``). Default: the first configured job, else ``mlp``.
     :param group: compute group; default: the workload's.
     :param nodes: nodes; default: the workload's. Above 1 it becomes a gang-scheduled Volcano job.
-    :param image: default: the workload's image, ``workloads.image``, else ``${TRAINING_IMAGE}``.
     """
     workloads = {s.name: s for s in (*config.workloads.jobs, *example_settings(config))}
     chosen = job or (config.workloads.jobs[0].name if config.workloads.jobs else "mlp")
     if chosen not in workloads:
-        raise ConfigError("job", chosen, "a job of workloads.jobs or an example; " + one_of(workloads))
+        raise ConfigError("--job", chosen, "a job of workloads.jobs or an example; " + one_of(workloads))
     update: dict[str, Any] = {"name": name}
     if group is not None:
         update["group"] = group
     if nodes is not None:
         update["nodes"] = nodes
-    spec = config.job_spec(
-        workloads[chosen].model_copy(update=update), image=image or config.workloads.image or "${TRAINING_IMAGE}"
-    )
+    try:
+        spec = config.job_spec(workloads[chosen].model_copy(update=update), image=image)
+    except ConfigError as err:
+        field = {"nodes": "--nodes", "name": "--name"}.get(err.field, err.field)
+        raise ConfigError(field, err.value, err.allowed) from None
     app = cdk8s.App()
     return training_job(app, name, job=spec, queue=config.workloads.queue).to_json()

@@ -10,7 +10,6 @@ train across nodes, so it gets a single-node container job definition instead.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Sequence
 
 from aws_cdk import Annotations, Duration, RemovalPolicy, Size, Stack, Token
@@ -27,15 +26,14 @@ from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.launcher import launch_command, launch_environment
 from trainium_cdk.training_env import (
-    CACHE_DIR_NAME, HOST_MOUNT_DIR, MASTER_PORT, efa_environment, neuron_environment,
+    HOST_MOUNT_DIR, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
 )
 from trainium_cdk.versions import NEURON_DLC_ACCOUNT, NEURON_TRAINING_IMAGE_REPOSITORY, neuron_training_image
 
 # Where the file system is mounted, on the host and in the container (as on the other backends).
 MOUNT_DIR = HOST_MOUNT_DIR
-# Neuron's own default cache directory: used, per container, when no shared storage is deployed.
-LOCAL_CACHE_ROOT = "/var/tmp/neuron-compile-cache"
 # The "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, as the ECS docs and aws-cdk-lib's
 # EcsOptimizedImage.amazon_linux2023(NEURON) name it. The user data installs the driver if it lacks one.
 NEURON_ECS_AMI_PARAMETER = "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id"
@@ -116,9 +114,7 @@ class TrainiumBatch(Construct):
         self.multi_node = spec.has_efa
         self._custom_image = settings.image_uri is not None
         self.image = settings.image_uri or neuron_training_image(Stack.of(self).region)
-        self.cache_dir = (
-            f"{MOUNT_DIR}/{CACHE_DIR_NAME}/{group.name}" if storage is not None else f"{LOCAL_CACHE_ROOT}/{group.name}"
-        )
+        self.cache_dir = cache_dir(group.name, shared=storage is not None)
         if group.capacity.type == "capacity-block":
             Annotations.of(self).add_warning_v2(
                 "trainium-cdk:batch-capacity-block",
@@ -226,6 +222,11 @@ class TrainiumBatch(Construct):
                 timeout=Duration.minutes(settings.job_timeout_minutes),
                 propagate_tags=True,
             )
+            # The L2 closes the node range at the default count ("0:1"); an open range ("0:") lets a
+            # submit-time numNodes override reach every node (escape hatch: the L2 has no open range).
+            cfn_definition = self.job_definition.node.default_child
+            assert isinstance(cfn_definition, batch.CfnJobDefinition)
+            cfn_definition.add_property_override("NodeProperties.NodeRangeProperties.0.TargetNodes", "0:")
         else:
             self.job_definition = batch.EcsJobDefinition(
                 self,
@@ -244,10 +245,11 @@ class TrainiumBatch(Construct):
 
     @property
     def environment(self) -> dict[str, str]:
-        """The job's environment: the Neuron runtime and compile cache, EFA across nodes."""
-        env = neuron_environment(self.cache_dir)
+        """The job's environment: the Neuron runtime, EFA across nodes, what the launcher reads."""
+        env = neuron_environment()
         if self.multi_node:
             env.update(efa_environment(self.spec), CCOM_SOCKET_IFNAME=SOCKET_IFNAME)
+        env.update(launch_environment(processes=self.spec.neuron_cores, master_port=MASTER_PORT, cache_dir=self.cache_dir))
         return env
 
     def _instance_role(self) -> iam.Role:
@@ -321,7 +323,8 @@ class TrainiumBatch(Construct):
             image=ecs.ContainerImage.from_registry(self.image),
             cpu=spec.vcpus,
             memory=Size.mebibytes(memory_mib),
-            command=torchrun_command(spec, self.cache_dir, settings.command),
+            # The launcher reads the node index, count and main node's address that Batch sets on each node.
+            command=launch_command(settings.command or [f"Ref::{SCRIPT_PARAMETER}"]),
             environment=self.environment,
             job_role=self.job_role,
             execution_role=self.execution_role,
@@ -332,29 +335,6 @@ class TrainiumBatch(Construct):
             logging=ecs.LogDriver.aws_logs(stream_prefix=self.group.name, log_group=self.log_group),
             volumes=volumes,
         )
-
-
-def torchrun_command(spec: InstanceSpec, cache_dir: str, program: Sequence[str] | None) -> list[str]:
-    """The container command of every node: torchrun on every NeuronCore, wired to the Batch node
-    variables. ``program`` is the training script and its arguments; default: the ``script``
-    parameter of the job definition (``aws batch submit-job --parameters script=...``)."""
-    # Batch sets the main node's address on the child nodes only: the main node uses its own.
-    launcher = "\n".join(
-        [
-            "set -euo pipefail",
-            "SELF_IP=\"$(hostname -I | tr ' ' '\\n' | grep -vE '^(127\\.|169\\.254\\.)' | head -n 1)\"",
-            'export MASTER_ADDR="${AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS:-$SELF_IP}"',
-            ': "${MASTER_ADDR:?no private address for the main node}"',
-            f"export MASTER_PORT={MASTER_PORT}",
-            'export NODE_RANK="${AWS_BATCH_JOB_NODE_INDEX:-0}"',
-            'export NNODES="${AWS_BATCH_JOB_NUM_NODES:-1}"',
-            f"export NPROC_PER_NODE={spec.neuron_cores}",
-            f"mkdir -p {shlex.quote(cache_dir)}",
-            'exec torchrun --nnodes="$NNODES" --node_rank="$NODE_RANK" --nproc_per_node="$NPROC_PER_NODE" '
-            '--master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" "$@"',
-        ]
-    )
-    return ["/bin/bash", "-c", launcher, "trainium-launch", *(program or [f"Ref::{SCRIPT_PARAMETER}"])]
 
 
 def node_user_data(spec: InstanceSpec, storage: LustreStorage | None) -> str:

@@ -1,46 +1,45 @@
-"""A Slurm batch script per compute group: multi-node torchrun on every NeuronCore, over EFA.
+"""A Slurm batch script per compute group: the project's launcher on every node, under ``srun``.
 
-Rendered from the catalog (``--nproc_per_node`` = NeuronCores per node, the EFA environment only on
-EFA types) and the group (``--nodes``). Usage on the head node::
+The launcher (``trainium_cdk.launcher``) reads the node rank, the node count and the first host from
+Slurm's variables, so ``sbatch -N 4`` runs on 4 nodes whatever the script's default. Usage on the head
+node::
 
     sbatch ~/trainium/train-<group>.sbatch /fsx/code/train.py --your --args
+    sbatch -N 4 ~/trainium/train-<group>.sbatch /fsx/code/train.py
 
-The first run precompiles the graphs with ``neuron_parallel_compile`` into the group's compile cache
-on FSx; set ``PRECOMPILE=0`` once the cache is warm.
+``PRECOMPILE=1 sbatch ...`` runs the command under ``neuron_parallel_compile`` first, filling the
+group's compile cache on FSx (``/fsx/neuron-cache/<group>``, as on every backend).
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
 
 from trainium_cdk.config import ComputeGroup, Config
-from trainium_cdk.parallelcluster.cluster_config import MOUNT_DIR, VENV, batch_script_name, queue_name
-from trainium_cdk.training_env import CACHE_DIR_NAME, MASTER_PORT, efa_environment, neuron_environment
+from trainium_cdk.launcher import LAUNCHER, LAUNCHER_NAME, SHELL, launch_environment
+from trainium_cdk.parallelcluster.cluster_config import VENV, batch_script_name, queue_name
+from trainium_cdk.training_env import MASTER_PORT, cache_dir, efa_environment, neuron_environment
 
-CACHE_ROOT = f"{MOUNT_DIR}/{CACHE_DIR_NAME}"
-
-
-def cache_dir(job_name: str) -> str:
-    return f"{CACHE_ROOT}/{job_name}"
+# Heredoc delimiter of the launcher inside the script (quoted: nothing in it is expanded).
+_LAUNCHER_END = "TRAINIUM_LAUNCHER"
 
 
 def render_sbatch(config: Config, group: ComputeGroup, *, job_name: str | None = None) -> str:
-    """The batch script of ``group``: ``group.nodes`` nodes, all NeuronCores of each."""
+    """The batch script of ``group``: by default ``group.nodes`` nodes, all NeuronCores of each."""
     spec = config.spec(group)
     name = job_name or f"{config.project}-{group.name}"
-    cache = cache_dir(name)
-    env: Mapping[str, str] = {**efa_environment(spec), **neuron_environment(cache)}
-    # Pods also set CCOM_SOCKET_IFNAME=eth0; on a host udev names the primary interface (ens5) and
-    # the Neuron runtime finds it itself.
-    exports = [f"export {k}={shlex.quote(v)}" for k, v in env.items() if k != "NEURON_CC_FLAGS"]
-    # Extra compiler flags from the submitter's environment come after the cache directory.
-    exports.append(f'export NEURON_CC_FLAGS="{env["NEURON_CC_FLAGS"]} ${{NEURON_CC_FLAGS:-}}"')
+    env = {
+        **efa_environment(spec),
+        **neuron_environment(),
+        **launch_environment(processes=spec.neuron_cores, master_port=MASTER_PORT, cache_dir=cache_dir(group.name)),
+    }
+    # On a host udev names the primary interface (ens5) and the Neuron runtime finds it itself; pods
+    # set CCOM_SOCKET_IFNAME=eth0.
+    exports = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     lines = [
         "#!/bin/bash",
         f"# trainium-cdk: {group.nodes} x {spec.name} ({spec.neuron_cores} NeuronCores each), queue {queue_name(group)}.",
-        "# Usage: sbatch $0 TRAIN_SCRIPT [ARGS...]; PRECOMPILE=0 skips neuron_parallel_compile (warm cache);",
-        "# PRECOMPILE_ARGS are added to the precompile run only (for example fewer steps).",
+        "# Usage: sbatch [-N NODES] $0 TRAIN_SCRIPT [ARGS...]; PRECOMPILE=1 runs neuron_parallel_compile first.",
         f"#SBATCH --job-name={name}",
         f"#SBATCH --partition={queue_name(group)}",
         f"#SBATCH --nodes={group.nodes}",
@@ -53,21 +52,13 @@ def render_sbatch(config: Config, group: ComputeGroup, *, job_name: str | None =
         "",
         f"source {VENV}/bin/activate",
         *exports,
-        f"mkdir -p {cache}",
+        'export TRN_PRECOMPILE="${PRECOMPILE:-0}"',
         "",
-        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-        "export MASTER_ADDR",
-        f"export MASTER_PORT={MASTER_PORT}",
-        "launcher=(",
-        f"  torchrun --nnodes={group.nodes} --nproc_per_node={spec.neuron_cores}",
-        '  --rdzv_backend=c10d --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv_id="$SLURM_JOB_ID"',
+        f"TRN_LAUNCHER=$(cat <<'{_LAUNCHER_END}'",
+        LAUNCHER.rstrip("\n"),
+        _LAUNCHER_END,
         ")",
-        "",
-        'if [[ "${PRECOMPILE:-1}" == 1 ]]; then',
-        "  # shellcheck disable=SC2086",
-        '  srun --kill-on-bad-exit=1 neuron_parallel_compile "${launcher[@]}" "$@" ${PRECOMPILE_ARGS:-}',
-        "fi",
-        'srun --kill-on-bad-exit=1 "${launcher[@]}" "$@"',
+        f'srun --kill-on-bad-exit=1 {SHELL} -c "$TRN_LAUNCHER" {LAUNCHER_NAME} "$@"',
     ]
     return "\n".join(lines) + "\n"
 

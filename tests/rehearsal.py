@@ -1,0 +1,205 @@
+"""Run a deployed training job's exact command on this machine: N "nodes" as N process groups on loopback.
+
+Every substitution the rehearsal makes is in :data:`SUBSTITUTIONS` and :class:`Stage` (nothing else
+differs from what the scheduler runs on a node):
+
+=====================================  ==========================================================
+what the artefact says                 what runs here, and why
+=====================================  ==========================================================
+``/opt/trainium-cdk/examples/mlp/``    this repository's ``trainium_cdk/examples/mlp/`` (the image's copy of it)
+``/fsx`` (the shared file system)      one temporary folder that every node of the job shares
+ParallelCluster's Neuron venv          a folder whose ``bin/activate`` does nothing (torch is on PATH)
+``NPROC_PER_NODE`` (NeuronCores)       2 processes per node (2 cores here, no NeuronCores)
+``MASTER_PORT`` 29500                  a free port (tests may run beside other programs)
+host names and node addresses          127.0.0.1 (``hostname``, ``scontrol`` stand-ins; Volcano hosts)
+``srun``                               starts the command once per node, each with its SLURM_NODEID
+Neuron and EFA devices, torch-neuronx  absent: the CPU build of torch (gloo) trains instead
+=====================================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_DIR = ROOT / "trainium_cdk" / "examples" / "mlp"
+PROCESSES_PER_NODE = 2
+LOOPBACK = "127.0.0.1"
+TIMEOUT_S = 300
+
+_HOSTNAME = f"""#!/bin/sh
+# hostname stand-in: the node's own address is loopback here.
+case "$1" in -I|--all-ip-addresses) echo "{LOOPBACK}" ;; *) echo localhost ;; esac
+"""
+_SCONTROL = f"""#!{sys.executable}
+# scontrol stand-in: `scontrol show hostnames LIST` prints one line per host, every host mapped to loopback.
+import re, sys
+assert sys.argv[1:3] == ["show", "hostnames"], sys.argv
+hosts = []
+for part in re.findall(r"[^,\\[]+(?:\\[[^\\]]*\\])?", sys.argv[3]):
+    m = re.match(r"(.*)\\[(.*)\\]$", part)
+    for r in (m.group(2).split(",") if m else [None]):
+        if r is None:
+            hosts.append(part)
+        else:
+            lo, _, hi = r.partition("-")
+            hosts += [m.group(1) + str(i) for i in range(int(lo), int(hi or lo) + 1)]
+print("\\n".join("{LOOPBACK}" for _ in hosts))
+"""
+_SRUN = f"""#!{sys.executable}
+# srun stand-in: the command once per node of the allocation (--ntasks-per-node=1), each in its own
+# process group with the variables srun sets; exit 1 if any node fails (--kill-on-bad-exit).
+import os, subprocess, sys
+args = sys.argv[1:]
+while args and args[0].startswith("-"):
+    args.pop(0)
+nodes = int(os.environ["SLURM_JOB_NUM_NODES"])
+log = os.environ["REHEARSAL_LOG"]
+procs = []
+for i in range(nodes):
+    env = dict(os.environ, SLURM_NODEID=str(i), SLURM_PROCID=str(i), SLURM_LOCALID="0", SLURM_STEP_ID="0")
+    out = open(f"{{log}}.{{i}}", "w")
+    procs.append(subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+codes = [p.wait() for p in procs]
+sys.exit(0 if all(c == 0 for c in codes) else 1)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Stage:
+    """The machine the job runs on: the shared folder, the stand-ins on PATH, the substitutions."""
+
+    root: Path
+    port: int = field(default_factory=free_port)
+
+    def __post_init__(self) -> None:
+        self.fsx = self.root / "fsx"
+        self.fsx.mkdir(parents=True)
+        self.bin = self.root / "bin"
+        self.bin.mkdir()
+        for name, text in (("hostname", _HOSTNAME), ("scontrol", _SCONTROL), ("srun", _SRUN)):
+            path = self.bin / name
+            path.write_text(text)
+            path.chmod(0o755)
+        self.venv = self.root / "neuron-venv"
+        (self.venv / "bin").mkdir(parents=True)
+        (self.venv / "bin" / "activate").write_text("# stand-in: torch is already on PATH\n")
+
+    @property
+    def substitutions(self) -> dict[str, str]:
+        from trainium_cdk.parallelcluster.cluster_config import VENV
+
+        return {
+            "/opt/trainium-cdk/examples/mlp/": f"{EXAMPLE_DIR}/",
+            VENV: str(self.venv),
+            "/fsx": str(self.fsx),
+        }
+
+    def substitute(self, text: str) -> str:
+        for old, new in self.substitutions.items():
+            text = text.replace(old, new)
+        return text
+
+    def substitute_script(self, text: str) -> str:
+        """A script that exports the job's variables itself (the Slurm batch script): the same
+        substitutions as :meth:`environment`, made in its text."""
+        text = re.sub(r"^export NPROC_PER_NODE=.*$", f"export NPROC_PER_NODE={PROCESSES_PER_NODE}", text, flags=re.M)
+        text = re.sub(r"^export MASTER_PORT=.*$", f"export MASTER_PORT={self.port}", text, flags=re.M)
+        return self.substitute(text)
+
+    def environment(self, job_env: Mapping[str, str]) -> dict[str, str]:
+        """A node's environment: a clean base, the job's own variables (substituted), and the
+        two numbers that cannot be the same here."""
+        base = {
+            "PATH": f"{self.bin}:{Path(sys.executable).parent}:/usr/bin:/bin",
+            "HOME": str(self.root),
+            "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": "1",
+        }
+        env = {**base, **{k: self.substitute(v) for k, v in job_env.items()}}
+        if "NPROC_PER_NODE" in env:
+            env["NPROC_PER_NODE"] = str(PROCESSES_PER_NODE)
+        if "MASTER_PORT" in env:
+            env["MASTER_PORT"] = str(self.port)
+        return env
+
+
+@dataclass
+class NodeResult:
+    rank: int
+    code: int
+    output: str
+
+
+def run_nodes(argvs: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]], *, cwd: Path) -> list[NodeResult]:
+    """Start every node at once, each in its own process group, and wait for all. A node that fails
+    ends the others (as a gang scheduler would); so does the time limit."""
+    logs = [tempfile.TemporaryFile(mode="w+") for _ in argvs]
+    procs = [
+        subprocess.Popen(
+            list(argv), env=dict(env), cwd=cwd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        for argv, env, log in zip(argvs, envs, logs, strict=True)
+    ]
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            if any(p.returncode not in (None, 0) for p in procs):
+                time.sleep(2)  # let the others report the failure too
+                break
+            time.sleep(0.2)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    results = []
+    for rank, (proc, log) in enumerate(zip(procs, logs, strict=True)):
+        log.seek(0)
+        results.append(NodeResult(rank, proc.returncode, log.read()))
+        log.close()
+    return results
+
+
+def losses(outputs: Sequence[str]) -> list[float]:
+    """The per-epoch losses rank 0 printed (the MLP example prints one JSON line)."""
+    found = [
+        json.loads(line[line.index("{"):])["loss_per_epoch"]
+        for text in outputs
+        for line in text.splitlines()
+        if '"loss_per_epoch"' in line
+    ]
+    assert len(found) == 1, f"expected one loss report from rank 0, got {len(found)}:\n" + "\n".join(outputs)
+    return found[0]
+
+
+def assert_trained(results: Sequence[NodeResult]) -> list[float]:
+    """Every node (so every rank) exited 0 and the loss fell."""
+    for r in results:
+        others = "\n".join(f"--- node {o.rank} (exit {o.code}):\n{o.output[-3000:]}" for o in results)
+        assert r.code == 0, f"node {r.rank} exited {r.code}\n{others}"
+    history = losses([r.output for r in results])
+    assert history[-1] < 0.5 * history[0], history
+    return history
+
+
+def container_env(container: Mapping[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env", [])}

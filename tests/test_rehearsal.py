@@ -1,0 +1,203 @@
+"""Launch rehearsal: on every backend, the training job a user deploys runs, as 2 nodes x 2 processes.
+
+Each test takes the artefact a user deploys (a manifest of dist/, a Kubernetes object in the EKS
+stack's template, the Batch job definition in its template, the Slurm batch script, a job `trn submit`
+renders), sets the variables its scheduler sets on each node, and runs the container command as it
+stands, one process group per node. What cannot exist here is substituted as listed in
+tests/rehearsal.py, and nowhere else. A test passes only when every node exits 0 and the loss falls.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helpers import ROOT, resources, synth
+from tests.rehearsal import EXAMPLE_DIR, LOOPBACK, Stage, assert_trained, container_env, run_nodes
+from trainium_cdk.config import EXAMPLE_COMMAND, build_config
+from trainium_cdk.dist import write_dist
+from trainium_cdk.parallelcluster.sbatch import render_sbatch
+
+NODES = 2
+# The deployment rehearsed: the default config with the EKS and Batch backends and two jobs of its own.
+RAW = yaml.safe_load((ROOT / "config" / "default.yaml").read_text())
+RAW["backends"] = ["eks", "batch"]
+RAW["workloads"] = {
+    "jobs": [
+        {"name": "train-one", "nodes": 1, "command": [*EXAMPLE_COMMAND, "--output-dir", "/fsx/runs/train-one"]},
+        {"name": "train-two", "nodes": 2, "command": [*EXAMPLE_COMMAND, "--output-dir", "/fsx/runs/train-two"]},
+    ]
+}
+
+
+@pytest.fixture(scope="module")
+def config():
+    return build_config(RAW)
+
+
+@pytest.fixture(scope="module")
+def app(config):
+    return synth(config, nag=False)
+
+
+@pytest.fixture(scope="module")
+def dist(config, tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
+    """File name -> the objects of each manifest `make synth` writes to dist/eks/workloads."""
+    out = tmp_path_factory.mktemp("dist")
+    return {
+        p.name: [o for o in yaml.safe_load_all(p.read_text()) if o]
+        for p in write_dist(config, out)
+        if p.parent.name == "workloads"
+    }
+
+
+@pytest.fixture
+def stage(tmp_path) -> Stage:
+    return Stage(tmp_path)
+
+
+# -- the schedulers: what each sets on a node -------------------------------------------------------
+
+
+def run_kubernetes_job(stage: Stage, job: dict[str, Any]) -> list:
+    """A batch/v1 Job: one pod, no scheduler variables (the launcher runs one node)."""
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    argv = [stage.substitute(a) for a in (*container["command"], *container.get("args", []))]
+    return run_nodes([argv], [stage.environment(container_env(container))], cwd=stage.root)
+
+
+def run_volcano_job(stage: Stage, job: dict[str, Any]) -> list:
+    """A Volcano Job: the env plugin's task index and the svc plugin's host list and counts, per pod."""
+    name = job["metadata"]["name"]
+    tasks = job["spec"]["tasks"]
+    plugins = {}
+    for task in tasks:
+        key = task["name"].upper().replace("-", "_")
+        hosts = [f"{name}-{task['name']}-{i}.{name}" for i in range(task["replicas"])]
+        plugins[f"VC_{key}_NUM"] = str(task["replicas"])
+        # The svc plugin's host names resolve to the pods; here every pod is on loopback.
+        plugins[f"VC_{key}_HOSTS"] = ",".join(LOOPBACK for _ in hosts)
+    argvs, envs = [], []
+    for task in tasks:
+        (container,) = task["template"]["spec"]["containers"]
+        for index in range(task["replicas"]):
+            argvs.append([stage.substitute(a) for a in (*container["command"], *container.get("args", []))])
+            env = {**container_env(container), **plugins, "VC_TASK_INDEX": str(index), "VK_TASK_INDEX": str(index)}
+            envs.append(stage.environment(env))
+    return run_nodes(argvs, envs, cwd=stage.root)
+
+
+def run_batch_job(stage: Stage, definition: dict[str, Any], nodes: int) -> list:
+    """A multi-node parallel job: Batch substitutes Ref:: parameters and sets the node variables."""
+    props = definition["Properties"]
+    (node_range,) = props["NodeProperties"]["NodeRangeProperties"]
+    container = node_range["Container"]
+    parameters = props.get("Parameters", {})
+    argv = [parameters[a.removeprefix("Ref::")] if a.startswith("Ref::") else a for a in container["Command"]]
+    job_env = {e["Name"]: e["Value"] for e in container["Environment"]}
+    argvs, envs = [], []
+    for index in range(nodes):
+        batch_vars = {
+            "AWS_BATCH_JOB_ID": "rehearsal#" + str(index), "AWS_BATCH_JOB_NUM_NODES": str(nodes),
+            "AWS_BATCH_JOB_NODE_INDEX": str(index), "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+        }
+        if index != 0:  # Batch leaves it unset on the main node itself
+            batch_vars["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = LOOPBACK
+        argvs.append([stage.substitute(a) for a in argv])
+        envs.append(stage.environment({**job_env, **batch_vars}))
+    return run_nodes(argvs, envs, cwd=stage.root)
+
+
+def run_slurm_script(stage: Stage, script: str, nodes: int, *args: str) -> list:
+    """`sbatch -N nodes script args`: the batch step on the first node; srun starts one task per node."""
+    path = stage.root / "job.sbatch"
+    path.write_text(stage.substitute_script(script))
+    log = stage.root / "slurm-node"
+    env = stage.environment({
+        "SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NNODES": str(nodes),
+        "SLURM_JOB_NODELIST": f"train-st-trn1-32xlarge-[1-{nodes}]", "SLURM_NODEID": "0",
+        "REHEARSAL_LOG": str(log),
+    })
+    (batch_step,) = run_nodes([["bash", str(path), *(stage.substitute(a) for a in args)]], [env], cwd=stage.root)
+    nodes_out = [Path(f"{log}.{i}").read_text() for i in range(nodes)]
+    batch_step.output += "".join(nodes_out)
+    return [batch_step]
+
+
+def _template_objects(template: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Kubernetes objects the EKS stack applies (tokens such as the image URI left as text)."""
+    objects = []
+    for resource in resources(template, "Custom::AWSCDK-EKS-KubernetesResource").values():
+        manifest = resource["Properties"]["Manifest"]
+        if isinstance(manifest, dict):
+            (parts,) = manifest.values()
+            manifest = "".join(p if isinstance(p, str) else "TOKEN" for p in parts[1])
+        objects += json.loads(manifest)
+    return objects
+
+
+# -- EKS ---------------------------------------------------------------------------------------------
+
+
+def test_eks_single_node_job_of_dist_trains(stage, dist):
+    (job,) = dist["job-mlp.k8s.yaml"]
+    assert_trained(run_kubernetes_job(stage, job))
+    assert json.loads((stage.fsx / "runs" / "mlp" / "metrics.json").read_text())["loss_per_epoch"]
+    assert (stage.fsx / "neuron-cache" / "mlp").is_dir()  # the launcher made the job's compile cache
+
+
+def test_eks_volcano_job_of_dist_trains_across_two_nodes(stage, dist):
+    (job,) = dist["job-mlp-distributed.k8s.yaml"]
+    assert sum(t["replicas"] for t in job["spec"]["tasks"]) == NODES
+    results = run_volcano_job(stage, job)
+    assert_trained(results)
+    assert "volcano: node 0 of 2" in results[0].output and "volcano: node 1 of 2" in results[1].output
+
+
+def test_eks_jobs_of_the_stack_template_train(stage, app):
+    objects = {o["metadata"]["name"]: o for o in _template_objects(app.template_json("eks"))}
+    assert_trained(run_kubernetes_job(stage, objects["train-one"]))
+    assert_trained(run_volcano_job(stage, objects["train-two"]))
+
+
+def test_a_job_rendered_by_trn_submit_trains(stage, config):
+    from trainium_cdk.charts.workloads import render_job
+
+    (job,) = render_job(config, name="rehearsal", image="example.com/train:1", nodes=2, job="mlp")
+    assert job["kind"] == "Job" and job["apiVersion"] == "batch.volcano.sh/v1alpha1"
+    assert_trained(run_volcano_job(stage, job))
+
+
+# -- AWS Batch ---------------------------------------------------------------------------------------
+
+
+def test_batch_multinode_job_definition_trains(stage, app):
+    (definition,) = resources(app.template_json("batch"), "AWS::Batch::JobDefinition").values()
+    assert definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["TargetNodes"] == "0:"
+    # The default command runs the script parameter: the user's training script on FSx.
+    assert definition["Properties"]["Parameters"] == {"script": "/fsx/code/train.py"}
+    (stage.fsx / "code").mkdir()
+    shutil.copy(EXAMPLE_DIR / "train.py", stage.fsx / "code" / "train.py")
+    results = run_batch_job(stage, definition, NODES)
+    assert_trained(results)
+    assert "batch: node 0 of 2" in results[0].output and "batch: node 1 of 2" in results[1].output
+    assert (stage.fsx / "neuron-cache" / "train").is_dir()
+
+
+# -- Slurm (ParallelCluster) -------------------------------------------------------------------------
+
+
+def test_slurm_batch_script_trains_across_two_nodes(stage, config):
+    script = render_sbatch(config, config.compute_groups[0])
+    (stage.fsx / "code").mkdir()
+    shutil.copy(EXAMPLE_DIR / "train.py", stage.fsx / "code" / "train.py")
+    results = run_slurm_script(stage, script, NODES, "/fsx/code/train.py", "--output-dir", "/fsx/runs/slurm")
+    assert_trained(results)
+    assert "slurm: node 1 of 2" in results[0].output
+    assert (stage.fsx / "runs" / "slurm" / "metrics.json").is_file()
+    assert (stage.fsx / "neuron-cache" / "train").is_dir()

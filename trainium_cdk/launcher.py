@@ -1,0 +1,111 @@
+"""One launcher for every scheduler: torchrun on every node of a job, wired at run time.
+
+Every backend runs the same POSIX shell program (:data:`LAUNCHER`) in front of the training command:
+the EKS Job and Volcano Job containers, the Batch job definition, and the Slurm batch script (under
+``srun``). It derives the node rank, the node count and the rendezvous address from the scheduler's own
+variables, never from a count fixed at synth, so a submit-time node count works on every backend:
+
+=========  ==================================  ================================  ====================================
+scheduler  node rank                           node count                        rendezvous host (node rank 0)
+=========  ==================================  ================================  ====================================
+Batch      ``AWS_BATCH_JOB_NODE_INDEX``        ``AWS_BATCH_JOB_NUM_NODES``       ``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4
+                                                                                 _ADDRESS``; the main node's own address
+Slurm      ``SLURM_NODEID``                    ``SLURM_JOB_NUM_NODES``           first host of ``SLURM_JOB_NODELIST``
+Volcano    ``TRN_NODE_RANK_OFFSET`` +          ``VC_LEADER_NUM`` +               first host of ``VC_LEADER_HOSTS``
+           ``VC_TASK_INDEX`` (env plugin)      ``VC_WORKER_NUM`` (svc plugin)    (svc plugin)
+none       0                                   1                                 127.0.0.1
+=========  ==================================  ================================  ====================================
+
+What the job definition sets at synth: ``NPROC_PER_NODE`` (NeuronCores of the instance type),
+``MASTER_PORT``, ``TRN_CACHE_DIR`` (the Neuron compile cache, created if missing) and optionally
+``TRN_PRECOMPILE=1`` (run the command under ``neuron_parallel_compile`` first).
+
+The training command follows the launcher's name. torchrun runs ``python -u <first word>``: a command
+that starts with a ``.py`` script is handed over as it is; any other command (``python3 train.py``,
+a shell script) gets ``--no-python`` so that torchrun executes it as written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+LAUNCHER_NAME = "trainium-launch"
+SHELL = "/bin/sh"
+# Pod and task names of a Volcano job of the training chart; the launcher reads the svc plugin's
+# variables of these two tasks (VC_<TASK>_NUM, VC_<TASK>_HOSTS: the task name upper-cased).
+LEADER_TASK = "leader"
+WORKER_TASK = "worker"
+RANK_OFFSET_VARIABLE = "TRN_NODE_RANK_OFFSET"
+
+LAUNCHER = r"""set -eu
+say() { echo "trainium-launch: $*" >&2; }
+fail() { say "$*"; exit 2; }
+self_address() {
+  # The node's first IPv4 address that is not link-local (awsvpc's ecs-eth0 is 169.254.x; hostname -I
+  # never lists loopback).
+  for a in $(hostname -I); do
+    case "$a" in 169.254.*|*:*) ;; *) echo "$a"; return 0 ;; esac
+  done
+  return 1
+}
+if [ -n "${AWS_BATCH_JOB_NUM_NODES:-}" ]; then
+  scheduler=batch
+  NODE_RANK="${AWS_BATCH_JOB_NODE_INDEX:?}"
+  NNODES="$AWS_BATCH_JOB_NUM_NODES"
+  # Batch sets the main node's address on the other nodes only.
+  if [ "$NODE_RANK" = "${AWS_BATCH_JOB_MAIN_NODE_INDEX:-0}" ]; then
+    MASTER_ADDR="$(self_address)" || fail "no private address on the main node"
+  else
+    MASTER_ADDR="${AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS:-}"
+  fi
+elif [ -n "${SLURM_JOB_NUM_NODES:-}" ]; then
+  scheduler=slurm
+  NODE_RANK="${SLURM_NODEID:?}"
+  NNODES="$SLURM_JOB_NUM_NODES"
+  MASTER_ADDR="$(scontrol show hostnames "${SLURM_JOB_NODELIST:?}" | head -n 1)"
+elif [ -n "${VC_TASK_INDEX:-}" ]; then
+  scheduler=volcano
+  NODE_RANK=$(( ${TRN_NODE_RANK_OFFSET:-0} + VC_TASK_INDEX ))
+  NNODES=$(( ${VC_LEADER_NUM:?} + ${VC_WORKER_NUM:-0} ))
+  MASTER_ADDR="${VC_LEADER_HOSTS%%,*}"
+else
+  scheduler=none
+  NODE_RANK=0
+  NNODES=1
+  MASTER_ADDR=127.0.0.1
+fi
+MASTER_PORT="${MASTER_PORT:-29500}"
+NPROC_PER_NODE="${NPROC_PER_NODE:?the job definition sets NPROC_PER_NODE}"
+[ -n "$MASTER_ADDR" ] || fail "$scheduler: no rendezvous address"
+[ "$NODE_RANK" -ge 0 ] && [ "$NODE_RANK" -lt "$NNODES" ] || fail "$scheduler: node rank $NODE_RANK of $NNODES nodes"
+[ "$#" -ge 1 ] || fail "usage: $0 PROGRAM [ARGS...]"
+export MASTER_ADDR MASTER_PORT NODE_RANK NNODES NPROC_PER_NODE
+if [ -n "${TRN_CACHE_DIR:-}" ]; then
+  mkdir -p "$TRN_CACHE_DIR"
+  export NEURON_CC_FLAGS="--cache_dir=$TRN_CACHE_DIR${NEURON_CC_FLAGS:+ $NEURON_CC_FLAGS}"
+fi
+case "$1" in *.py) ;; *) set -- --no-python "$@" ;; esac
+say "$scheduler: node $NODE_RANK of $NNODES, $NPROC_PER_NODE processes, rendezvous $MASTER_ADDR:$MASTER_PORT"
+set -- --nnodes="$NNODES" --node_rank="$NODE_RANK" --nproc_per_node="$NPROC_PER_NODE" \
+  --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" "$@"
+if [ "${TRN_PRECOMPILE:-0}" = 1 ]; then
+  say "precompiling the graphs into the cache with neuron_parallel_compile"
+  neuron_parallel_compile torchrun "$@"
+fi
+exec torchrun "$@"
+"""
+
+
+def launch_command(program: Sequence[str]) -> list[str]:
+    """The argv of a container or task: the launcher, then the training command."""
+    return [SHELL, "-c", LAUNCHER, LAUNCHER_NAME, *program]
+
+
+def launch_environment(
+    *, processes: int, master_port: int, cache_dir: str, precompile: bool = False
+) -> dict[str, str]:
+    """What the launcher reads from the job definition (everything else comes from the scheduler)."""
+    env = {"NPROC_PER_NODE": str(processes), "MASTER_PORT": str(master_port), "TRN_CACHE_DIR": cache_dir}
+    if precompile:
+        env["TRN_PRECOMPILE"] = "1"
+    return env

@@ -2,8 +2,9 @@
 
 Batch: a real moto Batch queue, multi-node job definition and CloudWatch Logs; the stack outputs are
 faked at DescribeStacks (moto's CloudFormation needs an extra that is not installed).
-EKS: no cluster here, so the kubernetes client is replaced with unittest.mock, and the job chart's
-render_job (written elsewhere) with a fake that returns one small Job.
+EKS: no cluster here, so the kubernetes client is replaced with unittest.mock at the API edge; what
+`trn submit` sends through it is the real job chart's output, asserted whole. The EKS stack's image
+output is faked at DescribeStacks.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 import datetime as dt
 import io
 import json
+import re
 import subprocess
 import sys
 import types
@@ -151,6 +153,8 @@ def test_submit_to_a_single_node_definition_sends_no_node_overrides(aws, batch, 
         (("--group", "big"), ("--group", "allowed: train")),
         (("--name", "bad name!"), ("--name", "Batch job name")),
         (("-c", "nodes=lots"), ("configuration error", "nodes")),
+        (("--image", "example.com/x:1"), ("--image", "the job definition holds the image")),
+        (("--job", "bert-large-phase1"), ("--job", "the job definition holds the command")),
     ],
 )
 def test_submit_rejects_bad_input_in_one_line(aws, batch, config, argv, words):
@@ -381,30 +385,43 @@ def test_importing_the_cli_is_cheap_and_synth_never_imports_it():
 NAMESPACE = "ml"
 
 
-def small_job(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "trainium-cdk"}},
-        "spec": {"completions": 2, "parallelism": 2, "completionMode": "Indexed", "template": {"spec": {
-            "restartPolicy": "Never", "containers": [{"name": "train", "image": "neuron"}]}}},
-    }
+EKS_STACK = "trainium-eks"
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/cdk-hnb659fds-container-assets-123456789012-us-west-2:abc123"
+
+
+def eks_stack_answer(params: dict[str, Any]) -> Any:
+    """The deployed EKS stack's outputs, as DescribeStacks returns them."""
+    if params["StackName"] != EKS_STACK:
+        return client_error("ValidationError", "DescribeStacks", f"Stack with id {params['StackName']} does not exist")
+    return {"Stacks": [{
+        "StackName": EKS_STACK, "StackStatus": "CREATE_COMPLETE", "CreationTime": dt.datetime(2026, 11, 1),
+        "Outputs": [{"OutputKey": "ExampleImageUri", "OutputValue": IMAGE},
+                    {"OutputKey": "ClusterName", "OutputValue": "trainium"}],
+    }]}
+
+
+@pytest.fixture
+def eks_stack(aws: AwsCalls) -> None:
+    aws.fake("DescribeStacks", eks_stack_answer)
+
+
+def _in_namespace(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    return {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
+
+
+def expected_job(config_path: Path, *, name: str, nodes: int | None, image: str = IMAGE, job: str | None = None) -> Any:
+    """What the job chart renders for these arguments: the object the API must receive, whole."""
+    from trainium_cdk.charts.workloads import render_job
+    from trainium_cdk.config import load_config
+
+    (obj,) = render_job(load_config(config_path), name=name, image=image, nodes=nodes, group="train", job=job)
+    return obj
 
 
 @pytest.fixture
 def kube(monkeypatch: pytest.MonkeyPatch, no_sleep: list[float]) -> Any:
     from kubernetes import client
 
-    rendered: list[dict[str, Any]] = []
-
-    def render_job(
-        config: Any, *, group: str, name: str, nodes: int | None = None, job: str | None = None
-    ) -> list[dict[str, Any]]:
-        rendered.append({"project": config.project, "group": group, "name": name, "nodes": nodes})
-        return [small_job(name)]
-
-    charts_workloads = types.ModuleType("trainium_cdk.charts.workloads")
-    charts_workloads.render_job = render_job
-    monkeypatch.setitem(sys.modules, "trainium_cdk.charts.workloads", charts_workloads)
     context = {"name": "eks", "context": {"cluster": "eks", "namespace": NAMESPACE}}
     with (
         mock.patch("kubernetes.config.load_kube_config") as load,
@@ -420,7 +437,7 @@ def kube(monkeypatch: pytest.MonkeyPatch, no_sleep: list[float]) -> Any:
         custom_api.return_value.get_namespaced_custom_object.side_effect = ApiException(status=404, reason="Not Found")
         yield types.SimpleNamespace(
             load=load, api_client=api_client, core=core.return_value, batch=batch_api.return_value,
-            custom=custom_api.return_value, dyn=dynamic.return_value, rendered=rendered, client=client,
+            custom=custom_api.return_value, dyn=dynamic.return_value, client=client,
             sleeps=no_sleep,
         )
 
@@ -458,36 +475,81 @@ def job(condition: str | None = None, reason: str | None = None) -> Any:
     return client.V1Job(status=client.V1JobStatus(conditions=conditions))
 
 
-def test_eks_submit_creates_the_rendered_objects(kube, config):
+def test_eks_submit_sends_the_rendered_job_with_the_stack_image(aws, eks_stack, kube, config):
     result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "demo", "--nodes", "2")
     assert result.code == 0, result.err
-    assert kube.rendered == [{"project": "trainium", "group": "train", "name": "demo", "nodes": 2}]
+    assert aws.of("DescribeStacks") == [{"StackName": EKS_STACK}]
     kube.load.assert_called_once_with(config_file=None, context=None)
-    kube.dyn.resources.get.assert_called_once_with(api_version="batch/v1", kind="Job")
+    kube.dyn.resources.get.assert_called_once_with(api_version="batch.volcano.sh/v1alpha1", kind="Job")
     resource = kube.dyn.resources.get.return_value
-    kube.dyn.create.assert_called_once_with(resource, body=small_job("demo"), namespace=NAMESPACE)
+    expected = _in_namespace(expected_job(config, name="demo", nodes=2), NAMESPACE)
+    kube.dyn.create.assert_called_once_with(resource, body=expected, namespace=NAMESPACE)
+    body = kube.dyn.create.call_args.kwargs["body"]
+    assert body["metadata"]["name"] == "demo" and body["spec"]["minAvailable"] == 2
+    images = {t["template"]["spec"]["containers"][0]["image"] for t in body["spec"]["tasks"]}
+    assert images == {IMAGE}
+    # No dist/ placeholder (${TRAINING_IMAGE}, ...) reaches the cluster.
+    assert not re.search(r"\$\{[A-Z_]+\}", json.dumps(body))
     assert f"created Job {NAMESPACE}/demo" in result.out
     assert f"trn logs demo --backend eks --namespace {NAMESPACE} --follow" in result.out
 
 
-def test_eks_submit_namespace_kubeconfig_and_context_flags(kube, config, tmp_path):
+def test_eks_submit_one_node_is_a_kubernetes_job_and_image_flag_wins(aws, eks_stack, kube, config):
+    image = "example.com/team/train:7"
+    result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "one", "--nodes", "1",
+                     "--image", image)
+    assert result.code == 0, result.err
+    assert aws.of("DescribeStacks") == []  # --image: the stack is not asked
+    body = kube.dyn.create.call_args.kwargs["body"]
+    assert body == _in_namespace(expected_job(config, name="one", nodes=1, image=image), NAMESPACE)
+    assert (body["apiVersion"], body["kind"]) == ("batch/v1", "Job")
+    assert body["spec"]["template"]["spec"]["containers"][0]["image"] == image
+
+
+def test_eks_submit_namespace_kubeconfig_and_context_flags(aws, eks_stack, kube, config, tmp_path):
     argv = ("--namespace", "team", "--kubeconfig", str(tmp_path / "kc"), "--context", "eks")
     result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "demo", *argv)
     assert result.code == 0, result.err
     kube.load.assert_called_once_with(config_file=str(tmp_path / "kc"), context="eks")
     assert kube.dyn.create.call_args.kwargs["namespace"] == "team"
-    assert kube.rendered[0]["nodes"] is None  # the chart picks the group's nodes
+    # No --nodes: the workload's (the mlp example: 1 node), in the namespace asked for.
+    body = kube.dyn.create.call_args.kwargs["body"]
+    assert body["metadata"]["namespace"] == "team"
+    assert body == _in_namespace(expected_job(config, name="demo", nodes=None), "team")
 
 
-def test_eks_submit_dry_run_renders_without_a_cluster(kube, config):
+def test_eks_submit_dry_run_renders_without_a_cluster(aws, eks_stack, kube, config):
     result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "demo", "--dry-run")
     assert result.code == 0, result.err
-    assert list(yaml.safe_load_all(result.out)) == [small_job("demo")]
+    assert [o for o in yaml.safe_load_all(result.out) if o] == [expected_job(config, name="demo", nodes=None)]
     kube.load.assert_not_called()
     kube.dyn.create.assert_not_called()
 
 
-def test_eks_submit_existing_job_is_one_line(kube, config):
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (("--nodes", "0"), ("--nodes = 0", "between 1 and max_nodes of group train (4)")),
+        (("--nodes", "5"), ("--nodes = 5", "between 1 and max_nodes of group train (4)")),
+        (("--job", "gpt5"), ("--job = 'gpt5'", "mlp-distributed")),
+        (("--image", "${TRAINING_IMAGE}"), ("--image = '${TRAINING_IMAGE}'", "a real image URI")),
+        (("--group", "big"), ("--group = 'big'", "allowed: train")),
+    ],
+)
+def test_eks_submit_bad_input_is_one_line_and_sends_nothing(aws, eks_stack, kube, config, argv, words):
+    result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "demo", *argv)
+    assert_one_clean_line(result, *words)
+    kube.dyn.create.assert_not_called()
+
+
+def test_eks_submit_without_the_stack_says_to_deploy_it_or_pass_an_image(aws, kube, config):
+    aws.fake("DescribeStacks", client_error("ValidationError", "DescribeStacks", f"Stack with id {EKS_STACK} does not exist"))
+    result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "demo")
+    assert_one_clean_line(result, f"stack {EKS_STACK} does not exist in us-west-2", "cdk deploy")
+    kube.dyn.create.assert_not_called()
+
+
+def test_eks_submit_existing_job_is_one_line(aws, eks_stack, kube, config):
     from kubernetes.client.exceptions import ApiException
 
     kube.dyn.create.side_effect = ApiException(status=409, reason="Conflict")
@@ -495,7 +557,7 @@ def test_eks_submit_existing_job_is_one_line(kube, config):
     assert_one_clean_line(result, f"Job {NAMESPACE}/demo already exists", "kubectl delete job demo")
 
 
-def test_eks_submit_unknown_kind_is_one_line(kube, config):
+def test_eks_submit_unknown_kind_is_one_line(aws, eks_stack, kube, config):
     from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
     kube.dyn.resources.get.side_effect = ResourceNotFoundError("No matches found for {'kind': 'Job'}")
@@ -692,7 +754,8 @@ def test_eks_dry_run_renders_the_real_job_chart(capsys: pytest.CaptureFixture[st
 
     from trainium_cdk.cli import main
 
-    code = main(["submit", "--backend", "eks", "--job", "mlp-distributed", "--nodes", "2", "--name", "run-1", "--dry-run"])
+    code = main(["submit", "--backend", "eks", "--job", "mlp-distributed", "--nodes", "2", "--name", "run-1", "--dry-run",
+                 "--image", IMAGE])
     assert code == 0
     objects = [o for o in yaml.safe_load_all(capsys.readouterr().out) if o]
     (job,) = objects
@@ -706,6 +769,72 @@ def test_eks_dry_run_renders_the_real_job_chart(capsys: pytest.CaptureFixture[st
 def test_eks_unknown_workload_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     from trainium_cdk.cli import main
 
-    assert main(["submit", "--backend", "eks", "--job", "gpt5", "--dry-run"]) == 2
+    assert main(["submit", "--backend", "eks", "--job", "gpt5", "--dry-run", "--image", IMAGE]) == 2
     err = capsys.readouterr().err
-    assert "job = 'gpt5'" in err and "mlp-distributed" in err and "Traceback" not in err
+    assert "--job = 'gpt5'" in err and "mlp-distributed" in err and "Traceback" not in err
+
+
+# -- the README's transcript is what the CLI prints -------------------------------------------------
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _readme_transcript() -> list[tuple[list[str], list[str]]]:
+    """(argv, printed lines) of each `$ trn ...` command in the README's CLI console block."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("```console\n$ trn submit", 1)[1].split("```", 1)[0]
+    steps: list[tuple[list[str], list[str]]] = []
+    for line in ("$ trn submit" + block).splitlines():
+        if line.startswith("$ trn "):
+            steps.append((line.removeprefix("$ trn ").split(), []))
+        elif line:
+            steps[-1][1].append(line)
+    return steps
+
+
+def test_readme_transcript_is_what_the_cli_prints(aws, batch, config, monkeypatch):
+    from kubernetes import client
+
+    batch_answer = stack_answer(batch)
+    aws.fake("DescribeStacks", lambda p: eks_stack_answer(p) if p["StackName"] == EKS_STACK else batch_answer(p))
+
+    steps = _readme_transcript()
+    assert [argv[0] for argv, _ in steps] == ["submit", "status", "submit"]
+    times = iter(dt.datetime(2026, 11, 23, 10, 52, s) for s in (9, 11, 14, 15, 16))
+    monkeypatch.setattr(jobs.CLOCK, "now", lambda: next(times))
+    monkeypatch.setattr(jobs.CLOCK, "sleep", lambda s: None)
+
+    def pod_of(task: str, phase: str) -> Any:
+        return client.V1Pod(
+            metadata=client.V1ObjectMeta(name=f"mlp-1-{task}-0", labels={
+                "trainium-cdk/job": "mlp-1", "trainium-cdk/rank": "0" if task == "leader" else "worker"}),
+            spec=client.V1PodSpec(containers=[client.V1Container(name="train")], node_name="ip-10-0-1-5"),
+            status=client.V1PodStatus(phase=phase),
+        )
+
+    phases = ["Pending", "Running", "Succeeded"]
+    volcano = {"Pending": "Pending", "Running": "Running", "Succeeded": "Completed"}
+    context = {"name": "eks", "context": {"cluster": "eks"}}  # no namespace: "default"
+    from kubernetes.client.exceptions import ApiException
+
+    with (
+        mock.patch("kubernetes.config.load_kube_config"),
+        mock.patch("kubernetes.config.list_kube_config_contexts", return_value=([context], context)),
+        mock.patch("kubernetes.client.ApiClient"),
+        mock.patch("kubernetes.client.CoreV1Api") as core,
+        mock.patch("kubernetes.client.BatchV1Api") as batch_api,
+        mock.patch("kubernetes.client.CustomObjectsApi") as custom_api,
+        mock.patch("kubernetes.dynamic.DynamicClient"),
+    ):
+        batch_api.return_value.read_namespaced_job_status.side_effect = ApiException(status=404)
+        custom_api.return_value.get_namespaced_custom_object.side_effect = [
+            {"status": {"state": {"phase": volcano[p]}}} for p in phases
+        ]
+        core.return_value.list_namespaced_pod.side_effect = [
+            client.V1PodList(items=[pod_of("leader", p), pod_of("worker", p)]) for p in phases
+        ]
+        for argv, expected in steps:
+            result = run_cli(*argv, "--config", str(config))
+            assert result.code == 0, result.err
+            printed = _UUID.sub("ID", result.out).splitlines()
+            assert printed == [_UUID.sub("ID", line) for line in expected], (argv, result.out)

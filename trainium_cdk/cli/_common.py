@@ -117,3 +117,22 @@ def is_interactive(stream: TextIO) -> bool:
         return stream.isatty() and os.environ.get("TERM") != "dumb"
     except (AttributeError, ValueError):
         return False
+
+
+def stack_outputs(cfn: Any, stack: str, region: str, *, backend: str) -> dict[str, str]:
+    """The outputs of a deployed stack by key; a stack that is missing or broken is the user's to fix."""
+    from botocore.exceptions import ClientError
+
+    try:
+        stacks = cfn.describe_stacks(StackName=stack)["Stacks"]
+    except ClientError as error:
+        if error_code(error) == "ValidationError" and "does not exist" in str(error):
+            raise CliError(
+                f"stack {stack} does not exist in {region}: deploy the {backend} backend first "
+                f"(`cdk deploy {stack} -c backends={backend}`), or pass -c region=R / --config for another deployment"
+            ) from None
+        raise
+    status = stacks[0].get("StackStatus", "")
+    if status.endswith("_FAILED") or status.startswith("DELETE") or status == "ROLLBACK_COMPLETE":
+        raise CliError(f"stack {stack} is {status}: fix and redeploy it before submitting jobs")
+    return {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", []) if "OutputKey" in o}

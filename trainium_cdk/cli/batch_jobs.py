@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from trainium_cdk.cli._common import CliError, client, error_code, session
+from trainium_cdk.cli._common import CliError, client, error_code, session, stack_outputs
 from trainium_cdk.cli.jobs import (
     CLOCK,
     FAILED,
@@ -46,24 +46,6 @@ def _norm(text: str) -> str:
 
 
 # -- stack outputs -----------------------------------------------------------------------------------
-
-
-def stack_outputs(cfn: Any, stack: str, region: str) -> dict[str, str]:
-    from botocore.exceptions import ClientError
-
-    try:
-        stacks = cfn.describe_stacks(StackName=stack)["Stacks"]
-    except ClientError as error:
-        if error_code(error) == "ValidationError" and "does not exist" in str(error):
-            raise CliError(
-                f"stack {stack} does not exist in {region}: deploy the Batch backend first "
-                f"(`cdk deploy {stack} -c backends=batch`), or pass -c region=R / --config for another deployment"
-            ) from None
-        raise
-    status = stacks[0].get("StackStatus", "")
-    if status.endswith("_FAILED") or status.startswith("DELETE") or status == "ROLLBACK_COMPLETE":
-        raise CliError(f"stack {stack} is {status}: fix and redeploy it before submitting jobs")
-    return {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", []) if "OutputKey" in o}
 
 
 def find_output(
@@ -134,6 +116,13 @@ def submit_request(*, name: str, queue: str, definition: str, nodes: int, multin
 def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -> int:
     group = group_of(config, args.group)
     nodes = check_nodes(config, group, args.nodes)
+    if args.image is not None:
+        raise ConfigError(
+            "--image", args.image, "left out for Batch: the job definition holds the image (set batch.image_uri and "
+            "redeploy the batch stack)"
+        )
+    if args.job is not None:
+        raise ConfigError("--job", args.job, "left out for Batch: the job definition holds the command (batch.command)")
     name = args.name or f"{config.project}-{default_name(group)}"
     if not _BATCH_JOB_NAME.match(name):
         raise ConfigError(
@@ -141,7 +130,7 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
         )
     sess = session(config.region)
     stack = config.stack_name(STACK_PART)
-    outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region)
+    outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend="batch")
     groups = [g.name for g in config.compute_groups]
     kw = {"group": group.name, "groups": groups, "stack": stack, "project": config.project}
     queue = find_output(outputs, QUEUE_KEY, **kw)
@@ -273,7 +262,7 @@ def logs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clo
     sess = session(config.region)
     batch, cwl = client(sess, "batch"), client(sess, "logs")
     stack = config.stack_name(STACK_PART)
-    outputs = lambda: stack_outputs(client(sess, "cloudformation"), stack, config.region)  # noqa: E731
+    outputs = lambda: stack_outputs(client(sess, "cloudformation"), stack, config.region, backend="batch")  # noqa: E731
     delay = POLL_FIRST_S
     announced = False
     while True:

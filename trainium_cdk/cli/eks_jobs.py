@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from trainium_cdk.cli._common import CliError
+from trainium_cdk.cli._common import CliError, client, session, stack_outputs
 from trainium_cdk.cli.jobs import (
     CLOCK,
     FAILED,
@@ -28,6 +28,7 @@ from trainium_cdk.cli.jobs import (
     watch,
 )
 from trainium_cdk.config import Config
+from trainium_cdk.errors import ConfigError
 
 # Pod labels naming the job, tried in this order: the training chart's own (charts/training.py
 # JOB_LABEL), the one Kubernetes puts on batch/v1 Job pods, the one Volcano puts on its pods. Kept
@@ -35,6 +36,9 @@ from trainium_cdk.config import Config
 JOB_NAME_LABELS = ("trainium-cdk/job", "job-name", "volcano.sh/job-name")
 RANK_LABEL = "trainium-cdk/rank"
 DEFAULT_NAMESPACE = "default"
+# The EKS stack and its output with the example image's URI (stacks/eks_stack.py).
+STACK_PART = "eks"
+IMAGE_OUTPUT = "ExampleImageUri"
 JOB_KINDS = ("Job", "PyTorchJob", "JobSet", "MPIJob")
 # Multi-node jobs of the chart are Volcano jobs; their phase -> the states `trn status` prints.
 VOLCANO_JOB = ("batch.volcano.sh", "v1alpha1", "jobs")
@@ -85,10 +89,29 @@ def _api_exception() -> type[Exception]:
 # -- submit ------------------------------------------------------------------------------------------
 
 
-def render(config: Config, *, group: str, name: str, nodes: int | None, job: str | None = None) -> list[dict[str, Any]]:
+def training_image(args: argparse.Namespace, config: Config) -> str:
+    """--image, else the config's workloads.image, else the deployed EKS stack's example image."""
+    if args.image:
+        image = args.image
+    elif config.workloads.image:
+        image = config.workloads.image
+    else:
+        stack = config.stack_name(STACK_PART)
+        outputs = stack_outputs(client(session(config.region), "cloudformation"), stack, config.region, backend="eks")
+        if IMAGE_OUTPUT not in outputs:
+            raise CliError(f"stack {stack} has no {IMAGE_OUTPUT} output: redeploy it, or pass --image")
+        image = outputs[IMAGE_OUTPUT]
+    if "${" in image or not image.strip():
+        raise ConfigError("--image", image, "a real image URI such as 123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1")
+    return image
+
+
+def render(
+    config: Config, *, group: str, name: str, nodes: int | None, image: str, job: str | None = None
+) -> list[dict[str, Any]]:
     from trainium_cdk.charts.workloads import render_job
 
-    objects = render_job(config, group=group, name=name, nodes=nodes, job=job)
+    objects = render_job(config, group=group, name=name, nodes=nodes, job=job, image=image)
     if not objects:
         raise CliError(f"the training job chart rendered no objects for group {group}")
     return list(objects)
@@ -99,7 +122,8 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
     if args.nodes is not None:
         check_nodes(config, group, args.nodes)
     name = args.name or default_name(group)
-    objects = render(config, group=group.name, name=name, nodes=args.nodes, job=args.job)
+    image = training_image(args, config)
+    objects = render(config, group=group.name, name=name, nodes=args.nodes, job=args.job, image=image)
     if args.dry_run:
         out.write(f"# dry run: would create {len(objects)} object(s) in the cluster of your kubeconfig\n")
         out.write(yaml.safe_dump_all(objects, sort_keys=False))
@@ -109,7 +133,6 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
     api_exception = _api_exception()
     from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-    job_namespace = kube.namespace
     for obj in objects:
         api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
         meta = obj.get("metadata") or {}
@@ -120,7 +143,10 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
                 f"the cluster does not know {kind} ({api_version}): install its controller or CRD "
                 "(deploy the EKS stack of this project) and submit again"
             ) from None
-        namespace = (meta.get("namespace") or kube.namespace) if resource.namespaced else None
+        # The namespace the user chose (--namespace, else the kubeconfig context's), not the chart's default.
+        namespace = kube.namespace if resource.namespaced else None
+        if namespace:
+            obj = {**obj, "metadata": {**meta, "namespace": namespace}}
         where = f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
         try:
             if namespace:
@@ -138,9 +164,7 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
             out.write(f"exists  {kind} {where} (left as it is)\n")
             continue
         out.write(f"created {kind} {where}\n")
-        if namespace and (meta.get("name") == name or kind in JOB_KINDS):
-            job_namespace = namespace
-    ns = job_namespace
+    ns = kube.namespace
     out.write(f"submitted {name} to namespace {ns}\n")
     out.write(f"  trn status {name} --backend eks --namespace {ns} --wait\n")
     out.write(f"  trn logs {name} --backend eks --namespace {ns} --follow\n")

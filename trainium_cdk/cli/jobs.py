@@ -16,6 +16,7 @@ from typing import Any, TextIO
 from trainium_cdk.cli._common import CliError, is_interactive, parse_overrides, read_config
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.jobs import check_node_count
 
 JOB_BACKENDS = ("batch", "eks")
 SUCCEEDED, FAILED = "SUCCEEDED", "FAILED"
@@ -80,6 +81,11 @@ def add_parsers(sub: Any) -> None:
         help="EKS: the workload to run, a job of workloads.jobs or an example (mlp, mlp-distributed, "
         "bert-large-phase1); default: the first configured job, else mlp",
     )
+    p.add_argument(
+        "--image", metavar="URI",
+        help="EKS: training image (default: workloads.image of the config, else the EKS stack's ExampleImageUri "
+        "output); Batch takes the job definition's",
+    )
     p.add_argument("--dry-run", action="store_true", help="print what would be submitted, submit nothing")
     _common(p)
     p.set_defaults(func=submit)
@@ -133,13 +139,9 @@ def group_of(config: Config, name: str | None) -> ComputeGroup:
 
 
 def check_nodes(config: Config, group: ComputeGroup, nodes: int | None) -> int:
-    n = group.nodes if nodes is None else nodes
-    spec = config.spec(group)
-    if not 1 <= n <= group.maximum:
-        raise ConfigError("--nodes", n, f"between 1 and max_nodes of group {group.name} ({group.maximum})")
-    if n > 1 and not spec.has_efa:
-        raise ConfigError("--nodes", n, f"1: {spec.name} has no EFA, so group {group.name} runs single-node jobs")
-    return n
+    if nodes is None:
+        return group.nodes
+    return check_node_count("--nodes", nodes, maximum=group.maximum, instance=config.spec(group), group=group.name)
 
 
 def default_name(group: ComputeGroup, clock: Clock = CLOCK) -> str:

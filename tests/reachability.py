@@ -347,8 +347,10 @@ class Reachability:
             # awsvpc tasks (multi-node parallel jobs) get the compute environment's groups, or the VPC's
             # default group when it lists none (AWS Batch user guide, "Compute environments for MNP jobs").
             task_groups = ce_groups or frozenset({self._vpc_default_group()})
+            # Job definitions name no compute environment: a multi-node one runs where EFA is.
+            trains = stack in multinode and any(i.efa for i in interfaces)
             self.node_sets.append(NodeSet(
-                "batch", logical_id, interfaces, rendezvous=task_groups if stack in multinode else None,
+                "batch", logical_id, interfaces, rendezvous=task_groups if trains else None,
                 mounts_fsx="lustre" in json.dumps(user_data), instance_type=compute["InstanceTypes"][0],
             ))
 

@@ -18,9 +18,6 @@ from tests.reachability import (
 from trainium_cdk.catalog import SUPPORTED_TRAINING_TYPES
 from trainium_cdk.training_env import MASTER_PORT
 
-# Findings of issue 11 the fixes close: until then these checks must fail (strict).
-open_finding = pytest.mark.xfail(strict=True, reason="issue 11: open finding")
-
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS), ids=sorted(VARIANTS))
 def app(request):
@@ -79,7 +76,6 @@ def _rendezvous(model: Reachability, node: NodeSet) -> list[str]:
     return [] if model.reaches(node.rendezvous, node.rendezvous, "tcp", MASTER_PORT) else [f"tcp/{MASTER_PORT}"]
 
 
-@open_finding
 def test_efa_interfaces_reach_each_other_with_all_traffic_both_ways(app):
     result, model = app
     efa_sets = [n for n in model.node_sets if n.efa_interfaces]
@@ -88,7 +84,6 @@ def test_efa_interfaces_reach_each_other_with_all_traffic_both_ways(app):
     assert _failures(model, _efa) == []
 
 
-@open_finding
 def test_every_node_set_that_mounts_fsx_reaches_it_and_back(app):
     result, model = app
     assert model.file_systems
@@ -96,7 +91,6 @@ def test_every_node_set_that_mounts_fsx_reaches_it_and_back(app):
     assert _failures(model, _fsx) == []
 
 
-@open_finding
 def test_torchrun_rendezvous_between_training_nodes(app):
     result, model = app
     training = [n for n in model.node_sets if n.rendezvous is not None]
@@ -105,7 +99,6 @@ def test_torchrun_rendezvous_between_training_nodes(app):
     assert _failures(model, _rendezvous) == []
 
 
-@open_finding
 def test_batch_tasks_use_a_group_the_templates_own(app):
     _, model = app
     for node in model.of_backend("batch"):

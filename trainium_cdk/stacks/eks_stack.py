@@ -29,7 +29,8 @@ class EksStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, description="trainium-cdk: EKS cluster with Trainium node groups", **kwargs)
         self.training = TrainiumCluster(
-            self, "Eks", vpc=network.vpc, subnets=network.private_subnets, settings=config.eks
+            self, "Eks", vpc=network.vpc, subnets=network.private_subnets, settings=config.eks,
+            cluster_name=config.stack_name("eks"),
         )
         cluster = self.training.cluster
         self.node_groups = {
@@ -45,6 +46,12 @@ class EksStack(Stack):
             )
             for group in config.compute_groups
         }
+        if storage is not None:
+            # The data pods (loader, shell, TensorBoard) run on the system nodes, which carry only the
+            # cluster security group: open Lustre to that group rather than pin them to Trainium nodes
+            # (tainted, often scaled to zero, and too costly to hold a shell). Trainium nodes carry the
+            # cluster group too, so every pod's node reaches the file system the same way.
+            storage.allow_client(self, "LustreFromCluster", cluster.cluster_security_group)
         # The same charts `make synth` writes to dist/, here with the deployed ids as tokens.
         storage_props = (
             fsx_storage_props(

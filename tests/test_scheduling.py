@@ -18,8 +18,6 @@ from trainium_cdk.charts.fsx_storage import DEFAULT_CLAIM_NAME
 from trainium_cdk.charts.workloads import render_job
 from trainium_cdk.dist import write_dist
 
-open_finding = pytest.mark.xfail(strict=True, reason="issue 11: open finding")
-
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS), ids=sorted(VARIANTS))
 def app(request, tmp_path_factory):
@@ -75,7 +73,6 @@ def test_training_pods_land_only_on_their_compute_group(app):
             assert node.labels.get("trainium-cdk/compute-group"), pod
 
 
-@open_finding
 def test_the_node_groups_a_pod_lands_on_reach_what_it_mounts(app):
     _, model, _, pods = app
     (fs_groups,) = model.file_systems.values()
@@ -89,3 +86,41 @@ def test_the_node_groups_a_pod_lands_on_reach_what_it_mounts(app):
                         and model.reaches(fs_groups, node.primary, "tcp", port)):
                     unreachable.append(f"{pod} on {node}: tcp/{port}")
     assert unreachable == []
+
+
+def test_every_container_we_emit_has_requests_and_a_security_context(app):
+    _, _, _, pods = app
+    missing = []
+    for pod in pods:
+        for c in [*pod.containers, *(pod.spec.get("initContainers") or [])]:
+            wanted = requests({"containers": [c]})
+            if not {"cpu", "memory"} <= set(wanted):
+                missing.append(f"{pod} {c['name']}: requests {sorted(wanted)}")
+            context = c.get("securityContext") or {}
+            if "allowPrivilegeEscalation" not in context and not context.get("privileged"):
+                missing.append(f"{pod} {c['name']}: no securityContext")
+    assert missing == []
+
+
+def test_training_pods_are_burstable_or_better_and_fit_baseline(app):
+    _, _, _, pods = app
+    training = [p for p in pods if "aws.amazon.com/neuron" in requests(p.spec)]
+    assert training
+    for pod in training:
+        (c,) = pod.containers
+        assert {"cpu", "memory"} <= set(c["resources"]["requests"]), pod
+        assert pod.spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        # Pod Security baseline: no privileged containers, host namespaces or host paths.
+        assert not c["securityContext"].get("privileged")
+        assert not any("hostPath" in v for v in pod.spec.get("volumes") or [])
+        assert not pod.spec.get("hostNetwork") and not pod.spec.get("hostPID") and not pod.spec.get("hostIPC")
+
+
+def test_workloads_live_in_the_training_namespace(app):
+    _, _, objects, _ = app
+    workloads = [o for _, docs in objects for o in docs
+                 if o["kind"] in ("Job", "Pod", "Deployment", "PersistentVolumeClaim", "ServiceAccount", "Service")
+                 and o["metadata"].get("namespace") != "kube-system"]
+    assert workloads
+    assert {o["metadata"].get("namespace") for o in workloads} == {"training"}

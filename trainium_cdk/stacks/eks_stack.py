@@ -6,7 +6,7 @@ import cdk8s
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
-from trainium_cdk.charts import FSX_CHART_ID, cluster_charts
+from trainium_cdk.charts import FSX_CHART_ID, NAMESPACE_CHART_ID, cluster_charts
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.eks_cluster import TrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
@@ -74,12 +74,16 @@ class EksStack(Stack):
             monitor=config.eks.neuron_monitor,
         )
         self.manifests = {chart.node.id: cluster.add_cdk8s_chart(chart.node.id, chart) for chart in self.charts}
+        namespace = self.manifests[NAMESPACE_CHART_ID]
+        for chart_id, manifest in self.manifests.items():
+            if chart_id != NAMESPACE_CHART_ID:
+                manifest.node.add_dependency(namespace)
         self.workloads = TrainingWorkloads(
             self,
             "Workloads",
             cluster=cluster,
             config=config,
-            after=[self.manifests[FSX_CHART_ID]] if FSX_CHART_ID in self.manifests else [],
+            after=[namespace, *([self.manifests[FSX_CHART_ID]] if FSX_CHART_ID in self.manifests else [])],
         )
         CfnOutput(self, "ExampleImageUri", value=self.workloads.image.image_uri)
         CfnOutput(self, "TrainingImageRepositoryUri", value=self.workloads.repository.repository_uri)

@@ -75,6 +75,8 @@ def training_pod_spec(job: JobSpec, *, command: str, env: Mapping[str, str], cla
     return {
         "restartPolicy": "Never",
         "securityContext": POD_SECURITY,
+        # Training talks to its peers, not to the Kubernetes API.
+        "automountServiceAccountToken": False,
         "nodeSelector": selector,
         "tolerations": [NEURON_NO_SCHEDULE],
         "containers": [

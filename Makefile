@@ -12,7 +12,7 @@ NPM = $(RUN) node "$(NODE_BIN)/../lib/node_modules/npm/bin/npm-cli.js"
 CDK = $(RUN) node_modules/.bin/cdk
 ARGS ?=
 
-.PHONY: setup synth test pcluster-schema docs bench deploy destroy diff lock clean
+.PHONY: setup synth test pcluster-schema checkov-env docs bench deploy destroy diff lock clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,12 +32,16 @@ synth: setup
 	@ls cdk.out/*.template.json; find dist -type f | sort
 
 ## test: the whole suite (CDK assertions, cdk-nag, cfn-lint, manifests, config errors)
-test: setup pcluster-schema
+test: setup pcluster-schema checkov-env
 	$(RUN) $(PY) -m pytest $(ARGS)
 
 ## pcluster-schema: ParallelCluster's own package in .venv-pcluster (it pins CDK v1: never in .venv)
 pcluster-schema: $(STAMP)
 	$(PY) -m tests.pcluster_schema --setup || test "$$CI" != true
+
+## checkov-env: checkov in .venv-checkov (it pins boto3 exactly: never in .venv)
+checkov-env: $(STAMP)
+	$(PY) -m tests.checkov_env --setup || test "$$CI" != true
 
 ## docs: regenerate the README's config reference and architecture picture from the code
 docs: setup

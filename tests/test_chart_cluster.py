@@ -11,7 +11,8 @@ from tests.chart_helpers import container, of_kind, validate_all
 from trainium_cdk import versions
 from trainium_cdk.catalog import BUILTIN_INSTANCE_TYPES, Catalog
 from trainium_cdk.charts import (
-    EFA_CHART_ID, FSX_CHART_ID, NEURON_CHART_ID, EfaDevicePlugin, FsxStorage, FsxStorageProps, NeuronDevicePlugin,
+    EFA_CHART_ID, FSX_CHART_ID, NAMESPACE_CHART_ID, NEURON_CHART_ID, EfaDevicePlugin, FsxStorage, FsxStorageProps,
+    NeuronDevicePlugin, TrainingNamespace,
     cluster_charts, write_manifests,
 )
 
@@ -37,8 +38,20 @@ def manifests(charts):
 
 def test_every_chart_once_with_stable_ids(charts):
     assert [(type(c), c.node.id) for c in charts] == [
-        (NeuronDevicePlugin, NEURON_CHART_ID), (EfaDevicePlugin, EFA_CHART_ID), (FsxStorage, FSX_CHART_ID),
+        (TrainingNamespace, NAMESPACE_CHART_ID), (NeuronDevicePlugin, NEURON_CHART_ID),
+        (EfaDevicePlugin, EFA_CHART_ID), (FsxStorage, FSX_CHART_ID),
     ]
+
+
+def test_training_namespace_enforces_baseline_and_audits_restricted(manifests):
+    (namespace,) = of_kind(manifests, "Namespace")
+    labels = namespace["metadata"]["labels"]
+    assert namespace["metadata"]["name"] == "training"
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert labels["pod-security.kubernetes.io/audit"] == labels["pod-security.kubernetes.io/warn"] == "restricted"
+    assert labels["pod-security.kubernetes.io/enforce-version"] == f"v{versions.KUBERNETES_VERSION}"
+    (claim,) = of_kind(manifests, "PersistentVolumeClaim")
+    assert claim["metadata"]["namespace"] == "training"
 
 
 def test_every_object_is_valid(manifests):
@@ -60,15 +73,15 @@ def test_object_names_are_unique(manifests):
 
 def test_storage_is_optional_and_takes_a_mapping():
     charts = cluster_charts(cdk8s.Testing.app(), region="us-west-2")
-    assert [c.node.id for c in charts] == [NEURON_CHART_ID, EFA_CHART_ID]
-    (_, _, fsx) = cluster_charts(cdk8s.Testing.app(), region="us-west-2", storage=STORAGE.as_kwargs())
+    assert [c.node.id for c in charts] == [NAMESPACE_CHART_ID, NEURON_CHART_ID, EFA_CHART_ID]
+    (_, _, _, fsx) = cluster_charts(cdk8s.Testing.app(), region="us-west-2", storage=STORAGE.as_kwargs())
     assert fsx.claim_name == "fsx-lustre"
 
 
 def test_no_efa_plugin_for_a_catalog_without_efa_types():
     catalog = Catalog(s for s in BUILTIN_INSTANCE_TYPES if not s.has_efa)
     charts = cluster_charts(cdk8s.Testing.app(), region="us-west-2", catalog=catalog)
-    assert [c.node.id for c in charts] == [NEURON_CHART_ID]
+    assert [c.node.id for c in charts] == [NAMESPACE_CHART_ID, NEURON_CHART_ID]
 
 
 def test_tokens_as_the_eks_stack_passes_them():
@@ -87,7 +100,9 @@ def test_tokens_as_the_eks_stack_passes_them():
 def test_write_manifests_is_deterministic(tmp_path):
     first = write_manifests(tmp_path / "a", **ARGS)
     second = write_manifests(tmp_path / "b", **ARGS)
-    assert [p.name for p in first] == [f"{i}.k8s.yaml" for i in (NEURON_CHART_ID, EFA_CHART_ID, FSX_CHART_ID)]
+    assert [p.name for p in first] == [
+        f"{i}.k8s.yaml" for i in (NAMESPACE_CHART_ID, NEURON_CHART_ID, EFA_CHART_ID, FSX_CHART_ID)
+    ]
     assert [p.read_bytes() for p in first] == [p.read_bytes() for p in second]
     again = write_manifests(tmp_path / "a", **ARGS)
     assert again == first and [p.read_bytes() for p in again] == [p.read_bytes() for p in second]

@@ -814,7 +814,7 @@ def test_readme_transcript_is_what_the_cli_prints(aws, batch, config, monkeypatc
 
     phases = ["Pending", "Running", "Succeeded"]
     volcano = {"Pending": "Pending", "Running": "Running", "Succeeded": "Completed"}
-    context = {"name": "eks", "context": {"cluster": "eks"}}  # no namespace: "default"
+    context = {"name": "eks", "context": {"cluster": "eks"}}  # no namespace: the training namespace
     from kubernetes.client.exceptions import ApiException
 
     with (

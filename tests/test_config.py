@@ -225,6 +225,17 @@ BAD_INPUT: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, ...]]] = {
         _raw(workloads={"data_loader": {"s3_uri": "https://example.com/x"}}), {},
         ("workloads.data_loader.s3_uri", "'https://example.com/x'", "S3 URI"),
     ),
+    "public endpoint CIDR with host bits": (
+        _raw(eks={"endpoint_access": "public-and-private", "public_access_cidrs": ["203.0.113.0/24", "10.1.2.3/8"]}),
+        {}, ("eks.public_access_cidrs[1]", "'10.1.2.3/8'", "IPv4 network"),
+    ),
+    "public endpoint CIDR not a CIDR": (
+        _raw(eks={"endpoint_access": "public-and-private", "public_access_cidrs": ["office"]}),
+        {}, ("eks.public_access_cidrs[0]", "'office'", "IPv4 network"),
+    ),
+    "public endpoint without CIDRs": (
+        _raw(eks={"endpoint_access": "public-and-private"}), {}, ("eks.public_access_cidrs", "[]", "endpoint_access: private"),
+    ),
 }
 
 

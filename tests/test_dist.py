@@ -30,6 +30,7 @@ def test_one_file_per_cluster_chart(written):
         "eks/workloads/data-loader.k8s.yaml",
         "eks/workloads/data-shell.k8s.yaml",
         "eks/workloads/tensorboard.k8s.yaml",
+        "eks/training-namespace.k8s.yaml",
         "eks/neuron-device-plugin.k8s.yaml",
         "eks/efa-device-plugin.k8s.yaml",
         "eks/fsx-storage.k8s.yaml",

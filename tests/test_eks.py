@@ -36,7 +36,7 @@ def every_type():
 
 @pytest.fixture(scope="module")
 def reserved():
-    """A capacity reservation, a capacity block, a private endpoint and an admin role."""
+    """A capacity reservation, a capacity block, a public endpoint for one CIDR and an admin role."""
     return synth(
         config_with(
             **US_EAST_2,
@@ -44,7 +44,10 @@ def reserved():
                 {**_group("trn1.32xlarge"), "capacity": {"type": "reservation", "reservation_id": "cr-0aaaaaaaaaaaaaaaa"}},
                 {**_group("trn2.48xlarge"), "capacity": {"type": "capacity-block", "reservation_id": "cr-0bbbbbbbbbbbbbbbb"}},
             ],
-            eks={"endpoint_access": "private", "admin_role_arns": ["arn:aws:iam::123456789012:role/ml-platform-admin"]},
+            eks={
+                "endpoint_access": "public-and-private", "public_access_cidrs": ["203.0.113.0/24"],
+                "admin_role_arns": ["arn:aws:iam::123456789012:role/ml-platform-admin"],
+            },
         )
     )
 
@@ -83,7 +86,7 @@ def test_node_group_one_subnet_neuron_ami_taint_and_sizes(every_type, instance_t
     assert nodegroup["Labels"]["trainium-cdk/instance-type"] == instance_type
     expected = _group(instance_type)
     assert nodegroup["ScalingConfig"] == {"MinSize": 0, "DesiredSize": expected["nodes"], "MaxSize": 4}
-    assert data["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 2, "HttpTokens": "required"}
+    assert data["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1, "HttpTokens": "required"}
     (root,) = data["BlockDeviceMappings"]
     assert root["Ebs"] == {"DeleteOnTermination": True, "Encrypted": True, "VolumeSize": 300, "VolumeType": "gp3"}
 
@@ -129,10 +132,46 @@ def test_cluster_version_logging_encryption_and_endpoint(every_type, reserved):
     }
     assert props["EncryptionConfig"][0]["Resources"] == ["secrets"]
     vpc_config = props["ResourcesVpcConfig"]
-    assert vpc_config["EndpointPublicAccess"] is True and vpc_config["EndpointPrivateAccess"] is True
+    # Private by default; public only to the CIDRs the config lists.
+    assert vpc_config["EndpointPublicAccess"] is False and vpc_config["EndpointPrivateAccess"] is True
     assert "ComputeConfig" not in props or props["ComputeConfig"].get("Enabled") is not True  # not Auto Mode
-    (private,) = resources(reserved.template_json("eks"), "AWS::EKS::Cluster").values()
-    assert private["Properties"]["ResourcesVpcConfig"]["EndpointPublicAccess"] is False
+    (public,) = resources(reserved.template_json("eks"), "AWS::EKS::Cluster").values()
+    public_config = public["Properties"]["ResourcesVpcConfig"]
+    assert public_config["EndpointPublicAccess"] is True and public_config["EndpointPrivateAccess"] is True
+    assert public_config["PublicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+def test_fsx_csi_role_deletes_and_updates_only_what_it_created(every_type):
+    template = every_type.template_json("eks")
+    (association,) = resources(template, "AWS::EKS::PodIdentityAssociation").values()
+    role_id = association["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+    statements = [
+        s for p in resources(template, "AWS::IAM::Policy").values()
+        if {"Ref": role_id} in p["Properties"]["Roles"]
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    for statement in statements:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if {"fsx:DeleteFileSystem", "fsx:UpdateFileSystem", "fsx:CreateFileSystem"} & set(actions):
+            assert statement["Resource"] == "*"
+            assert statement["Condition"]["Null"] in (
+                {"aws:ResourceTag/CSIVolumeName": "false"}, {"aws:RequestTag/CSIVolumeName": "false"}
+            ), statement
+    assert any("fsx:DeleteFileSystem" in json.dumps(s["Action"]) for s in statements)
+
+
+def test_control_plane_and_kubectl_log_groups_are_created_with_a_retention(every_type):
+    template = every_type.template_json("eks")
+    groups = [g["Properties"] for g in resources(template, "AWS::Logs::LogGroup").values()]
+    assert groups and all("RetentionInDays" in g for g in groups)
+    (cluster,) = resources(template, "AWS::EKS::Cluster").values()
+    assert cluster["Properties"]["Name"] == "t-eks"
+    assert "/aws/eks/t-eks/cluster" in [g.get("LogGroupName") for g in groups]
+    functions = resources(template, "AWS::Lambda::Function")
+    assert functions
+    for logical_id, function in functions.items():
+        config = function["Properties"].get("LoggingConfig", {})
+        assert "LogGroup" in config, f"{logical_id} logs to a group the stack does not create"
 
 
 def test_admin_role_gets_an_access_entry(reserved):

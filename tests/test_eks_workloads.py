@@ -79,7 +79,7 @@ def test_data_loader_reads_its_bucket_through_pod_identity(result):
     template = result.template_json("eks")
     associations = [a["Properties"] for a in resources(template, "AWS::EKS::PodIdentityAssociation").values()]
     (loader,) = [a for a in associations if a["ServiceAccount"] == "data-loader"]
-    assert loader["Namespace"] == "default"
+    assert loader["Namespace"] == "training"
     role_id = loader["RoleArn"]["Fn::GetAtt"][0]
     (policy,) = [
         p["Properties"] for p in resources(template, "AWS::IAM::Policy").values()

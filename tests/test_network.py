@@ -76,7 +76,13 @@ def test_efa_security_group_allows_all_traffic_to_and_from_itself(default):
     groups = resources(template, "AWS::EC2::SecurityGroup")
     (efa_id,) = [k for k, v in groups.items() if v["Properties"]["GroupDescription"].startswith("EFA")]
     egress = groups[efa_id]["Properties"]["SecurityGroupEgress"]
-    assert egress == [{"CidrIp": "0.0.0.0/0", "Description": "Allow all outbound traffic by default", "IpProtocol": "-1"}]
+    assert egress == [{"CidrIp": "0.0.0.0/0", "Description": "All outbound", "IpProtocol": "-1"}]
+    (self_egress,) = [
+        r["Properties"] for r in resources(template, "AWS::EC2::SecurityGroupEgress").values()
+        if r["Properties"]["GroupId"] == {"Fn::GetAtt": [efa_id, "GroupId"]}
+    ]
+    assert self_egress["DestinationSecurityGroupId"] == {"Fn::GetAtt": [efa_id, "GroupId"]}
+    assert self_egress["IpProtocol"] == "-1"
     ingress = [r["Properties"] for r in resources(template, "AWS::EC2::SecurityGroupIngress").values()]
     self_rules = [
         r for r in ingress

@@ -180,3 +180,24 @@ class Catalog:
 
 
 DEFAULT_CATALOG = Catalog()
+
+
+# vCPU and memory (GiB) of the general-purpose types the system node group and the ParallelCluster
+# head node may use (EC2 instance type pages): what a pod on those nodes can request at most.
+GENERAL_PURPOSE_TYPES: Mapping[str, tuple[int, int]] = MappingProxyType({
+    f"{family}.{size}": (vcpus, vcpus * 4)
+    for family in ("m6i", "m7i", "m7a", "m8i")
+    for size, vcpus in (("large", 2), ("xlarge", 4), ("2xlarge", 8), ("4xlarge", 16), ("8xlarge", 32))
+})
+
+
+def node_capacity(name: str, catalog: Catalog = DEFAULT_CATALOG) -> tuple[int, int]:
+    """(vCPUs, memory GiB) of a node type: a Neuron type of the catalog or a general-purpose type."""
+    if name in catalog:
+        spec = catalog.get(name)
+        return spec.vcpus, spec.memory_gib
+    try:
+        return GENERAL_PURPOSE_TYPES[name]
+    except KeyError:
+        raise ConfigError("instance_type", name, "unknown instance type; " + one_of(
+            (*catalog.names(), *GENERAL_PURPOSE_TYPES))) from None

@@ -274,10 +274,11 @@ class EksSettings(_Model):
     """The EKS backend: cluster, system nodes and the software on the cluster."""
 
     endpoint_access: Literal["public-and-private", "private"] = Field(
-        "public-and-private", description="API server endpoint: public and private, or private only."
+        "private", description="API server endpoint: private only (reach it from the VPC, a VPN or SSM), or "
+        "public and private with public_access_cidrs."
     )
     public_access_cidrs: tuple[str, ...] = Field(
-        ("0.0.0.0/0",), description="CIDRs allowed to reach a public endpoint."
+        (), description="IPv4 CIDRs allowed to reach a public endpoint (required with public-and-private)."
     )
     admin_role_arns: tuple[str, ...] = Field(
         (), description="IAM roles given cluster admin through access entries (the deploying identity always is)."
@@ -286,6 +287,16 @@ class EksSettings(_Model):
     system_nodes: int = Field(2, description="Nodes of the system node group (cluster add-ons).")
     neuron_scheduler_extension: bool = Field(False, description="Install the Neuron scheduler extension.")
     neuron_monitor: bool = Field(False, description="Install neuron-monitor with a Prometheus endpoint.")
+    log_retention_days: int = Field(
+        30, description="Retention of the control-plane log group and the kubectl provider's Lambda logs, days."
+    )
+
+    @field_validator("log_retention_days")
+    @classmethod
+    def _log_retention(cls, value: int) -> int:
+        if value not in LOG_RETENTION_DAYS:
+            raise ValueError("a CloudWatch Logs retention; " + one_of(LOG_RETENTION_DAYS))
+        return value
 
     @field_validator("admin_role_arns")
     @classmethod
@@ -295,15 +306,22 @@ class EksSettings(_Model):
                 raise ValueError(f"{arn!r} is not an IAM role ARN (arn:aws:iam::123456789012:role/name)")
         return value
 
-    @field_validator("public_access_cidrs")
-    @classmethod
-    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for cidr in value:
+    @model_validator(mode="after")
+    def _endpoint(self) -> EksSettings:
+        for i, cidr in enumerate(self.public_access_cidrs):
             try:
                 ipaddress.IPv4Network(cidr)
-            except ValueError:
-                raise ValueError(f"{cidr!r} is not an IPv4 CIDR such as 203.0.113.0/24") from None
-        return value
+            except ValueError as err:
+                raise ConfigError(
+                    f"public_access_cidrs[{i}]", cidr, f"an IPv4 network such as 203.0.113.0/24 ({err})"
+                ) from None
+        if self.endpoint_access == "public-and-private" and not self.public_access_cidrs:
+            raise ConfigError(
+                "public_access_cidrs", [], "the CIDRs allowed to reach the public endpoint (or endpoint_access: private)"
+            )
+        if self.endpoint_access == "private" and self.public_access_cidrs:
+            raise ConfigError("public_access_cidrs", list(self.public_access_cidrs), "only with endpoint_access: public-and-private")
+        return self
 
     @field_validator("system_nodes")
     @classmethod
@@ -464,7 +482,7 @@ class DataLoaderSettings(_Model):
     """A Job that copies an S3 prefix into the file system (for file systems without a data repository)."""
 
     s3_uri: str = Field(description="s3://bucket/prefix to copy.")
-    path: str = Field("datasets", description="Directory under /data.")
+    path: str = Field("datasets", description="Directory under /fsx.")
 
     @field_validator("s3_uri")
     @classmethod
@@ -487,9 +505,9 @@ class WorkloadSettings(_Model):
     jobs: tuple[TrainingJobSettings, ...] = Field((), description="Training jobs the stack runs on deploy.")
     volcano: bool = Field(True, description="Install Volcano (gang scheduling, needed by multi-node jobs) and its queue.")
     queue: str = Field("training", description="The Volcano queue.")
-    data_loader: DataLoaderSettings | None = Field(None, description="Copy an S3 prefix into /data.")
+    data_loader: DataLoaderSettings | None = Field(None, description="Copy an S3 prefix into /fsx.")
     tensorboard: bool = Field(False, description="TensorBoard on the file system's runs/ directory (ClusterIP).")
-    shell: bool = Field(False, description="An interactive pod with /data mounted.")
+    shell: bool = Field(False, description="An interactive pod with /fsx mounted.")
 
 
 class PipelineEnvironment(_Model):

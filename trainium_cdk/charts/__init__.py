@@ -17,17 +17,19 @@ from constructs import Construct
 from trainium_cdk.catalog import DEFAULT_CATALOG, Catalog
 from trainium_cdk.charts.efa_device_plugin import EfaDevicePlugin
 from trainium_cdk.charts.fsx_storage import FsxStorage, FsxStorageProps
+from trainium_cdk.charts.namespace import TrainingNamespace
 from trainium_cdk.charts.neuron_device_plugin import NeuronDevicePlugin
 
 __all__ = [
-    "EFA_CHART_ID", "FSX_CHART_ID", "NEURON_CHART_ID", "EfaDevicePlugin", "FsxStorage", "FsxStorageProps",
-    "NeuronDevicePlugin", "cluster_charts", "write_charts", "write_manifests",
+    "EFA_CHART_ID", "FSX_CHART_ID", "NAMESPACE_CHART_ID", "NEURON_CHART_ID", "EfaDevicePlugin", "FsxStorage",
+    "FsxStorageProps", "NeuronDevicePlugin", "TrainingNamespace", "cluster_charts", "write_charts", "write_manifests",
 ]
 
 # Chart ids are file names in dist/ and construct ids in the EKS stack: keep them stable.
 NEURON_CHART_ID = "neuron-device-plugin"
 EFA_CHART_ID = "efa-device-plugin"
 FSX_CHART_ID = "fsx-storage"
+NAMESPACE_CHART_ID = "training-namespace"
 MANIFEST_SUFFIX = ".k8s.yaml"
 
 
@@ -51,6 +53,7 @@ def cluster_charts(
     A catalog without EFA types gets no EFA device plugin: there is no node it could run on.
     """
     charts: list[cdk8s.Chart] = [
+        TrainingNamespace(app, NAMESPACE_CHART_ID),
         NeuronDevicePlugin(
             app, NEURON_CHART_ID, instance_types=catalog.neuron_types(),
             scheduler_extension=scheduler_extension, monitor=monitor,

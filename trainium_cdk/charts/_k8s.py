@@ -15,6 +15,7 @@ from cdk8s import ApiObject, JsonPatch
 from constructs import Construct
 
 from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.namespaces import TRAINING_NAMESPACE
 
 KUBE_SYSTEM = "kube-system"
 SYSTEM_NODE_CRITICAL = "system-node-critical"
@@ -23,6 +24,8 @@ NEURON_TAINT = "aws.amazon.com/neuron"
 EFA_TAINT = "aws.amazon.com/efa"
 CHART_LABELS = {"app.kubernetes.io/part-of": "trainium-cdk", "app.kubernetes.io/managed-by": "cdk8s"}
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+# Pod level: the container runtime's default seccomp profile (Kubernetes runs Unconfined otherwise).
+POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -164,3 +167,12 @@ def workload(
             "template": {"metadata": template_metadata, "spec": dict(pod_spec)},
         },
     )
+
+
+def container_security(*, drop: Sequence[str] = ("ALL",), run_as_user: int | None = None) -> dict[str, Any]:
+    """A container securityContext: no privilege escalation, the given capabilities dropped, and, with
+    ``run_as_user``, a non-root user."""
+    context: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": list(drop)}}
+    if run_as_user is not None:
+        context.update(runAsNonRoot=True, runAsUser=run_as_user, runAsGroup=run_as_user)
+    return context

@@ -14,7 +14,7 @@ from constructs import Construct
 from trainium_cdk import versions
 from trainium_cdk.catalog import DEFAULT_CATALOG
 from trainium_cdk.charts._k8s import (
-    CHART_LABELS, CRITICAL_ADDONS_ONLY, DEVICE_PLUGIN_DIR, EFA_TAINT, KUBE_SYSTEM, NEURON_NO_SCHEDULE,
+    CHART_LABELS, CRITICAL_ADDONS_ONLY, DEVICE_PLUGIN_DIR, EFA_TAINT, KUBE_SYSTEM, NEURON_NO_SCHEDULE, POD_SECURITY,
     SYSTEM_NODE_CRITICAL, check_instance_types, check_name, host_path, instance_type_affinity, is_token, toleration,
     workload,
 )
@@ -61,6 +61,7 @@ class EfaDevicePlugin(Chart):
                 "automountServiceAccountToken": False,
                 "hostNetwork": True,
                 "priorityClassName": SYSTEM_NODE_CRITICAL,
+                "securityContext": POD_SECURITY,
                 # Trainium nodes carry the Neuron taint as well as (or instead of) the EFA one.
                 "tolerations": [CRITICAL_ADDONS_ONLY, toleration(EFA_TAINT, "NoSchedule"), NEURON_NO_SCHEDULE],
                 "affinity": instance_type_affinity(types),

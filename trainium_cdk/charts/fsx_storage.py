@@ -15,7 +15,9 @@ from aws_cdk import Fn
 from cdk8s import ApiObject, Chart
 from constructs import Construct
 
-from trainium_cdk.charts._k8s import CHART_LABELS, api_object, as_string, check_choice, check_name, is_token
+from trainium_cdk.charts._k8s import (
+    CHART_LABELS, TRAINING_NAMESPACE, api_object, as_string, check_choice, check_name, is_token,
+)
 from trainium_cdk.config import LUSTRE_THROUGHPUT_MB_PER_TIB, StorageSettings
 from trainium_cdk.errors import ConfigError
 
@@ -36,7 +38,7 @@ DEFAULT_RECLAIM_POLICY = "Retain"
 DEFAULT_STORAGE_CLASS_NAME = "fsx-lustre"
 DEFAULT_VOLUME_NAME = "fsx-lustre-static"
 DEFAULT_CLAIM_NAME = "fsx-lustre"
-DEFAULT_NAMESPACE = "default"
+DEFAULT_NAMESPACE = TRAINING_NAMESPACE
 # Without flock a Lustre client fails flock()/fcntl() locks, which checkpoint writers and the compile cache take.
 MOUNT_OPTIONS = ("flock",)
 _RWX = ["ReadWriteMany"]
@@ -65,7 +67,7 @@ class FsxStorage(Chart):
     :param capacity_gib: its storage capacity. Default: 1200.
     :param volume_name: name of the static PersistentVolume. Default: ``fsx-lustre-static``.
     :param claim_name: name of the claim bound to it. Default: ``fsx-lustre``.
-    :param namespace: namespace of the claim (the namespace of the jobs). Default: ``default``.
+    :param namespace: namespace of the claim (the namespace of the jobs). Default: ``training``.
     """
 
     def __init__(

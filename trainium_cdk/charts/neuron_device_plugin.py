@@ -16,7 +16,8 @@ from constructs import Construct
 from trainium_cdk import versions
 from trainium_cdk.catalog import DEFAULT_CATALOG, NEURON_RESOURCE, NEURONCORE_RESOURCE
 from trainium_cdk.charts._k8s import (
-    CHART_LABELS, CRITICAL_ADDONS_ONLY, DEVICE_PLUGIN_DIR, KUBE_SYSTEM, NEURON_NO_SCHEDULE, SYSTEM_NODE_CRITICAL,
+    CHART_LABELS, CRITICAL_ADDONS_ONLY, DEVICE_PLUGIN_DIR, KUBE_SYSTEM, NEURON_NO_SCHEDULE, POD_SECURITY,
+    SYSTEM_NODE_CRITICAL,
     api_object, check_instance_types, check_name, cluster_role, cluster_role_binding, host_path,
     instance_type_affinity, rule, service_account, workload,
 )
@@ -93,6 +94,7 @@ class NeuronDevicePlugin(Chart):
             pod_spec={
                 "serviceAccountName": DEVICE_PLUGIN_NAME,
                 "priorityClassName": SYSTEM_NODE_CRITICAL,
+                "securityContext": POD_SECURITY,
                 "tolerations": _NEURON_NODE_TOLERATIONS,
                 "affinity": self.affinity,
                 "containers": [{

@@ -18,7 +18,8 @@ from constructs import Construct
 from trainium_cdk import versions
 from trainium_cdk.catalog import EFA_RESOURCE, NEURON_RESOURCE
 from trainium_cdk.charts._k8s import (
-    CHART_LABELS, INSTANCE_TYPE_LABEL, NEURON_NO_SCHEDULE, api_object, check_name, workload,
+    CHART_LABELS, INSTANCE_TYPE_LABEL, NEURON_NO_SCHEDULE, POD_SECURITY, TRAINING_NAMESPACE, api_object, check_name,
+    container_security, workload,
 )
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.jobs import JobSpec
@@ -29,13 +30,26 @@ GROUP_LABEL = "trainium-cdk/compute-group"  # set on the nodes by TrainiumNodeGr
 RANK_LABEL = "trainium-cdk/rank"
 JOB_LABEL = "trainium-cdk/job"
 DEFAULT_CLAIM = "fsx-lustre"
-DEFAULT_NAMESPACE = "default"
+DEFAULT_NAMESPACE = TRAINING_NAMESPACE
 DEFAULT_QUEUE = "training"
 VOLCANO_SCHEDULER = "volcano"
 # Pods mount the shared file system where hosts do, so every path is the same on every backend.
 DATA_MOUNT = SHARED_MOUNT
 DATA_VOLUME = "data"
 SHM_VOLUME = "dshm"
+# A training pod requests three quarters of the node's vCPUs and memory (Burstable: no CPU or memory
+# limit, so it may use the rest): enough to be evicted last, while the kubelet, the device plugins and
+# the CSI node driver keep the other quarter.
+TRAINING_SHARE = 0.75
+# Neuron training images run as root and were validated with the runtime's default capabilities (EFA
+# memory registration, the Neuron runtime): only NET_RAW, which nothing uses, is dropped.
+TRAINING_SECURITY = container_security(drop=("NET_RAW",))
+# The data pods: requests within a system node, memory limits against a runaway process.
+DATA_LOADER_RESOURCES = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
+SHELL_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+TENSORBOARD_RESOURCES = {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "4Gi"}}
+# TensorBoard only reads event files: it runs as nobody.
+NOBODY = 65534
 
 
 def _data_volumes(claim_name: str | None) -> list[dict[str, Any]]:
@@ -61,8 +75,15 @@ def training_pod_spec(job: JobSpec, *, env: Mapping[str, str], claim_name: str) 
     if job.group:
         selector[GROUP_LABEL] = job.group
     claim = claim_name if job.shared_storage else None
+    requests = {
+        "cpu": str(int(job.instance.vcpus * TRAINING_SHARE)),
+        "memory": f"{int(job.instance.memory_gib * TRAINING_SHARE)}Gi",
+    }
     return {
         "restartPolicy": "Never",
+        "securityContext": POD_SECURITY,
+        # Training talks to its peers, not to the Kubernetes API.
+        "automountServiceAccountToken": False,
         "nodeSelector": selector,
         "tolerations": [NEURON_NO_SCHEDULE],
         "containers": [
@@ -72,7 +93,8 @@ def training_pod_spec(job: JobSpec, *, env: Mapping[str, str], claim_name: str) 
                 "command": job.launch(),
                 "env": [{"name": k, "value": v} for k, v in env.items()],
                 # Extended resources are requested through limits (requests default to them).
-                "resources": {"limits": limits},
+                "resources": {"requests": requests, "limits": limits},
+                "securityContext": TRAINING_SECURITY,
                 "volumeMounts": _data_mounts(claim),
             }
         ],
@@ -216,11 +238,15 @@ class DataLoaderJob(Chart):
                     "spec": {
                         "serviceAccountName": service_account,
                         "restartPolicy": "OnFailure",
+                        "securityContext": POD_SECURITY,
                         "containers": [
                             {
                                 "name": "sync",
                                 "image": image,
                                 "args": ["s3", "sync", "--only-show-errors", s3_uri, f"{DATA_MOUNT}/{path}"],
+                                "resources": DATA_LOADER_RESOURCES,
+                                # Root (the file system's root directory is root's), without capabilities.
+                                "securityContext": container_security(),
                                 "volumeMounts": [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT}],
                             }
                         ],
@@ -245,11 +271,16 @@ class ShellPod(Chart):
         self.pod = api_object(
             self, "Pod", api_version="v1", kind="Pod", name="data-shell", namespace=namespace,
             spec={
+                "securityContext": POD_SECURITY,
+                "automountServiceAccountToken": False,
                 "containers": [
                     {
                         "name": "shell",
                         "image": image,
                         "command": ["sleep", "infinity"],
+                        "resources": SHELL_RESOURCES,
+                        # The training image's user (root), as in a job, so that files it writes match.
+                        "securityContext": TRAINING_SECURITY,
                         "volumeMounts": [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT}],
                     }
                 ],
@@ -279,10 +310,14 @@ class TensorBoard(Chart):
             self, "Deployment", kind="Deployment", name="tensorboard", namespace=namespace, labels=labels,
             replicas=1,
             pod_spec={
+                "securityContext": POD_SECURITY,
+                "automountServiceAccountToken": False,
                 "containers": [
                     {
                         "name": "tensorboard",
                         "image": image,
+                        "resources": TENSORBOARD_RESOURCES,
+                        "securityContext": container_security(run_as_user=NOBODY),
                         "command": [
                             "tensorboard", f"--logdir={DATA_MOUNT}/{log_dir}", "--host=0.0.0.0", f"--port={self.PORT}",
                         ],

@@ -29,13 +29,14 @@ from trainium_cdk.cli.jobs import (
 )
 from trainium_cdk.config import Config
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.namespaces import TRAINING_NAMESPACE
 
 # Pod labels naming the job, tried in this order: the training chart's own (charts/training.py
 # JOB_LABEL), the one Kubernetes puts on batch/v1 Job pods, the one Volcano puts on its pods. Kept
 # here rather than imported so that status and logs do not load cdk8s; a test pins them to the chart.
 JOB_NAME_LABELS = ("trainium-cdk/job", "job-name", "volcano.sh/job-name")
 RANK_LABEL = "trainium-cdk/rank"
-DEFAULT_NAMESPACE = "default"
+DEFAULT_NAMESPACE = TRAINING_NAMESPACE  # where the stack puts the FSx claim and the workloads
 # The EKS stack and its output with the example image's URI (stacks/eks_stack.py).
 STACK_PART = "eks"
 IMAGE_OUTPUT = "ExampleImageUri"

@@ -17,8 +17,10 @@ from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.config import Capacity
 
 ROOT_DEVICE_NAME = "/dev/xvda"
-# Containers on a node reach the instance metadata service through one more hop than the host.
-METADATA_HOP_LIMIT = 2
+# Nothing in a container needs the node's role: EKS pods use Pod Identity and Batch tasks their ECS task
+# role, both served off IMDS; node agents that read IMDS (VPC CNI, EFA plugin, FSx CSI node) use the host
+# network, one hop. Hop limit 1 keeps containers from taking the node role.
+METADATA_HOP_LIMIT = 1
 
 
 class EfaLaunchTemplate(Construct):

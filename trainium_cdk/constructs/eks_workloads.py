@@ -13,6 +13,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from trainium_cdk import versions
+from trainium_cdk.namespaces import TRAINING_NAMESPACE
 from trainium_cdk.charts.workloads import QUEUE_CHART_ID, workload_charts
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.nag import acknowledge
@@ -81,7 +82,7 @@ class TrainingWorkloads(Construct):
                 self,
                 "DataLoader",
                 cluster=cluster,
-                namespace="default",
+                namespace=TRAINING_NAMESPACE,
                 service_account=DATA_LOADER_SERVICE_ACCOUNT,
                 description="Reads the dataset bucket for the data-loader Job (EKS pod identity)",
             )

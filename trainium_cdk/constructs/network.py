@@ -107,16 +107,27 @@ class TrainingNetwork(Construct):
                     )
                 )
 
-        # EFA's OS-bypass traffic flows only between interfaces whose group allows all traffic in from
-        # itself and out to itself; all outbound covers the latter and image pulls, AWS APIs and storage.
+        # EFA's OS-bypass traffic is not IP: it matches only rules that reference a group, so the group
+        # needs all traffic in from itself AND out to itself; a 0.0.0.0/0 egress does not carry it
+        # (AWS Batch EFA guide; ParallelCluster's EFA validator). CDK drops explicit egress rules when
+        # allow_all_outbound is on: both egress rules are added here instead.
         self.efa_security_group = ec2.SecurityGroup(
             self,
             "EfaSecurityGroup",
             vpc=self.vpc,
-            description="EFA: all traffic from itself; all outbound",
-            allow_all_outbound=True,
+            description="EFA: all traffic from and to itself; all outbound",
+            allow_all_outbound=False,
         )
         self.efa_security_group.add_ingress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA from itself")
+        self.efa_security_group.add_egress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA to itself")
+        # Image pulls, AWS APIs, the FSx client and torchrun's TCP rendezvous. Inline, through the L1: the
+        # L2 refuses an all-traffic egress rule on a group without allow_all_outbound, and a separate
+        # rule would collide with the default EC2 adds to a group created without inline egress.
+        cfn_group = self.efa_security_group.node.default_child
+        assert isinstance(cfn_group, ec2.CfnSecurityGroup)
+        cfn_group.add_property_override(
+            "SecurityGroupEgress", [{"CidrIp": "0.0.0.0/0", "IpProtocol": "-1", "Description": "All outbound"}]
+        )
 
         self.placement_groups: dict[str, ec2.PlacementGroup] = {}
         self._groups = {g.name: g for g in compute_groups}

@@ -151,6 +151,26 @@ class LustreStorage(Construct):
             self.association.apply_removal_policy(removal)
             self.association.override_logical_id(ASSOCIATION_LOGICAL_ID)
 
+    def allow_client(self, scope: Construct, construct_id: str, client: ec2.ISecurityGroup) -> None:
+        """Open Lustre between the file system and another client group, with rules that live in
+        ``scope`` (the client's stack), so that this stateful stack never depends on it.
+
+        The rules go both ways: clients connect to 988 and 1018-1023, and Lustre servers call clients
+        back on the same ports.
+        """
+        rules = Construct(scope, construct_id)
+        server = self.security_group.security_group_id
+        for low, high in LUSTRE_PORT_RANGES:
+            ports = {"ip_protocol": "tcp", "from_port": low, "to_port": high}
+            ec2.CfnSecurityGroupIngress(rules, f"ToFsx{low}", group_id=server,
+                                        source_security_group_id=client.security_group_id,
+                                        description="Lustre from clients", **ports)
+            ec2.CfnSecurityGroupEgress(rules, f"FromFsx{low}", group_id=server,
+                                       destination_security_group_id=client.security_group_id,
+                                       description="Lustre", **ports)
+            ec2.CfnSecurityGroupIngress(rules, f"ToClient{low}", group_id=client.security_group_id,
+                                        source_security_group_id=server, description="Lustre from FSx", **ports)
+
     @property
     def file_system_id(self) -> str:
         return self.file_system.file_system_id

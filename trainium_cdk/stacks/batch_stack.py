@@ -9,6 +9,7 @@ from constructs import Construct
 
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.batch import SCRIPT_PARAMETER, TrainiumBatch
+from trainium_cdk.constructs.batch_tasks import BatchTaskRules
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.storage import LustreStorage
 
@@ -46,6 +47,8 @@ class BatchStack(Stack):
             )
             for group in config.compute_groups
         }
+        if any(training.multi_node for training in self.groups.values()):
+            self.task_rules = BatchTaskRules(self, "TaskRules", vpc=network.vpc)
         for name, training in self.groups.items():
             CfnOutput(self, f"JobQueueName-{name}", value=training.job_queue_name)
             CfnOutput(self, f"JobQueueArn-{name}", value=training.job_queue.job_queue_arn)

@@ -6,7 +6,7 @@ import cdk8s
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
-from trainium_cdk.charts import FSX_CHART_ID, cluster_charts
+from trainium_cdk.charts import FSX_CHART_ID, NAMESPACE_CHART_ID, cluster_charts
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.eks_cluster import TrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
@@ -29,7 +29,8 @@ class EksStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, description="trainium-cdk: EKS cluster with Trainium node groups", **kwargs)
         self.training = TrainiumCluster(
-            self, "Eks", vpc=network.vpc, subnets=network.private_subnets, settings=config.eks
+            self, "Eks", vpc=network.vpc, subnets=network.private_subnets, settings=config.eks,
+            cluster_name=config.stack_name("eks"),
         )
         cluster = self.training.cluster
         self.node_groups = {
@@ -45,6 +46,12 @@ class EksStack(Stack):
             )
             for group in config.compute_groups
         }
+        if storage is not None:
+            # The data pods (loader, shell, TensorBoard) run on the system nodes, which carry only the
+            # cluster security group: open Lustre to that group rather than pin them to Trainium nodes
+            # (tainted, often scaled to zero, and too costly to hold a shell). Trainium nodes carry the
+            # cluster group too, so every pod's node reaches the file system the same way.
+            storage.allow_client(self, "LustreFromCluster", cluster.cluster_security_group)
         # The same charts `make synth` writes to dist/, here with the deployed ids as tokens.
         storage_props = (
             fsx_storage_props(
@@ -67,12 +74,16 @@ class EksStack(Stack):
             monitor=config.eks.neuron_monitor,
         )
         self.manifests = {chart.node.id: cluster.add_cdk8s_chart(chart.node.id, chart) for chart in self.charts}
+        namespace = self.manifests[NAMESPACE_CHART_ID]
+        for chart_id, manifest in self.manifests.items():
+            if chart_id != NAMESPACE_CHART_ID:
+                manifest.node.add_dependency(namespace)
         self.workloads = TrainingWorkloads(
             self,
             "Workloads",
             cluster=cluster,
             config=config,
-            after=[self.manifests[FSX_CHART_ID]] if FSX_CHART_ID in self.manifests else [],
+            after=[namespace, *([self.manifests[FSX_CHART_ID]] if FSX_CHART_ID in self.manifests else [])],
         )
         CfnOutput(self, "ExampleImageUri", value=self.workloads.image.image_uri)
         CfnOutput(self, "TrainingImageRepositoryUri", value=self.workloads.repository.repository_uri)

@@ -1,0 +1,44 @@
+"""BatchTaskRules: the rules AWS Batch multi-node tasks depend on, owned in the template.
+
+Multi-node parallel jobs run in awsvpc mode: every task gets its own interface, with the compute
+environment's security groups. A compute environment whose launch template defines network
+interfaces (EFA) may list none ("Either compute environment Security Groups or Network Interfaces in
+Launch template are exclusively allowed"), so Batch gives task interfaces the VPC's default group.
+torchrun's rendezvous and the Neuron runtime's bootstrap run over those interfaces (CCOM_SOCKET_IFNAME
+eth0). The default group's implicit rules belong to nobody: a Security Hub EC2.2 remediation deletes
+them and training stops. These rules put what the tasks need into the template, where drift detection
+and the tests see it. They are TCP only, so they never collide with the implicit all-traffic rules.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import aws_ec2 as ec2
+from constructs import Construct
+
+HTTPS_PORT = 443
+
+
+class BatchTaskRules(Construct):
+    """TCP between task interfaces of the VPC's default group, and HTTPS out (AWS APIs, S3, images).
+
+    Create one per VPC: EC2 rejects a duplicate rule.
+
+    :param vpc: the training VPC.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc) -> None:
+        super().__init__(scope, construct_id)
+        self.group_id = vpc.vpc_default_security_group
+        tcp = {"ip_protocol": "tcp", "from_port": 0, "to_port": 65535}
+        ec2.CfnSecurityGroupIngress(
+            self, "TasksFromTasks", group_id=self.group_id, source_security_group_id=self.group_id,
+            description="Batch tasks: torchrun rendezvous and Neuron bootstrap from other tasks", **tcp,
+        )
+        ec2.CfnSecurityGroupEgress(
+            self, "TasksToTasks", group_id=self.group_id, destination_security_group_id=self.group_id,
+            description="Batch tasks: torchrun rendezvous and Neuron bootstrap to other tasks", **tcp,
+        )
+        ec2.CfnSecurityGroupEgress(
+            self, "TasksToHttps", group_id=self.group_id, cidr_ip="0.0.0.0/0", ip_protocol="tcp",
+            from_port=HTTPS_PORT, to_port=HTTPS_PORT, description="Batch tasks: AWS APIs and S3",
+        )

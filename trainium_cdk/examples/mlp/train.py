@@ -10,6 +10,7 @@ than one process it trains data-parallel (XLA collectives on Neuron, gloo on CPU
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 from pathlib import Path
@@ -109,6 +110,11 @@ def main(argv: list[str] | None = None) -> None:
             args.output_dir.mkdir(parents=True, exist_ok=True)
             (args.output_dir / "metrics.json").write_text(json.dumps({"loss_per_epoch": history}))
     if torch.distributed.is_initialized():
+        # DDP's reducer sits in a reference cycle that holds the process group: free it now, or the
+        # group is destroyed at interpreter exit with its threads running ("terminate called without an
+        # active exception"). Then every rank leaves together.
+        gc.collect()
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
 

@@ -35,7 +35,8 @@ def app(request, tmp_path_factory):
         for job in jobs:
             nodes = 2 if job == "mlp-distributed" else 1
             objects.append((f"render_job({group.name}, {job})",
-                            render_job(config, name=f"cli-{job}", group=group.name, job=job, nodes=nodes)))
+                            render_job(config, name=f"cli-{job}", group=group.name, job=job, nodes=nodes,
+                                       image="example.com/train:1")))
     pods = [p for source, docs in objects for p in pod_templates(docs, source)]
     return result, model, objects, pods
 

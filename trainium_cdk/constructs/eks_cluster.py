@@ -31,6 +31,9 @@ FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 FSX_SERVICE_LINKED_ROLES = ("fsx.amazonaws.com", "s3.data-source.lustre.fsx.amazonaws.com")
 # Add-ons EKS manages for us; versions float with the cluster version (EKS picks the default).
 ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
+# Add-ons that run a Deployment: with no node to run it, EKS reports them DEGRADED and the stack fails.
+# They wait for the system node group; the DaemonSet-only ones report ACTIVE with no nodes.
+ADDONS_NEEDING_NODES = ("coredns", FSX_CSI_ADDON)
 
 # What the FSx CSI controller does: create and delete file systems for dynamic volumes, and
 # describe them and the network for static ones.
@@ -164,7 +167,10 @@ class TrainiumCluster(Construct):
             # Trainium nodes carry the Neuron taint: the node DaemonSet must run there to mount Lustre.
             configuration_values={"node": {"tolerations": [NEURON_TOLERATION, CRITICAL_ADDONS_TOLERATION]}},
         )
-        self.addons[FSX_CSI_ADDON].node.add_dependency(self.fsx_csi_association)
+        # Its controller authenticates through the pod identity agent.
+        self.addons[FSX_CSI_ADDON].node.add_dependency(self.fsx_csi_association, self.addons["eks-pod-identity-agent"])
+        for name in ADDONS_NEEDING_NODES:
+            self.addons[name].node.add_dependency(self.system_nodes)
 
     def _acknowledge_cdk_internals(self) -> None:
         acknowledge(

@@ -403,10 +403,9 @@ def test_cfn_lint_and_cdk_nag_clean(request, fixture):
 
 
 def test_config_errors():
-    with pytest.raises(ConfigError, match="forbids this queue name"):
-        cluster_configuration(
-            config_with(group={"name": "default"}, backends=["parallelcluster"]), concrete_ids(config_with())
-        )
+    with pytest.raises(ConfigError, match=r"compute_groups\[0\]\.name = 'default': .*ParallelCluster forbids default"):
+        config_with(group={"name": "default"}, backends=["parallelcluster"])
+    config_with(group={"name": "default"}, backends=["eks"])  # a name only Slurm reserves
     with pytest.raises(ConfigError, match="not the whole internet"):
         config_with(parallelcluster={"ssh_allowed_cidr": "0.0.0.0/0"})
     with pytest.raises(ConfigError, match="head_node_instance_type"):

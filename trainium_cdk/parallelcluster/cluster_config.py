@@ -41,8 +41,6 @@ HEAD_NODE_SCRIPT_NAME = "head_node_setup.sh"
 # (TERMINATE would kill multi-day training runs; the default needs the whole fleet stopped first).
 QUEUE_UPDATE_STRATEGY = "DRAIN"
 SSM_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
-# ParallelCluster's own validator rejects this queue name.
-FORBIDDEN_QUEUE_NAMES = ("default",)
 _CAPACITY_TYPE = {"on-demand": "ONDEMAND", "reservation": "ONDEMAND", "capacity-block": "CAPACITY_BLOCK"}
 
 
@@ -114,9 +112,8 @@ def setup_args(batch_scripts: Mapping[str, S3Object]) -> list[str]:
 
 def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
     """The ParallelCluster 3 configuration: a head node and one Slurm queue per compute group."""
-    for i, group in enumerate(config.compute_groups):
-        if group.name in FORBIDDEN_QUEUE_NAMES:
-            raise ConfigError(f"compute_groups[{i}].name", group.name, "ParallelCluster forbids this queue name")
+    # Queue names ParallelCluster forbids are rejected by the config (SLURM_RESERVED_QUEUE_NAMES).
+    for group in config.compute_groups:
         if group.name not in ids.compute_subnet_ids:
             raise ConfigError("compute_subnet_ids", sorted(ids.compute_subnet_ids), f"a subnet for group {group.name}")
     settings = config.parallelcluster

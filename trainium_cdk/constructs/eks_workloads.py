@@ -68,7 +68,7 @@ class TrainingWorkloads(Construct):
             "ExampleImage",
             directory=str(EXAMPLE_DIR),
             platform=ecr_assets.Platform.LINUX_AMD64,
-            build_args={"REGION": config.region, "BASE_TAG": versions.NEURON_TRAINING_IMAGE_TAG},
+            build_args={"BASE_TAG": versions.NEURON_TRAINING_IMAGE_TAG},
         )
         self.volcano: eks.HelmChart | None = None
         if config.workloads.volcano:

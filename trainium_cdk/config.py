@@ -78,6 +78,10 @@ class Capacity(_Model):
     reservation_id: str | None = Field(
         None, description="cr-... id of the reservation or capacity block; required unless on-demand."
     )
+    placement_group: str | None = Field(
+        None, description="Name of the cluster placement group the reservation was made in; default none (a "
+        "placement group fights a reservation made without one)."
+    )
 
     @model_validator(mode="after")
     def _reservation(self) -> Capacity:
@@ -88,6 +92,14 @@ class Capacity(_Model):
             raise ConfigError(
                 "reservation_id", self.reservation_id, f"type {self.type} needs a reservation id like cr-0123456789abcdef0"
             )
+        if self.placement_group is not None:
+            if self.type == "on-demand":
+                raise ConfigError(
+                    "placement_group", self.placement_group,
+                    "only with a reservation (on-demand groups get a cluster placement group of their own)",
+                )
+            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$", self.placement_group):
+                raise ConfigError("placement_group", self.placement_group, "an EC2 placement group name")
         return self
 
     @property
@@ -154,8 +166,9 @@ class ComputeGroup(_Model):
 
     @property
     def placement_group(self) -> bool:
-        """A cluster placement group fights reservations and capacity blocks (partial fleets)."""
-        return not self.capacity.reserved
+        """Whether the nodes use a cluster placement group: one of their own, or the one a reservation
+        was made in. A placement group fights a reservation made without it (partial fleets)."""
+        return not self.capacity.reserved or self.capacity.placement_group is not None
 
 
 class NetworkSettings(_Model):

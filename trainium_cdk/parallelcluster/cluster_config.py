@@ -188,12 +188,18 @@ def _queue(
             "SubnetIds": [ids.compute_subnet_ids[group.name]],
             # A placement group fights reservations and capacity blocks; ParallelCluster wants an
             # explicit Enabled: false for EFA queues without one.
-            "PlacementGroup": {"Enabled": group.placement_group},
+            "PlacementGroup": _placement_group(group),
             "AdditionalSecurityGroups": [ids.efa_security_group_id],
         },
         "Iam": {"AdditionalIamPolicies": [{"Policy": SSM_POLICY}], "S3Access": copy.deepcopy(s3_access)},
         "CustomActions": copy.deepcopy(action),
     }
+
+
+def _placement_group(group: ComputeGroup) -> dict[str, Any]:
+    if group.capacity.placement_group is not None:  # the reservation's own: ParallelCluster uses it by name
+        return {"Enabled": True, "Name": group.capacity.placement_group}
+    return {"Enabled": group.placement_group}
 
 
 def _shared_storage(config: Config, file_system_id: str | None) -> dict[str, Any]:

@@ -526,6 +526,7 @@ class PipelineEnvironment(_Model):
 
     name: str = Field(description="Stage name, such as dev or prod.")
     account: str = Field(description="12-digit AWS account id, bootstrapped to trust the pipeline account.")
+    manual_approval: bool = Field(False, description="Wait for a manual approval in the pipeline before this stage.")
 
     @field_validator("name")
     @classmethod
@@ -546,6 +547,7 @@ class PipelineSettings(_Model):
     """CDK Pipelines deployment (`cdk synth -c pipeline=true`): a self-mutating pipeline in CodePipeline."""
 
     repository: str = Field(description="Source repository as owner/name.")
+    account: str = Field(description="12-digit AWS account id of the pipeline itself (stages trust it).")
     branch: str = Field("main", description="Branch that triggers the pipeline.")
     connection_arn: str = Field(description="ARN of the CodeConnections connection to the repository.")
     environments: tuple[PipelineEnvironment, ...] = Field(description="Stages in order, each an account.")
@@ -555,6 +557,13 @@ class PipelineSettings(_Model):
     def _repo(cls, value: str) -> str:
         if not re.match(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", value):
             raise ValueError("owner/name of the repository")
+        return value
+
+    @field_validator("account")
+    @classmethod
+    def _pipeline_account(cls, value: str) -> str:
+        if not re.match(r"^[0-9]{12}$", value):
+            raise ValueError("a 12-digit AWS account id")
         return value
 
     @field_validator("connection_arn")

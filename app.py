@@ -4,13 +4,25 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import aws_cdk as cdk
 
-from trainium_cdk.config import OVERRIDES, ConfigError, load_config
+from trainium_cdk.config import DEFAULT_CONFIG_PATH, OVERRIDES, ConfigError, load_config
 from trainium_cdk.dist import write_dist
 from trainium_cdk.stacks import compose
 from trainium_cdk.stacks.pipeline_stack import PipelineStack
+
+ROOT = Path(__file__).resolve().parent
+
+
+def repository_path(config: str | None) -> str:
+    """The config file as a path in the repository: the pipeline's synth step reads the same file."""
+    path = Path(config) if config else DEFAULT_CONFIG_PATH
+    try:
+        return (ROOT / path).resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        raise ConfigError("config", str(path), "a file in the repository: the pipeline synthesizes from its checkout") from None
 
 
 def main() -> None:
@@ -22,7 +34,14 @@ def main() -> None:
         if str(app.node.try_get_context("pipeline")).lower() == "true":
             if config.pipeline is None:
                 raise ConfigError("pipeline", None, "-c pipeline=true needs a pipeline section in the config")
-            PipelineStack(app, config.stack_name("pipeline"), config=config, env=cdk.Environment(region=config.region))
+            PipelineStack(
+                app,
+                config.stack_name("pipeline"),
+                config=config,
+                config_path=repository_path(app.node.try_get_context("config")),
+                overrides={k: str(v) for k in OVERRIDES if (v := app.node.try_get_context(k)) is not None},
+                env=cdk.Environment(region=config.region),
+            )
         else:
             compose(app, config)
         write_dist(config)

@@ -31,6 +31,7 @@ VENV = ROOT / ".venv-pcluster"
 PYTHON = VENV / "bin" / "python"
 STAMP = VENV / f".installed-aws-parallelcluster-{PARALLELCLUSTER_VERSION}"
 VALIDATOR = ROOT / "tools" / "pcluster_validate.py"
+UPDATE_POLICIES = ROOT / "tools" / "pcluster_update_policies.py"
 PACKAGE = f"aws-parallelcluster=={PARALLELCLUSTER_VERSION}"
 INSTALL_TIMEOUT_S = 900
 VALIDATE_TIMEOUT_S = 300
@@ -85,15 +86,14 @@ def ensure_venv() -> Path:
     return PYTHON
 
 
-def validate_many(configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Result]:
-    """Validate cluster configurations (cluster name -> configuration) in one subprocess."""
+def _call(tool: Path, request: list[dict[str, Any]], region: str) -> list[Any]:
+    """Run a tool in the ParallelCluster environment: JSON request on stdin, JSON answer on stdout."""
     python = ensure_venv()
-    request = [{"name": name, "config": config} for name, config in configs.items()]
-    env = {**os.environ, "AWS_DEFAULT_REGION": next(iter(configs.values())).get("Region", "us-east-1")}
+    env = {**os.environ, "AWS_DEFAULT_REGION": region}
     for key in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         env.pop(key, None)  # offline by design: never hand it credentials
     done = subprocess.run(
-        [str(python), str(VALIDATOR)],
+        [str(python), str(tool)],
         input=json.dumps(request),
         capture_output=True,
         text=True,
@@ -102,9 +102,37 @@ def validate_many(configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Result]
         check=False,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"{VALIDATOR.name} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
-    answers = json.loads(done.stdout)
+        raise RuntimeError(f"{tool.name} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout)
+
+
+def validate_many(configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Result]:
+    """Validate cluster configurations (cluster name -> configuration) in one subprocess."""
+    request = [{"name": name, "config": config} for name, config in configs.items()]
+    answers = _call(VALIDATOR, request, next(iter(configs.values())).get("Region", "us-east-1"))
     return {name: Result(**answer) for name, answer in zip(configs, answers, strict=True)}
+
+
+@dataclass(frozen=True)
+class Change:
+    """A setting that differs between two configurations, with ParallelCluster's update policy and its
+    check (SUCCEEDED, ACTION NEEDED, FAILED) with compute nodes running and with the fleet stopped."""
+
+    path: str
+    policy: str
+    old: Any
+    new: Any
+    running: str
+    stopped: str
+
+
+def update_changes(
+    pairs: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]], cluster_name: str = "trainium-cluster"
+) -> dict[str, list[Change]]:
+    """case -> the changes from a base to a target configuration, each with its update policy."""
+    request = [{"name": cluster_name, "base": base, "target": target} for base, target in pairs.values()]
+    answers = _call(UPDATE_POLICIES, request, next(iter(pairs.values()))[0].get("Region", "us-east-1"))
+    return {case: [Change(**c) for c in answer] for case, answer in zip(pairs, answers, strict=True)}
 
 
 def validate(config: Mapping[str, Any], cluster_name: str = "trainium-cluster") -> Result:

@@ -267,7 +267,8 @@ def test_container_devices_equal_the_catalog(every_type, instance_type):
     expected = [*group.spec.neuron_device_paths, *group.spec.efa_device_paths]
     assert [d["HostPath"] for d in devices] == expected
     assert [d["ContainerPath"] for d in devices] == expected
-    assert all(d["Permissions"] == ["read", "write"] for d in devices)
+    # Left out: the container gets read, write and mknod (the API spells them READ, WRITE, MKNOD).
+    assert all("Permissions" not in d for d in devices)
     assert sum(d["HostPath"].startswith("/dev/infiniband/uverbs") for d in devices) == group.spec.efa_interfaces
 
 

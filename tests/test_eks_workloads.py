@@ -72,6 +72,11 @@ def test_example_image_builds_from_the_example_folder(result):
     built = result.outdir / image["source"]["directory"]
     assert (built / "Dockerfile").exists() and (built / "train.py").exists()
     assert image["source"]["dockerBuildArgs"]["BASE_TAG"] == versions.NEURON_TRAINING_IMAGE_TAG
+    assert image["source"]["dockerBuildArgs"] == {"BASE_TAG": versions.NEURON_TRAINING_IMAGE_TAG}
+    # A public base: building needs no `docker login` (the DLC account's registries would).
+    (base,) = [line.split()[1] for line in (built / "Dockerfile").read_text().splitlines() if line.startswith("FROM ")]
+    assert base == f"{versions.NEURON_TRAINING_IMAGE_PUBLIC_REPOSITORY}:${{BASE_TAG}}"
+    assert not [line for line in (built / "Dockerfile").read_text().splitlines() if versions.NEURON_DLC_ACCOUNT in line and not line.startswith("#")]
     assert image["source"]["platform"] == "linux/amd64"
 
 

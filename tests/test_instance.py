@@ -164,17 +164,15 @@ def test_az_defaults_to_the_first_vpc_az_offering_the_type():
     ],
 )
 def test_az_and_type_errors(instance, message):
-    config = config_with(backends=["instance"], instance=instance)
+    # The config rejects them, before any construct is built.
     with pytest.raises(ConfigError, match=message):
-        dev_instance_az_id(config)
+        config_with(backends=["instance"], instance=instance)
+    config_with(backends=["eks"], instance=instance)  # no dev instance: nothing to check
 
 
 def test_offered_check_on_an_explicit_az():
-    config = config_with(
-        network={"az_ids": ["usw2-az4", "usw2-az1"]}, backends=["instance"], instance={"az_id": "usw2-az1"}
-    )
     with pytest.raises(ConfigError, match="does not offer trn1.2xlarge"):
-        dev_instance_az_id(config)
+        config_with(network={"az_ids": ["usw2-az4", "usw2-az1"]}, backends=["instance"], instance={"az_id": "usw2-az1"})
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,10 @@ def installed(tmp_path_factory):
 def test_wheel_carries_the_package_data(installed):
     _, site = installed
     package = site / "trainium_cdk"
-    for relative in ("py.typed", "parallelcluster/neuron_setup.sh", "examples/mlp/Dockerfile", "examples/mlp/train.py"):
+    for relative in (
+        "py.typed", "parallelcluster/neuron_setup.sh", "parallelcluster/head_node_setup.sh",
+        "examples/mlp/Dockerfile", "examples/mlp/train.py",
+    ):
         assert (package / relative).is_file(), relative
     entry_points = next(site.glob("trainium_cdk-*.dist-info")) / "entry_points.txt"
     assert "trn = trainium_cdk.cli:main" in entry_points.read_text()

@@ -19,8 +19,8 @@ from trainium_cdk.config import ConfigError
 from trainium_cdk.constructs.storage import FILE_SYSTEM_LOGICAL_ID
 from trainium_cdk.parallelcluster import ClusterIds, S3Object, cluster_configuration, render_cluster_yaml, write_dist
 from trainium_cdk.parallelcluster.cluster_config import OS, SSM_POLICY, placeholder_names
-from trainium_cdk.parallelcluster.dist import SETUP_SCRIPT
 from trainium_cdk.launcher import LAUNCHER
+from trainium_cdk.parallelcluster.dist import HEAD_NODE_SCRIPT, SETUP_SCRIPT
 from trainium_cdk.parallelcluster.sbatch import render_sbatch
 from trainium_cdk.versions import (
     NEURON_APT_PACKAGES,
@@ -76,6 +76,7 @@ def concrete_ids(config, *, file_system: bool = True) -> ClusterIds:
         efa_security_group_id="sg-0123456789abcdef0",
         file_system_id="fs-0123456789abcdef0" if file_system else None,
         setup_script=S3Object(bucket, "0" * 64 + ".sh"),
+        head_node_script=S3Object(bucket, "2" * 64 + ".sh"),
         batch_scripts={"train-x.sbatch": S3Object(bucket, "1" * 64 + ".sbatch")},
     )
 
@@ -318,30 +319,62 @@ def test_public_head_node_with_key_and_cidr(reserved):
 def test_setup_script_is_an_asset_nodes_may_read_and_only_it(every_type):
     config = _cluster(every_type)["ClusterConfiguration"]
     head = config["HeadNode"]
-    action = head["CustomActions"]["OnNodeConfigured"]
-    script_url = json.dumps(action["Script"])
-    assert "s3://" in script_url and "cdk-hnb659fds-assets" in script_url and ".sh" in script_url
+    queues = config["Scheduling"]["SlurmQueues"]
+    script_url = json.dumps(queues[0]["CustomActions"]["OnNodeConfigured"]["Script"])
+    assert json.dumps(head["CustomActions"]["OnNodeUpdated"]["Script"]) == script_url
+    head_url = json.dumps(head["CustomActions"]["OnNodeConfigured"]["Script"])
+    for url in (script_url, head_url):
+        assert "s3://" in url and "cdk-hnb659fds-assets" in url and ".sh" in url
     access = head["Iam"]["S3Access"]
     keys = [a["KeyName"] for a in access]
     assert all(a["EnableWriteAccess"] is False for a in access)
     assert keys[0].endswith(".sh") and keys[0] in script_url
-    assert sorted(k.rsplit(".", 1)[1] for k in keys[1:]) == ["sbatch"] * len(SUPPORTED_TRAINING_TYPES)
-    for queue in config["Scheduling"]["SlurmQueues"]:
-        assert queue["CustomActions"] == head["CustomActions"]
+    assert keys[1].endswith(".sh") and keys[1] in head_url
+    assert sorted(k.rsplit(".", 1)[1] for k in keys[2:]) == ["sbatch"] * len(SUPPORTED_TRAINING_TYPES)
+    for queue in queues:
+        assert queue["CustomActions"] == queues[0]["CustomActions"]
         assert queue["Iam"]["S3Access"] == access
-    # The staged asset is the script from the source tree.
-    staged = [p for p in every_type.outdir.glob("asset.*") if p.name.endswith(keys[0][:64] + ".sh")]
-    assert staged and staged[0].read_bytes() == SETUP_SCRIPT.read_bytes()
+    # The staged assets are the scripts from the source tree.
+    for key, source in ((keys[0], SETUP_SCRIPT), (keys[1], HEAD_NODE_SCRIPT)):
+        staged = [p for p in every_type.outdir.glob("asset.*") if p.name.endswith(key[:64] + ".sh")]
+        assert staged and staged[0].read_bytes() == source.read_bytes()
 
 
-def test_setup_script_arguments_carry_the_pinned_versions(every_type):
-    args = _cluster(every_type)["ClusterConfiguration"]["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Args"]
+# ParallelCluster cannot update a head node's OnNodeConfigured, and the script's S3 key is its content
+# hash: an edit of head_node_setup.sh breaks `cdk deploy` of every running cluster. Keep it as it is.
+HEAD_NODE_SCRIPT_SHA256 = "4eaa7e01bb74d88396e6c6753a9e6a6e3d331bb96dd1a2a3d3be53bf416e8d9f"
+
+
+def test_head_node_action_never_changes(every_type):
+    import hashlib
+
+    actions = _cluster(every_type)["ClusterConfiguration"]["HeadNode"]["CustomActions"]
+    assert set(actions) == {"OnNodeConfigured", "OnNodeUpdated"}
+    assert set(actions["OnNodeConfigured"]) == {"Script"}  # it runs OnNodeUpdated, which carries the arguments
+    assert hashlib.sha256(HEAD_NODE_SCRIPT.read_bytes()).hexdigest() == HEAD_NODE_SCRIPT_SHA256
+    subprocess.run(["bash", "-n", str(HEAD_NODE_SCRIPT)], check=True)
+    assert "/opt/parallelcluster/shared/cluster-config.yaml" in HEAD_NODE_SCRIPT.read_text()
+
+
+def test_queues_update_by_draining(every_type):
+    scheduling = _cluster(every_type)["ClusterConfiguration"]["Scheduling"]
+    assert scheduling["SlurmSettings"] == {"QueueUpdateStrategy": "DRAIN"}
+
+
+@pytest.mark.parametrize("where", ["head node", "queue"])
+def test_setup_script_arguments_carry_the_pinned_versions(every_type, where):
+    config = _cluster(every_type)["ClusterConfiguration"]
+    if where == "queue":
+        args = config["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]["Args"]
+    else:
+        args = config["HeadNode"]["CustomActions"]["OnNodeUpdated"]["Args"]
     pairs = list(zip(args[::2], args[1::2], strict=True))
     assert ("--sdk", NEURON_SDK_VERSION) in pairs
     assert [v for k, v in pairs if k == "--apt"] == [f"{n}={v}" for n, v in NEURON_APT_PACKAGES.items()]
     assert [v for k, v in pairs if k == "--pip"] == [f"{n}=={v}" for n, v in NEURON_PIP_PACKAGES.items()]
     batch = [v for k, v in pairs if k == "--sbatch"]
-    assert len(batch) == len(SUPPORTED_TRAINING_TYPES)
+    # Only the head node copies batch scripts: a changed script must not replace compute nodes.
+    assert len(batch) == (len(SUPPORTED_TRAINING_TYPES) if where == "head node" else 0)
     assert all(json.dumps(v).startswith('{"Fn::Join"') for v in batch)
 
 
@@ -371,10 +404,9 @@ def test_cfn_lint_and_cdk_nag_clean(request, fixture):
 
 
 def test_config_errors():
-    with pytest.raises(ConfigError, match="forbids this queue name"):
-        cluster_configuration(
-            config_with(group={"name": "default"}, backends=["parallelcluster"]), concrete_ids(config_with())
-        )
+    with pytest.raises(ConfigError, match=r"compute_groups\[0\]\.name = 'default': .*ParallelCluster forbids default"):
+        config_with(group={"name": "default"}, backends=["parallelcluster"])
+    config_with(group={"name": "default"}, backends=["eks"])  # a name only Slurm reserves
     with pytest.raises(ConfigError, match="not the whole internet"):
         config_with(parallelcluster={"ssh_allowed_cidr": "0.0.0.0/0"})
     with pytest.raises(ConfigError, match="head_node_instance_type"):
@@ -416,14 +448,17 @@ def test_batch_script_runs_torchrun_on_every_neuroncore_of_every_node(instance_t
 def test_write_dist_writes_the_cli_files(tmp_path):
     paths = write_dist(EVERY_TYPE, tmp_path)
     names = [p.relative_to(tmp_path).as_posix() for p in paths]
-    assert names[:2] == ["parallelcluster/t-cluster.yaml", "parallelcluster/neuron_setup.sh"]
-    assert sorted(names[2:]) == sorted(f"parallelcluster/train-{_name(t)}.sbatch" for t in SUPPORTED_TRAINING_TYPES)
+    assert names[:3] == [
+        "parallelcluster/t-cluster.yaml", "parallelcluster/neuron_setup.sh", "parallelcluster/head_node_setup.sh"
+    ]
+    assert sorted(names[3:]) == sorted(f"parallelcluster/train-{_name(t)}.sbatch" for t in SUPPORTED_TRAINING_TYPES)
     text = paths[0].read_text()
     for name in placeholder_names(EVERY_TYPE):
         assert "${" + name + "}" in text
     assert "Token[" not in text
     assert "pcluster create-cluster" in text
     assert paths[1].read_bytes() == SETUP_SCRIPT.read_bytes() and os.access(paths[1], os.X_OK)
+    assert paths[2].read_bytes() == HEAD_NODE_SCRIPT.read_bytes() and os.access(paths[2], os.X_OK)
     again = write_dist(EVERY_TYPE, tmp_path / "again")
     assert [p.read_bytes() for p in again] == [p.read_bytes() for p in paths]
     assert write_dist(config_with(), tmp_path / "none") == []

@@ -10,13 +10,19 @@ import cdk_nag
 import pytest
 
 from tests.helpers import CDK_CONTEXT, cfn_lint_errors, config_with, new_outdir, resources
+from trainium_cdk.config import ConfigError
 from trainium_cdk.stacks.pipeline_stack import PipelineStack, cli_version
 
 PIPELINE = {
     "repository": "my-org/ml-infra",
+    "account": "111111111111",
     "connection_arn": "arn:aws:codeconnections:us-west-2:111111111111:connection/0a1b2c3d",
-    "environments": [{"name": "dev", "account": "222222222222"}, {"name": "prod", "account": "333333333333"}],
+    "environments": [
+        {"name": "dev", "account": "222222222222"},
+        {"name": "prod", "account": "333333333333", "manual_approval": True},
+    ],
 }
+CONFIG_PATH = "config/ml-prod.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +31,10 @@ def synthesized():
     app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
     cdk.Validations.of(app).add_plugins(cdk_nag.AwsSolutionsChecks(app))  # raises on a finding
     config = config_with(pipeline=PIPELINE)
-    stack = PipelineStack(app, "t-pipeline", config=config, env=cdk.Environment(region=config.region))
+    stack = PipelineStack(
+        app, "t-pipeline", config=config, config_path=CONFIG_PATH, overrides={"nodes": "4"},
+        env=cdk.Environment(region=config.region),
+    )
     assembly = app.synth()
     return stack, assembly, outdir
 
@@ -42,10 +51,39 @@ def test_self_mutating_pipeline_with_a_stage_per_environment(synthesized):
     assert stages.index("dev") < stages.index("prod")
 
 
-def test_synth_step_runs_make_synth_and_cli_is_pinned(synthesized):
+def _synth_commands(assembly) -> list[str]:
+    projects = resources(_template(assembly), "AWS::CodeBuild::Project").values()
+    (spec,) = [json.loads(p["Properties"]["Source"]["BuildSpec"]) for p in projects
+               if "pipeline=true" in p["Properties"]["Source"].get("BuildSpec", "")]
+    return spec["phases"]["build"]["commands"]
+
+
+def test_synth_step_uses_the_config_it_was_synthesized_from(synthesized):
+    _, assembly, _ = synthesized
+    commands = _synth_commands(assembly)
+    assert commands[-1] == "npx cdk synth --quiet -c pipeline=true -c config=config/ml-prod.yaml -c nodes=4"
+    assert not any("make " in c for c in commands)  # `make synth` installs the dev tools
+
+
+def test_synth_step_installs_runtime_dependencies_only(synthesized):
+    _, assembly, _ = synthesized
+    installs = [c for c in _synth_commands(assembly) if "pip install" in c]
+    assert installs and all("-r requirements.txt" in c and "requirements-dev" not in c for c in installs)
+
+
+def test_the_config_path_is_a_repository_path():
+    import app
+
+    assert app.repository_path(None) == "config/default.yaml"
+    assert app.repository_path("config/../config/prod.yaml") == "config/prod.yaml"
+    with pytest.raises(ConfigError, match="a file in the repository"):
+        app.repository_path("/etc/trainium.yaml")
+    assert json.loads(Path("cdk.json").read_text())["context"]["config"] == "config/default.yaml"
+
+
+def test_cli_is_pinned(synthesized):
     _, assembly, _ = synthesized
     projects = [json.dumps(p) for p in resources(_template(assembly), "AWS::CodeBuild::Project").values()]
-    assert any("make synth ARGS='-c pipeline=true'" in p for p in projects)
     assert cli_version() == json.loads(Path("package.json").read_text())["devDependencies"]["aws-cdk"]
     assert any(f"aws-cdk@{cli_version()}" in p for p in projects)  # self-mutation uses the pinned CLI
 
@@ -58,6 +96,44 @@ def test_smoke_step_reads_the_stage_outputs(synthesized):
     assert all("describe-vpcs" in p and "describe-file-systems" in p for p in smoke)
 
 
+def test_smoke_step_runs_in_the_stage_account(synthesized):
+    stack, assembly, _ = synthesized
+    template = _template(assembly)
+    projects = [p for p in resources(template, "AWS::CodeBuild::Project").values() if "describe-cluster" in json.dumps(p)]
+    for project in projects:
+        spec = json.loads(project["Properties"]["Source"]["BuildSpec"])
+        commands = spec["phases"]["build"]["commands"]
+        assert commands[0].startswith('eval "$(aws sts assume-role --role-arn "$SMOKE_ROLE_ARN"')
+    arns = json.dumps([p["Properties"]["Environment"]["EnvironmentVariables"] for p in projects])
+    for account in ("222222222222", "333333333333"):
+        assert f":iam::{account}:role/t-pipeline-smoke-us-west-2" in arns
+    # The step's own role may only assume those roles.
+    policies = json.dumps(resources(template, "AWS::IAM::Policy"))
+    assert "sts:AssumeRole" in policies and "ec2:DescribeVpcs" not in policies
+    # Each stage creates its role, trusting the pipeline account, with describe calls only.
+    for name, account in (("dev", "222222222222"), ("prod", "333333333333")):
+        stage_stack = stack.stages[name].smoke
+        template = cdk.assertions.Template.from_stack(stage_stack).to_json()
+        (role,) = resources(template, "AWS::IAM::Role").values()
+        assert role["Properties"]["RoleName"] == "t-pipeline-smoke-us-west-2"
+        assert "111111111111" in json.dumps(role["Properties"]["AssumeRolePolicyDocument"])
+        actions = role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"]
+        assert sorted(actions) == ["ec2:DescribeVpcs", "eks:DescribeCluster", "fsx:DescribeFileSystems"]
+        assert stage_stack.account == account
+
+
+def test_manual_approval_before_the_stages_that_ask_for_it(synthesized):
+    _, assembly, _ = synthesized
+    (pipeline,) = resources(_template(assembly), "AWS::CodePipeline::Pipeline").values()
+    stages = {s["Name"]: s["Actions"] for s in pipeline["Properties"]["Stages"]}
+    approvals = {
+        name: [a["Name"] for a in actions if a["ActionTypeId"]["Category"] == "Approval"] for name, actions in stages.items()
+    }
+    assert approvals["prod"] == ["Approve-prod"] and approvals["dev"] == []
+    (approve,) = [a for a in stages["prod"] if a["Name"] == "Approve-prod"]
+    assert approve["RunOrder"] < min(a["RunOrder"] for a in stages["prod"] if a["Name"] != "Approve-prod")
+
+
 def test_stages_deploy_to_their_accounts_without_lookups(synthesized):
     stack, _, outdir = synthesized
     assert {s.account for s in stack.stages.values()} == {"222222222222", "333333333333"}
@@ -68,7 +144,7 @@ def test_stages_deploy_to_their_accounts_without_lookups(synthesized):
 def test_every_template_passes_cfn_lint(synthesized):
     _, _, outdir = synthesized
     paths = sorted(outdir.rglob("*.template.json"))
-    assert len(paths) == 1 + 2 * 3  # the pipeline, then network, storage, eks per stage
+    assert len(paths) == 1 + 2 * 4  # the pipeline, then network, storage, eks and the smoke role per stage
     for path in paths:
         assert cfn_lint_errors(path, "us-west-2") == []
 
@@ -85,7 +161,5 @@ def test_deploy_roles_are_the_target_accounts_bootstrap_roles(synthesized):
 
 
 def test_pipeline_needs_its_config_section():
-    from trainium_cdk.config import ConfigError
-
     with pytest.raises(ConfigError, match="pipeline.environments"):
         config_with(pipeline={**PIPELINE, "environments": []})

@@ -43,6 +43,11 @@ LOG_RETENTION_DAYS = dict(
         strict=True,
     )
 )
+# Queue names ParallelCluster's own validator rejects (a compute group is a Slurm queue of its name).
+SLURM_RESERVED_QUEUE_NAMES = ("default",)
+# What `cdk destroy` may do to the file system: CloudFormation snapshots only volumes and databases,
+# not FSx (DeletionPolicy: Snapshot), so there is no snapshot policy; FSx backups are taken apart.
+REMOVAL_POLICIES = ("retain", "destroy")
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,22}$")
 _AZ_ID = re.compile(r"^([a-z]+[0-9])-az([0-9]+)$")
 _REGION = re.compile(r"^([a-z]{2})-([a-z]+)-([0-9])$")
@@ -73,6 +78,10 @@ class Capacity(_Model):
     reservation_id: str | None = Field(
         None, description="cr-... id of the reservation or capacity block; required unless on-demand."
     )
+    placement_group: str | None = Field(
+        None, description="Name of the cluster placement group the reservation was made in; default none (a "
+        "placement group fights a reservation made without one)."
+    )
 
     @model_validator(mode="after")
     def _reservation(self) -> Capacity:
@@ -83,6 +92,14 @@ class Capacity(_Model):
             raise ConfigError(
                 "reservation_id", self.reservation_id, f"type {self.type} needs a reservation id like cr-0123456789abcdef0"
             )
+        if self.placement_group is not None:
+            if self.type == "on-demand":
+                raise ConfigError(
+                    "placement_group", self.placement_group,
+                    "only with a reservation (on-demand groups get a cluster placement group of their own)",
+                )
+            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$", self.placement_group):
+                raise ConfigError("placement_group", self.placement_group, "an EC2 placement group name")
         return self
 
     @property
@@ -149,8 +166,9 @@ class ComputeGroup(_Model):
 
     @property
     def placement_group(self) -> bool:
-        """A cluster placement group fights reservations and capacity blocks (partial fleets)."""
-        return not self.capacity.reserved
+        """Whether the nodes use a cluster placement group: one of their own, or the one a reservation
+        was made in. A placement group fights a reservation made without it (partial fleets)."""
+        return not self.capacity.reserved or self.capacity.placement_group is not None
 
 
 class NetworkSettings(_Model):
@@ -241,10 +259,20 @@ class StorageSettings(_Model):
     lustre_version: Literal["2.15"] = Field("2.15", description="Lustre version.")
     compression: Literal["LZ4", "NONE"] = Field("LZ4", description="Data compression.")
     data_repository: DataRepository | None = Field(None, description="Optional S3 data repository association.")
-    removal_policy: Literal["retain", "snapshot", "destroy"] = Field(
+    removal_policy: Literal["retain", "destroy"] = Field(
         "retain", description="What `cdk destroy` does to the file system (and a created bucket)."
     )
     compute_group: str | None = Field(None, description="Group whose subnet holds the file system; default: first.")
+
+    @field_validator("removal_policy", mode="before")
+    @classmethod
+    def _removal(cls, value: Any) -> Any:
+        if value not in REMOVAL_POLICIES:
+            raise ValueError(
+                one_of(REMOVAL_POLICIES) + " (CloudFormation cannot snapshot an FSx file system on delete: "
+                "retain it, or take an FSx backup before `cdk destroy`)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _lustre(self) -> StorageSettings:
@@ -363,6 +391,13 @@ class BatchSettings(_Model):
     def _retention(cls, value: int) -> int:
         if value not in LOG_RETENTION_DAYS:
             raise ValueError("a CloudWatch Logs retention; " + one_of(LOG_RETENTION_DAYS))
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and not value:
+            raise ValueError("the training script and its arguments, or leave it out")
         return value
 
 
@@ -515,6 +550,7 @@ class PipelineEnvironment(_Model):
 
     name: str = Field(description="Stage name, such as dev or prod.")
     account: str = Field(description="12-digit AWS account id, bootstrapped to trust the pipeline account.")
+    manual_approval: bool = Field(False, description="Wait for a manual approval in the pipeline before this stage.")
 
     @field_validator("name")
     @classmethod
@@ -535,6 +571,7 @@ class PipelineSettings(_Model):
     """CDK Pipelines deployment (`cdk synth -c pipeline=true`): a self-mutating pipeline in CodePipeline."""
 
     repository: str = Field(description="Source repository as owner/name.")
+    account: str = Field(description="12-digit AWS account id of the pipeline itself (stages trust it).")
     branch: str = Field("main", description="Branch that triggers the pipeline.")
     connection_arn: str = Field(description="ARN of the CodeConnections connection to the repository.")
     environments: tuple[PipelineEnvironment, ...] = Field(description="Stages in order, each an account.")
@@ -544,6 +581,13 @@ class PipelineSettings(_Model):
     def _repo(cls, value: str) -> str:
         if not re.match(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", value):
             raise ValueError("owner/name of the repository")
+        return value
+
+    @field_validator("account")
+    @classmethod
+    def _pipeline_account(cls, value: str) -> str:
+        if not re.match(r"^[0-9]{12}$", value):
+            raise ValueError("a 12-digit AWS account id")
         return value
 
     @field_validator("connection_arn")
@@ -704,7 +748,27 @@ class Config(_Model):
                     )
         if self.storage.compute_group is not None and self.storage.compute_group not in names:
             raise ConfigError("storage.compute_group", self.storage.compute_group, "a compute group; " + one_of(names))
+        self._check_backends()
         return self
+
+    def _check_backends(self) -> None:
+        """What a backend cannot deploy, rejected here rather than by its construct during synth."""
+        for i, group in enumerate(self.compute_groups):
+            where = f"compute_groups[{i}]"
+            if "batch" in self.backends and not self.spec(group).for_training:
+                raise ConfigError(
+                    f"{where}.instance_type", group.instance_type,
+                    "a training (Trainium) type with the batch backend, which runs training jobs; "
+                    + one_of(t.name for t in self.catalog if t.for_training),
+                )
+            if "parallelcluster" in self.backends and group.name in SLURM_RESERVED_QUEUE_NAMES:
+                raise ConfigError(
+                    f"{where}.name", group.name,
+                    "another name: it is the group's Slurm queue, and ParallelCluster forbids "
+                    + ", ".join(SLURM_RESERVED_QUEUE_NAMES),
+                )
+        if "instance" in self.backends:
+            self.dev_instance_az_id()
 
     # -- derived facts ------------------------------------------------------------------------------
 
@@ -741,6 +805,30 @@ class Config(_Model):
             if a not in compute
         ]
         return tuple(compute + list(dict.fromkeys(spare))[: max(0, 2 - len(compute))])
+
+    def dev_instance_az_id(self) -> str:
+        """``instance.az_id``, or the first AZ of the VPC known to offer the instance type."""
+        settings = self.instance
+        spec = self.catalog.get(settings.instance_type, field="instance.instance_type")
+        offered = self.offered_az_ids(spec)
+        vpc_az_ids = self.vpc_az_ids
+        if settings.az_id is not None:
+            if settings.az_id not in vpc_az_ids:
+                raise ConfigError("instance.az_id", settings.az_id, "an AZ ID of the VPC; " + one_of(vpc_az_ids))
+            if offered is not None and settings.az_id not in offered:
+                raise ConfigError(
+                    "instance.az_id", settings.az_id,
+                    f"does not offer {spec.name} (per the catalog and instance_offerings); " + one_of(offered),
+                )
+            return settings.az_id
+        for az_id in vpc_az_ids:
+            if offered and az_id in offered:
+                return az_id
+        raise ConfigError(
+            "instance.az_id", None,
+            f"no AZ of the VPC ({', '.join(vpc_az_ids)}) is known to offer {spec.name}: set instance.az_id, list "
+            f"the type's AZs under instance_offerings (`trn azs`), or add one of them to network.az_ids",
+        )
 
     def group(self, name: str | None) -> ComputeGroup:
         """A compute group by name; None: the first."""

@@ -37,6 +37,9 @@ def efa_device_plugin_image(region: str) -> str:
 NEURON_TRAINING_IMAGE_REPOSITORY = "pytorch-training-neuronx"
 NEURON_TRAINING_IMAGE_TAG = "2.8.0-neuronx-py311-sdk2.26.1-ubuntu22.04"
 NEURON_DLC_ACCOUNT = "763104351884"
+# The same images in the public ECR Gallery (aws-neuron/deep-learning-containers lists both): pulls
+# need no login, which is what a `docker build` at deploy time (the example image) can count on.
+NEURON_TRAINING_IMAGE_PUBLIC_REPOSITORY = "public.ecr.aws/neuron/pytorch-training-neuronx"
 
 
 def neuron_training_image(region: str) -> str:

@@ -302,13 +302,11 @@ class TrainiumBatch(Construct):
         linux = batch.LinuxParameters(
             self, "LinuxParameters", shared_memory_size=Size.mebibytes(int(memory_mib * SHARED_MEMORY_FRACTION))
         )
+        # No permissions: the container gets read, write and mknod, as in the Batch EFA tutorial. CDK
+        # writes them in lower case, which the Batch API (READ | WRITE | MKNOD) does not accept.
         linux.add_devices(
             *[
-                batch.Device(
-                    host_path=path,
-                    container_path=path,
-                    permissions=[batch.DevicePermission.READ, batch.DevicePermission.WRITE],
-                )
+                batch.Device(host_path=path, container_path=path)
                 for path in (*spec.neuron_device_paths, *(spec.efa_device_paths if self.multi_node else ()))
             ]
         )

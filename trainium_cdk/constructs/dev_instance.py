@@ -16,7 +16,7 @@ from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.config import Config, InstanceSettings
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
-from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.errors import ConfigError
 from trainium_cdk.training_env import CACHE_DIR_NAME, HOST_MOUNT_DIR
 
 DLAMI_PARAMETER_PREFIX = "/aws/service/neuron/dlami"
@@ -37,28 +37,8 @@ def dlami_family(dlami: str) -> str:
 
 
 def dev_instance_az_id(config: Config) -> str:
-    """``instance.az_id``, or the first AZ of the VPC known to offer the instance type."""
-    settings = config.instance
-    spec = config.catalog.get(settings.instance_type, field="instance.instance_type")
-    offered = config.offered_az_ids(spec)
-    vpc_az_ids = config.vpc_az_ids
-    if settings.az_id is not None:
-        if settings.az_id not in vpc_az_ids:
-            raise ConfigError("instance.az_id", settings.az_id, "an AZ ID of the VPC; " + one_of(vpc_az_ids))
-        if offered is not None and settings.az_id not in offered:
-            raise ConfigError(
-                "instance.az_id", settings.az_id,
-                f"does not offer {spec.name} (per the catalog and instance_offerings); " + one_of(offered),
-            )
-        return settings.az_id
-    for az_id in vpc_az_ids:
-        if offered and az_id in offered:
-            return az_id
-    raise ConfigError(
-        "instance.az_id", None,
-        f"no AZ of the VPC ({', '.join(vpc_az_ids)}) is known to offer {spec.name}: set instance.az_id, list "
-        f"the type's AZs under instance_offerings (`trn azs`), or add one of them to network.az_ids",
-    )
+    """``instance.az_id``, or the first AZ of the VPC known to offer the instance type (checked by the config)."""
+    return config.dev_instance_az_id()
 
 
 class DevInstance(Construct):

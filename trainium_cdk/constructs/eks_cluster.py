@@ -33,6 +33,9 @@ FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 FSX_SERVICE_LINKED_ROLES = ("fsx.amazonaws.com", "s3.data-source.lustre.fsx.amazonaws.com")
 # Add-ons EKS manages for us; versions float with the cluster version (EKS picks the default).
 ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
+# Add-ons that run a Deployment: with no node to run it, EKS reports them DEGRADED and the stack fails.
+# They wait for the system node group; the DaemonSet-only ones report ACTIVE with no nodes.
+ADDONS_NEEDING_NODES = ("coredns", FSX_CSI_ADDON)
 
 # The FSx CSI controller tags every file system it creates with CSIVolumeName (aws-fsx-csi-driver
 # pkg/cloud): it may create only file systems so tagged, and update or delete only those, never the
@@ -196,7 +199,10 @@ class TrainiumCluster(Construct):
             # Trainium nodes carry the Neuron taint: the node DaemonSet must run there to mount Lustre.
             configuration_values={"node": {"tolerations": [NEURON_TOLERATION, CRITICAL_ADDONS_TOLERATION]}},
         )
-        self.addons[FSX_CSI_ADDON].node.add_dependency(self.fsx_csi_association)
+        # Its controller authenticates through the pod identity agent.
+        self.addons[FSX_CSI_ADDON].node.add_dependency(self.fsx_csi_association, self.addons["eks-pod-identity-agent"])
+        for name in ADDONS_NEEDING_NODES:
+            self.addons[name].node.add_dependency(self.system_nodes)
 
     def _log_lambdas_with_retention(self, retention: logs.RetentionDays) -> None:
         """Give every Lambda function of the cluster (CDK's kubectl provider) a log group of ours: left

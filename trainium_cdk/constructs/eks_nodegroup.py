@@ -59,6 +59,7 @@ class TrainiumNodeGroup(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.spec = spec
+        capacity_block = group.capacity.type == "capacity-block"
         self.launch_template = EfaLaunchTemplate(
             self,
             "LaunchTemplate",
@@ -84,8 +85,10 @@ class TrainiumNodeGroup(Construct):
                 id=self.launch_template.launch_template_id, version=self.launch_template.latest_version
             ),
             subnets=ec2.SubnetSelection(subnets=list(subnets)),
-            min_size=group.min_nodes,
-            desired_size=group.nodes,
+            # EKS updates a capacity-block node group only at desired size 0, and nodes cannot launch
+            # before the block starts: scale it up then (README, "Capacity blocks").
+            min_size=0 if capacity_block else group.min_nodes,
+            desired_size=0 if capacity_block else group.nodes,
             max_size=group.maximum,
             labels=self.labels,
             taints=[eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=NEURON_TAINT_KEY, value="true")],

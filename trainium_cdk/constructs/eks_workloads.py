@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import cdk8s
-from aws_cdk import RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
@@ -23,6 +23,9 @@ EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
 VOLCANO_NAMESPACE = "volcano-system"
 DATA_LOADER_SERVICE_ACCOUNT = "data-loader"
 IMAGES_KEPT = 100
+# Volcano's install waits for its controllers and admission webhook (image pulls on fresh nodes):
+# more than Helm's 5 minute default, less than the 15 minutes the kubectl provider's Lambda may run.
+VOLCANO_WAIT = Duration.minutes(10)
 
 
 class TrainingWorkloads(Construct):
@@ -38,6 +41,7 @@ class TrainingWorkloads(Construct):
     :param cluster: the EKS cluster.
     :param config: the deployment's config (``workloads`` section).
     :param after: manifests the workloads need first (the FSx volume and claim).
+    :param nodes: what must run before anything that waits for pods (the system node group); default none.
     """
 
     def __init__(
@@ -48,6 +52,7 @@ class TrainingWorkloads(Construct):
         cluster: eks.Cluster,
         config: Config,
         after: list[eks.KubernetesManifest],
+        nodes: Construct | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         # Where teams push their own training images; kept on destroy, like any artifact store.
@@ -64,7 +69,7 @@ class TrainingWorkloads(Construct):
             "ExampleImage",
             directory=str(EXAMPLE_DIR),
             platform=ecr_assets.Platform.LINUX_AMD64,
-            build_args={"REGION": config.region, "BASE_TAG": versions.NEURON_TRAINING_IMAGE_TAG},
+            build_args={"BASE_TAG": versions.NEURON_TRAINING_IMAGE_TAG},
         )
         self.volcano: eks.HelmChart | None = None
         if config.workloads.volcano:
@@ -76,7 +81,11 @@ class TrainingWorkloads(Construct):
                 namespace=VOLCANO_NAMESPACE,
                 create_namespace=True,
                 wait=True,
+                timeout=VOLCANO_WAIT,
             )
+            # Its admission webhook has no endpoints until its pods run somewhere.
+            if nodes is not None:
+                self.volcano.node.add_dependency(nodes)
         if config.workloads.data_loader is not None:
             self.data_loader_role, _ = pod_identity_role(
                 self,

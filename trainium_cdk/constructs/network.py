@@ -133,7 +133,11 @@ class TrainingNetwork(Construct):
         self._groups = {g.name: g for g in compute_groups}
         for group in compute_groups:
             self.compute_subnets(group.name)  # fails early for an AZ outside the VPC
-            if group.placement_group:
+            if group.capacity.placement_group is not None:  # the reservation's own, made with it
+                self.placement_groups[group.name] = ec2.PlacementGroup.from_placement_group_name(  # type: ignore[assignment]
+                    self, f"PlacementGroup-{group.name}", group.capacity.placement_group
+                )
+            elif group.placement_group:
                 self.placement_groups[group.name] = ec2.PlacementGroup(
                     self, f"PlacementGroup-{group.name}", strategy=ec2.PlacementGroupStrategy.CLUSTER
                 )

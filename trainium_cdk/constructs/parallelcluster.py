@@ -29,7 +29,7 @@ from trainium_cdk.parallelcluster.cluster_config import (
     cluster_configuration,
     cluster_name,
 )
-from trainium_cdk.parallelcluster.dist import SETUP_SCRIPT
+from trainium_cdk.parallelcluster.dist import HEAD_NODE_SCRIPT, SETUP_SCRIPT
 from trainium_cdk.parallelcluster.sbatch import render_all
 from trainium_cdk.versions import parallelcluster_provider_template_url
 
@@ -61,6 +61,7 @@ class SlurmCluster(Construct):
         super().__init__(scope, construct_id)
         self.cluster_name = name or cluster_name(config)
         self.setup_script = s3_assets.Asset(self, "NeuronSetupScript", path=str(SETUP_SCRIPT))
+        self.head_node_script = s3_assets.Asset(self, "HeadNodeSetupScript", path=str(HEAD_NODE_SCRIPT))
         self.batch_scripts = {
             file_name: s3_assets.Asset(self, f"BatchScript-{file_name}", path=str(self._stage(file_name, text)))
             for file_name, text in render_all(config).items()
@@ -71,6 +72,7 @@ class SlurmCluster(Construct):
             efa_security_group_id=network.efa_security_group.security_group_id,
             file_system_id=storage.file_system_id if storage is not None else None,
             setup_script=_object(self.setup_script),
+            head_node_script=_object(self.head_node_script),
             batch_scripts={n: _object(a) for n, a in self.batch_scripts.items()},
         )
         self.configuration = cluster_configuration(config, self.ids)

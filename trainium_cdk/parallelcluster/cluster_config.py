@@ -35,9 +35,12 @@ SHARED_STORAGE_NAME = "fsx"
 VENV = f"/home/{OS_USER}/aws_neuron_venv_pytorch"
 JOBS_DIR = f"/home/{OS_USER}/trainium"
 SETUP_SCRIPT_NAME = "neuron_setup.sh"
+# The head node's action: runs the queues' setup script with their arguments (see the script).
+HEAD_NODE_SCRIPT_NAME = "head_node_setup.sh"
+# How a queue change reaches running nodes: DRAIN lets running jobs finish, then replaces the nodes
+# (TERMINATE would kill multi-day training runs; the default needs the whole fleet stopped first).
+QUEUE_UPDATE_STRATEGY = "DRAIN"
 SSM_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
-# ParallelCluster's own validator rejects this queue name.
-FORBIDDEN_QUEUE_NAMES = ("default",)
 _CAPACITY_TYPE = {"on-demand": "ONDEMAND", "reservation": "ONDEMAND", "capacity-block": "CAPACITY_BLOCK"}
 
 
@@ -62,7 +65,9 @@ class ClusterIds:
     :param efa_security_group_id: the EFA security group (also the group FSx accepts clients from).
     :param file_system_id: the storage stack's file system, or None for a new one created by
         ParallelCluster from ``config.storage``.
-    :param setup_script: the Neuron setup script (OnNodeConfigured).
+    :param setup_script: the Neuron setup script (the queues' OnNodeConfigured).
+    :param head_node_script: the head node's OnNodeConfigured script; its S3 key must never change
+        (ParallelCluster cannot update a head node's OnNodeConfigured).
     :param batch_scripts: batch script file name -> object, copied to the head node's ``~/trainium``.
     """
 
@@ -71,6 +76,7 @@ class ClusterIds:
     efa_security_group_id: str
     file_system_id: str | None
     setup_script: S3Object
+    head_node_script: S3Object
     batch_scripts: Mapping[str, S3Object] = field(default_factory=dict)
 
 
@@ -92,7 +98,8 @@ def batch_script_name(group: ComputeGroup) -> str:
 
 
 def setup_args(batch_scripts: Mapping[str, S3Object]) -> list[str]:
-    """Arguments of the setup script: every version from versions.py, so the script never changes."""
+    """Arguments of the setup script: every version from versions.py, so the script never changes, and
+    the batch scripts the head node copies (compute nodes get none: a new script must not replace them)."""
     args = ["--sdk", NEURON_SDK_VERSION, "--venv", VENV]
     for name, version in NEURON_APT_PACKAGES.items():
         args += ["--apt", f"{name}={version}"]
@@ -105,15 +112,20 @@ def setup_args(batch_scripts: Mapping[str, S3Object]) -> list[str]:
 
 def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
     """The ParallelCluster 3 configuration: a head node and one Slurm queue per compute group."""
-    for i, group in enumerate(config.compute_groups):
-        if group.name in FORBIDDEN_QUEUE_NAMES:
-            raise ConfigError(f"compute_groups[{i}].name", group.name, "ParallelCluster forbids this queue name")
+    # Queue names ParallelCluster forbids are rejected by the config (SLURM_RESERVED_QUEUE_NAMES).
+    for group in config.compute_groups:
         if group.name not in ids.compute_subnet_ids:
             raise ConfigError("compute_subnet_ids", sorted(ids.compute_subnet_ids), f"a subnet for group {group.name}")
     settings = config.parallelcluster
-    scripts = [ids.setup_script, *ids.batch_scripts.values()]
+    scripts = [ids.setup_script, ids.head_node_script, *ids.batch_scripts.values()]
     s3_access = [{"BucketName": s.bucket, "KeyName": s.key, "EnableWriteAccess": False} for s in scripts]
-    action = {"OnNodeConfigured": {"Script": ids.setup_script.url, "Args": setup_args(ids.batch_scripts)}}
+    action = {"OnNodeConfigured": {"Script": ids.setup_script.url, "Args": setup_args({})}}
+    # ParallelCluster cannot update a head node's OnNodeConfigured: it is a fixed script that runs the
+    # head node's OnNodeUpdated (which may change, and which ParallelCluster reruns after an update).
+    head_actions = {
+        "OnNodeConfigured": {"Script": ids.head_node_script.url},
+        "OnNodeUpdated": {"Script": ids.setup_script.url, "Args": setup_args(ids.batch_scripts)},
+    }
     ssh: dict[str, Any] = {"AllowedIps": settings.ssh_allowed_cidr or config.network.cidr}
     if settings.ssh_key_name:
         ssh["KeyName"] = settings.ssh_key_name
@@ -129,7 +141,7 @@ def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
         },
         "Iam": {"AdditionalIamPolicies": [{"Policy": SSM_POLICY}], "S3Access": copy.deepcopy(s3_access)},
         "Imds": {"Secured": True},
-        "CustomActions": copy.deepcopy(action),
+        "CustomActions": head_actions,
     }
     return {
         "Region": config.region,
@@ -137,6 +149,7 @@ def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
         "HeadNode": head_node,
         "Scheduling": {
             "Scheduler": "slurm",
+            "SlurmSettings": {"QueueUpdateStrategy": QUEUE_UPDATE_STRATEGY},
             "SlurmQueues": [_queue(config, group, ids, action, s3_access) for group in config.compute_groups],
         },
         "SharedStorage": [_shared_storage(config, ids.file_system_id)],
@@ -175,12 +188,18 @@ def _queue(
             "SubnetIds": [ids.compute_subnet_ids[group.name]],
             # A placement group fights reservations and capacity blocks; ParallelCluster wants an
             # explicit Enabled: false for EFA queues without one.
-            "PlacementGroup": {"Enabled": group.placement_group},
+            "PlacementGroup": _placement_group(group),
             "AdditionalSecurityGroups": [ids.efa_security_group_id],
         },
         "Iam": {"AdditionalIamPolicies": [{"Policy": SSM_POLICY}], "S3Access": copy.deepcopy(s3_access)},
         "CustomActions": copy.deepcopy(action),
     }
+
+
+def _placement_group(group: ComputeGroup) -> dict[str, Any]:
+    if group.capacity.placement_group is not None:  # the reservation's own: ParallelCluster uses it by name
+        return {"Enabled": True, "Name": group.capacity.placement_group}
+    return {"Enabled": group.placement_group}
 
 
 def _shared_storage(config: Config, file_system_id: str | None) -> dict[str, Any]:
@@ -240,6 +259,7 @@ def placeholder_ids(config: Config) -> ClusterIds:
         efa_security_group_id=placeholder("EFA_SECURITY_GROUP_ID"),
         file_system_id=placeholder("FSX_FILE_SYSTEM_ID") if config.storage.enabled else None,
         setup_script=S3Object(bucket, f"{SCRIPTS_PREFIX}/{SETUP_SCRIPT_NAME}"),
+        head_node_script=S3Object(bucket, f"{SCRIPTS_PREFIX}/{HEAD_NODE_SCRIPT_NAME}"),
         batch_scripts={
             batch_script_name(g): S3Object(bucket, f"{SCRIPTS_PREFIX}/{batch_script_name(g)}")
             for g in config.compute_groups

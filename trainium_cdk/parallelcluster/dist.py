@@ -7,14 +7,16 @@ import shutil
 from pathlib import Path
 
 from trainium_cdk.config import Config
-from trainium_cdk.parallelcluster.cluster_config import SETUP_SCRIPT_NAME, render_cluster_yaml
+from trainium_cdk.parallelcluster.cluster_config import HEAD_NODE_SCRIPT_NAME, SETUP_SCRIPT_NAME, render_cluster_yaml
 from trainium_cdk.parallelcluster.sbatch import render_all
 
 SETUP_SCRIPT = Path(__file__).resolve().parent / SETUP_SCRIPT_NAME
+HEAD_NODE_SCRIPT = Path(__file__).resolve().parent / HEAD_NODE_SCRIPT_NAME
 
 
 def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
-    """Write ``outdir/parallelcluster/{<project>-cluster.yaml, neuron_setup.sh, train-<group>.sbatch}``
+    """Write ``outdir/parallelcluster/{<project>-cluster.yaml, neuron_setup.sh, head_node_setup.sh,
+    train-<group>.sbatch}``
     when the config deploys the ParallelCluster backend; return the paths written."""
     if "parallelcluster" not in config.backends:
         return []
@@ -22,10 +24,12 @@ def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     cluster = out / f"{config.project}-cluster.yaml"
     cluster.write_text(render_cluster_yaml(config))
-    setup = out / SETUP_SCRIPT_NAME
-    shutil.copyfile(SETUP_SCRIPT, setup)
-    setup.chmod(0o755)
-    written = [cluster, setup]
+    written = [cluster]
+    for source in (SETUP_SCRIPT, HEAD_NODE_SCRIPT):
+        script = out / source.name
+        shutil.copyfile(source, script)
+        script.chmod(0o755)
+        written.append(script)
     for name, text in render_all(config).items():
         path = out / name
         path.write_text(text)

@@ -84,6 +84,7 @@ class EksStack(Stack):
             cluster=cluster,
             config=config,
             after=[namespace, *([self.manifests[FSX_CHART_ID]] if FSX_CHART_ID in self.manifests else [])],
+            nodes=self.training.system_nodes,
         )
         CfnOutput(self, "ExampleImageUri", value=self.workloads.image.image_uri)
         CfnOutput(self, "TrainingImageRepositoryUri", value=self.workloads.repository.repository_uri)

@@ -9,7 +9,6 @@ from trainium_cdk.config import Config
 from trainium_cdk.constructs.dev_instance import DevInstance, dev_instance_az_id
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.storage import LustreStorage
-from trainium_cdk.errors import ConfigError
 
 
 class InstanceStack(Stack):
@@ -27,15 +26,14 @@ class InstanceStack(Stack):
         settings = config.instance
         spec = config.catalog.get(settings.instance_type, field="instance.instance_type")
         az_id = dev_instance_az_id(config)
-        subnets = [s for s in network.private_subnets if s.availability_zone == az_id]
-        if not subnets:
-            raise ConfigError("instance.az_id", az_id, "an AZ ID of the VPC")
+        # The config checked that the AZ is one of the VPC's.
+        (subnet,) = [s for s in network.private_subnets if s.availability_zone == az_id]
         mount = storage if settings.mount_storage else None
         self.dev = DevInstance(
             self,
             "Dev",
             vpc=network.vpc,
-            subnet=subnets[0],
+            subnet=subnet,
             spec=spec,
             settings=settings,
             storage=mount,

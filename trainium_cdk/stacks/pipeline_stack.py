@@ -1,8 +1,9 @@
 """Pipeline deployments: a self-mutating CDK Pipeline whose stages are the app's stacks, one per account.
 
-`cdk synth -c pipeline=true` synthesizes only this stack; `cdk deploy` it once, then every push to
-the branch synthesizes with the same `make synth`, updates the pipeline, and deploys each stage in
-order, with a smoke check of the deployed stacks after each.
+`cdk synth -c pipeline=true -c config=PATH` synthesizes only this stack; `cdk deploy` it once, then
+every push to the branch synthesizes from the same config file (a path in the repository), updates
+the pipeline, and deploys each stage in order (after a manual approval where configured), with a smoke
+check of the deployed stacks after each, run in the stage's account through a role the stage creates.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aws_cdk import Environment, Stack, Stage
+import shlex
+
+from aws_cdk import Aws, Environment, Stack, Stage
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_codepipeline as codepipeline
 from aws_cdk import aws_iam as iam
@@ -21,7 +24,55 @@ from trainium_cdk.config import Config, PipelineEnvironment
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.stacks.composition import TrainingApp, compose
 
-PACKAGE_JSON = Path(__file__).resolve().parent.parent.parent / "package.json"
+ROOT = Path(__file__).resolve().parent.parent.parent
+PACKAGE_JSON = ROOT / "package.json"
+# The synth step installs what `cdk synth` needs (requirements.txt), not the test tools.
+SYNTH_INSTALL = (
+    "python3 -m venv .venv",
+    ".venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -c constraints.txt",
+    "npm ci --no-audit --no-fund --loglevel=error",
+)
+
+
+def smoke_role_name(config: Config) -> str:
+    """The smoke step's role in each stage account: a fixed name, so the pipeline knows its ARN."""
+    return f"{config.project}-pipeline-smoke-{config.region}"
+
+
+def synth_commands(config_path: str, overrides: dict[str, str] | None = None) -> list[str]:
+    """The pipeline's synth: runtime dependencies, then `cdk synth` of the config it was made from."""
+    context = [f"-c config={shlex.quote(config_path)}"]
+    context += [f"-c {k}={shlex.quote(str(v))}" for k, v in sorted((overrides or {}).items())]
+    return [*SYNTH_INSTALL, "npx cdk synth --quiet -c pipeline=true " + " ".join(context)]
+
+
+class SmokeRoleStack(Stack):
+    """The role the pipeline's smoke step assumes in a stage's account: describe calls only."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: Config, pipeline_account: str, **kwargs) -> None:
+        super().__init__(scope, construct_id, description="trainium-cdk: pipeline smoke check role", **kwargs)
+        self.role = iam.Role(
+            self,
+            "SmokeRole",
+            role_name=smoke_role_name(config),
+            assumed_by=iam.AccountPrincipal(pipeline_account),
+            description="Assumed by the trainium-cdk pipeline's smoke step: read-only describe calls",
+            inline_policies={
+                "describe": iam.PolicyDocument(
+                    statements=[iam.PolicyStatement(actions=list(SMOKE_ACTIONS), resources=["*"])]
+                )
+            },
+        )
+        acknowledge(
+            self.role,
+            "AwsSolutions-IAM5",
+            ["Resource::*"],
+            "ec2:DescribeVpcs, fsx:DescribeFileSystems and eks:DescribeCluster by id need no write access; the "
+            "ids come from the stage's outputs at run time.",
+        )
+
+
+SMOKE_ACTIONS = ("ec2:DescribeVpcs", "fsx:DescribeFileSystems", "eks:DescribeCluster")
 
 
 def cli_version() -> str:
@@ -32,7 +83,9 @@ def cli_version() -> str:
 class TrainingStage(Stage):
     """The app's stacks in one account of the config's region."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, config: Config, environment: PipelineEnvironment) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: Config, environment: PipelineEnvironment, pipeline_account: str
+    ) -> None:
         super().__init__(scope, construct_id, env=Environment(account=environment.account, region=config.region))
         # With an explicit account, CDK would look the region's AZs up (an AWS call at synth). Our
         # subnets are pinned by AZ ID, so we answer that lookup from the config instead.
@@ -40,13 +93,29 @@ class TrainingStage(Stage):
             f"availability-zones:account={environment.account}:region={config.region}", list(config.vpc_az_ids)
         )
         self.stacks: TrainingApp = compose(self, config)
+        self.smoke = SmokeRoleStack(
+            self, config.stack_name("smoke"), config=config, pipeline_account=pipeline_account,
+            env=Environment(account=environment.account, region=config.region),
+        )
+        self.smoke_role_arn = f"arn:{Aws.PARTITION}:iam::{environment.account}:role/{smoke_role_name(config)}"
 
 
 class PipelineStack(Stack):
     """CodePipeline (CDK Pipelines): source from a CodeConnections repository, `make synth`, self-update,
     then one stage per environment followed by a smoke step reading the stage's stack outputs."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, config: Config, **kwargs) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: Config,
+        config_path: str = "config/default.yaml",
+        overrides: dict[str, str] | None = None,
+        **kwargs,
+    ) -> None:
+        """:param config_path: the config file, as a path in the repository: the synth step reads it.
+        :param overrides: context overrides (``region``, ``backends``...) the synth step passes again."""
         super().__init__(scope, construct_id, description="trainium-cdk: deployment pipeline", **kwargs)
         settings = config.pipeline
         assert settings is not None
@@ -59,9 +128,8 @@ class PipelineStack(Stack):
             synth=pipelines.ShellStep(
                 "Synth",
                 input=source,
-                # The same two commands as a workstation; the config and overrides travel in cdk.json's
-                # context of the repository.
-                commands=["make synth ARGS='-c pipeline=true'"],
+                # The config this pipeline was synthesized from, by its path in the repository.
+                commands=synth_commands(config_path, overrides),
                 primary_output_directory="cdk.out",
             ),
             self_mutation=True,
@@ -72,9 +140,12 @@ class PipelineStack(Stack):
         )
         self.stages: dict[str, TrainingStage] = {}
         for environment in settings.environments:
-            stage = TrainingStage(self, environment.name, config=config, environment=environment)
+            stage = TrainingStage(
+                self, environment.name, config=config, environment=environment, pipeline_account=settings.account
+            )
             self.stages[environment.name] = stage
-            self.pipeline.add_stage(stage, post=[self._smoke(stage)])
+            pre = [pipelines.ManualApprovalStep(f"Approve-{environment.name}")] if environment.manual_approval else []
+            self.pipeline.add_stage(stage, pre=pre, post=[self._smoke(stage)])
         self.pipeline.build_pipeline()
         self._role_arns_as_sub()
         self._acknowledge()
@@ -85,23 +156,31 @@ class PipelineStack(Stack):
         network = stage.stacks.network
         outputs = {"VPC_ID": network.vpc_output}
         commands = ['aws ec2 describe-vpcs --vpc-ids "$VPC_ID" --query "Vpcs[0].State" --output text | grep -qx available']
-        statements = [iam.PolicyStatement(actions=["ec2:DescribeVpcs"], resources=["*"])]
+        # The describe calls run in the stage's account: first assume the role the stage created there.
+        assume = (
+            'eval "$(aws sts assume-role --role-arn "$SMOKE_ROLE_ARN" --role-session-name smoke '
+            "--query 'Credentials.[AccessKeyId,SecretAccessKey,SessionToken]' --output text "
+            "| awk '{print \"export AWS_ACCESS_KEY_ID=\" $1 \" AWS_SECRET_ACCESS_KEY=\" $2 \" AWS_SESSION_TOKEN=\" $3}')\""
+        )
+        commands.insert(0, assume)
         if stage.stacks.storage is not None:
             outputs["FILE_SYSTEM_ID"] = stage.stacks.storage.file_system_output
             commands.append(
                 'aws fsx describe-file-systems --file-system-ids "$FILE_SYSTEM_ID" '
                 '--query "FileSystems[0].Lifecycle" --output text | grep -qx AVAILABLE'
             )
-            statements.append(iam.PolicyStatement(actions=["fsx:DescribeFileSystems"], resources=["*"]))
         eks = stage.stacks.backends.get("eks")
         if eks is not None:
             outputs["CLUSTER_NAME"] = eks.cluster_name_output  # type: ignore[attr-defined]
             commands.append(
                 'aws eks describe-cluster --name "$CLUSTER_NAME" --query cluster.status --output text | grep -qx ACTIVE'
             )
-            statements.append(iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=["*"]))
         return pipelines.CodeBuildStep(
-            "Smoke", env_from_cfn_outputs=outputs, commands=commands, role_policy_statements=statements
+            "Smoke",
+            env={"SMOKE_ROLE_ARN": stage.smoke_role_arn},
+            env_from_cfn_outputs=outputs,
+            commands=commands,
+            role_policy_statements=[iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[stage.smoke_role_arn])],
         )
 
     def _role_arns_as_sub(self) -> None:

@@ -1,0 +1,102 @@
+"""Capacity blocks and reservations across backends: a capacity-block node group at desired size 0,
+a reservation's own placement group used by name, and Batch device permissions as the API spells them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.helpers import cfn_lint_errors, config_with, nag_violations, resources, synth
+from trainium_cdk.config import ConfigError
+
+BLOCK = "cr-0bbbbbbbbbbbbbbbb"
+RESERVATION = "cr-0aaaaaaaaaaaaaaaa"
+PLACEMENT_GROUP = "ml-reservation-pg"
+CONFIG = config_with(
+    backends=["eks", "batch", "parallelcluster"],
+    compute_groups=[
+        {"name": "block", "nodes": 2, "max_nodes": 2, "az_ids": "usw2-az4",
+         "capacity": {"type": "capacity-block", "reservation_id": BLOCK}},
+        {"name": "reserved", "nodes": 2, "max_nodes": 4, "az_ids": "usw2-az4",
+         "capacity": {"type": "reservation", "reservation_id": RESERVATION, "placement_group": PLACEMENT_GROUP}},
+    ],
+)
+
+
+@pytest.fixture(scope="module")
+def result():
+    return synth(CONFIG)
+
+
+def _nodegroup(result, group: str) -> dict[str, Any]:
+    (props,) = [
+        n["Properties"] for n in resources(result.template_json("eks"), "AWS::EKS::Nodegroup").values()
+        if n["Properties"]["Labels"].get("trainium-cdk/compute-group") == group
+    ]
+    return props
+
+
+def test_capacity_block_node_group_starts_at_zero(result):
+    # EKS updates a capacity-block node group only at desired size 0; nodes launch once the block starts.
+    assert _nodegroup(result, "block")["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 2}
+    assert _nodegroup(result, "block")["CapacityType"] == "CAPACITY_BLOCK"
+    assert _nodegroup(result, "reserved")["ScalingConfig"]["DesiredSize"] == 2
+
+
+def test_a_reservation_uses_its_own_placement_group_by_name(result):
+    template = result.template_json("eks")
+    lt_id = _nodegroup(result, "reserved")["LaunchTemplate"]["Id"]["Ref"]
+    data = template["Resources"][lt_id]["Properties"]["LaunchTemplateData"]
+    assert data["Placement"] == {"GroupName": PLACEMENT_GROUP}
+    block_lt = template["Resources"][_nodegroup(result, "block")["LaunchTemplate"]["Id"]["Ref"]]
+    assert "Placement" not in block_lt["Properties"]["LaunchTemplateData"]
+    # Nothing is created for either group: the reservation's group exists, the block has none.
+    assert resources(result.template_json("network"), "AWS::EC2::PlacementGroup") == {}
+    environments = resources(result.template_json("batch"), "AWS::Batch::ComputeEnvironment").values()
+    assert PLACEMENT_GROUP in [e["Properties"]["ComputeResources"].get("PlacementGroup") for e in environments]
+    (cluster,) = resources(result.template_json("parallelcluster"), "Custom::PclusterCluster").values()
+    queues = {q["Name"]: q for q in cluster["Properties"]["ClusterConfiguration"]["Scheduling"]["SlurmQueues"]}
+    assert queues["reserved"]["Networking"]["PlacementGroup"] == {"Enabled": True, "Name": PLACEMENT_GROUP}
+    assert queues["block"]["Networking"]["PlacementGroup"] == {"Enabled": False}
+
+
+def _device_permissions(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        found = [value["Permissions"]] if "HostPath" in value and "Permissions" in value else []
+        return found + [p for v in value.values() for p in _device_permissions(v)]
+    if isinstance(value, list):
+        return [p for v in value for p in _device_permissions(v)]
+    return []
+
+
+def test_batch_device_permissions_as_the_api_spells_them(result):
+    template = result.template_json("batch")
+    devices = json.dumps(template).count('"HostPath": "/dev/')
+    assert devices > 0
+    # Left out (read, write and mknod), as the Batch EFA tutorial does; if ever set, upper case.
+    for permissions in _device_permissions(template):
+        assert set(permissions) <= {"READ", "WRITE", "MKNOD"}, permissions
+
+
+def test_clean(result):
+    assert nag_violations(result) == []
+    for path in result.template_paths():
+        assert cfn_lint_errors(path, "us-west-2") == []
+
+
+def test_placement_group_only_with_a_reservation():
+    with pytest.raises(ConfigError, match="placement_group"):
+        config_with(group={"capacity": {"type": "on-demand", "placement_group": PLACEMENT_GROUP}})
+    with pytest.raises(ConfigError, match="an EC2 placement group name"):
+        config_with(group={"capacity": {"type": "reservation", "reservation_id": RESERVATION, "placement_group": "a b"}})
+
+
+def test_readme_says_when_to_scale_a_capacity_block():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text[text.index("### Capacity blocks and reservations"):]
+    assert "update-nodegroup-config" in section and "block starts" in section
+    assert "`capacity.placement_group`" in text

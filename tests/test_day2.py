@@ -1,0 +1,285 @@
+"""Day-2 updates: synthesize the app, then again after each change a user makes once it runs, and
+check what `cdk deploy` would do to what is already there:
+
+- no stateful resource is replaced (same logical ids, same values of replacement-causing properties);
+- no ParallelCluster setting whose update ParallelCluster refuses changes (its own update policies);
+- node groups roll (same node group, a new launch template version) instead of being replaced.
+
+README.md "Day-2 changes" tells users the same, change by change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from tests.helpers import Synthesized, resources, synth
+from tests.pcluster_schema import PclusterUnavailable, ensure_venv, update_changes
+from trainium_cdk import versions
+from trainium_cdk.config import Config, build_config
+
+BASE: dict[str, Any] = {
+    "project": "t",
+    "region": "us-west-2",
+    "backends": ["eks", "batch", "parallelcluster"],
+    "network": {"az_ids": ["usw2-az4", "usw2-az3"]},
+    "compute_groups": [{"name": "train", "instance_type": "trn1.32xlarge", "nodes": 2, "max_nodes": 4, "az_ids": "usw2-az4"}],
+    "storage": {"data_repository": {"s3_prefix": "datasets/"}},  # a created (retained) bucket too
+}
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/training:v2"
+
+
+def _changed(**edits: Any) -> Callable[[dict[str, Any]], None]:
+    def change(raw: dict[str, Any]) -> None:
+        for path, value in edits.items():
+            *parents, key = path.split("__")
+            node = raw
+            for part in parents:
+                node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+            node[key] = value
+
+    return change
+
+
+@contextmanager
+def _neuron_pin() -> Iterator[None]:
+    """The next Neuron release in versions.py: every module that imported a pin sees the new one."""
+    new = {
+        "NEURON_SDK_VERSION": "2.27.0",
+        "NEURON_TRAINING_IMAGE_TAG": "2.8.0-neuronx-py311-sdk2.27.0-ubuntu22.04",
+        "NEURON_APT_PACKAGES": {k: v.rsplit(".", 1)[0] + ".9" for k, v in versions.NEURON_APT_PACKAGES.items()},
+        "NEURON_PIP_PACKAGES": {**versions.NEURON_PIP_PACKAGES, "neuronx-cc": "2.22.0.0"},
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in new.items():
+            old = getattr(versions, name)
+            for module in [m for n, m in sys.modules.items() if n.startswith("trainium_cdk") and m is not None]:
+                if getattr(module, name, None) is old:
+                    patch.setattr(module, name, value)
+        yield
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def _add_group(raw: dict[str, Any]) -> None:
+    raw["compute_groups"].append({"name": "small", "instance_type": "trn1.2xlarge", "nodes": 1, "az_ids": "usw2-az4"})
+
+
+def _add_backend(raw: dict[str, Any]) -> None:
+    raw["backends"] = [*raw["backends"], "instance"]
+
+
+# Each day-2 change: how it edits the config, and what else changes (a new release of the pins).
+CHANGES: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[], Any]]] = {
+    "nodes": (_changed(compute_groups__0__nodes=3), _nothing),
+    "max_nodes": (_changed(compute_groups__0__max_nodes=8), _nothing),
+    "image": (_changed(workloads__image=IMAGE, batch__image_uri=IMAGE), _nothing),
+    "neuron_pin": (lambda raw: None, _neuron_pin),
+    "group_added": (_add_group, _nothing),
+    "backend_added": (_add_backend, _nothing),
+    "instance_type": (_changed(compute_groups__0__instance_type="trn1n.32xlarge"), _nothing),
+}
+
+# Stateful (or holding running jobs) resources and the properties whose change replaces them
+# (CloudFormation resource reference: "Update requires: Replacement"). A subnet, VPC or security
+# group replaced would replace the file system that names it.
+REPLACED_BY: dict[str, tuple[str, ...]] = {
+    "AWS::FSx::FileSystem": (
+        "FileSystemType", "StorageType", "SubnetIds", "SecurityGroupIds", "KmsKeyId", "BackupId",
+        "FileSystemTypeVersion", "LustreConfiguration.DeploymentType", "LustreConfiguration.ImportPath",
+        "LustreConfiguration.ExportPath", "LustreConfiguration.DriveCacheType",
+    ),
+    "AWS::FSx::DataRepositoryAssociation": ("FileSystemId", "FileSystemPath", "DataRepositoryPath", "BatchImportMetaDataOnCreate"),
+    "AWS::S3::Bucket": ("BucketName", "ObjectLockEnabled"),
+    "AWS::ECR::Repository": ("RepositoryName", "EncryptionConfiguration"),
+    "AWS::KMS::Key": ("KeySpec", "KeyUsage", "MultiRegion"),
+    "AWS::EKS::Cluster": ("Name", "RoleArn", "EncryptionConfig", "KubernetesNetworkConfig", "ResourcesVpcConfig.SubnetIds"),
+    "AWS::EC2::VPC": ("CidrBlock", "InstanceTenancy"),
+    "AWS::EC2::Subnet": ("AvailabilityZoneId", "CidrBlock", "VpcId"),
+    "AWS::EC2::SecurityGroup": ("GroupDescription", "GroupName", "VpcId"),
+    "Custom::PclusterCluster": ("ClusterName", "ServiceToken"),
+}
+# A managed node group is replaced when one of these changes; the launch template version is not one.
+NODEGROUP_REPLACED_BY = (
+    "AmiType", "CapacityType", "ClusterName", "DiskSize", "InstanceTypes", "NodeRole", "NodegroupName",
+    "RemoteAccess", "Subnets", "LaunchTemplate.Id", "LaunchTemplate.Name",
+)
+
+
+def _config(change: Callable[[dict[str, Any]], None]) -> Config:
+    raw = json.loads(json.dumps(BASE))
+    change(raw)
+    return build_config(raw)
+
+
+@pytest.fixture(scope="module")
+def base() -> Synthesized:
+    return synth(_config(lambda raw: None), nag=False)
+
+
+@pytest.fixture(scope="module")
+def after() -> dict[str, Synthesized]:
+    results = {}
+    for name, (change, context) in CHANGES.items():
+        with context():
+            results[name] = synth(_config(change), nag=False)
+    return results
+
+
+def _get(properties: dict[str, Any], path: str) -> Any:
+    value: Any = properties
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _roles(result: Synthesized) -> list[str]:
+    return ["network", *(["storage"] if result.stacks.storage else []), *result.stacks.backends]
+
+
+def replaced(before: Synthesized, now: Synthesized) -> list[str]:
+    """Stateful resources of ``before`` that deploying ``now`` would replace (or delete)."""
+    found = []
+    for role in _roles(before):
+        old, new = before.template_json(role)["Resources"], now.template_json(role)["Resources"]
+        for logical_id, resource in old.items():
+            props = REPLACED_BY.get(resource["Type"])
+            if props is None:
+                continue
+            if logical_id not in new or new[logical_id]["Type"] != resource["Type"]:
+                found.append(f"{role}/{logical_id}: gone (a new logical id replaces it)")
+                continue
+            for prop in props:
+                if _get(resource.get("Properties", {}), prop) != _get(new[logical_id].get("Properties", {}), prop):
+                    found.append(f"{role}/{logical_id}: {prop} changes")
+    return found
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_no_stateful_resource_is_replaced(base, after, change):
+    assert replaced(base, after[change]) == []
+
+
+def test_the_replacement_check_sees_a_replacement(base):
+    moved = json.loads(json.dumps(base.template_json("storage")))
+    (fs,) = resources(moved, "AWS::FSx::FileSystem").values()
+    fs["Properties"]["LustreConfiguration"]["DeploymentType"] = "SCRATCH_2"
+
+    class Moved:
+        stacks = base.stacks
+
+        @staticmethod
+        def template_json(role: str) -> dict[str, Any]:
+            return moved if role == "storage" else base.template_json(role)
+
+    assert replaced(base, Moved()) == ["storage/LustreFileSystem: LustreConfiguration.DeploymentType changes"]  # type: ignore[arg-type]
+
+
+def _nodegroups(result: Synthesized) -> dict[str, dict[str, Any]]:
+    template = result.template_json("eks")
+    return {
+        k: v["Properties"] for k, v in resources(template, "AWS::EKS::Nodegroup").items()
+        if "trainium-cdk/compute-group" in v["Properties"].get("Labels", {})
+    }
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_node_groups_roll_instead_of_being_replaced(base, after, change):
+    old, new = _nodegroups(base), _nodegroups(after[change])
+    assert set(old) <= set(new)
+    for logical_id, props in old.items():
+        for prop in NODEGROUP_REPLACED_BY:
+            assert _get(props, prop) == _get(new[logical_id], prop), f"{logical_id}: {prop} replaces the node group"
+        # A changed launch template becomes a new version, which the node group rolls out.
+        assert new[logical_id]["LaunchTemplate"]["Version"] == {
+            "Fn::GetAtt": [props["LaunchTemplate"]["Id"]["Ref"], "LatestVersionNumber"]
+        }
+
+
+def test_an_instance_type_change_is_a_new_launch_template_version(base, after):
+    (lt_id,) = {p["LaunchTemplate"]["Id"]["Ref"] for p in _nodegroups(base).values()}
+    old = base.template_json("eks")["Resources"][lt_id]["Properties"]["LaunchTemplateData"]
+    new = after["instance_type"].template_json("eks")["Resources"][lt_id]["Properties"]["LaunchTemplateData"]
+    assert (old["InstanceType"], new["InstanceType"]) == ("trn1.32xlarge", "trn1n.32xlarge")
+
+
+# -- ParallelCluster's own update policies ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pcluster():
+    try:
+        return ensure_venv()
+    except PclusterUnavailable as err:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"ParallelCluster's update policies must be checked in CI: {err}")
+        pytest.skip(f"ParallelCluster is not available here: {err}")
+
+
+def _cluster_configuration(result: Synthesized) -> dict[str, Any]:
+    (cluster,) = resources(result.template_json("parallelcluster"), "Custom::PclusterCluster").values()
+    return cluster["Properties"]["ClusterConfiguration"]
+
+
+@pytest.fixture(scope="module")
+def policies(pcluster, base, after):
+    pairs = {name: (_cluster_configuration(base), _cluster_configuration(result)) for name, result in after.items()}
+    return update_changes(pairs, cluster_name="t-cluster")
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_no_parallelcluster_setting_unsupported_for_update_changes(policies, change):
+    refused = [f"{c.path} ({c.policy})" for c in policies[change] if c.policy == "UNSUPPORTED"]
+    assert refused == []
+
+
+# Changes that ParallelCluster applies only with the compute fleet stopped (`pcluster update-compute-fleet
+# --status STOP_REQUESTED`): a new instance type is a new compute resource, and removing the old one
+# with running nodes needs QueueUpdateStrategy TERMINATE, which would kill running jobs.
+NEEDS_FLEET_STOPPED = {"instance_type": ["Scheduling.SlurmQueues[train].ComputeResources"]}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_parallelcluster_applies_the_change_while_jobs_run(policies, change):
+    blocked = [c.path for c in policies[change] if c.running != "SUCCEEDED"]
+    assert blocked == NEEDS_FLEET_STOPPED.get(change, [])
+    assert [c.path for c in policies[change] if c.stopped != "SUCCEEDED"] == []
+
+
+def test_queue_changes_drain_and_only_pins_replace_compute_nodes(base, policies):
+    settings = _cluster_configuration(base)["Scheduling"]["SlurmSettings"]
+    assert settings["QueueUpdateStrategy"] == "DRAIN"
+    # Compute nodes are replaced (after their jobs, with DRAIN) only when what they run changes.
+    replaces_nodes = {name for name, changes in policies.items() if any(c.policy == "QUEUE_UPDATE_STRATEGY" for c in changes)}
+    assert replaces_nodes == {"neuron_pin"}
+
+
+def test_each_change_is_seen_by_parallelcluster(policies):
+    # The comparison is not vacuous: a change of the cluster is a ParallelCluster change.
+    for change in ("nodes", "max_nodes", "neuron_pin", "group_added", "instance_type"):
+        assert policies[change], change
+
+
+def test_readme_tells_each_day2_change():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text[text.index("## Day-2 changes"):]
+    section = section[: section.index("\n## ", 1)]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| Change")]
+    words = {
+        "nodes": "`nodes`", "max_nodes": "`max_nodes`", "image": "image", "neuron_pin": "Neuron pin",
+        "group_added": "compute group added", "backend_added": "backend added", "instance_type": "instance type",
+    }
+    assert sorted(words) == sorted(CHANGES)
+    for change, word in words.items():
+        assert any(row.startswith(f"| {word}") for row in rows), change

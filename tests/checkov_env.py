@@ -20,6 +20,8 @@ from tests.pcluster_schema import PclusterUnavailable, _lock, _run
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-checkov"
 REQUIREMENTS = ROOT / "requirements-checkov.txt"
+# Every transitive package of checkov pinned too (regenerate with a fresh venv and pip freeze).
+CONSTRAINTS = ROOT / "constraints-checkov.txt"
 PACKAGE = next(
     line.strip() for line in REQUIREMENTS.read_text().splitlines() if line.strip() and not line.startswith("#")
 )
@@ -42,7 +44,7 @@ def ensure_venv() -> Path:
         try:
             _run([sys.executable, "-m", "venv", "--clear", str(VENV)], f"creating {VENV.name} (python -m venv)")
             _run([str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                  "-r", str(REQUIREMENTS)], f"pip install {PACKAGE} into {VENV.name}")
+                  "-r", str(REQUIREMENTS), "-c", str(CONSTRAINTS)], f"pip install {PACKAGE} into {VENV.name}")
         except PclusterUnavailable as err:
             raise CheckovUnavailable(str(err)) from err
         STAMP.touch()

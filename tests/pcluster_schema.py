@@ -86,6 +86,20 @@ def ensure_venv() -> Path:
     return PYTHON
 
 
+def venv_or_skip(purpose: str) -> Path:
+    """ensure_venv() for a test: skipped where the environment cannot be created, never in CI."""
+    import os
+
+    import pytest
+
+    try:
+        return ensure_venv()
+    except PclusterUnavailable as err:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{purpose} must run in CI: {err}")
+        pytest.skip(f"{purpose} is not available here: {err}")
+
+
 def _call(tool: Path, request: list[dict[str, Any]], region: str) -> list[Any]:
     """Run a tool in the ParallelCluster environment: JSON request on stdin, JSON answer on stdout."""
     python = ensure_venv()

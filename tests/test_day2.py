@@ -11,7 +11,6 @@ README.md "Day-2 changes" tells users the same, change by change.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import Synthesized, resources, synth
-from tests.pcluster_schema import PclusterUnavailable, ensure_venv, update_changes
+from tests.pcluster_schema import update_changes, venv_or_skip
 from trainium_cdk import versions
 from trainium_cdk.config import Config, build_config
 
@@ -217,12 +216,7 @@ def test_an_instance_type_change_is_a_new_launch_template_version(base, after):
 
 @pytest.fixture(scope="module")
 def pcluster():
-    try:
-        return ensure_venv()
-    except PclusterUnavailable as err:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"ParallelCluster's update policies must be checked in CI: {err}")
-        pytest.skip(f"ParallelCluster is not available here: {err}")
+    return venv_or_skip("ParallelCluster's update policies")
 
 
 def _cluster_configuration(result: Synthesized) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, resources, synth
-from tests.pcluster_schema import PclusterUnavailable, ensure_venv, validate_many
+from tests.pcluster_schema import PclusterUnavailable, validate_many, venv_or_skip
 from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.config import ConfigError
 from trainium_cdk.constructs.storage import FILE_SYSTEM_LOGICAL_ID
@@ -111,12 +111,7 @@ def _logical_ref(stack, construct) -> str:
 @pytest.fixture(scope="module")
 def pcluster():
     """The ParallelCluster environment; skipped only when it cannot be created, and never in CI."""
-    try:
-        return ensure_venv()
-    except PclusterUnavailable as err:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"ParallelCluster's schema must run in CI: {err}")
-        pytest.skip(f"ParallelCluster's schema is not available here: {err}")
+    return venv_or_skip("ParallelCluster's schema")
 
 
 def _broken(config: dict, change) -> dict:

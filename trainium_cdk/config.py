@@ -784,15 +784,16 @@ class Config(_Model):
         self._check_track()
 
     def _check_track(self) -> None:
-        """Every instance type of the deployment must be one the Neuron track supports (a custom type is
-        the user's word: its family is not checked)."""
+        """Every training type of the deployment must be one the Neuron track supports (a custom type is
+        the user's word, and an inference type runs no training framework: neither is checked)."""
         track = NEURON_TRACKS[self.neuron.track]
         custom = {c.name for c in self.custom_instance_types}
         types = [(f"compute_groups[{i}].instance_type", g.instance_type) for i, g in enumerate(self.compute_groups)]
         if "instance" in self.backends:
             types.append(("instance.instance_type", self.instance.instance_type))
         for where, name in types:
-            if name not in custom and self.catalog.get(name).family not in track.instance_families:
+            spec = self.catalog.get(name)
+            if name not in custom and spec.for_training and spec.family not in track.instance_families:
                 raise ConfigError(
                     "neuron.track", track.name,
                     f"a track that supports {name} ({where}): the {track.name} track runs on "

@@ -16,7 +16,6 @@ from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.config import BatchSettings, ComputeGroup
 from trainium_cdk.constructs.batch import (
     CONTAINER_MEMORY_FRACTION,
-    NEURON_ECS_AMI_PARAMETER,
     TrainiumBatch,
     ecr_repository_arn,
 )
@@ -210,7 +209,11 @@ def test_launch_template_wires_every_efa_interface_of_the_catalog(every_type, in
     }
 
 
-def test_nodes_run_the_ecs_neuron_ami_from_ssm(every_type):
+NEURON_ECS_AMI_PARAMETER = versions.XLA_TRACK.ami_parameter(versions.BATCH_AMI_KIND)
+
+
+def test_nodes_run_the_tracks_release_named_ecs_neuron_ami_parameter(every_type):
+    assert NEURON_ECS_AMI_PARAMETER == "/trainium-cdk/neuron/2.29.1/ecs-neuron/image_id"
     template = every_type.template_json("batch")
     parameters = {k: v for k, v in template["Parameters"].items() if v.get("Default") == NEURON_ECS_AMI_PARAMETER}
     (parameter_id,) = parameters  # one parameter for every group
@@ -226,7 +229,10 @@ def test_user_data_is_mime_multipart_and_installs_what_is_missing(every_type, in
     assert text.startswith("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=")
     assert 'Content-Type: text/x-shellscript; charset="us-ascii"' in text
     assert text.rstrip().endswith("--==TRAINIUM_CDK==--")
-    assert "rpm -q \"$pkg\"" in text and "aws-neuronx-dkms aws-neuronx-tools" in text
+    driver = versions.XLA_TRACK.driver
+    # The track's driver unless the AMI carries exactly that version; the tools when missing.
+    assert f'= "{driver}" ] || missing="aws-neuronx-dkms-{driver}"' in text
+    assert "rpm -q aws-neuronx-tools" in text and "dnf downgrade -y $missing" in text
     assert "https://yum.repos.neuron.amazonaws.com" in text
     assert ("efa_installer.sh -y --minimal" in text) == group.spec.has_efa
     assert "mount -t lustre -o relatime,flock" in text and "@tcp:/" in text

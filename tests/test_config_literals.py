@@ -10,7 +10,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel
 
-from tests.helpers import cfn_lint_errors, config_with, nag_violations, resources, synth
+from tests.helpers import cfn_lint_errors, config_with, for_type, nag_violations, resources, synth
 from trainium_cdk.config import Config, ConfigError
 
 ALL_BACKENDS = ["eks", "batch", "parallelcluster", "instance"]
@@ -39,6 +39,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "backends": ["eks", "parallelcluster"],
         "group": {"capacity": {"type": "capacity-block", "reservation_id": RESERVATION}},
     },
+    # The native Neuron track runs on trn2 only, and not with ParallelCluster (us-east-2: see for_type).
+    "native track": {"backends": ["eks", "batch"], "neuron": {"track": "native"}, **for_type("trn2.48xlarge")},
 }
 
 

@@ -10,6 +10,8 @@ README.md "Day-2 changes" tells users the same, change by change.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -48,19 +50,17 @@ def _changed(**edits: Any) -> Callable[[dict[str, Any]], None]:
 
 @contextmanager
 def _neuron_pin() -> Iterator[None]:
-    """The next Neuron release in versions.py: every module that imported a pin sees the new one."""
-    new = {
-        "NEURON_SDK_VERSION": "2.27.0",
-        "NEURON_TRAINING_IMAGE_TAG": "2.8.0-neuronx-py311-sdk2.27.0-ubuntu22.04",
-        "NEURON_APT_PACKAGES": {k: v.rsplit(".", 1)[0] + ".9" for k, v in versions.NEURON_APT_PACKAGES.items()},
-        "NEURON_PIP_PACKAGES": {**versions.NEURON_PIP_PACKAGES, "neuronx-cc": "2.22.0.0"},
-    }
+    """The next Neuron release of the XLA track in versions.py (a new table row, read by every backend)."""
+    old = versions.XLA_TRACK
+    new = dataclasses.replace(
+        old,
+        neuron_release="2.29.2",
+        training_image_tag="2.9.0-neuronx-py312-sdk2.29.2-ubuntu24.04",
+        apt_packages={k: v.rsplit(".", 1)[0] + ".9" for k, v in old.apt_packages.items()},
+        pip_packages={**old.pip_packages, "neuronx-cc": "2.24.9999.0"},
+    )
     with pytest.MonkeyPatch.context() as patch:
-        for name, value in new.items():
-            old = getattr(versions, name)
-            for module in [m for n, m in sys.modules.items() if n.startswith("trainium_cdk") and m is not None]:
-                if getattr(module, name, None) is old:
-                    patch.setattr(module, name, value)
+        patch.setitem(versions.NEURON_TRACKS, "xla", new)
         yield
 
 

@@ -63,13 +63,13 @@ def test_no_port_open_to_the_internet(request, fixture):
 
 
 @pytest.mark.parametrize(("fixture", "dlami"), [("default", "multi-framework/ubuntu-24.04"), ("variant", "base/amazon-linux-2023")])
-def test_ami_is_the_dlami_ssm_parameter_resolved_at_deploy(request, fixture, dlami):
+def test_ami_is_the_tracks_release_named_dlami_parameter_resolved_at_deploy(request, fixture, dlami):
     result = request.getfixturevalue(fixture)
     template = result.template_json("instance")
     image = _instance(result)["ImageId"]
     parameter = template["Parameters"][image["Ref"]]
     assert parameter["Type"] == SSM_AMI_TYPE
-    assert parameter["Default"] == f"/aws/service/neuron/dlami/{dlami}/latest/image_id" == dlami_parameter(dlami)
+    assert parameter["Default"] == f"/trainium-cdk/neuron/2.29.1/dlami/{dlami}/image_id" == dlami_parameter(dlami)
 
 
 @pytest.mark.parametrize(

@@ -18,16 +18,15 @@ from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.config import ConfigError
 from trainium_cdk.constructs.storage import FILE_SYSTEM_LOGICAL_ID
 from trainium_cdk.parallelcluster import ClusterIds, S3Object, cluster_configuration, render_cluster_yaml, write_dist
-from trainium_cdk.parallelcluster.cluster_config import OS, SSM_POLICY, placeholder_names
+from trainium_cdk.parallelcluster.cluster_config import SSM_POLICY, placeholder_names
 from trainium_cdk.launcher import LAUNCHER
 from trainium_cdk.parallelcluster.dist import HEAD_NODE_SCRIPT, SETUP_SCRIPT
 from trainium_cdk.parallelcluster.sbatch import render_sbatch
-from trainium_cdk.versions import (
-    NEURON_APT_PACKAGES,
-    NEURON_PIP_PACKAGES,
-    NEURON_SDK_VERSION,
-    PARALLELCLUSTER_VERSION,
-)
+from trainium_cdk.versions import PARALLELCLUSTER_VERSION, XLA_TRACK
+
+NEURON_SDK_VERSION = XLA_TRACK.neuron_release
+NEURON_APT_PACKAGES = XLA_TRACK.apt_packages
+NEURON_PIP_PACKAGES = XLA_TRACK.pip_packages
 
 AZ = {"trn1.2xlarge": "use2-az2"}
 RESERVATION = "cr-0aaaaaaaaaaaaaaaa"
@@ -296,7 +295,7 @@ def test_head_node_private_by_default_next_to_the_file_system(every_type):
     assert {"Policy": SSM_POLICY} in head["Iam"]["AdditionalIamPolicies"]
     assert head["Imds"] == {"Secured": True}
     assert head["LocalStorage"]["RootVolume"]["Encrypted"] is True
-    assert config["Image"] == {"Os": OS} and config["Region"] == "us-east-2"
+    assert config["Image"] == {"Os": "ubuntu2404"} and config["Region"] == "us-east-2"
     assert config["Scheduling"]["Scheduler"] == "slurm"
     assert len(config["Scheduling"]["SlurmQueues"]) == len(SUPPORTED_TRAINING_TYPES)
 

@@ -201,3 +201,26 @@ def test_slurm_batch_script_trains_across_two_nodes(stage, config):
     assert "slurm: node 1 of 2" in results[0].output
     assert (stage.fsx / "runs" / "slurm" / "metrics.json").is_file()
     assert (stage.fsx / "neuron-cache" / "train").is_dir()
+
+
+# -- the native Neuron track ---------------------------------------------------------------------------
+
+
+def test_native_track_batch_job_definition_trains(stage):
+    """The native track (TorchNeuron on trn2) runs the same launcher and example: only the image and the
+    node AMI differ. Batch only, to keep one more synth small."""
+    raw = {
+        "backends": ["batch"], "neuron": {"track": "native"},
+        "network": {"az_ids": ["usw2-az4", "usw2-az3"]},
+        "instance_offerings": {"trn2.48xlarge": {"us-west-2": ["usw2-az4", "usw2-az3"]}},
+        "compute_groups": [{"name": "train", "instance_type": "trn2.48xlarge", "nodes": 2, "az_ids": "usw2-az4"}],
+    }
+    native = synth(build_config(raw), nag=False)
+    (definition,) = resources(native.template_json("batch"), "AWS::Batch::JobDefinition").values()
+    container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
+    assert "sdk2.33.0" in json.dumps(container["Image"])
+    (stage.fsx / "code").mkdir()
+    shutil.copy(EXAMPLE_DIR / "train.py", stage.fsx / "code" / "train.py")
+    results = run_batch_job(stage, definition, NODES)
+    assert_trained(results)
+    assert '"preflight"' in results[0].output

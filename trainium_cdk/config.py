@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from trainium_cdk.catalog import BUILTIN_INSTANCE_TYPES, Catalog, InstanceSpec
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.jobs import JobSpec
+from trainium_cdk.versions import NEURON_TRACKS, NeuronTrack
 
 BACKENDS = ("eks", "batch", "parallelcluster", "instance")
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "default.yaml"
@@ -459,7 +460,8 @@ class InstanceSettings(_Model):
     az_id: str | None = Field(None, description="AZ ID; default: the first VPC AZ known to offer the type.")
     root_volume_gib: int = Field(512, description="Encrypted gp3 root volume, GiB (Neuron asks for 512 or more).")
     dlami: str = Field(
-        "multi-framework/ubuntu-24.04", description="Neuron DLAMI flavour: /aws/service/neuron/dlami/<this>/latest."
+        "multi-framework/ubuntu-24.04",
+        description="Neuron DLAMI flavour; the AMI id is read from /trainium-cdk/neuron/<release>/dlami/<this>/image_id.",
     )
     instance_connect_endpoint: bool = Field(False, description="Add an EC2 Instance Connect endpoint.")
     mount_storage: bool = Field(True, description="Mount the FSx file system at /fsx when storage is deployed.")
@@ -487,6 +489,15 @@ class InstanceSettings(_Model):
                 "base/amazon-linux-2023 or pytorch-2.9/ubuntu-24.04"
             )
         return value
+
+
+class NeuronSettings(_Model):
+    """The Neuron software track of every backend (versions.py holds one table per track)."""
+
+    track: Literal["xla", "native"] = Field(
+        "xla",
+        description="xla: Neuron 2.29.1, PyTorch/XLA (trn1, trn1n, trn2); native: Neuron 2.33.0, TorchNeuron beta (trn2).",
+    )
 
 
 # The example image's script; torchrun runs it with python (a command starting with python3 works too).
@@ -642,6 +653,7 @@ class Config(_Model):
     parallelcluster: ParallelClusterSettings = Field(default_factory=ParallelClusterSettings)
     instance: InstanceSettings = Field(default_factory=InstanceSettings)
     workloads: WorkloadSettings = Field(default_factory=WorkloadSettings)
+    neuron: NeuronSettings = Field(default_factory=NeuronSettings)
     pipeline: PipelineSettings | None = Field(None, description="CDK Pipelines deployment; synthesized with -c pipeline=true.")
     instance_offerings: dict[str, dict[str, tuple[str, ...]]] = Field(
         default_factory=dict,
@@ -769,6 +781,37 @@ class Config(_Model):
                 )
         if "instance" in self.backends:
             self.dev_instance_az_id()
+        self._check_track()
+
+    def _check_track(self) -> None:
+        """Every training type of the deployment must be one the Neuron track supports (a custom type is
+        the user's word, and an inference type runs no training framework: neither is checked)."""
+        track = NEURON_TRACKS[self.neuron.track]
+        custom = {c.name for c in self.custom_instance_types}
+        types = [(f"compute_groups[{i}].instance_type", g.instance_type) for i, g in enumerate(self.compute_groups)]
+        if "instance" in self.backends:
+            types.append(("instance.instance_type", self.instance.instance_type))
+        for where, name in types:
+            spec = self.catalog.get(name)
+            if name not in custom and spec.for_training and spec.family not in track.instance_families:
+                raise ConfigError(
+                    "neuron.track", track.name,
+                    f"a track that supports {name} ({where}): the {track.name} track runs on "
+                    + ", ".join(track.instance_families)
+                    + "; " + one_of(t.name for t in NEURON_TRACKS.values() if self.catalog.get(name).family in t.instance_families),
+                )
+        if track.name == "native" and "parallelcluster" in self.backends:
+            # torch-neuronx v2.33.0 publishes TorchNeuron wheels for Ubuntu 26.04 only (GitHub release
+            # notes), and ParallelCluster 3.16 offers no Ubuntu 26.04: the shared venv cannot be built.
+            raise ConfigError(
+                "neuron.track", track.name,
+                "xla with the parallelcluster backend (TorchNeuron 2.33.0 wheels are for Ubuntu 26.04 only, "
+                "which ParallelCluster does not offer); use eks or batch for the native track",
+            )
+
+    @property
+    def neuron_track(self) -> NeuronTrack:
+        return NEURON_TRACKS[self.neuron.track]
 
     # -- derived facts ------------------------------------------------------------------------------
 

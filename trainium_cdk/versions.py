@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 # Kubernetes version of the EKS cluster; the kubectl layer package aws-cdk.lambda-layer-kubectl-v35
 # in requirements.txt must match it, and manifests are validated against this version.
 KUBERNETES_VERSION = "1.35"
@@ -30,23 +33,20 @@ def efa_device_plugin_image(region: str) -> str:
     )
 
 
-# AWS Neuron Deep Learning Container for PyTorch training (account 763104351884, per-region ECR).
-# Neuron 2.26.1 (the patch AWS's DLC image list carries for 2.26; the 2.26.0 tag is superseded), the
-# SDK of NEURON_SDK_VERSION below. PyTorch 2.8 is end of life from Neuron 2.29: the next step for every
-# pin together is 2.9.0-neuronx-py312-sdk2.30.0-ubuntu24.04 (the last PyTorch/XLA line is 2.9).
+# AWS Neuron Deep Learning Containers for PyTorch training (account 763104351884, per-region ECR); the tag
+# of each track is in its table below.
 NEURON_TRAINING_IMAGE_REPOSITORY = "pytorch-training-neuronx"
-NEURON_TRAINING_IMAGE_TAG = "2.8.0-neuronx-py311-sdk2.26.1-ubuntu22.04"
 NEURON_DLC_ACCOUNT = "763104351884"
 # The same images in the public ECR Gallery (aws-neuron/deep-learning-containers lists both): pulls
 # need no login, which is what a `docker build` at deploy time (the example image) can count on.
 NEURON_TRAINING_IMAGE_PUBLIC_REPOSITORY = "public.ecr.aws/neuron/pytorch-training-neuronx"
 
 
-def neuron_training_image(region: str) -> str:
-    """The Neuron PyTorch training container in ``region``."""
+def neuron_training_image(region: str, track: str = "xla") -> str:
+    """The Neuron PyTorch training container of ``track`` in ``region``."""
     return (
         f"{NEURON_DLC_ACCOUNT}.dkr.ecr.{region}.amazonaws.com/"
-        f"{NEURON_TRAINING_IMAGE_REPOSITORY}:{NEURON_TRAINING_IMAGE_TAG}"
+        f"{NEURON_TRAINING_IMAGE_REPOSITORY}:{NEURON_TRACKS[track].training_image_tag}"
     )
 
 # AWS ParallelCluster: the custom resource provider template (per version and region), the pcluster
@@ -62,21 +62,124 @@ def parallelcluster_provider_template_url(region: str, url_suffix: str = "amazon
     )
 
 
-# Neuron SDK installed on hosts without a container (ParallelCluster nodes): 2.26.1, the patch of the
-# 2.26 release the training container above carries (PyTorch NeuronX 2.8, Ubuntu 22.04, Python 3.10).
-# Component versions from the Neuron 2.26.1 release content; a new SDK changes all of them together.
-NEURON_SDK_VERSION = "2.26.1"
-NEURON_APT_PACKAGES = {
-    "aws-neuronx-dkms": "2.24.7.0",
-    "aws-neuronx-collectives": "2.28.27.0",
-    "aws-neuronx-runtime-lib": "2.28.23.0",
-    "aws-neuronx-tools": "2.26.14.0",
-}
-NEURON_PIP_PACKAGES = {
-    "neuronx-cc": "2.21.33363.0",
-    "torch-neuronx": "2.8.*",
-    "neuronx_distributed": "0.15.22404",
-}
+# -- Neuron software tracks -------------------------------------------------------------------------
+# One table per supported track: every backend (EKS and Batch containers, ParallelCluster hosts, the
+# development instance) reads the track its config names, so that driver, runtime and framework agree.
+# AMIs are never `latest` or `recommended` (they move under a running cluster): each is a release-named
+# SSM parameter of this project (AMI_PARAMETER_PREFIX/<release>/<kind>/image_id), written once per
+# region from the documented query in `ami_queries` (README, "Neuron tracks"); a new release is a new
+# parameter name, so a template change, never a silent move.
+AMI_PARAMETER_PREFIX = "/trainium-cdk/neuron"
+DLAMI_KIND = "dlami"
+BATCH_AMI_KIND = "ecs-neuron"
+
+
+@dataclass(frozen=True)
+class AmiQuery:
+    """How to find the AMI of a track with `aws ec2 describe-images` (owner amazon), newest first."""
+
+    name: str
+    description: str = "*"
+
+
+@dataclass(frozen=True)
+class NeuronTrack:
+    """The Neuron software of one track, pinned together. Versions are those of the release content
+    page of ``neuron_release`` (awsdocs-neuron, release-notes/releasecontent)."""
+
+    name: str
+    neuron_release: str
+    released: str
+    support: str
+    instance_families: tuple[str, ...]
+    driver: str  # aws-neuronx-dkms: the kernel module on every host
+    apt_packages: Mapping[str, str]
+    pip_packages: Mapping[str, str]
+    framework: str  # the torch-neuronx line the training code imports
+    training_image_tag: str
+    dlami: AmiQuery
+    batch_ami: AmiQuery
+    parallelcluster_os: str
+    python: str
+
+    @property
+    def runtime(self) -> str:
+        return self.apt_packages["aws-neuronx-runtime-lib"]
+
+    @property
+    def collectives(self) -> str:
+        return self.apt_packages["aws-neuronx-collectives"]
+
+    def ami_parameter(self, kind: str) -> str:
+        """The release-named SSM parameter holding this track's AMI of ``kind`` (dlami or ecs-neuron)."""
+        return f"{AMI_PARAMETER_PREFIX}/{self.neuron_release}/{kind}/image_id"
+
+
+# XLA track: Neuron 2.29.1 (2026-05-01; 2.29.0 2026-04-09). Why this release: "Neuron no longer supports
+# PyTorch/XLA for training starting with Neuron 2.30" (announce-no-support-pytorch-xla-training), so
+# 2.29 is the last release that supports XLA training (2.30 and 2.31 still ship torch-neuronx 2.9 for
+# inference; 2.32 ships none). 2.29.1 is its patch (aws-neuron-sdk release v2.29.1: neuronx-cc
+# 2.24.5133.0 -> 2.24.8799.0, DLAMIs and DLCs rebuilt). PyTorch 2.9, Python 3.12, Ubuntu 24.04 (AL2023
+# cannot run PyTorch 2.9: glibc 2.34; Ubuntu 22.04 is end of support on Neuron). NxD Training last
+# shipped in 2.28 (announce-eos-nxdt-nxd-core-training): the example uses plain torch-xla DDP.
+XLA_TRACK = NeuronTrack(
+    name="xla",
+    neuron_release="2.29.1",
+    released="2026-05-01",
+    support="last release supporting PyTorch/XLA training; XLA training unsupported from Neuron 2.30 (2026-05-21)",
+    instance_families=("trn1", "trn1n", "trn2", "trn2u"),
+    driver="2.27.4.0",
+    apt_packages={
+        "aws-neuronx-dkms": "2.27.4.0",
+        "aws-neuronx-collectives": "2.31.24.0",
+        "aws-neuronx-runtime-lib": "2.31.24.0",
+        "aws-neuronx-tools": "2.29.18.0",
+    },
+    pip_packages={"neuronx-cc": "2.24.8799.0", "torch-neuronx": "2.9.0.2.13.*", "neuronx_distributed": "0.18.27753"},
+    framework="torch-neuronx 2.9 (PyTorch/XLA)",
+    # aws-neuron/deep-learning-containers image list: pytorch-training-neuronx, SDK 2.29.1.
+    training_image_tag="2.9.0-neuronx-py312-sdk2.29.1-ubuntu24.04",
+    # Neuron DLAMI guide: a DLAMI of a given SDK is found by its description ("Neuron SDK <version>").
+    dlami=AmiQuery("Deep Learning AMI Neuron (Ubuntu 24.04)*", "*Neuron SDK 2.29.1*"),
+    batch_ami=AmiQuery("*ecs*neuron*"),
+    parallelcluster_os="ubuntu2404",
+    python="3.12",
+)
+
+# Native track: Neuron 2.33.0 (2026-10-19), TorchNeuron public beta (torch-neuronx 2.14.3.0, PyTorch
+# 2.14: the `neuron` device, DDP/FSDP/DTensor, torch.compile), Trn2 and Trn3 only, Ubuntu 24.04/26.04
+# (release-notes/components/torchneuron). Neuron 2.33 DLCs are Ubuntu 26.04 / Python 3.14 only
+# (setup/pytorch/update-dlc, 2.33.0). The training tag follows the DLC naming of that release; check it
+# against the DLC release list before the first deploy (README, "Neuron tracks").
+NATIVE_TRACK = NeuronTrack(
+    name="native",
+    neuron_release="2.33.0",
+    released="2026-10-19",
+    support="public beta (TorchNeuron), Trn2 and Trn3 only",
+    instance_families=("trn2", "trn2u"),
+    driver="2.31.7.0",
+    apt_packages={
+        "aws-neuronx-dkms": "2.31.7.0",
+        "aws-neuronx-collectives": "2.35.43.0",
+        "aws-neuronx-runtime-lib": "2.35.30.0",
+        "aws-neuronx-tools": "2.33.38.0",
+    },
+    pip_packages={"neuronx-cc": "2.28.7631.0", "torch-neuronx": "2.14.3.0.*", "nki": "0.7.0"},
+    framework="torch-neuronx 2.14 (TorchNeuron, native PyTorch)",
+    training_image_tag="2.14.0-neuronx-py314-sdk2.33.0-ubuntu26.04",
+    # "Deep Learning AMI Neuron torch-neuronx 2.14.0" (Ubuntu 24.04 and 26.04; setup/pytorch/update-dlami, 2.33.0).
+    dlami=AmiQuery("Deep Learning AMI Neuron torch-neuronx 2.14.0 (Ubuntu 24.04)*", "*Neuron SDK 2.33.0*"),
+    batch_ami=AmiQuery("*ecs*neuron*"),
+    parallelcluster_os="ubuntu2404",
+    python="3.12",
+)
+
+NEURON_TRACKS: Mapping[str, NeuronTrack] = {t.name: t for t in (XLA_TRACK, NATIVE_TRACK)}
+DEFAULT_NEURON_TRACK = "xla"
+
+# The pins of the default track under their former names, for code and users that import them.
+NEURON_TRAINING_IMAGE_TAG = XLA_TRACK.training_image_tag
+NEURON_SDK_VERSION = XLA_TRACK.neuron_release
 
 
 # Volcano (gang scheduling for multi-node jobs), from its Helm repository, installed by the EKS stack.

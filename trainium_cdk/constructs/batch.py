@@ -30,13 +30,16 @@ from trainium_cdk.launcher import launch_command, launch_environment
 from trainium_cdk.training_env import (
     HOST_MOUNT_DIR, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
 )
-from trainium_cdk.versions import NEURON_DLC_ACCOUNT, NEURON_TRAINING_IMAGE_REPOSITORY, neuron_training_image
+from trainium_cdk.versions import (
+    BATCH_AMI_KIND, NEURON_DLC_ACCOUNT, NEURON_TRAINING_IMAGE_REPOSITORY, XLA_TRACK, NeuronTrack, neuron_training_image,
+)
 
 # Where the file system is mounted, on the host and in the container (as on the other backends).
 MOUNT_DIR = HOST_MOUNT_DIR
-# The "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, as the ECS docs and aws-cdk-lib's
-# EcsOptimizedImage.amazon_linux2023(NEURON) name it. The user data installs the driver if it lacks one.
-NEURON_ECS_AMI_PARAMETER = "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id"
+# The nodes run the "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, pinned through the
+# track's release-named SSM parameter (versions.py: never ECS's `recommended`, which moves under a
+# running compute environment). The user data then installs the track's driver version if the AMI
+# carries another one, so that driver and container agree whatever AMI build was recorded.
 NEURON_YUM_REPO = "https://yum.repos.neuron.amazonaws.com"
 EFA_INSTALLER_URL = "https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz"
 # Multi-node parallel containers run in awsvpc mode: eth0 is the task's interface; the other one
@@ -87,6 +90,8 @@ class TrainiumBatch(Construct):
         container of versions.py), the command (the training script and its arguments, which every node
         runs under torchrun; default: the job definition's ``script`` parameter), timeout, retries and
         log retention.
+    :param track: the Neuron track (versions.py): the default image, the node AMI parameter and the
+        driver version; default: the XLA track.
     :param storage: the FSx for Lustre file system, mounted at /fsx on the nodes and in the jobs;
         default none (the Neuron compile cache then stays in each container).
     :param name_prefix: prefix of the job queue and job definition names; default: generated names.
@@ -104,16 +109,18 @@ class TrainiumBatch(Construct):
         security_groups: Sequence[ec2.ISecurityGroup],
         placement_group: ec2.IPlacementGroup | None,
         settings: BatchSettings,
+        track: NeuronTrack = XLA_TRACK,
         storage: LustreStorage | None = None,
         name_prefix: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         _check(group, spec, subnets, security_groups, settings)
+        self.track = track
         self.group = group
         self.spec = spec
         self.multi_node = spec.has_efa
         self._custom_image = settings.image_uri is not None
-        self.image = settings.image_uri or neuron_training_image(Stack.of(self).region)
+        self.image = settings.image_uri or neuron_training_image(Stack.of(self).region, track.name)
         self.cache_dir = cache_dir(group.name, shared=storage is not None)
         if group.capacity.type == "capacity-block":
             Annotations.of(self).add_warning_v2(
@@ -122,7 +129,8 @@ class TrainiumBatch(Construct):
                 "which a Capacity Block needs; use the EKS backend for capacity blocks.",
             )
 
-        image_id = ecs.EcsOptimizedImage.amazon_linux2023(ecs.AmiHardwareType.NEURON).get_image(self).image_id
+        self.image_parameter = track.ami_parameter(BATCH_AMI_KIND)
+        image_id = ec2.MachineImage.from_ssm_parameter(self.image_parameter).get_image(self).image_id
         self.launch_template = EfaLaunchTemplate(
             self,
             "LaunchTemplate",
@@ -132,7 +140,7 @@ class TrainiumBatch(Construct):
             root_volume_gib=group.root_volume_gib,
             capacity=group.capacity,
             image_id=image_id,
-            user_data=node_user_data(spec, storage),
+            user_data=node_user_data(spec, storage, driver=track.driver),
         )
         self.instance_role = self._instance_role()
         self.compute_environment = batch.ManagedEc2EcsComputeEnvironment(
@@ -335,17 +343,18 @@ class TrainiumBatch(Construct):
         )
 
 
-def node_user_data(spec: InstanceSpec, storage: LustreStorage | None) -> str:
-    """MIME multi-part user data (Batch merges it with its own): the Neuron driver and tools, the EFA
-    kernel module, and the FSx mount, each only when the AMI does not already have it."""
+def node_user_data(spec: InstanceSpec, storage: LustreStorage | None, *, driver: str = XLA_TRACK.driver) -> str:
+    """MIME multi-part user data (Batch merges it with its own): the Neuron driver of the track (installed
+    when the AMI carries another version) and tools, the EFA kernel module, and the FSx mount, each only
+    when the AMI does not already have it."""
     lines = [
         "#!/bin/bash",
-        f"# trainium-cdk: Neuron driver, EFA and storage on an AWS Batch node ({spec.name}).",
+        f"# trainium-cdk: Neuron driver {driver}, EFA and storage on an AWS Batch node ({spec.name}).",
         "set -euxo pipefail",
         "missing=''",
-        "for pkg in aws-neuronx-dkms aws-neuronx-tools; do",
-        '  rpm -q "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"',
-        "done",
+        f'[ "$(rpm -q --qf \'%{{VERSION}}\' aws-neuronx-dkms 2>/dev/null || true)" = "{driver}" ] '
+        f'|| missing="aws-neuronx-dkms-{driver}"',
+        'rpm -q aws-neuronx-tools >/dev/null 2>&1 || missing="$missing aws-neuronx-tools"',
         'if [ -n "$missing" ]; then',
         "  cat > /etc/yum.repos.d/neuron.repo <<'EOF'",
         "[neuron]",
@@ -355,7 +364,9 @@ def node_user_data(spec: InstanceSpec, storage: LustreStorage | None) -> str:
         "metadata_expire=0",
         "EOF",
         f"  rpm --import {NEURON_YUM_REPO}/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB",
-        '  dnf install -y "kernel-devel-uname-r == $(uname -r)" $missing',
+        # A pinned version older than the AMI's needs a downgrade; the loaded module is then replaced.
+        '  dnf install -y "kernel-devel-uname-r == $(uname -r)" $missing || dnf downgrade -y $missing',
+        "  modprobe -r neuron || true",
         "fi",
         "modprobe neuron",
     ]

@@ -2,7 +2,9 @@
 
 Private subnet, no inbound rule from anywhere: reached with SSM Session Manager (or, as an option, an
 EC2 Instance Connect endpoint inside the VPC). The AMI is the DLAMI's public SSM parameter, resolved
-by CloudFormation at deploy time, so synth stays offline and a redeploy picks up the latest DLAMI.
+by CloudFormation at deploy time, so synth stays offline. The parameter is the Neuron track's
+release-named one (versions.py), never the DLAMI's `latest`: since Neuron 2.32 the latest DLAMIs carry no
+PyTorch/XLA environment, and a moving AMI would drift from the pinned SDK.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.training_env import CACHE_DIR_NAME, HOST_MOUNT_DIR
+from trainium_cdk.versions import DLAMI_KIND, XLA_TRACK, NeuronTrack
 
-DLAMI_PARAMETER_PREFIX = "/aws/service/neuron/dlami"
 MOUNT_DIR = HOST_MOUNT_DIR
 SSH_PORT = 22
 # The root device of the AMI: Ubuntu images boot from /dev/sda1, Amazon Linux from /dev/xvda.
@@ -27,9 +29,9 @@ ROOT_DEVICE = {"ubuntu": "/dev/sda1", "amazon-linux": "/dev/xvda"}
 OS_USER = {"ubuntu": "ubuntu", "amazon-linux": "ec2-user"}
 
 
-def dlami_parameter(dlami: str) -> str:
-    """The public SSM parameter holding the latest image id of a Neuron DLAMI flavour."""
-    return f"{DLAMI_PARAMETER_PREFIX}/{dlami}/latest/image_id"
+def dlami_parameter(dlami: str, track: NeuronTrack = XLA_TRACK) -> str:
+    """The release-named SSM parameter holding the image id of a Neuron DLAMI flavour of ``track``."""
+    return track.ami_parameter(f"{DLAMI_KIND}/{dlami}")
 
 
 def dlami_family(dlami: str) -> str:
@@ -52,6 +54,7 @@ class DevInstance(Construct):
     :param storage: a file system to mount at /fsx; default none.
     :param storage_client_group: the security group the file system accepts clients from (the EFA
         group); required with ``storage``.
+    :param track: the Neuron track whose DLAMI the instance boots; default: the XLA track.
     """
 
     def __init__(
@@ -65,13 +68,14 @@ class DevInstance(Construct):
         settings: InstanceSettings,
         storage: LustreStorage | None = None,
         storage_client_group: ec2.ISecurityGroup | None = None,
+        track: NeuronTrack = XLA_TRACK,
     ) -> None:
         super().__init__(scope, construct_id)
         if storage is not None and storage_client_group is None:
             raise ConfigError("storage_client_group", None, "the security group FSx accepts clients from")
         family = dlami_family(settings.dlami)
         self.os_user = OS_USER[family]
-        self.image_parameter = dlami_parameter(settings.dlami)
+        self.image_parameter = dlami_parameter(settings.dlami, track)
 
         self.role = iam.Role(
             self,

@@ -69,7 +69,7 @@ class TrainingWorkloads(Construct):
             "ExampleImage",
             directory=str(EXAMPLE_DIR),
             platform=ecr_assets.Platform.LINUX_AMD64,
-            build_args={"BASE_TAG": versions.NEURON_TRAINING_IMAGE_TAG},
+            build_args={"BASE_TAG": config.neuron_track.training_image_tag},
         )
         self.volcano: eks.HelmChart | None = None
         if config.workloads.volcano:

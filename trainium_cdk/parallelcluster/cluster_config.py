@@ -18,16 +18,10 @@ import yaml
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.training_env import HOST_MOUNT_DIR
-from trainium_cdk.versions import (
-    NEURON_APT_PACKAGES,
-    NEURON_PIP_PACKAGES,
-    NEURON_SDK_VERSION,
-    PARALLELCLUSTER_VERSION,
-)
+from trainium_cdk.versions import PARALLELCLUSTER_VERSION, XLA_TRACK, NeuronTrack
 
-# PyTorch NeuronX 2.8 (Neuron 2.26) is published for Ubuntu 22.04 only, and the Neuron AL2023 images
-# cannot run PyTorch 2.9+ (glibc 2.34 < 2.35): Ubuntu 22.04 is the one OS both tools support.
-OS = "ubuntu2204"
+# The OS comes from the Neuron track (versions.py): Ubuntu 24.04 for PyTorch 2.9 and later (the Neuron
+# AL2023 images cannot run them: glibc 2.34 < 2.35; Ubuntu 22.04 is end of support on Neuron).
 OS_USER = "ubuntu"
 MOUNT_DIR = HOST_MOUNT_DIR
 SHARED_STORAGE_NAME = "fsx"
@@ -97,13 +91,13 @@ def batch_script_name(group: ComputeGroup) -> str:
     return f"train-{group.name}.sbatch"
 
 
-def setup_args(batch_scripts: Mapping[str, S3Object]) -> list[str]:
-    """Arguments of the setup script: every version from versions.py, so the script never changes, and
-    the batch scripts the head node copies (compute nodes get none: a new script must not replace them)."""
-    args = ["--sdk", NEURON_SDK_VERSION, "--venv", VENV]
-    for name, version in NEURON_APT_PACKAGES.items():
+def setup_args(batch_scripts: Mapping[str, S3Object], track: NeuronTrack = XLA_TRACK) -> list[str]:
+    """Arguments of the setup script: every version from the track's table, so the script never changes,
+    and the batch scripts the head node copies (compute nodes get none: a new script must not replace them)."""
+    args = ["--sdk", track.neuron_release, "--venv", VENV]
+    for name, version in track.apt_packages.items():
         args += ["--apt", f"{name}={version}"]
-    for name, version in NEURON_PIP_PACKAGES.items():
+    for name, version in track.pip_packages.items():
         args += ["--pip", f"{name}=={version}"]
     for name, obj in batch_scripts.items():
         args += ["--sbatch", f"{name}={obj.url}"]
@@ -119,12 +113,13 @@ def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
     settings = config.parallelcluster
     scripts = [ids.setup_script, ids.head_node_script, *ids.batch_scripts.values()]
     s3_access = [{"BucketName": s.bucket, "KeyName": s.key, "EnableWriteAccess": False} for s in scripts]
-    action = {"OnNodeConfigured": {"Script": ids.setup_script.url, "Args": setup_args({})}}
+    track = config.neuron_track
+    action = {"OnNodeConfigured": {"Script": ids.setup_script.url, "Args": setup_args({}, track)}}
     # ParallelCluster cannot update a head node's OnNodeConfigured: it is a fixed script that runs the
     # head node's OnNodeUpdated (which may change, and which ParallelCluster reruns after an update).
     head_actions = {
         "OnNodeConfigured": {"Script": ids.head_node_script.url},
-        "OnNodeUpdated": {"Script": ids.setup_script.url, "Args": setup_args(ids.batch_scripts)},
+        "OnNodeUpdated": {"Script": ids.setup_script.url, "Args": setup_args(ids.batch_scripts, track)},
     }
     ssh: dict[str, Any] = {"AllowedIps": settings.ssh_allowed_cidr or config.network.cidr}
     if settings.ssh_key_name:
@@ -145,7 +140,7 @@ def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
     }
     return {
         "Region": config.region,
-        "Image": {"Os": OS},
+        "Image": {"Os": track.parallelcluster_os},
         "HeadNode": head_node,
         "Scheduling": {
             "Scheduler": "slurm",

@@ -1,5 +1,5 @@
 #!/bin/bash
-# trainium-cdk: ParallelCluster OnNodeConfigured action for Trainium clusters (Ubuntu 22.04).
+# trainium-cdk: ParallelCluster OnNodeConfigured action for Trainium clusters (Ubuntu 24.04).
 #
 # Every version comes from the arguments (trainium_cdk/versions.py renders them into the cluster
 # configuration), so this file never changes when the Neuron SDK pin does:

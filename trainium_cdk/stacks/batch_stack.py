@@ -42,6 +42,7 @@ class BatchStack(Stack):
                 security_groups=[network.efa_security_group],
                 placement_group=network.placement_group(group.name),
                 settings=config.batch,
+                track=config.neuron_track,
                 storage=storage,
                 name_prefix=construct_id,
             )

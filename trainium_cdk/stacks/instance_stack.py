@@ -38,6 +38,7 @@ class InstanceStack(Stack):
             settings=settings,
             storage=mount,
             storage_client_group=network.efa_security_group if mount is not None else None,
+            track=config.neuron_track,
         )
         instance_id = self.dev.instance_id
         CfnOutput(self, "InstanceId", value=instance_id)

@@ -1,8 +1,11 @@
 """MLP training example: the workload of the single-node Trainium tutorial, runnable anywhere.
 
-Uses the XLA (NeuronCore) device when torch-neuronx is installed and the CPU otherwise, so the same
-script runs in the Neuron training container and in this project's tests. Under torchrun with more
-than one process it trains data-parallel (XLA collectives on Neuron, gloo on CPU).
+Runs on whichever Neuron track the container carries: the native ``neuron`` device (TorchNeuron,
+Neuron 2.33+: PyTorch autoloads it, DDP over the ``neuron`` process group backend), the XLA device
+(torch-neuronx 2.9 with torch_xla), or the CPU otherwise, so the same script runs in both tracks'
+training containers and in this project's tests. Under torchrun with more than one process it trains
+data-parallel. Rank 0 first prints the Neuron versions the node has next to the pins the job was given
+(``TRN_NEURON_*`` variables), skipping any tool the node lacks.
 
     torchrun --nnodes=1 --nproc_per_node=2 train.py --epochs 4 --output-dir /data/runs/mlp
 """
@@ -20,10 +23,55 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-try:  # torch-neuronx brings torch_xla
+try:  # torch-neuronx 2.9 (XLA track) brings torch_xla
     import torch_xla.core.xla_model as xm
-except ImportError:  # CPU
+except ImportError:  # native track or CPU
     xm = None
+
+# Pins a job may carry (the project's versions.py), printed beside what the node has.
+PIN_VARIABLES = ("TRN_NEURON_RELEASE", "TRN_NEURON_DRIVER", "TRN_NEURON_RUNTIME", "TRN_NEURON_FRAMEWORK")
+
+
+def native_neuron() -> bool:
+    """TorchNeuron registers the ``neuron`` device (PrivateUse1) when torch imports it."""
+    module = getattr(torch, "neuron", None)
+    return xm is None and module is not None and bool(getattr(module, "is_available", lambda: False)())
+
+
+def _run(argv: list[str]) -> str | None:
+    import shutil
+    import subprocess
+
+    if shutil.which(argv[0]) is None:
+        return None
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def node_versions() -> dict[str, str | None]:
+    """Driver, runtime and framework versions this node has; None where the tool or file is absent."""
+    driver = None
+    version_file = Path("/sys/module/neuron/version")
+    if version_file.is_file():
+        driver = version_file.read_text().strip()
+    else:
+        driver = _run(["modinfo", "-F", "version", "neuron"])
+    runtime = _run(["dpkg-query", "-W", "-f", "${Version}", "aws-neuronx-runtime-lib"]) or _run(
+        ["rpm", "-q", "--qf", "%{VERSION}", "aws-neuronx-runtime-lib"]
+    )
+    try:
+        from importlib.metadata import version
+
+        framework = f"torch-neuronx {version('torch-neuronx')}"
+    except Exception:  # not installed: the CPU build of torch
+        framework = None
+    return {"driver": driver, "runtime": runtime, "framework": framework, "torch": torch.__version__}
+
+
+def preflight() -> dict[str, object]:
+    """What the node has next to the job's pins (printed by rank 0 before training)."""
+    pins = {k.removeprefix("TRN_NEURON_").lower(): os.environ[k] for k in PIN_VARIABLES if k in os.environ}
+    return {"node": node_versions(), "pins": pins}
 
 
 def synthetic_dataset(samples: int, features: int, classes: int, seed: int = 0) -> TensorDataset:
@@ -63,9 +111,10 @@ def train(
 ) -> list[float]:
     """Train and return the mean loss of each epoch (on this process's shard)."""
     torch.manual_seed(seed)
-    device = xm.xla_device() if xm is not None else torch.device("cpu")
+    native = native_neuron()
+    device = xm.xla_device() if xm is not None else torch.device("neuron" if native else "cpu")
     if _distributed() and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("xla" if xm is not None else "gloo")
+        torch.distributed.init_process_group("xla" if xm is not None else "neuron" if native else "gloo")
     dataset = synthetic_dataset(samples, features, classes, seed)
     sampler = DistributedSampler(dataset, shuffle=True, seed=seed) if _distributed() else None
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=sampler is None, sampler=sampler)
@@ -102,6 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samples", type=int, default=2048)
     parser.add_argument("--output-dir", type=Path, default=None, help="where rank 0 writes metrics.json")
     args = parser.parse_args(argv)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps({"preflight": preflight()}), flush=True)
     history = train(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, samples=args.samples)
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0:

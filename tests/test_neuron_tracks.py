@@ -1,0 +1,137 @@
+"""Neuron tracks: every backend of one deployment runs the same pinned Neuron release, and no AMI or
+image reference moves under the user (`latest`, ECS `recommended`).
+
+Each track is synthesized once with every backend that supports it; the pins are read back from what a
+user deploys (templates, dist/) and compared with the track's table in versions.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from tests.helpers import resources, synth
+from trainium_cdk.config import build_config
+from trainium_cdk.dist import write_dist
+from trainium_cdk.errors import ConfigError
+from trainium_cdk.versions import BATCH_AMI_KIND, DLAMI_KIND, NEURON_TRACKS
+
+TRN2_OFFERINGS = {"trn2.48xlarge": {"us-west-2": ["usw2-az4", "usw2-az3"]}}
+RAW = {
+    "xla": {
+        "backends": ["eks", "batch", "parallelcluster", "instance"],
+        "compute_groups": [{"name": "train", "instance_type": "trn1.32xlarge", "nodes": 2, "az_ids": "usw2-az4"}],
+    },
+    "native": {
+        "backends": ["eks", "batch", "instance"],
+        "neuron": {"track": "native"},
+        "instance_offerings": TRN2_OFFERINGS,
+        "compute_groups": [{"name": "train", "instance_type": "trn2.48xlarge", "nodes": 2, "az_ids": "usw2-az4"}],
+        "instance": {"instance_type": "trn2.48xlarge"},
+    },
+}
+# An AMI or image reference that follows whatever is newest.
+MOVING = re.compile(r"/(latest|recommended)(/|$)|:latest$|resolve:ssm:.*/latest")
+
+
+@pytest.fixture(scope="module", params=sorted(RAW))
+def deployed(request, tmp_path_factory):
+    config = build_config({"network": {"az_ids": ["usw2-az4", "usw2-az3"]}, **RAW[request.param]})
+    dist = tmp_path_factory.mktemp(f"dist-{request.param}")
+    return request.param, config, synth(config, nag=False), write_dist(config, dist)
+
+
+def _strings(node: Any) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for v in node.values() for s in _strings(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in _strings(v)]
+    return []
+
+
+def _pins(name: str, config, app) -> dict[str, dict[str, str]]:
+    """What each backend of the deployment actually pins: release, driver, image tag."""
+    pins: dict[str, dict[str, str]] = {}
+    batch = app.template_json("batch")
+    (definition,) = resources(batch, "AWS::Batch::JobDefinition").values()
+    container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
+    (template,) = resources(batch, "AWS::EC2::LaunchTemplate").values()
+    user_data = json.dumps(template["Properties"]["LaunchTemplateData"]["UserData"])
+    ami = [p["Default"] for p in batch["Parameters"].values() if p.get("Default", "").endswith("/image_id")]
+    (driver,) = set(re.findall(r"aws-neuronx-dkms-([0-9.]+[0-9])", user_data))
+    # The image is a Fn::Join of the region token and the repository:tag.
+    pins["batch"] = {
+        "image_tag": "".join(_strings(container["Image"])).rsplit(":", 1)[1],
+        "release": ami[0].split("/")[3],
+        "driver": driver,
+    }
+    assets = json.loads((app.outdir / f"{app.stacks.backends['eks'].artifact_id}.assets.json").read_text())
+    (image,) = assets["dockerImages"].values()
+    pins["eks"] = {"image_tag": image["source"]["dockerBuildArgs"]["BASE_TAG"]}
+    instance = app.template_json("instance")
+    (dlami,) = [p["Default"] for p in instance["Parameters"].values() if f"/{DLAMI_KIND}/" in p.get("Default", "")]
+    pins["instance"] = {"release": dlami.split("/")[3]}
+    if "parallelcluster" in config.backends:
+        (cluster,) = resources(app.template_json("parallelcluster"), "Custom::PclusterCluster").values()
+        cluster_config = cluster["Properties"]["ClusterConfiguration"]
+        args = cluster_config["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]["Args"]
+        pairs = dict(zip(args[::2], args[1::2], strict=True))
+        apt = dict(v.split("=", 1) for k, v in zip(args[::2], args[1::2], strict=True) if k == "--apt")
+        pins["parallelcluster"] = {"release": pairs["--sdk"], "driver": apt["aws-neuronx-dkms"]}
+        assert cluster_config["Image"]["Os"] == NEURON_TRACKS[name].parallelcluster_os
+    return pins
+
+
+def test_every_backend_of_a_track_runs_its_one_pinned_release(deployed):
+    name, config, app, _ = deployed
+    track = NEURON_TRACKS[name]
+    expected = {"release": track.neuron_release, "driver": track.driver, "image_tag": track.training_image_tag}
+    pins = _pins(name, config, app)
+    assert set(pins) == set(config.backends)
+    for backend, found in pins.items():
+        assert found == {k: expected[k] for k in found}, backend
+
+
+def test_the_tracks_disagree_with_each_other_only_where_their_tables_do():
+    xla, native = NEURON_TRACKS["xla"], NEURON_TRACKS["native"]
+    assert xla.neuron_release in xla.training_image_tag and native.neuron_release in native.training_image_tag
+    for track in (xla, native):
+        assert track.apt_packages["aws-neuronx-dkms"] == track.driver
+        assert track.ami_parameter(BATCH_AMI_KIND) == f"/trainium-cdk/neuron/{track.neuron_release}/ecs-neuron/image_id"
+        assert track.neuron_release in track.dlami.description
+
+
+def test_no_ami_or_image_reference_follows_latest_or_recommended(deployed):
+    _, _, app, dist = deployed
+    texts = {p.name: p.read_text() for p in app.template_paths()}
+    texts.update({str(p): p.read_text() for p in dist if p.is_file()})
+    moving = []
+    for where, text in texts.items():
+        data: Any = json.loads(text) if where.endswith(".json") else None
+        strings = _strings(data) if data is not None else text.split()
+        moving += [(where, s) for s in strings if ("image" in s.lower() or "ami" in s.lower() or ":" in s) and MOVING.search(s)]
+    assert moving == []
+
+
+@pytest.mark.parametrize("instance_type", ["trn1.32xlarge", "trn1n.32xlarge", "trn1.2xlarge"])
+def test_native_track_on_trn1_is_rejected_naming_the_field_and_what_is_allowed(instance_type):
+    raw = {"neuron": {"track": "native"}, "compute_groups": [{"name": "train", "instance_type": instance_type}]}
+    with pytest.raises(ConfigError) as err:
+        build_config(raw)
+    message = str(err.value)
+    assert "neuron.track = 'native'" in message and instance_type in message and "allowed: xla" in message
+
+
+def test_native_track_with_parallelcluster_is_rejected():
+    raw = {**RAW["native"], "backends": ["parallelcluster"], "network": {"az_ids": ["usw2-az4", "usw2-az3"]}}
+    with pytest.raises(ConfigError, match=r"neuron.track = 'native'.*Ubuntu 26.04"):
+        build_config(raw)
+
+
+def test_default_track_is_xla():
+    assert build_config({}).neuron_track is NEURON_TRACKS["xla"]

@@ -14,10 +14,14 @@ RUN = PATH="$(NODE_BIN):$$PATH" JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1
 NPM = $(RUN) node "$(NODE_BIN)/../lib/node_modules/npm/bin/npm-cli.js"
 CDK = $(RUN) node_modules/.bin/cdk
 ARGS ?=
-# pip's "Collecting/Installing" lines are the progress; pipefail keeps its exit code through grep.
+# pip's "Collecting/Installing" lines are the progress (its other chatter, and a machine pip.conf's
+# warnings, are dropped; errors stay); pipefail keeps pip's exit code through grep.
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
-PROGRESS = { grep --line-buffered -E '^(Collecting|Installing|Successfully)' || true; } | sed 's/^/  /'
+# --no-compile: byte-compiling all of aws-cdk-lib and botocore at install costs more than compiling,
+# on first import, the modules synth uses.
+PIP_INSTALL = PYTHONUNBUFFERED=1 $(PIP) install --progress-bar off --no-compile
+PROGRESS = 2>&1 | { grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR)' || true; } | sed -u 's/^/  /'
 
 .PHONY: help setup setup-dev synth plan test pcluster-schema checkov-env docs bench deploy destroy diff lock clean
 .DEFAULT_GOAL := help
@@ -31,17 +35,17 @@ $(PY):
 
 $(RUNTIME): requirements.txt constraints.txt | $(PY)
 	@echo "installing runtime dependencies (requirements.txt) into $(VENV)..."
-	@$(PIP) install --progress-bar off -r requirements.txt -c constraints.txt | $(PROGRESS)
+	@$(PIP_INSTALL) -r requirements.txt -c constraints.txt $(PROGRESS)
 	@touch $@
 
 $(DEV): requirements-dev.txt $(RUNTIME)
 	@echo "installing test tools (requirements-dev.txt) into $(VENV)..."
-	@$(PIP) install --progress-bar off -r requirements-dev.txt -c constraints.txt | $(PROGRESS)
+	@$(PIP_INSTALL) -r requirements-dev.txt -c constraints.txt $(PROGRESS)
 	@touch $@
 
 node_modules/.installed: package.json package-lock.json $(RUNTIME)
 	@echo "installing the pinned CDK CLI (package-lock.json) into node_modules..."
-	@$(NPM) ci --no-audit --no-fund --loglevel=error
+	@$(NPM) ci --no-audit --no-fund --loglevel=error --silent
 	@touch $@
 
 setup: $(RUNTIME) node_modules/.installed

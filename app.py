@@ -1,17 +1,26 @@
 #!/usr/bin/env python3
-"""The trainium-cdk app: `cdk synth -c config=PATH [-c region=R] [-c backends=a,b] [-c instance_type=T] [-c nodes=N]`."""
+"""The trainium-cdk app: `cdk synth -c config=PATH [-c region=R] [-c backends=a,b] [-c instance_type=T]
+[-c nodes=N] [-c max_nodes=N] [-c az_ids=A[,B]]`. `-c config=default`: the built-in defaults."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
-import aws_cdk as cdk
+from trainium_cdk.node_runtime import use_bundled_node
 
-from trainium_cdk.config import DEFAULT_CONFIG_PATH, OVERRIDES, ConfigError, load_config
-from trainium_cdk.dist import write_dist
-from trainium_cdk.stacks import compose
-from trainium_cdk.stacks.pipeline_stack import PipelineStack
+use_bundled_node()  # before aws_cdk starts its JavaScript process
+
+import aws_cdk as cdk  # noqa: E402
+
+from trainium_cdk.app_context import check_context  # noqa: E402
+from trainium_cdk.config import DEFAULT_CONFIG_PATH, OVERRIDES, ConfigError, load_config  # noqa: E402
+from trainium_cdk.dist import DIST, write_dist  # noqa: E402
+from trainium_cdk.stacks import compose  # noqa: E402
+from trainium_cdk.stacks.pipeline_stack import PipelineStack  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 
@@ -25,9 +34,24 @@ def repository_path(config: str | None) -> str:
         raise ConfigError("config", str(path), "a file in the repository: the pipeline synthesizes from its checkout") from None
 
 
+def replace_dist(staged: Path, dist: Path = DIST) -> None:
+    """dist/ becomes exactly what this synth wrote (nothing at all when it wrote nothing)."""
+    old = dist.with_name(f".{dist.name}.old-{os.getpid()}")
+    if dist.exists():
+        dist.rename(old)
+    if any(staged.iterdir()):
+        staged.rename(dist)
+    else:
+        staged.rmdir()
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def main() -> None:
     app = cdk.App()
+    # Written beside dist/ and swapped in only after a whole synth: a failed one leaves the last good dist/.
+    staged = Path(tempfile.mkdtemp(prefix=f".{DIST.name}.new-", dir=DIST.parent))
     try:
+        check_context(app.node.get_all_context())
         config = load_config(
             app.node.try_get_context("config"), {k: app.node.try_get_context(k) for k in OVERRIDES}
         )
@@ -44,11 +68,16 @@ def main() -> None:
             )
         else:
             compose(app, config)
-        write_dist(config)
+        write_dist(config, staged)
+        app.synth()
     except ConfigError as err:
+        shutil.rmtree(staged, ignore_errors=True)
         print(f"trainium-cdk: {err}", file=sys.stderr)
         sys.exit(2)
-    app.synth()
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    replace_dist(staged)
 
 
 if __name__ == "__main__":

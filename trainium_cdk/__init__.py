@@ -13,6 +13,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from trainium_cdk.node_runtime import use_bundled_node
+
+# An app that imports trainium_cdk before aws_cdk runs jsii on the bundled Node 24, without banners.
+use_bundled_node()
+
 __version__ = "0.1.0"
 
 # name -> module that defines it

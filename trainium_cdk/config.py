@@ -49,6 +49,7 @@ SLURM_RESERVED_QUEUE_NAMES = ("default",)
 # What `cdk destroy` may do to the file system: CloudFormation snapshots only volumes and databases,
 # not FSx (DeletionPolicy: Snapshot), so there is no snapshot policy; FSx backups are taken apart.
 REMOVAL_POLICIES = ("retain", "destroy")
+OFFERINGS_SHAPE = "instance type -> region -> AZ IDs, e.g. {trn2.48xlarge: {us-east-2: [use2-az3, use2-az2]}}"
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,22}$")
 _AZ_ID = re.compile(r"^([a-z]+[0-9])-az([0-9]+)$")
 _REGION = re.compile(r"^([a-z]{2})-([a-z]+)-([0-9])$")
@@ -146,7 +147,10 @@ class ComputeGroup(_Model):
         if self.max_nodes is not None and self.max_nodes < 1:
             raise ConfigError("max_nodes", self.max_nodes, "at least 1")
         if self.nodes < 1 or self.nodes > self.maximum:
-            raise ConfigError("nodes", self.nodes, f"between 1 and the group maximum max_nodes ({self.maximum})")
+            raise ConfigError(
+                "nodes", self.nodes,
+                f"between 1 and the group maximum max_nodes ({self.maximum}); raise max_nodes (-c max_nodes=N) for more",
+            )
         if not 0 <= self.min_nodes <= self.nodes:
             raise ConfigError("min_nodes", self.min_nodes, f"between 0 and nodes ({self.nodes})")
         if not self.az_ids:
@@ -657,7 +661,8 @@ class Config(_Model):
     pipeline: PipelineSettings | None = Field(None, description="CDK Pipelines deployment; synthesized with -c pipeline=true.")
     instance_offerings: dict[str, dict[str, tuple[str, ...]]] = Field(
         default_factory=dict,
-        description="AZ IDs offering an instance type per region, beyond the catalog (`trn azs` writes these).",
+        description="AZ IDs offering an instance type per region, beyond the catalog (`trn azs --write` writes "
+        "these): instance type -> region -> AZ IDs, e.g. `{trn2.48xlarge: {us-east-2: [use2-az3]}}`.",
     )
     custom_instance_types: tuple[CustomInstanceType, ...] = Field(
         (), description="Instance types the catalog does not know."
@@ -669,6 +674,31 @@ class Config(_Model):
     def _project(cls, value: str) -> str:
         if not _NAME.match(value):
             raise ValueError("lower-case letters, digits and '-', starting with a letter, at most 23 characters")
+        return value
+
+    @field_validator("instance_offerings", mode="before")
+    @classmethod
+    def _offerings_shape(cls, value: Any) -> Any:
+        """The shape, checked here: pydantic alone takes region -> type (both strings) without a word."""
+        if not isinstance(value, Mapping):
+            raise ConfigError("instance_offerings", value, OFFERINGS_SHAPE)
+        for instance_type, regions in value.items():
+            if _REGION.match(str(instance_type)):
+                raise ConfigError(str(instance_type), regions, "an instance type here, not a region; " + OFFERINGS_SHAPE)
+            if not isinstance(regions, Mapping):
+                raise ConfigError(str(instance_type), regions, OFFERINGS_SHAPE)
+            for region, az_ids in regions.items():
+                if not _REGION.match(str(region)):
+                    raise ConfigError(f"{instance_type}.{region}", az_ids, "a region code here; " + OFFERINGS_SHAPE)
+                listed = [az_ids] if isinstance(az_ids, str) else az_ids
+                prefix = az_id_prefix(str(region)) + "-"
+                if not isinstance(listed, list | tuple) or not listed or not all(
+                    isinstance(a, str) and _AZ_ID.match(a) and a.startswith(prefix) for a in listed
+                ):
+                    raise ConfigError(
+                        f"{instance_type}.{region}", az_ids, f"a list of AZ IDs of {region} ({prefix}az1, ...); "
+                        + OFFERINGS_SHAPE,
+                    )
         return value
 
     @field_validator("backends", mode="before")
@@ -689,6 +719,8 @@ class Config(_Model):
         catalog = self.catalog
         if not self.compute_groups:
             raise ConfigError("compute_groups", [], "at least one compute group")
+        for instance_type in self.instance_offerings:
+            catalog.get(instance_type, field=f"instance_offerings.{instance_type}")
         names = [g.name for g in self.compute_groups]
         for i, group in enumerate(self.compute_groups):
             where = f"compute_groups[{i}]"
@@ -907,7 +939,10 @@ class Config(_Model):
 
 # -- loading -----------------------------------------------------------------------------------------
 
-OVERRIDES = ("region", "backends", "instance_type", "nodes")
+OVERRIDES = ("region", "backends", "instance_type", "nodes", "max_nodes", "az_ids")
+# `-c config=default`: the model's built-in defaults, no file (an empty file is an error instead).
+BUILTIN_DEFAULTS = "default"
+_GROUP_OVERRIDES = ("instance_type", "nodes", "max_nodes", "az_ids")
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -918,7 +953,7 @@ def _loc(loc: tuple[Any, ...]) -> str:
 
 
 def format_validation_error(err: ValidationError) -> ConfigError:
-    """Turn pydantic's report into one ConfigError: field, value, what is allowed, one line each."""
+    """Turn pydantic's report into one ConfigError on one line: field, value, what is allowed, per problem."""
     lines = []
     first: tuple[str, Any, str] | None = None
     for item in err.errors():
@@ -937,8 +972,60 @@ def format_validation_error(err: ValidationError) -> ConfigError:
         lines.append(f"{field} = {value!r}: {allowed}")
     assert first is not None
     error = ConfigError(*first)
-    error.args = ("invalid configuration:\n  " + "\n  ".join(lines),)
+    error.args = ("; ".join(" ".join(line.split()) for line in lines),)
     return error
+
+
+def _int(name: str, value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(name, value, "a whole number of nodes, at least 1") from None
+
+
+def _offered_for(raw: Mapping[str, Any], instance_type: str, region: str) -> list[str]:
+    """AZ IDs of ``region`` known to offer ``instance_type``: the catalog, custom types, instance_offerings
+    (read defensively: the shapes are validated afterwards, with the whole config)."""
+    found: list[str] = []
+    spec = next((t for t in BUILTIN_INSTANCE_TYPES if t.name == instance_type), None)
+    if spec is not None:
+        found += list(spec.az_ids_in(region) or ())
+    for custom in raw.get("custom_instance_types") or ():
+        if isinstance(custom, Mapping) and custom.get("name") == instance_type:
+            found += list((custom.get("offered_az_ids") or {}).get(region) or ())
+    offerings = raw.get("instance_offerings")
+    if isinstance(offerings, Mapping) and isinstance(offerings.get(instance_type), Mapping):
+        extra = offerings[instance_type].get(region) or ()
+        found += [extra] if isinstance(extra, str) else list(extra)
+    return list(dict.fromkeys(str(a) for a in found))
+
+
+def _retarget_region(data: dict[str, Any], groups: list[dict[str, Any]], region: str, pinned_azs: bool) -> None:
+    """-c region=R: AZ IDs of another region can never work in R, so each group whose AZ IDs belong to
+    another region gets the first AZ ID known to offer its type in R, and a VPC AZ list of another
+    region is derived again. A group that names AZ IDs of R keeps them."""
+    prefix = az_id_prefix(region) + "-"
+    for i, group in enumerate(groups):
+        current = group.get("az_ids", ComputeGroup.model_fields["az_ids"].default)
+        current = [current] if isinstance(current, str) else list(current or ())
+        if pinned_azs or (current and all(str(a).startswith(prefix) for a in current)):
+            continue
+        instance_type = str(group.get("instance_type", ComputeGroup.model_fields["instance_type"].default))
+        offered = _offered_for(data, instance_type, region)
+        if not offered:
+            raise ConfigError(
+                "region", region,
+                f"a region where an AZ is known to offer {instance_type} (compute_groups[{i}]): none is in the "
+                f"catalog or instance_offerings; pass -c az_ids=... (`trn azs --instance-type {instance_type} "
+                f"--region {region}` lists them) or add them under instance_offerings",
+            )
+        group["az_ids"] = offered[:1]
+    network = data.get("network")
+    if isinstance(network, Mapping) and network.get("az_ids"):
+        azs = network["az_ids"]
+        azs = [azs] if isinstance(azs, str) else list(azs)
+        if not all(str(a).startswith(prefix) for a in azs):
+            data["network"] = {k: v for k, v in network.items() if k != "az_ids"}
 
 
 def build_config(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> Config:
@@ -948,37 +1035,78 @@ def build_config(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
     unknown = sorted(set(overrides) - set(OVERRIDES))
     if unknown:
         raise ConfigError("context", unknown[0], "unknown override; " + one_of(OVERRIDES))
-    if "region" in overrides:
-        data["region"] = str(overrides["region"])
     if "backends" in overrides:
         data["backends"] = overrides["backends"]
-    if "instance_type" in overrides or "nodes" in overrides:
-        groups = [dict(g) for g in data.get("compute_groups") or [{}]]
+    raw_groups = data.get("compute_groups")
+    groups = [dict(g) if isinstance(g, Mapping) else g for g in (raw_groups or [{}])] if (
+        raw_groups is None or isinstance(raw_groups, list | tuple)
+    ) else None
+    if groups is not None and all(isinstance(g, dict) for g in groups):
+        az_ids = overrides.get("az_ids")
+        if az_ids is not None:
+            az_ids = [a.strip() for a in str(az_ids).split(",") if a.strip()] if isinstance(az_ids, str) else list(az_ids)
         for group in groups:
             if "instance_type" in overrides:
                 group["instance_type"] = str(overrides["instance_type"])
             if "nodes" in overrides:
-                nodes = overrides["nodes"]
-                try:
-                    group["nodes"] = int(nodes)
-                except (TypeError, ValueError):
-                    raise ConfigError("nodes", nodes, "a whole number of nodes, at least 1") from None
-        data["compute_groups"] = groups
+                group["nodes"] = _int("nodes", overrides["nodes"])
+            if "max_nodes" in overrides:
+                group["max_nodes"] = _int("max_nodes", overrides["max_nodes"])
+            if az_ids is not None:
+                group["az_ids"] = az_ids
+        if "region" in overrides:
+            _retarget_region(data, groups, str(overrides["region"]), az_ids is not None)
+        if az_ids is not None:
+            network = data.get("network")
+            if isinstance(network, Mapping) and network.get("az_ids") and not set(az_ids) <= set(network["az_ids"]):
+                data["network"] = {k: v for k, v in network.items() if k != "az_ids"}
+        if any(k in overrides for k in _GROUP_OVERRIDES) or "region" in overrides:
+            data["compute_groups"] = groups
+    if "region" in overrides:
+        data["region"] = str(overrides["region"])
     try:
         return Config.model_validate(data)
     except ValidationError as err:
         raise format_validation_error(err) from None
 
 
-def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
-    """Read a YAML config file and validate it with the context overrides."""
-    path = Path(path) if path else DEFAULT_CONFIG_PATH
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The YAML mapping of a config file; every way it can be unreadable is a one-line ConfigError."""
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError("config", str(path), "a YAML file that exists") from None
+    except IsADirectoryError:
+        raise ConfigError("config", str(path), "a YAML file, not a directory") from None
+    except (PermissionError, UnicodeDecodeError) as err:
+        raise ConfigError("config", str(path), f"a readable UTF-8 YAML file ({type(err).__name__})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = " ".join(x for x in (err.context, err.problem) if x)
+        raise ConfigError("config", where, f"valid YAML ({problem})") from None
     except yaml.YAMLError as err:
-        raise ConfigError("config", str(path), f"valid YAML ({err})") from None
+        raise ConfigError("config", str(path), "valid YAML (" + " ".join(str(err).split()) + ")") from None
+    if raw is None:
+        raise ConfigError(
+            "config", str(path), "a YAML mapping of settings, not an empty file (-c config=default: the built-in defaults)"
+        )
     if not isinstance(raw, dict):
         raise ConfigError("config", str(path), "a YAML mapping of settings at the top level")
-    return build_config(raw, overrides)
+    return raw
+
+
+def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
+    """Read a YAML config file (``"default"``: the built-in defaults) and validate it with the context
+    overrides. A setting's error names the file it came from."""
+    if str(path) == BUILTIN_DEFAULTS:
+        return build_config({}, overrides)
+    path = Path(path) if path else DEFAULT_CONFIG_PATH
+    raw = read_config_file(path)
+    try:
+        return build_config(raw, overrides)
+    except ConfigError as err:
+        err.args = (f"{path}: {err.args[0]}",)
+        raise

@@ -5,6 +5,8 @@
     trn submit [--backend batch|eks] [--group NAME] [--nodes N] [--name NAME] [--dry-run]
     trn status JOB [--wait]
     trn logs JOB [--follow]
+    trn cancel JOB
+    trn --version
 
 Import has no side effects and makes no AWS call; the synth path (app.py, trainium_cdk.stacks) never
 imports this package. Errors a user can fix print one line on stderr and exit 2.
@@ -29,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Operate trainium-cdk deployments: find AZs, check an account before deploy, run jobs.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     azs.add_parser(sub)
     doctor.add_parser(sub)
@@ -36,10 +39,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def version() -> str:
+    """The installed distribution's version (the package's own when run from a checkout)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("trainium-cdk")
+    except metadata.PackageNotFoundError:
+        from trainium_cdk import __version__
+
+        return __version__
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run the CLI; return the exit code (0 ok, 1 a check or job failed, 2 a usage or environment error)."""
     from trainium_cdk.cli._errors import explain
+    from trainium_cdk.node_runtime import use_bundled_node
 
+    use_bundled_node()  # EKS jobs render with cdk8s (jsii): Node 24, no end-of-life banner
     out = out or sys.stdout
     err = err or sys.stderr
     parser = build_parser()

@@ -5,12 +5,13 @@ Nothing here calls AWS at import time; boto3 clients are made when a command run
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainium_cdk.config import DEFAULT_CONFIG_PATH, OVERRIDES, Config, load_config
+from trainium_cdk.config import BUILTIN_DEFAULTS, OVERRIDES, Config, load_config
 from trainium_cdk.errors import ConfigError, one_of
 
 PROG = "trn"
@@ -32,10 +33,37 @@ class CliError(Exception):
         self.code = code
 
 
+# Where `trn` looks for the config when --config is not given (see find_config_path).
+CONFIG_ENV = "TRN_CONFIG"
+NO_CONFIG = (
+    "no config found: pass --config PATH (the YAML the stacks were deployed from), set TRN_CONFIG, "
+    "or run trn in the project directory (its cdk.json names the config)"
+)
+
+
+def find_config_path(cwd: Path | None = None) -> Path | None:
+    """$TRN_CONFIG, else the config cdk.json of the working directory names, else ./config/default.yaml.
+
+    Never the copy inside the installed package: a pip-installed `trn` would read a config that
+    deployed nothing of the user's."""
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV])
+    cwd = cwd or Path.cwd()
+    try:
+        named = json.loads((cwd / "cdk.json").read_text()).get("context", {}).get("config")
+    except (OSError, ValueError, AttributeError):
+        named = None
+    if isinstance(named, str) and named and named != BUILTIN_DEFAULTS:
+        return cwd / named
+    local = cwd / "config" / "default.yaml"
+    return local if local.is_file() else None
+
+
 def default_config_path() -> Path:
-    """config/default.yaml of the working directory when there is one, else the project's own."""
-    local = Path("config") / "default.yaml"
-    return local if local.is_file() else DEFAULT_CONFIG_PATH
+    path = find_config_path()
+    if path is None:
+        raise CliError(NO_CONFIG)
+    return path
 
 
 def parse_overrides(pairs: Sequence[str] | None) -> dict[str, str]:

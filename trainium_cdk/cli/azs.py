@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 from trainium_cdk.catalog import DEFAULT_CATALOG
 from trainium_cdk.cli import yaml_edit
-from trainium_cdk.cli._common import CliError, client, default_config_path, natural_az_key, session, table
+from trainium_cdk.cli._common import NO_CONFIG, CliError, client, find_config_path, natural_az_key, session, table
 from trainium_cdk.config import az_id_prefix, load_config
 from trainium_cdk.errors import ConfigError
 
@@ -60,10 +60,12 @@ def _config_region(path: Path) -> str | None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    path = Path(args.config) if args.config else default_config_path()
-    region = args.region or _config_region(path)
+    path = Path(args.config) if args.config else find_config_path()
+    if path is None and args.write:
+        raise CliError(NO_CONFIG)
+    region = args.region or (_config_region(path) if path else None)
     if not region:
-        raise ConfigError("--region", None, f"a region such as us-west-2 (none given and none in {path})")
+        raise ConfigError("--region", None, f"a region such as us-west-2 (none given and none in {path or 'a config'})")
     az_id_prefix(region)  # a typo in the region fails here, not as a connection error
     if args.dry_run and not args.write:
         raise CliError("--dry-run goes with --write: it prints the change to the config instead of writing it")

@@ -22,6 +22,7 @@ from trainium_cdk.cli.jobs import (
     POLL_FIRST_S,
     POLL_MAX_S,
     SUCCEEDED,
+    TERMINAL,
     Clock,
     JobState,
     check_nodes,
@@ -206,6 +207,20 @@ def status(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, c
         timeout=args.timeout, clock=clock,
     )
     return 1 if final.state == FAILED else 0
+
+
+def cancel(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -> int:
+    """TerminateJob, which also cancels a job that has not started (CancelJob does only that)."""
+    batch = client(session(config.region), "batch")
+    job = describe_one(batch, args.job, config.region)
+    name, state = job.get("jobName", ""), job.get("status", "UNKNOWN")
+    if state in TERMINAL:
+        out.write(f"job {args.job} ({name}) is already {state}: nothing to cancel\n")
+        return 0
+    batch.terminate_job(jobId=args.job, reason=args.reason)
+    out.write(f"terminating job {args.job} ({name}, was {state})\n")
+    out.write(f"  trn status {args.job} --backend batch --wait\n")
+    return 0
 
 
 # -- logs --------------------------------------------------------------------------------------------

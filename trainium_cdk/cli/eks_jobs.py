@@ -295,6 +295,29 @@ def status(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, c
     return 1 if final.state == FAILED else 0
 
 
+def cancel(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -> int:
+    """Delete the job; Background propagation deletes its pods too (a batch/v1 Job deleted through the
+    API without a policy leaves them running, orphaned)."""
+    kube = Kube(args)
+    kind, _ = _read_job(kube, args.job)
+    if kind is None:
+        raise CliError(
+            f"no job {args.job} in namespace {kube.namespace}: check the name and --namespace "
+            "(`kubectl get jobs,vcjob -A`)"
+        )
+    if kind == "batch":
+        kube.batch.delete_namespaced_job(name=args.job, namespace=kube.namespace, propagation_policy="Background")
+        what = "Job"
+    else:
+        group, version, plural = VOLCANO_JOB
+        kube.custom.delete_namespaced_custom_object(
+            group, version, kube.namespace, plural, args.job, propagation_policy="Background"
+        )
+        what = "Volcano Job"
+    out.write(f"deleted {what} {kube.namespace}/{args.job} and its pods\n")
+    return 0
+
+
 # -- logs --------------------------------------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ POLL_FIRST_S = 2.0
 POLL_FACTOR = 1.5
 POLL_MAX_S = 30.0
 HEARTBEAT_S = 300.0
+CANCEL_REASON = "cancelled with trn cancel"
 
 
 @dataclass
@@ -106,6 +107,14 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--container", help="EKS: container of the pod (default: its first)")
     _common(p)
     p.set_defaults(func=logs)
+
+    p = sub.add_parser("cancel", help="stop a job: Batch terminate_job, EKS delete the Job and its pods",
+                       description="Stop a job. Batch: TerminateJob (running nodes are stopped, queued jobs "
+                       "cancelled). EKS: delete the batch/v1 Job or Volcano Job and, with it, its pods.")
+    p.add_argument("job", help="Batch job id, or EKS job name")
+    p.add_argument("--reason", default=CANCEL_REASON, help=f"Batch: the status reason (default: {CANCEL_REASON!r})")
+    _common(p)
+    p.set_defaults(func=cancel)
 
 
 # -- shared ------------------------------------------------------------------------------------------
@@ -237,3 +246,14 @@ def logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from trainium_cdk.cli import eks_jobs
 
     return eks_jobs.logs(args, config, out, err)
+
+
+def cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    config, backend = load(args)
+    if backend == "batch":
+        from trainium_cdk.cli import batch_jobs
+
+        return batch_jobs.cancel(args, config, out, err)
+    from trainium_cdk.cli import eks_jobs
+
+    return eks_jobs.cancel(args, config, out, err)

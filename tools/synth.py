@@ -1,0 +1,70 @@
+"""`make synth`: `cdk synth` into a fresh folder, swapped in only when it succeeds, with quiet output.
+
+    python tools/synth.py [-c key=value ...] [other cdk synth options]
+
+- synthesizes into cdk.out.tmp, then replaces cdk.out: a failed synth leaves the last good cdk.out;
+- exit 2 when the app reported a configuration error (the CDK CLI turns every app failure into 1);
+- drops the CLI's "Successfully synthesized" and "Supply a stack id" lines and lists instead the
+  templates of cdk.out and the files of dist/ (which app.py writes afresh on every synth).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+OUT = Path("cdk.out")
+TMP = Path("cdk.out.tmp")
+DIST = Path("dist")
+CDK = Path("node_modules/.bin/cdk")
+# What app.py prints before exit 2 (a ConfigError).
+APP_ERROR = "trainium-cdk: "
+EXIT_CONFIG = 2
+# CLI lines that say nothing the summary does not.
+NOISE = ("Successfully synthesized to ", "Supply a stack id ")
+
+
+def swap(new: Path = TMP, out: Path = OUT) -> None:
+    old = out.with_name(out.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if out.exists():
+        out.rename(old)
+    new.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def summary(out: Path = OUT, dist: Path = DIST) -> list[str]:
+    lines = sorted(p.as_posix() for p in out.glob("*.template.json"))
+    if dist.is_dir():
+        lines += sorted(p.as_posix() for p in dist.rglob("*") if p.is_file())
+    return lines
+
+
+def synth(args: Sequence[str], *, cdk: Sequence[str] = (str(CDK),)) -> int:
+    shutil.rmtree(TMP, ignore_errors=True)
+    done = subprocess.run(
+        [*cdk, "synth", "--quiet", "-o", str(TMP), *args], capture_output=True, text=True, check=False
+    )
+    config_error = False
+    for line in (done.stdout + done.stderr).splitlines():
+        if line.startswith(APP_ERROR):
+            config_error = True
+        if line.strip() and not line.startswith(NOISE) and "Subprocess exited with error" not in line:
+            print(line, file=sys.stderr if done.returncode else sys.stdout)
+    if done.returncode != 0:
+        shutil.rmtree(TMP, ignore_errors=True)
+        if not config_error:
+            print(f"cdk synth failed (exit {done.returncode}); cdk.out is the last good synth", file=sys.stderr)
+        return EXIT_CONFIG if config_error else done.returncode
+    swap()
+    print("\n".join(summary()))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+    sys.exit(synth(sys.argv[1:]))

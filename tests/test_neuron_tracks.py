@@ -19,7 +19,8 @@ from trainium_cdk.dist import write_dist
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.versions import BATCH_AMI_KIND, DLAMI_KIND, NEURON_TRACKS
 
-TRN2_OFFERINGS = {"trn2.48xlarge": {"us-west-2": ["usw2-az4", "usw2-az3"]}}
+# trn2 in us-east-2, where CloudFormation's and cfn-lint's instance data know it (synth validates it).
+TRN2_OFFERINGS = {"trn2.48xlarge": {"us-east-2": ["use2-az3", "use2-az2"]}}
 RAW = {
     "xla": {
         "backends": ["eks", "batch", "parallelcluster", "instance"],
@@ -27,9 +28,11 @@ RAW = {
     },
     "native": {
         "backends": ["eks", "batch", "instance"],
+        "region": "us-east-2",
+        "network": {"az_ids": ["use2-az3", "use2-az2"]},
         "neuron": {"track": "native"},
         "instance_offerings": TRN2_OFFERINGS,
-        "compute_groups": [{"name": "train", "instance_type": "trn2.48xlarge", "nodes": 2, "az_ids": "usw2-az4"}],
+        "compute_groups": [{"name": "train", "instance_type": "trn2.48xlarge", "nodes": 2, "az_ids": "use2-az3"}],
         "instance": {"instance_type": "trn2.48xlarge"},
     },
 }
@@ -128,7 +131,7 @@ def test_native_track_on_trn1_is_rejected_naming_the_field_and_what_is_allowed(i
 
 
 def test_native_track_with_parallelcluster_is_rejected():
-    raw = {**RAW["native"], "backends": ["parallelcluster"], "network": {"az_ids": ["usw2-az4", "usw2-az3"]}}
+    raw = {**RAW["native"], "backends": ["parallelcluster"]}
     with pytest.raises(ConfigError, match=r"neuron.track = 'native'.*Ubuntu 26.04"):
         build_config(raw)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import aws_cdk as cdk
 
 from trainium_cdk.config import DEFAULT_CONFIG_PATH, OVERRIDES, ConfigError, load_config
+from trainium_cdk.cost import bill, render
 from trainium_cdk.dist import write_dist
 from trainium_cdk.stacks import compose
 from trainium_cdk.stacks.pipeline_stack import PipelineStack
@@ -44,6 +45,8 @@ def main() -> None:
             )
         else:
             compose(app, config)
+            # The bill before the deploy, on every synth (stderr: stdout may carry the template).
+            print(render(bill(config)), file=sys.stderr)
         write_dist(config)
     except ConfigError as err:
         print(f"trainium-cdk: {err}", file=sys.stderr)

@@ -37,6 +37,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "capacity block": {
         "backends": ["eks", "parallelcluster"],
+        "eks": {"capacity": "managed"},
         "group": {"capacity": {"type": "capacity-block", "reservation_id": RESERVATION}},
     },
 }

@@ -18,6 +18,7 @@ import aws_cdk as cdk  # noqa: E402
 
 from trainium_cdk.app_context import check_context  # noqa: E402
 from trainium_cdk.config import DEFAULT_CONFIG_PATH, OVERRIDES, ConfigError, load_config  # noqa: E402
+from trainium_cdk.cost import BILL_FILE, bill, render  # noqa: E402
 from trainium_cdk.dist import DIST, write_dist  # noqa: E402
 from trainium_cdk.stacks import compose  # noqa: E402
 from trainium_cdk.stacks.pipeline_stack import PipelineStack  # noqa: E402
@@ -55,7 +56,8 @@ def main() -> None:
         config = load_config(
             app.node.try_get_context("config"), {k: app.node.try_get_context(k) for k in OVERRIDES}
         )
-        if str(app.node.try_get_context("pipeline")).lower() == "true":
+        pipeline = str(app.node.try_get_context("pipeline")).lower() == "true"
+        if pipeline:
             if config.pipeline is None:
                 raise ConfigError("pipeline", None, "-c pipeline=true needs a pipeline section in the config")
             PipelineStack(
@@ -70,6 +72,10 @@ def main() -> None:
             compose(app, config)
         write_dist(config, staged)
         app.synth()
+        if not pipeline:
+            # The bill before the deploy, beside the templates: `make synth` prints it; a plain
+            # `cdk synth` stays quiet.
+            (Path(app.outdir) / BILL_FILE).write_text(render(bill(config)) + "\n")
     except ConfigError as err:
         shutil.rmtree(staged, ignore_errors=True)
         print(f"trainium-cdk: {err}", file=sys.stderr)

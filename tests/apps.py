@@ -1,7 +1,8 @@
 """Apps with every backend, synthesized once per test session and shared by the model tests.
 
 Three apps cover every supported instance type once (trn2 types in us-east-2, where cfn-lint knows
-them) and every backend: EKS, Batch, ParallelCluster and the development instance.
+them) and every backend: EKS (Karpenter and managed node groups), Batch, ParallelCluster and the
+development instance.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "trn1.32xlarge": {"backends": ALL_BACKENDS, "compute_groups": [_group("train", "trn1.32xlarge")]},
     "trn1n.32xlarge+trn1.2xlarge": {
         "backends": ["eks", "batch", "parallelcluster"],
+        # The managed node group path (Cluster Autoscaler); the other variants use Karpenter, the default.
+        "eks": {"capacity": "managed"},
         "compute_groups": [_group("big", "trn1n.32xlarge"), _group("small", "trn1.2xlarge", nodes=1)],
     },
     "trn2.48xlarge+trn2u.48xlarge": {

@@ -332,6 +332,8 @@ class Reachability:
                 taints=tuple(props.get("Taints") or ()),
             ))
 
+        self._read_karpenter_node_pools(fsx)
+
         multinode = {
             s for s, _, r in self._resources("AWS::Batch::JobDefinition") if r["Properties"].get("Type") == "multinode"
         }
@@ -387,6 +389,69 @@ class Reachability:
                         rendezvous=groups if efa else None, mounts_fsx=existing_fsx,
                         instance_type=resource_["InstanceType"],
                     ))
+
+    def manifests(self) -> Iterable[tuple[str, list[dict[str, Any]]]]:
+        """The Kubernetes objects of every manifest the stacks apply, CloudFormation expressions left in
+        place of the values only known at deploy (a manifest with tokens is an Fn::Join of JSON text)."""
+        for stack, _, resource in self._resources("Custom::AWSCDK-EKS-KubernetesResource"):
+            manifest = resource["Properties"]["Manifest"]
+            if isinstance(manifest, str):
+                yield stack, json.loads(manifest)
+                continue
+            (fn, (separator, parts)), = manifest.items()
+            assert fn == "Fn::Join" and separator == "", manifest
+            expressions: dict[str, Any] = {}
+            text = ""
+            for part in parts:
+                if isinstance(part, str):
+                    text += part
+                else:
+                    marker = f"@@expr{len(expressions)}@@"
+                    expressions[marker] = part
+                    text += marker
+
+            def restore(value: Any) -> Any:
+                if isinstance(value, dict):
+                    return {k: restore(v) for k, v in value.items()}
+                if isinstance(value, list):
+                    return [restore(v) for v in value]
+                if isinstance(value, str) and value in expressions:
+                    return expressions[value]
+                return value
+
+            yield stack, restore(json.loads(text))
+
+    def _read_karpenter_node_pools(self, fsx: bool) -> None:
+        """Karpenter NodePools are node sets: the nodes a pool would launch carry its EC2NodeClass's
+        security groups on every interface (the ENA primary and each efa-only one), its template's
+        labels and taints, and the instance type of its requirement."""
+        objects = [(stack, o) for stack, objs in self.manifests() for o in objs]
+        classes = {o["metadata"]["name"]: (stack, o["spec"]) for stack, o in objects if o.get("kind") == "EC2NodeClass"}
+        for stack, pool in objects:
+            if pool.get("kind") != "NodePool":
+                continue
+            template = pool["spec"]["template"]
+            class_stack, node_class = classes[template["spec"]["nodeClassRef"]["name"]]
+            groups = frozenset(
+                self.group_of(class_stack, term["id"]) or f"unresolved:{term['id']}"
+                for term in node_class["securityGroupSelectorTerms"]
+            )
+            declared = node_class.get("networkInterfaces") or [{"interfaceType": "interface"}]
+            interfaces = tuple(
+                Interface(groups, efa=i["interfaceType"] == "efa-only")
+                for i in sorted(declared, key=lambda i: (i.get("networkCardIndex", 0), i.get("deviceIndex", 0)))
+            )
+            (instance_type,) = next(
+                r["values"] for r in template["spec"]["requirements"] if r["key"] == "node.kubernetes.io/instance-type"
+            )
+            efa = any(i.efa for i in interfaces)
+            self.node_sets.append(NodeSet(
+                "eks", f"nodepool/{pool['metadata']['name']}", interfaces, rendezvous=groups if efa else None,
+                mounts_fsx=fsx, instance_type=instance_type,
+                labels={**template["metadata"].get("labels", {}), "karpenter.sh/nodepool": pool["metadata"]["name"]},
+                taints=tuple({"Key": t["key"], "Value": t.get("value", ""), "Effect": t["effect"]}
+                             for t in template["spec"].get("taints") or ()),
+            ))
 
     def _vpc_default_group(self) -> str:
         ((stack, logical_id, _),) = list(self._resources("AWS::EC2::VPC"))

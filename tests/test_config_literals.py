@@ -37,6 +37,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "capacity block": {
         "backends": ["eks", "parallelcluster"],
+        "eks": {"capacity": "managed"},
         "group": {"capacity": {"type": "capacity-block", "reservation_id": RESERVATION}},
     },
     # The native Neuron track runs on trn2 only, and not with ParallelCluster (us-east-2: see for_type).

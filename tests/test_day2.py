@@ -29,6 +29,8 @@ BASE: dict[str, Any] = {
     "project": "t",
     "region": "us-west-2",
     "backends": ["eks", "batch", "parallelcluster"],
+    # Node groups, which a change can replace; Karpenter's NodePools are applied in place.
+    "eks": {"capacity": "managed"},
     "network": {"az_ids": ["usw2-az4", "usw2-az3"]},
     "compute_groups": [{"name": "train", "instance_type": "trn1.32xlarge", "nodes": 2, "max_nodes": 4, "az_ids": "usw2-az4"}],
     "storage": {"data_repository": {"s3_prefix": "datasets/"}},  # a created (retained) bucket too

@@ -1,4 +1,5 @@
-"""EKS backend: cluster, add-ons, and one all-EFA Trainium node group per compute group."""
+"""EKS backend: cluster, add-ons, and (eks.capacity: managed) one all-EFA Trainium node group per compute
+group. The Karpenter path, the default: tests/test_capacity_from_zero.py."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def _group(instance_type: str) -> dict:
 @pytest.fixture(scope="module")
 def every_type():
     """One app with a compute group of every supported instance type."""
-    return synth(config_with(**US_EAST_2, compute_groups=[_group(t) for t in SUPPORTED_TRAINING_TYPES]))
+    return synth(config_with(**US_EAST_2, eks={"capacity": "managed"},
+                             compute_groups=[_group(t) for t in SUPPORTED_TRAINING_TYPES]))
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +47,7 @@ def reserved():
                 {**_group("trn2.48xlarge"), "capacity": {"type": "capacity-block", "reservation_id": "cr-0bbbbbbbbbbbbbbbb"}},
             ],
             eks={
+                "capacity": "managed",
                 "endpoint_access": "public-and-private", "public_access_cidrs": ["203.0.113.0/24"],
                 "admin_role_arns": ["arn:aws:iam::123456789012:role/ml-platform-admin"],
             },
@@ -85,7 +88,8 @@ def test_node_group_one_subnet_neuron_ami_taint_and_sizes(every_type, instance_t
     assert nodegroup["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": "aws.amazon.com/neuron", "Value": "true"}]
     assert nodegroup["Labels"]["trainium-cdk/instance-type"] == instance_type
     expected = _group(instance_type)
-    assert nodegroup["ScalingConfig"] == {"MinSize": 0, "DesiredSize": expected["nodes"], "MaxSize": 4}
+    # Nothing runs until a pod asks: Cluster Autoscaler scales the group from zero.
+    assert nodegroup["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 4}
     assert data["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1, "HttpTokens": "required"}
     (root,) = data["BlockDeviceMappings"]
     assert root["Ebs"] == {"DeleteOnTermination": True, "Encrypted": True, "VolumeSize": 300, "VolumeType": "gp3"}
@@ -143,7 +147,8 @@ def test_cluster_version_logging_encryption_and_endpoint(every_type, reserved):
 
 def test_fsx_csi_role_deletes_and_updates_only_what_it_created(every_type):
     template = every_type.template_json("eks")
-    (association,) = resources(template, "AWS::EKS::PodIdentityAssociation").values()
+    (association,) = [a for a in resources(template, "AWS::EKS::PodIdentityAssociation").values()
+                      if a["Properties"]["ServiceAccount"] == "fsx-csi-controller-sa"]
     role_id = association["Properties"]["RoleArn"]["Fn::GetAtt"][0]
     statements = [
         s for p in resources(template, "AWS::IAM::Policy").values()
@@ -197,7 +202,8 @@ def test_managed_addons_and_fsx_csi_pod_identity(every_type):
     assert set(addons) == {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", "aws-fsx-csi-driver"}
     config = json.loads(addons["aws-fsx-csi-driver"]["ConfigurationValues"])
     assert {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"} in config["node"]["tolerations"]
-    (association,) = resources(template, "AWS::EKS::PodIdentityAssociation").values()
+    (association,) = [a for a in resources(template, "AWS::EKS::PodIdentityAssociation").values()
+                      if a["Properties"]["ServiceAccount"] == "fsx-csi-controller-sa"]
     assert association["Properties"]["ServiceAccount"] == "fsx-csi-controller-sa"
     assert association["Properties"]["Namespace"] == "kube-system"
     roles = resources(template, "AWS::IAM::Role")

@@ -35,7 +35,8 @@ def _manifests(template):
 
 
 def test_volcano_from_its_pinned_helm_chart(result):
-    (chart,) = resources(result.template_json("eks"), "Custom::AWSCDK-EKS-HelmChart").values()
+    (chart,) = [c for c in resources(result.template_json("eks"), "Custom::AWSCDK-EKS-HelmChart").values()
+                if c["Properties"]["Chart"] == "volcano"]
     props = chart["Properties"]
     assert props["Chart"] == "volcano"
     assert props["Repository"] == versions.VOLCANO_HELM_REPOSITORY
@@ -46,7 +47,8 @@ def test_volcano_from_its_pinned_helm_chart(result):
 def test_queue_and_jobs_wait_for_volcano_and_the_volume(result):
     template = result.template_json("eks")
     manifests = _manifests(template)
-    (helm_id,) = resources(template, "Custom::AWSCDK-EKS-HelmChart")
+    (helm_id,) = [k for k, v in resources(template, "Custom::AWSCDK-EKS-HelmChart").items()
+                  if v["Properties"]["Chart"] == "volcano"]
     by_id = {k: v for k, v in manifests.items()}
     jobs = [k for k in by_id if "jobbert" in k or "jobmlp" in k]
     assert len(jobs) == 2

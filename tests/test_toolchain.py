@@ -148,7 +148,10 @@ def test_synth_prints_exactly_what_it_wrote_and_nothing_else(project, first_synt
     dist = sorted(p.relative_to(project).as_posix() for p in (project / "dist").rglob("*") if p.is_file())
     assert templates == ["cdk.out/trainium-eks.template.json", "cdk.out/trainium-network.template.json",
                          "cdk.out/trainium-storage.template.json"]
-    assert first_synth.stdout.splitlines() == templates + dist
+    listed, _, bill = first_synth.stdout.partition("\n\n")
+    assert listed.splitlines() == templates + dist
+    # Then the bill of the config (the app writes it to cdk.out/bill.txt).
+    assert bill.startswith("Cost estimate, us-west-2") and "total idle floor" in bill
 
 
 def test_no_feature_flag_needs_attention(project, first_synth):

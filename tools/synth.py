@@ -26,6 +26,7 @@ APP_ERROR = "trainium-cdk: "
 EXIT_CONFIG = 2
 # CLI lines that say nothing the summary does not.
 NOISE = ("Successfully synthesized to ", "Supply a stack id ")
+BILL_FILE = "bill.txt"  # trainium_cdk.cost.BILL_FILE (tools/ imports nothing of the package)
 
 
 def swap(new: Path = TMP, out: Path = OUT) -> None:
@@ -62,6 +63,9 @@ def synth(args: Sequence[str], *, cdk: Sequence[str] = (str(CDK),)) -> int:
         return EXIT_CONFIG if config_error else done.returncode
     swap()
     print("\n".join(summary()))
+    bill = OUT / BILL_FILE
+    if bill.is_file():  # the app's cost estimate of this config (trainium_cdk/cost.py)
+        print("\n" + bill.read_text().rstrip("\n"))
     return 0
 
 

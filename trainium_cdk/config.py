@@ -323,6 +323,22 @@ class EksSettings(_Model):
     log_retention_days: int = Field(
         30, description="Retention of the control-plane log group and the kubectl provider's Lambda logs, days."
     )
+    capacity: Literal["karpenter", "managed"] = Field(
+        "karpenter", description="How Trainium nodes come and go: karpenter (a NodePool per compute group, "
+        "nodes launched for pending pods), or managed (a managed node group per group, scaled by Cluster "
+        "Autoscaler). Both start at zero nodes."
+    )
+    consolidate_after: str = Field(
+        "10m", description="How long a Trainium node stays empty before it is removed (Karpenter "
+        "consolidateAfter, Cluster Autoscaler scale-down-unneeded-time), such as 10m or 1h."
+    )
+
+    @field_validator("consolidate_after")
+    @classmethod
+    def _consolidate_after(cls, value: str) -> str:
+        if not re.match(r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$", value) or not value:
+            raise ValueError("a duration such as 30s, 10m or 1h30m")
+        return value
 
     @field_validator("log_retention_days")
     @classmethod
@@ -804,6 +820,11 @@ class Config(_Model):
                     f"{where}.instance_type", group.instance_type,
                     "a training (Trainium) type with the batch backend, which runs training jobs; "
                     + one_of(t.name for t in self.catalog if t.for_training),
+                )
+            if "eks" in self.backends and self.eks.capacity == "karpenter" and group.min_nodes > 0:
+                raise ConfigError(
+                    f"{where}.min_nodes", group.min_nodes,
+                    "0 with eks.capacity karpenter (a NodePool keeps no idle nodes); eks.capacity: managed keeps them",
                 )
             if "parallelcluster" in self.backends and group.name in SLURM_RESERVED_QUEUE_NAMES:
                 raise ConfigError(

@@ -188,3 +188,22 @@ VOLCANO_CHART_VERSION = "1.13.0"
 # Data loading and TensorBoard: small public images, pinned.
 AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.27.49"
 TENSORBOARD_IMAGE = "docker.io/tensorflow/tensorflow:2.20.0"
+
+
+# Karpenter (EKS capacity from zero). 1.14.1 (2026-08) supports Kubernetes 1.35 (its compatibility
+# matrix: 1.35 needs >= 1.9), EC2NodeClass networkInterfaces (efa-only) and placementGroupSelector, and
+# capacityReservationSelectorTerms for ODCRs and Capacity Blocks (ReservedCapacity gate on since 1.6).
+# The chart's version is the controller's; its image is pinned by tag below as well.
+KARPENTER_VERSION = "1.14.1"
+KARPENTER_HELM_REPOSITORY = "oci://public.ecr.aws/karpenter/karpenter"
+KARPENTER_IMAGE_REPOSITORY = "public.ecr.aws/karpenter/controller"
+# The EKS AL2023 AMI release Karpenter resolves through the alias (the Neuron variant for Trainium
+# types): a dated release of awslabs/amazon-eks-ami, never `latest`, which drifts every node on release.
+EKS_AL2023_AMI_RELEASE = "v20260930"
+KARPENTER_AMI_ALIAS = f"al2023@{EKS_AL2023_AMI_RELEASE}"
+
+# Cluster Autoscaler (eks.capacity: managed): the kubernetes/autoscaler chart 9.59.0, with the
+# autoscaler of the cluster's minor (an autoscaler newer than the cluster is unsupported upstream).
+CLUSTER_AUTOSCALER_HELM_REPOSITORY = "https://kubernetes.github.io/autoscaler"
+CLUSTER_AUTOSCALER_CHART_VERSION = "9.59.0"
+CLUSTER_AUTOSCALER_IMAGE_TAG = f"v{KUBERNETES_VERSION}.2"

@@ -29,6 +29,9 @@ from trainium_cdk.training_env import SHARED_MOUNT
 GROUP_LABEL = "trainium-cdk/compute-group"  # set on the nodes by TrainiumNodeGroup
 RANK_LABEL = "trainium-cdk/rank"
 JOB_LABEL = "trainium-cdk/job"
+# Karpenter neither consolidates nor drifts a node running a pod so annotated: a gang loses no member
+# to a voluntary disruption mid-run (Karpenter docs, concepts/disruption). Ignored without Karpenter.
+DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
 DEFAULT_CLAIM = "fsx-lustre"
 DEFAULT_NAMESPACE = TRAINING_NAMESPACE
 DEFAULT_QUEUE = "training"
@@ -123,7 +126,7 @@ class SingleNodeTrainingJob(Chart):
             spec={
                 "backoffLimit": job.retries,
                 "template": {
-                    "metadata": {"labels": labels},
+                    "metadata": {"labels": labels, "annotations": dict(DO_NOT_DISRUPT)},
                     "spec": training_pod_spec(job, env=job.environment(), claim_name=claim_name),
                 },
             },
@@ -184,7 +187,7 @@ class DistributedTrainingJob(Chart):
             "name": name,
             "replicas": replicas,
             "template": {
-                "metadata": {"labels": {JOB_LABEL: job.name, RANK_LABEL: rank}},
+                "metadata": {"labels": {JOB_LABEL: job.name, RANK_LABEL: rank}, "annotations": dict(DO_NOT_DISRUPT)},
                 "spec": training_pod_spec(job, env=env, claim_name=claim_name),
             },
         }

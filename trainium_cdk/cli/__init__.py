@@ -6,6 +6,7 @@
     trn status JOB [--wait]
     trn logs JOB [--follow]
     trn cancel JOB
+    trn cost [--config PATH] [--region REGION]
     trn --version
 
 Import has no side effects and makes no AWS call; the synth path (app.py, trainium_cdk.stacks) never
@@ -25,7 +26,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trainium_cdk.cli import azs, doctor, jobs
+    from trainium_cdk.cli import azs, cost, doctor, jobs
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     azs.add_parser(sub)
     doctor.add_parser(sub)
     jobs.add_parsers(sub)
+    cost.add_parser(sub)
     return parser
 
 

@@ -36,6 +36,8 @@ ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
 # Add-ons that run a Deployment: with no node to run it, EKS reports them DEGRADED and the stack fails.
 # They wait for the system node group; the DaemonSet-only ones report ACTIVE with no nodes.
 ADDONS_NEEDING_NODES = ("coredns", FSX_CSI_ADDON)
+# The labels of the system nodes: controllers (Karpenter, Cluster Autoscaler) select them.
+SYSTEM_NODE_LABELS = {"trainium-cdk/role": "system"}
 
 # The FSx CSI controller tags every file system it creates with CSIVolumeName (aws-fsx-csi-driver
 # pkg/cloud): it may create only file systems so tagged, and update or delete only those, never the
@@ -130,7 +132,7 @@ class TrainiumCluster(Construct):
             min_size=settings.system_nodes,
             desired_size=settings.system_nodes,
             max_size=settings.system_nodes * 2,
-            labels={"trainium-cdk/role": "system"},
+            labels=dict(SYSTEM_NODE_LABELS),
         )
         acknowledge(
             self.system_nodes.role,

@@ -14,14 +14,19 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from trainium_cdk.catalog import InstanceSpec
+from trainium_cdk.charts.karpenter import (
+    NEURON_TAINT_VALUE, NODE_EFA_LABEL, NODE_INSTANCE_TYPE_LABEL, compute_node_labels,
+)
+from trainium_cdk.charts.training import GROUP_LABEL
 from trainium_cdk.config import ComputeGroup
+from trainium_cdk.constructs.cluster_autoscaler import node_template_tags
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.nag import acknowledge
 
 NEURON_TAINT_KEY = "aws.amazon.com/neuron"
-GROUP_LABEL = "trainium-cdk/compute-group"
-INSTANCE_TYPE_LABEL = "trainium-cdk/instance-type"
-EFA_LABEL = "trainium-cdk/efa"
+INSTANCE_TYPE_LABEL = NODE_INSTANCE_TYPE_LABEL
+EFA_LABEL = NODE_EFA_LABEL
+assert GROUP_LABEL  # re-exported: the node labels live in charts.karpenter and charts.training
 
 # What the L2 node group attaches to its node role.
 NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
@@ -70,11 +75,7 @@ class TrainiumNodeGroup(Construct):
             root_volume_gib=group.root_volume_gib,
             capacity=group.capacity,
         )
-        self.labels = {
-            GROUP_LABEL: group.name,
-            INSTANCE_TYPE_LABEL: spec.name,
-            EFA_LABEL: "true" if spec.has_efa else "false",
-        }
+        self.labels = compute_node_labels(group.name, spec.name, spec.has_efa)
         self.nodegroup = eks.Nodegroup(
             self,
             "Nodegroup",
@@ -86,12 +87,15 @@ class TrainiumNodeGroup(Construct):
             ),
             subnets=ec2.SubnetSelection(subnets=list(subnets)),
             # EKS updates a capacity-block node group only at desired size 0, and nodes cannot launch
-            # before the block starts: scale it up then (README, "Capacity blocks").
+            # before the block starts: scale it up then (README, "Capacity blocks"). Otherwise the group
+            # starts at its minimum (0 by default) and Cluster Autoscaler sizes it for pending pods.
             min_size=0 if capacity_block else group.min_nodes,
-            desired_size=0 if capacity_block else group.nodes,
+            desired_size=0 if capacity_block else group.min_nodes,
             max_size=group.maximum,
             labels=self.labels,
-            taints=[eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=NEURON_TAINT_KEY, value="true")],
+            # What Cluster Autoscaler needs to scale the group up from zero (it reads DescribeNodegroup).
+            tags=node_template_tags(spec, self.labels, {NEURON_TAINT_KEY: f"{NEURON_TAINT_VALUE}:NoSchedule"}),
+            taints=[eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=NEURON_TAINT_KEY, value=NEURON_TAINT_VALUE)],
             enable_node_auto_repair=True,
         )
         acknowledge(

@@ -26,6 +26,27 @@ IMAGES_KEPT = 100
 # Volcano's install waits for its controllers and admission webhook (image pulls on fresh nodes):
 # more than Helm's 5 minute default, less than the 15 minutes the kubectl provider's Lambda may run.
 VOLCANO_WAIT = Duration.minutes(10)
+# Volcano's default scheduler configuration (chart config/volcano-scheduler.conf, 1.13) without the
+# `enqueue` action: enqueue holds a gang's PodGroup Pending until the cluster has room, so its pods are
+# never created and no autoscaler sees them; without it, allocate moves the PodGroup to Inqueue at once
+# (pkg/scheduler/actions/allocate, "If not config enqueue action") and the pending pods ask Karpenter or
+# Cluster Autoscaler for the whole gang. The gang plugin still binds all pods or none.
+VOLCANO_SCHEDULER_CONFIG = """actions: "allocate, backfill"
+tiers:
+- plugins:
+  - name: priority
+  - name: gang
+    enablePreemptable: false
+  - name: conformance
+- plugins:
+  - name: overcommit
+  - name: drf
+    enablePreemptable: false
+  - name: predicates
+  - name: proportion
+  - name: nodeorder
+  - name: binpack
+"""
 
 
 class TrainingWorkloads(Construct):
@@ -82,6 +103,7 @@ class TrainingWorkloads(Construct):
                 create_namespace=True,
                 wait=True,
                 timeout=VOLCANO_WAIT,
+                values={"custom": {"scheduler_config_override": VOLCANO_SCHEDULER_CONFIG}},
             )
             # Its admission webhook has no endpoints until its pods run somewhere.
             if nodes is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Acknowledgment, Validations
+from aws_cdk import Acknowledgment, Stack, Token, Validations
 from constructs import IConstruct
 
 
@@ -14,3 +14,11 @@ def acknowledge(construct: IConstruct, rule: str, findings: Sequence[str] | None
     for finding in findings or [None]:
         rule_id = f"{rule}[{finding}]" if finding else rule
         Validations.of(construct).acknowledge(Acknowledgment(id=rule_id, reason=reason))
+
+
+def nag_form(stack: Stack, arn: str) -> str:
+    """An ARN as cdk-nag names it in a finding: pseudo parameters as <AWS::...>, literals as they are."""
+    for value, name in ((stack.partition, "Partition"), (stack.region, "Region"), (stack.account, "AccountId")):
+        if Token.is_unresolved(value):
+            arn = arn.replace(value, f"<AWS::{name}>")
+    return arn

@@ -11,6 +11,7 @@ from trainium_cdk.config import Config
 from trainium_cdk.constructs.eks_cluster import TrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
 from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
+from trainium_cdk.stacks.eks_capacity import trainium_capacity
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.dist import fsx_storage_props
@@ -33,19 +34,22 @@ class EksStack(Stack):
             cluster_name=config.stack_name("eks"),
         )
         cluster = self.training.cluster
-        self.node_groups = {
-            group.name: TrainiumNodeGroup(
-                self,
-                f"NodeGroup-{group.name}",
-                cluster=cluster,
-                group=group,
-                spec=config.spec(group),
-                subnets=network.compute_subnets(group.name),
-                security_groups=[network.efa_security_group],
-                placement_group=network.placement_group(group.name),
-            )
-            for group in config.compute_groups
-        }
+        self.node_groups: dict[str, TrainiumNodeGroup] = {}
+        self.capacity = trainium_capacity(self, config=config, network=network, training=self.training)
+        if config.eks.capacity == "managed":
+            self.node_groups = {
+                group.name: TrainiumNodeGroup(
+                    self,
+                    f"NodeGroup-{group.name}",
+                    cluster=cluster,
+                    group=group,
+                    spec=config.spec(group),
+                    subnets=network.compute_subnets(group.name),
+                    security_groups=[network.efa_security_group],
+                    placement_group=network.placement_group(group.name),
+                )
+                for group in config.compute_groups
+            }
         if storage is not None:
             # The data pods (loader, shell, TensorBoard) run on the system nodes, which carry only the
             # cluster security group: open Lustre to that group rather than pin them to Trainium nodes

@@ -1,0 +1,285 @@
+"""KarpenterController: Karpenter on the system nodes, its IAM through Pod Identity, its node role,
+and the interruption queue with the EventBridge rules that feed it.
+
+The IAM policy and the rules follow Karpenter's own getting-started CloudFormation template
+(karpenter-provider-aws, website/content/en/docs/getting-started/getting-started-with-karpenter/
+cloudformation.yaml, for the 1.14 line): node lifecycle scoped to the cluster's tags, the instance
+profile actions, resource discovery, and the interruption queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from trainium_cdk import versions
+from trainium_cdk.constructs.eks_nodegroup import NODE_MANAGED_POLICIES
+from trainium_cdk.constructs.nag import acknowledge, nag_form
+from trainium_cdk.constructs.pod_identity import pod_identity_role
+
+KARPENTER_NAMESPACE = "kube-system"
+KARPENTER_SERVICE_ACCOUNT = "karpenter"
+# Karpenter reads interruption messages within seconds; older ones describe instances already gone.
+QUEUE_RETENTION = Duration.minutes(5)
+# Its install waits for the controller pods (image pulls on fresh system nodes).
+HELM_WAIT = Duration.minutes(10)
+# EC2 and AWS Health events Karpenter acts on (the getting-started template's five rules).
+INTERRUPTION_EVENTS: Mapping[str, tuple[str, str]] = {
+    "ScheduledChange": ("aws.health", "AWS Health Event"),
+    "SpotInterruption": ("aws.ec2", "EC2 Spot Instance Interruption Warning"),
+    "Rebalance": ("aws.ec2", "EC2 Instance Rebalance Recommendation"),
+    "InstanceStateChange": ("aws.ec2", "EC2 Instance State-change Notification"),
+    "CapacityReservationInterruption": ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
+}
+
+
+@dataclass(frozen=True)
+class KarpenterOptions:
+    """:param node_selector: labels of the nodes the controller runs on (the system nodes).
+    :param replicas: controller replicas. Default: 2 (one per system node, leader-elected)."""
+
+    node_selector: Mapping[str, str]
+    replicas: int = 2
+
+
+class KarpenterController(Construct):
+    """Karpenter for one cluster.
+
+    :param cluster: the EKS cluster.
+    :param cluster_name: its name, known at synth (IAM conditions and the queue name use it).
+    :param options: where and how many controllers run.
+    :param after: what must exist first: the system node group and the pod identity agent.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        cluster_name: str,
+        options: KarpenterOptions,
+        after: list[Construct],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        # The role of the nodes Karpenter launches: the EKS worker policies, and an access entry of
+        # type EC2_LINUX so that its nodes may join (Karpenter creates the instance profile itself).
+        self.node_role = iam.Role(
+            self,
+            "NodeRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(p) for p in NODE_MANAGED_POLICIES],
+            description="Trainium nodes launched by Karpenter",
+        )
+        acknowledge(
+            self.node_role,
+            "AwsSolutions-IAM4",
+            [f"Policy::arn:<AWS::Partition>:iam::aws:policy/{p}" for p in NODE_MANAGED_POLICIES],
+            "EKS nodes need the AWS-managed worker, CNI and ECR read-only policies, kept current by AWS.",
+        )
+        self.node_access = eks.AccessEntry(
+            self, "NodeAccess", cluster=cluster, principal=self.node_role.role_arn, access_policies=[],
+            access_entry_type=eks.AccessEntryType.EC2_LINUX,
+        )
+
+        self.queue = sqs.Queue(
+            self,
+            "InterruptionQueue",
+            retention_period=QUEUE_RETENTION,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+        )
+        acknowledge(
+            self.queue,
+            "AwsSolutions-SQS3",
+            None,
+            "Karpenter's interruption queue holds events for minutes; a message it cannot read is stale, not lost work.",
+        )
+        self.rules = {
+            name: events.Rule(
+                self,
+                f"{name}Rule",
+                event_pattern=events.EventPattern(source=[source], detail_type=[detail_type]),
+                targets=[targets.SqsQueue(self.queue)],
+            )
+            for name, (source, detail_type) in INTERRUPTION_EVENTS.items()
+        }
+
+        self.role, self.association = pod_identity_role(
+            self,
+            "Controller",
+            cluster=cluster,
+            namespace=KARPENTER_NAMESPACE,
+            service_account=KARPENTER_SERVICE_ACCOUNT,
+            description="Karpenter controller (EKS pod identity)",
+        )
+        self._grant(stack, cluster_name)
+        self.queue.grant_consume_messages(self.role)
+
+        self.chart = cluster.add_helm_chart(
+            "Karpenter",
+            chart="karpenter",
+            repository=versions.KARPENTER_HELM_REPOSITORY,
+            version=versions.KARPENTER_VERSION,
+            namespace=KARPENTER_NAMESPACE,
+            release="karpenter",
+            wait=True,
+            timeout=HELM_WAIT,
+            values={
+                "serviceAccount": {"name": KARPENTER_SERVICE_ACCOUNT},
+                "replicas": options.replicas,
+                # On the system nodes, never on nodes it manages itself.
+                "nodeSelector": dict(options.node_selector),
+                "controller": {
+                    "image": {"repository": versions.KARPENTER_IMAGE_REPOSITORY, "tag": versions.KARPENTER_VERSION,
+                              "digest": None},
+                },
+                "settings": {"clusterName": cluster_name, "interruptionQueue": self.queue.queue_name},
+            },
+        )
+        self.chart.node.add_dependency(self.association, *after)
+        # The NodePools and EC2NodeClasses, applied after this chart (its CRDs): set by the stack.
+        self.node_pools: eks.KubernetesManifest | None = None
+
+    def _grant(self, stack: Stack, cluster_name: str) -> None:
+        region, partition, account = stack.region, stack.partition, stack.account
+        owned = {f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}": "owned"}
+        requested = {
+            f"aws:RequestTag/kubernetes.io/cluster/{cluster_name}": "owned",
+            "aws:RequestTag/eks:eks-cluster-name": cluster_name,
+        }
+        ec2 = f"arn:{partition}:ec2:{region}"
+        created = [f"{ec2}:*:{kind}/*" for kind in (
+            "fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request")]
+        profile = f"arn:{partition}:iam::{account}:instance-profile/*"
+        statements = [
+            iam.PolicyStatement(
+                sid="AllowScopedEC2InstanceAccessActions",
+                actions=["ec2:RunInstances", "ec2:CreateFleet"],
+                resources=[f"{ec2}::image/*", f"{ec2}::snapshot/*", f"{ec2}:*:security-group/*", f"{ec2}:*:subnet/*",
+                           f"{ec2}:*:capacity-reservation/*", f"{ec2}:*:placement-group/*"],
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedEC2LaunchTemplateAccessActions",
+                actions=["ec2:RunInstances", "ec2:CreateFleet"],
+                resources=[f"{ec2}:*:launch-template/*"],
+                conditions={"StringEquals": owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}},
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedEC2InstanceActionsWithTags",
+                actions=["ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"],
+                resources=created,
+                conditions={"StringEquals": requested, "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"}},
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedResourceCreationTagging",
+                actions=["ec2:CreateTags"],
+                resources=created,
+                conditions={
+                    "StringEquals": {**requested, "ec2:CreateAction": ["RunInstances", "CreateFleet", "CreateLaunchTemplate"]},
+                    "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"},
+                },
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedResourceTagging",
+                actions=["ec2:CreateTags"],
+                resources=[f"{ec2}:*:instance/*"],
+                conditions={
+                    "StringEquals": owned,
+                    "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
+                    "StringEqualsIfExists": {"aws:RequestTag/eks:eks-cluster-name": cluster_name},
+                    "ForAllValues:StringEquals": {"aws:TagKeys": ["eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name"]},
+                },
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedDeletion",
+                actions=["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
+                resources=[f"{ec2}:*:instance/*", f"{ec2}:*:launch-template/*"],
+                conditions={"StringEquals": owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}},
+            ),
+            iam.PolicyStatement(
+                sid="AllowPassingInstanceRole",
+                actions=["iam:PassRole"],
+                resources=[self.node_role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": ["ec2.amazonaws.com", "ec2.amazonaws.com.cn"]}},
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedInstanceProfileCreationActions",
+                actions=["iam:CreateInstanceProfile"],
+                resources=[profile],
+                conditions={
+                    "StringEquals": {**requested, "aws:RequestTag/topology.kubernetes.io/region": region},
+                    "StringLike": {"aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*"},
+                },
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedInstanceProfileTagActions",
+                actions=["iam:TagInstanceProfile"],
+                resources=[profile],
+                conditions={
+                    "StringEquals": {
+                        **owned, "aws:ResourceTag/topology.kubernetes.io/region": region, **requested,
+                        "aws:RequestTag/topology.kubernetes.io/region": region,
+                    },
+                    "StringLike": {
+                        "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*",
+                        "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*",
+                    },
+                },
+            ),
+            iam.PolicyStatement(
+                sid="AllowScopedInstanceProfileActions",
+                actions=["iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile", "iam:DeleteInstanceProfile"],
+                resources=[profile],
+                conditions={
+                    "StringEquals": {**owned, "aws:ResourceTag/topology.kubernetes.io/region": region},
+                    "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*"},
+                },
+            ),
+            iam.PolicyStatement(
+                sid="AllowAPIServerEndpointDiscovery",
+                actions=["eks:DescribeCluster"],
+                resources=[f"arn:{partition}:eks:{region}:{account}:cluster/{cluster_name}"],
+            ),
+            iam.PolicyStatement(
+                sid="AllowRegionalReadActions",
+                actions=[
+                    "ec2:DescribeCapacityReservations", "ec2:DescribeImages", "ec2:DescribeInstances",
+                    "ec2:DescribeInstanceStatus", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
+                    "ec2:DescribeLaunchTemplates", "ec2:DescribePlacementGroups", "ec2:DescribeSecurityGroups",
+                    "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets",
+                ],
+                resources=["*"],
+                conditions={"StringEquals": {"aws:RequestedRegion": region}},
+            ),
+            iam.PolicyStatement(
+                sid="AllowSSMReadActions",
+                actions=["ssm:GetParameter"],
+                resources=[f"arn:{partition}:ssm:{region}::parameter/aws/service/*"],
+            ),
+            iam.PolicyStatement(sid="AllowPricingReadActions", actions=["pricing:GetProducts"], resources=["*"]),
+            iam.PolicyStatement(
+                sid="AllowUnscopedInstanceProfileListAction", actions=["iam:ListInstanceProfiles"], resources=["*"]
+            ),
+            iam.PolicyStatement(sid="AllowInstanceProfileReadActions", actions=["iam:GetInstanceProfile"], resources=[profile]),
+        ]
+        for statement in statements:
+            self.role.add_to_policy(statement)
+        wildcards = sorted({r for st in statements for r in st.resources if r.endswith("*")})
+        acknowledge(
+            self.role,
+            "AwsSolutions-IAM5",
+            [f"Resource::{nag_form(stack, r)}" for r in wildcards],
+            "Karpenter launches and ends instances, launch templates and instance profiles whose ids do not "
+            "exist yet: each action is scoped to the cluster's ownership tags and the region, as Karpenter's "
+            "own CloudFormation template scopes it; Describe and pricing calls have no resource-level permissions.",
+        )

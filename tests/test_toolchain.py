@@ -185,8 +185,10 @@ def test_a_config_error_exits_2_and_keeps_the_last_good_cdk_out(project, first_s
 def test_a_batch_only_synth_lists_no_stale_files(project, first_synth):
     done = run_synth(project, "-c", "backends=batch")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["cdk.out/trainium-batch.template.json", "cdk.out/trainium-network.template.json",
-                                        "cdk.out/trainium-storage.template.json"]
+    listed, _, bill = done.stdout.partition("\n\n")
+    assert listed.splitlines() == ["cdk.out/trainium-batch.template.json", "cdk.out/trainium-network.template.json",
+                                   "cdk.out/trainium-storage.template.json"]
+    assert "total idle floor" in bill
     assert not (project / "dist").exists()
     assert not (project / "cdk.out" / "trainium-eks.template.json").exists()
     plan_lines = plan(project / "cdk.out")

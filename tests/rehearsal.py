@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,6 +142,37 @@ class Stage:
         return env
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (torchrun starts its workers in sessions of their own, so a signal
+    to the node's process group misses them)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_node(proc: subprocess.Popen) -> None:
+    """SIGKILL a node: its process group and every process it started, as when its host dies."""
+    for pid in [proc.pid, *_descendants(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 @dataclass
 class NodeResult:
     rank: int
@@ -149,9 +180,16 @@ class NodeResult:
     output: str
 
 
-def run_nodes(argvs: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]], *, cwd: Path) -> list[NodeResult]:
+def run_nodes(
+    argvs: Sequence[Sequence[str]],
+    envs: Sequence[Mapping[str, str]],
+    *,
+    cwd: Path,
+    kill: tuple[int, Callable[[], bool]] | None = None,
+) -> list[NodeResult]:
     """Start every node at once, each in its own process group, and wait for all. A node that fails
-    ends the others (as a gang scheduler would); so does the time limit."""
+    ends the others (as a gang scheduler would); so does the time limit. ``kill=(node, when)``: once
+    ``when()`` is true, SIGKILL every process of that node (its host dies mid-run)."""
     logs = [tempfile.TemporaryFile(mode="w+") for _ in argvs]
     procs = [
         subprocess.Popen(
@@ -162,6 +200,9 @@ def run_nodes(argvs: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]],
     deadline = time.monotonic() + TIMEOUT_S
     try:
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            if kill is not None and kill[1]():
+                kill_node(procs[kill[0]])
+                kill = None
             if any(p.returncode not in (None, 0) for p in procs):
                 time.sleep(2)  # let the others report the failure too
                 break
@@ -169,7 +210,7 @@ def run_nodes(argvs: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]],
     finally:
         for proc in procs:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_node(proc)
                 proc.wait()
     results = []
     for rank, (proc, log) in enumerate(zip(procs, logs, strict=True)):

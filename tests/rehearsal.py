@@ -14,6 +14,9 @@ ParallelCluster's Neuron venv          a folder whose ``bin/activate`` does noth
 host names and node addresses          127.0.0.1 (``hostname``, ``scontrol`` stand-ins; Volcano hosts)
 ``srun``                               starts the command once per node, each with its SLURM_NODEID
 Neuron and EFA devices, torch-neuronx  absent: the CPU build of torch (gloo) trains instead
+``neuron-ls --json-output``            prints N devices (:func:`neuron_ls`): the health and fabric checks
+``nccom-test``                         prints a captured real report (:func:`nccom_test`): fabric check
+``scontrol update``                    records its arguments (:func:`scontrol_recorder`): health prolog
 =====================================  ==========================================================
 """
 
@@ -75,6 +78,29 @@ for i in range(nodes):
 codes = [p.wait() for p in procs]
 sys.exit(0 if all(c == 0 for c in codes) else 1)
 """
+
+
+def _tool(bin_dir: Path, name: str, text: str) -> Path:
+    path = bin_dir / name
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def neuron_ls(bin_dir: Path, devices: int) -> Path:
+    """neuron-ls stand-in: ``--json-output`` lists ``devices`` Neuron devices (one object each)."""
+    listing = json.dumps([{"neuron_device": i, "nc_count": 2} for i in range(devices)])
+    return _tool(bin_dir, "neuron-ls", f"#!/bin/sh\ncase \"$*\" in *--json-output*) echo '{listing}' ;; *) exit 2 ;; esac\n")
+
+
+def nccom_test(bin_dir: Path, report: Path, log: Path) -> Path:
+    """nccom-test stand-in: records its arguments and NEURON_RT_ROOT_COMM_ID, prints a real report."""
+    return _tool(bin_dir, "nccom-test", f"#!/bin/sh\necho \"$NEURON_RT_ROOT_COMM_ID $*\" >> '{log}'\ncat '{report}'\n")
+
+
+def scontrol_recorder(bin_dir: Path, log: Path) -> Path:
+    """scontrol stand-in for the prolog: records ``update`` calls."""
+    return _tool(bin_dir, "scontrol", f"#!/bin/sh\necho \"$*\" >> '{log}'\n")
 
 
 def free_port() -> int:

@@ -5,6 +5,7 @@
     trn submit [--backend batch|eks] [--group NAME] [--nodes N] [--name NAME] [--dry-run]
     trn status JOB [--wait]
     trn logs JOB [--follow]
+    trn check fabric --nodes N [--backend batch|eks] [--min-fraction F] [--report LOG]
 
 Import has no side effects and makes no AWS call; the synth path (app.py, trainium_cdk.stacks) never
 imports this package. Errors a user can fix print one line on stderr and exit 2.
@@ -23,7 +24,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trainium_cdk.cli import azs, doctor, jobs
+    from trainium_cdk.cli import azs, check, doctor, jobs
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     azs.add_parser(sub)
     doctor.add_parser(sub)
     jobs.add_parsers(sub)
+    check.add_parser(sub)
     return parser
 
 

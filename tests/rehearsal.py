@@ -14,6 +14,9 @@ ParallelCluster's Neuron venv          a folder whose ``bin/activate`` does noth
 host names and node addresses          127.0.0.1 (``hostname``, ``scontrol`` stand-ins; Volcano hosts)
 ``srun``                               starts the command once per node, each with its SLURM_NODEID
 Neuron and EFA devices, torch-neuronx  absent: the CPU build of torch (gloo) trains instead
+``neuron-ls --json-output``            prints N devices (:func:`neuron_ls`): the health and fabric checks
+``nccom-test``                         prints a captured real report (:func:`nccom_test`): fabric check
+``scontrol update``                    records its arguments (:func:`scontrol_recorder`): health prolog
 =====================================  ==========================================================
 """
 
@@ -28,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +78,29 @@ for i in range(nodes):
 codes = [p.wait() for p in procs]
 sys.exit(0 if all(c == 0 for c in codes) else 1)
 """
+
+
+def _tool(bin_dir: Path, name: str, text: str) -> Path:
+    path = bin_dir / name
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def neuron_ls(bin_dir: Path, devices: int) -> Path:
+    """neuron-ls stand-in: ``--json-output`` lists ``devices`` Neuron devices (one object each)."""
+    listing = json.dumps([{"neuron_device": i, "nc_count": 2} for i in range(devices)])
+    return _tool(bin_dir, "neuron-ls", f"#!/bin/sh\ncase \"$*\" in *--json-output*) echo '{listing}' ;; *) exit 2 ;; esac\n")
+
+
+def nccom_test(bin_dir: Path, report: Path, log: Path) -> Path:
+    """nccom-test stand-in: records its arguments and NEURON_RT_ROOT_COMM_ID, prints a real report."""
+    return _tool(bin_dir, "nccom-test", f"#!/bin/sh\necho \"$NEURON_RT_ROOT_COMM_ID $*\" >> '{log}'\ncat '{report}'\n")
+
+
+def scontrol_recorder(bin_dir: Path, log: Path) -> Path:
+    """scontrol stand-in for the prolog: records ``update`` calls."""
+    return _tool(bin_dir, "scontrol", f"#!/bin/sh\necho \"$*\" >> '{log}'\n")
 
 
 def free_port() -> int:
@@ -142,6 +168,37 @@ class Stage:
         return env
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (torchrun starts its workers in sessions of their own, so a signal
+    to the node's process group misses them)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_node(proc: subprocess.Popen) -> None:
+    """SIGKILL a node: its process group and every process it started, as when its host dies."""
+    for pid in [proc.pid, *_descendants(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 @dataclass
 class NodeResult:
     rank: int
@@ -149,9 +206,16 @@ class NodeResult:
     output: str
 
 
-def run_nodes(argvs: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]], *, cwd: Path) -> list[NodeResult]:
+def run_nodes(
+    argvs: Sequence[Sequence[str]],
+    envs: Sequence[Mapping[str, str]],
+    *,
+    cwd: Path,
+    kill: tuple[int, Callable[[], bool]] | None = None,
+) -> list[NodeResult]:
     """Start every node at once, each in its own process group, and wait for all. A node that fails
-    ends the others (as a gang scheduler would); so does the time limit."""
+    ends the others (as a gang scheduler would); so does the time limit. ``kill=(node, when)``: once
+    ``when()`` is true, SIGKILL every process of that node (its host dies mid-run)."""
     logs = [tempfile.TemporaryFile(mode="w+") for _ in argvs]
     procs = [
         subprocess.Popen(
@@ -162,6 +226,9 @@ def run_nodes(argvs: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]],
     deadline = time.monotonic() + TIMEOUT_S
     try:
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            if kill is not None and kill[1]():
+                kill_node(procs[kill[0]])
+                kill = None
             if any(p.returncode not in (None, 0) for p in procs):
                 time.sleep(2)  # let the others report the failure too
                 break
@@ -169,7 +236,7 @@ def run_nodes(argvs: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]],
     finally:
         for proc in procs:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_node(proc)
                 proc.wait()
     results = []
     for rank, (proc, log) in enumerate(zip(procs, logs, strict=True)):

@@ -318,7 +318,7 @@ def test_image_retries_timeout_and_logs_defaults(every_type):
     group = Group(every_type, "trn1-32xlarge")
     assert group.container["Image"] == versions.neuron_training_image("us-east-2")
     assert versions.NEURON_TRAINING_IMAGE_TAG in group.container["Image"]
-    assert group.job_definition["RetryStrategy"] == {"Attempts": 2}
+    assert group.job_definition["RetryStrategy"]["Attempts"] == 2  # which exits retry: tests/test_resume.py
     assert group.job_definition["Timeout"] == {"AttemptDurationSeconds": 1440 * 60}
     logging = group.container["LogConfiguration"]
     assert logging["LogDriver"] == "awslogs"
@@ -433,7 +433,7 @@ def test_custom_image_command_retries_timeout_and_retention(reserved):
     assert container["Image"] == CUSTOM_IMAGE
     assert container["Command"] == launch_command(CUSTOM_COMMAND)
     assert "Parameters" not in group.job_definition
-    assert group.job_definition["RetryStrategy"] == {"Attempts": 3}
+    assert group.job_definition["RetryStrategy"]["Attempts"] == 3
     assert group.job_definition["Timeout"] == {"AttemptDurationSeconds": 120 * 60}
     assert group.properties(group.construct.log_group)["RetentionInDays"] == 7
     (pull,) = [s for s in _statements(group, group.construct.instance_role) if "ecr:BatchGetImage" in s["Action"]]

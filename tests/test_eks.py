@@ -147,8 +147,10 @@ def test_cluster_version_logging_encryption_and_endpoint(every_type, reserved):
 
 def test_fsx_csi_role_deletes_and_updates_only_what_it_created(every_type):
     template = every_type.template_json("eks")
-    (association,) = [a for a in resources(template, "AWS::EKS::PodIdentityAssociation").values()
-                      if a["Properties"]["ServiceAccount"] == "fsx-csi-controller-sa"]
+    (association,) = [
+        a for a in resources(template, "AWS::EKS::PodIdentityAssociation").values()
+        if a["Properties"]["ServiceAccount"] == "fsx-csi-controller-sa"
+    ]
     role_id = association["Properties"]["RoleArn"]["Fn::GetAtt"][0]
     statements = [
         s for p in resources(template, "AWS::IAM::Policy").values()
@@ -199,11 +201,16 @@ def test_system_node_group(every_type):
 def test_managed_addons_and_fsx_csi_pod_identity(every_type):
     template = every_type.template_json("eks")
     addons = {a["Properties"]["AddonName"]: a["Properties"] for a in resources(template, "AWS::EKS::Addon").values()}
-    assert set(addons) == {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", "aws-fsx-csi-driver"}
+    assert set(addons) == {
+        "vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", "aws-fsx-csi-driver",
+        "eks-node-monitoring-agent", "amazon-cloudwatch-observability",  # tests/test_observability.py
+    }
     config = json.loads(addons["aws-fsx-csi-driver"]["ConfigurationValues"])
     assert {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"} in config["node"]["tolerations"]
-    (association,) = [a for a in resources(template, "AWS::EKS::PodIdentityAssociation").values()
-                      if a["Properties"]["ServiceAccount"] == "fsx-csi-controller-sa"]
+    (association,) = [
+        a for a in resources(template, "AWS::EKS::PodIdentityAssociation").values()
+        if a["Properties"]["ServiceAccount"] == "fsx-csi-controller-sa"
+    ]
     assert association["Properties"]["ServiceAccount"] == "fsx-csi-controller-sa"
     assert association["Properties"]["Namespace"] == "kube-system"
     roles = resources(template, "AWS::IAM::Role")

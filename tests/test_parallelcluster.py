@@ -324,7 +324,8 @@ def test_setup_script_is_an_asset_nodes_may_read_and_only_it(every_type):
     assert all(a["EnableWriteAccess"] is False for a in access)
     assert keys[0].endswith(".sh") and keys[0] in script_url
     assert keys[1].endswith(".sh") and keys[1] in head_url
-    assert sorted(k.rsplit(".", 1)[1] for k in keys[2:]) == ["sbatch"] * len(SUPPORTED_TRAINING_TYPES)
+    # The batch scripts and the health prolog (tests/test_health.py).
+    assert sorted(k.rsplit(".", 1)[1] for k in keys[2:]) == ["sbatch"] * len(SUPPORTED_TRAINING_TYPES) + ["sh"]
     for queue in queues:
         assert queue["CustomActions"] == queues[0]["CustomActions"]
         assert queue["Iam"]["S3Access"] == access
@@ -445,7 +446,10 @@ def test_write_dist_writes_the_cli_files(tmp_path):
     assert names[:3] == [
         "parallelcluster/t-cluster.yaml", "parallelcluster/neuron_setup.sh", "parallelcluster/head_node_setup.sh"
     ]
-    assert sorted(names[3:]) == sorted(f"parallelcluster/train-{_name(t)}.sbatch" for t in SUPPORTED_TRAINING_TYPES)
+    assert sorted(names[3:]) == sorted(
+        [*(f"parallelcluster/train-{_name(t)}.sbatch" for t in SUPPORTED_TRAINING_TYPES),
+         "parallelcluster/50_trainium_neuron_devices.sh"]
+    )
     text = paths[0].read_text()
     for name in placeholder_names(EVERY_TYPE):
         assert "${" + name + "}" in text

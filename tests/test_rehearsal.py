@@ -71,7 +71,7 @@ def run_kubernetes_job(stage: Stage, job: dict[str, Any]) -> list:
     return run_nodes([argv], [stage.environment(container_env(container))], cwd=stage.root)
 
 
-def run_volcano_job(stage: Stage, job: dict[str, Any]) -> list:
+def run_volcano_job(stage: Stage, job: dict[str, Any], **run: Any) -> list:
     """A Volcano Job: the env plugin's task index and the svc plugin's host list and counts, per pod."""
     name = job["metadata"]["name"]
     tasks = job["spec"]["tasks"]
@@ -89,10 +89,10 @@ def run_volcano_job(stage: Stage, job: dict[str, Any]) -> list:
             argvs.append([stage.substitute(a) for a in (*container["command"], *container.get("args", []))])
             env = {**container_env(container), **plugins, "VC_TASK_INDEX": str(index), "VK_TASK_INDEX": str(index)}
             envs.append(stage.environment(env))
-    return run_nodes(argvs, envs, cwd=stage.root)
+    return run_nodes(argvs, envs, cwd=stage.root, **run)
 
 
-def run_batch_job(stage: Stage, definition: dict[str, Any], nodes: int) -> list:
+def run_batch_job(stage: Stage, definition: dict[str, Any], nodes: int, **run: Any) -> list:
     """A multi-node parallel job: Batch substitutes Ref:: parameters and sets the node variables."""
     props = definition["Properties"]
     (node_range,) = props["NodeProperties"]["NodeRangeProperties"]
@@ -110,7 +110,7 @@ def run_batch_job(stage: Stage, definition: dict[str, Any], nodes: int) -> list:
             batch_vars["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = LOOPBACK
         argvs.append([stage.substitute(a) for a in argv])
         envs.append(stage.environment({**job_env, **batch_vars}))
-    return run_nodes(argvs, envs, cwd=stage.root)
+    return run_nodes(argvs, envs, cwd=stage.root, **run)
 
 
 def run_slurm_script(stage: Stage, script: str, nodes: int, *args: str) -> list:

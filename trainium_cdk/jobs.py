@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.launcher import launch_command, launch_environment
-from trainium_cdk.training_env import MASTER_PORT, SHARED_MOUNT, cache_dir, efa_environment, neuron_environment
+from trainium_cdk.training_env import (
+    CHECKPOINT_ROOT, MASTER_PORT, SHARED_MOUNT, cache_dir, efa_environment, neuron_environment,
+)
 
 # A cache set names one directory: no slashes, nothing that climbs out of the cache root.
 _CACHE_SET = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
@@ -25,6 +27,7 @@ _BF16_VARIABLES = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
 POD_SOCKET_IFNAME = "eth0"
 # Hugging Face caches (hub, datasets) on shared storage, as the Neuron tutorials keep them.
 HF_HOME = f"{SHARED_MOUNT}/huggingface"
+JOB_NAME_VARIABLE = "TRN_JOB_NAME"
 
 
 def check_node_count(field_name: str, nodes: int, *, maximum: int, instance: InstanceSpec, group: str | None) -> int:
@@ -129,10 +132,13 @@ class JobSpec:
             env.update(efa_environment(self.instance), CCOM_SOCKET_IFNAME=POD_SOCKET_IFNAME)
         env.update(
             launch_environment(
-                processes=self.processes, master_port=MASTER_PORT, cache_dir=self.cache_dir, precompile=self.precompile
+                processes=self.processes, master_port=MASTER_PORT, cache_dir=self.cache_dir, precompile=self.precompile,
+                checkpoint_root=CHECKPOINT_ROOT if self.shared_storage else None,
             )
         )
         if self.shared_storage:
             env["HF_HOME"] = HF_HOME
+        # The checkpoint directory's name: a restarted (or resubmitted) job of this name resumes.
+        env[JOB_NAME_VARIABLE] = self.name
         env.update(self.env)
         return env

@@ -18,7 +18,9 @@ none       0                                   1                                
 
 What the job definition sets at synth: ``NPROC_PER_NODE`` (NeuronCores of the instance type),
 ``MASTER_PORT``, ``TRN_CACHE_DIR`` (the Neuron compile cache, created if missing) and optionally
-``TRN_PRECOMPILE=1`` (run the command under ``neuron_parallel_compile`` first).
+``TRN_PRECOMPILE=1`` (run the command under ``neuron_parallel_compile`` first), and with shared storage
+``TRN_CHECKPOINT_ROOT``: the launcher exports ``TRN_CHECKPOINT_DIR=<root>/<job>``, the job being
+``TRN_JOB_NAME`` (EKS), the Slurm job id or the Batch job id, which a retry or requeue keeps.
 
 The training command follows the launcher's name. torchrun runs ``python -u <first word>``: a command
 that starts with a ``.py`` script is handed over as it is; any other command (``python3 train.py``,
@@ -84,6 +86,13 @@ if [ -n "${TRN_CACHE_DIR:-}" ]; then
   mkdir -p "$TRN_CACHE_DIR"
   export NEURON_CC_FLAGS="--cache_dir=$TRN_CACHE_DIR${NEURON_CC_FLAGS:+ $NEURON_CC_FLAGS}"
 fi
+if [ -n "${TRN_CHECKPOINT_ROOT:-}" ]; then
+  job="${TRN_JOB_NAME:-${SLURM_JOB_ID:-${AWS_BATCH_JOB_ID:-}}}"
+  job="${job%%#*}"  # a Batch node's job id is <job id>#<node index>
+  [ -n "$job" ] || fail "$scheduler: no job name or id for the checkpoint directory"
+  export TRN_CHECKPOINT_DIR="${TRN_CHECKPOINT_DIR:-$TRN_CHECKPOINT_ROOT/$job}"
+  mkdir -p "$TRN_CHECKPOINT_DIR"
+fi
 case "$1" in *.py) ;; *) set -- --no-python "$@" ;; esac
 say "$scheduler: node $NODE_RANK of $NNODES, $NPROC_PER_NODE processes, rendezvous $MASTER_ADDR:$MASTER_PORT"
 set -- --nnodes="$NNODES" --node_rank="$NODE_RANK" --nproc_per_node="$NPROC_PER_NODE" \
@@ -102,10 +111,13 @@ def launch_command(program: Sequence[str]) -> list[str]:
 
 
 def launch_environment(
-    *, processes: int, master_port: int, cache_dir: str, precompile: bool = False
+    *, processes: int, master_port: int, cache_dir: str, precompile: bool = False,
+    checkpoint_root: str | None = None,
 ) -> dict[str, str]:
     """What the launcher reads from the job definition (everything else comes from the scheduler)."""
     env = {"NPROC_PER_NODE": str(processes), "MASTER_PORT": str(master_port), "TRN_CACHE_DIR": cache_dir}
     if precompile:
         env["TRN_PRECOMPILE"] = "1"
+    if checkpoint_root is not None:
+        env["TRN_CHECKPOINT_ROOT"] = checkpoint_root
     return env

@@ -16,6 +16,9 @@ HOST_MOUNT_DIR = SHARED_MOUNT
 CACHE_DIR_NAME = "neuron-cache"
 # Neuron's compile cache when no shared storage is deployed: on the node, per cache set.
 LOCAL_CACHE_ROOT = "/var/tmp/neuron-compile-cache"
+# Checkpoints: /fsx/checkpoints/<job> on every backend. The launcher appends the job (its name on EKS,
+# the Slurm job id, the Batch job id): all stay the same when the scheduler restarts the job.
+CHECKPOINT_ROOT = f"{SHARED_MOUNT}/checkpoints"
 # torchrun's rendezvous port on the rank-0 node, on every backend.
 MASTER_PORT = 29500
 

@@ -7,6 +7,7 @@
     trn logs JOB [--follow]
     trn cancel JOB
     trn cost [--config PATH] [--region REGION]
+    trn check fabric --nodes N [--backend batch|eks] [--min-fraction F] [--report LOG]
     trn --version
 
 Import has no side effects and makes no AWS call; the synth path (app.py, trainium_cdk.stacks) never
@@ -26,7 +27,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trainium_cdk.cli import azs, cost, doctor, jobs
+    from trainium_cdk.cli import azs, check, cost, doctor, jobs
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_parser(sub)
     jobs.add_parsers(sub)
     cost.add_parser(sub)
+    check.add_parser(sub)
     return parser
 
 

@@ -28,7 +28,7 @@ from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.launcher import launch_command, launch_environment
 from trainium_cdk.training_env import (
-    HOST_MOUNT_DIR, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
+    CHECKPOINT_ROOT, HOST_MOUNT_DIR, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
 )
 from trainium_cdk.versions import (
     BATCH_AMI_KIND, NEURON_DLC_ACCOUNT, NEURON_TRAINING_IMAGE_REPOSITORY, XLA_TRACK, NeuronTrack, neuron_training_image,
@@ -54,6 +54,12 @@ SCRIPT_PARAMETER = "script"
 DEFAULT_SCRIPT = f"{MOUNT_DIR}/code/train.py"
 DEFAULT_SCRIPT_WITHOUT_STORAGE = "train.py"
 JOB_QUEUE_PRIORITY = 1
+# Retry what the host or the platform broke, never what the job did (AWS Batch "Automated job retries":
+# evaluateOnExit, first match wins, at most 5 conditions). A node that dies ends the job with a status
+# reason "Host EC2 (instance i-...) terminated."; a retry keeps the job id, so the job resumes from
+# /fsx/checkpoints/<job id>. Any other exit (the training program's own error) is not retried.
+HOST_FAILURE_STATUS_REASONS = ("Host EC2*",)
+HOST_FAILURE_REASONS = ("CannotPullContainerError*", "CannotStartContainerError*", "CannotInspectContainerError*")
 MIME_BOUNDARY = "==TRAINIUM_CDK=="
 
 # What the ECS agent on a Batch node calls (AmazonEC2ContainerServiceforEC2Role, without
@@ -122,6 +128,7 @@ class TrainiumBatch(Construct):
         self._custom_image = settings.image_uri is not None
         self.image = settings.image_uri or neuron_training_image(Stack.of(self).region, track.name)
         self.cache_dir = cache_dir(group.name, shared=storage is not None)
+        self._shared_storage = storage is not None
         if group.capacity.type == "capacity-block":
             Annotations.of(self).add_warning_v2(
                 "trainium-cdk:batch-capacity-block",
@@ -227,6 +234,7 @@ class TrainiumBatch(Construct):
                 instance_type=ec2.InstanceType(spec.name),
                 parameters=parameters,
                 retry_attempts=settings.retry_attempts,
+                retry_strategies=retry_strategies(),
                 timeout=Duration.minutes(settings.job_timeout_minutes),
                 propagate_tags=True,
             )
@@ -243,6 +251,7 @@ class TrainiumBatch(Construct):
                 container=self.container,
                 parameters=parameters,
                 retry_attempts=settings.retry_attempts,
+                retry_strategies=retry_strategies(),
                 timeout=Duration.minutes(settings.job_timeout_minutes),
                 propagate_tags=True,
             )
@@ -257,7 +266,12 @@ class TrainiumBatch(Construct):
         env = neuron_environment()
         if self.multi_node:
             env.update(efa_environment(self.spec), CCOM_SOCKET_IFNAME=SOCKET_IFNAME)
-        env.update(launch_environment(processes=self.spec.neuron_cores, master_port=MASTER_PORT, cache_dir=self.cache_dir))
+        env.update(
+            launch_environment(
+                processes=self.spec.neuron_cores, master_port=MASTER_PORT, cache_dir=self.cache_dir,
+                checkpoint_root=CHECKPOINT_ROOT if self._shared_storage else None,
+            )
+        )
         return env
 
     def _instance_role(self) -> iam.Role:
@@ -407,6 +421,16 @@ def node_user_data(spec: InstanceSpec, storage: LustreStorage | None, *, driver:
             "",
         ]
     )
+
+
+def retry_strategies() -> list[batch.RetryStrategy]:
+    """Retry on host and platform failures; exit on everything else (the user's error)."""
+    retry = [batch.Reason.custom(on_status_reason=r) for r in HOST_FAILURE_STATUS_REASONS]
+    retry += [batch.Reason.custom(on_reason=r) for r in HOST_FAILURE_REASONS]
+    return [
+        *(batch.RetryStrategy.of(batch.Action.RETRY, reason) for reason in retry),
+        batch.RetryStrategy.of(batch.Action.EXIT, batch.Reason.custom(on_reason="*")),
+    ]
 
 
 def ecr_repository_arn(image: str, *, partition: str = "aws") -> str | None:

@@ -30,6 +30,7 @@ from trainium_cdk.parallelcluster.cluster_config import (
     cluster_name,
 )
 from trainium_cdk.parallelcluster.dist import HEAD_NODE_SCRIPT, SETUP_SCRIPT
+from trainium_cdk.parallelcluster.health import PROLOG_NAME, render_prolog
 from trainium_cdk.parallelcluster.sbatch import render_all
 from trainium_cdk.versions import parallelcluster_provider_template_url
 
@@ -66,6 +67,7 @@ class SlurmCluster(Construct):
             file_name: s3_assets.Asset(self, f"BatchScript-{file_name}", path=str(self._stage(file_name, text)))
             for file_name, text in render_all(config).items()
         }
+        self.prolog = s3_assets.Asset(self, "HealthProlog", path=str(self._stage(PROLOG_NAME, render_prolog(config))))
         self.ids = ClusterIds(
             head_node_subnet_id=self._head_node_subnet(config, network).subnet_id,
             compute_subnet_ids={g.name: network.compute_subnet(g.name).subnet_id for g in config.compute_groups},
@@ -74,6 +76,7 @@ class SlurmCluster(Construct):
             setup_script=_object(self.setup_script),
             head_node_script=_object(self.head_node_script),
             batch_scripts={n: _object(a) for n, a in self.batch_scripts.items()},
+            prologs={PROLOG_NAME: _object(self.prolog)},
         )
         self.configuration = cluster_configuration(config, self.ids)
 

@@ -35,6 +35,8 @@ HEAD_NODE_SCRIPT_NAME = "head_node_setup.sh"
 # (TERMINATE would kill multi-day training runs; the default needs the whole fleet stopped first).
 QUEUE_UPDATE_STRATEGY = "DRAIN"
 SSM_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+# The node health check (parallelcluster/health.py renders it).
+PROLOG_NAME = "50_trainium_neuron_devices.sh"
 _CAPACITY_TYPE = {"on-demand": "ONDEMAND", "reservation": "ONDEMAND", "capacity-block": "CAPACITY_BLOCK"}
 
 
@@ -63,6 +65,8 @@ class ClusterIds:
     :param head_node_script: the head node's OnNodeConfigured script; its S3 key must never change
         (ParallelCluster cannot update a head node's OnNodeConfigured).
     :param batch_scripts: batch script file name -> object, copied to the head node's ``~/trainium``.
+    :param prologs: Slurm prolog file name -> object, installed by the head node into the shared
+        ``/opt/slurm/etc/scripts/prolog.d`` (the node health check).
     """
 
     head_node_subnet_id: str
@@ -72,6 +76,7 @@ class ClusterIds:
     setup_script: S3Object
     head_node_script: S3Object
     batch_scripts: Mapping[str, S3Object] = field(default_factory=dict)
+    prologs: Mapping[str, S3Object] = field(default_factory=dict)
 
 
 def cluster_name(config: Config) -> str:
@@ -91,9 +96,14 @@ def batch_script_name(group: ComputeGroup) -> str:
     return f"train-{group.name}.sbatch"
 
 
-def setup_args(batch_scripts: Mapping[str, S3Object], track: NeuronTrack = XLA_TRACK) -> list[str]:
+def setup_args(
+    batch_scripts: Mapping[str, S3Object],
+    track: NeuronTrack = XLA_TRACK,
+    prologs: Mapping[str, S3Object] | None = None,
+) -> list[str]:
     """Arguments of the setup script: every version from the track's table, so the script never changes,
-    and the batch scripts the head node copies (compute nodes get none: a new script must not replace them)."""
+    the batch scripts the head node copies (compute nodes get none: a new script must not replace them)
+    and the Slurm prologs it installs."""
     args = ["--sdk", track.neuron_release, "--venv", VENV]
     for name, version in track.apt_packages.items():
         args += ["--apt", f"{name}={version}"]
@@ -101,6 +111,8 @@ def setup_args(batch_scripts: Mapping[str, S3Object], track: NeuronTrack = XLA_T
         args += ["--pip", f"{name}=={version}"]
     for name, obj in batch_scripts.items():
         args += ["--sbatch", f"{name}={obj.url}"]
+    for name, obj in (prologs or {}).items():
+        args += ["--prolog", f"{name}={obj.url}"]
     return args
 
 
@@ -111,7 +123,7 @@ def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
         if group.name not in ids.compute_subnet_ids:
             raise ConfigError("compute_subnet_ids", sorted(ids.compute_subnet_ids), f"a subnet for group {group.name}")
     settings = config.parallelcluster
-    scripts = [ids.setup_script, ids.head_node_script, *ids.batch_scripts.values()]
+    scripts = [ids.setup_script, ids.head_node_script, *ids.batch_scripts.values(), *ids.prologs.values()]
     s3_access = [{"BucketName": s.bucket, "KeyName": s.key, "EnableWriteAccess": False} for s in scripts]
     track = config.neuron_track
     action = {"OnNodeConfigured": {"Script": ids.setup_script.url, "Args": setup_args({}, track)}}
@@ -119,7 +131,7 @@ def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
     # head node's OnNodeUpdated (which may change, and which ParallelCluster reruns after an update).
     head_actions = {
         "OnNodeConfigured": {"Script": ids.head_node_script.url},
-        "OnNodeUpdated": {"Script": ids.setup_script.url, "Args": setup_args(ids.batch_scripts, track)},
+        "OnNodeUpdated": {"Script": ids.setup_script.url, "Args": setup_args(ids.batch_scripts, track, ids.prologs)},
     }
     ssh: dict[str, Any] = {"AllowedIps": settings.ssh_allowed_cidr or config.network.cidr}
     if settings.ssh_key_name:
@@ -259,6 +271,7 @@ def placeholder_ids(config: Config) -> ClusterIds:
             batch_script_name(g): S3Object(bucket, f"{SCRIPTS_PREFIX}/{batch_script_name(g)}")
             for g in config.compute_groups
         },
+        prologs={PROLOG_NAME: S3Object(bucket, f"{SCRIPTS_PREFIX}/{PROLOG_NAME}")},
     )
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from trainium_cdk.config import Config
 from trainium_cdk.parallelcluster.cluster_config import HEAD_NODE_SCRIPT_NAME, SETUP_SCRIPT_NAME, render_cluster_yaml
+from trainium_cdk.parallelcluster.health import PROLOG_NAME, render_prolog
 from trainium_cdk.parallelcluster.sbatch import render_all
 
 SETUP_SCRIPT = Path(__file__).resolve().parent / SETUP_SCRIPT_NAME
@@ -30,7 +31,7 @@ def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
         shutil.copyfile(source, script)
         script.chmod(0o755)
         written.append(script)
-    for name, text in render_all(config).items():
+    for name, text in {**render_all(config), PROLOG_NAME: render_prolog(config)}.items():
         path = out / name
         path.write_text(text)
         written.append(path)

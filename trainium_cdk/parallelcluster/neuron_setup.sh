@@ -8,13 +8,14 @@
 #   --pip SPEC           a Neuron pip requirement, pinned (repeatable)
 #   --venv DIR           the PyTorch Neuron virtual environment (on /home, which the head node shares)
 #   --sbatch NAME=S3URL  a batch script the head node copies to $(dirname VENV)/trainium/NAME (repeatable)
+#   --prolog NAME=S3URL  a Slurm prolog the head node installs in the shared prolog.d (repeatable)
 #
 # Compute nodes get the driver, runtime, collectives and tools; the head node builds the shared venv
 # (one build for the whole cluster: /home is NFS-exported to every node). ParallelCluster installs EFA.
 set -euo pipefail
 
 SDK="" VENV="/home/ubuntu/aws_neuron_venv_pytorch"
-APT=() PIP=() SBATCH=()
+APT=() PIP=() SBATCH=() PROLOG=()
 while (($#)); do
   case "$1" in
     --sdk) SDK="$2"; shift 2 ;;
@@ -22,6 +23,7 @@ while (($#)); do
     --pip) PIP+=("$2"); shift 2 ;;
     --venv) VENV="$2"; shift 2 ;;
     --sbatch) SBATCH+=("$2"); shift 2 ;;
+    --prolog) PROLOG+=("$2"); shift 2 ;;
     *) echo "neuron_setup: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -74,6 +76,12 @@ else
   sudo -u ubuntu mkdir -p "${jobs_dir}"
   for spec in "${SBATCH[@]}"; do
     sudo -u ubuntu aws s3 cp --only-show-errors "${spec#*=}" "${jobs_dir}/${spec%%=*}"
+  done
+  # /opt/slurm is shared with every compute node; Slurm runs each script of prolog.d before a job.
+  install -d -m 0755 /opt/slurm/etc/scripts/prolog.d
+  for spec in "${PROLOG[@]}"; do
+    aws s3 cp --only-show-errors "${spec#*=}" "/opt/slurm/etc/scripts/prolog.d/${spec%%=*}"
+    chmod 0755 "/opt/slurm/etc/scripts/prolog.d/${spec%%=*}"
   done
 fi
 echo "${SDK}" > /etc/neuron-sdk-version

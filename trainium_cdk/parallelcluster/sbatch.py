@@ -18,7 +18,7 @@ import shlex
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.launcher import LAUNCHER, LAUNCHER_NAME, SHELL, launch_environment
 from trainium_cdk.parallelcluster.cluster_config import VENV, batch_script_name, queue_name
-from trainium_cdk.training_env import MASTER_PORT, cache_dir, efa_environment, neuron_environment
+from trainium_cdk.training_env import CHECKPOINT_ROOT, MASTER_PORT, cache_dir, efa_environment, neuron_environment
 
 # Heredoc delimiter of the launcher inside the script (quoted: nothing in it is expanded).
 _LAUNCHER_END = "TRAINIUM_LAUNCHER"
@@ -31,7 +31,10 @@ def render_sbatch(config: Config, group: ComputeGroup, *, job_name: str | None =
     env = {
         **efa_environment(spec),
         **neuron_environment(),
-        **launch_environment(processes=spec.neuron_cores, master_port=MASTER_PORT, cache_dir=cache_dir(group.name)),
+        **launch_environment(
+            processes=spec.neuron_cores, master_port=MASTER_PORT, cache_dir=cache_dir(group.name),
+            checkpoint_root=CHECKPOINT_ROOT,
+        ),
     }
     # On a host udev names the primary interface (ens5) and the Neuron runtime finds it itself; pods
     # set CCOM_SOCKET_IFNAME=eth0.
@@ -46,6 +49,8 @@ def render_sbatch(config: Config, group: ComputeGroup, *, job_name: str | None =
         "#SBATCH --ntasks-per-node=1",
         "#SBATCH --exclusive",
         "#SBATCH --wait-all-nodes=1",
+        # A node failure requeues the job under the same id, so it resumes from /fsx/checkpoints/<id>.
+        "#SBATCH --requeue",
         "#SBATCH --output=%x-%j.out",
         "set -euo pipefail",
         'if [[ $# -lt 1 ]]; then echo "usage: sbatch $0 TRAIN_SCRIPT [ARGS...]" >&2; exit 2; fi',

@@ -13,6 +13,7 @@ from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
 from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
 from trainium_cdk.stacks.eks_capacity import trainium_capacity
 from trainium_cdk.constructs.network import TrainingNetwork
+from trainium_cdk.constructs.observability import ClusterObservability
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.dist import fsx_storage_props
 
@@ -90,6 +91,12 @@ class EksStack(Stack):
             after=[namespace, *([self.manifests[FSX_CHART_ID]] if FSX_CHART_ID in self.manifests else [])],
             nodes=self.training.system_nodes,
         )
+        self.observability = ClusterObservability(
+            self, "Observability", cluster=cluster, cluster_name=config.stack_name("eks"),
+            after=[self.training.system_nodes, *self.manifests.values()],
+            file_system_id=storage.file_system_id if storage is not None else None,
+        )
+        CfnOutput(self, "DashboardName", value=self.observability.dashboard.dashboard_name)
         CfnOutput(self, "ExampleImageUri", value=self.workloads.image.image_uri)
         CfnOutput(self, "TrainingImageRepositoryUri", value=self.workloads.repository.repository_uri)
         self.cluster_name_output = CfnOutput(self, "ClusterName", value=cluster.cluster_name)

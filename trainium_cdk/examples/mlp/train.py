@@ -7,7 +7,11 @@ training containers and in this project's tests. Under torchrun with more than o
 data-parallel. Rank 0 first prints the Neuron versions the node has next to the pins the job was given
 (``TRN_NEURON_*`` variables), skipping any tool the node lacks.
 
-    torchrun --nnodes=1 --nproc_per_node=2 train.py --epochs 4 --output-dir /data/runs/mlp
+    torchrun --nnodes=1 --nproc_per_node=2 train.py --epochs 4 --output-dir /fsx/runs/mlp
+
+Checkpoints: rank 0 saves one after every epoch into ``--checkpoint-dir`` (default: ``$TRN_CHECKPOINT_DIR``,
+which the launcher sets to ``/fsx/checkpoints/<job>`` on every backend), and every rank starts from the
+newest one there, so a job the scheduler restarts after a failure resumes instead of starting over.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import gc
 import json
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -94,6 +99,41 @@ class MLP(nn.Module):
         return self.layers(x)
 
 
+CHECKPOINT_ENV = "TRN_CHECKPOINT_DIR"
+_CHECKPOINT = re.compile(r"^epoch-(\d+)\.pt$")
+KEEP_CHECKPOINTS = 2
+
+
+def newest_checkpoint(directory: Path | None) -> Path | None:
+    """The checkpoint of the latest finished epoch (half-written files have another name)."""
+    if directory is None or not directory.is_dir():
+        return None
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _CHECKPOINT.match(p.name))]
+    return max(found)[1] if found else None
+
+
+def save_checkpoint(directory: Path, state: dict) -> None:
+    """Write then rename: a rank killed mid-write leaves no file that looks finished."""
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"epoch-{state['epoch']:05d}.pt"
+    partial = directory / f".{final.name}.partial"
+    torch.save(state, partial)
+    os.replace(partial, final)
+    for old in sorted(p for p in directory.iterdir() if _CHECKPOINT.match(p.name))[:-KEEP_CHECKPOINTS]:
+        old.unlink(missing_ok=True)
+
+
+def _on_cpu(value):
+    """Device tensors (XLA) copied to the CPU, so that the file loads anywhere."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _on_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(v) for v in value)
+    return value
+
+
 def _distributed() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
@@ -108,8 +148,10 @@ def train(
     hidden: int = 64,
     classes: int = 4,
     seed: int = 0,
+    checkpoint_dir: Path | None = None,
 ) -> list[float]:
-    """Train and return the mean loss of each epoch (on this process's shard)."""
+    """Train and return the mean loss of each epoch (on this process's shard), from the newest
+    checkpoint in ``checkpoint_dir`` when there is one (its epochs' losses included)."""
     torch.manual_seed(seed)
     native = native_neuron()
     device = xm.xla_device() if xm is not None else torch.device("neuron" if native else "cpu")
@@ -118,13 +160,24 @@ def train(
     dataset = synthetic_dataset(samples, features, classes, seed)
     sampler = DistributedSampler(dataset, shuffle=True, seed=seed) if _distributed() else None
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=sampler is None, sampler=sampler)
-    model = MLP(features, hidden, classes).to(device)
+    model = MLP(features, hidden, classes)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    history: list[float] = []
+    start = 0
+    checkpoint = newest_checkpoint(checkpoint_dir)
+    if checkpoint is not None:  # every rank loads the same file: the replicas start equal
+        state = torch.load(checkpoint, map_location="cpu")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        history, start = list(state["history"]), state["epoch"] + 1
+        print(json.dumps({"resumed_from": str(checkpoint), "next_epoch": start}), flush=True)
+    model = model.to(device)
+    plain = model
     if _distributed() and xm is None:
         model = nn.parallel.DistributedDataParallel(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    history = []
-    for epoch in range(epochs):
+    rank = int(os.environ.get("RANK", "0"))
+    for epoch in range(start, epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)
         total, batches = torch.zeros((), device=device), 0
@@ -140,6 +193,10 @@ def train(
             total += loss.detach()
             batches += 1
         history.append(float(total.cpu()) / batches)
+        if checkpoint_dir is not None and rank == 0:
+            state = {"epoch": epoch, "model": plain.state_dict(), "optimizer": optimizer.state_dict(), "history": history}
+            save_checkpoint(checkpoint_dir, _on_cpu(state))
+            print(json.dumps({"checkpoint": epoch}), flush=True)
     return history
 
 
@@ -150,10 +207,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--samples", type=int, default=2048)
     parser.add_argument("--output-dir", type=Path, default=None, help="where rank 0 writes metrics.json")
+    parser.add_argument(
+        "--checkpoint-dir", type=Path, default=os.environ.get(CHECKPOINT_ENV) or None,
+        help=f"save each epoch here and resume from the newest (default: ${CHECKPOINT_ENV}; none: no checkpoints)",
+    )
     args = parser.parse_args(argv)
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps({"preflight": preflight()}), flush=True)
-    history = train(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, samples=args.samples)
+    history = train(
+        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, samples=args.samples,
+        checkpoint_dir=args.checkpoint_dir,
+    )
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0:
         print(json.dumps({"loss_per_epoch": history}))

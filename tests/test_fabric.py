@@ -1,0 +1,106 @@
+"""The fabric check: report parsing against real nccom-test output (tests/data, with its source), the
+verdict against the catalog's EFA line rate, and the job's launch rehearsed on the deployed Batch job
+definition with the CLI's overrides (stand-ins for neuron-ls and nccom-test, listed in tests/rehearsal.py)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import resources
+from tests.rehearsal import Stage, neuron_ls, nccom_test, run_nodes
+from tests.test_rehearsal import app, config  # noqa: F401
+from trainium_cdk.catalog import DEFAULT_CATALOG
+from trainium_cdk.cli import main
+from trainium_cdk.cli.check import batch_request, eks_job
+from trainium_cdk.fabric import parse_report, verdict
+
+DATA = Path(__file__).resolve().parent / "data"
+TWO_TRN1 = DATA / "nccom_test_allr_2x_trn1.txt"
+FAILED = DATA / "nccom_test_failure.txt"
+
+
+def test_parses_the_real_two_node_report():
+    rows = parse_report(TWO_TRN1.read_text())
+    assert len(rows) == 28 and rows[0].size == 8 and rows[-1].size == 1073741824
+    assert rows[-1].busbw_gib_s == 47.09
+    assert rows[-1].gbps == pytest.approx(47.09 * 8 * 1.073741824)  # GiB/s -> Gbps
+
+
+def test_verdict_against_the_line_rate_of_the_catalog():
+    rows = parse_report(TWO_TRN1.read_text())
+    result, lines = verdict(rows, DEFAULT_CATALOG.get("trn1.32xlarge"))
+    assert result == "PASS" and "of the trn1.32xlarge EFA line rate (800 Gbps)" in lines[-1] and "51%" in lines[-1]
+    assert verdict(rows, DEFAULT_CATALOG.get("trn1n.32xlarge"))[0] == "WARN"  # 1600 Gbps
+    assert verdict(rows, DEFAULT_CATALOG.get("trn2.48xlarge"))[0] == "WARN"  # 3200 Gbps
+    assert verdict(rows, DEFAULT_CATALOG.get("trn1.32xlarge"), min_fraction=0.6)[0] == "WARN"
+
+
+def test_a_failed_run_is_a_failure():
+    assert parse_report(FAILED.read_text()) == []
+    assert verdict([], DEFAULT_CATALOG.get("trn1.32xlarge"))[0] == "FAIL"
+
+
+def test_trn_check_fabric_report_prints_pass(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["check", "fabric", "--report", str(TWO_TRN1), "-c", "instance_type=trn1.32xlarge"], out=out, err=err)
+    assert code == 0, err.getvalue()
+    assert "PASS: best bus bandwidth 405 Gbps" in out.getvalue()
+
+
+def test_eks_fabric_job_is_one_process_per_node_on_every_node(config):
+    (job,) = eks_job(config, name="fabric", nodes=2, group_name=config.compute_groups[0].name, image="i")
+    assert job["kind"] == "Job" and job["apiVersion"] == "batch.volcano.sh/v1alpha1"
+    for task in job["spec"]["tasks"]:
+        (container,) = task["template"]["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["NPROC_PER_NODE"] == "1"
+        assert container["command"][:2] == ["/bin/sh", "-c"] and "python3" in container["command"]
+
+
+def test_batch_fabric_job_runs_through_the_launcher_on_every_node(tmp_path, app, config):
+    """The deployed definition with the CLI's overrides, as Batch applies them, on 2 nodes."""
+    stage = Stage(tmp_path)
+    neuron_ls(stage.bin, 16)
+    calls = tmp_path / "nccom.log"
+    nccom_test(stage.bin, TWO_TRN1, calls)
+    (definition,) = resources(app.template_json("batch"), "AWS::Batch::JobDefinition").values()
+    container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
+    request = batch_request(name="f", queue="q", definition="d", nodes=2, config=config,
+                            group_name=config.compute_groups[0].name)
+    (override,) = request["nodeOverrides"]["nodePropertyOverrides"]
+    assert override["targetNodes"] == "0:"
+    env = {e["Name"]: e["Value"] for e in container["Environment"]}
+    env.update({e["name"]: e["value"] for e in override["containerOverrides"]["environment"]})
+    argvs, envs = [], []
+    for index in range(2):
+        node = {"AWS_BATCH_JOB_ID": f"fabric#{index}", "AWS_BATCH_JOB_NUM_NODES": "2",
+                "AWS_BATCH_JOB_NODE_INDEX": str(index), "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0"}
+        if index:
+            node["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = "127.0.0.1"
+        e = stage.environment({**env, **node})
+        e["NPROC_PER_NODE"] = "1"  # the fabric job's own count, not the NeuronCores the rehearsal substitutes
+        argvs.append([stage.substitute(a) for a in override["containerOverrides"]["command"]])
+        envs.append(e)
+    results = run_nodes(argvs, envs, cwd=stage.root)
+    assert [r.code for r in results] == [0, 0], "\n".join(r.output[-3000:] for r in results)
+    assert "batch: node 1 of 2, 1 processes" in results[1].output
+    assert "16 of 16 Neuron devices" in results[1].output
+    (call,) = calls.read_text().splitlines()
+    # node 0 drives both hosts: 32 NeuronCores each, the root communicator on its own address.
+    assert call.startswith("127.0.0.1:45654 -r 64 -N 2 -b 1MB -e 1GB -f 32 -d fp32 allr --hosts 127.0.0.1 127.0.0.1")
+    assert verdict(parse_report(results[0].output), DEFAULT_CATALOG.get("trn1.32xlarge"))[0] == "PASS"
+
+
+def test_a_node_short_of_devices_fails_the_check(tmp_path, app, config):
+    stage = Stage(tmp_path)
+    neuron_ls(stage.bin, 15)
+    request = batch_request(name="f", queue="q", definition="d", nodes=1, config=config,
+                            group_name=config.compute_groups[0].name)
+    command = request["nodeOverrides"]["nodePropertyOverrides"][0]["containerOverrides"]["command"]
+    env = stage.environment({"NPROC_PER_NODE": "1", "MASTER_PORT": "1"})
+    env["NPROC_PER_NODE"] = "1"
+    (result,) = run_nodes([command], [env], cwd=stage.root)
+    assert result.code != 0 and "FAIL devices: node 0 (127.0.0.1): 15" in result.output

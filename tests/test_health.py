@@ -1,0 +1,71 @@
+"""Node health on Slurm: the prolog that drains a node whose Neuron devices are not all visible, and how
+the cluster installs it. (EKS: tests/test_observability.py; Batch retries: tests/test_resume.py.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from tests.helpers import config_with
+from tests.rehearsal import neuron_ls, scontrol_recorder
+from trainium_cdk.parallelcluster.cluster_config import placeholder_ids, cluster_configuration
+from trainium_cdk.parallelcluster.health import PROLOG_NAME, render_prolog
+
+NODE = "train-st-trn1-32xlarge-3"
+
+
+@pytest.fixture(scope="module")
+def config():
+    return config_with(backends=["parallelcluster"])
+
+
+def _run(tmp_path, config, devices: int | None, node: str = NODE):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if devices is not None:
+        neuron_ls(bin_dir, devices)
+    log = tmp_path / "scontrol.log"
+    scontrol_recorder(bin_dir, log)
+    prolog = tmp_path / PROLOG_NAME
+    prolog.write_text(render_prolog(config))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURMD_NODENAME": node, "SLURM_JOB_ID": "7"}
+    proc = subprocess.run(["bash", str(prolog)], env=env, capture_output=True, text=True, timeout=30, check=False)
+    return proc, (log.read_text() if log.exists() else "")
+
+
+def test_a_healthy_node_runs_the_job(tmp_path, config):
+    assert config.spec(config.compute_groups[0]).neuron_devices == 16
+    proc, calls = _run(tmp_path, config, 16)
+    assert proc.returncode == 0, proc.stderr
+    assert calls == ""
+
+
+def test_a_node_short_of_devices_is_drained_and_the_prolog_fails(tmp_path, config):
+    proc, calls = _run(tmp_path, config, 15)
+    assert proc.returncode == 1
+    assert calls.startswith(f"update nodename={NODE} state=drain reason=")
+    assert "found 15 of 16 Neuron devices" in calls
+
+
+def test_a_node_where_neuron_ls_fails_is_drained(tmp_path, config):
+    proc, calls = _run(tmp_path, config, None)
+    assert proc.returncode == 1 and "found 0 of 16" in calls
+
+
+def test_nodes_of_other_queues_are_left_alone(tmp_path, config):
+    proc, calls = _run(tmp_path, config, 0, node="cpu-dy-c5-xlarge-1")
+    assert proc.returncode == 0 and calls == ""
+
+
+def test_the_head_node_installs_the_prolog(config):
+    ids = placeholder_ids(config)
+    cluster = cluster_configuration(config, ids)
+    args = cluster["HeadNode"]["CustomActions"]["OnNodeUpdated"]["Args"]
+    assert f"{PROLOG_NAME}={ids.prologs[PROLOG_NAME].url}" in args
+    assert args[args.index(f"{PROLOG_NAME}={ids.prologs[PROLOG_NAME].url}") - 1] == "--prolog"
+    keys = [a["KeyName"] for a in cluster["HeadNode"]["Iam"]["S3Access"]]
+    assert ids.prologs[PROLOG_NAME].key in keys
+    # The fixed OnNodeConfigured of the head node stays as it is (tests/test_day2.py).
+    assert "Args" not in cluster["HeadNode"]["CustomActions"]["OnNodeConfigured"]

@@ -1,0 +1,78 @@
+"""Health and metrics on EKS: the node monitoring agent and node repair, Container Insights with Neuron
+and EFA metrics through Pod Identity, alarms, and the cluster's dashboard."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import cfn_lint_errors, config_with, nag_violations, resources, synth
+from trainium_cdk.constructs.observability import (
+    CLOUDWATCH_ADDON, CLOUDWATCH_NAMESPACE, CLOUDWATCH_SERVICE_ACCOUNT, NODE_MONITORING_ADDON,
+)
+
+
+@pytest.fixture(scope="module")
+def app():
+    return synth(config_with(backends=["eks"]))
+
+
+@pytest.fixture(scope="module")
+def eks(app):
+    return app.template_json("eks")
+
+
+def _addon(template, name):
+    (found,) = [(k, r) for k, r in resources(template, "AWS::EKS::Addon").items() if r["Properties"]["AddonName"] == name]
+    return found
+
+
+def test_node_monitoring_agent_feeds_node_repair_of_every_trainium_node_group(app, eks):
+    _addon(eks, NODE_MONITORING_ADDON)
+    trainium = [
+        r for r in resources(eks, "AWS::EKS::Nodegroup").values()
+        if r["Properties"].get("AmiType") == "AL2023_x86_64_NEURON"
+    ]
+    assert len(trainium) == len(app.config.compute_groups)
+    for group in trainium:
+        assert group["Properties"]["NodeRepairConfig"] == {"Enabled": True}
+
+
+def test_cloudwatch_observability_authenticates_through_pod_identity(eks):
+    logical_id, addon = _addon(eks, CLOUDWATCH_ADDON)
+    (association_id, association), = [
+        (k, r) for k, r in resources(eks, "AWS::EKS::PodIdentityAssociation").items()
+        if r["Properties"]["ServiceAccount"] == CLOUDWATCH_SERVICE_ACCOUNT
+    ]
+    assert association["Properties"]["Namespace"] == CLOUDWATCH_NAMESPACE
+    assert association_id in addon["DependsOn"]  # the agent starts with credentials
+    role = eks["Resources"][association["Properties"]["RoleArn"]["Fn::GetAtt"][0]]
+    policies = json.dumps(role["Properties"]["ManagedPolicyArns"])
+    assert "policy/CloudWatchAgentServerPolicy" in policies
+    assert "pods.eks.amazonaws.com" in json.dumps(role["Properties"]["AssumeRolePolicyDocument"])
+
+
+def test_alarms_on_neuron_hardware_errors_and_failed_nodes(eks):
+    alarms = {r["Properties"]["MetricName"]: r["Properties"] for r in resources(eks, "AWS::CloudWatch::Alarm").values()}
+    hardware = alarms["node_neurondevice_hw_ecc_events_total"]
+    assert hardware["Namespace"] == "ContainerInsights"
+    assert hardware["ComparisonOperator"] == "GreaterThanThreshold" and hardware["Threshold"] == 0
+    assert "AcceleratedHardwareReady" in hardware["AlarmDescription"]
+    assert "cluster_failed_node_count" in alarms
+
+
+def test_dashboard_shows_neuron_efa_and_fsx(app, eks):
+    (dashboard,) = resources(eks, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in ("node_neuroncore_utilization", "node_neuroncore_memory_usage_total", "node_efa_rx_bytes",
+                   "node_efa_tx_bytes", "DataReadBytes", "DataWriteBytes"):
+        assert metric in body, metric
+    assert "ClusterName,InstanceId,NodeName" in body  # per node
+    assert dashboard["Properties"]["DashboardName"] == f"{app.config.stack_name('eks')}-training"
+
+
+def test_passes_cfn_lint_and_cdk_nag(app):
+    assert not nag_violations(app)
+    (path,) = [p for p in app.template_paths() if "eks" in p.name]
+    assert cfn_lint_errors(path, app.config.region) == []

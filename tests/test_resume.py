@@ -1,0 +1,122 @@
+"""Resume: a node dies mid-run, the scheduler restarts the job, and training continues from the newest
+checkpoint on shared storage (/fsx/checkpoints/<job>), not from epoch 0.
+
+The jobs are the deployed artefacts the launch rehearsal runs (tests/test_rehearsal.py), with the same
+substitutions (tests/rehearsal.py). Only the training length changes (more epochs and samples), so that
+the kill lands mid-run. The scheduler's restart is modelled by running the same job again with what the
+scheduler keeps across it: the Volcano job's name (RestartJob), the Batch job id (a retry), the Slurm job
+id (a requeue). That each scheduler does restart is asserted on the artefact itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import resources
+from tests.rehearsal import EXAMPLE_DIR, Stage, assert_trained
+from tests.test_rehearsal import app, config, dist, run_batch_job, run_slurm_script, run_volcano_job  # noqa: F401
+from trainium_cdk.parallelcluster.sbatch import render_sbatch
+
+EPOCHS = 12
+LONGER = ["--epochs", str(EPOCHS)]
+
+
+@pytest.fixture
+def stage(tmp_path) -> Stage:
+    return Stage(tmp_path)
+
+
+def _checkpoint_after(directory: Path, epoch: int):
+    return lambda: (directory / f"epoch-{epoch:05d}.pt").exists() or (directory / f"epoch-{epoch + 1:05d}.pt").exists()
+
+
+def _resumed(results) -> int:
+    """The epoch the restarted job resumed at (rank 0's report)."""
+    found = [
+        json.loads(line[line.index("{"):])["next_epoch"]
+        for r in results
+        for line in r.output.splitlines()
+        if '"resumed_from"' in line
+    ]
+    assert found, "the restarted job did not resume from a checkpoint:\n" + "\n".join(r.output[-2000:] for r in results)
+    return min(found)
+
+
+def _kill_then_restart(stage: Stage, run, checkpoints: Path) -> int:
+    first = run(kill=(1, _checkpoint_after(checkpoints, 1)))
+    assert any(r.code != 0 for r in first), "the kill landed after the job finished: make it longer"
+    assert not any('"loss_per_epoch"' in r.output for r in first)
+    second = run()
+    history = assert_trained(second)
+    assert len(history) == EPOCHS
+    resumed = _resumed(second)
+    assert resumed >= 2, resumed
+    # The second attempt trained only the epochs after the checkpoint.
+    trained_again = sum('"checkpoint"' in line for r in second for line in r.output.splitlines())
+    assert trained_again == EPOCHS - resumed
+    return resumed
+
+
+def test_volcano_job_restarts_and_resumes_after_a_node_dies(stage, dist):
+    (job,) = dist["job-mlp-distributed.k8s.yaml"]
+    spec = job["spec"]
+    # Volcano restarts the whole job when a pod fails or is evicted (a node that dies evicts its pods).
+    assert {p["event"]: p["action"] for p in spec["policies"]} == {"PodFailed": "RestartJob", "PodEvicted": "RestartJob"}
+    assert spec["maxRetry"] >= 1
+    job = copy.deepcopy(job)
+    for task in job["spec"]["tasks"]:
+        (container,) = task["template"]["spec"]["containers"]
+        container["command"] = [*container["command"], *LONGER]
+        assert {"name": "TRN_JOB_NAME", "value": "mlp-distributed"} in container["env"]
+    checkpoints = stage.fsx / "checkpoints" / "mlp-distributed"
+    _kill_then_restart(stage, lambda **kw: run_volcano_job(stage, job, **kw), checkpoints)
+
+
+def test_batch_job_retries_host_failures_and_resumes(stage, app):
+    (definition,) = resources(app.template_json("batch"), "AWS::Batch::JobDefinition").values()
+    strategy = definition["Properties"]["RetryStrategy"]
+    assert strategy["Attempts"] >= 2
+    conditions = strategy["EvaluateOnExit"]
+    assert conditions[0] == {"Action": "RETRY", "OnStatusReason": "Host EC2*"}
+    assert {"Action": "RETRY", "OnReason": "CannotPullContainerError*"} in conditions
+    # Last: everything else is the training program's own error, which a retry would only repeat.
+    assert conditions[-1] == {"Action": "EXIT", "OnReason": "*"}
+    assert len(conditions) <= 5  # the Batch API's limit
+    definition = copy.deepcopy(definition)
+    container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
+    container["Command"] = [*container["Command"], *LONGER]
+    (stage.fsx / "code").mkdir()
+    shutil.copy(EXAMPLE_DIR / "train.py", stage.fsx / "code" / "train.py")
+    # The rehearsal's Batch job id is "rehearsal#<node>": a retry keeps the job id.
+    checkpoints = stage.fsx / "checkpoints" / "rehearsal"
+    _kill_then_restart(stage, lambda **kw: run_batch_job(stage, definition, 2, **kw), checkpoints)
+
+
+def test_slurm_requeue_resumes_under_the_same_job_id(stage, config):
+    script = render_sbatch(config, config.compute_groups[0])
+    assert "#SBATCH --requeue" in script.splitlines()
+    (stage.fsx / "code").mkdir()
+    shutil.copy(EXAMPLE_DIR / "train.py", stage.fsx / "code" / "train.py")
+    args = ["/fsx/code/train.py", "--samples", "256"]
+    first = run_slurm_script(stage, script, 2, *args, "--epochs", "2")
+    assert first[0].code == 0, first[0].output[-3000:]
+    # Slurm keeps the job id (42 in the rehearsal) when it requeues a job: the same directory.
+    assert sorted(p.name for p in (stage.fsx / "checkpoints" / "42").iterdir()) == ["epoch-00000.pt", "epoch-00001.pt"]
+    second = run_slurm_script(stage, script, 2, *args, "--epochs", "4")
+    assert second[0].code == 0, second[0].output[-3000:]
+    assert _resumed(second) == 2
+
+
+def test_without_shared_storage_no_checkpoint_directory_is_set(config):
+    from trainium_cdk.jobs import JobSpec
+
+    job = JobSpec(name="x", instance=config.spec(config.compute_groups[0]), command=["t.py"], image="i", shared_storage=False)
+    assert "TRN_CHECKPOINT_ROOT" not in job.environment()
+    shared: dict[str, Any] = JobSpec(name="x", instance=job.instance, command=["t.py"], image="i").environment()
+    assert shared["TRN_CHECKPOINT_ROOT"] == "/fsx/checkpoints"

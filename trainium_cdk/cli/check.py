@@ -1,0 +1,122 @@
+"""`trn check fabric`: submit the fabric check (trainium_cdk.fabric) as a job, or read its report.
+
+    trn check fabric --nodes 2 [--backend batch|eks] [--group NAME] [--min-fraction 0.4] [--dry-run]
+    trn check fabric --report LOG [--group NAME] [--min-fraction 0.4]
+
+Batch: a multi-node job on the deployed job queue and definition, with the fabric program as the command
+(one process per node). EKS: a Volcano job of the training chart with the same command (printed, for
+`kubectl apply -f -`). The job's log (rank 0) holds nccom-test's report;
+--report parses it and prints bus bandwidth against the EFA line rate with PASS or WARN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, TextIO
+
+import yaml
+
+from trainium_cdk.cli._common import client, parse_overrides, read_config, session, stack_outputs
+from trainium_cdk.cli.jobs import JOB_BACKENDS, backend_of, check_nodes, default_name, group_of
+from trainium_cdk.config import Config
+from trainium_cdk.errors import ConfigError
+from trainium_cdk.fabric import DEFAULT_MIN_FRACTION, fabric_command, parse_report, verdict
+from trainium_cdk.launcher import launch_command
+
+# One process per node: node 0's nccom-test starts the workers on every NeuronCore itself.
+FABRIC_ENV = {"NPROC_PER_NODE": "1"}
+
+
+def add_parser(sub: Any) -> None:
+    check = sub.add_parser("check", help="checks of a deployed cluster (fabric)")
+    inner = check.add_subparsers(dest="check", metavar="CHECK", required=True)
+    p = inner.add_parser(
+        "fabric", help="neuron-ls on every node, then an nccom-test all-reduce against the EFA line rate",
+        description=__doc__.splitlines()[0],
+    )
+    p.add_argument("--nodes", type=int, metavar="N", help="nodes of the check (default: the group's nodes)")
+    p.add_argument("--backend", choices=JOB_BACKENDS, help="default: the job backend the config deploys")
+    p.add_argument("--group", metavar="NAME", help="compute group (default: the first)")
+    p.add_argument("--name", help="job name (default: fabric-<group>-<date>-<time>)")
+    p.add_argument("--min-fraction", type=float, default=DEFAULT_MIN_FRACTION, metavar="F",
+                   help=f"PASS at this fraction of the EFA line rate (default {DEFAULT_MIN_FRACTION})")
+    p.add_argument("--report", metavar="LOG", help="parse a finished check's log (- for stdin) instead of submitting")
+    p.add_argument("--image", metavar="URI", help="EKS: the image (default: workloads.image, else the example image)")
+    p.add_argument("--dry-run", action="store_true", help="print what would be submitted, submit nothing")
+    p.add_argument("--config", metavar="PATH", help="config YAML (default: config/default.yaml)")
+    p.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE", default=[])
+    p.set_defaults(func=fabric)
+
+
+def batch_request(*, name: str, queue: str, definition: str, nodes: int, config: Config, group_name: str) -> dict[str, Any]:
+    """submit_job arguments: the deployed definition on ``nodes`` nodes, the fabric program as command."""
+    spec = config.spec(group_of(config, group_name))
+    overrides = {
+        "command": launch_command(fabric_command(spec)),
+        "environment": [{"name": k, "value": v} for k, v in FABRIC_ENV.items()],
+    }
+    return {
+        "jobName": name, "jobQueue": queue, "jobDefinition": definition,
+        "nodeOverrides": {"numNodes": nodes, "nodePropertyOverrides": [{"targetNodes": "0:", "containerOverrides": overrides}]},
+    }
+
+
+def eks_job(config: Config, *, name: str, nodes: int, group_name: str, image: str) -> list[dict[str, Any]]:
+    """The Volcano job (or single-node Job) of the training chart, running the fabric program."""
+    import cdk8s
+
+    from trainium_cdk.charts.training import training_job
+    from trainium_cdk.jobs import JobSpec
+
+    group = group_of(config, group_name)
+    spec = config.spec(group)
+    job = JobSpec(
+        name=name, instance=spec, command=fabric_command(spec), image=image, nodes=nodes, max_nodes=group.maximum,
+        processes_per_node=1, group=group.name, retries=0, shared_storage=config.storage.enabled,
+    )
+    return training_job(cdk8s.App(), name, job=job, queue=config.workloads.queue).to_json()
+
+
+def fabric(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    config = read_config(args.config, parse_overrides(args.overrides))
+    group = group_of(config, args.group)
+    spec = config.spec(group)
+    if not 0 < args.min_fraction <= 1:
+        raise ConfigError("--min-fraction", args.min_fraction, "a fraction above 0 and at most 1")
+    if args.report is not None:
+        text = sys.stdin.read() if args.report == "-" else open(args.report, encoding="utf-8").read()
+        result, lines = verdict(parse_report(text), spec, min_fraction=args.min_fraction)
+        out.write("\n".join(lines) + "\n")
+        return 0 if result == "PASS" else 1
+    nodes = check_nodes(config, group, args.nodes)
+    if nodes < 2:
+        raise ConfigError("--nodes", nodes, "at least 2: the fabric check runs across nodes")
+    backend = backend_of(config, args.backend)
+    name = args.name or f"fabric-{default_name(group)}"
+    if backend == "eks":
+        image = args.image or config.workloads.image or "${TRAINING_IMAGE}"
+        objects = eks_job(config, name=name, nodes=nodes, group_name=group.name, image=image)
+        # Printed, not applied (yet): pipe it to `kubectl apply -f -`.
+        out.write(yaml.safe_dump_all(objects, sort_keys=False))
+        out.write(f"# kubectl apply -f - ; then: trn logs {name} --backend eks > fabric.log && "
+                  "trn check fabric --report fabric.log\n")
+        return 0
+    from trainium_cdk.cli.batch_jobs import DEFINITION_KEY, QUEUE_KEY, STACK_PART, find_output
+
+    sess = session(config.region)
+    stack = config.stack_name(STACK_PART)
+    outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend="batch")
+    kw = {"group": group.name, "groups": [g.name for g in config.compute_groups], "stack": stack, "project": config.project}
+    request = batch_request(
+        name=name, queue=find_output(outputs, QUEUE_KEY, **kw), definition=find_output(outputs, DEFINITION_KEY, **kw),
+        nodes=nodes, config=config, group_name=group.name,
+    )
+    if args.dry_run:
+        out.write(f"dry run: would submit to AWS Batch in {config.region}:\n{json.dumps(request, indent=2)}\n")
+        return 0
+    job_id = client(sess, "batch").submit_job(**request)["jobId"]
+    out.write(f"submitted fabric check {name}: job id {job_id} ({nodes} x {spec.name})\n")
+    out.write(f"  trn status {job_id} --wait\n  trn logs {job_id} > fabric.log && trn check fabric --report fabric.log\n")
+    return 0

@@ -1,0 +1,130 @@
+"""ClusterObservability: node health and Neuron/EFA metrics of an EKS Trainium cluster, and its dashboard.
+
+- ``eks-node-monitoring-agent``: reports Neuron hardware errors (SRAM/NC/HBM uncorrectable, DMA errors)
+  as the node condition ``AcceleratedHardwareReady``; the Trainium node groups' node repair
+  (``nodeRepairConfig``) replaces a node whose condition stays false.
+- ``amazon-cloudwatch-observability`` (Container Insights with enhanced observability): Neuron metrics from
+  add-on v1.5.0-eksbuild.1, EFA metrics from v1.5.2-eksbuild.1. Its agent authenticates with EKS Pod
+  Identity (CloudWatchAgentServerPolicy).
+- Alarms on Neuron hardware (ECC) events and on failed nodes, and a dashboard: NeuronCore utilization,
+  NeuronCore memory, EFA bytes per node, FSx throughput.
+
+Metric names and dimensions: the CloudWatch agent's Container Insights translator
+(aws/amazon-cloudwatch-agent, ``getNeuronMetricDeclarations`` / ``getEFAMetricDeclarations``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct, IConstruct
+
+from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.pod_identity import pod_identity_role
+
+NODE_MONITORING_ADDON = "eks-node-monitoring-agent"
+CLOUDWATCH_ADDON = "amazon-cloudwatch-observability"
+# The add-on's agent: its namespace and service account (the Pod Identity association binds these).
+CLOUDWATCH_NAMESPACE = "amazon-cloudwatch"
+CLOUDWATCH_SERVICE_ACCOUNT = "cloudwatch-agent"
+CLOUDWATCH_AGENT_POLICY = "CloudWatchAgentServerPolicy"
+# Versions float with the cluster (as the other add-ons): EKS installs its default for Kubernetes 1.35,
+# which is newer than the first with Neuron (v1.5.0) and EFA (v1.5.2) metrics.
+CONTAINER_INSIGHTS = "ContainerInsights"
+PERIOD = Duration.minutes(1)
+# Any uncorrectable or corrected ECC event on a Neuron device is worth a look before a job fails.
+NEURON_HW_ERRORS_METRIC = "node_neurondevice_hw_ecc_events_total"
+FAILED_NODES_METRIC = "cluster_failed_node_count"
+NEURONCORE_UTILIZATION_METRIC = "node_neuroncore_utilization"
+NEURONCORE_MEMORY_METRIC = "node_neuroncore_memory_usage_total"
+EFA_METRICS = ("node_efa_rx_bytes", "node_efa_tx_bytes")
+FSX_METRICS = ("DataReadBytes", "DataWriteBytes")
+
+
+class ClusterObservability(Construct):
+    """Node health, Container Insights with Neuron and EFA metrics, alarms and a dashboard.
+
+    :param cluster: the EKS cluster.
+    :param cluster_name: its name as known at synth (metric dimension ``ClusterName``).
+    :param after: what the add-ons with pods wait for (the system node group; the device plugins,
+        without which the agent sees no Neuron or EFA device).
+    :param file_system_id: the FSx for Lustre file system whose throughput the dashboard shows; default none.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.ICluster,
+        cluster_name: str,
+        after: Sequence[IConstruct] = (),
+        file_system_id: str | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.node_monitoring = eks.Addon(self, "NodeMonitoringAgent", cluster=cluster, addon_name=NODE_MONITORING_ADDON)
+        self.agent_role, association = pod_identity_role(
+            self, "CloudWatchAgent", cluster=cluster, namespace=CLOUDWATCH_NAMESPACE,
+            service_account=CLOUDWATCH_SERVICE_ACCOUNT, description="CloudWatch agent of Container Insights (EKS pod identity)",
+        )
+        self.agent_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(CLOUDWATCH_AGENT_POLICY))
+        acknowledge(
+            self.agent_role, "AwsSolutions-IAM4", [f"Policy::arn:<AWS::Partition>:iam::aws:policy/{CLOUDWATCH_AGENT_POLICY}"],
+            "The policy AWS documents for the Container Insights agent, kept current by AWS.",
+        )
+        self.cloudwatch = eks.Addon(self, "CloudWatchObservability", cluster=cluster, addon_name=CLOUDWATCH_ADDON)
+        self.cloudwatch.node.add_dependency(association, *after)
+        self.node_monitoring.node.add_dependency(*after)
+
+        dimensions = {"ClusterName": cluster_name}
+        self.hardware_errors = cw.Alarm(
+            self, "NeuronHardwareErrors",
+            alarm_description=f"{cluster_name}: a Neuron device reported ECC (hardware) events; the node monitoring "
+            "agent marks such a node AcceleratedHardwareReady=False and node repair replaces it.",
+            metric=cw.Metric(namespace=CONTAINER_INSIGHTS, metric_name=NEURON_HW_ERRORS_METRIC,
+                             dimensions_map=dimensions, statistic="Sum", period=PERIOD),
+            threshold=0, comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1, treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+        )
+        self.failed_nodes = cw.Alarm(
+            self, "FailedNodes",
+            alarm_description=f"{cluster_name}: nodes are not Ready (node repair acts on them after about 10 minutes).",
+            metric=cw.Metric(namespace=CONTAINER_INSIGHTS, metric_name=FAILED_NODES_METRIC,
+                             dimensions_map=dimensions, statistic="Maximum", period=PERIOD),
+            threshold=0, comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=5, treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+        )
+        self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=f"{cluster_name}-training")
+        self.dashboard.add_widgets(*dashboard_widgets(cluster_name, file_system_id), cw.AlarmStatusWidget(
+            title="Alarms", alarms=[self.hardware_errors, self.failed_nodes], width=24))
+
+
+def _per_node(cluster_name: str, metric: str, statistic: str, label: str) -> cw.MathExpression:
+    # One line per node: a search over the node-level dimension set of the metric.
+    return cw.MathExpression(
+        expression=f"SEARCH('{{{CONTAINER_INSIGHTS},ClusterName,InstanceId,NodeName}} "
+        f"MetricName=\"{metric}\" ClusterName=\"{cluster_name}\"', '{statistic}', 60)",
+        label=label, period=PERIOD,
+    )
+
+
+def dashboard_widgets(cluster_name: str, file_system_id: str | None) -> list[cw.IWidget]:
+    widgets: list[cw.IWidget] = [
+        cw.GraphWidget(title="NeuronCore utilization (%) per node", width=12,
+                       left=[_per_node(cluster_name, NEURONCORE_UTILIZATION_METRIC, "Average", "")]),
+        cw.GraphWidget(title="NeuronCore memory used (bytes) per node", width=12,
+                       left=[_per_node(cluster_name, NEURONCORE_MEMORY_METRIC, "Average", "")]),
+        cw.GraphWidget(title="EFA bytes per node (rx, tx)", width=12,
+                       left=[_per_node(cluster_name, m, "Sum", "") for m in EFA_METRICS]),
+    ]
+    if file_system_id is not None:
+        widgets.append(cw.GraphWidget(
+            title="FSx for Lustre throughput (bytes per minute)", width=12,
+            left=[cw.Metric(namespace="AWS/FSx", metric_name=m, dimensions_map={"FileSystemId": file_system_id},
+                            statistic="Sum", period=PERIOD) for m in FSX_METRICS],
+        ))
+    return widgets

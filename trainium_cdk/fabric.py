@@ -1,0 +1,108 @@
+"""The fabric check: every node's Neuron devices (``neuron-ls``), then an all-reduce across the nodes
+(``nccom-test``), its bus bandwidth set against the instance's EFA line rate from the catalog.
+
+The job runs the project's launcher like any training job (one process per node): the launcher derives
+node rank, count and the rendezvous address from the scheduler, torchrun starts :data:`PROGRAM` on every
+node. The nodes exchange their addresses over torch.distributed (gloo, no device needed); node 0 runs
+nccom-test, which drives the other hosts itself (``--hosts``, ``NEURON_RT_ROOT_COMM_ID``, as the Neuron
+nccom-test guide describes multi-instance runs). Pure Python: no CDK, no AWS.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from trainium_cdk.catalog import InstanceSpec
+
+# A few message sizes: latency-bound, middle, bandwidth-bound (1 MiB, 32 MiB, 1 GiB).
+MIN_BYTES = "1MB"
+MAX_BYTES = "1GB"
+STEP_FACTOR = 32
+# nccom-test's bootstrap port on node 0 (NEURON_RT_ROOT_COMM_ID=<address>:<port>).
+ROOT_COMM_PORT = 45654
+# PASS when the best bus bandwidth reaches this fraction of the EFA line rate. The Neuron guide's own
+# 2 x trn1.32xlarge all-reduce peaks at 47.09 GB/s busbw, about 51% of 800 Gbps.
+DEFAULT_MIN_FRACTION = 0.4
+REPORT_BEGIN = "trainium-fabric: nccom-test report begins"
+REPORT_END = "trainium-fabric: nccom-test report ends"
+GIB = 1024**3
+
+PROGRAM = r'''
+import json, os, subprocess, sys
+import torch.distributed as dist
+expected, cores, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+sizes = sys.argv[4:]
+rank, nodes = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+try:
+    found = len(json.loads(subprocess.run(["neuron-ls", "--json-output"], capture_output=True, text=True, check=True).stdout))
+except Exception as error:
+    print(f"trainium-fabric: node {rank}: neuron-ls failed: {error}", flush=True)
+    found = 0
+address = next(a for a in subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+               if not a.startswith("169.254.") and ":" not in a)
+print(f"trainium-fabric: node {rank} ({address}): {found} of {expected} Neuron devices", flush=True)
+dist.init_process_group("gloo")
+nodes_seen = [None] * nodes
+dist.all_gather_object(nodes_seen, (address, found))
+code = 0
+if rank == 0:
+    short = [f"node {i} ({a}): {f}" for i, (a, f) in enumerate(nodes_seen) if f != expected]
+    if short:
+        print("trainium-fabric: FAIL devices: " + "; ".join(short), flush=True)
+        code = 1
+    else:
+        hosts = [a for a, _ in nodes_seen]
+        env = dict(os.environ, NEURON_RT_ROOT_COMM_ID=f"{hosts[0]}:{port}")
+        argv = ["nccom-test", "-r", str(cores * nodes), "-N", str(nodes), *sizes, "-d", "fp32", "allr", "--hosts", *hosts]
+        print("trainium-fabric: " + " ".join(argv), flush=True)
+        run = subprocess.run(argv, env=env, capture_output=True, text=True)
+        print("''' + REPORT_BEGIN + r'''\n" + run.stdout + "''' + REPORT_END + r'''", flush=True)
+        code = run.returncode
+dist.barrier()
+dist.destroy_process_group()
+sys.exit(code)
+'''
+
+
+def fabric_command(spec: InstanceSpec) -> list[str]:
+    """The program every node of the fabric job runs (after the launcher)."""
+    sizes = ["-b", MIN_BYTES, "-e", MAX_BYTES, "-f", str(STEP_FACTOR)]
+    return ["python3", "-c", PROGRAM, str(spec.neuron_devices), str(spec.neuron_cores), str(ROOT_COMM_PORT), *sizes]
+
+
+@dataclass(frozen=True)
+class Row:
+    size: int
+    busbw_gib_s: float
+
+    @property
+    def gbps(self) -> float:
+        """nccom-test's GB/s are GiB/s (its guide): in gigabits per second, as EFA line rates are given."""
+        return self.busbw_gib_s * GIB * 8 / 1e9
+
+
+_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s*$")
+
+
+def parse_report(text: str) -> list[Row]:
+    """The rows of an nccom-test report (size and bus bandwidth); failed sizes have no row."""
+    if REPORT_BEGIN in text:
+        text = text.split(REPORT_BEGIN, 1)[1].split(REPORT_END, 1)[0]
+    return [Row(int(m.group(1)), float(m.group(6))) for line in text.splitlines() if (m := _ROW.match(line))]
+
+
+def verdict(rows: list[Row], spec: InstanceSpec, *, min_fraction: float = DEFAULT_MIN_FRACTION) -> tuple[str, list[str]]:
+    """PASS, WARN (below the fraction) or FAIL (no result), and the lines to print."""
+    line_rate = spec.network_gbps
+    lines = [f"{'size(B)':>12}  {'busbw(Gbps)':>12}  {'of ' + str(line_rate) + ' Gbps EFA':>18}"]
+    lines += [f"{r.size:>12}  {r.gbps:>12.1f}  {r.gbps / line_rate:>18.0%}" for r in rows]
+    if not rows:
+        return "FAIL", [*lines, "FAIL: nccom-test reported no bandwidth (see the job's log)"]
+    best = max(rows, key=lambda r: r.gbps)
+    result = "PASS" if best.gbps >= min_fraction * line_rate else "WARN"
+    lines.append(
+        f"{result}: best bus bandwidth {best.gbps:.0f} Gbps at {best.size} B = {best.gbps / line_rate:.0%} of the "
+        f"{spec.name} EFA line rate ({line_rate} Gbps); threshold {min_fraction:.0%}"
+    )
+    return result, lines

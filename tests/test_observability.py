@@ -28,13 +28,31 @@ def _addon(template, name):
     return found
 
 
-def test_node_monitoring_agent_feeds_node_repair_of_every_trainium_node_group(app, eks):
+def test_node_monitoring_agent_feeds_karpenters_node_repair(app, eks):
+    """The default capacity path: Karpenter replaces a node whose AcceleratedHardwareReady is False."""
+    _addon(eks, NODE_MONITORING_ADDON)
+    (karpenter,) = [c["Properties"] for c in resources(eks, "Custom::AWSCDK-EKS-HelmChart").values()
+                    if c["Properties"]["Chart"] == "karpenter"]
+    values = karpenter["Values"]
+    text = values if isinstance(values, str) else "".join(p for p in values["Fn::Join"][1] if isinstance(p, str))
+    assert '"featureGates":{"nodeRepair":true}' in text
+    assert not [r for r in resources(eks, "AWS::EKS::Nodegroup").values()
+                if r["Properties"].get("AmiType") == "AL2023_x86_64_NEURON"]
+
+
+@pytest.fixture(scope="module")
+def managed():
+    return synth(config_with(backends=["eks"], eks={"capacity": "managed"}), nag=False)
+
+
+def test_node_monitoring_agent_feeds_node_repair_of_every_trainium_node_group(managed):
+    eks = managed.template_json("eks")
     _addon(eks, NODE_MONITORING_ADDON)
     trainium = [
         r for r in resources(eks, "AWS::EKS::Nodegroup").values()
         if r["Properties"].get("AmiType") == "AL2023_x86_64_NEURON"
     ]
-    assert len(trainium) == len(app.config.compute_groups)
+    assert len(trainium) == len(managed.config.compute_groups)
     for group in trainium:
         assert group["Properties"]["NodeRepairConfig"] == {"Enabled": True}
 

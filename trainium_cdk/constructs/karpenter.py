@@ -143,7 +143,14 @@ class KarpenterController(Construct):
                     "image": {"repository": versions.KARPENTER_IMAGE_REPOSITORY, "tag": versions.KARPENTER_VERSION,
                               "digest": None},
                 },
-                "settings": {"clusterName": cluster_name, "interruptionQueue": self.queue.queue_name},
+                "settings": {
+                    "clusterName": cluster_name,
+                    "interruptionQueue": self.queue.queue_name,
+                    # Node repair (alpha in 1.14, off by default): the AWS provider replaces a node whose
+                    # AcceleratedHardwareReady (set by the EKS node monitoring agent on a Neuron error)
+                    # has been False for 10 minutes, as managed node groups' nodeRepairConfig does.
+                    "featureGates": {"nodeRepair": True},
+                },
             },
         )
         self.chart.node.add_dependency(self.association, *after)

@@ -115,7 +115,7 @@ class ComputeGroup(_Model):
     name: str = Field("train", description="Short name, lower case: used in resource names and labels.")
     instance_type: str = Field("trn1.32xlarge", description="An instance type of the catalog.")
     nodes: int = Field(2, description="Nodes a job runs on (desired size).")
-    min_nodes: int = Field(0, description="Nodes kept when idle (EKS node group minimum; Batch minimum is 0).")
+    min_nodes: int = Field(0, description="Nodes kept when idle (managed EKS node groups; 0 with Karpenter, Batch and Slurm).")
     max_nodes: int | None = Field(None, description="Most nodes the group may scale to; default: nodes.")
     az_ids: tuple[str, ...] = Field(
         ("usw2-az4",), description="AZ ID(s) of the group. An EFA type takes exactly one: EFA needs one subnet."

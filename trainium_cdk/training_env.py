@@ -12,7 +12,6 @@ from trainium_cdk.catalog import InstanceSpec
 # instance) and pods alike, so that one path (a dataset, a checkpoint, the compile cache) is the same
 # path everywhere.
 SHARED_MOUNT = "/fsx"
-HOST_MOUNT_DIR = SHARED_MOUNT
 CACHE_DIR_NAME = "neuron-cache"
 # Neuron's compile cache when no shared storage is deployed: on the node, per cache set.
 LOCAL_CACHE_ROOT = "/var/tmp/neuron-compile-cache"

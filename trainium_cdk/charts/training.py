@@ -36,8 +36,6 @@ DEFAULT_CLAIM = "fsx-lustre"
 DEFAULT_NAMESPACE = TRAINING_NAMESPACE
 DEFAULT_QUEUE = "training"
 VOLCANO_SCHEDULER = "volcano"
-# Pods mount the shared file system where hosts do, so every path is the same on every backend.
-DATA_MOUNT = SHARED_MOUNT
 DATA_VOLUME = "data"
 SHM_VOLUME = "dshm"
 # A training pod requests three quarters of the node's vCPUs and memory (Burstable: no CPU or memory
@@ -65,7 +63,7 @@ def _data_volumes(claim_name: str | None) -> list[dict[str, Any]]:
 
 def _data_mounts(claim_name: str | None) -> list[dict[str, Any]]:
     shm = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
-    return shm if claim_name is None else [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT}, *shm]
+    return shm if claim_name is None else [{"name": DATA_VOLUME, "mountPath": SHARED_MOUNT}, *shm]
 
 
 def training_pod_spec(job: JobSpec, *, env: Mapping[str, str], claim_name: str) -> dict[str, Any]:
@@ -246,11 +244,11 @@ class DataLoaderJob(Chart):
                             {
                                 "name": "sync",
                                 "image": image,
-                                "args": ["s3", "sync", "--only-show-errors", s3_uri, f"{DATA_MOUNT}/{path}"],
+                                "args": ["s3", "sync", "--only-show-errors", s3_uri, f"{SHARED_MOUNT}/{path}"],
                                 "resources": DATA_LOADER_RESOURCES,
                                 # Root (the file system's root directory is root's), without capabilities.
                                 "securityContext": container_security(),
-                                "volumeMounts": [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT}],
+                                "volumeMounts": [{"name": DATA_VOLUME, "mountPath": SHARED_MOUNT}],
                             }
                         ],
                         "volumes": [{"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name}}],
@@ -284,7 +282,7 @@ class ShellPod(Chart):
                         "resources": SHELL_RESOURCES,
                         # The training image's user (root), as in a job, so that files it writes match.
                         "securityContext": TRAINING_SECURITY,
-                        "volumeMounts": [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT}],
+                        "volumeMounts": [{"name": DATA_VOLUME, "mountPath": SHARED_MOUNT}],
                     }
                 ],
                 "volumes": [{"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name}}],
@@ -322,11 +320,11 @@ class TensorBoard(Chart):
                         "resources": TENSORBOARD_RESOURCES,
                         "securityContext": container_security(run_as_user=NOBODY),
                         "command": [
-                            "tensorboard", f"--logdir={DATA_MOUNT}/{log_dir}", "--host=0.0.0.0", f"--port={self.PORT}",
+                            "tensorboard", f"--logdir={SHARED_MOUNT}/{log_dir}", "--host=0.0.0.0", f"--port={self.PORT}",
                         ],
                         "ports": [{"name": "http", "containerPort": self.PORT}],
                         "readinessProbe": {"httpGet": {"path": "/", "port": self.PORT}},
-                        "volumeMounts": [{"name": DATA_VOLUME, "mountPath": DATA_MOUNT, "readOnly": True}],
+                        "volumeMounts": [{"name": DATA_VOLUME, "mountPath": SHARED_MOUNT, "readOnly": True}],
                     }
                 ],
                 "volumes": [{"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name}}],

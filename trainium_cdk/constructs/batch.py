@@ -28,14 +28,12 @@ from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.launcher import launch_command, launch_environment
 from trainium_cdk.training_env import (
-    CHECKPOINT_ROOT, HOST_MOUNT_DIR, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
+    CHECKPOINT_ROOT, MASTER_PORT, SHARED_MOUNT, cache_dir, efa_environment, neuron_environment,
 )
 from trainium_cdk.versions import (
     BATCH_AMI_KIND, NEURON_DLC_ACCOUNT, NEURON_TRAINING_IMAGE_REPOSITORY, XLA_TRACK, NeuronTrack, neuron_training_image,
 )
 
-# Where the file system is mounted, on the host and in the container (as on the other backends).
-MOUNT_DIR = HOST_MOUNT_DIR
 # The nodes run the "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, pinned through the
 # track's release-named SSM parameter (versions.py: never ECS's `recommended`, which moves under a
 # running compute environment). The user data then installs the track's driver version if the AMI
@@ -51,7 +49,7 @@ CONTAINER_MEMORY_FRACTION = 0.9
 SHARED_MEMORY_FRACTION = 0.25
 # Job definition parameter naming the training script when no command is configured.
 SCRIPT_PARAMETER = "script"
-DEFAULT_SCRIPT = f"{MOUNT_DIR}/code/train.py"
+DEFAULT_SCRIPT = f"{SHARED_MOUNT}/code/train.py"
 DEFAULT_SCRIPT_WITHOUT_STORAGE = "train.py"
 JOB_QUEUE_PRIORITY = 1
 # Retry what the host or the platform broke, never what the job did (AWS Batch "Automated job retries":
@@ -333,7 +331,7 @@ class TrainiumBatch(Construct):
             ]
         )
         volumes = (
-            [batch.EcsVolume.host(name="fsx", host_path=MOUNT_DIR, container_path=MOUNT_DIR)]
+            [batch.EcsVolume.host(name="fsx", host_path=SHARED_MOUNT, container_path=SHARED_MOUNT)]
             if storage is not None
             else []
         )
@@ -401,10 +399,10 @@ def node_user_data(spec: InstanceSpec, storage: LustreStorage | None, *, driver:
         source = f"{storage.dns_name}@tcp:/{storage.mount_name}"
         lines += [
             "rpm -q lustre-client >/dev/null 2>&1 || dnf install -y lustre-client",
-            f"mkdir -p {MOUNT_DIR}",
-            f"grep -q ' {MOUNT_DIR} lustre ' /etc/fstab || "
-            f"echo '{source} {MOUNT_DIR} lustre defaults,relatime,flock,_netdev 0 0' >> /etc/fstab",
-            f"mountpoint -q {MOUNT_DIR} || mount -t lustre -o relatime,flock {source} {MOUNT_DIR}",
+            f"mkdir -p {SHARED_MOUNT}",
+            f"grep -q ' {SHARED_MOUNT} lustre ' /etc/fstab || "
+            f"echo '{source} {SHARED_MOUNT} lustre defaults,relatime,flock,_netdev 0 0' >> /etc/fstab",
+            f"mountpoint -q {SHARED_MOUNT} || mount -t lustre -o relatime,flock {source} {SHARED_MOUNT}",
         ]
     script = "\n".join(lines)
     return "\n".join(

@@ -19,10 +19,9 @@ from trainium_cdk.config import Config, InstanceSettings
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.training_env import CACHE_DIR_NAME, HOST_MOUNT_DIR
+from trainium_cdk.training_env import CACHE_DIR_NAME, SHARED_MOUNT
 from trainium_cdk.versions import DLAMI_KIND, XLA_TRACK, NeuronTrack
 
-MOUNT_DIR = HOST_MOUNT_DIR
 SSH_PORT = 22
 # The root device of the AMI: Ubuntu images boot from /dev/sda1, Amazon Linux from /dev/xvda.
 ROOT_DEVICE = {"ubuntu": "/dev/sda1", "amazon-linux": "/dev/xvda"}
@@ -191,10 +190,10 @@ def _lustre_mount_commands(family: str, dns_name: str, mount_name: str) -> list[
         "if ! modinfo lustre >/dev/null 2>&1; then",
         *(f"  {line}" for line in install),
         "fi",
-        f"mkdir -p {MOUNT_DIR}",
-        f'echo "{source} {MOUNT_DIR} lustre defaults,relatime,flock,_netdev,x-systemd.automount,'
+        f"mkdir -p {SHARED_MOUNT}",
+        f'echo "{source} {SHARED_MOUNT} lustre defaults,relatime,flock,_netdev,x-systemd.automount,'
         f'x-systemd.requires=network.service 0 0" >> /etc/fstab',
-        f"mount {MOUNT_DIR}",
+        f"mount {SHARED_MOUNT}",
         # The shared compile cache (one directory per job family below it), writable by every user.
-        f"install -d -m 1777 {MOUNT_DIR}/{CACHE_DIR_NAME}",
+        f"install -d -m 1777 {SHARED_MOUNT}/{CACHE_DIR_NAME}",
     ]

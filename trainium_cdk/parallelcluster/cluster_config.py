@@ -17,13 +17,12 @@ import yaml
 
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.training_env import HOST_MOUNT_DIR
+from trainium_cdk.training_env import SHARED_MOUNT
 from trainium_cdk.versions import PARALLELCLUSTER_VERSION, XLA_TRACK, NeuronTrack
 
 # The OS comes from the Neuron track (versions.py): Ubuntu 24.04 for PyTorch 2.9 and later (the Neuron
 # AL2023 images cannot run them: glibc 2.34 < 2.35; Ubuntu 22.04 is end of support on Neuron).
 OS_USER = "ubuntu"
-MOUNT_DIR = HOST_MOUNT_DIR
 SHARED_STORAGE_NAME = "fsx"
 # /home is exported by the head node to every node: one venv, built once, used by the whole cluster.
 VENV = f"/home/{OS_USER}/aws_neuron_venv_pytorch"
@@ -210,7 +209,7 @@ def _placement_group(group: ComputeGroup) -> dict[str, Any]:
 
 
 def _shared_storage(config: Config, file_system_id: str | None) -> dict[str, Any]:
-    storage: dict[str, Any] = {"Name": SHARED_STORAGE_NAME, "StorageType": "FsxLustre", "MountDir": MOUNT_DIR}
+    storage: dict[str, Any] = {"Name": SHARED_STORAGE_NAME, "StorageType": "FsxLustre", "MountDir": SHARED_MOUNT}
     if file_system_id is not None:
         storage["FsxLustreSettings"] = {"FileSystemId": file_system_id}
         return storage

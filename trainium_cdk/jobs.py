@@ -14,7 +14,7 @@ from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.launcher import launch_command, launch_environment
 from trainium_cdk.training_env import (
-    CHECKPOINT_ROOT, MASTER_PORT, SHARED_MOUNT, cache_dir, efa_environment, neuron_environment,
+    CHECKPOINT_ROOT, CONTAINER_SOCKET_IFNAME, MASTER_PORT, SHARED_MOUNT, cache_dir, efa_environment, neuron_environment,
 )
 
 # A cache set names one directory: no slashes, nothing that climbs out of the cache root.
@@ -23,8 +23,6 @@ _JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 # The Neuron docs: with autocast, XLA_USE_BF16 / XLA_DOWNCAST_BF16 override its per-operator precision.
 _AUTOCAST_FLAG = "--enable_pt_autocast"
 _BF16_VARIABLES = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
-# Pods reach the other nodes' sockets through one interface; EFA carries the collectives.
-POD_SOCKET_IFNAME = "eth0"
 # Hugging Face caches (hub, datasets) on shared storage, as the Neuron tutorials keep them.
 HF_HOME = f"{SHARED_MOUNT}/huggingface"
 JOB_NAME_VARIABLE = "TRN_JOB_NAME"
@@ -114,10 +112,6 @@ class JobSpec:
         return self.nodes > 1
 
     @property
-    def world_size(self) -> int:
-        return self.nodes * self.processes
-
-    @property
     def cache_dir(self) -> str:
         return cache_dir(self.cache_set, shared=self.shared_storage)
 
@@ -129,7 +123,7 @@ class JobSpec:
         """Neuron runtime, EFA when the job spans nodes, what the launcher reads, and the job's own."""
         env = neuron_environment()
         if self.distributed:
-            env.update(efa_environment(self.instance), CCOM_SOCKET_IFNAME=POD_SOCKET_IFNAME)
+            env.update(efa_environment(self.instance), CCOM_SOCKET_IFNAME=CONTAINER_SOCKET_IFNAME)
         env.update(
             launch_environment(
                 processes=self.processes, master_port=MASTER_PORT, cache_dir=self.cache_dir, precompile=self.precompile,

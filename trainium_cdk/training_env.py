@@ -18,6 +18,10 @@ LOCAL_CACHE_ROOT = "/var/tmp/neuron-compile-cache"
 # Checkpoints: /fsx/checkpoints/<job> on every backend. The launcher appends the job (its name on EKS,
 # the Slurm job id, the Batch job id): all stay the same when the scheduler restarts the job.
 CHECKPOINT_ROOT = f"{SHARED_MOUNT}/checkpoints"
+# The interface a container's sockets (torchrun, the Neuron bootstrap) use to reach other nodes: a pod's
+# eth0, and a Batch awsvpc task's eth0 (its other interface, ecs-eth0, is link-local and reaches only the
+# ECS agent). EFA carries the collectives. Hosts (Slurm) leave it unset: the runtime finds ens5 itself.
+CONTAINER_SOCKET_IFNAME = "eth0"
 # torchrun's rendezvous port on the rank-0 node, on every backend.
 MASTER_PORT = 29500
 

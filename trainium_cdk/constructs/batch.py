@@ -28,7 +28,8 @@ from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.launcher import launch_command, launch_environment
 from trainium_cdk.training_env import (
-    CHECKPOINT_ROOT, MASTER_PORT, SHARED_MOUNT, cache_dir, efa_environment, neuron_environment,
+    CHECKPOINT_ROOT, CONTAINER_SOCKET_IFNAME, MASTER_PORT, SHARED_MOUNT, cache_dir, efa_environment,
+    neuron_environment,
 )
 from trainium_cdk.versions import (
     BATCH_AMI_KIND, NEURON_DLC_ACCOUNT, NEURON_TRAINING_IMAGE_REPOSITORY, XLA_TRACK, NeuronTrack, neuron_training_image,
@@ -40,9 +41,6 @@ from trainium_cdk.versions import (
 # carries another one, so that driver and container agree whatever AMI build was recorded.
 NEURON_YUM_REPO = "https://yum.repos.neuron.amazonaws.com"
 EFA_INSTALLER_URL = "https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz"
-# Multi-node parallel containers run in awsvpc mode: eth0 is the task's interface; the other one
-# (ecs-eth0, link-local) reaches only the ECS agent and must not carry the Neuron bootstrap sockets.
-SOCKET_IFNAME = "eth0"
 # The ECS agent registers less memory than the instance has (kernel, agent): a job asking for all of
 # it would never be placed. Docker's 64 MiB /dev/shm is too small for data loader workers.
 CONTAINER_MEMORY_FRACTION = 0.9
@@ -263,7 +261,7 @@ class TrainiumBatch(Construct):
         """The job's environment: the Neuron runtime, EFA across nodes, what the launcher reads."""
         env = neuron_environment()
         if self.multi_node:
-            env.update(efa_environment(self.spec), CCOM_SOCKET_IFNAME=SOCKET_IFNAME)
+            env.update(efa_environment(self.spec), CCOM_SOCKET_IFNAME=CONTAINER_SOCKET_IFNAME)
         env.update(
             launch_environment(
                 processes=self.spec.neuron_cores, master_port=MASTER_PORT, cache_dir=self.cache_dir,

@@ -201,3 +201,26 @@ def node_capacity(name: str, catalog: Catalog = DEFAULT_CATALOG) -> tuple[int, i
     except KeyError:
         raise ConfigError("instance_type", name, "unknown instance type; " + one_of(
             (*catalog.names(), *GENERAL_PURPOSE_TYPES))) from None
+
+
+# AWS service facts the config checks against and the constructs and charts use.
+# FSx for Lustre: what each deployment type accepts (FSx API reference).
+LUSTRE_THROUGHPUT_MB_PER_TIB = {"PERSISTENT_2": (125, 250, 500, 1000), "SCRATCH_2": ()}
+LUSTRE_CAPACITY_STEP_GIB = 2400
+LUSTRE_MIN_CAPACITY_GIB = 1200
+LUSTRE_MAX_CAPACITY_GIB = 2_400 * 1_000
+LUSTRE_VERSIONS = ("2.15",)  # what FSx creates today; the first is the default
+
+# CloudWatch Logs retention periods, days -> the name of aws_logs.RetentionDays.
+LOG_RETENTION_DAYS = dict(
+    zip(
+        (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653),
+        (
+            "ONE_DAY", "THREE_DAYS", "FIVE_DAYS", "ONE_WEEK", "TWO_WEEKS", "ONE_MONTH", "TWO_MONTHS",
+            "THREE_MONTHS", "FOUR_MONTHS", "FIVE_MONTHS", "SIX_MONTHS", "ONE_YEAR", "THIRTEEN_MONTHS",
+            "EIGHTEEN_MONTHS", "TWO_YEARS", "THREE_YEARS", "FIVE_YEARS", "SIX_YEARS", "SEVEN_YEARS",
+            "EIGHT_YEARS", "NINE_YEARS", "TEN_YEARS",
+        ),
+        strict=True,
+    )
+)

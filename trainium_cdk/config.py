@@ -17,7 +17,17 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from trainium_cdk.catalog import BUILTIN_INSTANCE_TYPES, Catalog, InstanceSpec
+from trainium_cdk.catalog import (
+    BUILTIN_INSTANCE_TYPES,
+    LOG_RETENTION_DAYS,
+    LUSTRE_CAPACITY_STEP_GIB,
+    LUSTRE_MAX_CAPACITY_GIB,
+    LUSTRE_MIN_CAPACITY_GIB,
+    LUSTRE_THROUGHPUT_MB_PER_TIB,
+    LUSTRE_VERSIONS,
+    Catalog,
+    InstanceSpec,
+)
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.jobs import JobSpec
 from trainium_cdk.versions import NEURON_TRACKS, NeuronTrack
@@ -25,25 +35,6 @@ from trainium_cdk.versions import NEURON_TRACKS, NeuronTrack
 BACKENDS = ("eks", "batch", "parallelcluster", "instance")
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "default.yaml"
 
-# FSx for Lustre: what each deployment type accepts (FSx API reference).
-LUSTRE_THROUGHPUT_MB_PER_TIB = {"PERSISTENT_2": (125, 250, 500, 1000), "SCRATCH_2": ()}
-LUSTRE_CAPACITY_STEP_GIB = 2400
-LUSTRE_MIN_CAPACITY_GIB = 1200
-LUSTRE_MAX_CAPACITY_GIB = 2_400 * 1_000
-
-# CloudWatch Logs retention periods, days -> the name of aws_logs.RetentionDays.
-LOG_RETENTION_DAYS = dict(
-    zip(
-        (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653),
-        (
-            "ONE_DAY", "THREE_DAYS", "FIVE_DAYS", "ONE_WEEK", "TWO_WEEKS", "ONE_MONTH", "TWO_MONTHS",
-            "THREE_MONTHS", "FOUR_MONTHS", "FIVE_MONTHS", "SIX_MONTHS", "ONE_YEAR", "THIRTEEN_MONTHS",
-            "EIGHTEEN_MONTHS", "TWO_YEARS", "THREE_YEARS", "FIVE_YEARS", "SIX_YEARS", "SEVEN_YEARS",
-            "EIGHT_YEARS", "NINE_YEARS", "TEN_YEARS",
-        ),
-        strict=True,
-    )
-)
 # Queue names ParallelCluster's own validator rejects (a compute group is a Slurm queue of its name).
 SLURM_RESERVED_QUEUE_NAMES = ("default",)
 # What `cdk destroy` may do to the file system: CloudFormation snapshots only volumes and databases,
@@ -261,7 +252,7 @@ class StorageSettings(_Model):
     throughput_mb_per_tib: int | None = Field(
         250, description="PERSISTENT_2 throughput per TiB: 125, 250, 500 or 1000; none for SCRATCH_2."
     )
-    lustre_version: Literal["2.15"] = Field("2.15", description="Lustre version.")
+    lustre_version: Literal[LUSTRE_VERSIONS] = Field(LUSTRE_VERSIONS[0], description="Lustre version.")
     compression: Literal["LZ4", "NONE"] = Field("LZ4", description="Data compression.")
     data_repository: DataRepository | None = Field(None, description="Optional S3 data repository association.")
     removal_policy: Literal["retain", "destroy"] = Field(

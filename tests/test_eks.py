@@ -267,3 +267,46 @@ def test_fsx_volume_is_bound_to_the_storage_stack(every_type):
 def test_every_type_in_one_cluster_passes_cfn_lint(every_type):
     for path in every_type.template_paths():
         assert cfn_lint_errors(path, every_type.config.region) == []
+
+
+def _bare_cluster(**props):
+    import aws_cdk as cdk
+    from aws_cdk import aws_ec2 as ec2
+
+    from trainium_cdk.constructs.eks_cluster import TrainiumCluster
+
+    stack = cdk.Stack(cdk.App(), "Bare", env=cdk.Environment(region="us-west-2"))
+    vpc = ec2.Vpc(stack, "Vpc")
+    return stack, TrainiumCluster(stack, "Eks", vpc=vpc, subnets=vpc.private_subnets, **props)
+
+
+def test_a_cluster_alone_can_run_a_neuron_pod():
+    """Built from its props in a bare stack, the cluster brings the namespace and both device plugins:
+    an importing app needs nothing else for a pod to ask for aws.amazon.com/neuron and EFA devices."""
+    from aws_cdk import assertions
+
+    stack, cluster = _bare_cluster(system_nodes=1)
+    assert set(cluster.manifests) == {"training-namespace", "neuron-device-plugin", "efa-device-plugin"}
+    template = assertions.Template.from_stack(stack)
+    manifests = json.dumps(template.find_resources("Custom::AWSCDK-EKS-KubernetesResource"))
+    assert "neuron-device-plugin" in manifests and "aws-efa-k8s-device-plugin" in manifests
+    template.has_resource_properties("AWS::EKS::Nodegroup", {"ScalingConfig": {"MinSize": 1, "DesiredSize": 1}})
+    # The endpoint is private unless CIDRs are given.
+    template.has_resource_properties(
+        "AWS::EKS::Cluster", {"ResourcesVpcConfig": {"EndpointPublicAccess": False, "EndpointPrivateAccess": True}}
+    )
+
+
+def test_a_cluster_without_device_plugins_keeps_only_the_namespace():
+    _, cluster = _bare_cluster(device_plugins=False)
+    assert set(cluster.manifests) == {"training-namespace"}
+
+
+@pytest.mark.parametrize(
+    "props, field", [({"system_nodes": 0}, "system_nodes"), ({"device_plugins": False, "neuron_monitor": True}, "device_plugins")]
+)
+def test_a_cluster_rejects_bad_props_by_name(props, field):
+    from trainium_cdk.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=field):
+        _bare_cluster(**props)

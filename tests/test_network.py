@@ -6,6 +6,7 @@ import pytest
 from aws_cdk.assertions import Match
 
 from tests.helpers import config_with, resources, synth
+from trainium_cdk.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +130,48 @@ def test_unknown_group_is_a_clear_error(default):
 
     with pytest.raises(ConfigError, match="compute group = 'nope': allowed: train"):
         default.stacks.network.network.compute_subnets("nope")
+
+
+def _bare_stack():
+    import aws_cdk as cdk
+
+    return cdk.Stack(cdk.App(), "Bare", env=cdk.Environment(region="us-west-2"))
+
+
+def test_training_network_from_its_own_props_alone():
+    from aws_cdk import assertions
+    from aws_cdk import aws_logs as logs
+
+    from trainium_cdk.constructs.network import ComputePlacement, TrainingNetwork
+
+    stack = _bare_stack()
+    network = TrainingNetwork(
+        stack, "Network", az_ids=["usw2-az4", "usw2-az3"], cidr="10.8.0.0/16", nat_gateways=2,
+        flow_log_retention=logs.RetentionDays.ONE_WEEK,
+        compute_groups=[ComputePlacement(name="a", az_ids=("usw2-az4",)),
+                        ComputePlacement(name="b", az_ids=("usw2-az3",), placement_group=False)],
+    )
+    template = assertions.Template.from_stack(stack)
+    template.has_resource_properties("AWS::EC2::VPC", {"CidrBlock": "10.8.0.0/16"})
+    template.resource_count_is("AWS::EC2::NatGateway", 2)
+    template.resource_count_is("AWS::EC2::PlacementGroup", 1)
+    template.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 7})
+    assert network.placement_group("b") is None
+    assert network.compute_subnet("b").availability_zone == "usw2-az3"
+
+
+@pytest.mark.parametrize(
+    "props, field",
+    [
+        ({"nat_gateways": 3}, "nat_gateways"),
+        ({"cidr": "10.0.0.0/26"}, "cidr"),
+        ({"private_subnet_mask": 15}, "private_subnet_mask"),
+        ({"az_ids": ["usw2-az4"]}, "az_ids"),
+    ],
+)
+def test_training_network_rejects_bad_props_by_name(props, field):
+    from trainium_cdk.constructs.network import ComputePlacement, TrainingNetwork
+
+    kwargs = {"az_ids": ["usw2-az4", "usw2-az3"], "compute_groups": [ComputePlacement(name="a", az_ids=("usw2-az4",))]}
+    with pytest.raises(ConfigError, match=field):
+        TrainingNetwork(_bare_stack(), "Network", **{**kwargs, **props})

@@ -18,24 +18,26 @@ USER_APP = textwrap.dedent(
     import aws_cdk as cdk
 
     import trainium_cdk
-    from trainium_cdk import DEFAULT_CATALOG, LustreStorage, TrainiumCluster, TrainiumNodeGroup, TrainingNetwork
-    from trainium_cdk.config import ComputeGroup, EksSettings, NetworkSettings, StorageSettings
+    from trainium_cdk import (
+        DEFAULT_CATALOG, ComputePlacement, LustreStorage, TrainiumCluster, TrainiumNodeGroup, TrainingNetwork,
+    )
 
     app = cdk.App()
     stack = cdk.Stack(app, "MyTraining", env=cdk.Environment(region="us-west-2"))
-    group = ComputeGroup(name="pretrain", instance_type="trn1n.32xlarge", nodes=4, az_ids=("usw2-az4",))
     network = TrainingNetwork(
-        stack, "Network", settings=NetworkSettings(), az_ids=["usw2-az4", "usw2-az3"], compute_groups=[group]
+        stack, "Network", az_ids=["usw2-az4", "usw2-az3"],
+        compute_groups=[ComputePlacement(name="pretrain", az_ids=("usw2-az4",))],
     )
-    LustreStorage(
+    storage = LustreStorage(
         stack, "Storage", vpc=network.vpc, subnet=network.compute_subnet("pretrain"),
-        clients=[network.efa_security_group], settings=StorageSettings(capacity_gib=2400),
+        clients=[network.efa_security_group], capacity_gib=2400,
     )
-    eks = TrainiumCluster(stack, "Eks", vpc=network.vpc, subnets=network.private_subnets, settings=EksSettings())
+    eks = TrainiumCluster(stack, "Eks", vpc=network.vpc, subnets=network.private_subnets)
+    eks.add_lustre_storage(storage, subnet=network.compute_subnet("pretrain"))
     TrainiumNodeGroup(
-        stack, "Pretrain", cluster=eks.cluster, group=group, spec=DEFAULT_CATALOG.get(group.instance_type),
+        stack, "Pretrain", cluster=eks.cluster, group_name="pretrain", spec=DEFAULT_CATALOG.get("trn1n.32xlarge"),
         subnets=network.compute_subnets("pretrain"), security_groups=[network.efa_security_group],
-        placement_group=network.placement_group("pretrain"),
+        placement_group=network.placement_group("pretrain"), max_nodes=4,
     )
     app.synth()
     print(trainium_cdk.__file__)
@@ -93,3 +95,10 @@ def test_a_separate_cdk_app_imports_and_synthesizes_the_constructs(installed):
     assert "AWS::FSx::FileSystem" in kinds and "AWS::EKS::Cluster" in kinds and "AWS::EKS::Nodegroup" in kinds
     (lt,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
     assert len(lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 16  # trn1n.32xlarge: all 16
+    # The cluster can run a Neuron pod as it comes: both device plugins, and the claim jobs mount.
+    manifests = json.dumps([
+        r["Properties"]["Manifest"] for r in template["Resources"].values()
+        if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+    ])
+    for name in ("neuron-device-plugin", "aws-efa-k8s-device-plugin", "fsx-lustre"):
+        assert name in manifests, name

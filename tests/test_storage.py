@@ -146,3 +146,52 @@ def test_scratch_with_existing_bucket(scratch_existing_bucket):
 def test_outputs_name_the_file_system(default):
     outputs = default.template_json("storage")["Outputs"]
     assert {"FileSystemId", "FileSystemDnsName", "FileSystemMountName"} <= set(outputs)
+
+
+def test_lustre_storage_from_its_own_props_alone():
+    import aws_cdk as cdk
+    from aws_cdk import assertions
+    from aws_cdk import aws_ec2 as ec2
+    from aws_cdk import aws_fsx as fsx
+
+    from trainium_cdk.constructs.storage import DataRepositoryProps, LustreStorage
+
+    stack = cdk.Stack(cdk.App(), "Bare", env=cdk.Environment(region="us-west-2"))
+    vpc = ec2.Vpc(stack, "Vpc")
+    client = ec2.SecurityGroup(stack, "Client", vpc=vpc)
+    storage = LustreStorage(
+        stack, "Storage", vpc=vpc, subnet=vpc.private_subnets[0], clients=[client], capacity_gib=2400,
+        deployment_type=fsx.LustreDeploymentType.SCRATCH_2, throughput_mb_per_tib=None,
+        removal_policy=cdk.RemovalPolicy.DESTROY, data_repository=DataRepositoryProps(s3_prefix="datasets/"),
+    )
+    template = assertions.Template.from_stack(stack)
+    (fs,) = template.find_resources("AWS::FSx::FileSystem").values()
+    assert fs["DeletionPolicy"] == "Delete"
+    assert fs["Properties"]["StorageCapacity"] == 2400
+    assert fs["Properties"]["LustreConfiguration"]["DeploymentType"] == "SCRATCH_2"
+    assert "PerUnitStorageThroughput" not in fs["Properties"]["LustreConfiguration"]
+    template.resource_count_is("AWS::S3::Bucket", 1)
+    assert (storage.deployment_type, storage.lustre_version, storage.capacity_gib) == ("SCRATCH_2", "2.15", 2400)
+
+
+@pytest.mark.parametrize(
+    "props, field",
+    [
+        ({"capacity_gib": 1300}, "capacity_gib"),
+        ({"throughput_mb_per_tib": 300}, "throughput_mb_per_tib"),
+        ({"removal_policy": "SNAPSHOT"}, "removal_policy"),
+    ],
+)
+def test_lustre_storage_rejects_bad_props_by_name(props, field):
+    import aws_cdk as cdk
+    from aws_cdk import aws_ec2 as ec2
+
+    from trainium_cdk.constructs.storage import LustreStorage
+    from trainium_cdk.errors import ConfigError
+
+    stack = cdk.Stack(cdk.App(), "Bare")
+    vpc = ec2.Vpc(stack, "Vpc")
+    if props.get("removal_policy") == "SNAPSHOT":
+        props = {"removal_policy": cdk.RemovalPolicy.SNAPSHOT}
+    with pytest.raises(ConfigError, match=field):
+        LustreStorage(stack, "Storage", vpc=vpc, subnet=vpc.private_subnets[0], clients=[], **props)

@@ -33,7 +33,9 @@ _PUBLIC = {
     "JobSpec": "trainium_cdk.jobs",
     # constructs
     "TrainingNetwork": "trainium_cdk.constructs.network",
+    "ComputePlacement": "trainium_cdk.constructs.network",
     "LustreStorage": "trainium_cdk.constructs.storage",
+    "DataRepositoryProps": "trainium_cdk.constructs.storage",
     "EfaLaunchTemplate": "trainium_cdk.constructs.efa_launch_template",
     "TrainiumCluster": "trainium_cdk.constructs.eks_cluster",
     "TrainiumNodeGroup": "trainium_cdk.constructs.eks_nodegroup",
@@ -94,9 +96,9 @@ if TYPE_CHECKING:  # static type checkers see the real names
     from trainium_cdk.constructs.eks_cluster import TrainiumCluster
     from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
     from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
-    from trainium_cdk.constructs.network import TrainingNetwork
+    from trainium_cdk.constructs.network import ComputePlacement, TrainingNetwork
     from trainium_cdk.constructs.parallelcluster import SlurmCluster
-    from trainium_cdk.constructs.storage import LustreStorage
+    from trainium_cdk.constructs.storage import DataRepositoryProps, LustreStorage
     from trainium_cdk.errors import ConfigError
     from trainium_cdk.jobs import JobSpec
     from trainium_cdk.stacks.batch_stack import BatchStack

@@ -141,7 +141,8 @@ class TrainiumBatch(Construct):
             security_groups=security_groups,
             placement_group=placement_group,
             root_volume_gib=group.root_volume_gib,
-            capacity=group.capacity,
+            capacity_reservation_id=group.capacity.reservation_id,
+            capacity_block=group.capacity.type == "capacity-block",
             image_id=image_id,
             user_data=node_user_data(spec, storage, driver=track.driver),
         )

@@ -1,12 +1,14 @@
-"""TrainiumCluster: the EKS control plane, system nodes and managed add-ons of a Trainium cluster.
+"""TrainiumCluster: the EKS control plane, system nodes, managed add-ons and the cluster software a
+Trainium pod needs (the training namespace, the Neuron and EFA device plugins, FSx storage).
 
-Managed node groups, not Auto Mode: Trainium nodes need launch templates with every EFA interface.
+Not Auto Mode: Trainium nodes need launch templates with every EFA interface.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import cdk8s
 from aws_cdk import Names, RemovalPolicy, Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
@@ -17,10 +19,13 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
-from trainium_cdk.config import LOG_RETENTION_DAYS, EksSettings
+from trainium_cdk.catalog import DEFAULT_CATALOG, Catalog
+from trainium_cdk.charts import FSX_CHART_ID, NAMESPACE_CHART_ID, FsxStorage, FsxStorageProps, cluster_charts
 from trainium_cdk.constructs.eks_nodegroup import NODE_MANAGED_POLICIES
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.pod_identity import pod_identity_role
+from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.errors import ConfigError
 from trainium_cdk.versions import KUBERNETES_VERSION
 
 # The kubectl layer above must match this version: both move together (see versions.py).
@@ -36,6 +41,10 @@ ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
 # Add-ons that run a Deployment: with no node to run it, EKS reports them DEGRADED and the stack fails.
 # They wait for the system node group; the DaemonSet-only ones report ACTIVE with no nodes.
 ADDONS_NEEDING_NODES = ("coredns", FSX_CSI_ADDON)
+DEFAULT_SYSTEM_INSTANCE_TYPE = ec2.InstanceType("m7i.large")
+DEFAULT_SYSTEM_NODES = 2
+MAX_SYSTEM_NODES = 10
+DEFAULT_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 # The labels of the system nodes: controllers (Karpenter, Cluster Autoscaler) select them.
 SYSTEM_NODE_LABELS = {"trainium-cdk/role": "system"}
 
@@ -56,19 +65,33 @@ FSX_CSI_ACTIONS = (*FSX_CSI_CREATE_ACTIONS, *FSX_CSI_OWN_ACTIONS, *FSX_CSI_DESCR
 
 
 class TrainiumCluster(Construct):
-    """An EKS cluster for Trainium training.
+    """An EKS cluster for Trainium training that can run a Neuron pod as it comes.
 
     Access entries (API authentication), all control-plane logs, secrets encrypted with a KMS key,
-    nodes in private subnets, a small system node group, and the managed add-ons vpc-cni, coredns,
+    nodes in private subnets, a small system node group, the managed add-ons vpc-cni, coredns,
     kube-proxy, eks-pod-identity-agent and aws-fsx-csi-driver (its IAM through pod identity, its node
-    DaemonSet tolerating the Neuron taint).
+    DaemonSet tolerating the Neuron taint), and the cluster charts: the training namespace and the
+    Neuron and EFA device plugins (``manifests``, by chart id). :meth:`add_lustre_storage` adds a
+    file system's StorageClass and bound claim. Trainium nodes come from :class:`TrainiumNodeGroup`
+    or Karpenter node pools.
 
     :param vpc: the training VPC.
     :param subnets: private subnets of the control plane and system nodes (at least two AZs).
-    :param settings: the eks section of the config.
     :param cluster_name: the cluster's name. It names the control-plane log group this construct
         creates (``/aws/eks/<name>/cluster``), so it is known at synth time. Default: derived from
         the construct's path. Changing it replaces the cluster.
+    :param public_access_cidrs: IPv4 CIDRs allowed to reach a public API endpoint. Default: none,
+        the endpoint is private (reach it from the VPC, a VPN or SSM).
+    :param admin_role_arns: IAM roles given cluster admin through access entries (the deploying
+        identity always is). Default: none.
+    :param system_instance_type: instance type of the system node group. Default: m7i.large.
+    :param system_nodes: nodes of the system node group, 1 to 10. Default: 2.
+    :param log_retention: retention of the control-plane and kubectl provider logs. Default: one month.
+    :param device_plugins: install the Neuron device plugin and, when ``catalog`` has EFA types, the EFA
+        device plugin. Without them no pod can ask for a NeuronCore or an EFA device. Default: True.
+    :param catalog: the instance types the device plugins' node affinity lists. Default: the built-in catalog.
+    :param neuron_scheduler_extension: install the Neuron scheduler extension. Default: False.
+    :param neuron_monitor: install neuron-monitor with a Prometheus endpoint. Default: False.
     """
 
     def __init__(
@@ -78,12 +101,27 @@ class TrainiumCluster(Construct):
         *,
         vpc: ec2.IVpc,
         subnets: Sequence[ec2.ISubnet],
-        settings: EksSettings,
         cluster_name: str | None = None,
+        public_access_cidrs: Sequence[str] = (),
+        admin_role_arns: Sequence[str] = (),
+        system_instance_type: ec2.InstanceType = DEFAULT_SYSTEM_INSTANCE_TYPE,
+        system_nodes: int = DEFAULT_SYSTEM_NODES,
+        log_retention: logs.RetentionDays = DEFAULT_LOG_RETENTION,
+        device_plugins: bool = True,
+        catalog: Catalog = DEFAULT_CATALOG,
+        neuron_scheduler_extension: bool = False,
+        neuron_monitor: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
+        if not 1 <= system_nodes <= MAX_SYSTEM_NODES:
+            raise ConfigError("system_nodes", system_nodes, f"between 1 and {MAX_SYSTEM_NODES}")
+        if not device_plugins and (neuron_scheduler_extension or neuron_monitor):
+            raise ConfigError(
+                "device_plugins", device_plugins, "True with neuron_scheduler_extension or neuron_monitor (they "
+                "ship in the Neuron device plugin's chart)"
+            )
         cluster_name = cluster_name or Names.unique_resource_name(self, max_length=100, separator="-")
-        retention = logs.RetentionDays[LOG_RETENTION_DAYS[settings.log_retention_days]]
+        retention = log_retention
         # EKS writes control-plane logs to /aws/eks/<name>/cluster and creates that group, without a
         # retention, unless it exists: create it first, named, so that it expires.
         self.control_plane_logs = logs.LogGroup(
@@ -91,11 +129,12 @@ class TrainiumCluster(Construct):
             removal_policy=RemovalPolicy.DESTROY,
         )
         self.secrets_key = kms.Key(self, "SecretsKey", enable_key_rotation=True, description="EKS secrets")
-        # Private by default (config): a public endpoint is opened only to the CIDRs the config lists.
+        # Private by default: a public endpoint is opened only to the CIDRs given.
+        private_endpoint = not public_access_cidrs
         endpoint = (
             eks.EndpointAccess.PRIVATE
-            if settings.endpoint_access == "private"
-            else eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*settings.public_access_cidrs)
+            if private_endpoint
+            else eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*public_access_cidrs)
         )
         private = ec2.SubnetSelection(subnets=list(subnets))
         self.cluster = eks.Cluster(
@@ -113,13 +152,13 @@ class TrainiumCluster(Construct):
             bootstrap_cluster_creator_admin_permissions=True,
             kubectl_provider_options=eks.KubectlProviderOptions(
                 kubectl_layer=KubectlV35Layer(self, "KubectlLayer"),
-                private_subnets=list(subnets) if settings.endpoint_access == "private" else None,
+                private_subnets=list(subnets) if private_endpoint else None,
             ),
         )
         self.cluster.node.add_dependency(self.control_plane_logs)
         self._log_lambdas_with_retention(retention)
         self._acknowledge_cdk_internals()
-        for i, arn in enumerate(settings.admin_role_arns):
+        for i, arn in enumerate(admin_role_arns):
             self.cluster.grant_cluster_admin(f"Admin{i}", arn)
 
         self.system_nodes = eks.Nodegroup(
@@ -127,11 +166,11 @@ class TrainiumCluster(Construct):
             "SystemNodes",
             cluster=self.cluster,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
-            instance_types=[ec2.InstanceType(settings.system_instance_type)],
+            instance_types=[system_instance_type],
             subnets=private,
-            min_size=settings.system_nodes,
-            desired_size=settings.system_nodes,
-            max_size=settings.system_nodes * 2,
+            min_size=system_nodes,
+            desired_size=system_nodes,
+            max_size=system_nodes * 2,
             labels=dict(SYSTEM_NODE_LABELS),
         )
         acknowledge(
@@ -205,6 +244,57 @@ class TrainiumCluster(Construct):
         self.addons[FSX_CSI_ADDON].node.add_dependency(self.fsx_csi_association, self.addons["eks-pod-identity-agent"])
         for name in ADDONS_NEEDING_NODES:
             self.addons[name].node.add_dependency(self.system_nodes)
+
+        # The same charts `make synth` writes to dist/, here with the deployed values as tokens.
+        self.manifests: dict[str, eks.KubernetesManifest] = {}
+        charts = cluster_charts(
+            cdk8s.App(), region=Stack.of(self).region, catalog=catalog,
+            scheduler_extension=neuron_scheduler_extension, monitor=neuron_monitor,
+        )
+        for chart in charts:
+            if device_plugins or chart.node.id == NAMESPACE_CHART_ID:
+                self._add_chart(chart)
+
+    @property
+    def namespace(self) -> eks.KubernetesManifest:
+        """The training namespace's manifest: everything in the namespace comes after it."""
+        return self.manifests[NAMESPACE_CHART_ID]
+
+    def _add_chart(self, chart: cdk8s.Chart) -> eks.KubernetesManifest:
+        manifest = self.cluster.add_cdk8s_chart(chart.node.id, chart)
+        if chart.node.id != NAMESPACE_CHART_ID:
+            manifest.node.add_dependency(self.namespace)
+        self.manifests[chart.node.id] = manifest
+        return manifest
+
+    def add_lustre_storage(
+        self, storage: LustreStorage, *, subnet: ec2.ISubnet, rules_scope: Construct | None = None
+    ) -> eks.KubernetesManifest:
+        """Let pods mount ``storage``: its StorageClass (dynamic file systems in ``subnet``), a static
+        volume and the claim jobs mount (``fsx-lustre``), and Lustre open between the file system and
+        the cluster security group, which every node carries (system nodes run the data pods).
+
+        :param storage: the file system.
+        :param subnet: the subnet of file systems the StorageClass creates (the compute subnet).
+        :param rules_scope: where the security group rules live. Default: this cluster's stack, so
+            that a storage stack never depends on the cluster's.
+        """
+        storage.allow_client(
+            rules_scope or Stack.of(self), "LustreFromCluster", self.cluster.cluster_security_group
+        )
+        props = FsxStorageProps(
+            subnet_id=subnet.subnet_id,
+            security_group_ids=[storage.security_group.security_group_id],
+            deployment_type=storage.deployment_type,
+            throughput_mb_per_tib=storage.throughput_mb_per_tib,
+            lustre_version=storage.lustre_version,
+            compression=storage.compression,
+            file_system_id=storage.file_system_id,
+            dns_name=storage.dns_name,
+            mount_name=storage.mount_name,
+            capacity_gib=storage.capacity_gib,
+        )
+        return self._add_chart(FsxStorage(cdk8s.App(), FSX_CHART_ID, **props.as_kwargs()))
 
     def _log_lambdas_with_retention(self, retention: logs.RetentionDays) -> None:
         """Give every Lambda function of the cluster (CDK's kubectl provider) a log group of ours: left

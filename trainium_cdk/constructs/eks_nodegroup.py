@@ -18,10 +18,10 @@ from trainium_cdk.charts.karpenter import (
     NEURON_TAINT_VALUE, NODE_EFA_LABEL, NODE_INSTANCE_TYPE_LABEL, compute_node_labels,
 )
 from trainium_cdk.charts.training import GROUP_LABEL
-from trainium_cdk.config import ComputeGroup
 from trainium_cdk.constructs.cluster_autoscaler import node_template_tags
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.errors import ConfigError
 
 NEURON_TAINT_KEY = "aws.amazon.com/neuron"
 INSTANCE_TYPE_LABEL = NODE_INSTANCE_TYPE_LABEL
@@ -31,11 +31,8 @@ assert GROUP_LABEL  # re-exported: the node labels live in charts.karpenter and 
 # What the L2 node group attaches to its node role.
 NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
 
-_CAPACITY_TYPE = {
-    "on-demand": eks.CapacityType.ON_DEMAND,
-    "reservation": eks.CapacityType.ON_DEMAND,
-    "capacity-block": eks.CapacityType.CAPACITY_BLOCK,
-}
+DEFAULT_MIN_NODES = 0  # no idle Trainium node unless asked: Cluster Autoscaler scales up from zero
+DEFAULT_ROOT_VOLUME_GIB = 512
 
 
 class TrainiumNodeGroup(Construct):
@@ -43,11 +40,18 @@ class TrainiumNodeGroup(Construct):
     AMI, and the Neuron taint so that only pods asking for Neuron land there.
 
     :param cluster: the EKS cluster.
-    :param group: the compute group (sizes, capacity, root volume).
+    :param group_name: the compute group: the nodes' group label, what jobs select.
     :param spec: its instance type from the catalog.
     :param subnets: the group's compute subnets (exactly one for an EFA type).
     :param security_groups: the EFA group; the cluster security group is added here.
     :param placement_group: the group's cluster placement group, or None.
+    :param max_nodes: the most nodes the group scales to.
+    :param min_nodes: nodes kept when idle. Default: 0.
+    :param root_volume_gib: the encrypted gp3 root volume of each node. Default: 512.
+    :param capacity_reservation_id: the ``cr-...`` id of a capacity reservation or capacity block the
+        nodes launch into. Default: None (on-demand).
+    :param capacity_block: the reservation is a capacity block for ML: the group stays at zero
+        nodes until you scale it up once the block starts. Default: False.
     """
 
     def __init__(
@@ -56,15 +60,21 @@ class TrainiumNodeGroup(Construct):
         construct_id: str,
         *,
         cluster: eks.Cluster,
-        group: ComputeGroup,
+        group_name: str,
         spec: InstanceSpec,
         subnets: Sequence[ec2.ISubnet],
         security_groups: Sequence[ec2.ISecurityGroup],
         placement_group: ec2.IPlacementGroup | None,
+        max_nodes: int,
+        min_nodes: int = DEFAULT_MIN_NODES,
+        root_volume_gib: int = DEFAULT_ROOT_VOLUME_GIB,
+        capacity_reservation_id: str | None = None,
+        capacity_block: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
+        if not 0 <= min_nodes <= max_nodes or max_nodes < 1:
+            raise ConfigError("min_nodes, max_nodes", [min_nodes, max_nodes], "0 <= min_nodes <= max_nodes, max_nodes >= 1")
         self.spec = spec
-        capacity_block = group.capacity.type == "capacity-block"
         self.launch_template = EfaLaunchTemplate(
             self,
             "LaunchTemplate",
@@ -72,16 +82,17 @@ class TrainiumNodeGroup(Construct):
             # A launch template that names security groups replaces the cluster group: add it back.
             security_groups=[*security_groups, cluster.cluster_security_group],
             placement_group=placement_group,
-            root_volume_gib=group.root_volume_gib,
-            capacity=group.capacity,
+            root_volume_gib=root_volume_gib,
+            capacity_reservation_id=capacity_reservation_id,
+            capacity_block=capacity_block,
         )
-        self.labels = compute_node_labels(group.name, spec.name, spec.has_efa)
+        self.labels = compute_node_labels(group_name, spec.name, spec.has_efa)
         self.nodegroup = eks.Nodegroup(
             self,
             "Nodegroup",
             cluster=cluster,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NEURON,
-            capacity_type=_CAPACITY_TYPE[group.capacity.type],
+            capacity_type=eks.CapacityType.CAPACITY_BLOCK if capacity_block else eks.CapacityType.ON_DEMAND,
             launch_template_spec=eks.LaunchTemplateSpec(
                 id=self.launch_template.launch_template_id, version=self.launch_template.latest_version
             ),
@@ -89,9 +100,9 @@ class TrainiumNodeGroup(Construct):
             # EKS updates a capacity-block node group only at desired size 0, and nodes cannot launch
             # before the block starts: scale it up then (README, "Capacity blocks"). Otherwise the group
             # starts at its minimum (0 by default) and Cluster Autoscaler sizes it for pending pods.
-            min_size=0 if capacity_block else group.min_nodes,
-            desired_size=0 if capacity_block else group.min_nodes,
-            max_size=group.maximum,
+            min_size=0 if capacity_block else min_nodes,
+            desired_size=0 if capacity_block else min_nodes,
+            max_size=max_nodes,
             labels=self.labels,
             # What Cluster Autoscaler needs to scale the group up from zero (it reads DescribeNodegroup).
             tags=node_template_tags(spec, self.labels, {NEURON_TAINT_KEY: f"{NEURON_TAINT_VALUE}:NoSchedule"}),

@@ -9,14 +9,21 @@ would make synth call AWS.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from aws_cdk import Acknowledgment, RemovalPolicy, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from trainium_cdk.config import LOG_RETENTION_DAYS, ComputeGroup, NetworkSettings
+from trainium_cdk.addressing import check_subnets_fit, check_vpc_cidr
 from trainium_cdk.errors import ConfigError, one_of
+
+DEFAULT_CIDR = "10.0.0.0/16"
+DEFAULT_PUBLIC_SUBNET_MASK = 24
+DEFAULT_PRIVATE_SUBNET_MASK = 18  # pods take one IP each: EKS nodes need large private subnets
+DEFAULT_NAT_GATEWAYS = 1
+DEFAULT_FLOW_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 
 PUBLIC_SUBNET_GROUP = "public"
 PRIVATE_SUBNET_GROUP = "private"
@@ -34,12 +41,35 @@ INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
 }
 
 
+@dataclass(frozen=True)
+class ComputePlacement:
+    """Where the nodes of one compute group go.
+
+    :param name: the compute group.
+    :param az_ids: its AZ IDs (one for an EFA group: its nodes share one subnet).
+    :param placement_group: give the group a cluster placement group of its own. Default: True.
+    :param existing_placement_group: the name of a placement group made with a capacity reservation;
+        it is used instead of a new one. Default: None.
+    """
+
+    name: str
+    az_ids: tuple[str, ...]
+    placement_group: bool = True
+    existing_placement_group: str | None = None
+
+
 class TrainingNetwork(Construct):
     """The training VPC, the EFA security group and the placement groups.
 
-    :param settings: the network section of the config.
     :param az_ids: AZ IDs of the VPC, at least two; every compute group's AZ must be among them.
     :param compute_groups: the groups whose compute subnets and placement groups this network provides.
+    :param cidr: IPv4 CIDR of the VPC, /16 to /24. Default: ``DEFAULT_CIDR`` (10.0.0.0/16).
+    :param public_subnet_mask: prefix length of each public subnet. Default: 24.
+    :param private_subnet_mask: prefix length of each private subnet. Default: 18.
+    :param nat_gateways: NAT gateways, 1 to one per AZ. Default: 1.
+    :param interface_endpoints: add interface endpoints for ECR, STS, CloudWatch Logs and SSM (the S3
+        gateway endpoint is always there). Default: False.
+    :param flow_log_retention: retention of the flow log group. Default: one month.
     """
 
     def __init__(
@@ -47,36 +77,44 @@ class TrainingNetwork(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        settings: NetworkSettings,
         az_ids: Sequence[str],
-        compute_groups: Sequence[ComputeGroup],
+        compute_groups: Sequence[ComputePlacement],
+        cidr: str = DEFAULT_CIDR,
+        public_subnet_mask: int = DEFAULT_PUBLIC_SUBNET_MASK,
+        private_subnet_mask: int = DEFAULT_PRIVATE_SUBNET_MASK,
+        nat_gateways: int = DEFAULT_NAT_GATEWAYS,
+        interface_endpoints: bool = False,
+        flow_log_retention: logs.RetentionDays = DEFAULT_FLOW_LOG_RETENTION,
     ) -> None:
         super().__init__(scope, construct_id)
         if len(set(az_ids)) < 2:
             raise ConfigError("az_ids", list(az_ids), "at least two distinct AZ IDs (EKS needs subnets in two AZs)")
-        settings.check_fits(len(az_ids))
+        check_vpc_cidr(cidr, public_subnet_mask, private_subnet_mask)
+        check_subnets_fit(cidr, public_subnet_mask, private_subnet_mask, len(az_ids))
+        if not 1 <= nat_gateways <= len(az_ids):
+            raise ConfigError("nat_gateways", nat_gateways, f"1 to {len(az_ids)} (one per AZ)")
         self.az_ids = tuple(az_ids)
 
         self.flow_log_group = logs.LogGroup(
             self,
             "FlowLogs",
-            retention=logs.RetentionDays[LOG_RETENTION_DAYS[settings.flow_log_retention_days]],
+            retention=flow_log_retention,
             removal_policy=RemovalPolicy.DESTROY,
         )
         self.vpc = ec2.Vpc(
             self,
             "Vpc",
-            ip_addresses=ec2.IpAddresses.cidr(settings.cidr),
+            ip_addresses=ec2.IpAddresses.cidr(cidr),
             availability_zones=list(az_ids),
-            nat_gateways=1 if settings.nat_gateways == "one" else len(az_ids),
+            nat_gateways=nat_gateways,
             subnet_configuration=[
                 ec2.SubnetConfiguration(
-                    name=PUBLIC_SUBNET_GROUP, subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=settings.public_subnet_mask
+                    name=PUBLIC_SUBNET_GROUP, subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=public_subnet_mask
                 ),
                 ec2.SubnetConfiguration(
                     name=PRIVATE_SUBNET_GROUP,
                     subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
-                    cidr_mask=settings.private_subnet_mask,
+                    cidr_mask=private_subnet_mask,
                 ),
             ],
             gateway_endpoints={"S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)},
@@ -91,7 +129,7 @@ class TrainingNetwork(Construct):
         )
         self._pin_subnets_to_az_ids()
 
-        if settings.interface_endpoints:
+        if interface_endpoints:
             for name, service in INTERFACE_ENDPOINTS.items():
                 endpoint = self.vpc.add_interface_endpoint(
                     name,
@@ -133,9 +171,9 @@ class TrainingNetwork(Construct):
         self._groups = {g.name: g for g in compute_groups}
         for group in compute_groups:
             self.compute_subnets(group.name)  # fails early for an AZ outside the VPC
-            if group.capacity.placement_group is not None:  # the reservation's own, made with it
+            if group.existing_placement_group is not None:  # the reservation's own, made with it
                 self.placement_groups[group.name] = ec2.PlacementGroup.from_placement_group_name(  # type: ignore[assignment]
-                    self, f"PlacementGroup-{group.name}", group.capacity.placement_group
+                    self, f"PlacementGroup-{group.name}", group.existing_placement_group
                 )
             elif group.placement_group:
                 self.placement_groups[group.name] = ec2.PlacementGroup(
@@ -175,7 +213,7 @@ class TrainingNetwork(Construct):
         self._group(group_name)
         return self.placement_groups.get(group_name)
 
-    def _group(self, group_name: str) -> ComputeGroup:
+    def _group(self, group_name: str) -> ComputePlacement:
         try:
             return self._groups[group_name]
         except KeyError:

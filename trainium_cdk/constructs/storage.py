@@ -7,6 +7,7 @@ policy, so that a redeploy updates them in place instead of replacing them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from aws_cdk import Acknowledgment, RemovalPolicy, Validations
 from aws_cdk import aws_ec2 as ec2
@@ -14,7 +15,13 @@ from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from trainium_cdk.config import StorageSettings
+from trainium_cdk.catalog import (
+    LUSTRE_CAPACITY_STEP_GIB,
+    LUSTRE_MAX_CAPACITY_GIB,
+    LUSTRE_MIN_CAPACITY_GIB,
+    LUSTRE_THROUGHPUT_MB_PER_TIB,
+)
+from trainium_cdk.errors import ConfigError, one_of
 
 # Lustre network (LNET) ports: clients connect to 988; 1018-1023 are the reserved ports of both ends.
 LUSTRE_PORT_RANGES = ((988, 988), (1018, 1023))
@@ -26,10 +33,62 @@ SECURITY_GROUP_LOGICAL_ID = "LustreSecurityGroup"
 BUCKET_LOGICAL_ID = "DataRepositoryBucket"
 ASSOCIATION_LOGICAL_ID = "DataRepositoryAssociation"
 
-_REMOVAL = {"retain": RemovalPolicy.RETAIN, "destroy": RemovalPolicy.DESTROY}
-_DEPLOYMENT = {"PERSISTENT_2": fsx.LustreDeploymentType.PERSISTENT_2, "SCRATCH_2": fsx.LustreDeploymentType.SCRATCH_2}
-_COMPRESSION = {"LZ4": fsx.LustreDataCompressionType.LZ4, "NONE": fsx.LustreDataCompressionType.NONE}
+DEFAULT_CAPACITY_GIB = LUSTRE_MIN_CAPACITY_GIB
+DEFAULT_DEPLOYMENT_TYPE = fsx.LustreDeploymentType.PERSISTENT_2
+DEFAULT_THROUGHPUT_MB_PER_TIB = 250
+DEFAULT_COMPRESSION = fsx.LustreDataCompressionType.LZ4
+DEFAULT_VERSION = fsx.FileSystemTypeVersion.V_2_15
+# Losing a file system loses datasets and checkpoints: keep it unless asked otherwise.
+DEFAULT_REMOVAL_POLICY = RemovalPolicy.RETAIN
+# CloudFormation cannot snapshot an FSx file system on delete (DeletionPolicy: Snapshot).
+REMOVAL_POLICIES = (RemovalPolicy.RETAIN, RemovalPolicy.DESTROY)
 _S3_EVENTS = ["NEW", "CHANGED", "DELETED"]
+
+
+@dataclass(frozen=True)
+class DataRepositoryProps:
+    """An S3 prefix linked to a path of the file system.
+
+    :param bucket_name: an existing bucket; None creates one, with the file system's removal policy.
+        Default: None.
+    :param s3_prefix: the prefix in the bucket; empty links the whole bucket. Default: "".
+    :param file_system_path: the path in the file system that mirrors the prefix. Default: /s3.
+    :param auto_import: new, changed and deleted S3 objects show up in the file system. Default: True.
+    :param auto_export: new, changed and deleted files are exported to S3. Default: True.
+    """
+
+    bucket_name: str | None = None
+    s3_prefix: str = ""
+    file_system_path: str = "/s3"
+    auto_import: bool = True
+    auto_export: bool = True
+
+
+def check_lustre(deployment_type: str, capacity_gib: int, throughput_mb_per_tib: int | None, *, prefix: str = "") -> None:
+    """What FSx accepts for a deployment type: capacity steps and per-TiB throughputs (catalog facts).
+
+    ``prefix`` goes before each field name in errors."""
+    if deployment_type not in LUSTRE_THROUGHPUT_MB_PER_TIB:
+        raise ConfigError(f"{prefix}deployment_type", deployment_type, one_of(LUSTRE_THROUGHPUT_MB_PER_TIB))
+    cap = capacity_gib
+    if not (cap == LUSTRE_MIN_CAPACITY_GIB or (cap % LUSTRE_CAPACITY_STEP_GIB == 0 and 0 < cap)) or (
+        cap > LUSTRE_MAX_CAPACITY_GIB
+    ):
+        raise ConfigError(
+            f"{prefix}capacity_gib", cap,
+            f"{deployment_type} accepts 1200 GiB or a multiple of 2400 GiB (2400, 4800, ...)",
+        )
+    offered = LUSTRE_THROUGHPUT_MB_PER_TIB[deployment_type]
+    if offered and throughput_mb_per_tib not in offered:
+        raise ConfigError(
+            f"{prefix}throughput_mb_per_tib", throughput_mb_per_tib,
+            f"{deployment_type} offers " + ", ".join(map(str, offered)) + " MB/s/TiB",
+        )
+    if not offered and throughput_mb_per_tib is not None:
+        raise ConfigError(
+            f"{prefix}throughput_mb_per_tib", throughput_mb_per_tib,
+            f"{deployment_type} has a fixed throughput: leave it out (null)",
+        )
 
 
 class LustreStorage(Construct):
@@ -38,7 +97,15 @@ class LustreStorage(Construct):
     :param vpc: the training VPC.
     :param subnet: the compute subnet (a file system lives in one subnet; put it next to the nodes).
     :param clients: security groups of the nodes that mount it (the EFA security group).
-    :param settings: the storage section of the config.
+    :param capacity_gib: storage capacity, 1200 GiB or a multiple of 2400 GiB. Default: 1200.
+    :param deployment_type: PERSISTENT_2 or SCRATCH_2. Default: PERSISTENT_2.
+    :param throughput_mb_per_tib: PERSISTENT_2 throughput per TiB (125, 250, 500 or 1000); None for
+        SCRATCH_2. Default: 250.
+    :param compression: data compression. Default: LZ4.
+    :param file_system_type_version: the Lustre version. Default: 2.15.
+    :param removal_policy: what deleting the stack does to the file system and a bucket it creates,
+        RETAIN or DESTROY. Default: RETAIN. Changing it never replaces the file system.
+    :param data_repository: an S3 data repository association. Default: None.
     """
 
     def __init__(
@@ -49,10 +116,28 @@ class LustreStorage(Construct):
         vpc: ec2.IVpc,
         subnet: ec2.ISubnet,
         clients: Sequence[ec2.ISecurityGroup],
-        settings: StorageSettings,
+        capacity_gib: int = DEFAULT_CAPACITY_GIB,
+        deployment_type: fsx.LustreDeploymentType = DEFAULT_DEPLOYMENT_TYPE,
+        throughput_mb_per_tib: int | None = DEFAULT_THROUGHPUT_MB_PER_TIB,
+        compression: fsx.LustreDataCompressionType = DEFAULT_COMPRESSION,
+        file_system_type_version: fsx.FileSystemTypeVersion = DEFAULT_VERSION,
+        removal_policy: RemovalPolicy = DEFAULT_REMOVAL_POLICY,
+        data_repository: DataRepositoryProps | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        removal = _REMOVAL[settings.removal_policy]
+        check_lustre(deployment_type.value, capacity_gib, throughput_mb_per_tib)
+        if removal_policy not in REMOVAL_POLICIES:
+            raise ConfigError(
+                "removal_policy", removal_policy.value,
+                one_of(p.value for p in REMOVAL_POLICIES) + " (CloudFormation cannot snapshot an FSx file system)",
+            )
+        removal = removal_policy
+        # What the file system is, for the charts that mount it (FSx API values).
+        self.capacity_gib = capacity_gib
+        self.deployment_type: str = deployment_type.value
+        self.throughput_mb_per_tib = throughput_mb_per_tib
+        self.compression: str = compression.value
+        self.lustre_version = file_system_type_version.value.removeprefix("V_").replace("_", ".")
 
         self.security_group = ec2.SecurityGroup(
             self,
@@ -83,19 +168,18 @@ class LustreStorage(Construct):
                     description="Lustre from FSx",
                 )
 
-        throughput = settings.throughput_mb_per_tib
         self.file_system = fsx.LustreFileSystem(
             self,
             "FileSystem",
             vpc=vpc,
             vpc_subnet=subnet,
             security_group=self.security_group,
-            storage_capacity_gib=settings.capacity_gib,
-            file_system_type_version=fsx.FileSystemTypeVersion.V_2_15,
+            storage_capacity_gib=capacity_gib,
+            file_system_type_version=file_system_type_version,
             lustre_configuration=fsx.LustreConfiguration(
-                deployment_type=_DEPLOYMENT[settings.deployment_type],
-                per_unit_storage_throughput=throughput,
-                data_compression_type=_COMPRESSION[settings.compression],
+                deployment_type=deployment_type,
+                per_unit_storage_throughput=throughput_mb_per_tib,
+                data_compression_type=compression,
             ),
             removal_policy=removal,
         )
@@ -103,7 +187,7 @@ class LustreStorage(Construct):
 
         self.bucket: s3.IBucket | None = None
         self.association: fsx.CfnDataRepositoryAssociation | None = None
-        repo = settings.data_repository
+        repo = data_repository
         if repo is not None:
             if repo.bucket_name:
                 self.bucket = s3.Bucket.from_bucket_name(self, "DataBucket", repo.bucket_name)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import cdk8s
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
-from trainium_cdk.charts import FSX_CHART_ID, NAMESPACE_CHART_ID, cluster_charts
+from trainium_cdk.charts import FSX_CHART_ID
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.eks_cluster import TrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
@@ -15,7 +14,7 @@ from trainium_cdk.stacks.eks_capacity import trainium_capacity
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import ClusterObservability
 from trainium_cdk.constructs.storage import LustreStorage
-from trainium_cdk.dist import fsx_storage_props
+from trainium_cdk.stacks._props import cluster_props, node_group_props
 
 
 class EksStack(Stack):
@@ -31,8 +30,7 @@ class EksStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, description="trainium-cdk: EKS cluster with Trainium node groups", **kwargs)
         self.training = TrainiumCluster(
-            self, "Eks", vpc=network.vpc, subnets=network.private_subnets, settings=config.eks,
-            cluster_name=config.stack_name("eks"),
+            self, "Eks", vpc=network.vpc, subnets=network.private_subnets, **cluster_props(config)
         )
         cluster = self.training.cluster
         self.node_groups: dict[str, TrainiumNodeGroup] = {}
@@ -43,46 +41,21 @@ class EksStack(Stack):
                     self,
                     f"NodeGroup-{group.name}",
                     cluster=cluster,
-                    group=group,
-                    spec=config.spec(group),
                     subnets=network.compute_subnets(group.name),
                     security_groups=[network.efa_security_group],
                     placement_group=network.placement_group(group.name),
+                    **node_group_props(config, group),
                 )
                 for group in config.compute_groups
             }
         if storage is not None:
             # The data pods (loader, shell, TensorBoard) run on the system nodes, which carry only the
-            # cluster security group: open Lustre to that group rather than pin them to Trainium nodes
+            # cluster security group: Lustre opens to that group rather than pin them to Trainium nodes
             # (tainted, often scaled to zero, and too costly to hold a shell). Trainium nodes carry the
             # cluster group too, so every pod's node reaches the file system the same way.
-            storage.allow_client(self, "LustreFromCluster", cluster.cluster_security_group)
-        # The same charts `make synth` writes to dist/, here with the deployed ids as tokens.
-        storage_props = (
-            fsx_storage_props(
-                config,
-                subnet_id=network.compute_subnet(config.storage_group.name).subnet_id,
-                security_group_id=storage.security_group.security_group_id,
-                file_system_id=storage.file_system_id,
-                dns_name=storage.dns_name,
-                mount_name=storage.mount_name,
-            )
-            if storage is not None
-            else None
-        )
-        self.charts = cluster_charts(
-            cdk8s.App(),
-            region=self.region,
-            catalog=config.catalog,
-            storage=storage_props,
-            scheduler_extension=config.eks.neuron_scheduler_extension,
-            monitor=config.eks.neuron_monitor,
-        )
-        self.manifests = {chart.node.id: cluster.add_cdk8s_chart(chart.node.id, chart) for chart in self.charts}
-        namespace = self.manifests[NAMESPACE_CHART_ID]
-        for chart_id, manifest in self.manifests.items():
-            if chart_id != NAMESPACE_CHART_ID:
-                manifest.node.add_dependency(namespace)
+            self.training.add_lustre_storage(storage, subnet=network.compute_subnet(config.storage_group.name))
+        self.manifests = self.training.manifests
+        namespace = self.training.namespace
         self.workloads = TrainingWorkloads(
             self,
             "Workloads",

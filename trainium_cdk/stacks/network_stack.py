@@ -7,18 +7,13 @@ from constructs import Construct
 
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.network import TrainingNetwork
+from trainium_cdk.stacks._props import network_props
 
 
 class NetworkStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, *, config: Config, **kwargs) -> None:
         super().__init__(scope, construct_id, description="trainium-cdk: training VPC and EFA networking", **kwargs)
-        self.network = TrainingNetwork(
-            self,
-            "Network",
-            settings=config.network,
-            az_ids=config.vpc_az_ids,
-            compute_groups=config.compute_groups,
-        )
+        self.network = TrainingNetwork(self, "Network", **network_props(config))
         self.vpc_output = CfnOutput(self, "VpcId", value=self.network.vpc.vpc_id)
         CfnOutput(self, "EfaSecurityGroupId", value=self.network.efa_security_group.security_group_id)
         for group in config.compute_groups:

@@ -8,6 +8,7 @@ from constructs import Construct
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.stacks._props import storage_props
 
 
 class StorageStack(Stack):
@@ -23,7 +24,7 @@ class StorageStack(Stack):
             vpc=network.vpc,
             subnet=network.compute_subnet(config.storage_group.name),
             clients=[network.efa_security_group],
-            settings=config.storage,
+            **storage_props(config),
         )
         self.file_system_output = CfnOutput(self, "FileSystemId", value=self.storage.file_system_id)
         CfnOutput(self, "FileSystemDnsName", value=self.storage.dns_name)

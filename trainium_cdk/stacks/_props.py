@@ -1,0 +1,95 @@
+"""Adapters: the config, mapped to the props of each construct. The only place constructs meet config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_fsx as fsx
+from aws_cdk import aws_logs as logs
+
+from trainium_cdk.catalog import LOG_RETENTION_DAYS
+from trainium_cdk.config import ComputeGroup, Config
+from trainium_cdk.constructs.network import ComputePlacement
+from trainium_cdk.constructs.storage import DataRepositoryProps
+
+REMOVAL_POLICIES = {"retain": RemovalPolicy.RETAIN, "destroy": RemovalPolicy.DESTROY}
+
+
+def retention(days: int) -> logs.RetentionDays:
+    """A retention in days (validated by the config) as the CDK enum."""
+    return logs.RetentionDays[LOG_RETENTION_DAYS[days]]
+
+
+def network_props(config: Config) -> dict[str, Any]:
+    network = config.network
+    return dict(
+        az_ids=config.vpc_az_ids,
+        compute_groups=[
+            ComputePlacement(
+                name=group.name,
+                az_ids=tuple(group.az_ids),
+                placement_group=group.placement_group,
+                existing_placement_group=group.capacity.placement_group,
+            )
+            for group in config.compute_groups
+        ],
+        cidr=network.cidr,
+        public_subnet_mask=network.public_subnet_mask,
+        private_subnet_mask=network.private_subnet_mask,
+        nat_gateways=1 if network.nat_gateways == "one" else len(config.vpc_az_ids),
+        interface_endpoints=network.interface_endpoints,
+        flow_log_retention=retention(network.flow_log_retention_days),
+    )
+
+
+def storage_props(config: Config) -> dict[str, Any]:
+    storage = config.storage
+    repo = storage.data_repository
+    return dict(
+        capacity_gib=storage.capacity_gib,
+        deployment_type=fsx.LustreDeploymentType[storage.deployment_type],
+        throughput_mb_per_tib=storage.throughput_mb_per_tib,
+        compression=fsx.LustreDataCompressionType[storage.compression],
+        file_system_type_version=fsx.FileSystemTypeVersion["V_" + storage.lustre_version.replace(".", "_")],
+        removal_policy=REMOVAL_POLICIES[storage.removal_policy],
+        data_repository=(
+            DataRepositoryProps(
+                bucket_name=repo.bucket_name,
+                s3_prefix=repo.s3_prefix,
+                file_system_path=repo.file_system_path,
+                auto_import=repo.auto_import,
+                auto_export=repo.auto_export,
+            )
+            if repo is not None
+            else None
+        ),
+    )
+
+
+def cluster_props(config: Config) -> dict[str, Any]:
+    eks = config.eks
+    return dict(
+        cluster_name=config.stack_name("eks"),
+        public_access_cidrs=eks.public_access_cidrs if eks.endpoint_access == "public-and-private" else (),
+        admin_role_arns=eks.admin_role_arns,
+        system_instance_type=ec2.InstanceType(eks.system_instance_type),
+        system_nodes=eks.system_nodes,
+        log_retention=retention(eks.log_retention_days),
+        catalog=config.catalog,
+        neuron_scheduler_extension=eks.neuron_scheduler_extension,
+        neuron_monitor=eks.neuron_monitor,
+    )
+
+
+def node_group_props(config: Config, group: ComputeGroup) -> dict[str, Any]:
+    return dict(
+        group_name=group.name,
+        spec=config.spec(group),
+        max_nodes=group.maximum,
+        min_nodes=group.min_nodes,
+        root_volume_gib=group.root_volume_gib,
+        capacity_reservation_id=group.capacity.reservation_id,
+        capacity_block=group.capacity.type == "capacity-block",
+    )

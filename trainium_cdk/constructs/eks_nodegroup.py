@@ -73,7 +73,8 @@ class TrainiumNodeGroup(Construct):
             security_groups=[*security_groups, cluster.cluster_security_group],
             placement_group=placement_group,
             root_volume_gib=group.root_volume_gib,
-            capacity=group.capacity,
+            capacity_reservation_id=group.capacity.reservation_id,
+            capacity_block=capacity_block,
         )
         self.labels = compute_node_labels(group.name, spec.name, spec.has_efa)
         self.nodegroup = eks.Nodegroup(

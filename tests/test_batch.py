@@ -8,12 +8,12 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
 from aws_cdk.assertions import Template
 
 from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, resources, synth
 from trainium_cdk import versions
 from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
-from trainium_cdk.config import BatchSettings, ComputeGroup
 from trainium_cdk.constructs.batch import (
     CONTAINER_MEMORY_FRACTION,
     TrainiumBatch,
@@ -482,13 +482,11 @@ def _bare(*, every_subnet: bool = False, **overrides):
     stack = cdk.Stack(cdk.App(), "Bare")
     vpc = ec2.Vpc(stack, "Vpc", max_azs=2)
     props = {
-        "group": ComputeGroup(),
+        "group_name": "train",
         "spec": DEFAULT_CATALOG.get("trn1.32xlarge"),
         "vpc": vpc,
         "subnets": vpc.private_subnets if every_subnet else vpc.private_subnets[:1],
         "security_groups": [ec2.SecurityGroup(stack, "Sg", vpc=vpc)],
-        "placement_group": None,
-        "settings": BatchSettings(),
         **overrides,
     }
     return lambda: TrainiumBatch(stack, "Batch", **props)
@@ -501,12 +499,15 @@ def test_an_efa_group_needs_exactly_one_subnet():
 
 def test_inference_types_are_rejected():
     with pytest.raises(ConfigError, match="training type"):
-        _bare(group=ComputeGroup(instance_type="inf2.48xlarge"), spec=DEFAULT_CATALOG.get("inf2.48xlarge"))()
+        _bare(spec=DEFAULT_CATALOG.get("inf2.48xlarge"))()
 
 
-def test_the_spec_must_be_the_group_type():
-    with pytest.raises(ConfigError, match="instance type of compute group"):
-        _bare(spec=DEFAULT_CATALOG.get("trn1n.32xlarge"))()
+def test_the_node_counts_are_checked():
+    # The props carry the sizes that the compute group carried (and checked) before.
+    with pytest.raises(ConfigError, match=r"nodes = 3: between 1 and max_nodes \(2\)"):
+        _bare(nodes=3, max_nodes=2)()
+    with pytest.raises(ConfigError, match="command"):
+        _bare(command=[])()
 
 
 
@@ -516,3 +517,20 @@ def test_default_image_pull_is_granted_in_an_environment_agnostic_stack():
     policies = json.dumps(resources(template, "AWS::IAM::Policy"))
     assert policies.count(":763104351884:repository/pytorch-training-neuronx") == 2  # instance and execution roles
     assert '{"Ref": "AWS::Region"}' in policies
+
+
+def test_built_alone_from_props_in_a_bare_stack():
+    training = _bare(
+        nodes=4, max_nodes=8, log_retention=logs.RetentionDays.ONE_WEEK, job_timeout=cdk.Duration.hours(2)
+    )()
+    template = Template.from_stack(cdk.Stack.of(training))
+    template.has_resource_properties(
+        "AWS::Batch::JobDefinition",
+        {"Type": "multinode", "NodeProperties": {"NumNodes": 4, "MainNode": 0}, "Timeout": {"AttemptDurationSeconds": 7200}},
+    )
+    template.has_resource_properties(
+        "AWS::Batch::ComputeEnvironment", {"ComputeResources": {"MaxvCpus": 8 * training.spec.vcpus}}
+    )
+    (launch_template,) = resources(template.to_json(), "AWS::EC2::LaunchTemplate").values()
+    assert len(launch_template["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 8  # trn1.32xlarge
+    template.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 7})

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 
+import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk.assertions import Template
 
 from tests.helpers import cfn_lint_errors, config_with, nag_violations, resources, synth
 from trainium_cdk.config import ConfigError
-from trainium_cdk.constructs.dev_instance import dev_instance_az_id, dlami_parameter
+from trainium_cdk.catalog import DEFAULT_CATALOG
+from trainium_cdk.constructs.dev_instance import DevInstance, dlami_parameter
 
 SSM_AMI_TYPE = "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
 OPEN = ("0.0.0.0/0", "::/0")
@@ -150,9 +154,9 @@ def test_cfn_lint_and_cdk_nag_clean(request, fixture):
 
 
 def test_az_defaults_to_the_first_vpc_az_offering_the_type():
-    assert dev_instance_az_id(DEFAULT) == "usw2-az4"
+    assert DEFAULT.dev_instance_az_id() == "usw2-az4"
     config = config_with(network={"az_ids": ["usw2-az1", "usw2-az3", "usw2-az4"]}, backends=["instance"])
-    assert dev_instance_az_id(config) == "usw2-az3"  # usw2-az1 is not known to offer trn1.2xlarge
+    assert config.dev_instance_az_id() == "usw2-az3"  # usw2-az1 is not known to offer trn1.2xlarge
 
 
 @pytest.mark.parametrize(
@@ -186,3 +190,38 @@ def test_offered_check_on_an_explicit_az():
 def test_instance_settings_are_validated(instance, message):
     with pytest.raises(ConfigError, match=message):
         config_with(instance=instance)
+
+
+def test_built_alone_from_props_in_a_bare_stack():
+    stack = cdk.Stack(cdk.App(), "Bare")
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2)
+    dev = DevInstance(
+        stack,
+        "Dev",
+        vpc=vpc,
+        spec=DEFAULT_CATALOG.get("trn1.2xlarge"),
+        vpc_subnets=ec2.SubnetSelection(subnets=[vpc.private_subnets[1]]),
+        dlami="base/amazon-linux-2023",
+        root_volume_gib=600,
+        instance_connect_endpoint=True,
+    )
+    template = Template.from_stack(stack).to_json()
+    (instance,) = resources(template, "AWS::EC2::Instance").values()
+    props = instance["Properties"]
+    subnet_id = stack.resolve(vpc.private_subnets[1].subnet_id)
+    assert props["InstanceType"] == "trn1.2xlarge" and props["SubnetId"] == subnet_id
+    assert props["BlockDeviceMappings"][0]["DeviceName"] == "/dev/xvda"
+    assert props["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == 600
+    (endpoint,) = resources(template, "AWS::EC2::InstanceConnectEndpoint").values()
+    assert endpoint["Properties"]["SubnetId"] == subnet_id
+    assert dev.os_user == "ec2-user"
+
+
+def test_a_selection_without_subnets_is_rejected():
+    stack = cdk.Stack(cdk.App(), "Bare")
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=1)
+    with pytest.raises(ConfigError, match="vpc_subnets"):
+        DevInstance(
+            stack, "Dev", vpc=vpc, spec=DEFAULT_CATALOG.get("trn1.2xlarge"),
+            vpc_subnets=ec2.SubnetSelection(availability_zones=["nowhere-1a"]),
+        )

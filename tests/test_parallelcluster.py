@@ -9,13 +9,18 @@ import os
 import subprocess
 from pathlib import Path
 
+import aws_cdk as cdk
 import pytest
 import yaml
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk.assertions import Template
 
 from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, resources, synth
 from tests.pcluster_schema import PclusterUnavailable, validate_many, venv_or_skip
 from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.config import ConfigError
+from trainium_cdk.constructs.parallelcluster import SlurmCluster
 from trainium_cdk.constructs.storage import FILE_SYSTEM_LOGICAL_ID
 from trainium_cdk.parallelcluster import ClusterIds, S3Object, cluster_configuration, render_cluster_yaml, write_dist
 from trainium_cdk.parallelcluster.cluster_config import SSM_POLICY, placeholder_names
@@ -470,3 +475,62 @@ def test_a_failed_environment_build_says_what_failed():
 
     with pytest.raises(PclusterUnavailable, match=r"pip install x failed \(exit 3\):\nno index"):
         _run([sys.executable, "-c", "import sys; print('no index', file=sys.stderr); sys.exit(3)"], "pip install x")
+
+
+# -- the construct alone ---------------------------------------------------------------------------
+
+
+def test_slurm_cluster_built_alone_from_props_in_a_bare_stack():
+    stack = cdk.Stack(cdk.App(), "Bare", env=cdk.Environment(region="us-east-2"))
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=1)
+    group = ec2.SecurityGroup(stack, "Efa", vpc=vpc)
+
+    def document(ids: ClusterIds) -> dict:
+        """A one-queue document by hand: what the construct needs is only what it renders."""
+        return {
+            "HeadNode": {"Networking": {"SubnetId": ids.head_node_subnet_id}},
+            "Scheduling": {"Scheduler": "slurm", "SlurmQueues": [{
+                "Name": "pretrain",
+                "Networking": {
+                    "SubnetIds": [ids.compute_subnet_ids["pretrain"]],
+                    "AdditionalSecurityGroups": [ids.efa_security_group_id],
+                },
+                "CustomActions": {"OnNodeConfigured": {"Script": ids.setup_script.url}},
+            }]},
+            "Scripts": sorted(ids.batch_scripts),
+        }
+
+    slurm = SlurmCluster(
+        stack,
+        "Slurm",
+        cluster_name="research",
+        configuration=document,
+        head_node_subnet=vpc.public_subnets[0],
+        compute_subnets={"pretrain": vpc.private_subnets[0]},
+        security_group=group,
+        batch_scripts={"train-pretrain.sbatch": "#!/bin/bash\n"},
+        removal_policy=RemovalPolicy.RETAIN,
+    )
+    (cluster,) = resources(Template.from_stack(stack).to_json(), "Custom::PclusterCluster").values()
+    props = cluster["Properties"]
+    assert props["ClusterName"] == "research" and props["DeletionPolicy"] == "Retain"
+    configuration = props["ClusterConfiguration"]
+    (queue,) = configuration["Scheduling"]["SlurmQueues"]
+    assert queue["Name"] == "pretrain"
+    assert queue["Networking"]["SubnetIds"] == [stack.resolve(vpc.private_subnets[0].subnet_id)]
+    assert queue["Networking"]["AdditionalSecurityGroups"] == [stack.resolve(group.security_group_id)]
+    assert configuration["HeadNode"]["Networking"]["SubnetId"] == stack.resolve(vpc.public_subnets[0].subnet_id)
+    assert "cdk-hnb659fds-assets" in json.dumps(queue["CustomActions"]["OnNodeConfigured"]["Script"])
+    assert configuration["Scripts"] == ["train-pretrain.sbatch"]
+    assert slurm.prolog is None and slurm.ids.file_system_id is None
+
+
+def test_slurm_cluster_removal_policy_is_destroy_or_retain():
+    stack = cdk.Stack(cdk.App(), "Bare")
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=1)
+    with pytest.raises(ConfigError, match="removal_policy"):
+        SlurmCluster(
+            stack, "Slurm", cluster_name="c", configuration=lambda ids: {}, head_node_subnet=vpc.public_subnets[0],
+            compute_subnets={}, security_group=ec2.SecurityGroup(stack, "Sg", vpc=vpc),
+            removal_policy=RemovalPolicy.SNAPSHOT,
+        )

@@ -21,7 +21,6 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from trainium_cdk.catalog import InstanceSpec
-from trainium_cdk.config import LOG_RETENTION_DAYS, BatchSettings, ComputeGroup
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
@@ -50,6 +49,16 @@ SCRIPT_PARAMETER = "script"
 DEFAULT_SCRIPT = f"{SHARED_MOUNT}/code/train.py"
 DEFAULT_SCRIPT_WITHOUT_STORAGE = "train.py"
 JOB_QUEUE_PRIORITY = 1
+DEFAULT_NODES = 2
+DEFAULT_ROOT_VOLUME_GIB = 512
+DEFAULT_JOB_TIMEOUT = Duration.minutes(1440)
+DEFAULT_RETRY_ATTEMPTS = 2
+DEFAULT_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+# Job logs are not the training record (checkpoints and metrics live on FSx or S3): they go with the stack.
+DEFAULT_LOG_REMOVAL_POLICY = RemovalPolicy.DESTROY
+# AWS Batch limits.
+MAX_SECURITY_GROUPS = 5
+RETRY_ATTEMPTS_RANGE = (1, 10)
 # Retry what the host or the platform broke, never what the job did (AWS Batch "Automated job retries":
 # evaluateOnExit, first match wins, at most 5 conditions). A node that dies ends the job with a status
 # reason "Host EC2 (instance i-...) terminated."; a retry keeps the job id, so the job resumes from
@@ -82,16 +91,27 @@ _ECR_IMAGE = re.compile(
 class TrainiumBatch(Construct):
     """AWS Batch for one compute group: compute environment, job queue, job definition, logs, roles.
 
-    :param group: the compute group (nodes, maximum, capacity, root volume).
-    :param spec: its instance type from the catalog.
+    :param group_name: the compute group's short name: in the queue and job definition names, the role
+        descriptions, the log stream prefix and the compile cache directory.
+    :param spec: its instance type from the catalog (a training type).
     :param vpc: the training VPC.
     :param subnets: the group's compute subnets: exactly one for an EFA type (EFA needs one subnet).
-    :param security_groups: groups of every node interface (the EFA group).
-    :param placement_group: the group's cluster placement group, or None (with a reservation).
-    :param settings: the batch section of the config: the image (default: the Neuron PyTorch training
-        container of versions.py), the command (the training script and its arguments, which every node
-        runs under torchrun; default: the job definition's ``script`` parameter), timeout, retries and
-        log retention.
+    :param security_groups: groups of every node interface (the EFA group); 1 to 5.
+    :param placement_group: the group's cluster placement group; default none (with a reservation).
+    :param nodes: nodes a job runs on (the multi-node job definition's default count); default 2.
+    :param max_nodes: most nodes the compute environment scales to; default: ``nodes``.
+    :param root_volume_gib: encrypted gp3 root volume of each node, GiB; default 512.
+    :param capacity_reservation_id: the ``cr-...`` id of a capacity reservation or Capacity Block the
+        nodes launch into; default none (on-demand).
+    :param capacity_block: whether the reservation is a Capacity Block for ML (AWS Batch cannot use one:
+        a warning says so); default false.
+    :param image_uri: the training image; default: the Neuron PyTorch training container of versions.py.
+    :param command: the training script and its arguments, which every node runs under torchrun;
+        default: the job definition's ``script`` parameter.
+    :param job_timeout: a job attempt is stopped after this long; default 1440 minutes.
+    :param retry_attempts: attempts of a job, 1 to 10; default 2.
+    :param log_retention: retention of the job log group; default one month.
+    :param log_removal_policy: what deleting the stack does to the job log group; default destroy.
     :param track: the Neuron track (versions.py): the default image, the node AMI parameter and the
         driver version; default: the XLA track.
     :param storage: the FSx for Lustre file system, mounted at /fsx on the nodes and in the jobs;
@@ -104,31 +124,47 @@ class TrainiumBatch(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        group: ComputeGroup,
+        group_name: str,
         spec: InstanceSpec,
         vpc: ec2.IVpc,
         subnets: Sequence[ec2.ISubnet],
         security_groups: Sequence[ec2.ISecurityGroup],
-        placement_group: ec2.IPlacementGroup | None,
-        settings: BatchSettings,
+        placement_group: ec2.IPlacementGroup | None = None,
+        nodes: int = DEFAULT_NODES,
+        max_nodes: int | None = None,
+        root_volume_gib: int = DEFAULT_ROOT_VOLUME_GIB,
+        capacity_reservation_id: str | None = None,
+        capacity_block: bool = False,
+        image_uri: str | None = None,
+        command: Sequence[str] | None = None,
+        job_timeout: Duration = DEFAULT_JOB_TIMEOUT,
+        retry_attempts: int = DEFAULT_RETRY_ATTEMPTS,
+        log_retention: logs.RetentionDays = DEFAULT_LOG_RETENTION,
+        log_removal_policy: RemovalPolicy = DEFAULT_LOG_REMOVAL_POLICY,
         track: NeuronTrack = XLA_TRACK,
         storage: LustreStorage | None = None,
         name_prefix: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        _check(group, spec, subnets, security_groups, settings)
+        maximum = max_nodes if max_nodes is not None else nodes
+        _check(
+            spec=spec, subnets=subnets, security_groups=security_groups, nodes=nodes, maximum=maximum,
+            command=command, retry_attempts=retry_attempts,
+        )
         self.track = track
-        self.group = group
+        self.group_name = group_name
         self.spec = spec
+        self.nodes = nodes
+        self.max_nodes = maximum
         self.multi_node = spec.has_efa
-        self._custom_image = settings.image_uri is not None
-        self.image = settings.image_uri or neuron_training_image(Stack.of(self).region, track.name)
-        self.cache_dir = cache_dir(group.name, shared=storage is not None)
+        self._custom_image = image_uri is not None
+        self.image = image_uri or neuron_training_image(Stack.of(self).region, track.name)
+        self.cache_dir = cache_dir(group_name, shared=storage is not None)
         self._shared_storage = storage is not None
-        if group.capacity.type == "capacity-block":
+        if capacity_block:
             Annotations.of(self).add_warning_v2(
                 "trainium-cdk:batch-capacity-block",
-                f"compute group {group.name}: AWS Batch ignores the launch template's instance market options, "
+                f"compute group {group_name}: AWS Batch ignores the launch template's instance market options, "
                 "which a Capacity Block needs; use the EKS backend for capacity blocks.",
             )
 
@@ -140,9 +176,9 @@ class TrainiumBatch(Construct):
             spec=spec,
             security_groups=security_groups,
             placement_group=placement_group,
-            root_volume_gib=group.root_volume_gib,
-            capacity_reservation_id=group.capacity.reservation_id,
-            capacity_block=group.capacity.type == "capacity-block",
+            root_volume_gib=root_volume_gib,
+            capacity_reservation_id=capacity_reservation_id,
+            capacity_block=capacity_block,
             image_id=image_id,
             user_data=node_user_data(spec, storage, driver=track.driver),
         )
@@ -155,7 +191,7 @@ class TrainiumBatch(Construct):
             instance_types=[ec2.InstanceType(spec.name)],
             use_optimal_instance_classes=False,
             minv_cpus=0,
-            maxv_cpus=group.maximum * spec.vcpus,
+            maxv_cpus=maximum * spec.vcpus,
             placement_group=placement_group,
             launch_template=ec2.LaunchTemplate.from_launch_template_attributes(
                 self,
@@ -177,7 +213,7 @@ class TrainiumBatch(Construct):
         # The L2 leaves the version out ($Default); pin it so a template change updates the nodes.
         cfn_ce.add_property_override("ComputeResources.LaunchTemplate.Version", self.launch_template.latest_version)
 
-        name = f"{name_prefix}-{group.name}" if name_prefix else None
+        name = f"{name_prefix}-{group_name}" if name_prefix else None
         self.job_queue = batch.JobQueue(
             self,
             "JobQueue",
@@ -190,20 +226,20 @@ class TrainiumBatch(Construct):
         self.log_group = logs.LogGroup(
             self,
             "Logs",
-            retention=logs.RetentionDays[LOG_RETENTION_DAYS[settings.log_retention_days]],
-            removal_policy=RemovalPolicy.DESTROY,
+            retention=log_retention,
+            removal_policy=log_removal_policy,
         )
         self.job_role = iam.Role(
             self,
             "JobRole",
             assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
-            description=f"Training jobs of compute group {group.name}: no permissions until granted",
+            description=f"Training jobs of compute group {group_name}: no permissions until granted",
         )
         self.execution_role = iam.Role(
             self,
             "ExecutionRole",
             assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
-            description=f"ECS agent for the jobs of compute group {group.name}: write their logs",
+            description=f"ECS agent for the jobs of compute group {group_name}: write their logs",
         )
         # Depending on its configuration the ECS agent pulls with the execution or the instance role: both may.
         self._grant_pull(self.execution_role)
@@ -214,25 +250,25 @@ class TrainiumBatch(Construct):
             "ecr:GetAuthorizationToken has no resource-level permissions; image pulls are limited to the "
             "training image's repository.",
         )
-        self.container = self._container(settings, storage)
+        self.container = self._container(command, storage)
         Annotations.of(self.container).acknowledge_warning(
             "@aws-cdk/aws-ecs:ecrImageRequiresPolicy",
             "The instance and execution roles are granted pulls from the training image's repository.",
         )
-        parameters = None if settings.command else {SCRIPT_PARAMETER: _default_script(storage)}
+        parameters = None if command else {SCRIPT_PARAMETER: _default_script(storage)}
         self.job_definition: batch.MultiNodeJobDefinition | batch.EcsJobDefinition
         if self.multi_node:
             self.job_definition = batch.MultiNodeJobDefinition(
                 self,
                 "JobDefinition",
                 job_definition_name=name,
-                containers=[batch.MultiNodeContainer(container=self.container, start_node=0, end_node=group.nodes - 1)],
+                containers=[batch.MultiNodeContainer(container=self.container, start_node=0, end_node=nodes - 1)],
                 main_node=0,
                 instance_type=ec2.InstanceType(spec.name),
                 parameters=parameters,
-                retry_attempts=settings.retry_attempts,
+                retry_attempts=retry_attempts,
                 retry_strategies=retry_strategies(),
-                timeout=Duration.minutes(settings.job_timeout_minutes),
+                timeout=job_timeout,
                 propagate_tags=True,
             )
             # The L2 closes the node range at the default count ("0:1"); an open range ("0:") lets a
@@ -247,9 +283,9 @@ class TrainiumBatch(Construct):
                 job_definition_name=name,
                 container=self.container,
                 parameters=parameters,
-                retry_attempts=settings.retry_attempts,
+                retry_attempts=retry_attempts,
                 retry_strategies=retry_strategies(),
-                timeout=Duration.minutes(settings.job_timeout_minutes),
+                timeout=job_timeout,
                 propagate_tags=True,
             )
 
@@ -276,7 +312,7 @@ class TrainiumBatch(Construct):
             self,
             "InstanceRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description=f"ECS agent on the Batch nodes of compute group {self.group.name}",
+            description=f"ECS agent on the Batch nodes of compute group {self.group_name}",
         )
         role.add_to_policy(iam.PolicyStatement(actions=list(ECS_AGENT_ACTIONS), resources=["*"]))
         # Container instances are tagged when they register; nothing else may be tagged.
@@ -315,7 +351,9 @@ class TrainiumBatch(Construct):
         role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
         role.add_to_policy(iam.PolicyStatement(actions=list(ECR_PULL_ACTIONS), resources=[repository]))
 
-    def _container(self, settings: BatchSettings, storage: LustreStorage | None) -> batch.EcsEc2ContainerDefinition:
+    def _container(
+        self, command: Sequence[str] | None, storage: LustreStorage | None
+    ) -> batch.EcsEc2ContainerDefinition:
         spec = self.spec
         memory_mib = int(spec.memory_gib * 1024 * CONTAINER_MEMORY_FRACTION)
         linux = batch.LinuxParameters(
@@ -341,7 +379,7 @@ class TrainiumBatch(Construct):
             cpu=spec.vcpus,
             memory=Size.mebibytes(memory_mib),
             # The launcher reads the node index, count and main node's address that Batch sets on each node.
-            command=launch_command(settings.command or [f"Ref::{SCRIPT_PARAMETER}"]),
+            command=launch_command(command or [f"Ref::{SCRIPT_PARAMETER}"]),
             environment=self.environment,
             job_role=self.job_role,
             execution_role=self.execution_role,
@@ -349,7 +387,7 @@ class TrainiumBatch(Construct):
             # EFA registers memory with the device: the container may lock as much as it needs.
             ulimits=[batch.Ulimit(name=batch.UlimitName.MEMLOCK, soft_limit=-1, hard_limit=-1)],
             privileged=False,
-            logging=ecs.LogDriver.aws_logs(stream_prefix=self.group.name, log_group=self.log_group),
+            logging=ecs.LogDriver.aws_logs(stream_prefix=self.group_name, log_group=self.log_group),
             volumes=volumes,
         )
 
@@ -445,25 +483,33 @@ def _default_script(storage: LustreStorage | None) -> str:
 
 
 def _check(
-    group: ComputeGroup,
+    *,
     spec: InstanceSpec,
     subnets: Sequence[ec2.ISubnet],
     security_groups: Sequence[ec2.ISecurityGroup],
-    settings: BatchSettings,
+    nodes: int,
+    maximum: int,
+    command: Sequence[str] | None,
+    retry_attempts: int,
 ) -> None:
-    if group.instance_type != spec.name:
-        raise ConfigError("spec", spec.name, f"the instance type of compute group {group.name} ({group.instance_type})")
     if not spec.for_training:
-        raise ConfigError(
-            f"compute group {group.name}: instance_type", spec.name, "a training type (Trainium), not an inference type"
-        )
+        raise ConfigError("spec", spec.name, "a training type (Trainium), not an inference type")
     if spec.has_efa and len(subnets) != 1:
         raise ConfigError(
             "subnets", len(subnets), f"exactly one subnet: {spec.name} uses EFA, which needs every node in one subnet"
         )
     if not subnets:
         raise ConfigError("subnets", 0, "at least one subnet")
-    if not 1 <= len(security_groups) <= 5:
-        raise ConfigError("security_groups", len(security_groups), "between 1 and 5 (AWS Batch limit)")
-    if settings.command is not None and not settings.command:
-        raise ConfigError("batch.command", [], "the training script and its arguments, or leave it out")
+    if not 1 <= len(security_groups) <= MAX_SECURITY_GROUPS:
+        raise ConfigError(
+            "security_groups", len(security_groups), f"between 1 and {MAX_SECURITY_GROUPS} (AWS Batch limit)"
+        )
+    if maximum < 1:
+        raise ConfigError("max_nodes", maximum, "at least 1")
+    if not 1 <= nodes <= maximum:
+        raise ConfigError("nodes", nodes, f"between 1 and max_nodes ({maximum})")
+    low, high = RETRY_ATTEMPTS_RANGE
+    if not low <= retry_attempts <= high:
+        raise ConfigError("retry_attempts", retry_attempts, f"between {low} and {high} (AWS Batch limit)")
+    if command is not None and not command:
+        raise ConfigError("command", [], "the training script and its arguments, or leave it out")

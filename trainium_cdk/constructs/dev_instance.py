@@ -15,13 +15,15 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from trainium_cdk.catalog import InstanceSpec
-from trainium_cdk.config import Config, InstanceSettings
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.training_env import CACHE_DIR_NAME, SHARED_MOUNT
 from trainium_cdk.versions import DLAMI_KIND, XLA_TRACK, NeuronTrack
 
+DEFAULT_DLAMI = "multi-framework/ubuntu-24.04"
+# The Neuron setup guides ask for at least 512 GiB.
+DEFAULT_ROOT_VOLUME_GIB = 512
 SSH_PORT = 22
 # The root device of the AMI: Ubuntu images boot from /dev/sda1, Amazon Linux from /dev/xvda.
 ROOT_DEVICE = {"ubuntu": "/dev/sda1", "amazon-linux": "/dev/xvda"}
@@ -37,19 +39,20 @@ def dlami_family(dlami: str) -> str:
     return "ubuntu" if dlami.rsplit("/", 1)[-1].startswith("ubuntu") else "amazon-linux"
 
 
-def dev_instance_az_id(config: Config) -> str:
-    """``instance.az_id``, or the first AZ of the VPC known to offer the instance type (checked by the config)."""
-    return config.dev_instance_az_id()
-
-
 class DevInstance(Construct):
     """A development instance: the Neuron DLAMI, an encrypted gp3 root volume, IMDSv2, detailed
     monitoring, an SSM-only role, and the FSx file system at /fsx when one is given.
 
     :param vpc: the training VPC.
-    :param subnet: a private subnet in an AZ that offers the instance type.
     :param spec: the instance type from the catalog.
-    :param settings: the instance section of the config.
+    :param vpc_subnets: where the instance goes (the first subnet selected, as with ``ec2.Instance``):
+        pick a subnet in an AZ that offers the instance type; default: the VPC's default selection (its
+        private subnets).
+    :param dlami: the Neuron DLAMI flavour (the SSM prefix below the track's DLAMI parameters, such as
+        ``base/amazon-linux-2023``); default ``multi-framework/ubuntu-24.04``.
+    :param root_volume_gib: the encrypted gp3 root volume, GiB; default 512.
+    :param instance_connect_endpoint: add an EC2 Instance Connect endpoint (SSH from inside the VPC) in
+        the instance's subnet; default false.
     :param storage: a file system to mount at /fsx; default none.
     :param storage_client_group: the security group the file system accepts clients from (the EFA
         group); required with ``storage``.
@@ -62,9 +65,11 @@ class DevInstance(Construct):
         construct_id: str,
         *,
         vpc: ec2.IVpc,
-        subnet: ec2.ISubnet,
         spec: InstanceSpec,
-        settings: InstanceSettings,
+        vpc_subnets: ec2.SubnetSelection | None = None,
+        dlami: str = DEFAULT_DLAMI,
+        root_volume_gib: int = DEFAULT_ROOT_VOLUME_GIB,
+        instance_connect_endpoint: bool = False,
         storage: LustreStorage | None = None,
         storage_client_group: ec2.ISecurityGroup | None = None,
         track: NeuronTrack = XLA_TRACK,
@@ -72,9 +77,10 @@ class DevInstance(Construct):
         super().__init__(scope, construct_id)
         if storage is not None and storage_client_group is None:
             raise ConfigError("storage_client_group", None, "the security group FSx accepts clients from")
-        family = dlami_family(settings.dlami)
+        subnet = _first_subnet(vpc, vpc_subnets or ec2.SubnetSelection())
+        family = dlami_family(dlami)
         self.os_user = OS_USER[family]
-        self.image_parameter = dlami_parameter(settings.dlami, track)
+        self.image_parameter = dlami_parameter(dlami, track)
 
         self.role = iam.Role(
             self,
@@ -116,7 +122,7 @@ class DevInstance(Construct):
                 ec2.BlockDevice(
                     device_name=ROOT_DEVICE[family],
                     volume=ec2.BlockDeviceVolume.ebs(
-                        settings.root_volume_gib,
+                        root_volume_gib,
                         encrypted=True,
                         volume_type=ec2.EbsDeviceVolumeType.GP3,
                         delete_on_termination=True,
@@ -146,7 +152,7 @@ class DevInstance(Construct):
         )
 
         self.endpoint: ec2.CfnInstanceConnectEndpoint | None = None
-        if settings.instance_connect_endpoint:
+        if instance_connect_endpoint:
             endpoint_group = ec2.SecurityGroup(
                 self,
                 "InstanceConnectSecurityGroup",
@@ -168,6 +174,20 @@ class DevInstance(Construct):
     @property
     def instance_id(self) -> str:
         return self.instance.instance_id
+
+
+def _first_subnet(vpc: ec2.IVpc, selection: ec2.SubnetSelection) -> ec2.ISubnet:
+    subnets = vpc.select_subnets(
+        subnet_type=selection.subnet_type,
+        subnet_group_name=selection.subnet_group_name,
+        availability_zones=selection.availability_zones,
+        one_per_az=selection.one_per_az,
+        subnet_filters=selection.subnet_filters,
+        subnets=selection.subnets,
+    ).subnets
+    if not subnets:
+        raise ConfigError("vpc_subnets", 0, "a selection of at least one subnet of the VPC")
+    return subnets[0]
 
 
 def _lustre_mount_commands(family: str, dns_name: str, mount_name: str) -> list[str]:

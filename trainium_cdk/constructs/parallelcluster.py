@@ -3,50 +3,63 @@
 ParallelCluster creates its clusters itself (its own stack, launch templates, Slurm daemons); its
 official CloudFormation custom resource drives that from a template. We deploy the provider it
 publishes per version and region as a nested stack and declare one ``Custom::PclusterCluster``
-whose ``ClusterConfiguration`` comes from :func:`cluster_configuration`, the same function that
-renders the YAML for pcluster CLI users. The Neuron setup script and the batch scripts ship as S3
-assets the nodes may read (and nothing else of the asset bucket).
+whose ``ClusterConfiguration`` is the document the ``configuration`` prop renders (the stack renders
+it with :func:`trainium_cdk.parallelcluster.cluster_configuration`, the same function that writes the
+YAML for pcluster CLI users). The Neuron setup script and the batch scripts ship as S3 assets the
+nodes may read (and nothing else of the asset bucket).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-from aws_cdk import Aws, CfnStack, CustomResource, Stage
+from aws_cdk import Aws, CfnStack, CustomResource, RemovalPolicy, Stack, Stage
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from trainium_cdk.config import Config
-from trainium_cdk.constructs.network import TrainingNetwork
-from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError, one_of
-from trainium_cdk.parallelcluster.cluster_config import (
-    SSM_POLICY,
-    ClusterIds,
-    S3Object,
-    cluster_configuration,
-    cluster_name,
-)
+from trainium_cdk.parallelcluster.cluster_config import PROLOG_NAME, SSM_POLICY, ClusterIds, S3Object
 from trainium_cdk.parallelcluster.dist import HEAD_NODE_SCRIPT, SETUP_SCRIPT
-from trainium_cdk.parallelcluster.health import PROLOG_NAME, render_prolog
-from trainium_cdk.parallelcluster.sbatch import render_all
 from trainium_cdk.versions import parallelcluster_provider_template_url
 
 CLUSTER_RESOURCE_TYPE = "Custom::PclusterCluster"
 # The provider's Lambda may attach only the managed policies it is told about to the node roles.
 PROVIDER_ADDITIONAL_POLICIES = (SSM_POLICY,)
+# ParallelCluster's DeletionPolicy of the cluster: what deleting the stack does to it.
+DELETION_POLICIES = {RemovalPolicy.DESTROY: "Delete", RemovalPolicy.RETAIN: "Retain"}
+DEFAULT_REMOVAL_POLICY = RemovalPolicy.DESTROY
+
+# Renders the ParallelCluster 3 cluster configuration from what the cluster refers to: the ids of the
+# subnets, the security group and the file system, and the S3 objects of the scripts uploaded here.
+ClusterConfigurationRenderer = Callable[[ClusterIds], Mapping[str, Any]]
 
 
 class SlurmCluster(Construct):
-    """A ParallelCluster Slurm cluster: a head node and one queue per compute group, on the training
-    network, with the storage stack's file system at /fsx (or a new one ParallelCluster creates).
+    """A ParallelCluster Slurm cluster: a head node and one queue per compute group, with the scripts
+    its nodes run uploaded as assets.
 
-    :param config: the whole deployment (compute groups, storage, the parallelcluster section).
-    :param network: the training network: compute subnets, public subnets, the EFA security group.
-    :param storage: the storage stack's file system, or None for one created with the cluster.
-    :param name: the cluster's name; default ``<project>-cluster`` (must differ from every stack name).
+    :param cluster_name: the cluster's name (it must differ from every stack name).
+    :param configuration: renders the cluster configuration document from the ids this construct
+        supplies, such as ``functools.partial(cluster_configuration, config)``.
+    :param head_node_subnet: the head node's subnet.
+    :param compute_subnets: queue (compute group) name -> its one compute subnet.
+    :param security_group: the group of every node (the EFA group, also the one FSx accepts clients from).
+    :param file_system_id: the FSx for Lustre file system to mount; default none (the configuration
+        then describes one ParallelCluster creates).
+    :param batch_scripts: file name -> text of the batch scripts the head node copies to
+        ``~/trainium``; default none.
+    :param health_prolog: text of the Slurm prolog the head node installs (the node health check);
+        default none.
+    :param setup_script: the Neuron setup script (the queues' OnNodeConfigured and the head node's
+        OnNodeUpdated); default: the package's ``neuron_setup.sh``.
+    :param head_node_script: the head node's OnNodeConfigured script, whose S3 key must never change
+        (ParallelCluster cannot update it); default: the package's ``head_node_setup.sh``.
+    :param removal_policy: what deleting the stack does to the cluster: destroy (ParallelCluster's
+        Delete) or retain; default destroy.
     """
 
     def __init__(
@@ -54,38 +67,51 @@ class SlurmCluster(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        config: Config,
-        network: TrainingNetwork,
-        storage: LustreStorage | None,
-        name: str | None = None,
+        cluster_name: str,
+        configuration: ClusterConfigurationRenderer,
+        head_node_subnet: ec2.ISubnet,
+        compute_subnets: Mapping[str, ec2.ISubnet],
+        security_group: ec2.ISecurityGroup,
+        file_system_id: str | None = None,
+        batch_scripts: Mapping[str, str] | None = None,
+        health_prolog: str | None = None,
+        setup_script: Path = SETUP_SCRIPT,
+        head_node_script: Path = HEAD_NODE_SCRIPT,
+        removal_policy: RemovalPolicy = DEFAULT_REMOVAL_POLICY,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.cluster_name = name or cluster_name(config)
-        self.setup_script = s3_assets.Asset(self, "NeuronSetupScript", path=str(SETUP_SCRIPT))
-        self.head_node_script = s3_assets.Asset(self, "HeadNodeSetupScript", path=str(HEAD_NODE_SCRIPT))
+        if removal_policy not in DELETION_POLICIES:
+            raise ConfigError("removal_policy", removal_policy, one_of(DELETION_POLICIES))
+        self.cluster_name = cluster_name
+        self.setup_script = s3_assets.Asset(self, "NeuronSetupScript", path=str(setup_script))
+        self.head_node_script = s3_assets.Asset(self, "HeadNodeSetupScript", path=str(head_node_script))
         self.batch_scripts = {
             file_name: s3_assets.Asset(self, f"BatchScript-{file_name}", path=str(self._stage(file_name, text)))
-            for file_name, text in render_all(config).items()
+            for file_name, text in (batch_scripts or {}).items()
         }
-        self.prolog = s3_assets.Asset(self, "HealthProlog", path=str(self._stage(PROLOG_NAME, render_prolog(config))))
+        self.prolog = (
+            s3_assets.Asset(self, "HealthProlog", path=str(self._stage(PROLOG_NAME, health_prolog)))
+            if health_prolog is not None
+            else None
+        )
         self.ids = ClusterIds(
-            head_node_subnet_id=self._head_node_subnet(config, network).subnet_id,
-            compute_subnet_ids={g.name: network.compute_subnet(g.name).subnet_id for g in config.compute_groups},
-            efa_security_group_id=network.efa_security_group.security_group_id,
-            file_system_id=storage.file_system_id if storage is not None else None,
+            head_node_subnet_id=head_node_subnet.subnet_id,
+            compute_subnet_ids={name: subnet.subnet_id for name, subnet in compute_subnets.items()},
+            efa_security_group_id=security_group.security_group_id,
+            file_system_id=file_system_id,
             setup_script=_object(self.setup_script),
             head_node_script=_object(self.head_node_script),
             batch_scripts={n: _object(a) for n, a in self.batch_scripts.items()},
-            prologs={PROLOG_NAME: _object(self.prolog)},
+            prologs={PROLOG_NAME: _object(self.prolog)} if self.prolog is not None else {},
         )
-        self.configuration = cluster_configuration(config, self.ids)
+        self.configuration = configuration(self.ids)
 
         # L1: ParallelCluster publishes the provider as a plain template at an S3 URL; NestedStack is
         # for stacks written in CDK, and including the template would copy it into ours at synth.
         self.provider = CfnStack(
             self,
             "Provider",
-            template_url=parallelcluster_provider_template_url(config.region, Aws.URL_SUFFIX),
+            template_url=parallelcluster_provider_template_url(Stack.of(self).region, Aws.URL_SUFFIX),
             parameters={"AdditionalIamPolicies": ",".join(PROVIDER_ADDITIONAL_POLICIES)},
         )
         # A custom resource of ParallelCluster's provider: no CloudFormation type describes a cluster.
@@ -97,22 +123,11 @@ class SlurmCluster(Construct):
             properties={
                 "ClusterName": self.cluster_name,
                 "ClusterConfiguration": self.configuration,
-                "DeletionPolicy": config.parallelcluster.deletion_policy,
+                "DeletionPolicy": DELETION_POLICIES[removal_policy],
             },
         )
         self.head_node_instance_id = self.cluster.get_att_string("headNode.instanceId")
         self.validation_messages = self.cluster.get_att_string("validationMessages")
-
-    @staticmethod
-    def _head_node_subnet(config: Config, network: TrainingNetwork) -> ec2.ISubnet:
-        # Next to the file system (the storage group's AZ): Lustre traffic and /home stay in one AZ.
-        if config.parallelcluster.head_node_subnet == "private":
-            return network.compute_subnet(config.storage_group.name)
-        az_id = config.storage_group.az_id
-        by_az = {s.availability_zone: s for s in network.vpc.public_subnets}
-        if az_id not in by_az:
-            raise ConfigError("parallelcluster.head_node_subnet", "public", "a public subnet in " + one_of(by_az))
-        return by_az[az_id]
 
     def _stage(self, file_name: str, text: str) -> Path:
         # Rendered files need a path for an asset: stage them in the cloud assembly, by content.

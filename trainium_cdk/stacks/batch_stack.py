@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import shlex
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
 from constructs import Construct
 
-from trainium_cdk.config import Config
+from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.constructs.batch import SCRIPT_PARAMETER, TrainiumBatch
 from trainium_cdk.constructs.batch_tasks import BatchTaskRules
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.stacks._props import retention
 
 
 class BatchStack(Stack):
@@ -32,20 +33,7 @@ class BatchStack(Stack):
             **kwargs,
         )
         self.groups = {
-            group.name: TrainiumBatch(
-                self,
-                f"Batch-{group.name}",
-                group=group,
-                spec=config.spec(group),
-                vpc=network.vpc,
-                subnets=network.compute_subnets(group.name),
-                security_groups=[network.efa_security_group],
-                placement_group=network.placement_group(group.name),
-                settings=config.batch,
-                track=config.neuron_track,
-                storage=storage,
-                name_prefix=construct_id,
-            )
+            group.name: _training(self, config, group, network=network, storage=storage, name_prefix=construct_id)
             for group in config.compute_groups
         }
         if any(training.multi_node for training in self.groups.values()):
@@ -59,12 +47,50 @@ class BatchStack(Stack):
             CfnOutput(self, f"SubmitJob-{name}", value=submit_job_command(config.region, training))
 
 
+def _training(
+    scope: Construct,
+    config: Config,
+    group: ComputeGroup,
+    *,
+    network: TrainingNetwork,
+    storage: LustreStorage | None,
+    name_prefix: str,
+) -> TrainiumBatch:
+    """One compute group's TrainiumBatch, its props mapped from the config."""
+    settings = config.batch
+    capacity = group.capacity
+    return TrainiumBatch(
+        scope,
+        f"Batch-{group.name}",
+        group_name=group.name,
+        spec=config.spec(group),
+        vpc=network.vpc,
+        subnets=network.compute_subnets(group.name),
+        security_groups=[network.efa_security_group],
+        placement_group=network.placement_group(group.name),
+        nodes=group.nodes,
+        max_nodes=group.maximum,
+        root_volume_gib=group.root_volume_gib,
+        capacity_reservation_id=capacity.reservation_id,
+        capacity_block=capacity.type == "capacity-block",
+        image_uri=settings.image_uri,
+        command=settings.command,
+        job_timeout=Duration.minutes(settings.job_timeout_minutes),
+        retry_attempts=settings.retry_attempts,
+        log_retention=retention(settings.log_retention_days),
+        log_removal_policy=RemovalPolicy.DESTROY,
+        track=config.neuron_track,
+        storage=storage,
+        name_prefix=name_prefix,
+    )
+
+
 def submit_job_command(region: str, training: TrainiumBatch) -> str:
     """The `aws batch submit-job` command of one compute group (its default script, or the configured one)."""
     parts = [
         "aws batch submit-job",
         f"--region {region}",
-        f"--job-name {training.group.name}-training",
+        f"--job-name {training.group_name}-training",
         f"--job-queue {training.job_queue_name}",
         f"--job-definition {training.job_definition_name}",
     ]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from trainium_cdk.config import Config
-from trainium_cdk.constructs.dev_instance import DevInstance, dev_instance_az_id
+from trainium_cdk.constructs.dev_instance import DevInstance
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.storage import LustreStorage
 
@@ -24,18 +25,19 @@ class InstanceStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, description="trainium-cdk: Neuron development instance", **kwargs)
         settings = config.instance
-        spec = config.catalog.get(settings.instance_type, field="instance.instance_type")
-        az_id = dev_instance_az_id(config)
-        # The config checked that the AZ is one of the VPC's.
-        (subnet,) = [s for s in network.private_subnets if s.availability_zone == az_id]
         mount = storage if settings.mount_storage else None
         self.dev = DevInstance(
             self,
             "Dev",
             vpc=network.vpc,
-            subnet=subnet,
-            spec=spec,
-            settings=settings,
+            spec=config.catalog.get(settings.instance_type, field="instance.instance_type"),
+            # The config checked that the AZ is one of the VPC's and offers the type.
+            vpc_subnets=ec2.SubnetSelection(
+                subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[config.dev_instance_az_id()]
+            ),
+            dlami=settings.dlami,
+            root_volume_gib=settings.root_volume_gib,
+            instance_connect_endpoint=settings.instance_connect_endpoint,
             storage=mount,
             storage_client_group=network.efa_security_group if mount is not None else None,
             track=config.neuron_track,

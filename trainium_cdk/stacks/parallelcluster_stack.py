@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Stack
+from functools import partial
+
+from aws_cdk import CfnOutput, RemovalPolicy, Stack
+from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.parallelcluster import SlurmCluster
 from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.parallelcluster.cluster_config import cluster_configuration, cluster_name
+from trainium_cdk.parallelcluster.health import render_prolog
+from trainium_cdk.parallelcluster.sbatch import render_all
+
+REMOVAL_POLICIES = {"Delete": RemovalPolicy.DESTROY, "Retain": RemovalPolicy.RETAIN}
 
 
 class ParallelClusterStack(Stack):
@@ -25,7 +34,19 @@ class ParallelClusterStack(Stack):
         super().__init__(
             scope, construct_id, description="trainium-cdk: AWS ParallelCluster (Slurm) with Trainium queues", **kwargs
         )
-        self.slurm = SlurmCluster(self, "Slurm", config=config, network=network, storage=storage)
+        self.slurm = SlurmCluster(
+            self,
+            "Slurm",
+            cluster_name=cluster_name(config),
+            configuration=partial(cluster_configuration, config),
+            head_node_subnet=head_node_subnet(config, network),
+            compute_subnets={g.name: network.compute_subnet(g.name) for g in config.compute_groups},
+            security_group=network.efa_security_group,
+            file_system_id=storage.file_system_id if storage is not None else None,
+            batch_scripts=render_all(config),
+            health_prolog=render_prolog(config),
+            removal_policy=REMOVAL_POLICIES[config.parallelcluster.deletion_policy],
+        )
         CfnOutput(self, "ClusterName", value=self.slurm.cluster_name)
         CfnOutput(self, "HeadNodeInstanceId", value=self.slurm.head_node_instance_id)
         CfnOutput(
@@ -34,3 +55,15 @@ class ParallelClusterStack(Stack):
             value=f"aws ssm start-session --region {config.region} --target {self.slurm.head_node_instance_id}",
         )
         CfnOutput(self, "ValidationMessages", value=self.slurm.validation_messages)
+
+
+def head_node_subnet(config: Config, network: TrainingNetwork) -> ec2.ISubnet:
+    """The head node's subnet, next to the file system (the storage group's AZ): Lustre traffic and /home
+    stay in one AZ."""
+    if config.parallelcluster.head_node_subnet == "private":
+        return network.compute_subnet(config.storage_group.name)
+    az_id = config.storage_group.az_id
+    by_az = {s.availability_zone: s for s in network.vpc.public_subnets}
+    if az_id not in by_az:
+        raise ConfigError("parallelcluster.head_node_subnet", "public", "a public subnet in " + one_of(by_az))
+    return by_az[az_id]

@@ -60,9 +60,13 @@ def test_wheel_carries_the_package_data(installed):
     package = site / "trainium_cdk"
     for relative in (
         "py.typed", "parallelcluster/neuron_setup.sh", "parallelcluster/head_node_setup.sh",
-        "examples/mlp/Dockerfile", "examples/mlp/train.py",
+        "examples/mlp/Dockerfile", "examples/mlp/train.py", "config/default.yaml",
     ):
         assert (package / relative).is_file(), relative
+    # In the checkout the packaged default is a link to config/default.yaml; the wheel carries the file.
+    default = package / "config" / "default.yaml"
+    assert not default.is_symlink()
+    assert default.read_bytes() == (ROOT / "config" / "default.yaml").read_bytes()
     entry_points = next(site.glob("trainium_cdk-*.dist-info")) / "entry_points.txt"
     assert "trn = trainium_cdk.cli:main" in entry_points.read_text()
 
@@ -93,3 +97,33 @@ def test_a_separate_cdk_app_imports_and_synthesizes_the_constructs(installed):
     assert "AWS::FSx::FileSystem" in kinds and "AWS::EKS::Cluster" in kinds and "AWS::EKS::Nodegroup" in kinds
     (lt,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
     assert len(lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 16  # trn1n.32xlarge: all 16
+
+
+INSTALLED_DEFAULTS = textwrap.dedent(
+    """
+    import json
+
+    from trainium_cdk.config import DEFAULT_CONFIG_PATH, load_config
+
+    print(json.dumps({
+        "path": str(DEFAULT_CONFIG_PATH), "config": load_config().model_dump(mode="json"),
+    }))
+    """
+)
+
+
+def test_the_installed_package_finds_its_defaults(installed):
+    """An app that pip-installed the wheel, away from any checkout: load_config() reads the packaged
+    default config."""
+    from trainium_cdk.config import load_config
+
+    tmp, site = installed
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    proc = subprocess.run(
+        [sys.executable, "-c", INSTALLED_DEFAULTS], cwd=tmp, env=env, capture_output=True, text=True, timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["path"] == str(site / "trainium_cdk" / "config" / "default.yaml")
+    assert found["config"] == load_config(ROOT / "config" / "default.yaml").model_dump(mode="json")

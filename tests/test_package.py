@@ -104,9 +104,10 @@ INSTALLED_DEFAULTS = textwrap.dedent(
     import json
 
     from trainium_cdk.config import DEFAULT_CONFIG_PATH, load_config
+    from trainium_cdk.stacks.pipeline_stack import cli_version
 
     print(json.dumps({
-        "path": str(DEFAULT_CONFIG_PATH), "config": load_config().model_dump(mode="json"),
+        "path": str(DEFAULT_CONFIG_PATH), "config": load_config().model_dump(mode="json"), "cli": cli_version(),
     }))
     """
 )
@@ -114,7 +115,7 @@ INSTALLED_DEFAULTS = textwrap.dedent(
 
 def test_the_installed_package_finds_its_defaults(installed):
     """An app that pip-installed the wheel, away from any checkout: load_config() reads the packaged
-    default config."""
+    default config, and the pipeline knows the CDK CLI version without package.json."""
     from trainium_cdk.config import load_config
 
     tmp, site = installed
@@ -127,3 +128,10 @@ def test_the_installed_package_finds_its_defaults(installed):
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found["path"] == str(site / "trainium_cdk" / "config" / "default.yaml")
     assert found["config"] == load_config(ROOT / "config" / "default.yaml").model_dump(mode="json")
+    assert found["cli"] == json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]
+
+
+def test_the_cdk_cli_pin_is_package_json_s():
+    from trainium_cdk.versions import CDK_CLI_VERSION
+
+    assert CDK_CLI_VERSION == json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]

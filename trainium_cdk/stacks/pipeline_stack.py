@@ -76,8 +76,11 @@ SMOKE_ACTIONS = ("ec2:DescribeVpcs", "fsx:DescribeFileSystems", "eks:DescribeClu
 
 
 def cli_version() -> str:
-    """The CDK CLI version package.json pins: the pipeline runs the CLI the workstation runs."""
-    return json.loads(PACKAGE_JSON.read_text())["devDependencies"]["aws-cdk"]
+    """The CDK CLI version package.json pins (versions.py holds it for an installed wheel): the pipeline
+    runs the CLI the workstation runs."""
+    from trainium_cdk.versions import CDK_CLI_VERSION
+
+    return CDK_CLI_VERSION
 
 
 class TrainingStage(Stage):

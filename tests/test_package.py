@@ -62,9 +62,13 @@ def test_wheel_carries_the_package_data(installed):
     package = site / "trainium_cdk"
     for relative in (
         "py.typed", "parallelcluster/neuron_setup.sh", "parallelcluster/head_node_setup.sh",
-        "examples/mlp/Dockerfile", "examples/mlp/train.py",
+        "examples/mlp/Dockerfile", "examples/mlp/train.py", "config/default.yaml",
     ):
         assert (package / relative).is_file(), relative
+    # In the checkout the packaged default is a link to config/default.yaml; the wheel carries the file.
+    default = package / "config" / "default.yaml"
+    assert not default.is_symlink()
+    assert default.read_bytes() == (ROOT / "config" / "default.yaml").read_bytes()
     entry_points = next(site.glob("trainium_cdk-*.dist-info")) / "entry_points.txt"
     assert "trn = trainium_cdk.cli:main" in entry_points.read_text()
 
@@ -102,3 +106,41 @@ def test_a_separate_cdk_app_imports_and_synthesizes_the_constructs(installed):
     ])
     for name in ("neuron-device-plugin", "aws-efa-k8s-device-plugin", "fsx-lustre"):
         assert name in manifests, name
+
+
+INSTALLED_DEFAULTS = textwrap.dedent(
+    """
+    import json
+
+    from trainium_cdk.config import DEFAULT_CONFIG_PATH, load_config
+    from trainium_cdk.stacks.pipeline_stack import cli_version
+
+    print(json.dumps({
+        "path": str(DEFAULT_CONFIG_PATH), "config": load_config().model_dump(mode="json"), "cli": cli_version(),
+    }))
+    """
+)
+
+
+def test_the_installed_package_finds_its_defaults(installed):
+    """An app that pip-installed the wheel, away from any checkout: load_config() reads the packaged
+    default config, and the pipeline knows the CDK CLI version without package.json."""
+    from trainium_cdk.config import load_config
+
+    tmp, site = installed
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    proc = subprocess.run(
+        [sys.executable, "-c", INSTALLED_DEFAULTS], cwd=tmp, env=env, capture_output=True, text=True, timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["path"] == str(site / "trainium_cdk" / "config" / "default.yaml")
+    assert found["config"] == load_config(ROOT / "config" / "default.yaml").model_dump(mode="json")
+    assert found["cli"] == json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]
+
+
+def test_the_cdk_cli_pin_is_package_json_s():
+    from trainium_cdk.versions import CDK_CLI_VERSION
+
+    assert CDK_CLI_VERSION == json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]

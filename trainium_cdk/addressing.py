@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import ipaddress
 
+from trainium_cdk.catalog import SUBNET_MAX_PREFIX, VPC_MIN_PREFIX
 from trainium_cdk.errors import ConfigError
 
-# VPC limits: a VPC is /16 to /24; a subnet is at most /28.
-VPC_PREFIX_RANGE = (16, 24)
-MAX_SUBNET_PREFIX = 28
+# The longest VPC prefix the project takes (AWS allows /28): room for a public and a private subnet per AZ.
+MAX_VPC_PREFIX = 24
+
+
+def ipv4_network(field: str, value: str, *, example: str) -> ipaddress.IPv4Network:
+    """The network ``value`` names, or a ConfigError on ``field`` showing ``example``."""
+    try:
+        return ipaddress.IPv4Network(value)
+    except ValueError as err:
+        raise ConfigError(field, value, f"an IPv4 network such as {example} ({err})") from None
 
 
 def check_vpc_cidr(cidr: str, public_subnet_mask: int, private_subnet_mask: int, *, prefix: str = "") -> None:
@@ -16,17 +24,15 @@ def check_vpc_cidr(cidr: str, public_subnet_mask: int, private_subnet_mask: int,
 
     ``prefix`` goes before each field name in errors (``network.`` in the config, empty for props).
     """
-    try:
-        net = ipaddress.IPv4Network(cidr)
-    except ValueError as err:
-        raise ConfigError(f"{prefix}cidr", cidr, f"an IPv4 network such as 10.0.0.0/16 ({err})") from None
-    low, high = VPC_PREFIX_RANGE
-    if not low <= net.prefixlen <= high:
-        raise ConfigError(f"{prefix}cidr", cidr, f"a prefix length between /{low} and /{high} (VPC limits)")
+    net = ipv4_network(f"{prefix}cidr", cidr, example="10.0.0.0/16")
+    if not VPC_MIN_PREFIX <= net.prefixlen <= MAX_VPC_PREFIX:
+        raise ConfigError(
+            f"{prefix}cidr", cidr, f"a prefix length between /{VPC_MIN_PREFIX} and /{MAX_VPC_PREFIX} (VPC limits)"
+        )
     for name, mask in (("public_subnet_mask", public_subnet_mask), ("private_subnet_mask", private_subnet_mask)):
-        if not net.prefixlen < mask <= MAX_SUBNET_PREFIX:
+        if not net.prefixlen < mask <= SUBNET_MAX_PREFIX:
             raise ConfigError(
-                f"{prefix}{name}", mask, f"longer than the VPC prefix /{net.prefixlen} and at most /{MAX_SUBNET_PREFIX}"
+                f"{prefix}{name}", mask, f"longer than the VPC prefix /{net.prefixlen} and at most /{SUBNET_MAX_PREFIX}"
             )
 
 

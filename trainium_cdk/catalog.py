@@ -8,6 +8,7 @@ catalog does not know with :meth:`Catalog.register` or the config's ``custom_ins
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -224,3 +225,58 @@ LOG_RETENTION_DAYS = dict(
         strict=True,
     )
 )
+
+# Region codes and AZ IDs (AWS Regions and Availability Zones guide): an AZ ID is the region's prefix
+# (us-west-2 -> usw2) and a number, the same in every account, unlike AZ names.
+REGION_CODE = re.compile(r"^([a-z]{2})-([a-z]+)-([0-9])$")
+AZ_ID = re.compile(r"^([a-z]+[0-9])-az([0-9]+)$")
+REGION_DIRECTIONS = MappingProxyType({
+    "north": "n", "south": "s", "east": "e", "west": "w", "central": "c",
+    "northeast": "ne", "northwest": "nw", "southeast": "se", "southwest": "sw",
+})
+
+
+def az_id_prefix(region: str) -> str:
+    """'us-west-2' -> 'usw2': the prefix every AZ ID of the region carries."""
+    match = REGION_CODE.match(region)
+    if not match or match.group(2) not in REGION_DIRECTIONS:
+        raise ConfigError("region", region, "a commercial AWS region code such as us-west-2 or us-east-1")
+    return f"{match.group(1)}{REGION_DIRECTIONS[match.group(2)]}{match.group(3)}"
+
+
+# Queue names ParallelCluster's own validator rejects (a compute group is a Slurm queue of its name).
+SLURM_RESERVED_QUEUE_NAMES = ("default",)
+# A VPC's IPv4 CIDR block and a subnet's are /16 at most and /28 at least (Amazon VPC, CIDR blocks).
+VPC_MIN_PREFIX = 16
+SUBNET_MAX_PREFIX = 28
+# The largest gp3 volume, GiB (Amazon EBS volume types).
+GP3_MAX_GIB = 16384
+# AWS Batch retries a job at most 10 attempts (RetryStrategy.attempts).
+BATCH_MAX_ATTEMPTS = 10
+
+
+def check_lustre(deployment_type: str, capacity_gib: int, throughput_mb_per_tib: int | None, *, prefix: str = "") -> None:
+    """What FSx accepts for a deployment type: capacity steps and per-TiB throughputs (catalog facts).
+
+    ``prefix`` goes before each field name in errors."""
+    if deployment_type not in LUSTRE_THROUGHPUT_MB_PER_TIB:
+        raise ConfigError(f"{prefix}deployment_type", deployment_type, one_of(LUSTRE_THROUGHPUT_MB_PER_TIB))
+    cap = capacity_gib
+    if not (cap == LUSTRE_MIN_CAPACITY_GIB or (cap % LUSTRE_CAPACITY_STEP_GIB == 0 and 0 < cap)) or (
+        cap > LUSTRE_MAX_CAPACITY_GIB
+    ):
+        raise ConfigError(
+            f"{prefix}capacity_gib", cap,
+            f"{deployment_type} accepts 1200 GiB or a multiple of 2400 GiB (2400, 4800, ...)",
+        )
+    offered = LUSTRE_THROUGHPUT_MB_PER_TIB[deployment_type]
+    if offered and throughput_mb_per_tib not in offered:
+        raise ConfigError(
+            f"{prefix}throughput_mb_per_tib", throughput_mb_per_tib,
+            f"{deployment_type} offers " + ", ".join(map(str, offered)) + " MB/s/TiB",
+        )
+    if not offered and throughput_mb_per_tib is not None:
+        raise ConfigError(
+            f"{prefix}throughput_mb_per_tib", throughput_mb_per_tib,
+            f"{deployment_type} has a fixed throughput: leave it out (null)",
+        )

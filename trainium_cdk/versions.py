@@ -49,6 +49,10 @@ def neuron_training_image(region: str, track: str = "xla") -> str:
         f"{NEURON_TRAINING_IMAGE_REPOSITORY}:{NEURON_TRACKS[track].training_image_tag}"
     )
 
+# The AWS CDK CLI the pipeline's synth runs: package.json pins the same for `make synth` (a test keeps
+# them equal); here so that an installed wheel, which carries no package.json, knows it too.
+CDK_CLI_VERSION = "2.1148.1"
+
 # AWS ParallelCluster: the custom resource provider template (per version and region), the pcluster
 # CLI users run, and the package whose schema the tests validate our cluster configuration against.
 PARALLELCLUSTER_VERSION = "3.16.1"

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainium_cdk.config import BUILTIN_DEFAULTS, OVERRIDES, Config, load_config
+from trainium_cdk.config import BUILTIN_DEFAULTS, OVERRIDES, PROJECT_CONFIG_PATH, Config, load_config
 from trainium_cdk.errors import ConfigError, one_of
 
 PROG = "trn"
@@ -55,7 +55,7 @@ def find_config_path(cwd: Path | None = None) -> Path | None:
         named = None
     if isinstance(named, str) and named and named != BUILTIN_DEFAULTS:
         return cwd / named
-    local = cwd / "config" / "default.yaml"
+    local = cwd / PROJECT_CONFIG_PATH
     return local if local.is_file() else None
 
 

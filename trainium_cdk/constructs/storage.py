@@ -15,12 +15,7 @@ from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from trainium_cdk.catalog import (
-    LUSTRE_CAPACITY_STEP_GIB,
-    LUSTRE_MAX_CAPACITY_GIB,
-    LUSTRE_MIN_CAPACITY_GIB,
-    LUSTRE_THROUGHPUT_MB_PER_TIB,
-)
+from trainium_cdk.catalog import LUSTRE_MIN_CAPACITY_GIB, check_lustre
 from trainium_cdk.errors import ConfigError, one_of
 
 # Lustre network (LNET) ports: clients connect to 988; 1018-1023 are the reserved ports of both ends.
@@ -62,33 +57,6 @@ class DataRepositoryProps:
     file_system_path: str = "/s3"
     auto_import: bool = True
     auto_export: bool = True
-
-
-def check_lustre(deployment_type: str, capacity_gib: int, throughput_mb_per_tib: int | None, *, prefix: str = "") -> None:
-    """What FSx accepts for a deployment type: capacity steps and per-TiB throughputs (catalog facts).
-
-    ``prefix`` goes before each field name in errors."""
-    if deployment_type not in LUSTRE_THROUGHPUT_MB_PER_TIB:
-        raise ConfigError(f"{prefix}deployment_type", deployment_type, one_of(LUSTRE_THROUGHPUT_MB_PER_TIB))
-    cap = capacity_gib
-    if not (cap == LUSTRE_MIN_CAPACITY_GIB or (cap % LUSTRE_CAPACITY_STEP_GIB == 0 and 0 < cap)) or (
-        cap > LUSTRE_MAX_CAPACITY_GIB
-    ):
-        raise ConfigError(
-            f"{prefix}capacity_gib", cap,
-            f"{deployment_type} accepts 1200 GiB or a multiple of 2400 GiB (2400, 4800, ...)",
-        )
-    offered = LUSTRE_THROUGHPUT_MB_PER_TIB[deployment_type]
-    if offered and throughput_mb_per_tib not in offered:
-        raise ConfigError(
-            f"{prefix}throughput_mb_per_tib", throughput_mb_per_tib,
-            f"{deployment_type} offers " + ", ".join(map(str, offered)) + " MB/s/TiB",
-        )
-    if not offered and throughput_mb_per_tib is not None:
-        raise ConfigError(
-            f"{prefix}throughput_mb_per_tib", throughput_mb_per_tib,
-            f"{deployment_type} has a fixed throughput: leave it out (null)",
-        )
 
 
 class LustreStorage(Construct):

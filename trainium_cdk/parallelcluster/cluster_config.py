@@ -26,7 +26,6 @@ OS_USER = "ubuntu"
 SHARED_STORAGE_NAME = "fsx"
 # /home is exported by the head node to every node: one venv, built once, used by the whole cluster.
 VENV = f"/home/{OS_USER}/aws_neuron_venv_pytorch"
-JOBS_DIR = f"/home/{OS_USER}/trainium"
 SETUP_SCRIPT_NAME = "neuron_setup.sh"
 # The head node's action: runs the queues' setup script with their arguments (see the script).
 HEAD_NODE_SCRIPT_NAME = "head_node_setup.sh"

@@ -8,8 +8,6 @@ check of the deployed stacks after each, run in the stage's account through a ro
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import shlex
 
@@ -23,9 +21,8 @@ from constructs import Construct
 from trainium_cdk.config import Config, PipelineEnvironment
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.stacks.composition import TrainingApp, compose
+from trainium_cdk.versions import CDK_CLI_VERSION
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-PACKAGE_JSON = ROOT / "package.json"
 # The synth step installs what `cdk synth` needs (requirements.txt), not the test tools.
 SYNTH_INSTALL = (
     "python3 -m venv .venv",
@@ -76,8 +73,9 @@ SMOKE_ACTIONS = ("ec2:DescribeVpcs", "fsx:DescribeFileSystems", "eks:DescribeClu
 
 
 def cli_version() -> str:
-    """The CDK CLI version package.json pins: the pipeline runs the CLI the workstation runs."""
-    return json.loads(PACKAGE_JSON.read_text())["devDependencies"]["aws-cdk"]
+    """The CDK CLI version package.json pins (versions.py holds it for an installed wheel): the pipeline
+    runs the CLI the workstation runs."""
+    return CDK_CLI_VERSION
 
 
 class TrainingStage(Stage):

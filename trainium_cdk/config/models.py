@@ -1,61 +1,39 @@
-"""The typed configuration of a deployment: one model, loaded only by ``app.py``.
+"""The configuration's models: one per section of the YAML file, and :class:`Config`, the whole.
 
-A YAML file (``cdk synth -c config=PATH``, default ``config/default.yaml``) plus the context overrides
-``region``, ``backends``, ``instance_type`` and ``nodes``. Every check runs here, before any construct
-is built, and a failure raises :class:`ConfigError` naming the field, the value and what is allowed.
+Each model checks its own fields; the checks across sections are in :mod:`.validation`, the
+checks several fields share in :mod:`.fields`.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from trainium_cdk.addressing import check_subnets_fit, check_vpc_cidr
 from trainium_cdk.catalog import (
+    check_lustre,
+    AZ_ID,
+    BATCH_MAX_ATTEMPTS,
     BUILTIN_INSTANCE_TYPES,
-    LOG_RETENTION_DAYS,
-    LUSTRE_CAPACITY_STEP_GIB,
-    LUSTRE_MAX_CAPACITY_GIB,
-    LUSTRE_MIN_CAPACITY_GIB,
-    LUSTRE_THROUGHPUT_MB_PER_TIB,
+    GP3_MAX_GIB,
     LUSTRE_VERSIONS,
     Catalog,
     InstanceSpec,
 )
+from trainium_cdk.config.fields import AZ_ID_RULE, AccountId, LogRetentionDays, Name, check_az_id, ipv4_network
+from trainium_cdk.config.validation import check_backends, check_deployment, check_offerings_shape, check_track
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.jobs import JobSpec
 from trainium_cdk.versions import NEURON_TRACKS, NeuronTrack
 
 BACKENDS = ("eks", "batch", "parallelcluster", "instance")
-DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "default.yaml"
-
-# Queue names ParallelCluster's own validator rejects (a compute group is a Slurm queue of its name).
-SLURM_RESERVED_QUEUE_NAMES = ("default",)
 # What `cdk destroy` may do to the file system: CloudFormation snapshots only volumes and databases,
 # not FSx (DeletionPolicy: Snapshot), so there is no snapshot policy; FSx backups are taken apart.
 REMOVAL_POLICIES = ("retain", "destroy")
-OFFERINGS_SHAPE = "instance type -> region -> AZ IDs, e.g. {trn2.48xlarge: {us-east-2: [use2-az3, use2-az2]}}"
-_NAME = re.compile(r"^[a-z][a-z0-9-]{0,22}$")
-_AZ_ID = re.compile(r"^([a-z]+[0-9])-az([0-9]+)$")
-_REGION = re.compile(r"^([a-z]{2})-([a-z]+)-([0-9])$")
-_DIRECTIONS = {
-    "north": "n", "south": "s", "east": "e", "west": "w", "central": "c",
-    "northeast": "ne", "northwest": "nw", "southeast": "se", "southwest": "sw",
-}
-
-
-def az_id_prefix(region: str) -> str:
-    """'us-west-2' -> 'usw2': the prefix every AZ ID of the region carries."""
-    match = _REGION.match(region)
-    if not match or match.group(2) not in _DIRECTIONS:
-        raise ConfigError("region", region, "a commercial AWS region code such as us-west-2 or us-east-1")
-    return f"{match.group(1)}{_DIRECTIONS[match.group(2)]}{match.group(3)}"
 
 
 class _Model(BaseModel):
@@ -103,7 +81,7 @@ class Capacity(_Model):
 class ComputeGroup(_Model):
     """Nodes of one instance type in one AZ: a node group, a Batch compute environment, a Slurm queue."""
 
-    name: str = Field("train", description="Short name, lower case: used in resource names and labels.")
+    name: Name = Field("train", description="Short name, lower case: used in resource names and labels.")
     instance_type: str = Field("trn1.32xlarge", description="An instance type of the catalog.")
     nodes: int = Field(2, description="Nodes a job runs on (desired size).")
     min_nodes: int = Field(0, description="Nodes kept when idle (managed EKS node groups; 0 with Karpenter, Batch and Slurm).")
@@ -119,18 +97,11 @@ class ComputeGroup(_Model):
     def _one_az(cls, value: Any) -> Any:
         return (value,) if isinstance(value, str) else value
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError("lower-case letters, digits and '-', starting with a letter, at most 23 characters")
-        return value
-
     @field_validator("root_volume_gib")
     @classmethod
     def _root_volume(cls, value: int) -> int:
-        if not 64 <= value <= 16384:
-            raise ValueError("between 64 and 16384 GiB (gp3)")
+        if not 64 <= value <= GP3_MAX_GIB:
+            raise ValueError(f"between 64 and {GP3_MAX_GIB} GiB (gp3)")
         return value
 
     @model_validator(mode="after")
@@ -147,8 +118,8 @@ class ComputeGroup(_Model):
         if not self.az_ids:
             raise ConfigError("az_ids", list(self.az_ids), "at least one AZ ID such as usw2-az4")
         for i, az_id in enumerate(self.az_ids):
-            if not _AZ_ID.match(az_id):
-                raise ConfigError(f"az_ids[{i}]", az_id, "an AZ ID such as usw2-az4 (AZ names differ per account)")
+            if not AZ_ID.match(az_id):
+                raise ConfigError(f"az_ids[{i}]", az_id, AZ_ID_RULE)
         return self
 
     @property
@@ -181,40 +152,16 @@ class NetworkSettings(_Model):
     interface_endpoints: bool = Field(
         False, description="Interface endpoints for ECR, STS, CloudWatch Logs and SSM (the S3 gateway is always on)."
     )
-    flow_log_retention_days: int = Field(30, description="Retention of the VPC flow log group, days.")
-
-    @field_validator("flow_log_retention_days")
-    @classmethod
-    def _retention(cls, value: int) -> int:
-        if value not in LOG_RETENTION_DAYS:
-            raise ValueError("a CloudWatch Logs retention; " + one_of(LOG_RETENTION_DAYS))
-        return value
+    flow_log_retention_days: LogRetentionDays = Field(30, description="Retention of the VPC flow log group, days.")
 
     @model_validator(mode="after")
     def _fits(self) -> NetworkSettings:
-        try:
-            net = ipaddress.IPv4Network(self.cidr)
-        except ValueError as err:
-            raise ConfigError("cidr", self.cidr, f"an IPv4 network such as 10.0.0.0/16 ({err})") from None
-        if not 16 <= net.prefixlen <= 24:
-            raise ConfigError("cidr", self.cidr, "a prefix length between /16 and /24 (VPC limits)")
-        for name in ("public_subnet_mask", "private_subnet_mask"):
-            mask = getattr(self, name)
-            if not net.prefixlen < mask <= 28:
-                raise ConfigError(name, mask, f"longer than the VPC prefix /{net.prefixlen} and at most /28")
+        check_vpc_cidr(self.cidr, self.public_subnet_mask, self.private_subnet_mask)
         return self
 
     def check_fits(self, az_count: int) -> None:
         """Every AZ gets one public and one private subnet: they must fit in the VPC CIDR."""
-        net = ipaddress.IPv4Network(self.cidr)
-        needed = az_count * (2 ** (32 - self.public_subnet_mask) + 2 ** (32 - self.private_subnet_mask))
-        if needed > net.num_addresses:
-            raise ConfigError(
-                "network.cidr", self.cidr,
-                f"too small: {az_count} AZs x (/{self.public_subnet_mask} public + /{self.private_subnet_mask} "
-                f"private) need {needed} addresses, the VPC has {net.num_addresses}; use a shorter prefix or "
-                "longer subnet masks",
-            )
+        check_subnets_fit(self.cidr, self.public_subnet_mask, self.private_subnet_mask, az_count, prefix="network.")
 
 
 class DataRepository(_Model):
@@ -272,25 +219,7 @@ class StorageSettings(_Model):
 
     @model_validator(mode="after")
     def _lustre(self) -> StorageSettings:
-        cap = self.capacity_gib
-        if not (cap == LUSTRE_MIN_CAPACITY_GIB or (cap % LUSTRE_CAPACITY_STEP_GIB == 0 and 0 < cap)) or (
-            cap > LUSTRE_MAX_CAPACITY_GIB
-        ):
-            raise ConfigError(
-                "capacity_gib", cap,
-                f"{self.deployment_type} accepts 1200 GiB or a multiple of 2400 GiB (2400, 4800, ...)",
-            )
-        offered = LUSTRE_THROUGHPUT_MB_PER_TIB[self.deployment_type]
-        if offered and self.throughput_mb_per_tib not in offered:
-            raise ConfigError(
-                "throughput_mb_per_tib", self.throughput_mb_per_tib,
-                f"{self.deployment_type} offers " + ", ".join(map(str, offered)) + " MB/s/TiB",
-            )
-        if not offered and self.throughput_mb_per_tib is not None:
-            raise ConfigError(
-                "throughput_mb_per_tib", self.throughput_mb_per_tib,
-                f"{self.deployment_type} has a fixed throughput: leave it out (null)",
-            )
+        check_lustre(self.deployment_type, self.capacity_gib, self.throughput_mb_per_tib)
         return self
 
 
@@ -311,7 +240,7 @@ class EksSettings(_Model):
     system_nodes: int = Field(2, description="Nodes of the system node group (cluster add-ons).")
     neuron_scheduler_extension: bool = Field(False, description="Install the Neuron scheduler extension.")
     neuron_monitor: bool = Field(False, description="Install neuron-monitor with a Prometheus endpoint.")
-    log_retention_days: int = Field(
+    log_retention_days: LogRetentionDays = Field(
         30, description="Retention of the control-plane log group and the kubectl provider's Lambda logs, days."
     )
     capacity: Literal["karpenter", "managed"] = Field(
@@ -331,13 +260,6 @@ class EksSettings(_Model):
             raise ValueError("a duration such as 30s, 10m or 1h30m")
         return value
 
-    @field_validator("log_retention_days")
-    @classmethod
-    def _log_retention(cls, value: int) -> int:
-        if value not in LOG_RETENTION_DAYS:
-            raise ValueError("a CloudWatch Logs retention; " + one_of(LOG_RETENTION_DAYS))
-        return value
-
     @field_validator("admin_role_arns")
     @classmethod
     def _roles(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -349,12 +271,7 @@ class EksSettings(_Model):
     @model_validator(mode="after")
     def _endpoint(self) -> EksSettings:
         for i, cidr in enumerate(self.public_access_cidrs):
-            try:
-                ipaddress.IPv4Network(cidr)
-            except ValueError as err:
-                raise ConfigError(
-                    f"public_access_cidrs[{i}]", cidr, f"an IPv4 network such as 203.0.113.0/24 ({err})"
-                ) from None
+            ipv4_network(f"public_access_cidrs[{i}]", cidr, example="203.0.113.0/24")
         if self.endpoint_access == "public-and-private" and not self.public_access_cidrs:
             raise ConfigError(
                 "public_access_cidrs", [], "the CIDRs allowed to reach the public endpoint (or endpoint_access: private)"
@@ -382,13 +299,13 @@ class BatchSettings(_Model):
     )
     job_timeout_minutes: int = Field(1440, description="A job attempt is stopped after this many minutes.")
     retry_attempts: int = Field(2, description="Attempts of a job (1 to 10).")
-    log_retention_days: int = Field(30, description="Retention of the job log group, days.")
+    log_retention_days: LogRetentionDays = Field(30, description="Retention of the job log group, days.")
 
     @field_validator("retry_attempts")
     @classmethod
     def _attempts(cls, value: int) -> int:
-        if not 1 <= value <= 10:
-            raise ValueError("between 1 and 10 (AWS Batch limit)")
+        if not 1 <= value <= BATCH_MAX_ATTEMPTS:
+            raise ValueError(f"between 1 and {BATCH_MAX_ATTEMPTS} (AWS Batch limit)")
         return value
 
     @field_validator("job_timeout_minutes")
@@ -396,13 +313,6 @@ class BatchSettings(_Model):
     def _timeout(cls, value: int) -> int:
         if value < 1:
             raise ValueError("at least 1 minute")
-        return value
-
-    @field_validator("log_retention_days")
-    @classmethod
-    def _retention(cls, value: int) -> int:
-        if value not in LOG_RETENTION_DAYS:
-            raise ValueError("a CloudWatch Logs retention; " + one_of(LOG_RETENTION_DAYS))
         return value
 
     @field_validator("command")
@@ -459,8 +369,8 @@ class ParallelClusterSettings(_Model):
     @field_validator("head_node_root_volume_gib")
     @classmethod
     def _head_root(cls, value: int) -> int:
-        if not 40 <= value <= 16384:
-            raise ValueError("between 40 and 16384 GiB (gp3; the ParallelCluster AMI needs 40)")
+        if not 40 <= value <= GP3_MAX_GIB:
+            raise ValueError(f"between 40 and {GP3_MAX_GIB} GiB (gp3; the ParallelCluster AMI needs 40)")
         return value
 
 
@@ -480,15 +390,13 @@ class InstanceSettings(_Model):
     @field_validator("az_id")
     @classmethod
     def _az_id(cls, value: str | None) -> str | None:
-        if value is not None and not _AZ_ID.match(value):
-            raise ValueError("an AZ ID such as usw2-az4 (AZ names differ per account)")
-        return value
+        return value if value is None else check_az_id(value)
 
     @field_validator("root_volume_gib")
     @classmethod
     def _root_volume(cls, value: int) -> int:
-        if not 512 <= value <= 16384:
-            raise ValueError("between 512 and 16384 GiB (the Neuron setup guides ask for at least 512 GiB)")
+        if not 512 <= value <= GP3_MAX_GIB:
+            raise ValueError(f"between 512 and {GP3_MAX_GIB} GiB (the Neuron setup guides ask for at least 512 GiB)")
         return value
 
     @field_validator("dlami")
@@ -570,30 +478,16 @@ class WorkloadSettings(_Model):
 class PipelineEnvironment(_Model):
     """One deployment target of the pipeline: an account in the config's region."""
 
-    name: str = Field(description="Stage name, such as dev or prod.")
-    account: str = Field(description="12-digit AWS account id, bootstrapped to trust the pipeline account.")
+    name: Name = Field(description="Stage name, such as dev or prod.")
+    account: AccountId = Field(description="12-digit AWS account id, bootstrapped to trust the pipeline account.")
     manual_approval: bool = Field(False, description="Wait for a manual approval in the pipeline before this stage.")
-
-    @field_validator("name")
-    @classmethod
-    def _stage_name(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError("lower-case letters, digits and '-', starting with a letter, at most 23 characters")
-        return value
-
-    @field_validator("account")
-    @classmethod
-    def _account(cls, value: str) -> str:
-        if not re.match(r"^[0-9]{12}$", value):
-            raise ValueError("a 12-digit AWS account id")
-        return value
 
 
 class PipelineSettings(_Model):
     """CDK Pipelines deployment (`cdk synth -c pipeline=true`): a self-mutating pipeline in CodePipeline."""
 
     repository: str = Field(description="Source repository as owner/name.")
-    account: str = Field(description="12-digit AWS account id of the pipeline itself (stages trust it).")
+    account: AccountId = Field(description="12-digit AWS account id of the pipeline itself (stages trust it).")
     branch: str = Field("main", description="Branch that triggers the pipeline.")
     connection_arn: str = Field(description="ARN of the CodeConnections connection to the repository.")
     environments: tuple[PipelineEnvironment, ...] = Field(description="Stages in order, each an account.")
@@ -603,13 +497,6 @@ class PipelineSettings(_Model):
     def _repo(cls, value: str) -> str:
         if not re.match(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", value):
             raise ValueError("owner/name of the repository")
-        return value
-
-    @field_validator("account")
-    @classmethod
-    def _pipeline_account(cls, value: str) -> str:
-        if not re.match(r"^[0-9]{12}$", value):
-            raise ValueError("a 12-digit AWS account id")
         return value
 
     @field_validator("connection_arn")
@@ -651,7 +538,7 @@ class CustomInstanceType(_Model):
 class Config(_Model):
     """A whole deployment."""
 
-    project: str = Field("trainium", description="Prefix of every stack name.")
+    project: Name = Field("trainium", description="Prefix of every stack name.")
     region: str = Field("us-west-2", description="AWS region of every stack.")
     backends: tuple[Literal["eks", "batch", "parallelcluster", "instance"], ...] = Field(
         ("eks",), description="Compute backends to deploy: " + ", ".join(BACKENDS) + "."
@@ -676,36 +563,11 @@ class Config(_Model):
     )
     tags: dict[str, str] = Field(default_factory=dict, description="Tags on every resource.")
 
-    @field_validator("project")
-    @classmethod
-    def _project(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError("lower-case letters, digits and '-', starting with a letter, at most 23 characters")
-        return value
-
     @field_validator("instance_offerings", mode="before")
     @classmethod
     def _offerings_shape(cls, value: Any) -> Any:
         """The shape, checked here: pydantic alone takes region -> type (both strings) without a word."""
-        if not isinstance(value, Mapping):
-            raise ConfigError("instance_offerings", value, OFFERINGS_SHAPE)
-        for instance_type, regions in value.items():
-            if _REGION.match(str(instance_type)):
-                raise ConfigError(str(instance_type), regions, "an instance type here, not a region; " + OFFERINGS_SHAPE)
-            if not isinstance(regions, Mapping):
-                raise ConfigError(str(instance_type), regions, OFFERINGS_SHAPE)
-            for region, az_ids in regions.items():
-                if not _REGION.match(str(region)):
-                    raise ConfigError(f"{instance_type}.{region}", az_ids, "a region code here; " + OFFERINGS_SHAPE)
-                listed = [az_ids] if isinstance(az_ids, str) else az_ids
-                prefix = az_id_prefix(str(region)) + "-"
-                if not isinstance(listed, list | tuple) or not listed or not all(
-                    isinstance(a, str) and _AZ_ID.match(a) and a.startswith(prefix) for a in listed
-                ):
-                    raise ConfigError(
-                        f"{instance_type}.{region}", az_ids, f"a list of AZ IDs of {region} ({prefix}az1, ...); "
-                        + OFFERINGS_SHAPE,
-                    )
+        check_offerings_shape(value)
         return value
 
     @field_validator("backends", mode="before")
@@ -722,136 +584,11 @@ class Config(_Model):
 
     @model_validator(mode="after")
     def _whole(self) -> Config:
-        prefix = az_id_prefix(self.region)
-        catalog = self.catalog
-        if not self.compute_groups:
-            raise ConfigError("compute_groups", [], "at least one compute group")
-        for instance_type in self.instance_offerings:
-            catalog.get(instance_type, field=f"instance_offerings.{instance_type}")
-        names = [g.name for g in self.compute_groups]
-        for i, group in enumerate(self.compute_groups):
-            where = f"compute_groups[{i}]"
-            if group.name in names[:i]:
-                raise ConfigError(f"{where}.name", group.name, "unique among compute groups")
-            spec = catalog.get(group.instance_type, field=f"{where}.instance_type")
-            if spec.has_efa and len(group.az_ids) > 1:
-                raise ConfigError(
-                    f"{where}.az_ids", list(group.az_ids),
-                    f"exactly one AZ ID: {spec.name} uses EFA, which needs every node in one subnet",
-                )
-            offered = self.offered_az_ids(spec)
-            for j, az_id in enumerate(group.az_ids):
-                if not az_id.startswith(prefix + "-"):
-                    raise ConfigError(
-                        f"{where}.az_ids[{j}]", az_id, f"an AZ ID of region {self.region} ({prefix}-az1, ...)"
-                    )
-                if offered is None:
-                    raise ConfigError(
-                        f"{where}.az_ids[{j}]", az_id,
-                        f"no AZ of {self.region} is known to offer {spec.name}: run `trn azs --instance-type "
-                        f"{spec.name} --region {self.region}` or list them under instance_offerings",
-                    )
-                if az_id not in offered:
-                    raise ConfigError(
-                        f"{where}.az_ids[{j}]", az_id,
-                        f"does not offer {spec.name} (per the catalog and instance_offerings); "
-                        + one_of(offered),
-                    )
-        vpc_az_ids = self.vpc_az_ids
-        for j, az_id in enumerate(vpc_az_ids):
-            if not az_id.startswith(prefix + "-"):
-                raise ConfigError(f"network.az_ids[{j}]", az_id, f"an AZ ID of region {self.region}")
-        if len(vpc_az_ids) < 2 or len(set(vpc_az_ids)) != len(vpc_az_ids):
-            raise ConfigError(
-                "network.az_ids", list(vpc_az_ids), "at least two distinct AZ IDs (EKS needs subnets in two AZs)"
-            )
-        for i, group in enumerate(self.compute_groups):
-            missing = [a for a in group.az_ids if a not in vpc_az_ids]
-            if missing:
-                raise ConfigError(
-                    "network.az_ids", list(vpc_az_ids),
-                    f"must include the AZ IDs of compute_groups[{i}] ({', '.join(missing)})",
-                )
-        self.network.check_fits(len(vpc_az_ids))
-        job_names = [j.name for j in self.workloads.jobs]
-        for i, job in enumerate(self.workloads.jobs):
-            where = f"workloads.jobs[{i}]"
-            if job.name in job_names[:i]:
-                raise ConfigError(f"{where}.name", job.name, "unique among jobs")
-            if job.group is not None and job.group not in names:
-                raise ConfigError(f"{where}.group", job.group, "a compute group; " + one_of(names))
-            try:
-                spec = self.job_spec(job, image="validation")
-            except ConfigError as err:
-                raise ConfigError(f"{where}.{err.field}", err.value, err.allowed) from None
-            if spec.distributed and not self.workloads.volcano:
-                raise ConfigError(f"{where}.nodes", spec.nodes, "1 unless workloads.volcano is on (gang scheduling)")
-        if not self.storage.enabled:
-            for name, value in (
-                ("data_loader", self.workloads.data_loader),
-                ("tensorboard", self.workloads.tensorboard),
-                ("shell", self.workloads.shell),
-            ):
-                if value:
-                    raise ConfigError(
-                        f"workloads.{name}", value if isinstance(value, bool) else value.s3_uri,
-                        "off (null or false) while storage.enabled is false: it needs the shared file system",
-                    )
-        if self.storage.compute_group is not None and self.storage.compute_group not in names:
-            raise ConfigError("storage.compute_group", self.storage.compute_group, "a compute group; " + one_of(names))
-        self._check_backends()
+        # Once every section is valid on its own: the checks across sections (validation.py).
+        check_deployment(self)
+        check_backends(self)
+        check_track(self)
         return self
-
-    def _check_backends(self) -> None:
-        """What a backend cannot deploy, rejected here rather than by its construct during synth."""
-        for i, group in enumerate(self.compute_groups):
-            where = f"compute_groups[{i}]"
-            if "batch" in self.backends and not self.spec(group).for_training:
-                raise ConfigError(
-                    f"{where}.instance_type", group.instance_type,
-                    "a training (Trainium) type with the batch backend, which runs training jobs; "
-                    + one_of(t.name for t in self.catalog if t.for_training),
-                )
-            if "eks" in self.backends and self.eks.capacity == "karpenter" and group.min_nodes > 0:
-                raise ConfigError(
-                    f"{where}.min_nodes", group.min_nodes,
-                    "0 with eks.capacity karpenter (a NodePool keeps no idle nodes); eks.capacity: managed keeps them",
-                )
-            if "parallelcluster" in self.backends and group.name in SLURM_RESERVED_QUEUE_NAMES:
-                raise ConfigError(
-                    f"{where}.name", group.name,
-                    "another name: it is the group's Slurm queue, and ParallelCluster forbids "
-                    + ", ".join(SLURM_RESERVED_QUEUE_NAMES),
-                )
-        if "instance" in self.backends:
-            self.dev_instance_az_id()
-        self._check_track()
-
-    def _check_track(self) -> None:
-        """Every training type of the deployment must be one the Neuron track supports (a custom type is
-        the user's word, and an inference type runs no training framework: neither is checked)."""
-        track = NEURON_TRACKS[self.neuron.track]
-        custom = {c.name for c in self.custom_instance_types}
-        types = [(f"compute_groups[{i}].instance_type", g.instance_type) for i, g in enumerate(self.compute_groups)]
-        if "instance" in self.backends:
-            types.append(("instance.instance_type", self.instance.instance_type))
-        for where, name in types:
-            spec = self.catalog.get(name)
-            if name not in custom and spec.for_training and spec.family not in track.instance_families:
-                raise ConfigError(
-                    "neuron.track", track.name,
-                    f"a track that supports {name} ({where}): the {track.name} track runs on "
-                    + ", ".join(track.instance_families)
-                    + "; " + one_of(t.name for t in NEURON_TRACKS.values() if self.catalog.get(name).family in t.instance_families),
-                )
-        if track.name == "native" and "parallelcluster" in self.backends:
-            # torch-neuronx v2.33.0 publishes TorchNeuron wheels for Ubuntu 26.04 only (GitHub release
-            # notes), and ParallelCluster 3.16 offers no Ubuntu 26.04: the shared venv cannot be built.
-            raise ConfigError(
-                "neuron.track", track.name,
-                "xla with the parallelcluster backend (TorchNeuron 2.33.0 wheels are for Ubuntu 26.04 only, "
-                "which ParallelCluster does not offer); use eks or batch for the native track",
-            )
 
     @property
     def neuron_track(self) -> NeuronTrack:
@@ -947,178 +684,3 @@ class Config(_Model):
 
     def stack_name(self, part: str) -> str:
         return f"{self.project}-{part}"
-
-
-# -- loading -----------------------------------------------------------------------------------------
-
-OVERRIDES = ("region", "backends", "instance_type", "nodes", "max_nodes", "az_ids")
-# `-c config=default`: the model's built-in defaults, no file (an empty file is an error instead).
-BUILTIN_DEFAULTS = "default"
-_GROUP_OVERRIDES = ("instance_type", "nodes", "max_nodes", "az_ids")
-
-
-def _loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def format_validation_error(err: ValidationError) -> ConfigError:
-    """Turn pydantic's report into one ConfigError on one line: field, value, what is allowed, per problem."""
-    lines = []
-    first: tuple[str, Any, str] | None = None
-    for item in err.errors():
-        where = _loc(tuple(item["loc"]))
-        cause = (item.get("ctx") or {}).get("error")
-        if isinstance(cause, ConfigError):
-            field = f"{where}.{cause.field}" if where else cause.field
-            value, allowed = cause.value, cause.allowed
-        else:
-            field, value = where or "config", item.get("input")
-            allowed = item["msg"].removeprefix("Value error, ")
-            if item["type"] == "extra_forbidden":
-                allowed = "unknown setting (a typo?)"
-                value = item.get("input")
-        first = first or (field, value, allowed)
-        lines.append(f"{field} = {value!r}: {allowed}")
-    assert first is not None
-    error = ConfigError(*first)
-    error.args = ("; ".join(" ".join(line.split()) for line in lines),)
-    return error
-
-
-def _int(name: str, value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(name, value, "a whole number of nodes, at least 1") from None
-
-
-def _offered_for(raw: Mapping[str, Any], instance_type: str, region: str) -> list[str]:
-    """AZ IDs of ``region`` known to offer ``instance_type``: the catalog, custom types, instance_offerings
-    (read defensively: the shapes are validated afterwards, with the whole config)."""
-    found: list[str] = []
-    spec = next((t for t in BUILTIN_INSTANCE_TYPES if t.name == instance_type), None)
-    if spec is not None:
-        found += list(spec.az_ids_in(region) or ())
-    for custom in raw.get("custom_instance_types") or ():
-        if isinstance(custom, Mapping) and custom.get("name") == instance_type:
-            found += list((custom.get("offered_az_ids") or {}).get(region) or ())
-    offerings = raw.get("instance_offerings")
-    if isinstance(offerings, Mapping) and isinstance(offerings.get(instance_type), Mapping):
-        extra = offerings[instance_type].get(region) or ()
-        found += [extra] if isinstance(extra, str) else list(extra)
-    return list(dict.fromkeys(str(a) for a in found))
-
-
-def _retarget_region(data: dict[str, Any], groups: list[dict[str, Any]], region: str, pinned_azs: bool) -> None:
-    """-c region=R: AZ IDs of another region can never work in R, so each group whose AZ IDs belong to
-    another region gets the first AZ ID known to offer its type in R, and a VPC AZ list of another
-    region is derived again. A group that names AZ IDs of R keeps them."""
-    prefix = az_id_prefix(region) + "-"
-    for i, group in enumerate(groups):
-        current = group.get("az_ids", ComputeGroup.model_fields["az_ids"].default)
-        current = [current] if isinstance(current, str) else list(current or ())
-        if pinned_azs or (current and all(str(a).startswith(prefix) for a in current)):
-            continue
-        instance_type = str(group.get("instance_type", ComputeGroup.model_fields["instance_type"].default))
-        offered = _offered_for(data, instance_type, region)
-        if not offered:
-            raise ConfigError(
-                "region", region,
-                f"a region where an AZ is known to offer {instance_type} (compute_groups[{i}]): none is in the "
-                f"catalog or instance_offerings; pass -c az_ids=... (`trn azs --instance-type {instance_type} "
-                f"--region {region}` lists them) or add them under instance_offerings",
-            )
-        group["az_ids"] = offered[:1]
-    network = data.get("network")
-    if isinstance(network, Mapping) and network.get("az_ids"):
-        azs = network["az_ids"]
-        azs = [azs] if isinstance(azs, str) else list(azs)
-        if not all(str(a).startswith(prefix) for a in azs):
-            data["network"] = {k: v for k, v in network.items() if k != "az_ids"}
-
-
-def build_config(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> Config:
-    """Validate a raw config (as read from YAML) with context overrides applied."""
-    data = dict(raw)
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    unknown = sorted(set(overrides) - set(OVERRIDES))
-    if unknown:
-        raise ConfigError("context", unknown[0], "unknown override; " + one_of(OVERRIDES))
-    if "backends" in overrides:
-        data["backends"] = overrides["backends"]
-    raw_groups = data.get("compute_groups")
-    groups = [dict(g) if isinstance(g, Mapping) else g for g in (raw_groups or [{}])] if (
-        raw_groups is None or isinstance(raw_groups, list | tuple)
-    ) else None
-    if groups is not None and all(isinstance(g, dict) for g in groups):
-        az_ids = overrides.get("az_ids")
-        if az_ids is not None:
-            az_ids = [a.strip() for a in str(az_ids).split(",") if a.strip()] if isinstance(az_ids, str) else list(az_ids)
-        for group in groups:
-            if "instance_type" in overrides:
-                group["instance_type"] = str(overrides["instance_type"])
-            if "nodes" in overrides:
-                group["nodes"] = _int("nodes", overrides["nodes"])
-            if "max_nodes" in overrides:
-                group["max_nodes"] = _int("max_nodes", overrides["max_nodes"])
-            if az_ids is not None:
-                group["az_ids"] = az_ids
-        if "region" in overrides:
-            _retarget_region(data, groups, str(overrides["region"]), az_ids is not None)
-        if az_ids is not None:
-            network = data.get("network")
-            if isinstance(network, Mapping) and network.get("az_ids") and not set(az_ids) <= set(network["az_ids"]):
-                data["network"] = {k: v for k, v in network.items() if k != "az_ids"}
-        if any(k in overrides for k in _GROUP_OVERRIDES) or "region" in overrides:
-            data["compute_groups"] = groups
-    if "region" in overrides:
-        data["region"] = str(overrides["region"])
-    try:
-        return Config.model_validate(data)
-    except ValidationError as err:
-        raise format_validation_error(err) from None
-
-
-def read_config_file(path: Path) -> dict[str, Any]:
-    """The YAML mapping of a config file; every way it can be unreadable is a one-line ConfigError."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError("config", str(path), "a YAML file that exists") from None
-    except IsADirectoryError:
-        raise ConfigError("config", str(path), "a YAML file, not a directory") from None
-    except (PermissionError, UnicodeDecodeError) as err:
-        raise ConfigError("config", str(path), f"a readable UTF-8 YAML file ({type(err).__name__})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        problem = " ".join(x for x in (err.context, err.problem) if x)
-        raise ConfigError("config", where, f"valid YAML ({problem})") from None
-    except yaml.YAMLError as err:
-        raise ConfigError("config", str(path), "valid YAML (" + " ".join(str(err).split()) + ")") from None
-    if raw is None:
-        raise ConfigError(
-            "config", str(path), "a YAML mapping of settings, not an empty file (-c config=default: the built-in defaults)"
-        )
-    if not isinstance(raw, dict):
-        raise ConfigError("config", str(path), "a YAML mapping of settings at the top level")
-    return raw
-
-
-def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
-    """Read a YAML config file (``"default"``: the built-in defaults) and validate it with the context
-    overrides. A setting's error names the file it came from."""
-    if str(path) == BUILTIN_DEFAULTS:
-        return build_config({}, overrides)
-    path = Path(path) if path else DEFAULT_CONFIG_PATH
-    raw = read_config_file(path)
-    try:
-        return build_config(raw, overrides)
-    except ConfigError as err:
-        err.args = (f"{path}: {err.args[0]}",)
-        raise

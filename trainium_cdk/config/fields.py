@@ -1,0 +1,51 @@
+"""Checks that several settings share: one rule and one message each.
+
+A field takes one as its type (``name: Name``); a model validator calls :func:`ipv4_network`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+from trainium_cdk.addressing import ipv4_network  # noqa: F401  (re-exported: the config's CIDR checks)
+from trainium_cdk.catalog import AZ_ID, LOG_RETENTION_DAYS
+from trainium_cdk.errors import ConfigError, one_of
+
+# A name that goes into resource names, Kubernetes labels and Slurm queues: a project, a compute
+# group, a pipeline stage. 23 characters leave room for the suffixes stack and resource names add.
+NAME = re.compile(r"^[a-z][a-z0-9-]{0,22}$")
+
+
+def check_name(value: str) -> str:
+    if not NAME.match(value):
+        raise ValueError("lower-case letters, digits and '-', starting with a letter, at most 23 characters")
+    return value
+
+
+def check_log_retention(value: int) -> int:
+    if value not in LOG_RETENTION_DAYS:
+        raise ValueError("a CloudWatch Logs retention; " + one_of(LOG_RETENTION_DAYS))
+    return value
+
+
+AZ_ID_RULE = "an AZ ID such as usw2-az4 (AZ names differ per account)"
+
+
+def check_az_id(value: str) -> str:
+    if not AZ_ID.match(value):
+        raise ValueError(AZ_ID_RULE)
+    return value
+
+
+def check_account_id(value: str) -> str:
+    if not re.match(r"^[0-9]{12}$", value):
+        raise ValueError("a 12-digit AWS account id")
+    return value
+
+
+Name = Annotated[str, AfterValidator(check_name)]
+LogRetentionDays = Annotated[int, AfterValidator(check_log_retention)]
+AccountId = Annotated[str, AfterValidator(check_account_id)]

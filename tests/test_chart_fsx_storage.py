@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import typing
+
 import aws_cdk as cdk
 import cdk8s
 import pytest
 
 from tests.chart_helpers import of_kind, one, validate_all
+from trainium_cdk.catalog import LUSTRE_COMPRESSION_TYPES, LUSTRE_VERSIONS
 from trainium_cdk.charts import FsxStorage
+from trainium_cdk.charts import fsx_storage
+from trainium_cdk.config import StorageSettings
 from trainium_cdk.errors import ConfigError
 
 NETWORK = {
@@ -42,11 +47,12 @@ def tokens():
     chart = FsxStorage(
         cdk8s.Testing.app(), "fsx",
         subnet_id=cdk.Fn.import_value("SubnetId"),
-        security_group_ids=cdk.Fn.split(",", cdk.Fn.import_value("SecurityGroupIds")),
+        # The chart builds no CDK expression: the caller joins a list token and strings a number token.
+        security_group_ids=cdk.Fn.join(",", cdk.Fn.split(",", cdk.Fn.import_value("SecurityGroupIds"))),
         file_system_id=cdk.Fn.import_value("FileSystemId"),
         dns_name=cdk.Fn.import_value("DnsName"),
         mount_name=cdk.Fn.import_value("MountName"),
-        capacity_gib=cdk.Token.as_number(cdk.Fn.import_value("Capacity")),
+        capacity_gib=cdk.Token.as_string(cdk.Token.as_number(cdk.Fn.import_value("Capacity"))),
     )
     return stack, cdk8s.Testing.synth(chart)
 
@@ -151,3 +157,38 @@ def test_bad_props_raise_config_error(props, field):
     with pytest.raises(ConfigError) as err:
         FsxStorage(cdk8s.Testing.app(), "fsx", **{**NETWORK, **props})
     assert err.value.field == field
+
+
+def test_list_and_number_tokens_are_refused_with_what_to_pass():
+    """Joining a list token or stringing a number token needs the CDK, which charts do not load."""
+    with pytest.raises(ConfigError, match=r"Fn\.join") as err:
+        FsxStorage(
+            cdk8s.Testing.app(), "fsx", subnet_id="subnet-1",
+            security_group_ids=cdk.Fn.split(",", cdk.Fn.import_value("SecurityGroupIds")),
+        )
+    assert err.value.field == "FsxStorage.security_group_ids"
+    number = cdk.Token.as_number(cdk.Fn.import_value("Capacity"))
+    for props, field in (
+        ({**FILE_SYSTEM, "capacity_gib": number}, "FsxStorage.capacity_gib"),
+        ({"throughput_mb_per_tib": number}, "FsxStorage.throughput_mb_per_tib"),
+    ):
+        with pytest.raises(ConfigError, match=r"Token\.as_string") as err:
+            FsxStorage(cdk8s.Testing.app(), "fsx", **{**NETWORK, **props})
+        assert err.value.field == field
+
+
+def test_choices_and_defaults_agree_with_the_config():
+    """The chart takes its Lustre facts from the catalog; the config must offer and default to the same."""
+    settings, fields = StorageSettings(), StorageSettings.model_fields
+    assert fsx_storage.LUSTRE_VERSIONS == LUSTRE_VERSIONS == typing.get_args(fields["lustre_version"].annotation)
+    assert fsx_storage.COMPRESSION_TYPES == LUSTRE_COMPRESSION_TYPES == typing.get_args(
+        fields["compression"].annotation
+    )
+    assert fsx_storage.DEPLOYMENT_TYPES == typing.get_args(fields["deployment_type"].annotation)
+    assert (
+        fsx_storage.DEFAULT_DEPLOYMENT_TYPE, fsx_storage.DEFAULT_THROUGHPUT_MB_PER_TIB, fsx_storage.DEFAULT_LUSTRE_VERSION,
+        fsx_storage.DEFAULT_COMPRESSION, fsx_storage.DEFAULT_CAPACITY_GIB,
+    ) == (
+        settings.deployment_type, settings.throughput_mb_per_tib, settings.lustre_version, settings.compression,
+        settings.capacity_gib,
+    )

@@ -411,7 +411,7 @@ def _in_namespace(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
 
 def expected_job(config_path: Path, *, name: str, nodes: int | None, image: str = IMAGE, job: str | None = None) -> Any:
     """What the job chart renders for these arguments: the object the API must receive, whole."""
-    from trainium_cdk.charts.workloads import render_job
+    from trainium_cdk.workloads import render_job
     from trainium_cdk.config import load_config
 
     (obj,) = render_job(load_config(config_path), name=name, image=image, nodes=nodes, group="train", job=job)

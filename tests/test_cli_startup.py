@@ -25,3 +25,20 @@ def test_help_loads_no_cdk_and_no_aws_sdk(argv):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True)
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def test_rendering_an_eks_job_loads_no_cdk():
+    """`trn submit --backend eks` renders the job chart with cdk8s (and its jsii runtime), never aws_cdk."""
+    code = (
+        "import json, sys\n"
+        "from trainium_cdk.cli.eks_jobs import render\n"
+        "from trainium_cdk.config import load_config\n"
+        "config = load_config(None)\n"
+        "objects = render(config, group=config.compute_groups[0].name, name='demo', nodes=None,\n"
+        "                 image='123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1')\n"
+        "print(json.dumps([len(objects), sorted(m for m in sys.modules if m.split('.')[0] == 'aws_cdk')]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120, check=True)
+    count, cdk_modules = json.loads(done.stdout.strip().splitlines()[-1])
+    assert count >= 1
+    assert cdk_modules == []

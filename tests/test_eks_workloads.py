@@ -111,3 +111,78 @@ def test_training_image_repository(result):
     assert props["ImageTagMutability"] == "IMMUTABLE"
     assert '"countNumber":100' in props["LifecyclePolicy"]["LifecyclePolicyText"]
     assert "TrainingImageRepositoryUri" in template["Outputs"]
+
+
+# -- the construct alone, from its props (no config) --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bare():
+    from aws_cdk import App, RemovalPolicy, Stack
+    from aws_cdk import aws_eks_v2 as eks
+    from aws_cdk.assertions import Template
+    from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
+
+    from trainium_cdk.catalog import DEFAULT_CATALOG
+    from trainium_cdk.charts.training import QUEUE_CHART_ID, VolcanoQueue, training_job
+    from trainium_cdk.constructs.eks_workloads import TrainingWorkloads, TrainingWorkloadsOptions
+    from trainium_cdk.jobs import JobSpec
+    from trainium_cdk.versions import KUBERNETES_VERSION
+
+    stack = Stack(App(), "Bare")
+    cluster = eks.Cluster(
+        stack, "Cluster", version=eks.KubernetesVersion.of(KUBERNETES_VERSION),
+        kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV35Layer(stack, "Kubectl")),
+    )
+
+    def charts(app, image):
+        job = JobSpec(name="demo", instance=DEFAULT_CATALOG.get("trn1.32xlarge"), command=("train.py",), image=image,
+                      nodes=2)
+        return {QUEUE_CHART_ID: VolcanoQueue(app, QUEUE_CHART_ID, name="research"),
+                "job-demo": training_job(app, "job-demo", job=job, queue="research")}
+
+    workloads = TrainingWorkloads(
+        stack, "Workloads", cluster=cluster,
+        options=TrainingWorkloadsOptions(
+            charts=charts, data_loader_bucket="bare-datasets", base_image_tag="2.0-test",
+            repository_removal_policy=RemovalPolicy.DESTROY, images_kept=7,
+        ),
+    )
+    return stack, workloads, Template.from_stack(stack).to_json()
+
+
+def _logical_id(stack, construct):
+    from aws_cdk import CfnResource
+
+    while not isinstance(construct, CfnResource):
+        construct = construct.node.default_child
+    return stack.get_logical_id(construct)
+
+
+def test_builds_alone_from_its_props(bare):
+    stack, workloads, template = bare
+    (repo,) = resources(template, "AWS::ECR::Repository").values()
+    assert repo["DeletionPolicy"] == "Delete"
+    assert '"countNumber":7' in repo["Properties"]["LifecyclePolicy"]["LifecyclePolicyText"]
+    assert set(workloads.manifests) == {"volcano-queue", "job-demo"}
+    # The job runs the image the construct builds, and waits for Volcano and its queue.
+    job = stack.resolve(workloads.charts["job-demo"].to_json())
+    assert "research" in json.dumps(job)
+    assert json.dumps(stack.resolve(workloads.image.image_uri)) in json.dumps(job)
+    depends = template["Resources"][_logical_id(stack, workloads.manifests["job-demo"])]["DependsOn"]
+    assert _logical_id(stack, workloads.volcano) in depends
+    assert _logical_id(stack, workloads.manifests["volcano-queue"]) in depends
+    (association,) = resources(template, "AWS::EKS::PodIdentityAssociation").values()
+    assert (association["Properties"]["Namespace"], association["Properties"]["ServiceAccount"]) == (
+        "training", "data-loader"
+    )
+
+
+def test_bad_options_name_the_prop():
+    from trainium_cdk.constructs.eks_workloads import TrainingWorkloadsOptions
+    from trainium_cdk.errors import ConfigError
+
+    for kwargs, field in (({"images_kept": 0}, "images_kept"), ({"image_directory": "/nonexistent"}, "image_directory")):
+        with pytest.raises(ConfigError) as err:
+            TrainingWorkloadsOptions(**kwargs)
+        assert err.value.field == f"TrainingWorkloadsOptions.{field}"

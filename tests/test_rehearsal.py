@@ -166,7 +166,7 @@ def test_eks_jobs_of_the_stack_template_train(stage, app):
 
 
 def test_a_job_rendered_by_trn_submit_trains(stage, config):
-    from trainium_cdk.charts.workloads import render_job
+    from trainium_cdk.workloads import render_job
 
     (job,) = render_job(config, name="rehearsal", image="example.com/train:1", nodes=2, job="mlp")
     assert job["kind"] == "Job" and job["apiVersion"] == "batch.volcano.sh/v1alpha1"

@@ -2,7 +2,7 @@
 node group reaches what the pod mounts.
 
 Pod templates: the cdk8s charts as `make synth` writes them to dist/ (the same code path the EKS stack
-installs), and the jobs `trn submit --backend eks` renders (charts.workloads.render_job) for every
+installs), and the jobs `trn submit --backend eks` renders (workloads.render_job) for every
 compute group. Node groups: the EKS stack's managed node groups, read by the reachability model.
 """
 
@@ -15,7 +15,7 @@ from tests.apps import VARIANTS, synthesized
 from tests.reachability import LUSTRE_PORTS, Reachability
 from tests.scheduling import PodTemplate, lands_on, pod_templates, requests, why_not
 from trainium_cdk.charts.fsx_storage import DEFAULT_CLAIM_NAME
-from trainium_cdk.charts.workloads import render_job
+from trainium_cdk.workloads import render_job
 from trainium_cdk.dist import write_dist
 
 

@@ -211,6 +211,7 @@ LUSTRE_CAPACITY_STEP_GIB = 2400
 LUSTRE_MIN_CAPACITY_GIB = 1200
 LUSTRE_MAX_CAPACITY_GIB = 2_400 * 1_000
 LUSTRE_VERSIONS = ("2.15",)  # what FSx creates today; the first is the default
+LUSTRE_COMPRESSION_TYPES = ("LZ4", "NONE")  # dataCompressionType
 
 # CloudWatch Logs retention periods, days -> the name of aws_logs.RetentionDays.
 LOG_RETENTION_DAYS = dict(

@@ -12,10 +12,10 @@ import cdk8s
 
 from trainium_cdk.charts import FsxStorageProps, write_charts, write_manifests
 from trainium_cdk.charts._k8s import placeholder
-from trainium_cdk.charts.training import DataLoaderJob, ShellPod, TensorBoard, training_job
-from trainium_cdk.charts.workloads import example_jobs, workload_charts
+from trainium_cdk.charts.training import JOB_CHART_PREFIX, DataLoaderJob, ShellPod, TensorBoard, training_job
 from trainium_cdk.config import Config
 from trainium_cdk.parallelcluster import write_dist as write_parallelcluster_dist
+from trainium_cdk.workloads import example_jobs, workload_charts
 
 DIST = Path("dist")
 # Placeholder -> the stack output that holds its value.
@@ -74,8 +74,9 @@ def dist_workloads(app: cdk8s.App, config: Config) -> list[cdk8s.Chart]:
     image = config.workloads.image or placeholder("TRAINING_IMAGE")
     charts = workload_charts(app, config, image=image)
     for job in example_jobs(config, image=image):
-        if f"job-{job.name}" not in charts:
-            charts[f"job-{job.name}"] = training_job(app, f"job-{job.name}", job=job, queue=config.workloads.queue)
+        chart_id = f"{JOB_CHART_PREFIX}{job.name}"
+        if chart_id not in charts:
+            charts[chart_id] = training_job(app, chart_id, job=job, queue=config.workloads.queue)
     if not config.storage.enabled:
         return list(charts.values())  # the data loader, the shell and TensorBoard need the file system
     if "data-loader" not in charts:

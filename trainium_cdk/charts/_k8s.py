@@ -1,16 +1,18 @@
 """Builders the charts share: plain Kubernetes dicts, token-aware checks, one way to emit an object.
 
 Charts are built twice: with plain values for `make synth`, and with CDK tokens ("${Token[...]}")
-when the EKS stack adds them to a cluster. Every check here lets an unresolved token through.
+when the EKS stack adds them to a cluster. Every check here lets an unresolved token through. The
+charts never import the CDK: they recognise a token by its encoding, and the caller turns list and
+number tokens into string tokens (``Fn.join``, ``Token.as_string``) where a chart needs a string.
 """
 
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from aws_cdk import Token
 from cdk8s import ApiObject, JsonPatch
 from constructs import Construct
 
@@ -31,6 +33,12 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 # A value dist/ manifests leave for `envsubst` to fill from the stack outputs, such as ${FSX_FILE_SYSTEM_ID}.
 _PLACEHOLDER = re.compile(r"^\$\{[A-Z][A-Z0-9_]*\}$")
+# CDK's token encodings (aws-cdk-lib core/lib/private/encoding.ts): a string token anywhere in a string,
+# a list token as the one element of a list, a number token as a float carrying a marker in its top bits.
+_TOKEN_KEY = r"\[[a-zA-Z0-9:._-]+\]\}"
+_STRING_TOKEN = re.compile(r"\$\{Token" + _TOKEN_KEY)
+_LIST_TOKEN = re.compile(r"#\{Token" + _TOKEN_KEY)
+_NUMBER_TOKEN_MARKER = 0xFBFF
 
 
 def placeholder(name: str) -> str:
@@ -42,16 +50,32 @@ def placeholder(name: str) -> str:
 
 def is_token(value: Any) -> bool:
     """A value not known at synth: a CDK token ("${Token[...]}", an encoded number or list), or a
-    dist/ placeholder such as ${FSX_FILE_SYSTEM_ID}. Checks let both through."""
-    if isinstance(value, str) and _PLACEHOLDER.match(value):
-        return True
-    # jsii marshals lists, not tuples.
-    return Token.is_unresolved(list(value) if isinstance(value, tuple) else value)
+    dist/ placeholder such as ${FSX_FILE_SYSTEM_ID}. Checks let both through.
+
+    The same answer as ``aws_cdk.Token.is_unresolved``, read from the token encodings so that charts
+    need no CDK (and the ``trn`` CLI, which renders them, loads none).
+    """
+    if isinstance(value, str):
+        return bool(_PLACEHOLDER.match(value) or _STRING_TOKEN.search(value))
+    if isinstance(value, float):
+        return is_number_token(value)
+    if isinstance(value, (list, tuple)):
+        return len(value) == 1 and isinstance(value[0], str) and bool(_LIST_TOKEN.search(value[0]))
+    # An IResolvable (Lazy, an intrinsic) passed as it is.
+    return callable(getattr(value, "resolve", None)) and hasattr(type(value), "creation_stack")
 
 
-def as_string(value: Any) -> str:
-    """str() for plain values; a number token becomes a string token (str() would print a huge float)."""
-    return Token.as_string(value) if is_token(value) else str(value)
+def is_number_token(value: Any) -> bool:
+    """A CDK number token: a float whose top 16 bits are CDK's marker (a huge negative number)."""
+    if not isinstance(value, float):
+        return False
+    return struct.unpack("<Q", struct.pack("<d", value))[0] >> 48 == _NUMBER_TOKEN_MARKER
+
+
+def check_not_number_token(field: str, value: Any) -> None:
+    """A number token prints as a huge float: without the CDK a chart cannot make it a string."""
+    if is_number_token(value):
+        raise ConfigError(field, value, "a number or a string token: pass Token.as_string(value) for a number token")
 
 
 def check_choice(field: str, value: Any, allowed: Iterable[Any]) -> None:

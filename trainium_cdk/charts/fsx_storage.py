@@ -6,34 +6,33 @@ Neuron compile cache. The FSx CSI driver (EKS add-on aws-fsx-csi-driver) must be
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from aws_cdk import Fn
 from cdk8s import ApiObject, Chart
 from constructs import Construct
 
-from trainium_cdk.charts._k8s import (
-    CHART_LABELS, TRAINING_NAMESPACE, api_object, as_string, check_choice, check_name, is_token,
+from trainium_cdk.catalog import (
+    LUSTRE_COMPRESSION_TYPES, LUSTRE_MIN_CAPACITY_GIB, LUSTRE_THROUGHPUT_MB_PER_TIB, LUSTRE_VERSIONS,
 )
-from trainium_cdk.config import LUSTRE_THROUGHPUT_MB_PER_TIB, StorageSettings
+from trainium_cdk.charts._k8s import (
+    CHART_LABELS, TRAINING_NAMESPACE, api_object, check_choice, check_name, check_not_number_token, is_token,
+)
 from trainium_cdk.errors import ConfigError
 
 PROVISIONER = "fsx.csi.aws.com"
-# What the config accepts and defaults to is what the chart accepts and defaults to: one source, config.py.
-_SETTINGS = StorageSettings.model_fields
+# What FSx accepts is a catalog fact; the config checks against the same tuples.
 DEPLOYMENT_TYPES: tuple[str, ...] = tuple(LUSTRE_THROUGHPUT_MB_PER_TIB)
-LUSTRE_VERSIONS: tuple[str, ...] = typing.get_args(_SETTINGS["lustre_version"].annotation)
-COMPRESSION_TYPES: tuple[str, ...] = typing.get_args(_SETTINGS["compression"].annotation)
+COMPRESSION_TYPES: tuple[str, ...] = LUSTRE_COMPRESSION_TYPES
 RECLAIM_POLICIES = ("Retain", "Delete")
 
-DEFAULT_DEPLOYMENT_TYPE: str = _SETTINGS["deployment_type"].default  # PERSISTENT_2
-DEFAULT_THROUGHPUT_MB_PER_TIB: int = _SETTINGS["throughput_mb_per_tib"].default  # 250
-DEFAULT_LUSTRE_VERSION: str = _SETTINGS["lustre_version"].default  # 2.15
-DEFAULT_COMPRESSION: str = _SETTINGS["compression"].default  # LZ4
-DEFAULT_CAPACITY_GIB: int = _SETTINGS["capacity_gib"].default  # 1200
+# The config's defaults too (tests/test_chart_fsx_storage.py holds them together).
+DEFAULT_DEPLOYMENT_TYPE = "PERSISTENT_2"
+DEFAULT_THROUGHPUT_MB_PER_TIB = 250
+DEFAULT_LUSTRE_VERSION = LUSTRE_VERSIONS[0]
+DEFAULT_COMPRESSION = "LZ4"
+DEFAULT_CAPACITY_GIB = LUSTRE_MIN_CAPACITY_GIB
 DEFAULT_RECLAIM_POLICY = "Retain"
 DEFAULT_STORAGE_CLASS_NAME = "fsx-lustre"
 DEFAULT_VOLUME_NAME = "fsx-lustre-static"
@@ -49,10 +48,13 @@ class FsxStorage(Chart):
     ``file_system_id`` names an existing file system.
 
     Only ``subnet_id``, ``security_group_ids``, ``file_system_id``, ``dns_name``, ``mount_name`` and
-    ``capacity_gib`` may be CDK tokens; the other props are synth-time choices.
+    ``capacity_gib`` may be CDK tokens; the other props are synth-time choices. The chart builds no
+    CDK expression: pass string tokens (``Fn.join(",", ids)`` for a list token of security groups,
+    ``Token.as_string(n)`` for a number token).
 
     :param subnet_id: subnet of dynamically provisioned file systems.
-    :param security_group_ids: their security groups (open on the Lustre ports).
+    :param security_group_ids: their security groups (open on the Lustre ports): a list of ids, or
+        one comma-separated string.
     :param deployment_type: PERSISTENT_2 or SCRATCH_2. Default: PERSISTENT_2.
     :param throughput_mb_per_tib: PERSISTENT_2 throughput per TiB (125, 250, 500, 1000).
         Default: 250 for PERSISTENT_2, none for SCRATCH_2 (which accepts none).
@@ -64,7 +66,7 @@ class FsxStorage(Chart):
     :param file_system_id: an existing file system (fs-...) to expose as a static volume. Default: none.
     :param dns_name: its DNS name; required with ``file_system_id``.
     :param mount_name: its Lustre mount name; required with ``file_system_id``.
-    :param capacity_gib: its storage capacity. Default: 1200.
+    :param capacity_gib: its storage capacity, GiB (an int, or a string token). Default: 1200.
     :param volume_name: name of the static PersistentVolume. Default: ``fsx-lustre-static``.
     :param claim_name: name of the claim bound to it. Default: ``fsx-lustre``.
     :param namespace: namespace of the claim (the namespace of the jobs). Default: ``training``.
@@ -76,7 +78,7 @@ class FsxStorage(Chart):
         id: str,
         *,
         subnet_id: str,
-        security_group_ids: Sequence[str],
+        security_group_ids: Sequence[str] | str,
         deployment_type: str = DEFAULT_DEPLOYMENT_TYPE,
         throughput_mb_per_tib: int | None = None,
         lustre_version: str = DEFAULT_LUSTRE_VERSION,
@@ -86,7 +88,7 @@ class FsxStorage(Chart):
         file_system_id: str | None = None,
         dns_name: str | None = None,
         mount_name: str | None = None,
-        capacity_gib: int = DEFAULT_CAPACITY_GIB,
+        capacity_gib: int | str = DEFAULT_CAPACITY_GIB,
         volume_name: str = DEFAULT_VOLUME_NAME,
         claim_name: str = DEFAULT_CLAIM_NAME,
         namespace: str = DEFAULT_NAMESPACE,
@@ -113,7 +115,7 @@ class FsxStorage(Chart):
         }
         if throughput is not None:
             # StorageClass parameters are strings.
-            parameters["perUnitStorageThroughput"] = as_string(throughput)
+            parameters["perUnitStorageThroughput"] = str(throughput)
         self.storage_class_name = storage_class_name
         self.storage_class = api_object(
             self, "StorageClass", api_version="storage.k8s.io/v1", kind="StorageClass", name=storage_class_name,
@@ -129,7 +131,7 @@ class FsxStorage(Chart):
         self.volume: ApiObject | None = None
         self.claim: ApiObject | None = None
         if file_system_id is not None:
-            capacity = {"storage": f"{as_string(capacity_gib)}Gi"}
+            capacity = {"storage": f"{capacity_gib}Gi"}
             self.volume = api_object(
                 self, "PersistentVolume", api_version="v1", kind="PersistentVolume", name=volume_name,
                 spec={
@@ -169,7 +171,7 @@ class FsxStorageProps:
     """The props of :class:`FsxStorage`, for :func:`trainium_cdk.charts.cluster_charts`."""
 
     subnet_id: str
-    security_group_ids: Sequence[str]
+    security_group_ids: Sequence[str] | str
     deployment_type: str = DEFAULT_DEPLOYMENT_TYPE
     throughput_mb_per_tib: int | None = None
     lustre_version: str = DEFAULT_LUSTRE_VERSION
@@ -179,7 +181,7 @@ class FsxStorageProps:
     file_system_id: str | None = None
     dns_name: str | None = None
     mount_name: str | None = None
-    capacity_gib: int = DEFAULT_CAPACITY_GIB
+    capacity_gib: int | str = DEFAULT_CAPACITY_GIB
     volume_name: str = DEFAULT_VOLUME_NAME
     claim_name: str = DEFAULT_CLAIM_NAME
     namespace: str = DEFAULT_NAMESPACE
@@ -190,6 +192,7 @@ class FsxStorageProps:
 
 def _throughput(field: str, deployment_type: str, throughput: int | None) -> int | None:
     """perUnitStorageThroughput exists for PERSISTENT_* only; SCRATCH_2 must not carry one."""
+    check_not_number_token(f"{field}.throughput_mb_per_tib", throughput)
     if is_token(deployment_type) or is_token(throughput):
         return throughput
     offered = LUSTRE_THROUGHPUT_MB_PER_TIB[deployment_type]
@@ -205,7 +208,7 @@ def _throughput(field: str, deployment_type: str, throughput: int | None) -> int
 
 
 def _check_file_system(
-    field: str, file_system_id: str | None, dns_name: str | None, mount_name: str | None, capacity_gib: int
+    field: str, file_system_id: str | None, dns_name: str | None, mount_name: str | None, capacity_gib: int | str
 ) -> None:
     if file_system_id is None:
         if dns_name is not None or mount_name is not None:
@@ -216,6 +219,7 @@ def _check_file_system(
             raise ConfigError(f"{field}.{name}", None, "required with file_system_id")
     if not is_token(file_system_id) and not str(file_system_id).startswith("fs-"):
         raise ConfigError(f"{field}.file_system_id", file_system_id, "a file system id such as fs-0123456789abcdef0")
+    check_not_number_token(f"{field}.capacity_gib", capacity_gib)
     if not is_token(capacity_gib) and (not isinstance(capacity_gib, int) or capacity_gib < 1):
         raise ConfigError(f"{field}.capacity_gib", capacity_gib, "a positive number of GiB")
 
@@ -225,8 +229,10 @@ def _security_group_ids(field: str, ids: Sequence[str] | str) -> str:
     if isinstance(ids, str):
         return ids
     if is_token(ids):
-        # A list token cannot be joined in Python; CloudFormation joins it at deploy time.
-        return Fn.join(",", ids)
+        # A list token cannot be joined in Python: only CloudFormation can, at deploy time.
+        raise ConfigError(
+            f"{field}.security_group_ids", ids, 'a list of ids or one string: pass Fn.join(",", ids) for a list token'
+        )
     ids = list(ids)
     if not ids:
         raise ConfigError(f"{field}.security_group_ids", ids, "at least one security group id (sg-...)")

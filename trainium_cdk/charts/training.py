@@ -36,6 +36,10 @@ DEFAULT_CLAIM = "fsx-lustre"
 DEFAULT_NAMESPACE = TRAINING_NAMESPACE
 DEFAULT_QUEUE = "training"
 VOLCANO_SCHEDULER = "volcano"
+# Chart ids of the workloads (file names in dist/, construct ids in the EKS stack): the queue, and
+# each training job as job-<name>; both need Volcano's CRDs first.
+QUEUE_CHART_ID = "volcano-queue"
+JOB_CHART_PREFIX = "job-"
 DATA_VOLUME = "data"
 SHM_VOLUME = "dshm"
 # A training pod requests three quarters of the node's vCPUs and memory (Burstable: no CPU or memory

@@ -1,6 +1,6 @@
 """Jobs on the EKS backend, through the Kubernetes API with the user's kubeconfig.
 
-``submit`` creates the objects of the training job chart (``trainium_cdk.charts.workloads.render_job``,
+``submit`` creates the objects of the training job chart (``trainium_cdk.workloads.render_job``,
 imported only here: it pulls in cdk8s); ``status`` reads the Job and its pods; ``logs`` streams the
 pod labelled ``trainium-cdk/rank=0`` of the job.
 """
@@ -110,7 +110,7 @@ def training_image(args: argparse.Namespace, config: Config) -> str:
 def render(
     config: Config, *, group: str, name: str, nodes: int | None, image: str, job: str | None = None
 ) -> list[dict[str, Any]]:
-    from trainium_cdk.charts.workloads import render_job
+    from trainium_cdk.workloads import render_job
 
     objects = render_job(config, group=group, name=name, nodes=nodes, job=job, image=image)
     if not objects:

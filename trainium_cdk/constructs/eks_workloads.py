@@ -1,7 +1,9 @@
-"""TrainingWorkloads: Volcano, the example training image, and the configured workloads on a cluster."""
+"""TrainingWorkloads: Volcano, the example training image, and the training workloads on a cluster."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import cdk8s
@@ -13,16 +15,19 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from trainium_cdk import versions
-from trainium_cdk.namespaces import TRAINING_NAMESPACE
-from trainium_cdk.charts.workloads import QUEUE_CHART_ID, workload_charts
-from trainium_cdk.config import Config
+from trainium_cdk.charts.training import JOB_CHART_PREFIX, QUEUE_CHART_ID
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.pod_identity import pod_identity_role
+from trainium_cdk.errors import ConfigError
+from trainium_cdk.namespaces import TRAINING_NAMESPACE
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
 VOLCANO_NAMESPACE = "volcano-system"
 DATA_LOADER_SERVICE_ACCOUNT = "data-loader"
 IMAGES_KEPT = 100
+DEFAULT_BASE_IMAGE_TAG = versions.NEURON_TRAINING_IMAGE_TAG
+# Where teams push their own training images; kept on destroy, like any artifact store.
+DEFAULT_REPOSITORY_REMOVAL_POLICY = RemovalPolicy.RETAIN
 # Volcano's install waits for its controllers and admission webhook (image pulls on fresh nodes):
 # more than Helm's 5 minute default, less than the 15 minutes the kubectl provider's Lambda may run.
 VOLCANO_WAIT = Duration.minutes(10)
@@ -49,20 +54,66 @@ tiers:
 """
 
 
+# Builds the workload charts into a cdk8s App given the default training image (the example image's
+# URI, a token), by chart id; see TrainingWorkloadsOptions.charts.
+ChartBuilder = Callable[[cdk8s.App, str], Mapping[str, cdk8s.Chart]]
+
+
+@dataclass(frozen=True)
+class TrainingWorkloadsOptions:
+    """What :class:`TrainingWorkloads` installs.
+
+    :param charts: builds the workload charts (jobs, data loader, shell, TensorBoard) into the cdk8s
+        App it is given, with the default training image it is given, by chart id; each becomes a
+        manifest of the cluster. ``volcano-queue`` (``QUEUE_CHART_ID``) and ``job-*`` charts are
+        applied after Volcano, jobs after the queue. Default: none.
+    :param volcano: install Volcano from its pinned Helm chart (gang scheduling). Default: True.
+    :param data_loader_bucket: a bucket the data loader's service account may read (EKS Pod
+        Identity). Default: none (no role).
+    :param namespace: namespace of the data loader's service account. Default: ``training``.
+    :param data_loader_service_account: its name. Default: ``data-loader``.
+    :param image_directory: the example image's Docker build context. Default: the MLP example.
+    :param base_image_tag: tag of the Neuron training image it builds on (build arg ``BASE_TAG``).
+        Default: the default Neuron track's.
+    :param repository_removal_policy: what deleting the stack does to the ECR repository of training
+        images. Default: ``RemovalPolicy.RETAIN``.
+    :param images_kept: images the repository keeps (the oldest expire). Default: 100.
+    """
+
+    charts: ChartBuilder | None = None
+    volcano: bool = True
+    data_loader_bucket: str | None = None
+    namespace: str = TRAINING_NAMESPACE
+    data_loader_service_account: str = DATA_LOADER_SERVICE_ACCOUNT
+    image_directory: str | Path = EXAMPLE_DIR
+    base_image_tag: str = DEFAULT_BASE_IMAGE_TAG
+    repository_removal_policy: RemovalPolicy = DEFAULT_REPOSITORY_REMOVAL_POLICY
+    images_kept: int = IMAGES_KEPT
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.images_kept, int) or self.images_kept < 1:
+            raise ConfigError("TrainingWorkloadsOptions.images_kept", self.images_kept, "at least 1")
+        if not Path(self.image_directory, "Dockerfile").is_file():
+            raise ConfigError(
+                "TrainingWorkloadsOptions.image_directory", str(self.image_directory), "a directory with a Dockerfile"
+            )
+
+
 class TrainingWorkloads(Construct):
     """Everything that trains on the cluster.
 
-    - Volcano from its pinned Helm chart, and its queue (gang scheduling for multi-node jobs);
-    - the MLP example image, a Docker image asset built and pushed at deploy time (synth only hashes
-      the folder: no Docker needed to synthesize), the default image of every job, and an ECR
-      repository for your own training images (scanned on push, immutable tags, retained);
-    - the configured jobs, data loader (its service account reads the bucket through EKS Pod
-      Identity), shell pod and TensorBoard, as cdk8s charts applied after the storage chart.
+    - Volcano from its pinned Helm chart (gang scheduling for multi-node jobs);
+    - the example image, a Docker image asset built and pushed at deploy time (synth only hashes the
+      folder: no Docker needed to synthesize), the default image of every job, and an ECR repository
+      for your own training images (scanned on push, immutable tags, retained by default);
+    - the workload charts (queue, jobs, data loader, shell pod, TensorBoard), applied after ``after``;
+      the data loader's service account reads its bucket through EKS Pod Identity.
 
     :param cluster: the EKS cluster.
-    :param config: the deployment's config (``workloads`` section).
-    :param after: manifests the workloads need first (the FSx volume and claim).
-    :param nodes: what must run before anything that waits for pods (the system node group); default none.
+    :param options: what to install. Default: Volcano and the example image, no workload charts.
+    :param after: manifests the workloads need first (the namespace, the FSx volume and claim).
+        Default: none.
+    :param nodes: what must run before anything that waits for pods (the system node group). Default: none.
     """
 
     def __init__(
@@ -70,30 +121,32 @@ class TrainingWorkloads(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        cluster: eks.Cluster,
-        config: Config,
-        after: list[eks.KubernetesManifest],
+        cluster: eks.ICluster,
+        options: TrainingWorkloadsOptions | None = None,
+        after: Sequence[Construct] = (),
         nodes: Construct | None = None,
     ) -> None:
+        options = options or TrainingWorkloadsOptions()
         super().__init__(scope, construct_id)
-        # Where teams push their own training images; kept on destroy, like any artifact store.
         self.repository = ecr.Repository(
             self,
             "TrainingImages",
             image_scan_on_push=True,
             image_tag_mutability=ecr.TagMutability.IMMUTABLE,
-            lifecycle_rules=[ecr.LifecycleRule(max_image_count=IMAGES_KEPT, description="keep the newest images")],
-            removal_policy=RemovalPolicy.RETAIN,
+            lifecycle_rules=[
+                ecr.LifecycleRule(max_image_count=options.images_kept, description="keep the newest images")
+            ],
+            removal_policy=options.repository_removal_policy,
         )
         self.image = ecr_assets.DockerImageAsset(
             self,
             "ExampleImage",
-            directory=str(EXAMPLE_DIR),
+            directory=str(options.image_directory),
             platform=ecr_assets.Platform.LINUX_AMD64,
-            build_args={"BASE_TAG": config.neuron_track.training_image_tag},
+            build_args={"BASE_TAG": options.base_image_tag},
         )
         self.volcano: eks.HelmChart | None = None
-        if config.workloads.volcano:
+        if options.volcano:
             self.volcano = cluster.add_helm_chart(
                 "Volcano",
                 chart="volcano",
@@ -108,16 +161,16 @@ class TrainingWorkloads(Construct):
             # Its admission webhook has no endpoints until its pods run somewhere.
             if nodes is not None:
                 self.volcano.node.add_dependency(nodes)
-        if config.workloads.data_loader is not None:
+        if options.data_loader_bucket is not None:
             self.data_loader_role, _ = pod_identity_role(
                 self,
                 "DataLoader",
                 cluster=cluster,
-                namespace=TRAINING_NAMESPACE,
-                service_account=DATA_LOADER_SERVICE_ACCOUNT,
+                namespace=options.namespace,
+                service_account=options.data_loader_service_account,
                 description="Reads the dataset bucket for the data-loader Job (EKS pod identity)",
             )
-            bucket = s3.Bucket.from_bucket_name(self, "DataBucket", config.workloads.data_loader.bucket)
+            bucket = s3.Bucket.from_bucket_name(self, "DataBucket", options.data_loader_bucket)
             bucket.grant_read(self.data_loader_role)
             acknowledge(
                 self.data_loader_role,
@@ -126,17 +179,19 @@ class TrainingWorkloads(Construct):
                  f"Resource::arn:<AWS::Partition>:s3:::{bucket.bucket_name}/*"],
                 "Reading a whole dataset prefix: every object of the bucket the config names, read only.",
             )
-        self.charts = workload_charts(cdk8s.App(), config, image=self.image.image_uri)
+        self.charts: dict[str, cdk8s.Chart] = (
+            dict(options.charts(cdk8s.App(), self.image.image_uri)) if options.charts is not None else {}
+        )
         self.manifests: dict[str, eks.KubernetesManifest] = {}
         for chart_id, chart in self.charts.items():
             manifest = cluster.add_cdk8s_chart(chart_id, chart)
             for dependency in after:
                 manifest.node.add_dependency(dependency)
             # Volcano's CRDs must exist before its queue and jobs.
-            if self.volcano is not None and (chart_id == QUEUE_CHART_ID or chart_id.startswith("job-")):
+            if self.volcano is not None and (chart_id == QUEUE_CHART_ID or chart_id.startswith(JOB_CHART_PREFIX)):
                 manifest.node.add_dependency(self.volcano)
             self.manifests[chart_id] = manifest
         if QUEUE_CHART_ID in self.manifests:
             for chart_id, manifest in self.manifests.items():
-                if chart_id.startswith("job-"):
+                if chart_id.startswith(JOB_CHART_PREFIX):
                     manifest.node.add_dependency(self.manifests[QUEUE_CHART_ID])

@@ -11,6 +11,7 @@ from trainium_cdk.constructs.eks_cluster import TrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
 from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
 from trainium_cdk.stacks.eks_capacity import trainium_capacity
+from trainium_cdk.stacks.eks_workloads import workloads_options
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import ClusterObservability
 from trainium_cdk.constructs.storage import LustreStorage
@@ -60,7 +61,7 @@ class EksStack(Stack):
             self,
             "Workloads",
             cluster=cluster,
-            config=config,
+            options=workloads_options(config),
             after=[namespace, *([self.manifests[FSX_CHART_ID]] if FSX_CHART_ID in self.manifests else [])],
             nodes=self.training.system_nodes,
         )

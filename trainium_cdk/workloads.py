@@ -1,8 +1,12 @@
 """The workloads of a deployment, built from its config: what the EKS stack installs and dist/ holds.
 
-:func:`workload_charts` is the one code path: the EKS stack calls it with the example image asset's
-URI (a token) and adds each chart to the cluster; ``make synth`` calls it with a ``${TRAINING_IMAGE}``
-placeholder and writes YAML. :func:`example_jobs` adds the documented examples to dist/ only.
+The adapter from the ``workloads`` section to the training charts (charts read no config). It loads
+no CDK: the ``trn`` CLI renders jobs with :func:`render_job`.
+
+:func:`workload_charts` is the one code path: the EKS stack's :class:`TrainingWorkloads` calls it with
+the example image asset's URI (a token) and adds each chart to the cluster; ``make synth`` calls it
+with a ``${TRAINING_IMAGE}`` placeholder and writes YAML. :func:`example_jobs` adds the documented
+examples to dist/ only.
 """
 
 from __future__ import annotations
@@ -13,14 +17,13 @@ import cdk8s
 from constructs import Construct
 
 from trainium_cdk.charts.training import (
-    DataLoaderJob, ShellPod, TensorBoard, VolcanoQueue, training_job,
+    JOB_CHART_PREFIX, QUEUE_CHART_ID, DataLoaderJob, ShellPod, TensorBoard, VolcanoQueue, training_job,
 )
 from trainium_cdk.config import EXAMPLE_COMMAND, Config, TrainingJobSettings
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.jobs import JobSpec
 from trainium_cdk.training_env import SHARED_MOUNT
 
-QUEUE_CHART_ID = "volcano-queue"
 # BERT-large phase 1, as the Neuron multi-node tutorial runs it: the script of aws-neuron-samples
 # (torch-neuronx/training/dp_bert_hf_pretrain) in an image of yours, the tokenized Wikipedia corpus on FSx.
 BERT_LARGE_PHASE1_COMMAND = (
@@ -40,8 +43,9 @@ def workload_charts(app: Construct, config: Config, *, image: str) -> dict[str, 
     if workloads.volcano:
         charts[QUEUE_CHART_ID] = VolcanoQueue(app, QUEUE_CHART_ID, name=workloads.queue)
     for job in workloads.jobs:
-        charts[f"job-{job.name}"] = training_job(
-            app, f"job-{job.name}", job=config.job_spec(job, image=image), queue=workloads.queue
+        chart_id = f"{JOB_CHART_PREFIX}{job.name}"
+        charts[chart_id] = training_job(
+            app, chart_id, job=config.job_spec(job, image=image), queue=workloads.queue
         )
     if workloads.data_loader is not None:
         loader = workloads.data_loader

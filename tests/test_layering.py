@@ -18,10 +18,7 @@ PACKAGE = Path(trainium_cdk.__file__).resolve().parent
 CONFIG = "trainium_cdk.config"
 # Constructs that still import the config while other branches give them props of their own.
 # The lead empties this list at merge: then no construct imports trainium_cdk.config.
-CONSTRUCTS_STILL_ON_CONFIG = {
-    "batch.py", "dev_instance.py", "efa_launch_template.py", "eks_cluster.py", "eks_nodegroup.py", "network.py",
-    "parallelcluster.py", "storage.py",
-}
+CONSTRUCTS_STILL_ON_CONFIG: set[str] = set()
 
 
 def imported_modules(path: Path) -> set[str]:

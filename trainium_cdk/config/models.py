@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from trainium_cdk.addressing import check_subnets_fit, check_vpc_cidr
 from trainium_cdk.catalog import (
+    LUSTRE_COMPRESSION_TYPES,
+    LUSTRE_THROUGHPUT_MB_PER_TIB,
     check_lustre,
     AZ_ID,
     BATCH_MAX_ATTEMPTS,
@@ -194,13 +196,13 @@ class StorageSettings(_Model):
     """FSx for Lustre shared by every node: datasets, checkpoints, the Neuron compile cache."""
 
     enabled: bool = Field(True, description="Deploy the storage stack.")
-    deployment_type: Literal["PERSISTENT_2", "SCRATCH_2"] = Field("PERSISTENT_2", description="FSx deployment type.")
+    deployment_type: Literal[tuple(LUSTRE_THROUGHPUT_MB_PER_TIB)] = Field("PERSISTENT_2", description="FSx deployment type.")
     capacity_gib: int = Field(1200, description="Storage capacity: 1200 GiB or a multiple of 2400 GiB.")
     throughput_mb_per_tib: int | None = Field(
         250, description="PERSISTENT_2 throughput per TiB: 125, 250, 500 or 1000; none for SCRATCH_2."
     )
     lustre_version: Literal[LUSTRE_VERSIONS] = Field(LUSTRE_VERSIONS[0], description="Lustre version.")
-    compression: Literal["LZ4", "NONE"] = Field("LZ4", description="Data compression.")
+    compression: Literal[LUSTRE_COMPRESSION_TYPES] = Field(LUSTRE_COMPRESSION_TYPES[0], description="Data compression.")
     data_repository: DataRepository | None = Field(None, description="Optional S3 data repository association.")
     removal_policy: Literal["retain", "destroy"] = Field(
         "retain", description="What `cdk destroy` does to the file system (and a created bucket)."

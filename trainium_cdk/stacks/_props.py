@@ -1,4 +1,4 @@
-"""Adapters: the config, mapped to the props of each construct. The only place constructs meet config."""
+"""Adapters: the config mapped to each construct's props. Constructs never read the config themselves."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from aws_cdk import aws_logs as logs
 
 from trainium_cdk.catalog import LOG_RETENTION_DAYS
 from trainium_cdk.config import ComputeGroup, Config
+from trainium_cdk.constructs.eks_workloads import TrainingWorkloadsOptions
 from trainium_cdk.constructs.network import ComputePlacement
 from trainium_cdk.constructs.storage import DataRepositoryProps
+from trainium_cdk.workloads import workload_charts
 
 REMOVAL_POLICIES = {"retain": RemovalPolicy.RETAIN, "destroy": RemovalPolicy.DESTROY}
 
@@ -92,4 +94,17 @@ def node_group_props(config: Config, group: ComputeGroup) -> dict[str, Any]:
         root_volume_gib=group.root_volume_gib,
         capacity_reservation_id=group.capacity.reservation_id,
         capacity_block=group.capacity.type == "capacity-block",
+    )
+
+
+def workloads_options(config: Config) -> TrainingWorkloadsOptions:
+    """Volcano, the example image on the configured Neuron track, the data loader's bucket, and the
+    configured workload charts (the ones ``make synth`` writes to dist/, with the image's URI)."""
+    workloads = config.workloads
+    loader = workloads.data_loader
+    return TrainingWorkloadsOptions(
+        charts=lambda app, image: workload_charts(app, config, image=image),
+        volcano=workloads.volcano,
+        data_loader_bucket=loader.bucket if loader is not None else None,
+        base_image_tag=config.neuron_track.training_image_tag,
     )

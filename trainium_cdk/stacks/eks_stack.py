@@ -11,11 +11,10 @@ from trainium_cdk.constructs.eks_cluster import TrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
 from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
 from trainium_cdk.stacks.eks_capacity import trainium_capacity
-from trainium_cdk.stacks.eks_workloads import workloads_options
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import ClusterObservability
 from trainium_cdk.constructs.storage import LustreStorage
-from trainium_cdk.stacks._props import cluster_props, node_group_props
+from trainium_cdk.stacks._props import cluster_props, node_group_props, workloads_options
 
 
 class EksStack(Stack):

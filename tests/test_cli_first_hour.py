@@ -11,7 +11,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from tests.test_cli_jobs import NAMESPACE, batch, config, job, kube, pod, pods  # noqa: F401 - fixtures
+from tests.test_cli_jobs import DEFINITION, NAMESPACE, QUEUE, batch, config, job, kube, pod, pods  # noqa: F401 - fixtures
 from tests.test_cli_support import REGION, ROOT, assert_one_clean_line, copy_default_config, run_cli
 from trainium_cdk import __version__
 from trainium_cdk.cli._common import find_config_path
@@ -35,7 +35,7 @@ def batch_calls(aws):
 def running_job(aws, batch) -> str:  # noqa: F811
     """A job moto knows; shown RUNNING (moto without Docker finishes every job at once)."""
     job_id = boto3.client("batch", region_name=REGION).submit_job(
-        jobName="demo", jobQueue=batch["TrainJobQueueArn"], jobDefinition=batch["TrainJobDefinitionArn"],
+        jobName="demo", jobQueue=batch[QUEUE], jobDefinition=batch[DEFINITION],
     )["jobId"]
     aws.fake("DescribeJobs", {"jobs": [{"jobId": job_id, "jobName": "demo", "status": "RUNNING"}]})
     aws.calls.clear()

@@ -37,8 +37,13 @@ from tests.test_cli_support import (
 )
 from trainium_cdk.cli import batch_jobs, jobs
 from trainium_cdk.cli._common import CliError
+from trainium_cdk.names import (
+    OUTPUT_JOB_DEFINITION_ARN, OUTPUT_JOB_QUEUE_ARN, OUTPUT_LOG_GROUP_NAME, group_output, output_key,
+)
 
 STACK = "trainium-batch"
+QUEUE = output_key(group_output(OUTPUT_JOB_QUEUE_ARN, "train"))  # JobQueueArntrain
+DEFINITION = output_key(group_output(OUTPUT_JOB_DEFINITION_ARN, "train"))
 
 # The shared fixtures (aws, aws_env, no_credentials, no_sleep).
 pytest_plugins = ["tests.test_cli_support"]
@@ -85,10 +90,11 @@ def batch(aws: AwsCalls) -> dict[str, str]:
             "targetNodes": "0:", "container": {"image": "neuron", "vcpus": 1, "memory": 128, "command": ["train"]},
         }]},
     )
+    # The keys the batch stack declares (tests/test_names.py checks them against the synthesized template).
     outputs = {
-        "TrainJobQueueArn": queue["jobQueueArn"],
-        "TrainJobDefinitionArn": definition["jobDefinitionArn"],
-        "JobLogGroupName": "/aws/batch/job",
+        QUEUE: queue["jobQueueArn"],
+        DEFINITION: definition["jobDefinitionArn"],
+        output_key(group_output(OUTPUT_LOG_GROUP_NAME, "train")): "/aws/batch/job",
     }
     aws.fake("DescribeStacks", stack_answer(outputs))
     return outputs
@@ -105,12 +111,12 @@ def test_submit_sends_a_multinode_job_to_the_group_queue(aws, batch, config):
     result = run_cli("submit", "--config", str(config), "--nodes", "3", "--name", "bert-demo")
     assert result.code == 0, result.err
     assert submitted(aws) == [{
-        "jobName": "bert-demo", "jobQueue": batch["TrainJobQueueArn"],
-        "jobDefinition": batch["TrainJobDefinitionArn"], "nodeOverrides": {"numNodes": 3},
+        "jobName": "bert-demo", "jobQueue": batch[QUEUE],
+        "jobDefinition": batch[DEFINITION], "nodeOverrides": {"numNodes": 3},
     }]
     job_id = result.out.split("job id ")[1].split()[0]
     job = boto3.client("batch", region_name=REGION).describe_jobs(jobs=[job_id])["jobs"][0]
-    assert job["jobName"] == "bert-demo" and job["jobQueue"] == batch["TrainJobQueueArn"]
+    assert job["jobName"] == "bert-demo" and job["jobQueue"] == batch[QUEUE]
     assert "(3 x trn1.32xlarge, group train)" in result.out
     assert f"trn status {job_id} --wait" in result.out and f"trn logs {job_id} --follow" in result.out
     assert aws.of("DescribeStacks") == [{"StackName": STACK}]
@@ -129,8 +135,8 @@ def test_submit_dry_run_prints_the_request_and_submits_nothing(aws, batch, confi
     assert result.code == 0, result.err
     assert submitted(aws) == []
     body = json.loads(result.out.split("\n", 1)[1])
-    assert body == {"jobName": "x", "jobQueue": batch["TrainJobQueueArn"],
-                    "jobDefinition": batch["TrainJobDefinitionArn"], "nodeOverrides": {"numNodes": 4}}
+    assert body == {"jobName": "x", "jobQueue": batch[QUEUE],
+                    "jobDefinition": batch[DEFINITION], "nodeOverrides": {"numNodes": 4}}
 
 
 def test_submit_to_a_single_node_definition_sends_no_node_overrides(aws, batch, config):
@@ -138,7 +144,7 @@ def test_submit_to_a_single_node_definition_sends_no_node_overrides(aws, batch, 
         jobDefinitionName="single", type="container",
         containerProperties={"image": "neuron", "vcpus": 1, "memory": 128},
     )
-    aws.fake("DescribeStacks", stack_answer({**batch, "TrainJobDefinitionArn": definition["jobDefinitionArn"]}))
+    aws.fake("DescribeStacks", stack_answer({**batch, DEFINITION: definition["jobDefinitionArn"]}))
     assert run_cli("submit", "--config", str(config), "--nodes", "1", "--name", "one").code == 0
     assert "nodeOverrides" not in submitted(aws)[0]
     result = run_cli("submit", "--config", str(config), "--nodes", "2", "--name", "two")
@@ -172,36 +178,20 @@ def test_submit_without_the_stack_says_to_deploy_it(aws, config):
 
 # -- Batch: finding the outputs -----------------------------------------------------------------------
 
-GROUPS = ["train", "train-big"]
-
 
 @pytest.mark.parametrize(
-    ("outputs", "group", "expected"),
-    [
-        ({"JobQueue": "q"}, "train", "q"),  # one queue for every group
-        ({"TrainJobQueueArn": "arn:q1", "TrainBigJobQueueArn": "arn:q2"}, "train", "arn:q1"),
-        ({"TrainJobQueueArn": "arn:q1", "TrainBigJobQueueArn": "arn:q2"}, "train-big", "arn:q2"),
-        ({"JobQueuetrain": "q1", "JobQueuetrainbig": "q2"}, "train", "q1"),
-        ({"BatchJobQueueTrainA1B2C3": "arn:q1", "BatchJobQueueTrainNameD4": "q1"}, "train", "arn:q1"),
-        ({"trainiumJobQueueArn": "arn:q"}, "train", "arn:q"),  # the project name is no group name
-    ],
+    ("group", "expected"), [("train", "arn:q1"), ("train-big", "arn:q2")],
 )
-def test_find_output_is_tolerant(outputs, group, expected):
-    found = batch_jobs.find_output(outputs, "JobQueue", group=group, groups=GROUPS, stack=STACK, project="trainium")
+def test_outputs_are_read_by_their_exact_key(group, expected):
+    """A longer group name that contains this one ("train" in "train-big") never claims its outputs."""
+    outputs = {"JobQueueArntrain": "arn:q1", "JobQueueArntrainbig": "arn:q2", "JobQueueNametrain": "q1"}
+    found = batch_jobs.group_output_value(outputs, OUTPUT_JOB_QUEUE_ARN, group=group, stack=STACK)
     assert found == expected
 
 
-@pytest.mark.parametrize(
-    ("outputs", "message"),
-    [
-        ({"VpcId": "vpc-1"}, "no output whose key contains JobQueue (outputs: VpcId)"),
-        ({"TrainBigJobQueue": "q2"}, "no JobQueue output for compute group train"),
-        ({"JobQueueA": "q1", "JobQueueB": "q2"}, "several JobQueue outputs"),
-    ],
-)
-def test_find_output_explains_what_is_missing(outputs, message):
-    with pytest.raises(CliError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        batch_jobs.find_output(outputs, "JobQueue", group="train", groups=GROUPS, stack=STACK)
+def test_a_missing_output_names_the_key_the_group_and_what_is_there():
+    with pytest.raises(CliError, match=r"has no output JobQueueArntrain for compute group train \(outputs: VpcId\)"):
+        batch_jobs.group_output_value({"VpcId": "vpc-1"}, OUTPUT_JOB_QUEUE_ARN, group="train", stack=STACK)
 
 
 # -- Batch: status ----------------------------------------------------------------------------------

@@ -10,22 +10,24 @@ from pathlib import Path
 
 import cdk8s
 
+from trainium_cdk import names
 from trainium_cdk.charts import FsxStorageProps, write_charts, write_manifests
 from trainium_cdk.charts._k8s import placeholder
 from trainium_cdk.charts.training import JOB_CHART_PREFIX, DataLoaderJob, ShellPod, TensorBoard, training_job
 from trainium_cdk.config import Config
+from trainium_cdk.names import output_key
 from trainium_cdk.parallelcluster import write_dist as write_parallelcluster_dist
 from trainium_cdk.workloads import example_jobs, workload_charts
 
 DIST = Path("dist")
 # Placeholder -> the stack output that holds its value.
 PLACEHOLDERS = {
-    "FSX_FILE_SYSTEM_ID": ("storage", "FileSystemId"),
-    "FSX_DNS_NAME": ("storage", "FileSystemDnsName"),
-    "FSX_MOUNT_NAME": ("storage", "FileSystemMountName"),
-    "FSX_SECURITY_GROUP_ID": ("storage", "FileSystemSecurityGroupId"),
-    "COMPUTE_SUBNET_ID": ("network", "ComputeSubnet-<group>"),
-    "TRAINING_IMAGE": ("eks", "ExampleImageUri"),
+    "FSX_FILE_SYSTEM_ID": ("storage", output_key(names.OUTPUT_FILE_SYSTEM_ID)),
+    "FSX_DNS_NAME": ("storage", output_key(names.OUTPUT_FILE_SYSTEM_DNS_NAME)),
+    "FSX_MOUNT_NAME": ("storage", output_key(names.OUTPUT_FILE_SYSTEM_MOUNT_NAME)),
+    "FSX_SECURITY_GROUP_ID": ("storage", output_key(names.OUTPUT_FILE_SYSTEM_SECURITY_GROUP_ID)),
+    "COMPUTE_SUBNET_ID": ("network", output_key(names.OUTPUT_COMPUTE_SUBNET) + "<group>"),
+    "TRAINING_IMAGE": ("eks", output_key(names.OUTPUT_EXAMPLE_IMAGE_URI)),
     "DATA_S3_URI": ("", "the s3://bucket/prefix of your dataset"),
 }
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.launcher import launch_command, launch_environment
+from trainium_cdk.names import CHECKPOINT_ROOT, SHARED_MOUNT
 from trainium_cdk.training_env import (
-    CHECKPOINT_ROOT, CONTAINER_SOCKET_IFNAME, MASTER_PORT, SHARED_MOUNT, cache_dir, efa_environment, neuron_environment,
+    CONTAINER_SOCKET_IFNAME, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
 )
 
 # A cache set names one directory: no slashes, nothing that climbs out of the cache root.

@@ -7,17 +7,9 @@ them start the same launcher (``trainium_cdk.launcher``).
 from __future__ import annotations
 
 from trainium_cdk.catalog import InstanceSpec
+from trainium_cdk.names import CACHE_DIR_NAME, CHECKPOINT_ROOT, LOCAL_CACHE_ROOT, SHARED_MOUNT
 
-# Where the shared file system is mounted on every backend: hosts (Batch, ParallelCluster, the dev
-# instance) and pods alike, so that one path (a dataset, a checkpoint, the compile cache) is the same
-# path everywhere.
-SHARED_MOUNT = "/fsx"
-CACHE_DIR_NAME = "neuron-cache"
-# Neuron's compile cache when no shared storage is deployed: on the node, per cache set.
-LOCAL_CACHE_ROOT = "/var/tmp/neuron-compile-cache"
-# Checkpoints: /fsx/checkpoints/<job> on every backend. The launcher appends the job (its name on EKS,
-# the Slurm job id, the Batch job id): all stay the same when the scheduler restarts the job.
-CHECKPOINT_ROOT = f"{SHARED_MOUNT}/checkpoints"
+# The paths (the shared mount, the compile cache, checkpoints) are in trainium_cdk.names.
 # The interface a container's sockets (torchrun, the Neuron bootstrap) use to reach other nodes: a pod's
 # eth0, and a Batch awsvpc task's eth0 (its other interface, ecs-eth0, is link-local and reaches only the
 # ECS agent). EFA carries the collectives. Hosts (Slurm) leave it unset: the runtime finds ens5 itself.

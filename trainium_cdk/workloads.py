@@ -22,7 +22,7 @@ from trainium_cdk.charts.training import (
 from trainium_cdk.config import EXAMPLE_COMMAND, Config, TrainingJobSettings
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.jobs import JobSpec
-from trainium_cdk.training_env import SHARED_MOUNT
+from trainium_cdk.names import SHARED_MOUNT
 
 # BERT-large phase 1, as the Neuron multi-node tutorial runs it: the script of aws-neuron-samples
 # (torch-neuronx/training/dp_bert_hf_pretrain) in an image of yours, the tokenized Wikipedia corpus on FSx.

@@ -17,12 +17,12 @@ from cdk8s import ApiObject, JsonPatch
 from constructs import Construct
 
 from trainium_cdk.errors import ConfigError, one_of
-from trainium_cdk.namespaces import TRAINING_NAMESPACE
+from trainium_cdk.names import NEURON_TAINT_KEY, TRAINING_NAMESPACE
 
 KUBE_SYSTEM = "kube-system"
 SYSTEM_NODE_CRITICAL = "system-node-critical"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-NEURON_TAINT = "aws.amazon.com/neuron"
+NEURON_TAINT = NEURON_TAINT_KEY
 EFA_TAINT = "aws.amazon.com/efa"
 CHART_LABELS = {"app.kubernetes.io/part-of": "trainium-cdk", "app.kubernetes.io/managed-by": "cdk8s"}
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"

@@ -20,6 +20,7 @@ from trainium_cdk.charts._k8s import (
     CHART_LABELS, TRAINING_NAMESPACE, api_object, check_choice, check_name, check_not_number_token, is_token,
 )
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.names import CLAIM_NAME, STORAGE_CLASS_NAME, VOLUME_NAME
 
 PROVISIONER = "fsx.csi.aws.com"
 # What FSx accepts is a catalog fact; the config checks against the same tuples.
@@ -34,9 +35,9 @@ DEFAULT_LUSTRE_VERSION = LUSTRE_VERSIONS[0]
 DEFAULT_COMPRESSION = "LZ4"
 DEFAULT_CAPACITY_GIB = LUSTRE_MIN_CAPACITY_GIB
 DEFAULT_RECLAIM_POLICY = "Retain"
-DEFAULT_STORAGE_CLASS_NAME = "fsx-lustre"
-DEFAULT_VOLUME_NAME = "fsx-lustre-static"
-DEFAULT_CLAIM_NAME = "fsx-lustre"
+DEFAULT_STORAGE_CLASS_NAME = STORAGE_CLASS_NAME
+DEFAULT_VOLUME_NAME = VOLUME_NAME
+DEFAULT_CLAIM_NAME = CLAIM_NAME
 DEFAULT_NAMESPACE = TRAINING_NAMESPACE
 # Without flock a Lustre client fails flock()/fcntl() locks, which checkpoint writers and the compile cache take.
 MOUNT_OPTIONS = ("flock",)

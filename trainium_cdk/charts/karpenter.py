@@ -29,14 +29,10 @@ from cdk8s import Chart
 from constructs import Construct
 
 from trainium_cdk.charts._k8s import CHART_LABELS, INSTANCE_TYPE_LABEL, NEURON_TAINT, api_object, check_name
-from trainium_cdk.charts.training import GROUP_LABEL
+from trainium_cdk.names import GROUP_LABEL, NEURON_TAINT_VALUE, NODE_EFA_LABEL, NODE_INSTANCE_TYPE_LABEL
 from trainium_cdk.errors import ConfigError, one_of
 
 NODE_POOLS_CHART_ID = "karpenter-node-pools"
-# The labels every Trainium node carries, whichever way it came (node group or NodePool).
-NODE_INSTANCE_TYPE_LABEL = "trainium-cdk/instance-type"
-NODE_EFA_LABEL = "trainium-cdk/efa"
-NEURON_TAINT_VALUE = "true"
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
 NODE_POOL_LABEL = "karpenter.sh/nodepool"
 ROOT_DEVICE_NAME = "/dev/xvda"

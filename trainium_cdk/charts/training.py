@@ -24,17 +24,14 @@ from trainium_cdk.charts._k8s import (
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.jobs import JobSpec
 from trainium_cdk.launcher import LEADER_TASK, RANK_OFFSET_VARIABLE, WORKER_TASK
-from trainium_cdk.training_env import SHARED_MOUNT
+from trainium_cdk.names import CLAIM_NAME, GROUP_LABEL, JOB_LABEL, QUEUE_NAME, RANK_LABEL, SHARED_MOUNT
 
-GROUP_LABEL = "trainium-cdk/compute-group"  # set on the nodes by TrainiumNodeGroup
-RANK_LABEL = "trainium-cdk/rank"
-JOB_LABEL = "trainium-cdk/job"
 # Karpenter neither consolidates nor drifts a node running a pod so annotated: a gang loses no member
 # to a voluntary disruption mid-run (Karpenter docs, concepts/disruption). Ignored without Karpenter.
 DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
-DEFAULT_CLAIM = "fsx-lustre"
+DEFAULT_CLAIM = CLAIM_NAME
 DEFAULT_NAMESPACE = TRAINING_NAMESPACE
-DEFAULT_QUEUE = "training"
+DEFAULT_QUEUE = QUEUE_NAME
 VOLCANO_SCHEDULER = "volcano"
 # Chart ids of the workloads (file names in dist/, construct ids in the EKS stack): the queue, and
 # each training job as job-<name>; both need Volcano's CRDs first.

@@ -32,65 +32,31 @@ from trainium_cdk.cli.jobs import (
 )
 from trainium_cdk.config import Config
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.names import (
+    OUTPUT_JOB_DEFINITION_ARN, OUTPUT_JOB_QUEUE_ARN, OUTPUT_LOG_GROUP_NAME, group_output, output_key,
+)
 
 STACK_PART = "batch"
-QUEUE_KEY = "JobQueue"
-DEFINITION_KEY = "JobDefinition"
-LOG_GROUP_KEY = "LogGroup"
 DEFAULT_LOG_GROUP = "/aws/batch/job"
 _BATCH_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 _DESCRIBE_MAX = 100
 
 
-def _norm(text: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", text.lower())
-
-
 # -- stack outputs -----------------------------------------------------------------------------------
 
 
-def find_output(
-    outputs: Mapping[str, str], kind: str, *, group: str, groups: Sequence[str], stack: str, project: str = ""
-) -> str:
-    """The value of the ``kind`` output (JobQueue, JobDefinition, ...) of compute group ``group``."""
-    kind_n, project_n = _norm(kind), _norm(project)
-
-    def key_n(key: str) -> str:
-        text = _norm(key)
-        return text.replace(project_n, "") if project_n else text
-
-    candidates = {k: v for k, v in outputs.items() if kind_n in _norm(k)}
-    if not candidates:
+def group_output_value(outputs: Mapping[str, str], kind: str, *, group: str, stack: str) -> str:
+    """The value of the ``kind`` output (names.OUTPUT_JOB_QUEUE_ARN, ...) of compute group ``group``,
+    by the exact key the batch stack writes."""
+    key = output_key(group_output(kind, group))
+    try:
+        return outputs[key]
+    except KeyError:
         listed = ", ".join(sorted(outputs)) or "none"
         raise CliError(
-            f"stack {stack} has no output whose key contains {kind} (outputs: {listed}): is it deployed with "
-            f"backends: [batch] and up to date?"
-        )
-    group_n = _norm(group)
-    # A longer group name that contains this one ("train" in "train-big") must not claim its outputs.
-    longer = [_norm(g) for g in groups if g != group and group_n in _norm(g)]
-    named = {k for k in candidates if any(_norm(g) in key_n(k) for g in groups)}
-    mine = {k: v for k, v in candidates.items() if group_n in key_n(k) and not any(o in key_n(k) for o in longer)}
-    if mine:
-        pool = mine
-    elif not named:
-        pool = candidates  # outputs not per group: one queue shared by every group
-    else:
-        raise CliError(
-            f"stack {stack} has no {kind} output for compute group {group} (it has: {', '.join(sorted(candidates))})"
-            ": pass --group, or redeploy the stack with this group"
-        )
-    values = set(pool.values())
-    if len(values) > 1:
-        arns = {k: v for k, v in pool.items() if v.startswith("arn:") or "arn" in _norm(k)[-3:]}
-        if len(set(arns.values())) == 1:
-            values = set(arns.values())
-    if len(values) != 1:
-        raise CliError(
-            f"stack {stack} has several {kind} outputs for group {group} ({', '.join(sorted(pool))}): "
-            "pass --group with the group they belong to"
-        )
-    return values.pop()
+            f"stack {stack} has no output {key} for compute group {group} (outputs: {listed}): redeploy it "
+            "with this group and backends: [batch], or pass --group"
+        ) from None
 
 
 def job_definition_type(batch: Any, definition: str) -> str | None:
@@ -132,10 +98,8 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
     sess = session(config.region)
     stack = config.stack_name(STACK_PART)
     outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend="batch")
-    groups = [g.name for g in config.compute_groups]
-    kw = {"group": group.name, "groups": groups, "stack": stack, "project": config.project}
-    queue = find_output(outputs, QUEUE_KEY, **kw)
-    definition = find_output(outputs, DEFINITION_KEY, **kw)
+    queue = group_output_value(outputs, OUTPUT_JOB_QUEUE_ARN, group=group.name, stack=stack)
+    definition = group_output_value(outputs, OUTPUT_JOB_DEFINITION_ARN, group=group.name, stack=stack)
     batch = client(sess, "batch")
     kind = job_definition_type(batch, definition)
     if kind is None:
@@ -264,11 +228,12 @@ def _definition_log_group(batch: Any, definition: str | None) -> str | None:
 
 
 def _output_log_group(outputs: Callable[[], Mapping[str, str]]) -> str | None:
+    """The job log group the batch stack names (every group's output names the same group), or None."""
     try:
-        found = [v for k, v in outputs().items() if _norm(LOG_GROUP_KEY) in _norm(k)]
+        found = {v for k, v in outputs().items() if k.startswith(output_key(OUTPUT_LOG_GROUP_NAME))}
     except CliError:
         return None
-    return found[0] if len(found) == 1 else None
+    return found.pop() if len(found) == 1 else None
 
 
 def logs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clock: Clock = CLOCK) -> int:

@@ -103,14 +103,16 @@ def fabric(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write(f"# kubectl apply -f - ; then: trn logs {name} --backend eks > fabric.log && "
                   "trn check fabric --report fabric.log\n")
         return 0
-    from trainium_cdk.cli.batch_jobs import DEFINITION_KEY, QUEUE_KEY, STACK_PART, find_output
+    from trainium_cdk.cli.batch_jobs import STACK_PART, group_output_value
+    from trainium_cdk.names import OUTPUT_JOB_DEFINITION_ARN, OUTPUT_JOB_QUEUE_ARN
 
     sess = session(config.region)
     stack = config.stack_name(STACK_PART)
     outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend="batch")
-    kw = {"group": group.name, "groups": [g.name for g in config.compute_groups], "stack": stack, "project": config.project}
     request = batch_request(
-        name=name, queue=find_output(outputs, QUEUE_KEY, **kw), definition=find_output(outputs, DEFINITION_KEY, **kw),
+        name=name,
+        queue=group_output_value(outputs, OUTPUT_JOB_QUEUE_ARN, group=group.name, stack=stack),
+        definition=group_output_value(outputs, OUTPUT_JOB_DEFINITION_ARN, group=group.name, stack=stack),
         nodes=nodes, config=config, group_name=group.name,
     )
     if args.dry_run:

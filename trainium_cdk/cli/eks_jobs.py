@@ -29,17 +29,16 @@ from trainium_cdk.cli.jobs import (
 )
 from trainium_cdk.config import Config
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.namespaces import TRAINING_NAMESPACE
+from trainium_cdk.names import JOB_LABEL, OUTPUT_EXAMPLE_IMAGE_URI, RANK_LABEL, TRAINING_NAMESPACE, output_key
 
 # Pod labels naming the job, tried in this order: the training chart's own (charts/training.py
 # JOB_LABEL), the one Kubernetes puts on batch/v1 Job pods, the one Volcano puts on its pods. Kept
 # here rather than imported so that status and logs do not load cdk8s; a test pins them to the chart.
-JOB_NAME_LABELS = ("trainium-cdk/job", "job-name", "volcano.sh/job-name")
-RANK_LABEL = "trainium-cdk/rank"
+JOB_NAME_LABELS = (JOB_LABEL, "job-name", "volcano.sh/job-name")
 DEFAULT_NAMESPACE = TRAINING_NAMESPACE  # where the stack puts the FSx claim and the workloads
 # The EKS stack and its output with the example image's URI (stacks/eks_stack.py).
 STACK_PART = "eks"
-IMAGE_OUTPUT = "ExampleImageUri"
+IMAGE_OUTPUT = output_key(OUTPUT_EXAMPLE_IMAGE_URI)
 JOB_KINDS = ("Job", "PyTorchJob", "JobSet", "MPIJob")
 # Multi-node jobs of the chart are Volcano jobs; their phase -> the states `trn status` prints.
 VOLCANO_JOB = ("batch.volcano.sh", "v1alpha1", "jobs")

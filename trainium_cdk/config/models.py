@@ -30,6 +30,7 @@ from trainium_cdk.config.fields import AZ_ID_RULE, AccountId, LogRetentionDays, 
 from trainium_cdk.config.validation import check_backends, check_deployment, check_offerings_shape, check_track
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.jobs import JobSpec
+from trainium_cdk.names import QUEUE_NAME
 from trainium_cdk.versions import NEURON_TRACKS, NeuronTrack
 
 BACKENDS = ("eks", "batch", "parallelcluster", "instance")
@@ -471,7 +472,7 @@ class WorkloadSettings(_Model):
     )
     jobs: tuple[TrainingJobSettings, ...] = Field((), description="Training jobs the stack runs on deploy.")
     volcano: bool = Field(True, description="Install Volcano (gang scheduling, needed by multi-node jobs) and its queue.")
-    queue: str = Field("training", description="The Volcano queue.")
+    queue: str = Field(QUEUE_NAME, description="The Volcano queue.")
     data_loader: DataLoaderSettings | None = Field(None, description="Copy an S3 prefix into /fsx.")
     tensorboard: bool = Field(False, description="TensorBoard on the file system's runs/ directory (ClusterIP).")
     shell: bool = Field(False, description="An interactive pod with /fsx mounted.")

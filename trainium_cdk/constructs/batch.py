@@ -26,9 +26,9 @@ from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.launcher import launch_command, launch_environment
+from trainium_cdk.names import CHECKPOINT_ROOT, SHARED_MOUNT
 from trainium_cdk.training_env import (
-    CHECKPOINT_ROOT, CONTAINER_SOCKET_IFNAME, MASTER_PORT, SHARED_MOUNT, cache_dir, efa_environment,
-    neuron_environment,
+    CONTAINER_SOCKET_IFNAME, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
 )
 from trainium_cdk.versions import (
     BATCH_AMI_KIND, NEURON_DLC_ACCOUNT, NEURON_TRAINING_IMAGE_REPOSITORY, XLA_TRACK, NeuronTrack, neuron_training_image,

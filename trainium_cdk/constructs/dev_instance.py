@@ -18,7 +18,7 @@ from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.training_env import CACHE_DIR_NAME, SHARED_MOUNT
+from trainium_cdk.names import CACHE_DIR_NAME, SHARED_MOUNT
 from trainium_cdk.versions import DLAMI_KIND, XLA_TRACK, NeuronTrack
 
 DEFAULT_DLAMI = "multi-framework/ubuntu-24.04"

@@ -26,11 +26,12 @@ from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.names import NEURON_TAINT_KEY, SYSTEM_NODE_LABELS
 from trainium_cdk.versions import KUBERNETES_VERSION
 
 # The kubectl layer above must match this version: both move together (see versions.py).
 _VERSION = eks.KubernetesVersion.of(KUBERNETES_VERSION)
-NEURON_TOLERATION = {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}
+NEURON_TOLERATION = {"key": NEURON_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
 CRITICAL_ADDONS_TOLERATION = {"key": "CriticalAddonsOnly", "operator": "Exists"}
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
@@ -45,8 +46,6 @@ DEFAULT_SYSTEM_INSTANCE_TYPE = ec2.InstanceType("m7i.large")
 DEFAULT_SYSTEM_NODES = 2
 MAX_SYSTEM_NODES = 10
 DEFAULT_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
-# The labels of the system nodes: controllers (Karpenter, Cluster Autoscaler) select them.
-SYSTEM_NODE_LABELS = {"trainium-cdk/role": "system"}
 
 # The FSx CSI controller tags every file system it creates with CSIVolumeName (aws-fsx-csi-driver
 # pkg/cloud): it may create only file systems so tagged, and update or delete only those, never the

@@ -14,19 +14,12 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from trainium_cdk.catalog import InstanceSpec
-from trainium_cdk.charts.karpenter import (
-    NEURON_TAINT_VALUE, NODE_EFA_LABEL, NODE_INSTANCE_TYPE_LABEL, compute_node_labels,
-)
-from trainium_cdk.charts.training import GROUP_LABEL
+from trainium_cdk.charts.karpenter import compute_node_labels
 from trainium_cdk.constructs.cluster_autoscaler import node_template_tags
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.errors import ConfigError
-
-NEURON_TAINT_KEY = "aws.amazon.com/neuron"
-INSTANCE_TYPE_LABEL = NODE_INSTANCE_TYPE_LABEL
-EFA_LABEL = NODE_EFA_LABEL
-assert GROUP_LABEL  # re-exported: the node labels live in charts.karpenter and charts.training
+from trainium_cdk.names import NEURON_TAINT_KEY, NEURON_TAINT_VALUE
 
 # What the L2 node group attaches to its node role.
 NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")

@@ -19,7 +19,7 @@ from trainium_cdk.charts.training import JOB_CHART_PREFIX, QUEUE_CHART_ID
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.namespaces import TRAINING_NAMESPACE
+from trainium_cdk.names import TRAINING_NAMESPACE
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
 VOLCANO_NAMESPACE = "volcano-system"

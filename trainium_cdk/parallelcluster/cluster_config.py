@@ -17,7 +17,7 @@ import yaml
 
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.training_env import SHARED_MOUNT
+from trainium_cdk.names import SHARED_MOUNT
 from trainium_cdk.versions import PARALLELCLUSTER_VERSION, XLA_TRACK, NeuronTrack
 
 # The OS comes from the Neuron track (versions.py): Ubuntu 24.04 for PyTorch 2.9 and later (the Neuron

@@ -18,7 +18,8 @@ import shlex
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.launcher import LAUNCHER, LAUNCHER_NAME, SHELL, launch_environment
 from trainium_cdk.parallelcluster.cluster_config import VENV, batch_script_name, queue_name
-from trainium_cdk.training_env import CHECKPOINT_ROOT, MASTER_PORT, cache_dir, efa_environment, neuron_environment
+from trainium_cdk.names import CHECKPOINT_ROOT
+from trainium_cdk.training_env import MASTER_PORT, cache_dir, efa_environment, neuron_environment
 
 # Heredoc delimiter of the launcher inside the script (quoted: nothing in it is expanded).
 _LAUNCHER_END = "TRAINIUM_LAUNCHER"

@@ -13,6 +13,10 @@ from trainium_cdk.constructs.batch_tasks import BatchTaskRules
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.stacks._props import retention
+from trainium_cdk.names import (
+    OUTPUT_JOB_DEFINITION_ARN, OUTPUT_JOB_DEFINITION_NAME, OUTPUT_JOB_QUEUE_ARN, OUTPUT_JOB_QUEUE_NAME,
+    OUTPUT_LOG_GROUP_NAME, OUTPUT_SUBMIT_JOB, group_output,
+)
 
 
 class BatchStack(Stack):
@@ -39,12 +43,12 @@ class BatchStack(Stack):
         if any(training.multi_node for training in self.groups.values()):
             self.task_rules = BatchTaskRules(self, "TaskRules", vpc=network.vpc)
         for name, training in self.groups.items():
-            CfnOutput(self, f"JobQueueName-{name}", value=training.job_queue_name)
-            CfnOutput(self, f"JobQueueArn-{name}", value=training.job_queue.job_queue_arn)
-            CfnOutput(self, f"JobDefinitionName-{name}", value=training.job_definition_name)
-            CfnOutput(self, f"JobDefinitionArn-{name}", value=training.job_definition.job_definition_arn)
-            CfnOutput(self, f"LogGroupName-{name}", value=training.log_group.log_group_name)
-            CfnOutput(self, f"SubmitJob-{name}", value=submit_job_command(config.region, training))
+            CfnOutput(self, group_output(OUTPUT_JOB_QUEUE_NAME, name), value=training.job_queue_name)
+            CfnOutput(self, group_output(OUTPUT_JOB_QUEUE_ARN, name), value=training.job_queue.job_queue_arn)
+            CfnOutput(self, group_output(OUTPUT_JOB_DEFINITION_NAME, name), value=training.job_definition_name)
+            CfnOutput(self, group_output(OUTPUT_JOB_DEFINITION_ARN, name), value=training.job_definition.job_definition_arn)
+            CfnOutput(self, group_output(OUTPUT_LOG_GROUP_NAME, name), value=training.log_group.log_group_name)
+            CfnOutput(self, group_output(OUTPUT_SUBMIT_JOB, name), value=submit_job_command(config.region, training))
 
 
 def _training(

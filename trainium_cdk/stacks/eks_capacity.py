@@ -14,7 +14,8 @@ from trainium_cdk import versions
 from trainium_cdk.charts.karpenter import NODE_POOLS_CHART_ID, NodePoolProps, TrainiumNodePools
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerOptions
-from trainium_cdk.constructs.eks_cluster import SYSTEM_NODE_LABELS, TrainiumCluster
+from trainium_cdk.constructs.eks_cluster import TrainiumCluster
+from trainium_cdk.names import SYSTEM_NODE_LABELS
 from trainium_cdk.constructs.karpenter import KarpenterController, KarpenterOptions
 from trainium_cdk.constructs.network import TrainingNetwork
 

@@ -15,6 +15,10 @@ from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import ClusterObservability
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.stacks._props import cluster_props, node_group_props, workloads_options
+from trainium_cdk.names import (
+    OUTPUT_CLUSTER_NAME, OUTPUT_DASHBOARD_NAME, OUTPUT_EXAMPLE_IMAGE_URI, OUTPUT_TRAINING_IMAGE_REPOSITORY_URI,
+    OUTPUT_UPDATE_KUBECONFIG,
+)
 
 
 class EksStack(Stack):
@@ -69,12 +73,12 @@ class EksStack(Stack):
             after=[self.training.system_nodes, *self.manifests.values()],
             file_system_id=storage.file_system_id if storage is not None else None,
         )
-        CfnOutput(self, "DashboardName", value=self.observability.dashboard.dashboard_name)
-        CfnOutput(self, "ExampleImageUri", value=self.workloads.image.image_uri)
-        CfnOutput(self, "TrainingImageRepositoryUri", value=self.workloads.repository.repository_uri)
-        self.cluster_name_output = CfnOutput(self, "ClusterName", value=cluster.cluster_name)
+        CfnOutput(self, OUTPUT_DASHBOARD_NAME, value=self.observability.dashboard.dashboard_name)
+        CfnOutput(self, OUTPUT_EXAMPLE_IMAGE_URI, value=self.workloads.image.image_uri)
+        CfnOutput(self, OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, value=self.workloads.repository.repository_uri)
+        self.cluster_name_output = CfnOutput(self, OUTPUT_CLUSTER_NAME, value=cluster.cluster_name)
         CfnOutput(
             self,
-            "UpdateKubeconfig",
+            OUTPUT_UPDATE_KUBECONFIG,
             value=f"aws eks update-kubeconfig --region {config.region} --name {cluster.cluster_name}",
         )

@@ -10,6 +10,7 @@ from trainium_cdk.config import Config
 from trainium_cdk.constructs.dev_instance import DevInstance
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.names import OUTPUT_INSTANCE_CONNECT_SSH, OUTPUT_INSTANCE_ID, OUTPUT_START_SESSION
 
 
 class InstanceStack(Stack):
@@ -43,12 +44,12 @@ class InstanceStack(Stack):
             track=config.neuron_track,
         )
         instance_id = self.dev.instance_id
-        CfnOutput(self, "InstanceId", value=instance_id)
-        CfnOutput(self, "StartSession", value=f"aws ssm start-session --region {config.region} --target {instance_id}")
+        CfnOutput(self, OUTPUT_INSTANCE_ID, value=instance_id)
+        CfnOutput(self, OUTPUT_START_SESSION, value=f"aws ssm start-session --region {config.region} --target {instance_id}")
         if self.dev.endpoint is not None:
             CfnOutput(
                 self,
-                "InstanceConnectSsh",
+                OUTPUT_INSTANCE_CONNECT_SSH,
                 value=f"aws ec2-instance-connect ssh --region {config.region} --instance-id {instance_id} "
                 f"--connection-type eice --os-user {self.dev.os_user}",
             )

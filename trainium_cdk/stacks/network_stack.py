@@ -8,15 +8,16 @@ from constructs import Construct
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.stacks._props import network_props
+from trainium_cdk.names import OUTPUT_COMPUTE_SUBNET, OUTPUT_EFA_SECURITY_GROUP_ID, OUTPUT_VPC_ID, group_output
 
 
 class NetworkStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, *, config: Config, **kwargs) -> None:
         super().__init__(scope, construct_id, description="trainium-cdk: training VPC and EFA networking", **kwargs)
         self.network = TrainingNetwork(self, "Network", **network_props(config))
-        self.vpc_output = CfnOutput(self, "VpcId", value=self.network.vpc.vpc_id)
-        CfnOutput(self, "EfaSecurityGroupId", value=self.network.efa_security_group.security_group_id)
+        self.vpc_output = CfnOutput(self, OUTPUT_VPC_ID, value=self.network.vpc.vpc_id)
+        CfnOutput(self, OUTPUT_EFA_SECURITY_GROUP_ID, value=self.network.efa_security_group.security_group_id)
         for group in config.compute_groups:
             CfnOutput(
-                self, f"ComputeSubnet-{group.name}", value=self.network.compute_subnet(group.name).subnet_id
+                self, group_output(OUTPUT_COMPUTE_SUBNET, group.name), value=self.network.compute_subnet(group.name).subnet_id
             )

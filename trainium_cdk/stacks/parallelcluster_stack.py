@@ -16,6 +16,9 @@ from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.parallelcluster.cluster_config import cluster_configuration, cluster_name
 from trainium_cdk.parallelcluster.health import render_prolog
 from trainium_cdk.parallelcluster.sbatch import render_all
+from trainium_cdk.names import (
+    OUTPUT_CLUSTER_NAME, OUTPUT_HEAD_NODE_INSTANCE_ID, OUTPUT_HEAD_NODE_SESSION, OUTPUT_VALIDATION_MESSAGES,
+)
 
 REMOVAL_POLICIES = {"Delete": RemovalPolicy.DESTROY, "Retain": RemovalPolicy.RETAIN}
 
@@ -47,14 +50,14 @@ class ParallelClusterStack(Stack):
             health_prolog=render_prolog(config),
             removal_policy=REMOVAL_POLICIES[config.parallelcluster.deletion_policy],
         )
-        CfnOutput(self, "ClusterName", value=self.slurm.cluster_name)
-        CfnOutput(self, "HeadNodeInstanceId", value=self.slurm.head_node_instance_id)
+        CfnOutput(self, OUTPUT_CLUSTER_NAME, value=self.slurm.cluster_name)
+        CfnOutput(self, OUTPUT_HEAD_NODE_INSTANCE_ID, value=self.slurm.head_node_instance_id)
         CfnOutput(
             self,
-            "HeadNodeSession",
+            OUTPUT_HEAD_NODE_SESSION,
             value=f"aws ssm start-session --region {config.region} --target {self.slurm.head_node_instance_id}",
         )
-        CfnOutput(self, "ValidationMessages", value=self.slurm.validation_messages)
+        CfnOutput(self, OUTPUT_VALIDATION_MESSAGES, value=self.slurm.validation_messages)
 
 
 def head_node_subnet(config: Config, network: TrainingNetwork) -> ec2.ISubnet:

@@ -9,6 +9,10 @@ from trainium_cdk.config import Config
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.stacks._props import storage_props
+from trainium_cdk.names import (
+    OUTPUT_DATA_BUCKET_NAME, OUTPUT_FILE_SYSTEM_DNS_NAME, OUTPUT_FILE_SYSTEM_ID, OUTPUT_FILE_SYSTEM_MOUNT_NAME,
+    OUTPUT_FILE_SYSTEM_SECURITY_GROUP_ID,
+)
 
 
 class StorageStack(Stack):
@@ -26,9 +30,9 @@ class StorageStack(Stack):
             clients=[network.efa_security_group],
             **storage_props(config),
         )
-        self.file_system_output = CfnOutput(self, "FileSystemId", value=self.storage.file_system_id)
-        CfnOutput(self, "FileSystemDnsName", value=self.storage.dns_name)
-        CfnOutput(self, "FileSystemMountName", value=self.storage.mount_name)
-        CfnOutput(self, "FileSystemSecurityGroupId", value=self.storage.security_group.security_group_id)
+        self.file_system_output = CfnOutput(self, OUTPUT_FILE_SYSTEM_ID, value=self.storage.file_system_id)
+        CfnOutput(self, OUTPUT_FILE_SYSTEM_DNS_NAME, value=self.storage.dns_name)
+        CfnOutput(self, OUTPUT_FILE_SYSTEM_MOUNT_NAME, value=self.storage.mount_name)
+        CfnOutput(self, OUTPUT_FILE_SYSTEM_SECURITY_GROUP_ID, value=self.storage.security_group.security_group_id)
         if self.storage.bucket is not None:
-            CfnOutput(self, "DataBucketName", value=self.storage.bucket.bucket_name)
+            CfnOutput(self, OUTPUT_DATA_BUCKET_NAME, value=self.storage.bucket.bucket_name)

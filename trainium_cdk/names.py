@@ -1,0 +1,96 @@
+"""Names more than one layer uses: the stacks, constructs and charts write them; the CLI, dist/ and
+the pipeline read them. Each has its home here (``tests/test_names.py`` fails on a stray copy).
+
+Pure Python: the ``trn`` CLI imports it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from trainium_cdk.catalog import NEURON_RESOURCE
+
+# -- Kubernetes ---------------------------------------------------------------------------------------
+
+# The training workloads, their FSx claim and the data pods (Pod Security Admission baseline).
+TRAINING_NAMESPACE = "training"
+# The Volcano queue of training jobs.
+QUEUE_NAME = "training"
+# Trainium nodes are tainted with the Neuron resource name, as EKS's Neuron guide does: only pods that
+# tolerate it (the device plugins, the FSx node driver, training jobs) land there.
+NEURON_TAINT_KEY = NEURON_RESOURCE
+NEURON_TAINT_VALUE = "true"
+# Labels the Trainium nodes carry (managed node groups and Karpenter node pools alike); jobs select them.
+GROUP_LABEL = "trainium-cdk/compute-group"
+NODE_INSTANCE_TYPE_LABEL = "trainium-cdk/instance-type"
+NODE_EFA_LABEL = "trainium-cdk/efa"
+# The system nodes: controllers (Karpenter, Cluster Autoscaler) and data pods select them.
+SYSTEM_NODE_LABELS = {"trainium-cdk/role": "system"}
+# Labels of a training job's pods: the CLI finds a job's pods, and rank 0's logs, by them.
+JOB_LABEL = "trainium-cdk/job"
+RANK_LABEL = "trainium-cdk/rank"
+# The FSx StorageClass, the static volume of the deployed file system and the claim jobs mount.
+STORAGE_CLASS_NAME = "fsx-lustre"
+VOLUME_NAME = "fsx-lustre-static"
+CLAIM_NAME = "fsx-lustre"
+
+# -- Paths on every node and in every container ------------------------------------------------------
+
+# Where the shared file system is mounted on every backend: hosts (Batch, ParallelCluster, the dev
+# instance) and pods alike, so that one path (a dataset, a checkpoint, the compile cache) is the same
+# path everywhere.
+SHARED_MOUNT = "/fsx"
+CACHE_DIR_NAME = "neuron-cache"
+# Neuron's compile cache when no shared storage is deployed: on the node, per cache set.
+LOCAL_CACHE_ROOT = "/var/tmp/neuron-compile-cache"
+# Checkpoints: /fsx/checkpoints/<job> on every backend. The launcher appends the job (its name on EKS,
+# the Slurm job id, the Batch job id): all stay the same when the scheduler restarts the job.
+CHECKPOINT_ROOT = f"{SHARED_MOUNT}/checkpoints"
+
+# -- Stack outputs ------------------------------------------------------------------------------------
+# The construct id of each CfnOutput; CloudFormation shows it as :func:`output_key` (CDK drops the
+# characters a logical id cannot hold). Per-group outputs are ``<kind>-<group>`` (:func:`group_output`).
+
+# network
+OUTPUT_VPC_ID = "VpcId"
+OUTPUT_EFA_SECURITY_GROUP_ID = "EfaSecurityGroupId"
+OUTPUT_COMPUTE_SUBNET = "ComputeSubnet"  # per group
+# storage
+OUTPUT_FILE_SYSTEM_ID = "FileSystemId"
+OUTPUT_FILE_SYSTEM_DNS_NAME = "FileSystemDnsName"
+OUTPUT_FILE_SYSTEM_MOUNT_NAME = "FileSystemMountName"
+OUTPUT_FILE_SYSTEM_SECURITY_GROUP_ID = "FileSystemSecurityGroupId"
+OUTPUT_DATA_BUCKET_NAME = "DataBucketName"
+# eks (and parallelcluster: OUTPUT_CLUSTER_NAME)
+OUTPUT_CLUSTER_NAME = "ClusterName"
+OUTPUT_DASHBOARD_NAME = "DashboardName"
+OUTPUT_EXAMPLE_IMAGE_URI = "ExampleImageUri"
+OUTPUT_TRAINING_IMAGE_REPOSITORY_URI = "TrainingImageRepositoryUri"
+OUTPUT_UPDATE_KUBECONFIG = "UpdateKubeconfig"
+# batch, per group
+OUTPUT_JOB_QUEUE_NAME = "JobQueueName"
+OUTPUT_JOB_QUEUE_ARN = "JobQueueArn"
+OUTPUT_JOB_DEFINITION_NAME = "JobDefinitionName"
+OUTPUT_JOB_DEFINITION_ARN = "JobDefinitionArn"
+OUTPUT_LOG_GROUP_NAME = "LogGroupName"
+OUTPUT_SUBMIT_JOB = "SubmitJob"
+# parallelcluster
+OUTPUT_HEAD_NODE_INSTANCE_ID = "HeadNodeInstanceId"
+OUTPUT_HEAD_NODE_SESSION = "HeadNodeSession"
+OUTPUT_VALIDATION_MESSAGES = "ValidationMessages"
+# instance
+OUTPUT_INSTANCE_ID = "InstanceId"
+OUTPUT_START_SESSION = "StartSession"
+OUTPUT_INSTANCE_CONNECT_SSH = "InstanceConnectSsh"
+
+_NOT_IN_LOGICAL_ID = re.compile(r"[^A-Za-z0-9]")
+
+
+def group_output(kind: str, group: str) -> str:
+    """The construct id of a per-group output: ``JobQueueArn-train``."""
+    return f"{kind}-{group}"
+
+
+def output_key(output_id: str) -> str:
+    """The key CloudFormation lists for a stack-level CfnOutput of this id: ``JobQueueArntrain``."""
+    return _NOT_IN_LOGICAL_ID.sub("", output_id)

@@ -22,6 +22,7 @@ from trainium_cdk.config import ComputeGroup
 from trainium_cdk.constructs.cluster_autoscaler import node_template_tags
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION
 
 NEURON_TAINT_KEY = "aws.amazon.com/neuron"
 INSTANCE_TYPE_LABEL = NODE_INSTANCE_TYPE_LABEL
@@ -81,6 +82,7 @@ class TrainiumNodeGroup(Construct):
             "Nodegroup",
             cluster=cluster,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NEURON,
+            release_version=EKS_NODEGROUP_RELEASE_VERSION,
             capacity_type=_CAPACITY_TYPE[group.capacity.type],
             launch_template_spec=eks.LaunchTemplateSpec(
                 id=self.launch_template.launch_template_id, version=self.launch_template.latest_version

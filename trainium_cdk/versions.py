@@ -71,6 +71,10 @@ def parallelcluster_provider_template_url(region: str, url_suffix: str = "amazon
 # parameter name, so a template change, never a silent move.
 AMI_PARAMETER_PREFIX = "/trainium-cdk/neuron"
 DLAMI_KIND = "dlami"
+# Recorded from ECS's "Amazon Linux 2023 (Neuron)" AMI: AWS's parameter path is
+# /aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/... (`inf/` is Amazon Linux 2's Neuron
+# variant): aws-cdk-lib 2.275 EcsOptimizedImage builds that path for AL2023 + AmiHardwareType.NEURON
+# (aws/aws-cdk PR 34689, citing the ECS "Retrieving Amazon ECS-optimized AMI metadata" page).
 BATCH_AMI_KIND = "ecs-neuron"
 
 

@@ -2,12 +2,16 @@
 
 moto answers STS, EC2 AZs and instance type offerings, EC2 instances, SSM parameters, and
 service-quotas' NoSuchResourceException for ec2 quotas. Faked: GetServiceQuota values,
-ListServiceQuotas, DescribeCapacityReservations and CloudFormation DescribeStacks.
+ListServiceQuotas, DescribeCapacityReservations and CloudFormation DescribeStacks. The Neuron version
+check runs its commands through a fake runner (:class:`Machine`): no Neuron tools unless a test gives some.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +29,38 @@ from tests.test_cli_support import (
     client_error,
     run_cli,
 )
+from trainium_cdk.cli import doctor as doctor_module
+from trainium_cdk.cli.doctor import PASS, SKIP, WARN, CommandResult, Doctor
+from trainium_cdk.config import build_config
+from trainium_cdk.versions import NATIVE_TRACK, XLA_TRACK
 
 RESERVATION = "cr-0123456789abcdef0"
 
 # The shared fixtures (aws, aws_env, no_credentials, no_sleep).
 pytest_plugins = ["tests.test_cli_support"]
+
+
+@dataclass
+class Machine:
+    """A fake command runner: argv -> what the command prints; a program not listed is not installed."""
+
+    answers: dict[tuple[str, ...], CommandResult] = field(default_factory=dict)
+    ran: list[tuple[str, ...]] = field(default_factory=list)
+
+    def __call__(self, argv: Sequence[str]) -> CommandResult | None:
+        self.ran.append(tuple(argv))
+        if tuple(argv) in self.answers:
+            return self.answers[tuple(argv)]
+        installed = {a[0] for a in self.answers}
+        return CommandResult(1, "") if argv[0] in installed else None
+
+
+@pytest.fixture(autouse=True)
+def machine(monkeypatch: pytest.MonkeyPatch) -> Machine:
+    """This machine as doctor sees it: no Neuron tools, whatever the host running the tests has."""
+    fake = Machine()
+    monkeypatch.setattr(doctor_module, "run_command", fake)
+    return fake
 
 
 def config_file(tmp_path: Path, *, group: dict[str, Any] | None = None, **top: Any) -> Path:
@@ -266,3 +297,157 @@ def test_invalid_config_is_one_line_exit_2(aws, tmp_path):
 def test_bad_override_is_one_line_exit_2(aws, tmp_path):
     result = doctor(config_file(tmp_path), "-c", "colour=blue")
     assert_one_clean_line(result, "invalid argument: -c", "colour")
+
+
+# -- this machine's Neuron software -------------------------------------------------------------------
+
+NEURON_LS = ("neuron-ls", "--json-output")
+
+
+def dpkg(package: str) -> tuple[str, ...]:
+    return ("dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Version}", package)
+
+
+def rpm(package: str) -> tuple[str, ...]:
+    return ("rpm", "-q", "--qf", "%{VERSION}", package)
+
+
+PIP_SHOW = ("python3", "-m", "pip", "show", "torch-neuronx", "torch")
+
+
+def pip_show(**versions: str) -> CommandResult:
+    blocks = [f"Name: {name.replace('_', '-')}\nVersion: {v}\nSummary: x\n" for name, v in versions.items()]
+    return CommandResult(0 if len(blocks) == 2 else 1, "---\n".join(blocks))
+
+
+def devices(n: int) -> CommandResult:
+    return CommandResult(0, json.dumps([{"neuron_device": i, "nc_count": 2} for i in range(n)]))
+
+
+def verdicts(checks) -> dict[str, str]:
+    return {c.name: c.status for c in checks}
+
+
+def test_neuron_check_is_one_skip_line_where_the_tools_are_absent(machine):
+    checks = Doctor(build_config({}), None).neuron_versions()
+    assert [(c.status, c.name) for c in checks] == [(SKIP, "neuron versions")]
+    assert "neuron-ls not found" in checks[0].detail and "xla track" in checks[0].detail
+    assert machine.ran == [NEURON_LS]
+
+
+def test_ubuntu_node_on_the_pinned_xla_release_passes(machine):
+    machine.answers = {
+        NEURON_LS: devices(16),
+        dpkg("aws-neuronx-dkms"): CommandResult(0, "ii 2.27.4.0"),
+        dpkg("aws-neuronx-runtime-lib"): CommandResult(0, "ii 2.31.24.0-6e27b8d5b"),  # Debian revision
+        dpkg("aws-neuronx-collectives"): CommandResult(0, "ii 2.31.24.0-17a033bc8"),
+        PIP_SHOW: pip_show(torch_neuronx="2.9.0.2.13.24727", torch="2.9.0"),
+    }
+    checks = Doctor(build_config({}), None).neuron_versions()
+    assert verdicts(checks) == {
+        "neuron devices": PASS, "neuron driver": PASS, "neuron runtime": PASS, "neuron collectives": PASS,
+        "torch-neuronx": PASS, "torch": PASS,
+    }
+    by_name = {c.name: c.detail for c in checks}
+    assert by_name["neuron devices"] == "16 Neuron device(s) (neuron-ls)"
+    assert by_name["neuron runtime"] == (
+        f"aws-neuronx-runtime-lib 2.31.24.0: xla track pins {XLA_TRACK.runtime} (Neuron 2.29.1)"
+    )
+    # dpkg answered every package: rpm is never asked.
+    assert machine.ran == [
+        NEURON_LS, dpkg("aws-neuronx-dkms"), dpkg("aws-neuronx-runtime-lib"), dpkg("aws-neuronx-collectives"),
+        PIP_SHOW,
+    ]
+
+
+def test_al2023_container_host_with_another_driver_warns_and_skips_what_the_image_brings(machine):
+    """An EKS or Batch host: RPM packages, the driver of the AMI, no runtime or framework on the host."""
+    machine.answers = {
+        NEURON_LS: devices(16),
+        rpm("aws-neuronx-dkms"): CommandResult(0, "2.21.37.0"),
+        rpm("aws-neuronx-runtime-lib"): CommandResult(1, "package aws-neuronx-runtime-lib is not installed\n"),
+        rpm("aws-neuronx-collectives"): CommandResult(1, "package aws-neuronx-collectives is not installed\n"),
+        PIP_SHOW: pip_show(),
+    }
+    checks = Doctor(build_config({}), None).neuron_versions()
+    assert verdicts(checks) == {
+        "neuron devices": PASS, "neuron driver": WARN, "neuron runtime": SKIP, "neuron collectives": SKIP,
+        "torch-neuronx": SKIP, "torch": SKIP,
+    }
+    driver = next(c for c in checks if c.name == "neuron driver")
+    assert driver.detail == "aws-neuronx-dkms 2.21.37.0, but the xla track pins 2.27.4.0 (Neuron 2.29.1)"
+    assert "install aws-neuronx-dkms 2.27.4.0" in driver.fix
+    # No dpkg-query on AL2023: each package is asked of dpkg (absent), then rpm.
+    assert machine.ran == [
+        NEURON_LS,
+        dpkg("aws-neuronx-dkms"), rpm("aws-neuronx-dkms"),
+        dpkg("aws-neuronx-runtime-lib"), rpm("aws-neuronx-runtime-lib"),
+        dpkg("aws-neuronx-collectives"), rpm("aws-neuronx-collectives"),
+        PIP_SHOW,
+    ]
+
+
+def test_removed_package_and_failing_neuron_ls_are_not_taken_for_installed(machine):
+    machine.answers = {
+        NEURON_LS: CommandResult(1, ""),
+        dpkg("aws-neuronx-dkms"): CommandResult(0, "rc 2.27.4.0"),  # removed, configuration left
+    }
+    checks = Doctor(build_config({}), None).neuron_versions()
+    assert verdicts(checks) == {
+        "neuron devices": WARN, "neuron driver": WARN, "neuron runtime": SKIP, "neuron collectives": SKIP,
+        "torch-neuronx": SKIP,
+    }
+    assert "neuron-ls failed (exit 1)" in checks[0].detail
+    assert "aws-neuronx-dkms is not installed" in checks[1].detail
+
+
+def test_native_track_pins_are_the_ones_compared(machine):
+    """An XLA-track node under a config that says native: every pin disagrees."""
+    raw = {
+        "neuron": {"track": "native"}, "region": "us-east-2", "network": {"az_ids": ["use2-az3", "use2-az2"]},
+        "instance_offerings": {"trn2.48xlarge": {"us-east-2": ["use2-az3", "use2-az2"]}},
+        "compute_groups": [{"name": "train", "instance_type": "trn2.48xlarge", "az_ids": "use2-az3"}],
+    }
+    machine.answers = {
+        NEURON_LS: devices(16),
+        dpkg("aws-neuronx-dkms"): CommandResult(0, "ii 2.27.4.0"),
+        dpkg("aws-neuronx-runtime-lib"): CommandResult(0, "ii 2.31.24.0-6e27b8d5b"),
+        dpkg("aws-neuronx-collectives"): CommandResult(0, f"ii {NATIVE_TRACK.collectives}-0abc"),
+        PIP_SHOW: pip_show(torch_neuronx="2.9.0.2.13.24727", torch="2.9.0"),
+    }
+    checks = Doctor(build_config(raw), None).neuron_versions()
+    assert verdicts(checks) == {
+        "neuron devices": PASS, "neuron driver": WARN, "neuron runtime": WARN, "neuron collectives": PASS,
+        "torch-neuronx": WARN, "torch": WARN,
+    }
+    by_name = {c.name: c.detail for c in checks}
+    assert by_name["torch"] == "torch 2.9.0, but the native track pins 2.14.* (Neuron 2.33.0)"
+    assert by_name["torch-neuronx"].endswith(f"native track pins {NATIVE_TRACK.pip_packages['torch-neuronx']} "
+                                             "(Neuron 2.33.0)")
+
+
+def test_doctor_on_the_default_machine_prints_the_skip_line_outside_the_summary(ready, tmp_path):
+    result = doctor(config_file(tmp_path))
+    assert "no Neuron tools here" in line(result, SKIP, "neuron versions")
+    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 6 PASS: ready to deploy")
+
+
+def test_doctor_on_a_node_warns_on_a_driver_mismatch_and_counts_it(ready, machine, tmp_path):
+    machine.answers = {
+        NEURON_LS: devices(16),
+        rpm("aws-neuronx-dkms"): CommandResult(0, "2.21.37.0"),
+        PIP_SHOW: pip_show(),
+    }
+    result = doctor(config_file(tmp_path))
+    assert result.code == 0
+    assert "2.21.37.0, but the xla track pins 2.27.4.0" in line(result, WARN, "neuron driver")
+    assert "install aws-neuronx-dkms 2.27.4.0" in fix_after(result, WARN, "neuron driver")
+    assert result.out.rstrip().endswith("0 FAIL, 1 WARN, 7 PASS: ready to deploy (read the WARN lines)")
+
+
+def test_a_node_without_credentials_still_gets_its_neuron_versions(no_credentials, machine, tmp_path):
+    machine.answers = {NEURON_LS: devices(1), rpm("aws-neuronx-dkms"): CommandResult(0, XLA_TRACK.driver)}
+    result = doctor(config_file(tmp_path))
+    assert result.code == 1
+    assert "skipped" in line(result, "WARN", "other checks")
+    assert f"aws-neuronx-dkms {XLA_TRACK.driver}: xla track pins" in line(result, PASS, "neuron driver")

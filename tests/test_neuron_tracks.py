@@ -17,13 +17,16 @@ from tests.helpers import resources, synth
 from trainium_cdk.config import build_config
 from trainium_cdk.dist import write_dist
 from trainium_cdk.errors import ConfigError
+from trainium_cdk import versions
 from trainium_cdk.versions import BATCH_AMI_KIND, DLAMI_KIND, NEURON_TRACKS
 
 # trn2 in us-east-2, where CloudFormation's and cfn-lint's instance data know it (synth validates it).
 TRN2_OFFERINGS = {"trn2.48xlarge": {"us-east-2": ["use2-az3", "use2-az2"]}}
 RAW = {
+    # Each track takes one EKS capacity path, so that both node AMI pins are read back.
     "xla": {
         "backends": ["eks", "batch", "parallelcluster", "instance"],
+        "eks": {"capacity": "managed"},
         "compute_groups": [{"name": "train", "instance_type": "trn1.32xlarge", "nodes": 2, "az_ids": "usw2-az4"}],
     },
     "native": {
@@ -36,8 +39,9 @@ RAW = {
         "instance": {"instance_type": "trn2.48xlarge"},
     },
 }
-# An AMI or image reference that follows whatever is newest.
-MOVING = re.compile(r"/(latest|recommended)(/|$)|:latest$|resolve:ssm:.*/latest")
+# An AMI or image reference that follows whatever is newest: an SSM path, an image tag, a Karpenter
+# AMI alias (al2023@latest).
+MOVING = re.compile(r"/(latest|recommended)(/|$)|:latest$|resolve:ssm:.*/latest|@latest\b")
 
 
 @pytest.fixture(scope="module", params=sorted(RAW))
@@ -119,6 +123,56 @@ def test_no_ami_or_image_reference_follows_latest_or_recommended(deployed):
         strings = _strings(data) if data is not None else text.split()
         moving += [(where, s) for s in strings if ("image" in s.lower() or "ami" in s.lower() or ":" in s) and MOVING.search(s)]
     assert moving == []
+
+
+def test_moving_references_are_recognised():
+    for moving in ("al2023@latest", "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id",
+                   "public.ecr.aws/neuron/neuron-device-plugin:latest",
+                   "{{resolve:ssm:/aws/service/neuron/dlami/base/ubuntu-24.04/latest/image_id}}"):
+        assert MOVING.search(moving), moving
+    for pinned in (versions.KARPENTER_AMI_ALIAS, versions.NEURON_DEVICE_PLUGIN_IMAGE,
+                   NEURON_TRACKS["xla"].ami_parameter(BATCH_AMI_KIND)):
+        assert not MOVING.search(pinned), pinned
+
+
+def _manifest_objects(template: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Kubernetes objects a template applies (tokens inside a manifest left as text)."""
+    objects = []
+    for resource in resources(template, "Custom::AWSCDK-EKS-KubernetesResource").values():
+        manifest = resource["Properties"]["Manifest"]
+        if not isinstance(manifest, str):
+            manifest = "".join(p if isinstance(p, str) else "TOKEN" for p in next(iter(manifest.values()))[1])
+        objects += json.loads(manifest)
+    return objects
+
+
+def test_eks_trainium_nodes_boot_the_tracks_pinned_ami_release(deployed):
+    """Managed node groups name the release (without one, EKS takes the newest when it creates the
+    group); Karpenter's EC2NodeClass names it in its AMI alias."""
+    name, config, app, _ = deployed
+    track = NEURON_TRACKS[name]
+    templates = [json.loads(p.read_text()) for p in app.template_paths()]
+    neuron_groups = [
+        r["Properties"] for t in templates for r in resources(t, "AWS::EKS::Nodegroup").values()
+        if r["Properties"].get("AmiType") == "AL2023_x86_64_NEURON"
+    ]
+    node_classes = [o for t in templates for o in _manifest_objects(t) if o.get("kind") == "EC2NodeClass"]
+    if config.eks.capacity == "managed":
+        assert len(neuron_groups) == len(config.compute_groups) and not node_classes
+        release = f"{versions.KUBERNETES_VERSION}.8-{track.eks_ami_release.removeprefix('v')}"
+        assert {g["ReleaseVersion"] for g in neuron_groups} == {release} == {versions.EKS_NODEGROUP_RELEASE_VERSION}
+    else:
+        assert len(node_classes) == len(config.compute_groups) and not neuron_groups
+        for node_class in node_classes:
+            assert node_class["spec"]["amiSelectorTerms"] == [{"alias": f"al2023@{track.eks_ami_release}"}]
+
+
+def test_every_track_names_the_ami_release_the_eks_stack_deploys():
+    """The EKS stack reads the module pins: a track with another EKS AMI release would not get it."""
+    assert {t.eks_ami_release for t in NEURON_TRACKS.values()} == {versions.EKS_AL2023_AMI_RELEASE}
+    assert re.fullmatch(r"v20\d{6}", versions.EKS_AL2023_AMI_RELEASE)
+    assert re.fullmatch(r"\d+\.\d+\.\d+-20\d{6}", versions.EKS_NODEGROUP_RELEASE_VERSION)
+    assert versions.EKS_NODEGROUP_RELEASE_VERSION.startswith(versions.KUBERNETES_VERSION + ".")
 
 
 @pytest.mark.parametrize("instance_type", ["trn1.32xlarge", "trn1n.32xlarge", "trn1.2xlarge"])

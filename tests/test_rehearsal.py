@@ -204,18 +204,28 @@ def test_slurm_batch_script_trains_across_two_nodes(stage, config):
 
 
 # -- the native Neuron track ---------------------------------------------------------------------------
+# The native track (TorchNeuron on trn2) runs the same launcher and example as the XLA track: only the
+# image, the node AMI and the trn2 shapes (64 NeuronCores, 16 devices, 16 EFA interfaces) differ. It is
+# rehearsed on the backends that offer it, EKS and Batch. Slurm has no native shape: the config rejects
+# neuron.track native with the parallelcluster backend (TorchNeuron 2.33 wheels are Ubuntu 26.04 only;
+# tests/test_neuron_tracks.py), so there is no native sbatch script a user could deploy.
+NATIVE_RAW = {
+    "neuron": {"track": "native"},
+    "network": {"az_ids": ["usw2-az4", "usw2-az3"]},
+    "instance_offerings": {"trn2.48xlarge": {"us-west-2": ["usw2-az4", "usw2-az3"]}},
+    "compute_groups": [{"name": "train", "instance_type": "trn2.48xlarge", "nodes": 2, "az_ids": "usw2-az4"}],
+}
+
+
+def assert_preflight_skipped(results: list) -> None:
+    """The launcher's version preflight ran on every node and said why it printed no versions."""
+    for r in results:
+        assert "trainium-launch: no Neuron driver loaded here: version preflight skipped" in r.output, r.output[-2000:]
 
 
 def test_native_track_batch_job_definition_trains(stage):
-    """The native track (TorchNeuron on trn2) runs the same launcher and example: only the image and the
-    node AMI differ. Batch only, to keep one more synth small."""
-    raw = {
-        "backends": ["batch"], "neuron": {"track": "native"},
-        "network": {"az_ids": ["usw2-az4", "usw2-az3"]},
-        "instance_offerings": {"trn2.48xlarge": {"us-west-2": ["usw2-az4", "usw2-az3"]}},
-        "compute_groups": [{"name": "train", "instance_type": "trn2.48xlarge", "nodes": 2, "az_ids": "usw2-az4"}],
-    }
-    native = synth(build_config(raw), nag=False)
+    """Batch only, to keep one more synth small."""
+    native = synth(build_config({**NATIVE_RAW, "backends": ["batch"]}), nag=False)
     (definition,) = resources(native.template_json("batch"), "AWS::Batch::JobDefinition").values()
     container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
     assert "sdk2.33.0" in json.dumps(container["Image"])
@@ -224,3 +234,31 @@ def test_native_track_batch_job_definition_trains(stage):
     results = run_batch_job(stage, definition, NODES)
     assert_trained(results)
     assert '"preflight"' in results[0].output
+    assert_preflight_skipped(results)
+
+
+@pytest.fixture(scope="module")
+def native_eks(tmp_path_factory):
+    """The native track's EKS config, and its dist/eks/workloads manifests (as the `dist` fixture)."""
+    config = build_config({**NATIVE_RAW, "backends": ["eks"]})
+    out = tmp_path_factory.mktemp("dist-native")
+    manifests = {
+        p.name: [o for o in yaml.safe_load_all(p.read_text()) if o]
+        for p in write_dist(config, out)
+        if p.parent.name == "workloads"
+    }
+    return config, manifests
+
+
+def test_native_track_eks_volcano_job_of_dist_trains_across_two_nodes(stage, native_eks):
+    _, manifests = native_eks
+    (job,) = manifests["job-mlp-distributed.k8s.yaml"]
+    (container,) = job["spec"]["tasks"][0]["template"]["spec"]["containers"]
+    # The trn2 shapes a user deploys (the rehearsal then runs 2 processes per node on the CPU).
+    assert container_env(container)["NPROC_PER_NODE"] == "64"
+    assert container["resources"]["limits"] == {"aws.amazon.com/neuron": "16", "vpc.amazonaws.com/efa": "16"}
+    results = run_volcano_job(stage, job)
+    assert_trained(results)
+    assert "volcano: node 0 of 2" in results[0].output and "volcano: node 1 of 2" in results[1].output
+    assert_preflight_skipped(results)
+

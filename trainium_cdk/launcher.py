@@ -21,6 +21,9 @@ What the job definition sets at synth: ``NPROC_PER_NODE`` (NeuronCores of the in
 ``TRN_PRECOMPILE=1`` (run the command under ``neuron_parallel_compile`` first), and with shared storage
 ``TRN_CHECKPOINT_ROOT``: the launcher exports ``TRN_CHECKPOINT_DIR=<root>/<job>``, the job being
 ``TRN_JOB_NAME`` (EKS), the Slurm job id or the Batch job id, which a retry or requeue keeps.
+Optionally the track's pins (``TRN_NEURON_RELEASE``, ``_DRIVER``, ``_RUNTIME``, ``_FRAMEWORK``): before
+torchrun, every node prints the Neuron driver it has loaded and the image's runtime next to them (one
+line; skipped where no Neuron driver is loaded), and warns when the driver is not the pinned one.
 
 The training command follows the launcher's name. torchrun runs ``python -u <first word>``: a command
 that starts with a ``.py`` script is handed over as it is; any other command (``python3 train.py``,
@@ -30,6 +33,8 @@ a shell script) gets ``--no-python`` so that torchrun executes it as written.
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from trainium_cdk.versions import NeuronTrack
 
 LAUNCHER_NAME = "trainium-launch"
 SHELL = "/bin/sh"
@@ -95,6 +100,18 @@ if [ -n "${TRN_CHECKPOINT_ROOT:-}" ]; then
 fi
 case "$1" in *.py) ;; *) set -- --no-python "$@" ;; esac
 say "$scheduler: node $NODE_RANK of $NNODES, $NPROC_PER_NODE processes, rendezvous $MASTER_ADDR:$MASTER_PORT"
+# Version preflight: the driver this node has loaded and the runtime the image carries, next to the
+# job's pins (TRN_NEURON_*) when it has them. A runtime newer than the driver fails later in nrt_init.
+if [ -r /sys/module/neuron/version ]; then
+  read -r driver < /sys/module/neuron/version || true
+  runtime="$(dpkg-query -W -f='${Version}' aws-neuronx-runtime-lib 2>/dev/null || rpm -q --qf '%{VERSION}' aws-neuronx-runtime-lib 2>/dev/null || true)"
+  runtime="${runtime%%-*}"  # a Debian revision follows the version
+  say "neuron driver $driver${TRN_NEURON_DRIVER:+ (pinned $TRN_NEURON_DRIVER)}, runtime ${runtime:-not installed}${TRN_NEURON_RUNTIME:+ (pinned $TRN_NEURON_RUNTIME)}"
+  [ -z "${TRN_NEURON_DRIVER:-}" ] || [ "$driver" = "$TRN_NEURON_DRIVER" ] \
+    || say "WARNING: the node's Neuron driver $driver is not the ${TRN_NEURON_RELEASE:-job}'s $TRN_NEURON_DRIVER"
+else
+  say "no Neuron driver loaded here: version preflight skipped"
+fi
 set -- --nnodes="$NNODES" --node_rank="$NODE_RANK" --nproc_per_node="$NPROC_PER_NODE" \
   --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" "$@"
 if [ "${TRN_PRECOMPILE:-0}" = 1 ]; then
@@ -112,12 +129,25 @@ def launch_command(program: Sequence[str]) -> list[str]:
 
 def launch_environment(
     *, processes: int, master_port: int, cache_dir: str, precompile: bool = False,
-    checkpoint_root: str | None = None,
+    checkpoint_root: str | None = None, track: NeuronTrack | None = None,
 ) -> dict[str, str]:
-    """What the launcher reads from the job definition (everything else comes from the scheduler)."""
+    """What the launcher reads from the job definition (everything else comes from the scheduler).
+    ``track``: the Neuron track whose pins the preflight prints beside the node's versions; default none."""
     env = {"NPROC_PER_NODE": str(processes), "MASTER_PORT": str(master_port), "TRN_CACHE_DIR": cache_dir}
     if precompile:
         env["TRN_PRECOMPILE"] = "1"
     if checkpoint_root is not None:
         env["TRN_CHECKPOINT_ROOT"] = checkpoint_root
+    if track is not None:
+        env.update(neuron_pins(track))
     return env
+
+
+def neuron_pins(track: NeuronTrack) -> dict[str, str]:
+    """The ``TRN_NEURON_*`` variables of ``track``, read by the launcher's preflight and the example."""
+    return {
+        "TRN_NEURON_RELEASE": track.neuron_release,
+        "TRN_NEURON_DRIVER": track.driver,
+        "TRN_NEURON_RUNTIME": track.runtime,
+        "TRN_NEURON_FRAMEWORK": track.framework,
+    }

@@ -75,6 +75,10 @@ def parallelcluster_provider_template_url(region: str, url_suffix: str = "amazon
 # parameter name, so a template change, never a silent move.
 AMI_PARAMETER_PREFIX = "/trainium-cdk/neuron"
 DLAMI_KIND = "dlami"
+# Recorded from ECS's "Amazon Linux 2023 (Neuron)" AMI: AWS's parameter path is
+# /aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/... (`inf/` is Amazon Linux 2's Neuron
+# variant): aws-cdk-lib 2.275 EcsOptimizedImage builds that path for AL2023 + AmiHardwareType.NEURON
+# (aws/aws-cdk PR 34689, citing the ECS "Retrieving Amazon ECS-optimized AMI metadata" page).
 BATCH_AMI_KIND = "ecs-neuron"
 
 
@@ -103,6 +107,7 @@ class NeuronTrack:
     training_image_tag: str
     dlami: AmiQuery
     batch_ami: AmiQuery
+    eks_ami_release: str  # a dated awslabs/amazon-eks-ami release (vYYYYMMDD) of the EKS AL2023 Neuron AMI
     parallelcluster_os: str
     python: str
 
@@ -146,6 +151,7 @@ XLA_TRACK = NeuronTrack(
     # Neuron DLAMI guide: a DLAMI of a given SDK is found by its description ("Neuron SDK <version>").
     dlami=AmiQuery("Deep Learning AMI Neuron (Ubuntu 24.04)*", "*Neuron SDK 2.29.1*"),
     batch_ami=AmiQuery("*ecs*neuron*"),
+    eks_ami_release="v20260930",
     parallelcluster_os="ubuntu2404",
     python="3.12",
 )
@@ -174,6 +180,7 @@ NATIVE_TRACK = NeuronTrack(
     # "Deep Learning AMI Neuron torch-neuronx 2.14.0" (Ubuntu 24.04 and 26.04; setup/pytorch/update-dlami, 2.33.0).
     dlami=AmiQuery("Deep Learning AMI Neuron torch-neuronx 2.14.0 (Ubuntu 24.04)*", "*Neuron SDK 2.33.0*"),
     batch_ami=AmiQuery("*ecs*neuron*"),
+    eks_ami_release="v20260930",
     parallelcluster_os="ubuntu2404",
     python="3.12",
 )
@@ -201,10 +208,20 @@ TENSORBOARD_IMAGE = "docker.io/tensorflow/tensorflow:2.20.0"
 KARPENTER_VERSION = "1.14.1"
 KARPENTER_HELM_REPOSITORY = "oci://public.ecr.aws/karpenter/karpenter"
 KARPENTER_IMAGE_REPOSITORY = "public.ecr.aws/karpenter/controller"
-# The EKS AL2023 AMI release Karpenter resolves through the alias (the Neuron variant for Trainium
-# types): a dated release of awslabs/amazon-eks-ami, never `latest`, which drifts every node on release.
-EKS_AL2023_AMI_RELEASE = "v20260930"
+# The EKS AL2023 AMI release of the Trainium nodes (its Neuron variant carries the driver): a dated
+# release of awslabs/amazon-eks-ami, never `latest` (an alias al2023@latest, or a node group without
+# releaseVersion, which EKS resolves to the newest release when it creates the group), which drifts
+# nodes on every release. Karpenter takes it as the alias al2023@vYYYYMMDD; managed node groups as
+# releaseVersion "<Kubernetes patch>-<YYYYMMDD>", the form EKS reports (describe-nodegroup) and publishes
+# in /aws/service/eks/optimized-ami/<k8s>/amazon-linux-2023/x86_64/<variant>/recommended/release_version:
+# 1.35.8-20260930 is Kubernetes 1.35's build of release v20260930 (AMI amazon-eks-node-al2023-x86_64-
+# neuron-1.35-v20260930; the release version as public EKS configurations of 2026-10 pin it, after
+# 1.35.7-20260911 and 1.35.8-20260923). The EKS stack reads these module pins, so every
+# track must name the same release (tests/test_neuron_tracks.py) until a track needs its own.
+EKS_AL2023_AMI_RELEASE = XLA_TRACK.eks_ami_release
+EKS_AL2023_KUBERNETES_PATCH = f"{KUBERNETES_VERSION}.8"
 KARPENTER_AMI_ALIAS = f"al2023@{EKS_AL2023_AMI_RELEASE}"
+EKS_NODEGROUP_RELEASE_VERSION = f"{EKS_AL2023_KUBERNETES_PATCH}-{EKS_AL2023_AMI_RELEASE.removeprefix('v')}"
 
 # Cluster Autoscaler (eks.capacity: managed): the kubernetes/autoscaler chart 9.59.0, with the
 # autoscaler of the cluster's minor (an autoscaler newer than the cluster is unsupported upstream).

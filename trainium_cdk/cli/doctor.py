@@ -3,14 +3,22 @@
 Each check prints PASS, WARN or FAIL and, unless it passed, what to do. Exit code 1 when any check
 FAILs. A check whose API call is denied becomes a WARN naming the IAM action: doctor should run with
 read-only permissions.
+
+On a Trainium node (or the development instance), doctor also compares the Neuron software the machine
+has with the pins of the configured track (versions.py): driver, runtime and collectives packages, and
+torch-neuronx and torch in the active Python; a disagreement is a WARN. Elsewhere (no ``neuron-ls``)
+that check is one SKIP line, not counted in the summary.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import fnmatch
 import json
-from collections.abc import Callable
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -29,8 +37,11 @@ from trainium_cdk.cli._common import (
 )
 from trainium_cdk.cli._errors import CREDENTIALS_HINT
 from trainium_cdk.config import ComputeGroup, Config
+from trainium_cdk.versions import NeuronTrack
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+# A check that does not apply to this machine: printed, not counted.
+SKIP = "SKIP"
 DEFAULT_BOOTSTRAP_QUALIFIER = "hnb659fds"
 # Synthesized templates refuse bootstrap versions 1-5 (the CheckBootstrapVersion rule).
 MIN_BOOTSTRAP_VERSION = 6
@@ -39,6 +50,37 @@ TOOLKIT_STACK = "CDKToolkit"
 USABLE_NOW = ("active",)
 USABLE_LATER = ("scheduled", "payment-pending", "pending", "assessing", "delayed")
 ENDING_SOON = dt.timedelta(hours=24)
+# The Neuron host packages doctor reads (Debian on Ubuntu hosts, RPM on AL2023 hosts), by the name of
+# what they carry. Debian versions carry a revision (2.31.24.0-<hash>): only the version is compared.
+NEURON_PACKAGES = (
+    ("driver", "aws-neuronx-dkms"),
+    ("runtime", "aws-neuronx-runtime-lib"),
+    ("collectives", "aws-neuronx-collectives"),
+)
+# The framework packages, from the Python on PATH: the user's activated Neuron environment, not trn's own.
+FRAMEWORK_PACKAGES = ("torch-neuronx", "torch")
+COMMAND_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    code: int
+    stdout: str
+
+
+# Runs a command on this machine; None when its program is not installed.
+CommandRunner = Callable[[Sequence[str]], CommandResult | None]
+
+
+def run_command(argv: Sequence[str]) -> CommandResult | None:
+    """The real runner: None when ``argv[0]`` is not on PATH, exit 124 on a timeout."""
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return CommandResult(124, "")
+    return CommandResult(done.returncode, done.stdout)
 
 
 @dataclass(frozen=True)
@@ -87,11 +129,15 @@ def _print(check: Check, out: TextIO) -> None:
 class Doctor:
     """The checks, in the order a deploy would trip over them."""
 
-    def __init__(self, config: Config, sess: Any, *, now: Callable[[], dt.datetime] | None = None) -> None:
+    def __init__(
+        self, config: Config, sess: Any, *, now: Callable[[], dt.datetime] | None = None,
+        runner: CommandRunner | None = None,
+    ) -> None:
         self.config = config
         self.session = sess
         self.account: str | None = None
         self._now = now or (lambda: dt.datetime.now(dt.UTC))
+        self._run = runner or run_command
         self._clients: dict[str, Any] = {}
 
     def client(self, service: str) -> Any:
@@ -110,15 +156,17 @@ class Doctor:
         emit([self.credentials()])
         if checks[-1].status == FAIL:
             emit([Check(WARN, "other checks", "skipped: they need working credentials", "fix the credentials first")])
-            return checks
-        for name, action, check in (
-            ("availability zones", "ec2:DescribeAvailabilityZones", self.availability_zones),
-            ("instance offerings", "ec2:DescribeInstanceTypeOfferings", self.offerings),
-            ("vCPU quota", "servicequotas:GetServiceQuota", self.quotas),
-            ("capacity", "ec2:DescribeCapacityReservations", self.capacity),
-            ("CDK bootstrap", "ssm:GetParameter", self.bootstrap),
-        ):
-            emit(self._guard(name, action, check))
+        else:
+            for name, action, check in (
+                ("availability zones", "ec2:DescribeAvailabilityZones", self.availability_zones),
+                ("instance offerings", "ec2:DescribeInstanceTypeOfferings", self.offerings),
+                ("vCPU quota", "servicequotas:GetServiceQuota", self.quotas),
+                ("capacity", "ec2:DescribeCapacityReservations", self.capacity),
+                ("CDK bootstrap", "ssm:GetParameter", self.bootstrap),
+            ):
+                emit(self._guard(name, action, check))
+        # Local: needs no credentials (a compute node often has none of the deployer's).
+        emit(self.neuron_versions())
         return checks
 
     def _guard(self, name: str, action: str, check: Callable[[], list[Check]]) -> list[Check]:
@@ -422,6 +470,92 @@ class Doctor:
                          "allow ssm:GetParameter on /cdk-bootstrap/* to check its version")
         return Check(WARN, "CDK bootstrap", f"{TOOLKIT_STACK} stack is {status} but {parameter} is missing",
                      "a custom qualifier? set @aws-cdk/core:bootstrapQualifier in cdk.json, or " + fix)
+
+    # -- this machine's Neuron software ------------------------------------------------------------
+
+    def neuron_versions(self) -> list[Check]:
+        """Driver, runtime, collectives and framework versions of this machine next to the track's pins."""
+        track = self.config.neuron_track
+        listing = self._run(["neuron-ls", "--json-output"])
+        if listing is None:
+            return [Check(SKIP, "neuron versions", f"no Neuron tools here (neuron-ls not found): run `trn doctor` "
+                          f"on a Trainium node to compare its versions with the {track.name} track's pins")]
+        checks = [_devices(listing)]
+        for what, package in NEURON_PACKAGES:
+            found = self._package_version(package)
+            where = "" if what == "driver" else "installed on this host (an image brings its own)"
+            checks.append(_compare(f"neuron {what}", package, found, track.apt_packages[package], track, where=where))
+        framework = self._python_packages()
+        if framework is None:
+            checks.append(Check(SKIP, "torch-neuronx", "no python3 on PATH to read the framework versions from"))
+            return checks
+        where = "in the active Python (python3 on PATH; activate the Neuron environment to compare it)"
+        neuronx_pin = track.pip_packages["torch-neuronx"]
+        checks.append(_compare("torch-neuronx", "torch-neuronx", framework.get("torch-neuronx"), neuronx_pin, track,
+                               where=where))
+        # torch-neuronx A.B.C.x builds on torch A.B.C: the pin's first two fields are torch's minor.
+        torch_pin = ".".join(neuronx_pin.split(".")[:2]) + ".*"
+        checks.append(_compare("torch", "torch", framework.get("torch"), torch_pin, track, where=where))
+        return checks
+
+    def _package_version(self, package: str) -> str | None:
+        """The installed version of a host package, from dpkg (Ubuntu) or else rpm (AL2023)."""
+        # dpkg also knows removed packages whose configuration is left ("rc"): only "ii" is installed.
+        dpkg = self._run(["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Version}", package])
+        if dpkg is not None and dpkg.code == 0:
+            status, _, version = dpkg.stdout.strip().partition(" ")
+            if status == "ii" and version.strip():
+                return version.strip().split("-", 1)[0]
+        rpm = self._run(["rpm", "-q", "--qf", "%{VERSION}", package])
+        if rpm is not None and rpm.code == 0 and rpm.stdout.strip():
+            return rpm.stdout.strip()
+        return None
+
+    def _python_packages(self) -> dict[str, str] | None:
+        """Name -> version of FRAMEWORK_PACKAGES in the active Python; None without a python3."""
+        result = self._run(["python3", "-m", "pip", "show", *FRAMEWORK_PACKAGES])
+        if result is None:
+            return None
+        found, name = {}, None
+        # `pip show` prints one block per installed package (and exits 1 if any is missing).
+        for row in result.stdout.splitlines():
+            key, _, value = row.partition(":")
+            if key == "Name":
+                name = value.strip().lower().replace("_", "-")
+            elif key == "Version" and name:
+                found[name] = value.strip()
+        return found
+
+
+def _devices(listing: CommandResult) -> Check:
+    if listing.code != 0:
+        return Check(WARN, "neuron devices", f"neuron-ls failed (exit {listing.code})",
+                     "is the Neuron driver loaded? `lsmod | grep neuron`; `sudo modprobe neuron`")
+    # A list of devices up to Neuron 2.33; 2.34 drops --json-output (announce-intent-eos-neuron-ls-json).
+    try:
+        devices = json.loads(listing.stdout)
+    except ValueError:
+        devices = None
+    if not isinstance(devices, list):
+        return Check(WARN, "neuron devices", "neuron-ls printed no JSON device list",
+                     "run `neuron-ls`: a tools release other than the track's aws-neuronx-tools pin?")
+    return Check(PASS, "neuron devices", f"{len(devices)} Neuron device(s) (neuron-ls)")
+
+
+def _compare(name: str, package: str, found: str | None, pin: str, track: NeuronTrack, *, where: str) -> Check:
+    """PASS when ``found`` matches the pin (a glob such as 2.9.0.2.13.*), WARN when it differs; a package
+    that is not here is a SKIP, since a container host runs the image's runtime and framework, except
+    the driver (``where`` empty), which every Neuron host needs."""
+    pinned = f"{track.name} track pins {pin} (Neuron {track.neuron_release})"
+    fix = (f"install {package} {pin} (README, Neuron tracks), or set neuron.track to the track this node was "
+           "built for")
+    if found is None:
+        if where:
+            return Check(SKIP, name, f"{package} is not {where}; {pinned}")
+        return Check(WARN, name, f"{package} is not installed; {pinned}", fix)
+    if fnmatch.fnmatchcase(found, pin):
+        return Check(PASS, name, f"{package} {found}: {pinned}")
+    return Check(WARN, name, f"{package} {found}, but the {pinned}", fix)
 
 
 def _quota_for(family: str) -> tuple[str, str] | None:

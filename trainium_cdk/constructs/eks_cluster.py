@@ -27,7 +27,7 @@ from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.names import NEURON_TAINT_KEY, SYSTEM_NODE_LABELS
-from trainium_cdk.versions import KUBERNETES_VERSION
+from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION, KUBERNETES_VERSION
 
 # The kubectl layer above must match this version: both move together (see versions.py).
 _VERSION = eks.KubernetesVersion.of(KUBERNETES_VERSION)
@@ -91,6 +91,8 @@ class TrainiumCluster(Construct):
     :param catalog: the instance types the device plugins' node affinity lists. Default: the built-in catalog.
     :param neuron_scheduler_extension: install the Neuron scheduler extension. Default: False.
     :param neuron_monitor: install neuron-monitor with a Prometheus endpoint. Default: False.
+    :param system_release_version: the EKS AMI release of the system nodes. Default: the release the
+        Trainium nodes are pinned to (versions.py), so that a redeploy never moves them.
     """
 
     def __init__(
@@ -110,6 +112,7 @@ class TrainiumCluster(Construct):
         catalog: Catalog = DEFAULT_CATALOG,
         neuron_scheduler_extension: bool = False,
         neuron_monitor: bool = False,
+        system_release_version: str = EKS_NODEGROUP_RELEASE_VERSION,
     ) -> None:
         super().__init__(scope, construct_id)
         if not 1 <= system_nodes <= MAX_SYSTEM_NODES:
@@ -165,6 +168,7 @@ class TrainiumCluster(Construct):
             "SystemNodes",
             cluster=self.cluster,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            release_version=system_release_version,
             instance_types=[system_instance_type],
             subnets=private,
             min_size=system_nodes,

@@ -20,12 +20,15 @@ from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.names import NEURON_TAINT_KEY, NEURON_TAINT_VALUE
+from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION
 
 # What the L2 node group attaches to its node role.
 NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
 
 DEFAULT_MIN_NODES = 0  # no idle Trainium node unless asked: Cluster Autoscaler scales up from zero
 DEFAULT_ROOT_VOLUME_GIB = 512
+# The EKS-optimized Neuron AMI release of the default Neuron track (versions.py): never "latest".
+DEFAULT_RELEASE_VERSION = EKS_NODEGROUP_RELEASE_VERSION
 
 
 class TrainiumNodeGroup(Construct):
@@ -45,6 +48,8 @@ class TrainiumNodeGroup(Construct):
         nodes launch into. Default: None (on-demand).
     :param capacity_block: the reservation is a capacity block for ML: the group stays at zero
         nodes until you scale it up once the block starts. Default: False.
+    :param release_version: the EKS AMI release of the nodes (``1.35.8-20260930``). Default: the pinned
+        release of the default Neuron track.
     """
 
     def __init__(
@@ -63,6 +68,7 @@ class TrainiumNodeGroup(Construct):
         root_volume_gib: int = DEFAULT_ROOT_VOLUME_GIB,
         capacity_reservation_id: str | None = None,
         capacity_block: bool = False,
+        release_version: str = DEFAULT_RELEASE_VERSION,
     ) -> None:
         super().__init__(scope, construct_id)
         if not 0 <= min_nodes <= max_nodes or max_nodes < 1:
@@ -85,6 +91,7 @@ class TrainiumNodeGroup(Construct):
             "Nodegroup",
             cluster=cluster,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NEURON,
+            release_version=release_version,
             capacity_type=eks.CapacityType.CAPACITY_BLOCK if capacity_block else eks.CapacityType.ON_DEMAND,
             launch_template_spec=eks.LaunchTemplateSpec(
                 id=self.launch_template.launch_template_id, version=self.launch_template.latest_version

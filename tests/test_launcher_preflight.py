@@ -1,0 +1,92 @@
+"""The launcher's Neuron version preflight: one line per node before torchrun, skipped without a driver.
+
+The driver's sysfs file is the one thing substituted (a temporary file, as the rehearsal substitutes
+paths); dpkg-query is a stand-in on PATH. torchrun is a stand-in that prints its arguments.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from trainium_cdk.launcher import LAUNCHER, LAUNCHER_NAME, SHELL, launch_command, launch_environment, neuron_pins
+from trainium_cdk.versions import NATIVE_TRACK, XLA_TRACK
+
+SYSFS_VERSION = "/sys/module/neuron/version"
+
+
+@pytest.fixture
+def bin_dir(tmp_path: Path) -> Path:
+    for name, text in {
+        "torchrun": 'echo "torchrun $*"\n',
+        "dpkg-query": 'test "$*" = "-W -f=\\${Version} aws-neuronx-runtime-lib" && echo "2.31.24.0-6e27b8d5b"\n',
+    }.items():
+        path = tmp_path / name
+        path.write_text("#!/bin/sh\n" + text)
+        path.chmod(0o755)
+    return tmp_path
+
+
+def launch(bin_dir: Path, env: dict[str, str], *, driver: str | None) -> subprocess.CompletedProcess[str]:
+    argv = launch_command(["train.py"])
+    if driver is not None:
+        version = bin_dir / "neuron-version"
+        version.write_text(driver + "\n")
+        assert SYSFS_VERSION in argv[2]
+        argv[2] = argv[2].replace(SYSFS_VERSION, str(version))
+    full = {"PATH": f"{bin_dir}:/usr/bin:/bin", "NPROC_PER_NODE": "32", **env}
+    return subprocess.run(argv, env=full, capture_output=True, text=True, check=False)
+
+
+def preflight_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("torchrun ")  # the preflight never stops a job
+    return [ln for ln in result.stderr.splitlines() if "neuron driver" in ln.lower() or "preflight" in ln]
+
+
+def test_skipped_in_one_line_where_no_driver_is_loaded(bin_dir):
+    lines = preflight_lines(launch(bin_dir, {}, driver=None))
+    assert lines == ["trainium-launch: no Neuron driver loaded here: version preflight skipped"]
+
+
+def test_driver_and_runtime_next_to_the_pins(bin_dir):
+    env = neuron_pins(XLA_TRACK)
+    lines = preflight_lines(launch(bin_dir, env, driver=XLA_TRACK.driver))
+    assert lines == [
+        f"trainium-launch: neuron driver {XLA_TRACK.driver} (pinned {XLA_TRACK.driver}), "
+        f"runtime 2.31.24.0 (pinned {XLA_TRACK.runtime})"
+    ]
+
+
+def test_a_driver_that_is_not_the_pinned_one_is_a_warning_not_a_failure(bin_dir):
+    env = neuron_pins(NATIVE_TRACK)
+    lines = preflight_lines(launch(bin_dir, env, driver=XLA_TRACK.driver))
+    assert lines[-1] == (
+        f"trainium-launch: WARNING: the node's Neuron driver {XLA_TRACK.driver} is not the "
+        f"{NATIVE_TRACK.neuron_release}'s {NATIVE_TRACK.driver}"
+    )
+
+
+def test_without_pins_the_node_versions_alone(bin_dir, tmp_path):
+    (bin_dir / "dpkg-query").unlink()  # an AL2023 host: neither dpkg-query nor rpm here
+    lines = preflight_lines(launch(bin_dir, {}, driver="2.27.4.0"))
+    assert lines == ["trainium-launch: neuron driver 2.27.4.0, runtime not installed"]
+
+
+def test_launch_environment_carries_a_tracks_pins_only_when_asked():
+    base = launch_environment(processes=32, master_port=29500, cache_dir="/fsx/neuron-cache/x")
+    assert not [k for k in base if k.startswith("TRN_NEURON_")]
+    pinned = launch_environment(processes=32, master_port=29500, cache_dir="/fsx/neuron-cache/x", track=XLA_TRACK)
+    assert pinned == {**base, **neuron_pins(XLA_TRACK)}
+    assert neuron_pins(XLA_TRACK) == {
+        "TRN_NEURON_RELEASE": "2.29.1", "TRN_NEURON_DRIVER": "2.27.4.0", "TRN_NEURON_RUNTIME": "2.31.24.0",
+        "TRN_NEURON_FRAMEWORK": XLA_TRACK.framework,
+    }
+
+
+def test_the_launcher_is_still_one_posix_program():
+    assert LAUNCHER_NAME == "trainium-launch" and SHELL == "/bin/sh"
+    # dash (Ubuntu's /bin/sh) parses it.
+    assert subprocess.run(["sh", "-n", "-c", LAUNCHER], check=False).returncode == 0

@@ -192,3 +192,27 @@ def test_native_track_with_parallelcluster_is_rejected():
 
 def test_default_track_is_xla():
     assert build_config({}).neuron_track is NEURON_TRACKS["xla"]
+
+
+def test_every_backend_s_jobs_carry_the_track_s_pins():
+    """The launcher's preflight compares the node's driver and the image's runtime with TRN_NEURON_*:
+    EKS jobs, the Batch job definition and the Slurm batch script all carry the configured track's pins."""
+    from tests.apps import synthesized
+    from trainium_cdk.launcher import neuron_pins
+    from trainium_cdk.parallelcluster.sbatch import render_sbatch
+
+    app = synthesized("trn1.32xlarge")
+    config = app.config
+    pins = neuron_pins(config.neuron_track)
+    assert pins["TRN_NEURON_DRIVER"] == config.neuron_track.driver
+    from trainium_cdk.workloads import example_jobs
+
+    jobs = example_jobs(config, image="x")
+    assert jobs and all(pins.items() <= job.environment().items() for job in jobs)
+    (definition,) = resources(app.template_json("batch"), "AWS::Batch::JobDefinition").values()
+    text = json.dumps(definition)
+    for key, value in pins.items():
+        assert json.dumps({"Name": key, "Value": value})[1:-1] in text, key
+    script = render_sbatch(config, config.compute_groups[0])
+    for key, value in pins.items():
+        assert f"export {key}=" in script and value.split()[0] in script, key

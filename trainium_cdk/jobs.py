@@ -14,6 +14,7 @@ from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.launcher import launch_command, launch_environment
 from trainium_cdk.names import CHECKPOINT_ROOT, SHARED_MOUNT
+from trainium_cdk.versions import NeuronTrack
 from trainium_cdk.training_env import (
     CONTAINER_SOCKET_IFNAME, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
 )
@@ -59,6 +60,9 @@ class JobSpec:
     :param group: the compute group whose nodes run it.
     :param shared_storage: mount the shared file system at /fsx (and keep the compile cache there);
         without it the cache stays on the node.
+    :param neuron_track: the Neuron track the image and nodes are on: its pins (``TRN_NEURON_*``) go
+        into the environment, and the launcher's preflight prints them beside the node's versions.
+        Default: none.
     """
 
     name: str
@@ -74,6 +78,7 @@ class JobSpec:
     retries: int = 3
     group: str | None = None
     shared_storage: bool = True
+    neuron_track: NeuronTrack | None = None
 
     def __post_init__(self) -> None:
         if not _JOB_NAME.match(self.name):
@@ -128,7 +133,7 @@ class JobSpec:
         env.update(
             launch_environment(
                 processes=self.processes, master_port=MASTER_PORT, cache_dir=self.cache_dir, precompile=self.precompile,
-                checkpoint_root=CHECKPOINT_ROOT if self.shared_storage else None,
+                checkpoint_root=CHECKPOINT_ROOT if self.shared_storage else None, track=self.neuron_track,
             )
         )
         if self.shared_storage:

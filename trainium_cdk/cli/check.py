@@ -75,6 +75,7 @@ def eks_job(config: Config, *, name: str, nodes: int, group_name: str, image: st
     job = JobSpec(
         name=name, instance=spec, command=fabric_command(spec), image=image, nodes=nodes, max_nodes=group.maximum,
         processes_per_node=1, group=group.name, retries=0, shared_storage=config.storage.enabled,
+        neuron_track=config.neuron_track,
     )
     return training_job(cdk8s.App(), name, job=job, queue=config.workloads.queue).to_json()
 

@@ -678,6 +678,7 @@ class Config(_Model):
             env=job.env,
             retries=job.retries,
             shared_storage=self.storage.enabled,
+            neuron_track=self.neuron_track,
         )
 
     @property

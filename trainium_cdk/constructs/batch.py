@@ -302,7 +302,7 @@ class TrainiumBatch(Construct):
         env.update(
             launch_environment(
                 processes=self.spec.neuron_cores, master_port=MASTER_PORT, cache_dir=self.cache_dir,
-                checkpoint_root=CHECKPOINT_ROOT if self._shared_storage else None,
+                checkpoint_root=CHECKPOINT_ROOT if self._shared_storage else None, track=self.track,
             )
         )
         return env

@@ -34,7 +34,7 @@ def render_sbatch(config: Config, group: ComputeGroup, *, job_name: str | None =
         **neuron_environment(),
         **launch_environment(
             processes=spec.neuron_cores, master_port=MASTER_PORT, cache_dir=cache_dir(group.name),
-            checkpoint_root=CHECKPOINT_ROOT,
+            checkpoint_root=CHECKPOINT_ROOT, track=config.neuron_track,
         ),
     }
     # On a host udev names the primary interface (ens5) and the Neuron runtime finds it itself; pods

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainium_cdk import backends as backend_registry
 from trainium_cdk import prices
 from trainium_cdk.config import Config
 
@@ -76,17 +77,8 @@ def bill(config: Config, region: str | None = None) -> Bill:
         hourly = prices.Price(per_gb.usd / prices.HOURS_PER_MONTH, per_gb.assumed, per_gb.note)
         idle.append(_line(f"FSx for Lustre {storage.deployment_type} {storage.capacity_gib} GiB{throughput}",
                           storage.capacity_gib, "GB", hourly, region, "billed per GB-month"))
-    if "eks" in config.backends:
-        idle.append(_line("EKS control plane", 1, "cluster", prices.EKS_CLUSTER_HOURLY, region))
-        idle.append(_line(f"EKS system nodes ({config.eks.system_instance_type})", config.eks.system_nodes, "node",
-                          prices.instance_price(config.eks.system_instance_type), region))
-    if "parallelcluster" in config.backends:
-        head = config.parallelcluster.head_node_instance_type
-        idle.append(_line(f"Slurm head node ({head})", 1, "node", prices.instance_price(head), region))
-    if "instance" in config.backends:
-        dev = config.instance.instance_type
-        idle.append(_line(f"development instance ({dev})", 1, "instance", prices.instance_price(dev), region,
-                          "runs until you stop it"))
+    for backend in backend_registry.deployed(config):
+        idle += backend.idle_lines(config, region)
     groups = []
     for group in config.compute_groups:
         note = "" if group.capacity.type == "on-demand" else (
@@ -94,6 +86,25 @@ def bill(config: Config, region: str | None = None) -> Bill:
         groups.append(_line(f"compute group {group.name}: {group.maximum} x {group.instance_type}", group.maximum,
                             "node", prices.instance_price(group.instance_type), region, note))
     return Bill(region, tuple(idle), tuple(groups))
+
+
+def eks_idle(config: Config, region: str) -> list[Line]:
+    return [
+        _line("EKS control plane", 1, "cluster", prices.EKS_CLUSTER_HOURLY, region),
+        _line(f"EKS system nodes ({config.eks.system_instance_type})", config.eks.system_nodes, "node",
+              prices.instance_price(config.eks.system_instance_type), region),
+    ]
+
+
+def parallelcluster_idle(config: Config, region: str) -> list[Line]:
+    head = config.parallelcluster.head_node_instance_type
+    return [_line(f"Slurm head node ({head})", 1, "node", prices.instance_price(head), region)]
+
+
+def instance_idle(config: Config, region: str) -> list[Line]:
+    dev = config.instance.instance_type
+    return [_line(f"development instance ({dev})", 1, "instance", prices.instance_price(dev), region,
+                  "runs until you stop it")]
 
 
 def render(result: Bill) -> str:

@@ -16,7 +16,7 @@ from trainium_cdk.charts._k8s import placeholder
 from trainium_cdk.charts.training import JOB_CHART_PREFIX, DataLoaderJob, ShellPod, TensorBoard, training_job
 from trainium_cdk.config import Config
 from trainium_cdk.names import output_key
-from trainium_cdk.parallelcluster import write_dist as write_parallelcluster_dist
+from trainium_cdk import backends as backend_registry
 from trainium_cdk.workloads import example_jobs, workload_charts
 
 DIST = Path("dist")
@@ -91,18 +91,23 @@ def dist_workloads(app: cdk8s.App, config: Config) -> list[cdk8s.Chart]:
 
 
 def write_dist(config: Config, outdir: Path = DIST) -> list[Path]:
-    """Write every manifest of the configured EKS cluster into ``outdir/eks`` and its workloads into
-    ``outdir/eks/workloads``; return the paths."""
+    """Write the plain files of every deployed backend (its ``dist`` in trainium_cdk/backends.py) into
+    ``outdir/<backend>``; return the paths."""
     written: list[Path] = []
-    if "eks" in config.backends:
-        written += write_charts(outdir / "eks" / "workloads", lambda app: dist_workloads(app, config))
-        written += write_manifests(
-            outdir / "eks",
-            region=config.region,
-            catalog=config.catalog,
-            storage=dist_storage_props(config),
-            scheduler_extension=config.eks.neuron_scheduler_extension,
-            monitor=config.eks.neuron_monitor,
-        )
-    written += write_parallelcluster_dist(config, outdir)
+    for backend in backend_registry.deployed(config):
+        written += backend.write_dist(config, outdir)
+    return written
+
+
+def write_eks_dist(config: Config, outdir: Path = DIST) -> list[Path]:
+    """Every manifest of the EKS cluster into ``outdir/eks`` and its workloads into ``outdir/eks/workloads``."""
+    written = write_charts(outdir / "eks" / "workloads", lambda app: dist_workloads(app, config))
+    written += write_manifests(
+        outdir / "eks",
+        region=config.region,
+        catalog=config.catalog,
+        storage=dist_storage_props(config),
+        scheduler_extension=config.eks.neuron_scheduler_extension,
+        monitor=config.eks.neuron_monitor,
+    )
     return written

@@ -13,12 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from trainium_cdk import backends as backend_registry
 from trainium_cdk.cli._common import CliError, is_interactive, parse_overrides, read_config
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.jobs import check_node_count
 
-JOB_BACKENDS = ("batch", "eks")
+JOB_BACKENDS = backend_registry.job_backends()  # the backends with a job client (trainium_cdk/backends.py)
 SUCCEEDED, FAILED = "SUCCEEDED", "FAILED"
 TERMINAL = (SUCCEEDED, FAILED)
 # Polling: first wait, growth per poll without a change, longest wait; a heartbeat line this often
@@ -132,7 +133,7 @@ def backend_of(config: Config, chosen: str | None) -> str:
     if not deployed:
         raise CliError(
             f"the config deploys no job backend (backends: {', '.join(config.backends)}): pass --backend "
-            f"batch or eks, or add one to backends"
+            f"{' or '.join(JOB_BACKENDS)}, or add one to backends"
         )
     return deployed[0]
 
@@ -215,45 +216,25 @@ def _duration(seconds: float) -> str:
 # -- commands ----------------------------------------------------------------------------------------
 
 
+def _client(backend: str) -> Any:
+    return backend_registry.backend(backend).job_client()
+
+
 def submit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config, backend = load(args)
-    if backend == "batch":
-        from trainium_cdk.cli import batch_jobs
-
-        return batch_jobs.submit(args, config, out, err)
-    from trainium_cdk.cli import eks_jobs
-
-    return eks_jobs.submit(args, config, out, err)
+    return _client(backend).submit(args, config, out, err)
 
 
 def status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config, backend = load(args)
-    if backend == "batch":
-        from trainium_cdk.cli import batch_jobs
-
-        return batch_jobs.status(args, config, out, err)
-    from trainium_cdk.cli import eks_jobs
-
-    return eks_jobs.status(args, config, out, err)
+    return _client(backend).status(args, config, out, err)
 
 
 def logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config, backend = load(args)
-    if backend == "batch":
-        from trainium_cdk.cli import batch_jobs
-
-        return batch_jobs.logs(args, config, out, err)
-    from trainium_cdk.cli import eks_jobs
-
-    return eks_jobs.logs(args, config, out, err)
+    return _client(backend).logs(args, config, out, err)
 
 
 def cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config, backend = load(args)
-    if backend == "batch":
-        from trainium_cdk.cli import batch_jobs
-
-        return batch_jobs.cancel(args, config, out, err)
-    from trainium_cdk.cli import eks_jobs
-
-    return eks_jobs.cancel(args, config, out, err)
+    return _client(backend).cancel(args, config, out, err)

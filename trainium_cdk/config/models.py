@@ -27,13 +27,14 @@ from trainium_cdk.catalog import (
     InstanceSpec,
 )
 from trainium_cdk.config.fields import AZ_ID_RULE, AccountId, LogRetentionDays, Name, check_az_id, ipv4_network
+from trainium_cdk import backends as backend_registry
 from trainium_cdk.config.validation import check_backends, check_deployment, check_offerings_shape, check_track
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.jobs import JobSpec
 from trainium_cdk.names import QUEUE_NAME
 from trainium_cdk.versions import NEURON_TRACKS, NeuronTrack
 
-BACKENDS = ("eks", "batch", "parallelcluster", "instance")
+BACKENDS = backend_registry.names()  # trainium_cdk/backends.py, in stack order
 # What `cdk destroy` may do to the file system: CloudFormation snapshots only volumes and databases,
 # not FSx (DeletionPolicy: Snapshot), so there is no snapshot policy; FSx backups are taken apart.
 REMOVAL_POLICIES = ("retain", "destroy")
@@ -543,7 +544,7 @@ class Config(_Model):
 
     project: Name = Field("trainium", description="Prefix of every stack name.")
     region: str = Field("us-west-2", description="AWS region of every stack.")
-    backends: tuple[Literal["eks", "batch", "parallelcluster", "instance"], ...] = Field(
+    backends: tuple[str, ...] = Field(
         ("eks",), description="Compute backends to deploy: " + ", ".join(BACKENDS) + "."
     )
     network: NetworkSettings = Field(default_factory=NetworkSettings)
@@ -578,9 +579,10 @@ class Config(_Model):
     def _backends(cls, value: Any) -> Any:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
+        registered = backend_registry.names()
         for item in value:
-            if item not in BACKENDS:
-                raise ValueError(f"unknown backend {item!r}; " + one_of(BACKENDS))
+            if item not in registered:
+                raise ValueError(f"unknown backend {item!r}; " + one_of(registered))
         if len(set(value)) != len(value):
             raise ValueError("each backend at most once")
         return value

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from trainium_cdk.catalog import AZ_ID, REGION_CODE, SLURM_RESERVED_QUEUE_NAMES, az_id_prefix
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.versions import NEURON_TRACKS
+from trainium_cdk import backends as backend_registry
 
 if TYPE_CHECKING:
     from trainium_cdk.config.models import Config
@@ -126,28 +127,43 @@ def check_deployment(config: Config) -> None:
 
 
 def check_backends(config: Config) -> None:
-    """What a backend cannot deploy, rejected here rather than by its construct during synth."""
+    """What a backend cannot deploy, rejected here rather than by its construct during synth: each
+    deployed backend's own check (its ``check`` in trainium_cdk/backends.py)."""
+    for entry in backend_registry.deployed(config):
+        entry.check_config(config)
+
+
+def check_batch(config: Config) -> None:
     for i, group in enumerate(config.compute_groups):
-        where = f"compute_groups[{i}]"
-        if "batch" in config.backends and not config.spec(group).for_training:
+        if not config.spec(group).for_training:
             raise ConfigError(
-                f"{where}.instance_type", group.instance_type,
+                f"compute_groups[{i}].instance_type", group.instance_type,
                 "a training (Trainium) type with the batch backend, which runs training jobs; "
                 + one_of(t.name for t in config.catalog if t.for_training),
             )
-        if "eks" in config.backends and config.eks.capacity == "karpenter" and group.min_nodes > 0:
+
+
+def check_eks(config: Config) -> None:
+    for i, group in enumerate(config.compute_groups):
+        if config.eks.capacity == "karpenter" and group.min_nodes > 0:
             raise ConfigError(
-                f"{where}.min_nodes", group.min_nodes,
+                f"compute_groups[{i}].min_nodes", group.min_nodes,
                 "0 with eks.capacity karpenter (a NodePool keeps no idle nodes); eks.capacity: managed keeps them",
             )
-        if "parallelcluster" in config.backends and group.name in SLURM_RESERVED_QUEUE_NAMES:
+
+
+def check_parallelcluster(config: Config) -> None:
+    for i, group in enumerate(config.compute_groups):
+        if group.name in SLURM_RESERVED_QUEUE_NAMES:
             raise ConfigError(
-                f"{where}.name", group.name,
+                f"compute_groups[{i}].name", group.name,
                 "another name: it is the group's Slurm queue, and ParallelCluster forbids "
                 + ", ".join(SLURM_RESERVED_QUEUE_NAMES),
             )
-    if "instance" in config.backends:
-        config.dev_instance_az_id()
+
+
+def check_instance(config: Config) -> None:
+    config.dev_instance_az_id()
 
 
 def check_track(config: Config) -> None:

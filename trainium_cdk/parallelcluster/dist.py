@@ -18,9 +18,7 @@ HEAD_NODE_SCRIPT = Path(__file__).resolve().parent / HEAD_NODE_SCRIPT_NAME
 def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
     """Write ``outdir/parallelcluster/{<project>-cluster.yaml, neuron_setup.sh, head_node_setup.sh,
     train-<group>.sbatch}``
-    when the config deploys the ParallelCluster backend; return the paths written."""
-    if "parallelcluster" not in config.backends:
-        return []
+    (the ParallelCluster backend's ``dist`` in trainium_cdk/backends.py); return the paths written."""
     out = outdir / "parallelcluster"
     out.mkdir(parents=True, exist_ok=True)
     cluster = out / f"{config.project}-cluster.yaml"

@@ -6,22 +6,10 @@ from dataclasses import dataclass, field
 
 from aws_cdk import App, Environment, Stack, Tags
 
-from trainium_cdk.config import BACKENDS, Config
-from trainium_cdk.stacks.batch_stack import BatchStack
-from trainium_cdk.stacks.eks_stack import EksStack
-from trainium_cdk.stacks.instance_stack import InstanceStack
+from trainium_cdk import backends as backend_registry
+from trainium_cdk.config import Config
 from trainium_cdk.stacks.network_stack import NetworkStack
-from trainium_cdk.stacks.parallelcluster_stack import ParallelClusterStack
 from trainium_cdk.stacks.storage_stack import StorageStack
-
-
-# The stack of each backend; each takes (scope, id, *, config, network, storage, env).
-BACKEND_STACKS: dict[str, type[Stack]] = {
-    "eks": EksStack,
-    "batch": BatchStack,
-    "parallelcluster": ParallelClusterStack,
-    "instance": InstanceStack,
-}
 
 
 @dataclass
@@ -51,11 +39,10 @@ def compose(app: App, config: Config) -> TrainingApp:
             app, config.stack_name("storage"), config=config, network=network.network, env=env
         )
     storage = result.storage.storage if result.storage else None
-    for backend in BACKENDS:  # in this order, so stack order is stable
-        if backend in config.backends:
-            result.backends[backend] = BACKEND_STACKS[backend](
-                app, config.stack_name(backend), config=config, network=network.network, storage=storage, env=env
-            )
+    for backend in backend_registry.deployed(config):  # in registration order: stack order is stable
+        result.backends[backend.name] = backend.load_stack()(
+            app, config.stack_name(backend.name), config=config, network=network.network, storage=storage, env=env
+        )
     Tags.of(app).add("project", config.project)
     for key, value in sorted(config.tags.items()):
         Tags.of(app).add(key, value)

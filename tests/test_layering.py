@@ -71,3 +71,25 @@ def test_the_walk_sees_the_imports_it_forbids(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from aws_cdk import Token\nfrom trainium_cdk import config\n")
     assert {"aws_cdk", "trainium_cdk.config"} <= imported_modules(module)
+
+
+def _loaded_by(module: str) -> set[str]:
+    import subprocess
+    import sys
+
+    code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(done.stdout.split())
+
+
+@pytest.mark.parametrize(
+    "module",
+    sorted(f"trainium_cdk.charts.{p.stem}" for p in (PACKAGE / "charts").glob("*.py") if p.stem != "__init__")
+    + sorted(f"trainium_cdk.constructs.{p.stem}" for p in (PACKAGE / "constructs").glob("*.py") if p.stem != "__init__"),
+)
+def test_nothing_a_chart_or_construct_loads_reads_the_config(module):
+    """Not even through another module: a construct is usable from its props alone, a chart without the CDK."""
+    loaded = _loaded_by(module)
+    assert CONFIG not in loaded, f"{module} loads {CONFIG}"
+    if ".charts." in module:
+        assert not any(m == "aws_cdk" or m.startswith("aws_cdk.") for m in loaded), f"{module} loads aws_cdk"

@@ -23,9 +23,10 @@ from trainium_cdk.config import ConfigError
 from trainium_cdk.constructs.parallelcluster import SlurmCluster
 from trainium_cdk.constructs.storage import FILE_SYSTEM_LOGICAL_ID
 from trainium_cdk.parallelcluster import ClusterIds, S3Object, cluster_configuration, render_cluster_yaml, write_dist
-from trainium_cdk.parallelcluster.cluster_config import SSM_POLICY, placeholder_names
+from trainium_cdk.parallelcluster.cluster_config import placeholder_names
+from trainium_cdk.parallelcluster.parts import SSM_POLICY
 from trainium_cdk.launcher import LAUNCHER
-from trainium_cdk.parallelcluster.dist import HEAD_NODE_SCRIPT, SETUP_SCRIPT
+from trainium_cdk.parallelcluster.parts import HEAD_NODE_SCRIPT, SETUP_SCRIPT
 from trainium_cdk.parallelcluster.sbatch import render_sbatch
 from trainium_cdk.versions import PARALLELCLUSTER_VERSION, XLA_TRACK
 

@@ -22,8 +22,9 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from trainium_cdk.errors import ConfigError, one_of
-from trainium_cdk.parallelcluster.cluster_config import PROLOG_NAME, SSM_POLICY, ClusterIds, S3Object
-from trainium_cdk.parallelcluster.dist import HEAD_NODE_SCRIPT, SETUP_SCRIPT
+from trainium_cdk.parallelcluster.parts import (
+    HEAD_NODE_SCRIPT, PROLOG_NAME, SETUP_SCRIPT, SSM_POLICY, ClusterIds, S3Object,
+)
 from trainium_cdk.versions import parallelcluster_provider_template_url
 
 CLUSTER_RESOURCE_TYPE = "Custom::PclusterCluster"

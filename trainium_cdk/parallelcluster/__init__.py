@@ -1,21 +1,28 @@
-"""The ParallelCluster (Slurm) backend's configuration, node setup script and batch scripts."""
+"""The ParallelCluster (Slurm) backend's configuration, node setup script and batch scripts.
 
-from trainium_cdk.parallelcluster.cluster_config import (
-    ClusterIds,
-    S3Object,
-    cluster_configuration,
-    cluster_name,
-    render_cluster_yaml,
-)
-from trainium_cdk.parallelcluster.dist import write_dist
-from trainium_cdk.parallelcluster.sbatch import render_sbatch
+Names resolve on first use: the SlurmCluster construct imports ``parallelcluster.parts`` without
+loading the config-reading modules.
+"""
 
-__all__ = [
-    "ClusterIds",
-    "S3Object",
-    "cluster_configuration",
-    "cluster_name",
-    "render_cluster_yaml",
-    "render_sbatch",
-    "write_dist",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_PUBLIC = {
+    "ClusterIds": "trainium_cdk.parallelcluster.parts",
+    "S3Object": "trainium_cdk.parallelcluster.parts",
+    "cluster_configuration": "trainium_cdk.parallelcluster.cluster_config",
+    "cluster_name": "trainium_cdk.parallelcluster.cluster_config",
+    "render_cluster_yaml": "trainium_cdk.parallelcluster.cluster_config",
+    "render_sbatch": "trainium_cdk.parallelcluster.sbatch",
+    "write_dist": "trainium_cdk.parallelcluster.dist",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trainium_cdk.parallelcluster' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

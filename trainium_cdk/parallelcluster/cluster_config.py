@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -18,6 +17,9 @@ import yaml
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.names import SHARED_MOUNT
+from trainium_cdk.parallelcluster.parts import (
+    HEAD_NODE_SCRIPT_NAME, PROLOG_NAME, SETUP_SCRIPT_NAME, SSM_POLICY, ClusterIds, S3Object,
+)
 from trainium_cdk.versions import PARALLELCLUSTER_VERSION, XLA_TRACK, NeuronTrack
 
 # The OS comes from the Neuron track (versions.py): Ubuntu 24.04 for PyTorch 2.9 and later (the Neuron
@@ -26,55 +28,10 @@ OS_USER = "ubuntu"
 SHARED_STORAGE_NAME = "fsx"
 # /home is exported by the head node to every node: one venv, built once, used by the whole cluster.
 VENV = f"/home/{OS_USER}/aws_neuron_venv_pytorch"
-SETUP_SCRIPT_NAME = "neuron_setup.sh"
-# The head node's action: runs the queues' setup script with their arguments (see the script).
-HEAD_NODE_SCRIPT_NAME = "head_node_setup.sh"
 # How a queue change reaches running nodes: DRAIN lets running jobs finish, then replaces the nodes
 # (TERMINATE would kill multi-day training runs; the default needs the whole fleet stopped first).
 QUEUE_UPDATE_STRATEGY = "DRAIN"
-SSM_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
-# The node health check (parallelcluster/health.py renders it).
-PROLOG_NAME = "50_trainium_neuron_devices.sh"
 _CAPACITY_TYPE = {"on-demand": "ONDEMAND", "reservation": "ONDEMAND", "capacity-block": "CAPACITY_BLOCK"}
-
-
-@dataclass(frozen=True)
-class S3Object:
-    """An object ParallelCluster nodes read: bucket and key (either may be a CDK token)."""
-
-    bucket: str
-    key: str
-
-    @property
-    def url(self) -> str:
-        return f"s3://{self.bucket}/{self.key}"
-
-
-@dataclass(frozen=True)
-class ClusterIds:
-    """What the cluster configuration refers to but does not create.
-
-    :param head_node_subnet_id: the head node's subnet (public or private, per the config).
-    :param compute_subnet_ids: compute group name -> its one compute subnet.
-    :param efa_security_group_id: the EFA security group (also the group FSx accepts clients from).
-    :param file_system_id: the storage stack's file system, or None for a new one created by
-        ParallelCluster from ``config.storage``.
-    :param setup_script: the Neuron setup script (the queues' OnNodeConfigured).
-    :param head_node_script: the head node's OnNodeConfigured script; its S3 key must never change
-        (ParallelCluster cannot update a head node's OnNodeConfigured).
-    :param batch_scripts: batch script file name -> object, copied to the head node's ``~/trainium``.
-    :param prologs: Slurm prolog file name -> object, installed by the head node into the shared
-        ``/opt/slurm/etc/scripts/prolog.d`` (the node health check).
-    """
-
-    head_node_subnet_id: str
-    compute_subnet_ids: Mapping[str, str]
-    efa_security_group_id: str
-    file_system_id: str | None
-    setup_script: S3Object
-    head_node_script: S3Object
-    batch_scripts: Mapping[str, S3Object] = field(default_factory=dict)
-    prologs: Mapping[str, S3Object] = field(default_factory=dict)
 
 
 def cluster_name(config: Config) -> str:

@@ -7,12 +7,11 @@ import shutil
 from pathlib import Path
 
 from trainium_cdk.config import Config
-from trainium_cdk.parallelcluster.cluster_config import HEAD_NODE_SCRIPT_NAME, SETUP_SCRIPT_NAME, render_cluster_yaml
-from trainium_cdk.parallelcluster.health import PROLOG_NAME, render_prolog
+from trainium_cdk.parallelcluster.cluster_config import render_cluster_yaml
+from trainium_cdk.parallelcluster.health import render_prolog
+from trainium_cdk.parallelcluster.parts import HEAD_NODE_SCRIPT, PROLOG_NAME, SETUP_SCRIPT
 from trainium_cdk.parallelcluster.sbatch import render_all
 
-SETUP_SCRIPT = Path(__file__).resolve().parent / SETUP_SCRIPT_NAME
-HEAD_NODE_SCRIPT = Path(__file__).resolve().parent / HEAD_NODE_SCRIPT_NAME
 
 
 def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:

@@ -13,36 +13,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-USER_APP = textwrap.dedent(
-    """
-    import aws_cdk as cdk
+EXAMPLE_MARKER = "<!-- example:compose"
 
-    import trainium_cdk
-    from trainium_cdk import (
-        DEFAULT_CATALOG, ComputePlacement, LustreStorage, TrainiumCluster, TrainiumNodeGroup, TrainingNetwork,
-    )
 
-    app = cdk.App()
-    stack = cdk.Stack(app, "MyTraining", env=cdk.Environment(region="us-west-2"))
-    network = TrainingNetwork(
-        stack, "Network", az_ids=["usw2-az4", "usw2-az3"],
-        compute_groups=[ComputePlacement(name="pretrain", az_ids=("usw2-az4",))],
-    )
-    storage = LustreStorage(
-        stack, "Storage", vpc=network.vpc, subnet=network.compute_subnet("pretrain"),
-        clients=[network.efa_security_group], capacity_gib=2400,
-    )
-    eks = TrainiumCluster(stack, "Eks", vpc=network.vpc, subnets=network.private_subnets)
-    eks.add_lustre_storage(storage, subnet=network.compute_subnet("pretrain"))
-    TrainiumNodeGroup(
-        stack, "Pretrain", cluster=eks.cluster, group_name="pretrain", spec=DEFAULT_CATALOG.get("trn1n.32xlarge"),
-        subnets=network.compute_subnets("pretrain"), security_groups=[network.efa_security_group],
-        placement_group=network.placement_group("pretrain"), max_nodes=4,
-    )
-    app.synth()
-    print(trainium_cdk.__file__)
-    """
-)
+def readme_example() -> str:
+    """The README's "Using the constructs in your own CDK app" example, verbatim."""
+    text = (ROOT / "README.md").read_text()
+    after = text[text.index(EXAMPLE_MARKER):]
+    block = after[after.index("```python\n") + len("```python\n"):]
+    return block[: block.index("```")]
+
+
+USER_APP = readme_example() + "print(trainium_cdk.__file__)\n"
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +79,11 @@ def test_a_separate_cdk_app_imports_and_synthesizes_the_constructs(installed):
     template = json.loads((out / "MyTraining.template.json").read_text())
     kinds = [r["Type"] for r in template["Resources"].values()]
     assert "AWS::FSx::FileSystem" in kinds and "AWS::EKS::Cluster" in kinds and "AWS::EKS::Nodegroup" in kinds
-    (lt,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
-    assert len(lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 16  # trn1n.32xlarge: all 16
+    assert "AWS::Batch::JobQueue" in kinds
+    launch_templates = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
+    assert len(launch_templates) == 2  # the node group's and the Batch compute environment's
+    for lt in launch_templates:  # trn1n.32xlarge: all 16 EFA interfaces
+        assert len(lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 16
     # The cluster can run a Neuron pod as it comes: both device plugins, and the claim jobs mount.
     manifests = json.dumps([
         r["Properties"]["Manifest"] for r in template["Resources"].values()

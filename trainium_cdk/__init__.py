@@ -31,6 +31,11 @@ _PUBLIC = {
     "InstanceSpec": "trainium_cdk.catalog",
     "DEFAULT_CATALOG": "trainium_cdk.catalog",
     "JobSpec": "trainium_cdk.jobs",
+    "NeuronTrack": "trainium_cdk.versions",
+    "NEURON_TRACKS": "trainium_cdk.versions",
+    # backends
+    "Backend": "trainium_cdk.backends",
+    "register_backend": "trainium_cdk.backends",
     # constructs
     "TrainingNetwork": "trainium_cdk.constructs.network",
     "ComputePlacement": "trainium_cdk.constructs.network",
@@ -39,8 +44,15 @@ _PUBLIC = {
     "EfaLaunchTemplate": "trainium_cdk.constructs.efa_launch_template",
     "TrainiumCluster": "trainium_cdk.constructs.eks_cluster",
     "TrainiumNodeGroup": "trainium_cdk.constructs.eks_nodegroup",
+    "KarpenterController": "trainium_cdk.constructs.karpenter",
+    "KarpenterOptions": "trainium_cdk.constructs.karpenter",
+    "ClusterAutoscaler": "trainium_cdk.constructs.cluster_autoscaler",
+    "ClusterAutoscalerOptions": "trainium_cdk.constructs.cluster_autoscaler",
+    "ClusterObservability": "trainium_cdk.constructs.observability",
     "TrainingWorkloads": "trainium_cdk.constructs.eks_workloads",
+    "TrainingWorkloadsOptions": "trainium_cdk.constructs.eks_workloads",
     "TrainiumBatch": "trainium_cdk.constructs.batch",
+    "BatchTaskRules": "trainium_cdk.constructs.batch_tasks",
     "SlurmCluster": "trainium_cdk.constructs.parallelcluster",
     "DevInstance": "trainium_cdk.constructs.dev_instance",
     # stacks
@@ -57,6 +69,10 @@ _PUBLIC = {
     "NeuronDevicePlugin": "trainium_cdk.charts.neuron_device_plugin",
     "EfaDevicePlugin": "trainium_cdk.charts.efa_device_plugin",
     "FsxStorage": "trainium_cdk.charts.fsx_storage",
+    "FsxStorageProps": "trainium_cdk.charts.fsx_storage",
+    "TrainingNamespace": "trainium_cdk.charts.namespace",
+    "TrainiumNodePools": "trainium_cdk.charts.karpenter",
+    "NodePoolProps": "trainium_cdk.charts.karpenter",
     "SingleNodeTrainingJob": "trainium_cdk.charts.training",
     "DistributedTrainingJob": "trainium_cdk.charts.training",
     "VolcanoQueue": "trainium_cdk.charts.training",
@@ -68,11 +84,15 @@ _PUBLIC = {
 __all__ = sorted(_PUBLIC)
 
 
+# Exported under another name than the module's.
+_ALIASES = {"register_backend": "register"}
+
+
 def __getattr__(name: str) -> Any:
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'trainium_cdk' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), _ALIASES.get(name, name))
     globals()[name] = value
     return value
 
@@ -82,6 +102,17 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static type checkers see the real names
+    from trainium_cdk.backends import Backend
+    from trainium_cdk.backends import register as register_backend
+    from trainium_cdk.charts.fsx_storage import FsxStorageProps
+    from trainium_cdk.charts.karpenter import NodePoolProps, TrainiumNodePools
+    from trainium_cdk.charts.namespace import TrainingNamespace
+    from trainium_cdk.constructs.batch_tasks import BatchTaskRules
+    from trainium_cdk.constructs.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerOptions
+    from trainium_cdk.constructs.eks_workloads import TrainingWorkloadsOptions
+    from trainium_cdk.constructs.karpenter import KarpenterController, KarpenterOptions
+    from trainium_cdk.constructs.observability import ClusterObservability
+    from trainium_cdk.versions import NEURON_TRACKS, NeuronTrack
     from trainium_cdk.catalog import DEFAULT_CATALOG, Catalog, InstanceSpec
     from trainium_cdk.charts.efa_device_plugin import EfaDevicePlugin
     from trainium_cdk.charts.fsx_storage import FsxStorage

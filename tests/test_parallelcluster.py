@@ -152,6 +152,7 @@ def _valid_cases() -> dict[str, dict]:
         "EFA_SECURITY_GROUP_ID": "sg-0123456789abcdef0",
         "FSX_FILE_SYSTEM_ID": "fs-0123456789abcdef0",
         "SCRIPTS_BUCKET": "my-bucket",
+        "NEURON_METRICS_POLICY_ARN": "arn:aws:iam::123456789012:policy/t-neuron-metrics",
         **{f"COMPUTE_SUBNET_ID_{g.name.upper().replace('-', '_')}": f"subnet-0123456789abcd{i:03d}"
            for i, g in enumerate(EVERY_TYPE.compute_groups)},
     }
@@ -329,8 +330,8 @@ def test_setup_script_is_an_asset_nodes_may_read_and_only_it(every_type):
     assert all(a["EnableWriteAccess"] is False for a in access)
     assert keys[0].endswith(".sh") and keys[0] in script_url
     assert keys[1].endswith(".sh") and keys[1] in head_url
-    # The batch scripts and the health prolog (tests/test_health.py).
-    assert sorted(k.rsplit(".", 1)[1] for k in keys[2:]) == ["sbatch"] * len(SUPPORTED_TRAINING_TYPES) + ["sh"]
+    # The batch scripts, the health prolog (tests/test_health.py) and neuron_metrics.py (tests/test_node_metrics.py).
+    assert sorted(k.rsplit(".", 1)[1] for k in keys[2:]) == ["py"] + ["sbatch"] * len(SUPPORTED_TRAINING_TYPES) + ["sh"]
     for queue in queues:
         assert queue["CustomActions"] == queues[0]["CustomActions"]
         assert queue["Iam"]["S3Access"] == access
@@ -384,7 +385,10 @@ def test_provider_nested_stack_and_custom_resource(every_type):
     url = json.dumps(provider["Properties"]["TemplateURL"])
     assert "https://us-east-2-aws-parallelcluster.s3.us-east-2." in url
     assert f"/parallelcluster/{PARALLELCLUSTER_VERSION}/templates/custom_resource/cluster.yaml" in url
-    assert provider["Properties"]["Parameters"] == {"AdditionalIamPolicies": SSM_POLICY}
+    (policy_id,) = resources(template, "AWS::IAM::ManagedPolicy")  # the Neuron metrics policy of the compute nodes
+    assert provider["Properties"]["Parameters"] == {
+        "AdditionalIamPolicies": {"Fn::Join": ["", [f"{SSM_POLICY},", {"Ref": policy_id}]]}
+    }
     cluster = _cluster(every_type)
     assert cluster["ServiceToken"] == {"Fn::GetAtt": [provider_id, "Outputs.ServiceToken"]}
     assert cluster["ClusterName"] == "t-cluster"
@@ -453,7 +457,8 @@ def test_write_dist_writes_the_cli_files(tmp_path):
     ]
     assert sorted(names[3:]) == sorted(
         [*(f"parallelcluster/train-{_name(t)}.sbatch" for t in SUPPORTED_TRAINING_TYPES),
-         "parallelcluster/50_trainium_neuron_devices.sh"]
+         "parallelcluster/50_trainium_neuron_devices.sh", "parallelcluster/neuron_metrics.py",
+         "parallelcluster/neuron-metrics-policy.json"]
     )
     text = paths[0].read_text()
     for name in placeholder_names(EVERY_TYPE):

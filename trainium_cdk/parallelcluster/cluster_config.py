@@ -17,6 +17,7 @@ import yaml
 
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
 from trainium_cdk.training_env import SHARED_MOUNT
 from trainium_cdk.versions import PARALLELCLUSTER_VERSION, XLA_TRACK, NeuronTrack
 
@@ -36,6 +37,9 @@ QUEUE_UPDATE_STRATEGY = "DRAIN"
 SSM_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 # The node health check (parallelcluster/health.py renders it).
 PROLOG_NAME = "50_trainium_neuron_devices.sh"
+# neuron-monitor into CloudWatch on the compute nodes (trainium_cdk/neuron_metrics.py).
+NEURON_METRICS_NAME = "neuron_metrics.py"
+NEURON_METRICS_POLICY_NAME = "neuron-metrics-policy.json"
 _CAPACITY_TYPE = {"on-demand": "ONDEMAND", "reservation": "ONDEMAND", "capacity-block": "CAPACITY_BLOCK"}
 
 
@@ -49,6 +53,21 @@ class S3Object:
     @property
     def url(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
+
+
+@dataclass(frozen=True)
+class NeuronMetrics:
+    """neuron-monitor into CloudWatch on the compute nodes.
+
+    :param program: trainium_cdk/neuron_metrics.py, which the compute nodes copy and start.
+    :param policy_arn: a managed policy allowing cloudwatch:PutMetricData in its namespace only, attached
+        to the compute nodes' role (ParallelCluster takes managed policies, not inline ones).
+    :param deployment: the ``Deployment`` dimension the nodes publish with (the dashboard's filter).
+    """
+
+    program: S3Object
+    policy_arn: str
+    deployment: str
 
 
 @dataclass(frozen=True)
@@ -66,6 +85,7 @@ class ClusterIds:
     :param batch_scripts: batch script file name -> object, copied to the head node's ``~/trainium``.
     :param prologs: Slurm prolog file name -> object, installed by the head node into the shared
         ``/opt/slurm/etc/scripts/prolog.d`` (the node health check).
+    :param neuron_metrics: neuron-monitor into CloudWatch on the compute nodes; default none.
     """
 
     head_node_subnet_id: str
@@ -76,6 +96,7 @@ class ClusterIds:
     head_node_script: S3Object
     batch_scripts: Mapping[str, S3Object] = field(default_factory=dict)
     prologs: Mapping[str, S3Object] = field(default_factory=dict)
+    neuron_metrics: NeuronMetrics | None = None
 
 
 def cluster_name(config: Config) -> str:
@@ -115,6 +136,25 @@ def setup_args(
     return args
 
 
+def metrics_args(metrics: NeuronMetrics | None) -> list[str]:
+    """The setup script's arguments that start neuron-monitor into CloudWatch on a compute node."""
+    if metrics is None:
+        return []
+    return ["--metrics-program", metrics.program.url, "--metrics-namespace", NEURON_METRICS_NAMESPACE,
+            "--metrics-deployment", metrics.deployment]
+
+
+def neuron_metrics_policy() -> dict[str, Any]:
+    """The policy document of NeuronMetrics.policy_arn: PutMetricData in the Neuron metrics namespace only."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Effect": "Allow", "Action": "cloudwatch:PutMetricData", "Resource": "*",
+            "Condition": {"StringEquals": {"cloudwatch:namespace": NEURON_METRICS_NAMESPACE}},
+        }],
+    }
+
+
 def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
     """The ParallelCluster 3 configuration: a head node and one Slurm queue per compute group."""
     # Queue names ParallelCluster forbids are rejected by the config (SLURM_RESERVED_QUEUE_NAMES).
@@ -123,9 +163,12 @@ def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
             raise ConfigError("compute_subnet_ids", sorted(ids.compute_subnet_ids), f"a subnet for group {group.name}")
     settings = config.parallelcluster
     scripts = [ids.setup_script, ids.head_node_script, *ids.batch_scripts.values(), *ids.prologs.values()]
+    if ids.neuron_metrics is not None:
+        scripts.append(ids.neuron_metrics.program)
     s3_access = [{"BucketName": s.bucket, "KeyName": s.key, "EnableWriteAccess": False} for s in scripts]
     track = config.neuron_track
-    action = {"OnNodeConfigured": {"Script": ids.setup_script.url, "Args": setup_args({}, track)}}
+    action = {"OnNodeConfigured": {"Script": ids.setup_script.url,
+                                   "Args": setup_args({}, track) + metrics_args(ids.neuron_metrics)}}
     # ParallelCluster cannot update a head node's OnNodeConfigured: it is a fixed script that runs the
     # head node's OnNodeUpdated (which may change, and which ParallelCluster reruns after an update).
     head_actions = {
@@ -197,9 +240,16 @@ def _queue(
             "PlacementGroup": _placement_group(group),
             "AdditionalSecurityGroups": [ids.efa_security_group_id],
         },
-        "Iam": {"AdditionalIamPolicies": [{"Policy": SSM_POLICY}], "S3Access": copy.deepcopy(s3_access)},
+        "Iam": {"AdditionalIamPolicies": _compute_policies(ids), "S3Access": copy.deepcopy(s3_access)},
         "CustomActions": copy.deepcopy(action),
     }
+
+
+def _compute_policies(ids: ClusterIds) -> list[dict[str, str]]:
+    policies = [{"Policy": SSM_POLICY}]
+    if ids.neuron_metrics is not None:
+        policies.append({"Policy": ids.neuron_metrics.policy_arn})
+    return policies
 
 
 def _placement_group(group: ComputeGroup) -> dict[str, Any]:
@@ -254,6 +304,10 @@ def placeholder_names(config: Config) -> dict[str, str]:
         names[subnet_placeholder(group)] = f"output ComputeSubnet-{group.name} of {config.stack_name('network')}"
     if config.storage.enabled:
         names["FSX_FILE_SYSTEM_ID"] = f"output FileSystemId of {config.stack_name('storage')}"
+    names["NEURON_METRICS_POLICY_ARN"] = (
+        f"a managed policy of yours with the document {NEURON_METRICS_POLICY_NAME} (cloudwatch:PutMetricData "
+        f"in namespace {NEURON_METRICS_NAMESPACE} only)"
+    )
     return names
 
 
@@ -271,6 +325,10 @@ def placeholder_ids(config: Config) -> ClusterIds:
             for g in config.compute_groups
         },
         prologs={PROLOG_NAME: S3Object(bucket, f"{SCRIPTS_PREFIX}/{PROLOG_NAME}")},
+        neuron_metrics=NeuronMetrics(
+            program=S3Object(bucket, f"{SCRIPTS_PREFIX}/{NEURON_METRICS_NAME}"),
+            policy_arn=placeholder("NEURON_METRICS_POLICY_ARN"), deployment=cluster_name(config),
+        ),
     )
 
 

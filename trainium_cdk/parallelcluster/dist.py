@@ -3,11 +3,16 @@ of the pcluster CLI (the same cluster the ParallelCluster stack deploys)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+from trainium_cdk import neuron_metrics
 from trainium_cdk.config import Config
-from trainium_cdk.parallelcluster.cluster_config import HEAD_NODE_SCRIPT_NAME, SETUP_SCRIPT_NAME, render_cluster_yaml
+from trainium_cdk.parallelcluster.cluster_config import (
+    HEAD_NODE_SCRIPT_NAME, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, SETUP_SCRIPT_NAME, neuron_metrics_policy,
+    render_cluster_yaml,
+)
 from trainium_cdk.parallelcluster.health import PROLOG_NAME, render_prolog
 from trainium_cdk.parallelcluster.sbatch import render_all
 
@@ -17,7 +22,7 @@ HEAD_NODE_SCRIPT = Path(__file__).resolve().parent / HEAD_NODE_SCRIPT_NAME
 
 def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
     """Write ``outdir/parallelcluster/{<project>-cluster.yaml, neuron_setup.sh, head_node_setup.sh,
-    train-<group>.sbatch}``
+    train-<group>.sbatch, the health prolog, neuron_metrics.py and its policy document}``
     when the config deploys the ParallelCluster backend; return the paths written."""
     if "parallelcluster" not in config.backends:
         return []
@@ -31,7 +36,12 @@ def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
         shutil.copyfile(source, script)
         script.chmod(0o755)
         written.append(script)
-    for name, text in {**render_all(config), PROLOG_NAME: render_prolog(config)}.items():
+    files = {
+        **render_all(config), PROLOG_NAME: render_prolog(config),
+        NEURON_METRICS_NAME: Path(neuron_metrics.__file__).read_text(),
+        NEURON_METRICS_POLICY_NAME: json.dumps(neuron_metrics_policy(), indent=2) + "\n",
+    }
+    for name, text in files.items():
         path = out / name
         path.write_text(text)
         written.append(path)

@@ -11,6 +11,7 @@ from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.constructs.batch import SCRIPT_PARAMETER, TrainiumBatch
 from trainium_cdk.constructs.batch_tasks import BatchTaskRules
 from trainium_cdk.constructs.network import TrainingNetwork
+from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.stacks._props import retention
 
@@ -38,6 +39,12 @@ class BatchStack(Stack):
         }
         if any(training.multi_node for training in self.groups.values()):
             self.task_rules = BatchTaskRules(self, "TaskRules", vpc=network.vpc)
+        # Every group's nodes publish neuron-monitor's metrics under the stack's name (the Deployment dimension).
+        self.metrics = NeuronNodeMetrics(
+            self, "NeuronMetrics", deployment=construct_id,
+            file_system_id=storage.file_system_id if storage is not None else None,
+        )
+        CfnOutput(self, "DashboardName", value=self.metrics.dashboard.dashboard_name)
         for name, training in self.groups.items():
             CfnOutput(self, f"JobQueueName-{name}", value=training.job_queue_name)
             CfnOutput(self, f"JobQueueArn-{name}", value=training.job_queue.job_queue_arn)
@@ -82,6 +89,7 @@ def _training(
         track=config.neuron_track,
         storage=storage,
         name_prefix=name_prefix,
+        metrics_deployment=name_prefix,
     )
 
 

@@ -10,6 +10,7 @@ from constructs import Construct
 
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.network import TrainingNetwork
+from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.constructs.parallelcluster import SlurmCluster
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError, one_of
@@ -46,7 +47,13 @@ class ParallelClusterStack(Stack):
             batch_scripts=render_all(config),
             health_prolog=render_prolog(config),
             removal_policy=REMOVAL_POLICIES[config.parallelcluster.deletion_policy],
+            metrics_deployment=cluster_name(config),
         )
+        self.metrics = NeuronNodeMetrics(
+            self, "NeuronMetrics", deployment=cluster_name(config),
+            file_system_id=storage.file_system_id if storage is not None else None,
+        )
+        CfnOutput(self, "DashboardName", value=self.metrics.dashboard.dashboard_name)
         CfnOutput(self, "ClusterName", value=self.slurm.cluster_name)
         CfnOutput(self, "HeadNodeInstanceId", value=self.slurm.head_node_instance_id)
         CfnOutput(

@@ -6,7 +6,7 @@
 Batch: a multi-node job on the deployed job queue and definition, with the fabric program as the command
 (one process per node). EKS: a Volcano job of the training chart with the same command, created through
 the Kubernetes API with your kubeconfig as `trn submit` does (--dry-run prints it instead, for
-`kubectl apply -f -`).
+`kubectl apply -f -`). ParallelCluster: `sbatch ~/trainium/fabric-<group>.sbatch` on the head node.
 The job's log (rank 0) holds nccom-test's report;
 --report parses it and prints bus bandwidth against the EFA line rate with PASS or WARN.
 """
@@ -39,7 +39,8 @@ def add_parser(sub: Any) -> None:
         description=__doc__.splitlines()[0],
     )
     p.add_argument("--nodes", type=int, metavar="N", help="nodes of the check (default: the group's nodes)")
-    p.add_argument("--backend", choices=JOB_BACKENDS, help="default: the job backend the config deploys")
+    p.add_argument("--backend", choices=(*JOB_BACKENDS, "parallelcluster"),
+                   help="default: the job backend the config deploys (parallelcluster: prints the sbatch command)")
     p.add_argument("--group", metavar="NAME", help="compute group (default: the first)")
     p.add_argument("--name", help="job name (default: fabric-<group>-<date>-<time>)")
     p.add_argument("--min-fraction", type=float, default=DEFAULT_MIN_FRACTION, metavar="F",
@@ -104,6 +105,12 @@ def fabric(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     name = args.name or f"fabric-{default_name(group)}"
     if backend == "eks":
         return _eks(args, config, name=name, nodes=nodes, group_name=group.name, out=out)
+    if backend == "parallelcluster":
+        from trainium_cdk.parallelcluster.sbatch import fabric_script_name
+
+        out.write(f"on the head node (`trn` does not reach Slurm): sbatch -N {nodes} ~/trainium/"
+                  f"{fabric_script_name(group)}\n  then: trn check fabric --report fabric-<job id>.out\n")
+        return 0
     from trainium_cdk.cli.batch_jobs import DEFINITION_KEY, QUEUE_KEY, STACK_PART, find_output
 
     sess = session(config.region)

@@ -144,10 +144,11 @@ class Stage:
             text = text.replace(old, new)
         return text
 
-    def substitute_script(self, text: str) -> str:
+    def substitute_script(self, text: str, *, processes_per_node: int = PROCESSES_PER_NODE) -> str:
         """A script that exports the job's variables itself (the Slurm batch script): the same
-        substitutions as :meth:`environment`, made in its text."""
-        text = re.sub(r"^export NPROC_PER_NODE=.*$", f"export NPROC_PER_NODE={PROCESSES_PER_NODE}", text, flags=re.M)
+        substitutions as :meth:`environment`, made in its text (``processes_per_node``: a job's own count
+        that is not the NeuronCores, such as the fabric check's 1, stays as it is)."""
+        text = re.sub(r"^export NPROC_PER_NODE=.*$", f"export NPROC_PER_NODE={processes_per_node}", text, flags=re.M)
         text = re.sub(r"^export MASTER_PORT=.*$", f"export MASTER_PORT={self.port}", text, flags=re.M)
         return self.substitute(text)
 

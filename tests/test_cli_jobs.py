@@ -555,6 +555,62 @@ def test_eks_submit_unknown_kind_is_one_line(aws, eks_stack, kube, config):
     assert_one_clean_line(result, "the cluster does not know Job (batch/v1)")
 
 
+def expected_fabric_job(config_path: Path, *, name: str, nodes: int, image: str = IMAGE) -> Any:
+    """The fabric check's Volcano job for these arguments: the object the API must receive, whole."""
+    from trainium_cdk.cli.check import eks_job
+    from trainium_cdk.config import load_config
+
+    (obj,) = eks_job(load_config(config_path), name=name, nodes=nodes, group_name="train", image=image)
+    return obj
+
+
+def test_eks_fabric_check_creates_its_job_through_the_api(aws, eks_stack, kube, config):
+    result = run_cli("check", "fabric", "--backend", "eks", "--config", str(config), "--name", "fab", "--nodes", "2")
+    assert result.code == 0, result.err
+    assert aws.of("DescribeStacks") == [{"StackName": EKS_STACK}]  # the image, as `trn submit`
+    kube.load.assert_called_once_with(config_file=None, context=None)
+    kube.dyn.resources.get.assert_called_once_with(api_version="batch.volcano.sh/v1alpha1", kind="Job")
+    expected = _in_namespace(expected_fabric_job(config, name="fab", nodes=2), NAMESPACE)
+    kube.dyn.create.assert_called_once_with(kube.dyn.resources.get.return_value, body=expected, namespace=NAMESPACE)
+    body = kube.dyn.create.call_args.kwargs["body"]
+    assert body["spec"]["minAvailable"] == 2
+    for task in body["spec"]["tasks"]:
+        (container,) = task["template"]["spec"]["containers"]
+        assert container["image"] == IMAGE
+        assert {"name": "NPROC_PER_NODE", "value": "1"} in container["env"]
+    assert f"created Job {NAMESPACE}/fab" in result.out
+    assert f"trn logs fab --backend eks --namespace {NAMESPACE} > fabric.log" in result.out
+
+
+def test_eks_fabric_check_namespace_and_context_flags(aws, eks_stack, kube, config, tmp_path):
+    argv = ("--namespace", "team", "--kubeconfig", str(tmp_path / "kc"), "--context", "eks", "--image", "example.com/t:1")
+    result = run_cli("check", "fabric", "--backend", "eks", "--config", str(config), "--name", "fab", *argv)
+    assert result.code == 0, result.err
+    assert aws.of("DescribeStacks") == []
+    kube.load.assert_called_once_with(config_file=str(tmp_path / "kc"), context="eks")
+    expected = _in_namespace(expected_fabric_job(config, name="fab", nodes=2, image="example.com/t:1"), "team")
+    kube.dyn.create.assert_called_once_with(kube.dyn.resources.get.return_value, body=expected, namespace="team")
+
+
+@pytest.mark.parametrize("flag", ["--print", "--dry-run"])
+def test_eks_fabric_check_print_renders_without_a_cluster(aws, eks_stack, kube, config, flag):
+    result = run_cli("check", "fabric", "--backend", "eks", "--config", str(config), "--name", "fab", "--nodes", "2",
+                     "--image", IMAGE, flag)
+    assert result.code == 0, result.err
+    assert [o for o in yaml.safe_load_all(result.out) if o] == [expected_fabric_job(config, name="fab", nodes=2)]
+    assert "# kubectl apply -f -" in result.out
+    kube.load.assert_not_called()
+    kube.dyn.create.assert_not_called()
+
+
+def test_eks_fabric_check_existing_job_is_one_line(aws, eks_stack, kube, config):
+    from kubernetes.client.exceptions import ApiException
+
+    kube.dyn.create.side_effect = ApiException(status=409, reason="Conflict")
+    result = run_cli("check", "fabric", "--backend", "eks", "--config", str(config), "--name", "fab")
+    assert_one_clean_line(result, f"Job {NAMESPACE}/fab already exists", "kubectl delete job fab")
+
+
 def test_eks_status_reads_the_job_and_its_pods(kube, config):
     kube.batch.read_namespaced_job_status.return_value = job("Complete")
     kube.core.list_namespaced_pod.return_value = pods(pod("demo-1", 1, "Succeeded"), pod("demo-0", 0, "Succeeded"))

@@ -1,21 +1,23 @@
 """The fabric check: report parsing against real nccom-test output (tests/data, with its source), the
 verdict against the catalog's EFA line rate, and the job's launch rehearsed on the deployed Batch job
-definition with the CLI's overrides (stand-ins for neuron-ls and nccom-test, listed in tests/rehearsal.py)."""
+definition with the CLI's overrides and with the Slurm fabric script (stand-ins for neuron-ls and nccom-test, listed in tests/rehearsal.py)."""
 
 from __future__ import annotations
 
 import io
+import shlex
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import resources
 from tests.rehearsal import Stage, neuron_ls, nccom_test, run_nodes
-from tests.test_rehearsal import app, config  # noqa: F401
+from tests.test_rehearsal import app, config, run_slurm_script  # noqa: F401
 from trainium_cdk.catalog import DEFAULT_CATALOG
 from trainium_cdk.cli import main
 from trainium_cdk.cli.check import batch_request, eks_job
-from trainium_cdk.fabric import parse_report, verdict
+from trainium_cdk.fabric import fabric_command, parse_report, verdict
+from trainium_cdk.parallelcluster.sbatch import fabric_script_name, render_all
 
 DATA = Path(__file__).resolve().parent / "data"
 TWO_TRN1 = DATA / "nccom_test_allr_2x_trn1.txt"
@@ -104,3 +106,50 @@ def test_a_node_short_of_devices_fails_the_check(tmp_path, app, config):
     env["NPROC_PER_NODE"] = "1"
     (result,) = run_nodes([command], [env], cwd=stage.root)
     assert result.code != 0 and "FAIL devices: node 0 (127.0.0.1): 15" in result.output
+
+
+def test_slurm_fabric_script_runs_through_the_launcher_on_every_node(tmp_path, config):
+    """`sbatch -N 2 ~/trainium/fabric-<group>.sbatch`: the script the head node gets, on 2 nodes."""
+    group = config.compute_groups[0]
+    script = render_all(config)[fabric_script_name(group)]
+    assert "#SBATCH --nodes=2\n" in script and "--requeue" not in script  # a check is not retried
+    assert "export NPROC_PER_NODE=1\n" in script
+    stage = Stage(tmp_path)
+    neuron_ls(stage.bin, 16)
+    calls = tmp_path / "nccom.log"
+    nccom_test(stage.bin, TWO_TRN1, calls)
+    (result,) = run_slurm_script(stage, script, 2, processes_per_node=1)
+    assert result.code == 0, result.output[-3000:]
+    assert "slurm: node 1 of 2, 1 processes" in result.output
+    assert result.output.count("16 of 16 Neuron devices") == 2
+    (call,) = calls.read_text().splitlines()
+    assert call.startswith("127.0.0.1:45654 -r 64 -N 2 -b 1MB -e 1GB -f 32 -d fp32 allr --hosts 127.0.0.1 127.0.0.1")
+    assert verdict(parse_report(result.output), DEFAULT_CATALOG.get("trn1.32xlarge"))[0] == "PASS"
+
+
+def test_slurm_fabric_script_runs_the_fabric_program_itself(config):
+    """The srun line hands the launcher exactly fabric_command (the program is the heredoc's text)."""
+    group = config.compute_groups[0]
+    script = render_all(config)[fabric_script_name(group)]
+    program = script.split("TRN_FABRIC=$(cat <<'TRAINIUM_FABRIC'\n", 1)[1].split("\nTRAINIUM_FABRIC\n", 1)[0]
+    srun = script.rstrip("\n").rsplit("\n", 1)[1]
+    words = shlex.split(srun.replace('"$TRN_FABRIC"', "PROGRAM"))
+    python, flag, code, *args = fabric_command(config.spec(group))
+    assert program == code.strip("\n")
+    assert words[words.index("trainium-launch") + 1:] == [python, flag, "PROGRAM", *args]
+
+
+def test_slurm_fabric_script_only_for_types_with_efa():
+    from tests.helpers import config_with
+
+    one = {"name": "single", "instance_type": "trn1.2xlarge", "nodes": 1, "max_nodes": 1, "az_ids": ["usw2-az4"]}
+    scripts = render_all(config_with(compute_groups=[one]))
+    assert list(scripts) == ["train-single.sbatch"]
+
+
+def test_trn_check_fabric_parallelcluster_prints_the_sbatch_command():
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["check", "fabric", "--backend", "parallelcluster", "--nodes", "4", "-c", "instance_type=trn1.32xlarge"],
+                out=out, err=err)
+    assert code == 0, err.getvalue()
+    assert "sbatch -N 4 ~/trainium/fabric-" in out.getvalue() and "trn check fabric --report" in out.getvalue()

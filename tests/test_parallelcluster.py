@@ -30,6 +30,10 @@ from trainium_cdk.parallelcluster.parts import HEAD_NODE_SCRIPT, SETUP_SCRIPT
 from trainium_cdk.parallelcluster.sbatch import render_sbatch
 from trainium_cdk.versions import PARALLELCLUSTER_VERSION, XLA_TRACK
 
+# Batch scripts: a training script per type, and the fabric check (tests/test_fabric.py) per type with EFA.
+EFA_TYPES = [t for t in SUPPORTED_TRAINING_TYPES if DEFAULT_CATALOG.get(t).has_efa]
+BATCH_SCRIPTS = len(SUPPORTED_TRAINING_TYPES) + len(EFA_TYPES)
+
 NEURON_SDK_VERSION = XLA_TRACK.neuron_release
 NEURON_APT_PACKAGES = XLA_TRACK.apt_packages
 NEURON_PIP_PACKAGES = XLA_TRACK.pip_packages
@@ -153,6 +157,7 @@ def _valid_cases() -> dict[str, dict]:
         "EFA_SECURITY_GROUP_ID": "sg-0123456789abcdef0",
         "FSX_FILE_SYSTEM_ID": "fs-0123456789abcdef0",
         "SCRIPTS_BUCKET": "my-bucket",
+        "NEURON_METRICS_POLICY_ARN": "arn:aws:iam::123456789012:policy/t-neuron-metrics",
         **{f"COMPUTE_SUBNET_ID_{g.name.upper().replace('-', '_')}": f"subnet-0123456789abcd{i:03d}"
            for i, g in enumerate(EVERY_TYPE.compute_groups)},
     }
@@ -330,8 +335,8 @@ def test_setup_script_is_an_asset_nodes_may_read_and_only_it(every_type):
     assert all(a["EnableWriteAccess"] is False for a in access)
     assert keys[0].endswith(".sh") and keys[0] in script_url
     assert keys[1].endswith(".sh") and keys[1] in head_url
-    # The batch scripts and the health prolog (tests/test_health.py).
-    assert sorted(k.rsplit(".", 1)[1] for k in keys[2:]) == ["sbatch"] * len(SUPPORTED_TRAINING_TYPES) + ["sh"]
+    # The batch scripts, the health prolog (tests/test_health.py) and neuron_metrics.py (tests/test_node_metrics.py).
+    assert sorted(k.rsplit(".", 1)[1] for k in keys[2:]) == ["py"] + ["sbatch"] * BATCH_SCRIPTS + ["sh"]
     for queue in queues:
         assert queue["CustomActions"] == queues[0]["CustomActions"]
         assert queue["Iam"]["S3Access"] == access
@@ -375,7 +380,7 @@ def test_setup_script_arguments_carry_the_pinned_versions(every_type, where):
     assert [v for k, v in pairs if k == "--pip"] == [f"{n}=={v}" for n, v in NEURON_PIP_PACKAGES.items()]
     batch = [v for k, v in pairs if k == "--sbatch"]
     # Only the head node copies batch scripts: a changed script must not replace compute nodes.
-    assert len(batch) == (len(SUPPORTED_TRAINING_TYPES) if where == "head node" else 0)
+    assert len(batch) == (BATCH_SCRIPTS if where == "head node" else 0)
     assert all(json.dumps(v).startswith('{"Fn::Join"') for v in batch)
 
 
@@ -385,7 +390,10 @@ def test_provider_nested_stack_and_custom_resource(every_type):
     url = json.dumps(provider["Properties"]["TemplateURL"])
     assert "https://us-east-2-aws-parallelcluster.s3.us-east-2." in url
     assert f"/parallelcluster/{PARALLELCLUSTER_VERSION}/templates/custom_resource/cluster.yaml" in url
-    assert provider["Properties"]["Parameters"] == {"AdditionalIamPolicies": SSM_POLICY}
+    (policy_id,) = resources(template, "AWS::IAM::ManagedPolicy")  # the Neuron metrics policy of the compute nodes
+    assert provider["Properties"]["Parameters"] == {
+        "AdditionalIamPolicies": {"Fn::Join": ["", [f"{SSM_POLICY},", {"Ref": policy_id}]]}
+    }
     cluster = _cluster(every_type)
     assert cluster["ServiceToken"] == {"Fn::GetAtt": [provider_id, "Outputs.ServiceToken"]}
     assert cluster["ClusterName"] == "t-cluster"
@@ -454,7 +462,9 @@ def test_write_dist_writes_the_cli_files(tmp_path):
     ]
     assert sorted(names[3:]) == sorted(
         [*(f"parallelcluster/train-{_name(t)}.sbatch" for t in SUPPORTED_TRAINING_TYPES),
-         "parallelcluster/50_trainium_neuron_devices.sh"]
+         *(f"parallelcluster/fabric-{_name(t)}.sbatch" for t in EFA_TYPES),
+         "parallelcluster/50_trainium_neuron_devices.sh", "parallelcluster/neuron_metrics.py",
+         "parallelcluster/neuron-metrics-policy.json"]
     )
     text = paths[0].read_text()
     for name in placeholder_names(EVERY_TYPE):

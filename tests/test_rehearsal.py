@@ -113,10 +113,10 @@ def run_batch_job(stage: Stage, definition: dict[str, Any], nodes: int, **run: A
     return run_nodes(argvs, envs, cwd=stage.root, **run)
 
 
-def run_slurm_script(stage: Stage, script: str, nodes: int, *args: str) -> list:
+def run_slurm_script(stage: Stage, script: str, nodes: int, *args: str, **substitute: Any) -> list:
     """`sbatch -N nodes script args`: the batch step on the first node; srun starts one task per node."""
     path = stage.root / "job.sbatch"
-    path.write_text(stage.substitute_script(script))
+    path.write_text(stage.substitute_script(script, **substitute))
     log = stage.root / "slurm-node"
     env = stage.environment({
         "SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NNODES": str(nodes),

@@ -4,8 +4,10 @@
     trn check fabric --report LOG [--group NAME] [--min-fraction 0.4]
 
 Batch: a multi-node job on the deployed job queue and definition, with the fabric program as the command
-(one process per node). EKS: a Volcano job of the training chart with the same command (printed, for
-`kubectl apply -f -`). The job's log (rank 0) holds nccom-test's report;
+(one process per node). EKS: a Volcano job of the training chart with the same command, created through
+the Kubernetes API with your kubeconfig as `trn submit` does (--dry-run prints it instead, for
+`kubectl apply -f -`). ParallelCluster: `sbatch ~/trainium/fabric-<group>.sbatch` on the head node.
+The job's log (rank 0) holds nccom-test's report;
 --report parses it and prints bus bandwidth against the EFA line rate with PASS or WARN.
 """
 
@@ -37,14 +39,20 @@ def add_parser(sub: Any) -> None:
         description=__doc__.splitlines()[0],
     )
     p.add_argument("--nodes", type=int, metavar="N", help="nodes of the check (default: the group's nodes)")
-    p.add_argument("--backend", choices=JOB_BACKENDS, help="default: the job backend the config deploys")
+    p.add_argument("--backend", choices=(*JOB_BACKENDS, "parallelcluster"),
+                   help="default: the job backend the config deploys (parallelcluster: prints the sbatch command)")
     p.add_argument("--group", metavar="NAME", help="compute group (default: the first)")
     p.add_argument("--name", help="job name (default: fabric-<group>-<date>-<time>)")
     p.add_argument("--min-fraction", type=float, default=DEFAULT_MIN_FRACTION, metavar="F",
                    help=f"PASS at this fraction of the EFA line rate (default {DEFAULT_MIN_FRACTION})")
     p.add_argument("--report", metavar="LOG", help="parse a finished check's log (- for stdin) instead of submitting")
     p.add_argument("--image", metavar="URI", help="EKS: the image (default: workloads.image, else the example image)")
-    p.add_argument("--dry-run", action="store_true", help="print what would be submitted, submit nothing")
+    p.add_argument("--dry-run", "--print", action="store_true", dest="dry_run",
+                   help="print what would be submitted (EKS: the manifest), submit nothing")
+    k = p.add_argument_group("EKS backend")
+    k.add_argument("--namespace", help="Kubernetes namespace (default: the kubeconfig context's, else default)")
+    k.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    k.add_argument("--context", help="kubeconfig context (default: the current one)")
     p.add_argument("--config", metavar="PATH", help="config YAML (default: config/default.yaml)")
     p.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE", default=[])
     p.set_defaults(func=fabric)
@@ -97,12 +105,12 @@ def fabric(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     backend = backend_of(config, args.backend)
     name = args.name or f"fabric-{default_name(group)}"
     if backend == "eks":
-        image = args.image or config.workloads.image or "${TRAINING_IMAGE}"
-        objects = eks_job(config, name=name, nodes=nodes, group_name=group.name, image=image)
-        # Printed, not applied (yet): pipe it to `kubectl apply -f -`.
-        out.write(yaml.safe_dump_all(objects, sort_keys=False))
-        out.write(f"# kubectl apply -f - ; then: trn logs {name} --backend eks > fabric.log && "
-                  "trn check fabric --report fabric.log\n")
+        return _eks(args, config, name=name, nodes=nodes, group_name=group.name, out=out)
+    if backend == "parallelcluster":
+        from trainium_cdk.parallelcluster.sbatch import fabric_script_name
+
+        out.write(f"on the head node (`trn` does not reach Slurm): sbatch -N {nodes} ~/trainium/"
+                  f"{fabric_script_name(group)}\n  then: trn check fabric --report fabric-<job id>.out\n")
         return 0
     from trainium_cdk.cli.batch_jobs import STACK_PART, group_output_value
     from trainium_cdk.names import OUTPUT_JOB_DEFINITION_ARN, OUTPUT_JOB_QUEUE_ARN
@@ -122,4 +130,26 @@ def fabric(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     job_id = client(sess, "batch").submit_job(**request)["jobId"]
     out.write(f"submitted fabric check {name}: job id {job_id} ({nodes} x {spec.name})\n")
     out.write(f"  trn status {job_id} --wait\n  trn logs {job_id} > fabric.log && trn check fabric --report fabric.log\n")
+    return 0
+
+
+def _eks(args: argparse.Namespace, config: Config, *, name: str, nodes: int, group_name: str, out: TextIO) -> int:
+    """Create the fabric job through the Kubernetes API (as `trn submit`); --dry-run prints it instead."""
+    from trainium_cdk.cli import eks_jobs
+
+    if args.dry_run:
+        image = args.image or config.workloads.image or "${TRAINING_IMAGE}"
+        objects = eks_job(config, name=name, nodes=nodes, group_name=group_name, image=image)
+        out.write(yaml.safe_dump_all(objects, sort_keys=False))
+        out.write(f"# kubectl apply -f - ; then: trn logs {name} --backend eks > fabric.log && "
+                  "trn check fabric --report fabric.log\n")
+        return 0
+    image = eks_jobs.training_image(args, config)
+    objects = eks_job(config, name=name, nodes=nodes, group_name=group_name, image=image)
+    kube = eks_jobs.Kube(args)
+    eks_jobs.create(kube, objects, name=name, out=out)
+    ns = kube.namespace
+    out.write(f"submitted fabric check {name} to namespace {ns} ({nodes} nodes)\n")
+    out.write(f"  trn status {name} --backend eks --namespace {ns} --wait\n")
+    out.write(f"  trn logs {name} --backend eks --namespace {ns} > fabric.log && trn check fabric --report fabric.log\n")
     return 0

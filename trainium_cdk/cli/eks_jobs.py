@@ -129,6 +129,17 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
         out.write(yaml.safe_dump_all(objects, sort_keys=False))
         return 0
     kube = Kube(args)
+    create(kube, objects, name=name, out=out)
+    ns = kube.namespace
+    out.write(f"submitted {name} to namespace {ns}\n")
+    out.write(f"  trn status {name} --backend eks --namespace {ns} --wait\n")
+    out.write(f"  trn logs {name} --backend eks --namespace {ns} --follow\n")
+    return 0
+
+
+def create(kube: Kube, objects: list[dict[str, Any]], *, name: str, out: TextIO) -> None:
+    """Create the objects in the kube's namespace (an existing job of that name, or of a job kind, is an
+    error; an existing shared object is left as it is); also `trn check fabric`'s path."""
     dyn = kube.dynamic()
     api_exception = _api_exception()
     from kubernetes.dynamic.exceptions import ResourceNotFoundError
@@ -164,11 +175,6 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
             out.write(f"exists  {kind} {where} (left as it is)\n")
             continue
         out.write(f"created {kind} {where}\n")
-    ns = kube.namespace
-    out.write(f"submitted {name} to namespace {ns}\n")
-    out.write(f"  trn status {name} --backend eks --namespace {ns} --wait\n")
-    out.write(f"  trn logs {name} --backend eks --namespace {ns} --follow\n")
-    return 0
 
 
 # -- status ------------------------------------------------------------------------------------------

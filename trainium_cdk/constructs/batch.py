@@ -10,7 +10,9 @@ train across nodes, so it gets a single-node container job definition instead.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
 
 from aws_cdk import Annotations, Duration, RemovalPolicy, Size, Stack, Token
 from aws_cdk import aws_batch as batch
@@ -20,6 +22,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from trainium_cdk import neuron_metrics
 from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.nag import acknowledge
@@ -27,6 +30,9 @@ from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.launcher import launch_command, launch_environment
 from trainium_cdk.names import CHECKPOINT_ROOT, SHARED_MOUNT
+from trainium_cdk.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
+from trainium_cdk.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
+from trainium_cdk.neuron_metrics import install_command as neuron_metrics_install
 from trainium_cdk.training_env import (
     CONTAINER_SOCKET_IFNAME, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
 )
@@ -66,6 +72,9 @@ RETRY_ATTEMPTS_RANGE = (1, 10)
 HOST_FAILURE_STATUS_REASONS = ("Host EC2*",)
 HOST_FAILURE_REASONS = ("CannotPullContainerError*", "CannotStartContainerError*", "CannotInspectContainerError*")
 MIME_BOUNDARY = "==TRAINIUM_CDK=="
+# The metrics program the user data writes onto each node (a heredoc: its delimiter must not occur in it).
+NEURON_METRICS_SOURCE = Path(neuron_metrics.__file__)
+NEURON_METRICS_END = "TRAINIUM_NEURON_METRICS"
 
 # What the ECS agent on a Batch node calls (AmazonEC2ContainerServiceforEC2Role, without
 # ecs:CreateCluster, CloudWatch Logs and ECR on every repository): Batch owns the ECS cluster, logs go
@@ -117,6 +126,9 @@ class TrainiumBatch(Construct):
     :param storage: the FSx for Lustre file system, mounted at /fsx on the nodes and in the jobs;
         default none (the Neuron compile cache then stays in each container).
     :param name_prefix: prefix of the job queue and job definition names; default: generated names.
+    :param metrics_deployment: publish every node's neuron-monitor metrics to CloudWatch (namespace
+        ``neuron_metrics.NAMESPACE``) with this value of the ``Deployment`` dimension; default none
+        (no metrics).
     """
 
     def __init__(
@@ -144,6 +156,7 @@ class TrainiumBatch(Construct):
         track: NeuronTrack = XLA_TRACK,
         storage: LustreStorage | None = None,
         name_prefix: str | None = None,
+        metrics_deployment: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         maximum = max_nodes if max_nodes is not None else nodes
@@ -180,8 +193,9 @@ class TrainiumBatch(Construct):
             capacity_reservation_id=capacity_reservation_id,
             capacity_block=capacity_block,
             image_id=image_id,
-            user_data=node_user_data(spec, storage, driver=track.driver),
+            user_data=node_user_data(spec, storage, driver=track.driver, metrics_deployment=metrics_deployment),
         )
+        self.metrics_deployment = metrics_deployment
         self.instance_role = self._instance_role()
         self.compute_environment = batch.ManagedEc2EcsComputeEnvironment(
             self,
@@ -324,13 +338,14 @@ class TrainiumBatch(Construct):
             )
         )
         self._grant_pull(role)
-        acknowledge(
-            role,
-            "AwsSolutions-IAM5",
-            ["Resource::*"],
+        reason = (
             "The ECS agent acts on the container instance and the ECS cluster that AWS Batch creates and names "
-            "at run time, and ecr:GetAuthorizationToken and ec2:DescribeTags have no resource-level permissions.",
+            "at run time, and ecr:GetAuthorizationToken and ec2:DescribeTags have no resource-level permissions."
         )
+        if self.metrics_deployment is not None:
+            role.add_to_policy(neuron_metrics_statement())
+            reason += " cloudwatch:PutMetricData has none either: it is limited to the Neuron metrics namespace."
+        acknowledge(role, "AwsSolutions-IAM5", ["Resource::*"], reason)
         return role
 
     def _grant_pull(self, role: iam.Role) -> None:
@@ -392,10 +407,26 @@ class TrainiumBatch(Construct):
         )
 
 
-def node_user_data(spec: InstanceSpec, storage: LustreStorage | None, *, driver: str = XLA_TRACK.driver) -> str:
+def neuron_metrics_statement() -> iam.PolicyStatement:
+    """PutMetricData into the Neuron metrics namespace only (the action has no resource-level permissions)."""
+    return iam.PolicyStatement(
+        actions=["cloudwatch:PutMetricData"],
+        resources=["*"],
+        conditions={"StringEquals": {"cloudwatch:namespace": NEURON_METRICS_NAMESPACE}},
+    )
+
+
+def node_user_data(
+    spec: InstanceSpec,
+    storage: LustreStorage | None,
+    *,
+    driver: str = XLA_TRACK.driver,
+    metrics_deployment: str | None = None,
+) -> str:
     """MIME multi-part user data (Batch merges it with its own): the Neuron driver of the track (installed
     when the AMI carries another version) and tools, the EFA kernel module, and the FSx mount, each only
-    when the AMI does not already have it."""
+    when the AMI does not already have it; with ``metrics_deployment``, neuron-monitor into CloudWatch
+    (trainium_cdk/neuron_metrics.py, started as a systemd service)."""
     lines = [
         "#!/bin/bash",
         f"# trainium-cdk: Neuron driver {driver}, EFA and storage on an AWS Batch node ({spec.name}).",
@@ -440,6 +471,18 @@ def node_user_data(spec: InstanceSpec, storage: LustreStorage | None, *, driver:
             f"grep -q ' {SHARED_MOUNT} lustre ' /etc/fstab || "
             f"echo '{source} {SHARED_MOUNT} lustre defaults,relatime,flock,_netdev 0 0' >> /etc/fstab",
             f"mountpoint -q {SHARED_MOUNT} || mount -t lustre -o relatime,flock {source} {SHARED_MOUNT}",
+        ]
+    if metrics_deployment is not None:
+        program = NEURON_METRICS_SOURCE.read_text().rstrip("\n")
+        if NEURON_METRICS_END in program:
+            raise ConfigError("neuron_metrics.py", NEURON_METRICS_END, "a program without its heredoc delimiter")
+        lines += [
+            "rpm -q python3-boto3 >/dev/null 2>&1 || dnf install -y python3-boto3",
+            f"mkdir -p {shlex.quote(str(PurePosixPath(NEURON_METRICS_PATH).parent))}",
+            f"cat > {NEURON_METRICS_PATH} <<'{NEURON_METRICS_END}'",
+            program,
+            NEURON_METRICS_END,
+            shlex.join(neuron_metrics_install(deployment=metrics_deployment)),
         ]
     script = "\n".join(lines)
     return "\n".join(

@@ -11,11 +11,15 @@
 
 Metric names and dimensions: the CloudWatch agent's Container Insights translator
 (aws/amazon-cloudwatch-agent, ``getNeuronMetricDeclarations`` / ``getEFAMetricDeclarations``).
+
+``NeuronNodeMetrics`` is the same for AWS Batch and ParallelCluster nodes, which have no Container
+Insights: an alarm on Neuron hardware errors and a dashboard over what ``trainium_cdk/neuron_metrics.py``
+publishes from neuron-monitor on every node (its namespace, metric names and dimensions).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
@@ -25,6 +29,9 @@ from constructs import Construct, IConstruct
 
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.pod_identity import pod_identity_role
+from trainium_cdk.neuron_metrics import (
+    CORE_UTILIZATION, DEPLOYMENT_DIMENSION, DEVICE_MEMORY, HARDWARE_ERRORS, INSTANCE_DIMENSION, NAMESPACE,
+)
 
 NODE_MONITORING_ADDON = "eks-node-monitoring-agent"
 CLOUDWATCH_ADDON = "amazon-cloudwatch-observability"
@@ -103,12 +110,62 @@ class ClusterObservability(Construct):
             title="Alarms", alarms=[self.hardware_errors, self.failed_nodes], width=24))
 
 
-def _per_node(cluster_name: str, metric: str, statistic: str, label: str) -> cw.MathExpression:
-    # One line per node: a search over the node-level dimension set of the metric.
+class NeuronNodeMetrics(Construct):
+    """The Neuron metrics of AWS Batch or ParallelCluster nodes (published by neuron_metrics.py): an alarm on
+    hardware errors and a dashboard (NeuronCore utilization, device memory, hardware errors per node, FSx).
+
+    :param deployment: the ``Deployment`` dimension the nodes publish with (neuron_metrics.py ``--deployment``).
+    :param dashboard_name: the dashboard's name; default: ``<deployment>-training``.
+    :param file_system_id: the FSx for Lustre file system whose throughput the dashboard shows; default none.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        deployment: str,
+        dashboard_name: str | None = None,
+        file_system_id: str | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.deployment = deployment
+        self.hardware_errors = cw.Alarm(
+            self, "NeuronHardwareErrors",
+            alarm_description=f"{deployment}: a Neuron device reported uncorrected ECC or hardware execution errors "
+            "(neuron-monitor); drain or replace the node before the next job.",
+            metric=cw.Metric(namespace=NAMESPACE, metric_name=HARDWARE_ERRORS,
+                             dimensions_map={DEPLOYMENT_DIMENSION: deployment}, statistic="Sum", period=PERIOD),
+            threshold=0, comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1, treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+        )
+        self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=dashboard_name or f"{deployment}-training")
+        self.dashboard.add_widgets(*node_metrics_widgets(deployment, file_system_id), cw.AlarmStatusWidget(
+            title="Alarms", alarms=[self.hardware_errors], width=24))
+
+
+def per_node_search(
+    namespace: str, dimensions: Sequence[str], metric: str, filters: Mapping[str, str], statistic: str, label: str,
+) -> cw.MathExpression:
+    """One line per node: a search over the node-level dimension set of the metric."""
+    where = "".join(f" {k}=\"{v}\"" for k, v in filters.items())
     return cw.MathExpression(
-        expression=f"SEARCH('{{{CONTAINER_INSIGHTS},ClusterName,InstanceId,NodeName}} "
-        f"MetricName=\"{metric}\" ClusterName=\"{cluster_name}\"', '{statistic}', 60)",
+        expression=f"SEARCH('{{{','.join((namespace, *dimensions))}}} MetricName=\"{metric}\"{where}', "
+        f"'{statistic}', 60)",
         label=label, period=PERIOD,
+    )
+
+
+def _per_node(cluster_name: str, metric: str, statistic: str, label: str) -> cw.MathExpression:
+    return per_node_search(CONTAINER_INSIGHTS, ("ClusterName", "InstanceId", "NodeName"), metric,
+                           {"ClusterName": cluster_name}, statistic, label)
+
+
+def fsx_widget(file_system_id: str) -> cw.GraphWidget:
+    return cw.GraphWidget(
+        title="FSx for Lustre throughput (bytes per minute)", width=12,
+        left=[cw.Metric(namespace="AWS/FSx", metric_name=m, dimensions_map={"FileSystemId": file_system_id},
+                        statistic="Sum", period=PERIOD) for m in FSX_METRICS],
     )
 
 
@@ -122,9 +179,24 @@ def dashboard_widgets(cluster_name: str, file_system_id: str | None) -> list[cw.
                        left=[_per_node(cluster_name, m, "Sum", "") for m in EFA_METRICS]),
     ]
     if file_system_id is not None:
-        widgets.append(cw.GraphWidget(
-            title="FSx for Lustre throughput (bytes per minute)", width=12,
-            left=[cw.Metric(namespace="AWS/FSx", metric_name=m, dimensions_map={"FileSystemId": file_system_id},
-                            statistic="Sum", period=PERIOD) for m in FSX_METRICS],
-        ))
+        widgets.append(fsx_widget(file_system_id))
+    return widgets
+
+
+def node_metrics_widgets(deployment: str, file_system_id: str | None) -> list[cw.IWidget]:
+    """The widgets over neuron_metrics.py's metrics of one deployment (Batch or ParallelCluster nodes)."""
+    def per_node(metric: str, statistic: str) -> cw.MathExpression:
+        return per_node_search(NAMESPACE, (DEPLOYMENT_DIMENSION, INSTANCE_DIMENSION), metric,
+                               {DEPLOYMENT_DIMENSION: deployment}, statistic, "")
+
+    widgets: list[cw.IWidget] = [
+        cw.GraphWidget(title="NeuronCore utilization (%) per node", width=12,
+                       left=[per_node(CORE_UTILIZATION, "Average")]),
+        cw.GraphWidget(title="Neuron device memory used (bytes) per node", width=12,
+                       left=[per_node(DEVICE_MEMORY, "Average")]),
+        cw.GraphWidget(title="Neuron hardware errors per node", width=12,
+                       left=[per_node(HARDWARE_ERRORS, "Sum")]),
+    ]
+    if file_system_id is not None:
+        widgets.append(fsx_widget(file_system_id))
     return widgets

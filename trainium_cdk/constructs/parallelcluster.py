@@ -18,12 +18,15 @@ from typing import Any
 
 from aws_cdk import Aws, CfnStack, CustomResource, RemovalPolicy, Stack, Stage
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
+from trainium_cdk import neuron_metrics
+from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.parallelcluster.parts import (
-    HEAD_NODE_SCRIPT, PROLOG_NAME, SETUP_SCRIPT, SSM_POLICY, ClusterIds, S3Object,
+    HEAD_NODE_SCRIPT, PROLOG_NAME, SETUP_SCRIPT, SSM_POLICY, ClusterIds, NeuronMetrics, S3Object, neuron_metrics_policy,
 )
 from trainium_cdk.versions import parallelcluster_provider_template_url
 
@@ -61,6 +64,9 @@ class SlurmCluster(Construct):
         (ParallelCluster cannot update it); default: the package's ``head_node_setup.sh``.
     :param removal_policy: what deleting the stack does to the cluster: destroy (ParallelCluster's
         Delete) or retain; default destroy.
+    :param metrics_deployment: the compute nodes publish neuron-monitor's metrics to CloudWatch
+        (trainium_cdk/neuron_metrics.py, uploaded as an asset, with a managed policy that allows
+        PutMetricData in its namespace only) with this ``Deployment`` dimension; default none (no metrics).
     """
 
     def __init__(
@@ -79,6 +85,7 @@ class SlurmCluster(Construct):
         setup_script: Path = SETUP_SCRIPT,
         head_node_script: Path = HEAD_NODE_SCRIPT,
         removal_policy: RemovalPolicy = DEFAULT_REMOVAL_POLICY,
+        metrics_deployment: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if removal_policy not in DELETION_POLICIES:
@@ -95,6 +102,24 @@ class SlurmCluster(Construct):
             if health_prolog is not None
             else None
         )
+        self.metrics_program: s3_assets.Asset | None = None
+        self.metrics_policy: iam.ManagedPolicy | None = None
+        metrics = None
+        if metrics_deployment is not None:
+            self.metrics_program = s3_assets.Asset(self, "NeuronMetricsProgram", path=neuron_metrics.__file__)
+            self.metrics_policy = iam.ManagedPolicy(
+                self, "NeuronMetricsPolicy", description="Compute nodes: neuron-monitor metrics into CloudWatch",
+                document=iam.PolicyDocument.from_json(neuron_metrics_policy()),
+            )
+            acknowledge(
+                self.metrics_policy, "AwsSolutions-IAM5", ["Resource::*"],
+                "cloudwatch:PutMetricData has no resource-level permissions; the policy allows the Neuron metrics "
+                "namespace only (cloudwatch:namespace condition).",
+            )
+            metrics = NeuronMetrics(
+                program=_object(self.metrics_program), policy_arn=self.metrics_policy.managed_policy_arn,
+                deployment=metrics_deployment,
+            )
         self.ids = ClusterIds(
             head_node_subnet_id=head_node_subnet.subnet_id,
             compute_subnet_ids={name: subnet.subnet_id for name, subnet in compute_subnets.items()},
@@ -104,6 +129,7 @@ class SlurmCluster(Construct):
             head_node_script=_object(self.head_node_script),
             batch_scripts={n: _object(a) for n, a in self.batch_scripts.items()},
             prologs={PROLOG_NAME: _object(self.prolog)} if self.prolog is not None else {},
+            neuron_metrics=metrics,
         )
         self.configuration = configuration(self.ids)
 
@@ -113,7 +139,9 @@ class SlurmCluster(Construct):
             self,
             "Provider",
             template_url=parallelcluster_provider_template_url(Stack.of(self).region, Aws.URL_SUFFIX),
-            parameters={"AdditionalIamPolicies": ",".join(PROVIDER_ADDITIONAL_POLICIES)},
+            parameters={"AdditionalIamPolicies": ",".join(
+                [*PROVIDER_ADDITIONAL_POLICIES, *([metrics.policy_arn] if metrics is not None else [])]
+            )},
         )
         # A custom resource of ParallelCluster's provider: no CloudFormation type describes a cluster.
         self.cluster = CustomResource(

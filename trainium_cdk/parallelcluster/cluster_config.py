@@ -17,8 +17,10 @@ import yaml
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.names import SHARED_MOUNT
+from trainium_cdk.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
 from trainium_cdk.parallelcluster.parts import (
-    HEAD_NODE_SCRIPT_NAME, PROLOG_NAME, SETUP_SCRIPT_NAME, SSM_POLICY, ClusterIds, S3Object,
+    HEAD_NODE_SCRIPT_NAME, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, PROLOG_NAME, SETUP_SCRIPT_NAME,
+    SSM_POLICY, ClusterIds, NeuronMetrics, S3Object, neuron_metrics_policy,
 )
 from trainium_cdk.versions import PARALLELCLUSTER_VERSION, XLA_TRACK, NeuronTrack
 
@@ -71,6 +73,14 @@ def setup_args(
     return args
 
 
+def metrics_args(metrics: NeuronMetrics | None) -> list[str]:
+    """The setup script's arguments that start neuron-monitor into CloudWatch on a compute node."""
+    if metrics is None:
+        return []
+    return ["--metrics-program", metrics.program.url, "--metrics-namespace", NEURON_METRICS_NAMESPACE,
+            "--metrics-deployment", metrics.deployment]
+
+
 def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
     """The ParallelCluster 3 configuration: a head node and one Slurm queue per compute group."""
     # Queue names ParallelCluster forbids are rejected by the config (SLURM_RESERVED_QUEUE_NAMES).
@@ -79,9 +89,12 @@ def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
             raise ConfigError("compute_subnet_ids", sorted(ids.compute_subnet_ids), f"a subnet for group {group.name}")
     settings = config.parallelcluster
     scripts = [ids.setup_script, ids.head_node_script, *ids.batch_scripts.values(), *ids.prologs.values()]
+    if ids.neuron_metrics is not None:
+        scripts.append(ids.neuron_metrics.program)
     s3_access = [{"BucketName": s.bucket, "KeyName": s.key, "EnableWriteAccess": False} for s in scripts]
     track = config.neuron_track
-    action = {"OnNodeConfigured": {"Script": ids.setup_script.url, "Args": setup_args({}, track)}}
+    action = {"OnNodeConfigured": {"Script": ids.setup_script.url,
+                                   "Args": setup_args({}, track) + metrics_args(ids.neuron_metrics)}}
     # ParallelCluster cannot update a head node's OnNodeConfigured: it is a fixed script that runs the
     # head node's OnNodeUpdated (which may change, and which ParallelCluster reruns after an update).
     head_actions = {
@@ -153,9 +166,16 @@ def _queue(
             "PlacementGroup": _placement_group(group),
             "AdditionalSecurityGroups": [ids.efa_security_group_id],
         },
-        "Iam": {"AdditionalIamPolicies": [{"Policy": SSM_POLICY}], "S3Access": copy.deepcopy(s3_access)},
+        "Iam": {"AdditionalIamPolicies": _compute_policies(ids), "S3Access": copy.deepcopy(s3_access)},
         "CustomActions": copy.deepcopy(action),
     }
+
+
+def _compute_policies(ids: ClusterIds) -> list[dict[str, str]]:
+    policies = [{"Policy": SSM_POLICY}]
+    if ids.neuron_metrics is not None:
+        policies.append({"Policy": ids.neuron_metrics.policy_arn})
+    return policies
 
 
 def _placement_group(group: ComputeGroup) -> dict[str, Any]:
@@ -210,6 +230,10 @@ def placeholder_names(config: Config) -> dict[str, str]:
         names[subnet_placeholder(group)] = f"output ComputeSubnet-{group.name} of {config.stack_name('network')}"
     if config.storage.enabled:
         names["FSX_FILE_SYSTEM_ID"] = f"output FileSystemId of {config.stack_name('storage')}"
+    names["NEURON_METRICS_POLICY_ARN"] = (
+        f"a managed policy of yours with the document {NEURON_METRICS_POLICY_NAME} (cloudwatch:PutMetricData "
+        f"in namespace {NEURON_METRICS_NAMESPACE} only)"
+    )
     return names
 
 
@@ -227,6 +251,10 @@ def placeholder_ids(config: Config) -> ClusterIds:
             for g in config.compute_groups
         },
         prologs={PROLOG_NAME: S3Object(bucket, f"{SCRIPTS_PREFIX}/{PROLOG_NAME}")},
+        neuron_metrics=NeuronMetrics(
+            program=S3Object(bucket, f"{SCRIPTS_PREFIX}/{NEURON_METRICS_NAME}"),
+            policy_arn=placeholder("NEURON_METRICS_POLICY_ARN"), deployment=cluster_name(config),
+        ),
     )
 
 

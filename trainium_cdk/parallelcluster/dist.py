@@ -3,20 +3,24 @@ of the pcluster CLI (the same cluster the ParallelCluster stack deploys)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+from trainium_cdk import neuron_metrics
 from trainium_cdk.config import Config
 from trainium_cdk.parallelcluster.cluster_config import render_cluster_yaml
 from trainium_cdk.parallelcluster.health import render_prolog
-from trainium_cdk.parallelcluster.parts import HEAD_NODE_SCRIPT, PROLOG_NAME, SETUP_SCRIPT
+from trainium_cdk.parallelcluster.parts import (
+    HEAD_NODE_SCRIPT, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, PROLOG_NAME, SETUP_SCRIPT, neuron_metrics_policy,
+)
 from trainium_cdk.parallelcluster.sbatch import render_all
 
 
 
 def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
     """Write ``outdir/parallelcluster/{<project>-cluster.yaml, neuron_setup.sh, head_node_setup.sh,
-    train-<group>.sbatch}``
+    train-<group>.sbatch, the health prolog, neuron_metrics.py and its policy document}``
     (the ParallelCluster backend's ``dist`` in trainium_cdk/backends.py); return the paths written."""
     out = outdir / "parallelcluster"
     out.mkdir(parents=True, exist_ok=True)
@@ -28,7 +32,12 @@ def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
         shutil.copyfile(source, script)
         script.chmod(0o755)
         written.append(script)
-    for name, text in {**render_all(config), PROLOG_NAME: render_prolog(config)}.items():
+    files = {
+        **render_all(config), PROLOG_NAME: render_prolog(config),
+        NEURON_METRICS_NAME: Path(neuron_metrics.__file__).read_text(),
+        NEURON_METRICS_POLICY_NAME: json.dumps(neuron_metrics_policy(), indent=2) + "\n",
+    }
+    for name, text in files.items():
         path = out / name
         path.write_text(text)
         written.append(path)

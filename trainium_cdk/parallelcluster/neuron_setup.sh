@@ -9,6 +9,8 @@
 #   --venv DIR           the PyTorch Neuron virtual environment (on /home, which the head node shares)
 #   --sbatch NAME=S3URL  a batch script the head node copies to $(dirname VENV)/trainium/NAME (repeatable)
 #   --prolog NAME=S3URL  a Slurm prolog the head node installs in the shared prolog.d (repeatable)
+#   --metrics-program S3URL, --metrics-namespace NS, --metrics-deployment NAME
+#                        compute nodes: neuron-monitor into CloudWatch (trainium_cdk/neuron_metrics.py)
 #
 # Compute nodes get the driver, runtime, collectives and tools; the head node builds the shared venv
 # (one build for the whole cluster: /home is NFS-exported to every node). ParallelCluster installs EFA.
@@ -16,6 +18,7 @@ set -euo pipefail
 
 SDK="" VENV="/home/ubuntu/aws_neuron_venv_pytorch"
 APT=() PIP=() SBATCH=() PROLOG=()
+METRICS_PROGRAM="" METRICS_NAMESPACE="" METRICS_DEPLOYMENT=""
 while (($#)); do
   case "$1" in
     --sdk) SDK="$2"; shift 2 ;;
@@ -24,6 +27,9 @@ while (($#)); do
     --venv) VENV="$2"; shift 2 ;;
     --sbatch) SBATCH+=("$2"); shift 2 ;;
     --prolog) PROLOG+=("$2"); shift 2 ;;
+    --metrics-program) METRICS_PROGRAM="$2"; shift 2 ;;
+    --metrics-namespace) METRICS_NAMESPACE="$2"; shift 2 ;;
+    --metrics-deployment) METRICS_DEPLOYMENT="$2"; shift 2 ;;
     *) echo "neuron_setup: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -61,6 +67,14 @@ if [[ "${cfn_node_type}" == "ComputeFleet" ]]; then
   domain="$(dnsdomainname 2>/dev/null || true)"
   sed -i "/[[:space:]]${short}\([[:space:]]\|\.\|$\)/d" /etc/hosts
   echo "${primary_ip} ${domain:+${short}.${domain} }${short}" >> /etc/hosts
+
+  if [[ -n "${METRICS_PROGRAM}" ]]; then
+    apt-get install -y python3-boto3
+    install -d -m 0755 /opt/trainium-cdk
+    aws s3 cp --only-show-errors "${METRICS_PROGRAM}" /opt/trainium-cdk/neuron_metrics.py
+    /usr/bin/python3 /opt/trainium-cdk/neuron_metrics.py install \
+      --namespace "${METRICS_NAMESPACE}" --deployment "${METRICS_DEPLOYMENT}"
+  fi
 else
   apt-get update -y
   apt-get install -y python3-venv python3-pip git

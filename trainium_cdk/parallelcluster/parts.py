@@ -7,6 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from trainium_cdk.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
 
 SETUP_SCRIPT_NAME = "neuron_setup.sh"
 # The head node's action: runs the queues' setup script with their arguments (see the script).
@@ -16,6 +19,9 @@ HEAD_NODE_SCRIPT = Path(__file__).resolve().parent / HEAD_NODE_SCRIPT_NAME
 SSM_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 # The node health check (parallelcluster/health.py renders it).
 PROLOG_NAME = "50_trainium_neuron_devices.sh"
+# neuron-monitor into CloudWatch on the compute nodes (trainium_cdk/neuron_metrics.py).
+NEURON_METRICS_NAME = "neuron_metrics.py"
+NEURON_METRICS_POLICY_NAME = "neuron-metrics-policy.json"
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,32 @@ class S3Object:
     @property
     def url(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
+
+
+@dataclass(frozen=True)
+class NeuronMetrics:
+    """neuron-monitor into CloudWatch on the compute nodes.
+
+    :param program: trainium_cdk/neuron_metrics.py, which the compute nodes copy and start.
+    :param policy_arn: a managed policy allowing cloudwatch:PutMetricData in its namespace only, attached
+        to the compute nodes' role (ParallelCluster takes managed policies, not inline ones).
+    :param deployment: the ``Deployment`` dimension the nodes publish with (the dashboard's filter).
+    """
+
+    program: S3Object
+    policy_arn: str
+    deployment: str
+
+
+def neuron_metrics_policy() -> dict[str, Any]:
+    """The policy document of NeuronMetrics.policy_arn: PutMetricData in the Neuron metrics namespace only."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Effect": "Allow", "Action": "cloudwatch:PutMetricData", "Resource": "*",
+            "Condition": {"StringEquals": {"cloudwatch:namespace": NEURON_METRICS_NAMESPACE}},
+        }],
+    }
 
 
 @dataclass(frozen=True)
@@ -45,6 +77,7 @@ class ClusterIds:
     :param batch_scripts: batch script file name -> object, copied to the head node's ``~/trainium``.
     :param prologs: Slurm prolog file name -> object, installed by the head node into the shared
         ``/opt/slurm/etc/scripts/prolog.d`` (the node health check).
+    :param neuron_metrics: neuron-monitor into CloudWatch on the compute nodes; default none.
     """
 
     head_node_subnet_id: str
@@ -55,3 +88,4 @@ class ClusterIds:
     head_node_script: S3Object
     batch_scripts: Mapping[str, S3Object] = field(default_factory=dict)
     prologs: Mapping[str, S3Object] = field(default_factory=dict)
+    neuron_metrics: NeuronMetrics | None = None

@@ -9,6 +9,12 @@ node::
 
 ``PRECOMPILE=1 sbatch ...`` runs the command under ``neuron_parallel_compile`` first, filling the
 group's compile cache on FSx (``/fsx/neuron-cache/<group>``, as on every backend).
+
+Each group with EFA also gets the fabric check (``trainium_cdk.fabric``) through the same launcher, one
+process per node::
+
+    sbatch -N 2 ~/trainium/fabric-<group>.sbatch
+    trn check fabric --report fabric-<job id>.out
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import shlex
 
 from trainium_cdk.config import ComputeGroup, Config
+from trainium_cdk.fabric import fabric_command
 from trainium_cdk.launcher import LAUNCHER, LAUNCHER_NAME, SHELL, launch_environment
 from trainium_cdk.parallelcluster.cluster_config import VENV, batch_script_name, queue_name
 from trainium_cdk.names import CHECKPOINT_ROOT
@@ -23,6 +30,14 @@ from trainium_cdk.training_env import MASTER_PORT, cache_dir, efa_environment, n
 
 # Heredoc delimiter of the launcher inside the script (quoted: nothing in it is expanded).
 _LAUNCHER_END = "TRAINIUM_LAUNCHER"
+_FABRIC_END = "TRAINIUM_FABRIC"
+# The fabric check: one process per node (node 0's nccom-test starts the workers on every NeuronCore).
+FABRIC_PROCESSES_PER_NODE = 1
+FABRIC_MIN_NODES = 2
+
+
+def fabric_script_name(group: ComputeGroup) -> str:
+    return f"fabric-{group.name}.sbatch"
 
 
 def render_sbatch(config: Config, group: ComputeGroup, *, job_name: str | None = None) -> str:
@@ -69,6 +84,54 @@ def render_sbatch(config: Config, group: ComputeGroup, *, job_name: str | None =
     return "\n".join(lines) + "\n"
 
 
+def render_fabric_sbatch(config: Config, group: ComputeGroup) -> str:
+    """The fabric check of ``group`` (an EFA type): neuron-ls on every node, then nccom-test across them."""
+    spec = config.spec(group)
+    program, *program_args = fabric_command(spec)
+    flag, code, *args = program_args
+    env = {
+        **efa_environment(spec),
+        **neuron_environment(),
+        **launch_environment(
+            processes=FABRIC_PROCESSES_PER_NODE, master_port=MASTER_PORT, cache_dir=cache_dir(group.name),
+        ),
+    }
+    nodes = max(group.nodes, FABRIC_MIN_NODES)
+    lines = [
+        "#!/bin/bash",
+        f"# trainium-cdk: fabric check of {spec.name} nodes, queue {queue_name(group)}: neuron-ls on every node, then an",
+        f"# nccom-test all-reduce across them. Usage: sbatch [-N NODES] $0; then: trn check fabric --report fabric-<job id>.out",
+        f"#SBATCH --job-name=fabric-{group.name}",
+        f"#SBATCH --partition={queue_name(group)}",
+        f"#SBATCH --nodes={nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --exclusive",
+        "#SBATCH --wait-all-nodes=1",
+        "#SBATCH --output=fabric-%j.out",
+        "set -euo pipefail",
+        "",
+        f"source {VENV}/bin/activate",
+        *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
+        "",
+        f"TRN_LAUNCHER=$(cat <<'{_LAUNCHER_END}'",
+        LAUNCHER.rstrip("\n"),
+        _LAUNCHER_END,
+        ")",
+        f"TRN_FABRIC=$(cat <<'{_FABRIC_END}'",
+        code.strip("\n"),
+        _FABRIC_END,
+        ")",
+        f'srun --kill-on-bad-exit=1 {SHELL} -c "$TRN_LAUNCHER" {LAUNCHER_NAME} {program} {flag} "$TRN_FABRIC" '
+        + " ".join(shlex.quote(a) for a in args),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def render_all(config: Config) -> dict[str, str]:
-    """File name -> batch script, one per compute group."""
-    return {batch_script_name(g): render_sbatch(config, g) for g in config.compute_groups}
+    """File name -> batch script: the training script of every compute group, and the fabric check of
+    every group whose type has EFA (a type without cannot run across nodes)."""
+    scripts = {batch_script_name(g): render_sbatch(config, g) for g in config.compute_groups}
+    scripts.update(
+        {fabric_script_name(g): render_fabric_sbatch(config, g) for g in config.compute_groups if config.spec(g).has_efa}
+    )
+    return scripts

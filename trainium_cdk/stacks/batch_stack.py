@@ -11,11 +11,12 @@ from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.constructs.batch import SCRIPT_PARAMETER, TrainiumBatch
 from trainium_cdk.constructs.batch_tasks import BatchTaskRules
 from trainium_cdk.constructs.network import TrainingNetwork
+from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.stacks._props import retention
 from trainium_cdk.names import (
     OUTPUT_JOB_DEFINITION_ARN, OUTPUT_JOB_DEFINITION_NAME, OUTPUT_JOB_QUEUE_ARN, OUTPUT_JOB_QUEUE_NAME,
-    OUTPUT_LOG_GROUP_NAME, OUTPUT_SUBMIT_JOB, group_output,
+    OUTPUT_DASHBOARD_NAME, OUTPUT_LOG_GROUP_NAME, OUTPUT_SUBMIT_JOB, group_output,
 )
 
 
@@ -42,6 +43,12 @@ class BatchStack(Stack):
         }
         if any(training.multi_node for training in self.groups.values()):
             self.task_rules = BatchTaskRules(self, "TaskRules", vpc=network.vpc)
+        # Every group's nodes publish neuron-monitor's metrics under the stack's name (the Deployment dimension).
+        self.metrics = NeuronNodeMetrics(
+            self, "NeuronMetrics", deployment=construct_id,
+            file_system_id=storage.file_system_id if storage is not None else None,
+        )
+        CfnOutput(self, OUTPUT_DASHBOARD_NAME, value=self.metrics.dashboard.dashboard_name)
         for name, training in self.groups.items():
             CfnOutput(self, group_output(OUTPUT_JOB_QUEUE_NAME, name), value=training.job_queue_name)
             CfnOutput(self, group_output(OUTPUT_JOB_QUEUE_ARN, name), value=training.job_queue.job_queue_arn)
@@ -86,6 +93,7 @@ def _training(
         track=config.neuron_track,
         storage=storage,
         name_prefix=name_prefix,
+        metrics_deployment=name_prefix,
     )
 
 

@@ -10,6 +10,7 @@ from constructs import Construct
 
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.network import TrainingNetwork
+from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.constructs.parallelcluster import SlurmCluster
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError, one_of
@@ -17,7 +18,8 @@ from trainium_cdk.parallelcluster.cluster_config import cluster_configuration, c
 from trainium_cdk.parallelcluster.health import render_prolog
 from trainium_cdk.parallelcluster.sbatch import render_all
 from trainium_cdk.names import (
-    OUTPUT_CLUSTER_NAME, OUTPUT_HEAD_NODE_INSTANCE_ID, OUTPUT_HEAD_NODE_SESSION, OUTPUT_VALIDATION_MESSAGES,
+    OUTPUT_CLUSTER_NAME, OUTPUT_DASHBOARD_NAME, OUTPUT_HEAD_NODE_INSTANCE_ID, OUTPUT_HEAD_NODE_SESSION,
+    OUTPUT_VALIDATION_MESSAGES,
 )
 
 REMOVAL_POLICIES = {"Delete": RemovalPolicy.DESTROY, "Retain": RemovalPolicy.RETAIN}
@@ -49,7 +51,13 @@ class ParallelClusterStack(Stack):
             batch_scripts=render_all(config),
             health_prolog=render_prolog(config),
             removal_policy=REMOVAL_POLICIES[config.parallelcluster.deletion_policy],
+            metrics_deployment=cluster_name(config),
         )
+        self.metrics = NeuronNodeMetrics(
+            self, "NeuronMetrics", deployment=cluster_name(config),
+            file_system_id=storage.file_system_id if storage is not None else None,
+        )
+        CfnOutput(self, OUTPUT_DASHBOARD_NAME, value=self.metrics.dashboard.dashboard_name)
         CfnOutput(self, OUTPUT_CLUSTER_NAME, value=self.slurm.cluster_name)
         CfnOutput(self, OUTPUT_HEAD_NODE_INSTANCE_ID, value=self.slurm.head_node_instance_id)
         CfnOutput(

@@ -22,7 +22,7 @@ from trainium_cdk import prices, versions
 from trainium_cdk.charts.karpenter import NodePoolProps, network_interfaces
 from trainium_cdk.cli import main
 from trainium_cdk.config import ConfigError, load_config
-from trainium_cdk.constructs.eks_workloads import VOLCANO_SCHEDULER_CONFIG
+from trainium_cdk.constructs.volcano import VOLCANO_SCHEDULER_CONFIG
 from trainium_cdk.cost import INTERFACE_ENDPOINT_COUNT, bill
 
 CRDS = Path(__file__).parent / "data" / "karpenter"

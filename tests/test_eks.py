@@ -310,3 +310,14 @@ def test_a_cluster_rejects_bad_props_by_name(props, field):
 
     with pytest.raises(ConfigError, match=field):
         _bare_cluster(**props)
+
+
+def test_a_cluster_alone_brings_volcano_unless_told_not_to():
+    from aws_cdk import assertions
+
+    stack, cluster = _bare_cluster()
+    charts = assertions.Template.from_stack(stack).find_resources("Custom::AWSCDK-EKS-HelmChart")
+    assert [c["Properties"]["Chart"] for c in charts.values()] == ["volcano"]
+    assert cluster.volcano is not None
+    _, without = _bare_cluster(volcano=False)
+    assert without.volcano is None

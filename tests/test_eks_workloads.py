@@ -141,8 +141,10 @@ def bare():
         return {QUEUE_CHART_ID: VolcanoQueue(app, QUEUE_CHART_ID, name="research"),
                 "job-demo": training_job(app, "job-demo", job=job, queue="research")}
 
+    from trainium_cdk.constructs.volcano import add_volcano
+
     workloads = TrainingWorkloads(
-        stack, "Workloads", cluster=cluster,
+        stack, "Workloads", cluster=cluster, volcano=add_volcano(cluster),
         options=TrainingWorkloadsOptions(
             charts=charts, data_loader_bucket="bare-datasets", base_image_tag="2.0-test",
             repository_removal_policy=RemovalPolicy.DESTROY, images_kept=7,

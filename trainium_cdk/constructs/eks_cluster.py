@@ -25,6 +25,7 @@ from trainium_cdk.constructs.eks_nodegroup import NODE_MANAGED_POLICIES
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.constructs.volcano import add_volcano
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.names import NEURON_TAINT_KEY, SYSTEM_NODE_LABELS
 from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION, KUBERNETES_VERSION
@@ -69,8 +70,8 @@ class TrainiumCluster(Construct):
     Access entries (API authentication), all control-plane logs, secrets encrypted with a KMS key,
     nodes in private subnets, a small system node group, the managed add-ons vpc-cni, coredns,
     kube-proxy, eks-pod-identity-agent and aws-fsx-csi-driver (its IAM through pod identity, its node
-    DaemonSet tolerating the Neuron taint), and the cluster charts: the training namespace and the
-    Neuron and EFA device plugins (``manifests``, by chart id). :meth:`add_lustre_storage` adds a
+    DaemonSet tolerating the Neuron taint), Volcano (gang scheduling), and the cluster charts: the
+    training namespace and the Neuron and EFA device plugins (``manifests``, by chart id). :meth:`add_lustre_storage` adds a
     file system's StorageClass and bound claim. Trainium nodes come from :class:`TrainiumNodeGroup`
     or Karpenter node pools.
 
@@ -91,6 +92,8 @@ class TrainiumCluster(Construct):
     :param catalog: the instance types the device plugins' node affinity lists. Default: the built-in catalog.
     :param neuron_scheduler_extension: install the Neuron scheduler extension. Default: False.
     :param neuron_monitor: install neuron-monitor with a Prometheus endpoint. Default: False.
+    :param volcano: install Volcano (``.volcano``), the gang scheduler of multi-node jobs: all pods of
+        a job or none. Default: True.
     :param system_release_version: the EKS AMI release of the system nodes. Default: the release the
         Trainium nodes are pinned to (versions.py), so that a redeploy never moves them.
     """
@@ -113,6 +116,7 @@ class TrainiumCluster(Construct):
         neuron_scheduler_extension: bool = False,
         neuron_monitor: bool = False,
         system_release_version: str = EKS_NODEGROUP_RELEASE_VERSION,
+        volcano: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         if not 1 <= system_nodes <= MAX_SYSTEM_NODES:
@@ -247,6 +251,8 @@ class TrainiumCluster(Construct):
         self.addons[FSX_CSI_ADDON].node.add_dependency(self.fsx_csi_association, self.addons["eks-pod-identity-agent"])
         for name in ADDONS_NEEDING_NODES:
             self.addons[name].node.add_dependency(self.system_nodes)
+
+        self.volcano: eks.HelmChart | None = add_volcano(self.cluster, after=self.system_nodes) if volcano else None
 
         # The same charts `make synth` writes to dist/, here with the deployed values as tokens.
         self.manifests: dict[str, eks.KubernetesManifest] = {}

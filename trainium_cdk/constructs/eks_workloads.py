@@ -1,4 +1,4 @@
-"""TrainingWorkloads: Volcano, the example training image, and the training workloads on a cluster."""
+"""TrainingWorkloads: the example training image and the training workloads on a cluster."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import cdk8s
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
@@ -22,38 +22,11 @@ from trainium_cdk.errors import ConfigError
 from trainium_cdk.names import TRAINING_NAMESPACE
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
-VOLCANO_NAMESPACE = "volcano-system"
 DATA_LOADER_SERVICE_ACCOUNT = "data-loader"
 IMAGES_KEPT = 100
 DEFAULT_BASE_IMAGE_TAG = versions.NEURON_TRAINING_IMAGE_TAG
 # Where teams push their own training images; kept on destroy, like any artifact store.
 DEFAULT_REPOSITORY_REMOVAL_POLICY = RemovalPolicy.RETAIN
-# Volcano's install waits for its controllers and admission webhook (image pulls on fresh nodes):
-# more than Helm's 5 minute default, less than the 15 minutes the kubectl provider's Lambda may run.
-VOLCANO_WAIT = Duration.minutes(10)
-# Volcano's default scheduler configuration (chart config/volcano-scheduler.conf, 1.13) without the
-# `enqueue` action: enqueue holds a gang's PodGroup Pending until the cluster has room, so its pods are
-# never created and no autoscaler sees them; without it, allocate moves the PodGroup to Inqueue at once
-# (pkg/scheduler/actions/allocate, "If not config enqueue action") and the pending pods ask Karpenter or
-# Cluster Autoscaler for the whole gang. The gang plugin still binds all pods or none.
-VOLCANO_SCHEDULER_CONFIG = """actions: "allocate, backfill"
-tiers:
-- plugins:
-  - name: priority
-  - name: gang
-    enablePreemptable: false
-  - name: conformance
-- plugins:
-  - name: overcommit
-  - name: drf
-    enablePreemptable: false
-  - name: predicates
-  - name: proportion
-  - name: nodeorder
-  - name: binpack
-"""
-
-
 # Builds the workload charts into a cdk8s App given the default training image (the example image's
 # URI, a token), by chart id; see TrainingWorkloadsOptions.charts.
 ChartBuilder = Callable[[cdk8s.App, str], Mapping[str, cdk8s.Chart]]
@@ -67,7 +40,6 @@ class TrainingWorkloadsOptions:
         App it is given, with the default training image it is given, by chart id; each becomes a
         manifest of the cluster. ``volcano-queue`` (``QUEUE_CHART_ID``) and ``job-*`` charts are
         applied after Volcano, jobs after the queue. Default: none.
-    :param volcano: install Volcano from its pinned Helm chart (gang scheduling). Default: True.
     :param data_loader_bucket: a bucket the data loader's service account may read (EKS Pod
         Identity). Default: none (no role).
     :param namespace: namespace of the data loader's service account. Default: ``training``.
@@ -81,7 +53,6 @@ class TrainingWorkloadsOptions:
     """
 
     charts: ChartBuilder | None = None
-    volcano: bool = True
     data_loader_bucket: str | None = None
     namespace: str = TRAINING_NAMESPACE
     data_loader_service_account: str = DATA_LOADER_SERVICE_ACCOUNT
@@ -102,7 +73,6 @@ class TrainingWorkloadsOptions:
 class TrainingWorkloads(Construct):
     """Everything that trains on the cluster.
 
-    - Volcano from its pinned Helm chart (gang scheduling for multi-node jobs);
     - the example image, a Docker image asset built and pushed at deploy time (synth only hashes the
       folder: no Docker needed to synthesize), the default image of every job, and an ECR repository
       for your own training images (scanned on push, immutable tags, retained by default);
@@ -113,7 +83,8 @@ class TrainingWorkloads(Construct):
     :param options: what to install. Default: Volcano and the example image, no workload charts.
     :param after: manifests the workloads need first (the namespace, the FSx volume and claim).
         Default: none.
-    :param nodes: what must run before anything that waits for pods (the system node group). Default: none.
+    :param volcano: the cluster's Volcano (``TrainiumCluster.volcano``): the queue and jobs need its
+        CRDs first. Default: none.
     """
 
     def __init__(
@@ -124,7 +95,7 @@ class TrainingWorkloads(Construct):
         cluster: eks.ICluster,
         options: TrainingWorkloadsOptions | None = None,
         after: Sequence[Construct] = (),
-        nodes: Construct | None = None,
+        volcano: eks.HelmChart | None = None,
     ) -> None:
         options = options or TrainingWorkloadsOptions()
         super().__init__(scope, construct_id)
@@ -145,22 +116,7 @@ class TrainingWorkloads(Construct):
             platform=ecr_assets.Platform.LINUX_AMD64,
             build_args={"BASE_TAG": options.base_image_tag},
         )
-        self.volcano: eks.HelmChart | None = None
-        if options.volcano:
-            self.volcano = cluster.add_helm_chart(
-                "Volcano",
-                chart="volcano",
-                repository=versions.VOLCANO_HELM_REPOSITORY,
-                version=versions.VOLCANO_CHART_VERSION,
-                namespace=VOLCANO_NAMESPACE,
-                create_namespace=True,
-                wait=True,
-                timeout=VOLCANO_WAIT,
-                values={"custom": {"scheduler_config_override": VOLCANO_SCHEDULER_CONFIG}},
-            )
-            # Its admission webhook has no endpoints until its pods run somewhere.
-            if nodes is not None:
-                self.volcano.node.add_dependency(nodes)
+        self.volcano = volcano
         if options.data_loader_bucket is not None:
             self.data_loader_role, _ = pod_identity_role(
                 self,

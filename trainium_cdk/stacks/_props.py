@@ -82,6 +82,7 @@ def cluster_props(config: Config) -> dict[str, Any]:
         catalog=config.catalog,
         neuron_scheduler_extension=eks.neuron_scheduler_extension,
         neuron_monitor=eks.neuron_monitor,
+        volcano=config.workloads.volcano,
     )
 
 
@@ -104,7 +105,6 @@ def workloads_options(config: Config) -> TrainingWorkloadsOptions:
     loader = workloads.data_loader
     return TrainingWorkloadsOptions(
         charts=lambda app, image: workload_charts(app, config, image=image),
-        volcano=workloads.volcano,
         data_loader_bucket=loader.bucket if loader is not None else None,
         base_image_tag=config.neuron_track.training_image_tag,
     )

@@ -66,7 +66,7 @@ class EksStack(Stack):
             cluster=cluster,
             options=workloads_options(config),
             after=[namespace, *([self.manifests[FSX_CHART_ID]] if FSX_CHART_ID in self.manifests else [])],
-            nodes=self.training.system_nodes,
+            volcano=self.training.volcano,
         )
         self.observability = ClusterObservability(
             self, "Observability", cluster=cluster, cluster_name=config.stack_name("eks"),

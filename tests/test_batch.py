@@ -235,7 +235,7 @@ def test_user_data_is_mime_multipart_and_installs_what_is_missing(every_type, in
     assert "rpm -q aws-neuronx-tools" in text and "dnf downgrade -y $missing" in text
     assert "https://yum.repos.neuron.amazonaws.com" in text
     assert ("efa_installer.sh -y --minimal" in text) == group.spec.has_efa
-    assert "mount -t lustre -o relatime,flock" in text and "@tcp:/" in text
+    assert "@tcp:/" in text and " /fsx lustre defaults,relatime,flock,_netdev" in text and "mount /fsx" in text
 
 
 def test_user_data_mounts_the_storage_stack_file_system(every_type):

@@ -29,6 +29,7 @@ from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.launcher import launch_command, launch_environment
+from trainium_cdk.lustre_client import mount_commands as lustre_mount_commands
 from trainium_cdk.names import CHECKPOINT_ROOT, SHARED_MOUNT
 from trainium_cdk.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
 from trainium_cdk.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
@@ -464,14 +465,7 @@ def node_user_data(
             "fi",
         ]
     if storage is not None:
-        source = f"{storage.dns_name}@tcp:/{storage.mount_name}"
-        lines += [
-            "rpm -q lustre-client >/dev/null 2>&1 || dnf install -y lustre-client",
-            f"mkdir -p {SHARED_MOUNT}",
-            f"grep -q ' {SHARED_MOUNT} lustre ' /etc/fstab || "
-            f"echo '{source} {SHARED_MOUNT} lustre defaults,relatime,flock,_netdev 0 0' >> /etc/fstab",
-            f"mountpoint -q {SHARED_MOUNT} || mount -t lustre -o relatime,flock {source} {SHARED_MOUNT}",
-        ]
+        lines += lustre_mount_commands("amazon-linux", storage.dns_name, storage.mount_name)  # ECS AL2023
     if metrics_deployment is not None:
         program = NEURON_METRICS_SOURCE.read_text().rstrip("\n")
         if NEURON_METRICS_END in program:

@@ -9,7 +9,6 @@ PyTorch/XLA environment, and a moving AMI would drift from the pinned SDK.
 
 from __future__ import annotations
 
-from aws_cdk import Fn
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -18,6 +17,7 @@ from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.lustre_client import mount_commands as lustre_mount_commands
 from trainium_cdk.names import CACHE_DIR_NAME, SHARED_MOUNT
 from trainium_cdk.versions import DLAMI_KIND, XLA_TRACK, NeuronTrack
 
@@ -191,29 +191,9 @@ def _first_subnet(vpc: ec2.IVpc, selection: ec2.SubnetSelection) -> ec2.ISubnet:
 
 
 def _lustre_mount_commands(family: str, dns_name: str, mount_name: str) -> list[str]:
-    """Install the Lustre client unless the image has it, mount at /fsx, and keep it in fstab."""
-    if family == "ubuntu":
-        install = [
-            ". /etc/os-release",
-            "wget -qO - https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc"
-            " | gpg --dearmor --yes -o /usr/share/keyrings/fsx-ubuntu-public-key.gpg",
-            'echo "deb [signed-by=/usr/share/keyrings/fsx-ubuntu-public-key.gpg] '
-            'https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu ${VERSION_CODENAME} main"'
-            " > /etc/apt/sources.list.d/fsxlustreclientrepo.list",
-            "apt-get update -y && DEBIAN_FRONTEND=noninteractive apt-get install -y lustre-client-modules-$(uname -r)",
-        ]
-    else:
-        install = ["dnf install -y lustre-client"]
-    source = Fn.join("", [dns_name, "@tcp:/", mount_name])
+    """Mount the file system at /fsx, and make the shared compile cache writable by every user."""
     return [
         "set -euxo pipefail",
-        "if ! modinfo lustre >/dev/null 2>&1; then",
-        *(f"  {line}" for line in install),
-        "fi",
-        f"mkdir -p {SHARED_MOUNT}",
-        f'echo "{source} {SHARED_MOUNT} lustre defaults,relatime,flock,_netdev,x-systemd.automount,'
-        f'x-systemd.requires=network.service 0 0" >> /etc/fstab',
-        f"mount {SHARED_MOUNT}",
-        # The shared compile cache (one directory per job family below it), writable by every user.
+        *lustre_mount_commands(family, dns_name, mount_name),
         f"install -d -m 1777 {SHARED_MOUNT}/{CACHE_DIR_NAME}",
     ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_logs as logs
@@ -86,15 +86,34 @@ def cluster_props(config: Config) -> dict[str, Any]:
     )
 
 
-def node_group_props(config: Config, group: ComputeGroup) -> dict[str, Any]:
+def _group_props(config: Config, group: ComputeGroup) -> dict[str, Any]:
+    """What every construct of a compute group's nodes takes: its name, type, size, disk and capacity."""
     return dict(
         group_name=group.name,
         spec=config.spec(group),
         max_nodes=group.maximum,
-        min_nodes=group.min_nodes,
         root_volume_gib=group.root_volume_gib,
         capacity_reservation_id=group.capacity.reservation_id,
         capacity_block=group.capacity.type == "capacity-block",
+    )
+
+
+def node_group_props(config: Config, group: ComputeGroup) -> dict[str, Any]:
+    return dict(**_group_props(config, group), min_nodes=group.min_nodes)
+
+
+def batch_props(config: Config, group: ComputeGroup) -> dict[str, Any]:
+    settings = config.batch
+    return dict(
+        **_group_props(config, group),
+        nodes=group.nodes,
+        image_uri=settings.image_uri,
+        command=settings.command,
+        job_timeout=Duration.minutes(settings.job_timeout_minutes),
+        retry_attempts=settings.retry_attempts,
+        log_retention=retention(settings.log_retention_days),
+        log_removal_policy=RemovalPolicy.DESTROY,
+        track=config.neuron_track,
     )
 
 

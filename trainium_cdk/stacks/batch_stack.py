@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
 from trainium_cdk.config import ComputeGroup, Config
@@ -13,7 +13,7 @@ from trainium_cdk.constructs.batch_tasks import BatchTaskRules
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.constructs.storage import LustreStorage
-from trainium_cdk.stacks._props import retention
+from trainium_cdk.stacks._props import batch_props
 from trainium_cdk.names import (
     OUTPUT_JOB_DEFINITION_ARN, OUTPUT_JOB_DEFINITION_NAME, OUTPUT_JOB_QUEUE_ARN, OUTPUT_JOB_QUEUE_NAME,
     OUTPUT_DASHBOARD_NAME, OUTPUT_LOG_GROUP_NAME, OUTPUT_SUBMIT_JOB, group_output,
@@ -67,33 +67,18 @@ def _training(
     storage: LustreStorage | None,
     name_prefix: str,
 ) -> TrainiumBatch:
-    """One compute group's TrainiumBatch, its props mapped from the config."""
-    settings = config.batch
-    capacity = group.capacity
+    """One compute group's TrainiumBatch, on the network and file system, its props mapped from the config."""
     return TrainiumBatch(
         scope,
         f"Batch-{group.name}",
-        group_name=group.name,
-        spec=config.spec(group),
         vpc=network.vpc,
         subnets=network.compute_subnets(group.name),
         security_groups=[network.efa_security_group],
         placement_group=network.placement_group(group.name),
-        nodes=group.nodes,
-        max_nodes=group.maximum,
-        root_volume_gib=group.root_volume_gib,
-        capacity_reservation_id=capacity.reservation_id,
-        capacity_block=capacity.type == "capacity-block",
-        image_uri=settings.image_uri,
-        command=settings.command,
-        job_timeout=Duration.minutes(settings.job_timeout_minutes),
-        retry_attempts=settings.retry_attempts,
-        log_retention=retention(settings.log_retention_days),
-        log_removal_policy=RemovalPolicy.DESTROY,
-        track=config.neuron_track,
         storage=storage,
         name_prefix=name_prefix,
         metrics_deployment=name_prefix,
+        **batch_props(config, group),
     )
 
 

@@ -32,6 +32,7 @@ PYTHON = VENV / "bin" / "python"
 STAMP = VENV / f".installed-aws-parallelcluster-{PARALLELCLUSTER_VERSION}"
 VALIDATOR = ROOT / "tools" / "pcluster_validate.py"
 UPDATE_POLICIES = ROOT / "tools" / "pcluster_update_policies.py"
+IMAGE_VALIDATOR = ROOT / "tools" / "pcluster_validate_image.py"
 PACKAGE = f"aws-parallelcluster=={PARALLELCLUSTER_VERSION}"
 INSTALL_TIMEOUT_S = 900
 VALIDATE_TIMEOUT_S = 300
@@ -125,6 +126,24 @@ def validate_many(configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Result]
     request = [{"name": name, "config": config} for name, config in configs.items()]
     answers = _call(VALIDATOR, request, next(iter(configs.values())).get("Region", "us-east-1"))
     return {name: Result(**answer) for name, answer in zip(configs, answers, strict=True)}
+
+
+@dataclass(frozen=True)
+class ImageResult:
+    """ParallelCluster's check of an image configuration, and the name prefix `pcluster
+    list-official-images` searches for its OS in the pinned version."""
+
+    errors: list[str]
+    warnings: list[str]
+    official_image_name_prefix: str
+
+
+def validate_images(configs: Mapping[str, tuple[str, Mapping[str, Any]]], image_os: str) -> dict[str, ImageResult]:
+    """Validate `pcluster build-image` configurations (case -> (image id, configuration)), in one
+    subprocess, each with the official image prefix of ``image_os`` (a ParallelCluster OS such as ubuntu2404)."""
+    request = [{"name": image_id, "config": config, "os": image_os} for image_id, config in configs.values()]
+    answers = _call(IMAGE_VALIDATOR, request, next(iter(configs.values()))[1].get("Region", "us-east-1"))
+    return {case: ImageResult(**answer) for case, answer in zip(configs, answers, strict=True)}
 
 
 @dataclass(frozen=True)

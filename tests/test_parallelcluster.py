@@ -464,7 +464,9 @@ def test_write_dist_writes_the_cli_files(tmp_path):
         [*(f"parallelcluster/train-{_name(t)}.sbatch" for t in SUPPORTED_TRAINING_TYPES),
          *(f"parallelcluster/fabric-{_name(t)}.sbatch" for t in EFA_TYPES),
          "parallelcluster/50_trainium_neuron_devices.sh", "parallelcluster/neuron_metrics.py",
-         "parallelcluster/neuron-metrics-policy.json"]
+         "parallelcluster/neuron-metrics-policy.json",
+         # The compute image for `pcluster build-image` (tests/test_parallelcluster_image.py).
+         "parallelcluster/t-image.yaml", "parallelcluster/neuron-image-component.sh"]
     )
     text = paths[0].read_text()
     for name in placeholder_names(EVERY_TYPE):

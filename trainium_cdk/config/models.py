@@ -342,6 +342,22 @@ class ParallelClusterSettings(_Model):
     deletion_policy: Literal["Delete", "Retain"] = Field(
         "Delete", description="What deleting the stack does to the cluster (ParallelCluster's DeletionPolicy)."
     )
+    custom_ami: str | None = Field(
+        None,
+        description=(
+            "AMI of the compute nodes, built with `pcluster build-image` from "
+            "`dist/parallelcluster/<project>-image.yaml`: the Neuron driver is built into it, so scale-up installs "
+            "nothing. Default none: ParallelCluster's official AMI, on which every new compute node installs the "
+            "Neuron packages and builds the driver (DKMS)."
+        ),
+    )
+
+    @field_validator("custom_ami")
+    @classmethod
+    def _custom_ami(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"ami-(?:[0-9a-f]{8}|[0-9a-f]{17})", value):
+            raise ValueError(f"{value!r} is not an AMI id such as ami-0123456789abcdef0")
+        return value
 
     @field_validator("head_node_instance_type")
     @classmethod

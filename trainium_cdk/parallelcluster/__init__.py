@@ -15,6 +15,8 @@ _PUBLIC = {
     "cluster_configuration": "trainium_cdk.parallelcluster.cluster_config",
     "cluster_name": "trainium_cdk.parallelcluster.cluster_config",
     "render_cluster_yaml": "trainium_cdk.parallelcluster.cluster_config",
+    "image_configuration": "trainium_cdk.parallelcluster.image",
+    "render_image_yaml": "trainium_cdk.parallelcluster.image",
     "render_sbatch": "trainium_cdk.parallelcluster.sbatch",
     "write_dist": "trainium_cdk.parallelcluster.dist",
 }

@@ -61,15 +61,21 @@ def setup_args(
     """Arguments of the setup script: every version from the track's table, so the script never changes,
     the batch scripts the head node copies (compute nodes get none: a new script must not replace them)
     and the Slurm prologs it installs."""
-    args = ["--sdk", track.neuron_release, "--venv", VENV]
-    for name, version in track.apt_packages.items():
-        args += ["--apt", f"{name}={version}"]
+    args = ["--sdk", track.neuron_release, "--venv", VENV, *apt_args(track)]
     for name, version in track.pip_packages.items():
         args += ["--pip", f"{name}=={version}"]
     for name, obj in batch_scripts.items():
         args += ["--sbatch", f"{name}={obj.url}"]
     for name, obj in (prologs or {}).items():
         args += ["--prolog", f"{name}={obj.url}"]
+    return args
+
+
+def apt_args(track: NeuronTrack) -> list[str]:
+    """The setup script's ``--apt`` arguments: the track's Neuron host packages, each pinned."""
+    args: list[str] = []
+    for name, version in track.apt_packages.items():
+        args += ["--apt", f"{name}={version}"]
     return args
 
 
@@ -151,7 +157,7 @@ def _queue(
         compute_resource["MinCount"] = group.maximum
     if capacity.reserved:
         compute_resource["CapacityReservationTarget"] = {"CapacityReservationId": capacity.reservation_id}
-    return {
+    queue: dict[str, Any] = {
         "Name": queue_name(group),
         "CapacityType": _CAPACITY_TYPE[capacity.type],
         "ComputeResources": [compute_resource],
@@ -169,6 +175,11 @@ def _queue(
         "Iam": {"AdditionalIamPolicies": _compute_policies(ids), "S3Access": copy.deepcopy(s3_access)},
         "CustomActions": copy.deepcopy(action),
     }
+    if config.parallelcluster.custom_ami is not None:
+        # The compute nodes only (parallelcluster/image.py builds it): a queue's image is updated with the
+        # queue update strategy (drained), while the cluster's and the head node's cannot be updated.
+        queue["Image"] = {"CustomAmi": config.parallelcluster.custom_ami}
+    return queue
 
 
 def _compute_policies(ids: ClusterIds) -> list[dict[str, str]]:

@@ -11,6 +11,9 @@ from trainium_cdk import neuron_metrics
 from trainium_cdk.config import Config
 from trainium_cdk.parallelcluster.cluster_config import render_cluster_yaml
 from trainium_cdk.parallelcluster.health import render_prolog
+from trainium_cdk.parallelcluster.image import (
+    COMPONENT_SCRIPT_NAME, image_file_name, render_component_script, render_image_yaml,
+)
 from trainium_cdk.parallelcluster.parts import (
     HEAD_NODE_SCRIPT, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, PROLOG_NAME, SETUP_SCRIPT, neuron_metrics_policy,
 )
@@ -20,8 +23,9 @@ from trainium_cdk.parallelcluster.sbatch import render_all
 
 def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
     """Write ``outdir/parallelcluster/{<project>-cluster.yaml, neuron_setup.sh, head_node_setup.sh,
-    train-<group>.sbatch, the health prolog, neuron_metrics.py and its policy document}``
-    (the ParallelCluster backend's ``dist`` in trainium_cdk/backends.py); return the paths written."""
+    train-<group>.sbatch, the health prolog, neuron_metrics.py and its policy document, <project>-image.yaml
+    and its component script}`` (the ParallelCluster backend's ``dist`` in trainium_cdk/backends.py);
+    return the paths written."""
     out = outdir / "parallelcluster"
     out.mkdir(parents=True, exist_ok=True)
     cluster = out / f"{config.project}-cluster.yaml"
@@ -36,6 +40,8 @@ def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
         **render_all(config), PROLOG_NAME: render_prolog(config),
         NEURON_METRICS_NAME: Path(neuron_metrics.__file__).read_text(),
         NEURON_METRICS_POLICY_NAME: json.dumps(neuron_metrics_policy(), indent=2) + "\n",
+        image_file_name(config): render_image_yaml(config),
+        COMPONENT_SCRIPT_NAME: render_component_script(config),
     }
     for name, text in files.items():
         path = out / name

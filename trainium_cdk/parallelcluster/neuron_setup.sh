@@ -3,6 +3,8 @@
 #
 # Every version comes from the arguments (trainium_cdk/versions.py renders them into the cluster
 # configuration), so this file never changes when the Neuron SDK pin does:
+#   --image              build a ParallelCluster image (`pcluster build-image`, trainium_cdk/parallelcluster/
+#                        image.py embeds this script in its component): the compute nodes' Neuron packages only
 #   --sdk VERSION        Neuron SDK release, for the log and /etc/neuron-sdk-version
 #   --apt NAME=VERSION   a Neuron Debian package, pinned (repeatable)
 #   --pip SPEC           a Neuron pip requirement, pinned (repeatable)
@@ -12,15 +14,18 @@
 #   --metrics-program S3URL, --metrics-namespace NS, --metrics-deployment NAME
 #                        compute nodes: neuron-monitor into CloudWatch (trainium_cdk/neuron_metrics.py)
 #
-# Compute nodes get the driver, runtime, collectives and tools; the head node builds the shared venv
-# (one build for the whole cluster: /home is NFS-exported to every node). ParallelCluster installs EFA.
+# Compute nodes get the driver, runtime, collectives and tools, unless their image already has them at the
+# pinned versions with that driver loaded (an image built with --image: then DKMS built the driver once, at
+# image build, and scale-up installs nothing); the head node builds the shared venv (one build for the
+# whole cluster: /home is NFS-exported to every node). ParallelCluster installs EFA.
 set -euo pipefail
 
-SDK="" VENV="/home/ubuntu/aws_neuron_venv_pytorch"
+SDK="" VENV="/home/ubuntu/aws_neuron_venv_pytorch" IMAGE=0
 APT=() PIP=() SBATCH=() PROLOG=()
 METRICS_PROGRAM="" METRICS_NAMESPACE="" METRICS_DEPLOYMENT=""
 while (($#)); do
   case "$1" in
+    --image) IMAGE=1; shift ;;
     --sdk) SDK="$2"; shift 2 ;;
     --apt) APT+=("$2"); shift 2 ;;
     --pip) PIP+=("$2"); shift 2 ;;
@@ -34,12 +39,21 @@ while (($#)); do
   esac
 done
 
-# shellcheck disable=SC1091
-. /etc/parallelcluster/cfnconfig   # cfn_node_type: HeadNode or ComputeFleet
+if ((IMAGE)); then
+  cfn_node_type="Image"   # an image build: no cluster, no node of its own yet
+else
+  # shellcheck disable=SC1091
+  . /etc/parallelcluster/cfnconfig   # cfn_node_type: HeadNode or ComputeFleet
+fi
 # shellcheck disable=SC1091
 . /etc/os-release
 echo "neuron_setup: Neuron SDK ${SDK} on ${cfn_node_type} (${PRETTY_NAME})"
 export DEBIAN_FRONTEND=noninteractive
+DRIVER=""   # the pinned aws-neuronx-dkms version: the driver a node must have loaded
+for spec in "${APT[@]}"; do
+  if [[ "${spec%%=*}" == "aws-neuronx-dkms" ]]; then DRIVER="${spec#*=}"; fi
+done
+APT_FRESH=""
 
 add_neuron_apt_repo() {
   install -d -m 0755 /etc/apt/keyrings
@@ -48,17 +62,59 @@ add_neuron_apt_repo() {
   echo "deb [signed-by=/etc/apt/keyrings/neuron.gpg] https://apt.repos.neuron.amazonaws.com ${VERSION_CODENAME} main" \
     > /etc/apt/sources.list.d/neuron.list
   apt-get update -y
+  APT_FRESH=1
 }
 
-if [[ "${cfn_node_type}" == "ComputeFleet" ]]; then
+# The one home of the Neuron host install: compute nodes at boot, and images at build (--image).
+install_neuron_packages() {
   add_neuron_apt_repo
   apt-get install -y "linux-headers-$(uname -r)" git
   # Debian revisions follow the version (1.2.3.0-<hash>): pin the version, accept the revision.
-  pinned=()
+  # Installing aws-neuronx-dkms builds the driver for the running kernel (DKMS): the slow step of a boot.
+  local pinned=() spec
   for spec in "${APT[@]}"; do pinned+=("${spec}*"); done
   apt-get install -y --allow-downgrades --allow-change-held-packages "${pinned[@]}"
   apt-mark hold "${APT[@]%%=*}"
   echo 'export PATH=/opt/aws/neuron/bin:$PATH' > /etc/profile.d/neuron.sh
+}
+
+# True when every pinned package is installed at its version and the loaded driver is the pinned one.
+neuron_packages_present() {
+  local spec installed loaded=""
+  for spec in "${APT[@]}"; do
+    installed="$(dpkg-query -W -f='${Version}' "${spec%%=*}" 2>/dev/null || true)"
+    [[ "${installed%%-*}" == "${spec#*=}" ]] || return 1
+  done
+  # udev loads the driver when the Neuron devices appear; load it if it has not been yet.
+  [[ -e /sys/module/neuron ]] || modprobe neuron 2>/dev/null || true
+  if [[ -r /sys/module/neuron/version ]]; then read -r loaded < /sys/module/neuron/version || true; fi
+  [[ -n "${DRIVER}" && "${loaded}" == "${DRIVER}" ]]
+}
+
+# neuron_metrics.py needs boto3; an image carries it, so that its nodes run no apt at all.
+install_boto3() {
+  if ! dpkg-query -W -f='${Status}' python3-boto3 2>/dev/null | grep -q "ok installed"; then
+    [[ -n "${APT_FRESH}" ]] || apt-get update -y
+    apt-get install -y python3-boto3
+  fi
+}
+
+if [[ "${cfn_node_type}" == "Image" ]]; then
+  install_neuron_packages
+  install_boto3
+  # What the image is for: the driver built for the kernel it boots. Fail the build otherwise.
+  built="$(modinfo -k "$(uname -r)" -F version neuron 2>/dev/null || true)"
+  if [[ "${built}" != "${DRIVER}" ]]; then
+    echo "neuron_setup: the Neuron driver built for $(uname -r) is '${built}', not ${DRIVER}" >&2
+    exit 1
+  fi
+  apt-get clean
+elif [[ "${cfn_node_type}" == "ComputeFleet" ]]; then
+  if neuron_packages_present; then
+    echo "neuron_setup: Neuron driver ${DRIVER} loaded and every package pinned (the image has them): nothing to install"
+  else
+    install_neuron_packages
+  fi
 
   # Multi-NIC Trn1 nodes: older images map the hostname to the address of another interface in
   # /etc/hosts, and collectives then bind to the wrong one. Map it to the primary address.
@@ -69,7 +125,7 @@ if [[ "${cfn_node_type}" == "ComputeFleet" ]]; then
   echo "${primary_ip} ${domain:+${short}.${domain} }${short}" >> /etc/hosts
 
   if [[ -n "${METRICS_PROGRAM}" ]]; then
-    apt-get install -y python3-boto3
+    install_boto3
     install -d -m 0755 /opt/trainium-cdk
     aws s3 cp --only-show-errors "${METRICS_PROGRAM}" /opt/trainium-cdk/neuron_metrics.py
     /usr/bin/python3 /opt/trainium-cdk/neuron_metrics.py install \

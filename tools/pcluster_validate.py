@@ -18,22 +18,9 @@ before it leaves the process, so a validator this list forgets fails loudly inst
 from __future__ import annotations
 
 import json
-import os
 import sys
 
-os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
-
-import botocore.client  # noqa: E402
-from botocore.exceptions import NoCredentialsError  # noqa: E402
-
-
-def _offline(self, operation_name, api_params):  # noqa: ANN001
-    raise NoCredentialsError()
-
-
-botocore.client.BaseClient._make_api_call = _offline  # type: ignore[method-assign]
-
+from _pcluster_offline import flatten  # noqa: E402  (first: it cuts AWS off)
 from marshmallow import ValidationError  # noqa: E402
 from pcluster.config.common import CapacityType  # noqa: E402
 from pcluster.constants import MAX_COMPUTE_RESOURCES_PER_QUEUE, MAX_NUMBER_OF_QUEUES  # noqa: E402
@@ -49,20 +36,6 @@ from pcluster.validators.cluster_validators import (  # noqa: E402
     SharedStorageMountDirValidator,
     SharedStorageNameValidator,
 )
-
-
-def _flatten(messages, path=""):  # noqa: ANN001
-    if isinstance(messages, dict):
-        for key, value in messages.items():
-            yield from _flatten(value, f"{path}.{key}" if path else str(key))
-    elif isinstance(messages, list) and all(isinstance(m, str) for m in messages):
-        for message in messages:
-            yield f"{path or 'config'}: {message}"
-    elif isinstance(messages, list):
-        for i, value in enumerate(messages):
-            yield from _flatten(value, f"{path}.{i}")
-    else:
-        yield f"{path or 'config'}: {messages}"
 
 
 def _offline_validators(cluster, name):  # noqa: ANN001
@@ -116,7 +89,7 @@ def validate(name: str, config: dict) -> dict[str, list[str]]:
     try:
         cluster = ClusterSchema(cluster_name=name).load(config)
     except ValidationError as err:
-        return {"errors": sorted(_flatten(err.messages)), "warnings": []}
+        return {"errors": sorted(flatten(err.messages)), "warnings": []}
     errors: list[str] = []
     warnings: list[str] = []
     for where, validator, arguments in _offline_validators(cluster, name):

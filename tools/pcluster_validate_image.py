@@ -19,22 +19,9 @@ through AWS at `pcluster build-image`. Every AWS call is refused before it leave
 from __future__ import annotations
 
 import json
-import os
 import sys
 
-os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
-
-import botocore.client  # noqa: E402
-from botocore.exceptions import NoCredentialsError  # noqa: E402
-
-
-def _offline(self, operation_name, api_params):  # noqa: ANN001
-    raise NoCredentialsError()
-
-
-botocore.client.BaseClient._make_api_call = _offline  # type: ignore[method-assign]
-
+from _pcluster_offline import flatten  # noqa: E402  (first: it cuts AWS off)
 from marshmallow import ValidationError  # noqa: E402
 from pcluster.aws.ec2 import Ec2Client  # noqa: E402
 from pcluster.constants import PCLUSTER_IMAGE_ID_REGEX  # noqa: E402
@@ -46,20 +33,6 @@ from pcluster.validators.imagebuilder_validators import ComponentsValidator  # n
 ROOT_VOLUME_TYPE = "gp3"
 
 
-def _flatten(messages, path=""):  # noqa: ANN001
-    if isinstance(messages, dict):
-        for key, value in messages.items():
-            yield from _flatten(value, f"{path}.{key}" if path else str(key))
-    elif isinstance(messages, list) and all(isinstance(m, str) for m in messages):
-        for message in messages:
-            yield f"{path or 'config'}: {message}"
-    elif isinstance(messages, list):
-        for i, value in enumerate(messages):
-            yield from _flatten(value, f"{path}.{i}")
-    else:
-        yield f"{path or 'config'}: {messages}"
-
-
 def validate(name: str, config: dict) -> dict[str, list[str]]:
     import re
 
@@ -69,7 +42,7 @@ def validate(name: str, config: dict) -> dict[str, list[str]]:
     try:
         image = ImageBuilderSchema().load(config)
     except ValidationError as err:
-        return {"errors": errors + sorted(_flatten(err.messages)), "warnings": []}
+        return {"errors": errors + sorted(flatten(err.messages)), "warnings": []}
     warnings: list[str] = []
     checks = [("Build.Components", ComponentsValidator, {"components": image.build.components})]
     if image.image and image.image.root_volume and image.image.root_volume.size:

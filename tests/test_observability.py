@@ -77,7 +77,12 @@ def test_alarms_on_neuron_hardware_errors_and_failed_nodes(eks):
     assert hardware["Namespace"] == "ContainerInsights"
     assert hardware["ComparisonOperator"] == "GreaterThanThreshold" and hardware["Threshold"] == 0
     assert "AcceleratedHardwareReady" in hardware["AlarmDescription"]
-    assert "cluster_failed_node_count" in alarms
+    # The alarm that fires when the node monitoring agent sets AcceleratedHardwareReady=False: Container
+    # Insights counts a node with any bad condition as failed.
+    failed = alarms["cluster_failed_node_count"]
+    assert failed["Statistic"] == "Maximum" and failed["Threshold"] == 0
+    assert failed["ComparisonOperator"] == "GreaterThanThreshold"
+    assert "AcceleratedHardwareReady" in failed["AlarmDescription"]
 
 
 def test_dashboard_shows_neuron_efa_and_fsx(app, eks):

@@ -99,7 +99,11 @@ class ClusterObservability(Construct):
         )
         self.failed_nodes = cw.Alarm(
             self, "FailedNodes",
-            alarm_description=f"{cluster_name}: nodes are not Ready (node repair acts on them after about 10 minutes).",
+            # Container Insights counts a node as failed when any node condition is bad: Ready, and the
+            # node monitoring agent's AcceleratedHardwareReady (CloudWatch "Container Insights metrics
+            # EKS", cluster_failed_node_count). This is the alarm on a Neuron device gone bad.
+            alarm_description=f"{cluster_name}: nodes with a failing condition (not Ready, or AcceleratedHardwareReady="
+            "False from the node monitoring agent); node repair replaces them after about 10 minutes.",
             metric=cw.Metric(namespace=CONTAINER_INSIGHTS, metric_name=FAILED_NODES_METRIC,
                              dimensions_map=dimensions, statistic="Maximum", period=PERIOD),
             threshold=0, comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,

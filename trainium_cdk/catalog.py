@@ -119,6 +119,23 @@ BUILTIN_INSTANCE_TYPES: tuple[InstanceSpec, ...] = (
         name="trn2u.48xlarge", accelerator="Trainium2", neuron_devices=16, neuron_cores=64, efa_interfaces=16,
         network_cards=16, vcpus=192, memory_gib=2048, network_gbps=3200,
     ),
+    # Trn3 (Trainium3) is not here: EC2 publishes no Trn3 instance type to key an entry on, nor its EFA
+    # layout (checked 2026-11). What is public:
+    # - 8 NeuronCore-v4 per Trainium3, with logical NeuronCores as on Trainium2 (Neuron docs, Trainium3
+    #   Architecture:
+    #   https://awsdocs-neuron.readthedocs-hosted.com/en/v2.29.1/about-neuron/arch/neuron-hardware/trainium3.html).
+    # - Trn3 comes as UltraServers: Gen1 of 4 servers x 16 Trainium3 (768 vCPUs, 8,192 GiB, 12,800 Gbps
+    #   EFA per UltraServer), Gen2 of 36 servers x 4 (2,304 vCPUs, 27,648 GiB, 28,800 Gbps) (Neuron docs,
+    #   Amazon EC2 Trn3 Architecture:
+    #   https://awsdocs-neuron.readthedocs-hosted.com/en/v2.28.1/about-neuron/arch/neuron-hardware/trn3-arch.html);
+    #   per server that divides to 192 / 2,048 GiB / 3,200 Gbps and 64 / 768 GiB / 800 Gbps, which no page states.
+    # - TorchNeuron (the native track) runs on Trn2 and Trn3 (Neuron 2.33.0 release notes, TorchNeuron).
+    # Missing: the instance type names (the EC2 API model of botocore 1.44.5, cfn-lint 1.58 and moto 5.2.5
+    # list no trn3 type; the Neuron driver's platform table, aws-neuron-driver v4/neuron_dhal_v4.c, names
+    # trn3.48xlarge, trn3p.48xlarge, trn3e.24xlarge and trn3pd98.3xlarge beside internal -dev/-es variants,
+    # none of them in EC2's documentation), EFA interfaces and network cards per type, AZs and prices.
+    # Until EC2 publishes them, a Trn3 type goes under the config's custom_instance_types with the facts
+    # `aws ec2 describe-instance-types` gives in the account that can launch it.
     InstanceSpec(
         name="inf2.xlarge", accelerator="Inferentia2", neuron_devices=1, neuron_cores=2, efa_interfaces=0,
         network_cards=1, vcpus=4, memory_gib=16, network_gbps=15, for_training=False,

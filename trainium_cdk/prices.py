@@ -70,13 +70,17 @@ LUSTRE_GB_MONTH: Mapping[tuple[str, int | None], Price] = MappingProxyType({
 
 
 def instance_price(instance_type: str) -> Price:
-    """The hourly price of an instance type; a general-purpose size is its .large price scaled."""
+    """The hourly price of an instance type; a general-purpose size is its .large price scaled.
+
+    A type the table cannot price (a config's ``custom_instance_types``, such as a Trn3 type, for which
+    AWS lists no price; or a head node type outside the table) costs 0 here, marked assumed with a note
+    naming it, so that a bill still adds up everything else and says what it left out."""
     if instance_type in INSTANCE_HOURLY:
         return INSTANCE_HOURLY[instance_type]
     family, _, size = instance_type.partition(".")
     base = INSTANCE_HOURLY.get(f"{family}.large")
     if base is None or size not in SIZE_FACTOR:
-        raise KeyError(instance_type)
+        return Price(0.0, assumed=True, note=f"{instance_type} has no price in trainium_cdk/prices.py: not counted")
     return Price(round(base.usd * SIZE_FACTOR[size], 5), base.assumed, base.note)
 
 

@@ -7,7 +7,7 @@ them start the same launcher (``trainium_cdk.launcher``).
 from __future__ import annotations
 
 from trainium_cdk.catalog import InstanceSpec
-from trainium_cdk.names import CACHE_DIR_NAME, CHECKPOINT_ROOT, LOCAL_CACHE_ROOT, SHARED_MOUNT
+from trainium_cdk.names import CACHE_DIR_NAME, LOCAL_CACHE_ROOT, SHARED_MOUNT
 
 # The paths (the shared mount, the compile cache, checkpoints) are in trainium_cdk.names.
 # The interface a container's sockets (torchrun, the Neuron bootstrap) use to reach other nodes: a pod's

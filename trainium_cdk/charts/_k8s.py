@@ -17,12 +17,11 @@ from cdk8s import ApiObject, JsonPatch
 from constructs import Construct
 
 from trainium_cdk.errors import ConfigError, one_of
-from trainium_cdk.names import NEURON_TAINT_KEY, TRAINING_NAMESPACE
+from trainium_cdk.names import NEURON_TAINT_KEY
 
 KUBE_SYSTEM = "kube-system"
 SYSTEM_NODE_CRITICAL = "system-node-critical"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-NEURON_TAINT = NEURON_TAINT_KEY
 EFA_TAINT = "aws.amazon.com/efa"
 CHART_LABELS = {"app.kubernetes.io/part-of": "trainium-cdk", "app.kubernetes.io/managed-by": "cdk8s"}
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
@@ -132,7 +131,7 @@ def toleration(key: str, effect: str | None = None) -> dict[str, str]:
 
 # Device plugins and node agents must also land on nodes reserved for critical add-ons.
 CRITICAL_ADDONS_ONLY = toleration("CriticalAddonsOnly")
-NEURON_NO_SCHEDULE = toleration(NEURON_TAINT, "NoSchedule")
+NEURON_NO_SCHEDULE = toleration(NEURON_TAINT_KEY, "NoSchedule")
 
 
 def instance_type_affinity(instance_types: Sequence[str]) -> dict[str, Any]:

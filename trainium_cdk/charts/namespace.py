@@ -13,7 +13,8 @@ from __future__ import annotations
 from cdk8s import Chart
 from constructs import Construct
 
-from trainium_cdk.charts._k8s import CHART_LABELS, TRAINING_NAMESPACE, api_object, check_name, check_choice
+from trainium_cdk.charts._k8s import CHART_LABELS, api_object, check_choice, check_name
+from trainium_cdk.names import TRAINING_NAMESPACE
 from trainium_cdk.versions import KUBERNETES_VERSION
 
 PSA_LEVELS = ("privileged", "baseline", "restricted")

@@ -18,13 +18,15 @@ from constructs import Construct
 from trainium_cdk import versions
 from trainium_cdk.catalog import EFA_RESOURCE, NEURON_RESOURCE
 from trainium_cdk.charts._k8s import (
-    CHART_LABELS, INSTANCE_TYPE_LABEL, NEURON_NO_SCHEDULE, POD_SECURITY, TRAINING_NAMESPACE, api_object, check_name,
+    CHART_LABELS, INSTANCE_TYPE_LABEL, NEURON_NO_SCHEDULE, POD_SECURITY, api_object, check_name,
     container_security, workload,
 )
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.jobs import JobSpec
 from trainium_cdk.launcher import LEADER_TASK, RANK_OFFSET_VARIABLE, WORKER_TASK
-from trainium_cdk.names import CLAIM_NAME, GROUP_LABEL, JOB_LABEL, QUEUE_NAME, RANK_LABEL, SHARED_MOUNT
+from trainium_cdk.names import (
+    CLAIM_NAME, GROUP_LABEL, JOB_LABEL, QUEUE_NAME, RANK_LABEL, SHARED_MOUNT, TRAINING_NAMESPACE,
+)
 
 # Karpenter neither consolidates nor drifts a node running a pod so annotated: a gang loses no member
 # to a voluntary disruption mid-run (Karpenter docs, concepts/disruption). Ignored without Karpenter.

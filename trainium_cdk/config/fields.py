@@ -1,6 +1,6 @@
 """Checks that several settings share: one rule and one message each.
 
-A field takes one as its type (``name: Name``); a model validator calls :func:`ipv4_network`.
+A field takes one as its type (``name: Name``). CIDR checks are in trainium_cdk.addressing.
 """
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-from trainium_cdk.addressing import ipv4_network  # noqa: F401  (re-exported: the config's CIDR checks)
 from trainium_cdk.catalog import AZ_ID, LOG_RETENTION_DAYS
-from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.errors import one_of
 
 # A name that goes into resource names, Kubernetes labels and Slurm queues: a project, a compute
 # group, a pipeline stage. 23 characters leave room for the suffixes stack and resource names add.

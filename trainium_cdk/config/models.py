@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trainium_cdk.addressing import check_subnets_fit, check_vpc_cidr
+from trainium_cdk.addressing import check_subnets_fit, check_vpc_cidr, ipv4_network
 from trainium_cdk.catalog import (
     LUSTRE_COMPRESSION_TYPES,
     LUSTRE_THROUGHPUT_MB_PER_TIB,
@@ -26,7 +26,7 @@ from trainium_cdk.catalog import (
     Catalog,
     InstanceSpec,
 )
-from trainium_cdk.config.fields import AZ_ID_RULE, AccountId, LogRetentionDays, Name, check_az_id, ipv4_network
+from trainium_cdk.config.fields import AZ_ID_RULE, AccountId, LogRetentionDays, Name, check_az_id
 from trainium_cdk import backends as backend_registry
 from trainium_cdk.config.validation import check_backends, check_deployment, check_offerings_shape, check_track
 from trainium_cdk.errors import ConfigError, one_of

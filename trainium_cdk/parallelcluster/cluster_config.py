@@ -20,7 +20,7 @@ from trainium_cdk.names import SHARED_MOUNT
 from trainium_cdk.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
 from trainium_cdk.parallelcluster.parts import (
     HEAD_NODE_SCRIPT_NAME, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, PROLOG_NAME, SETUP_SCRIPT_NAME,
-    SSM_POLICY, ClusterIds, NeuronMetrics, S3Object, neuron_metrics_policy,
+    SSM_POLICY, ClusterIds, NeuronMetrics, S3Object,
 )
 from trainium_cdk.versions import PARALLELCLUSTER_VERSION, XLA_TRACK, NeuronTrack
 

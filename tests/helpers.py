@@ -44,7 +44,12 @@ CFN_LINT_UNKNOWN_TYPES = ("trn2u.48xlarge",)
 
 
 def for_type(instance_type: str, **group: Any) -> dict[str, Any]:
-    """config_with() arguments for a single group of ``instance_type`` in a region cfn-lint knows."""
+    """config_with() arguments for a single group of ``instance_type`` in a region cfn-lint knows (one
+    node per job for a type without EFA: the config refuses more)."""
+    from trainium_cdk.catalog import DEFAULT_CATALOG
+
+    if not DEFAULT_CATALOG.get(instance_type).has_efa:
+        group = {"nodes": 1, **group}
     if instance_type in TRN2_TYPES:
         return {**US_EAST_2, "group": {"instance_type": instance_type, "az_ids": "use2-az3", **group}}
     return {"group": {"instance_type": instance_type, **group}}

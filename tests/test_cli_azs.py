@@ -16,7 +16,7 @@ from tests.test_cli_support import (
 )
 from trainium_cdk.cli import yaml_edit
 from trainium_cdk.cli._common import CliError
-from trainium_cdk.config import load_config
+from trainium_cdk.config import ConfigError, load_config
 
 # What moto 5.2.5 answers in us-west-2 (its AZ names map to these IDs in its fake account).
 MOTO_TRN1 = {"us-west-2b": "usw2-az1", "us-west-2d": "usw2-az4"}
@@ -191,5 +191,6 @@ def test_edit_handles_layouts(text):
 
 def test_edit_refuses_a_duplicated_key():
     text = "instance_offerings: {}\nproject: x\ninstance_offerings: {}\n"
-    with pytest.raises(CliError, match="2 times"):
+    # The parse refuses it first (YAML alone would keep the later block), naming both lines.
+    with pytest.raises(ConfigError, match="key 'instance_offerings' first at line 1, named again at line 3"):
         yaml_edit.with_offerings(text, instance_type="t", region="us-west-2", az_ids=["usw2-az1"], path=Path("c"))

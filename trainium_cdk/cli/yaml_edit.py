@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from trainium_cdk.cli._common import CliError
+from trainium_cdk.config.loading import parse_yaml
 from trainium_cdk.errors import ConfigError
 
 KEY = "instance_offerings"
@@ -30,10 +31,7 @@ HEADER_COMMENT = "# AZ IDs that offer each instance type, per region: written by
 
 
 def load_raw(text: str, path: str | Path) -> dict[str, Any]:
-    try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError("config", str(path), f"valid YAML ({err})") from None
+    raw = parse_yaml(text, path) or {}
     if not isinstance(raw, dict):
         raise ConfigError("config", str(path), "a YAML mapping of settings at the top level")
     return raw
@@ -89,8 +87,8 @@ def with_offerings(text: str, *, instance_type: str, region: str, az_ids: Sequen
     expected = dict(raw)
     expected[KEY] = offerings
     try:
-        reparsed = yaml.safe_load(new_text)
-    except yaml.YAMLError:
+        reparsed = parse_yaml(new_text, path)
+    except ConfigError:
         reparsed = None
     if reparsed != expected:
         raise CliError(

@@ -20,6 +20,7 @@ from trainium_cdk.config.loading import (
     build_config,
     format_validation_error,
     load_config,
+    parse_yaml,
     read_config_file,
 )
 from trainium_cdk.config.models import (
@@ -81,5 +82,6 @@ __all__ = [
     "build_config",
     "format_validation_error",
     "load_config",
+    "parse_yaml",
     "read_config_file",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 
 from trainium_cdk.catalog import AZ_ID, LOG_RETENTION_DAYS
 from trainium_cdk.errors import one_of
@@ -39,6 +39,18 @@ def check_az_id(value: str) -> str:
     return value
 
 
+def unquoted_account_id(value: object) -> object:
+    """YAML reads an unquoted 111111111111 as a number (and 012345678901 loses its leading zero):
+    say to quote it, before pydantic's bare "Input should be a valid string"."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        example = str(value) if len(str(value)) == 12 else "012345678901"
+        raise ValueError(
+            f'a 12-digit AWS account id as a string: quote it in the YAML (account: "{example}"); unquoted, '
+            "YAML reads a number"
+        )
+    return value
+
+
 def check_account_id(value: str) -> str:
     if not re.match(r"^[0-9]{12}$", value):
         raise ValueError("a 12-digit AWS account id")
@@ -47,4 +59,4 @@ def check_account_id(value: str) -> str:
 
 Name = Annotated[str, AfterValidator(check_name)]
 LogRetentionDays = Annotated[int, AfterValidator(check_log_retention)]
-AccountId = Annotated[str, AfterValidator(check_account_id)]
+AccountId = Annotated[str, BeforeValidator(unquoted_account_id), AfterValidator(check_account_id)]

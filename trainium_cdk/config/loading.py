@@ -157,6 +157,54 @@ def build_config(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
         raise format_validation_error(err) from None
 
 
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping that names one key twice: YAML itself keeps the later value without a word."""
+
+
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that names a key twice (merge keys ``<<`` may still
+    override: that is what they are for)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:
+                continue  # an unhashable key: the safe loader's own error follows
+            if first is not None:
+                raise DuplicateKeyError(
+                    f"key {key!r} first at line {first.line + 1}", first,
+                    f"named again at line {key_node.start_mark.line + 1}", key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, path: str | Path) -> Any:
+    """The YAML document of ``text`` (from ``path``, for messages); any way it is not valid YAML, or
+    names a key twice, is a one-line ConfigError with the file, line and column."""
+    try:
+        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - StrictLoader is a SafeLoader
+    except DuplicateKeyError as err:
+        mark = err.problem_mark
+        assert mark is not None and err.context_mark is not None
+        raise ConfigError(
+            "config", f"{path}:{mark.line + 1}:{mark.column + 1}",
+            f"each key once per mapping ({err.context}, {err.problem}; YAML would silently keep only the later one)",
+        ) from None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = " ".join(x for x in (err.context, err.problem) if x)
+        raise ConfigError("config", where, f"valid YAML ({problem})") from None
+    except yaml.YAMLError as err:
+        raise ConfigError("config", str(path), "valid YAML (" + " ".join(str(err).split()) + ")") from None
+
+
 def read_config_file(path: Path) -> dict[str, Any]:
     """The YAML mapping of a config file; every way it can be unreadable is a one-line ConfigError."""
     try:
@@ -167,15 +215,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError("config", str(path), "a YAML file, not a directory") from None
     except (PermissionError, UnicodeDecodeError) as err:
         raise ConfigError("config", str(path), f"a readable UTF-8 YAML file ({type(err).__name__})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        problem = " ".join(x for x in (err.context, err.problem) if x)
-        raise ConfigError("config", where, f"valid YAML ({problem})") from None
-    except yaml.YAMLError as err:
-        raise ConfigError("config", str(path), "valid YAML (" + " ".join(str(err).split()) + ")") from None
+    raw = parse_yaml(text, path)
     if raw is None:
         raise ConfigError(
             "config", str(path), "a YAML mapping of settings, not an empty file (-c config=default: the built-in defaults)"

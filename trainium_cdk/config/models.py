@@ -28,7 +28,9 @@ from trainium_cdk.catalog import (
 )
 from trainium_cdk.config.fields import AZ_ID_RULE, AccountId, LogRetentionDays, Name, check_az_id
 from trainium_cdk import backends as backend_registry
-from trainium_cdk.config.validation import check_backends, check_deployment, check_offerings_shape, check_track
+from trainium_cdk.config.validation import (
+    check_backends, check_deployment, check_offerings_shape, check_single_node_types, check_track,
+)
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.jobs import JobSpec
 from trainium_cdk.names import QUEUE_NAME
@@ -609,6 +611,7 @@ class Config(_Model):
         check_deployment(self)
         check_backends(self)
         check_track(self)
+        check_single_node_types(self)
         return self
 
     @property

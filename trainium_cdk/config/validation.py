@@ -126,6 +126,21 @@ def check_deployment(config: Config) -> None:
         raise ConfigError("storage.compute_group", config.storage.compute_group, "a compute group; " + one_of(names))
 
 
+def check_single_node_types(config: Config) -> None:
+    """A training group of a type without EFA (trn1.2xlarge) with ``nodes`` above 1 would be a
+    "distributed" group whose jobs every backend quietly runs on one node (a Batch container job, a
+    one-pod EKS job, a one-node Slurm script): refused, naming the field. Inference types run no
+    training jobs, so their ``nodes`` is only a node count."""
+    for i, group in enumerate(config.compute_groups):
+        spec = config.spec(group)
+        if spec.for_training and not spec.has_efa and group.nodes > 1:
+            raise ConfigError(
+                f"compute_groups[{i}].nodes", group.nodes,
+                f"1: {spec.name} has no EFA, so a job cannot span nodes on any backend (max_nodes may stay "
+                f"higher: that many one-node jobs at once; -c nodes=1)",
+            )
+
+
 def check_backends(config: Config) -> None:
     """What a backend cannot deploy, rejected here rather than by its construct during synth: each
     deployed backend's own check (its ``check`` in trainium_cdk/backends.py)."""

@@ -209,11 +209,14 @@ def test_launch_template_wires_every_efa_interface_of_the_catalog(every_type, in
     }
 
 
-NEURON_ECS_AMI_PARAMETER = versions.XLA_TRACK.ami_parameter(versions.BATCH_AMI_KIND)
+NEURON_ECS_AMI_PARAMETER = versions.XLA_TRACK.ecs_neuron_ami_parameter
 
 
-def test_nodes_run_the_tracks_release_named_ecs_neuron_ami_parameter(every_type):
-    assert NEURON_ECS_AMI_PARAMETER == "/trainium-cdk/neuron/2.29.1/ecs-neuron/image_id"
+def test_nodes_run_aws_s_immutable_per_ami_name_ecs_neuron_parameter(every_type):
+    assert NEURON_ECS_AMI_PARAMETER == (
+        "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/"
+        "al2023-ami-ecs-neuron-hvm-2023.0.20260922-kernel-6.1-x86_64/image_id"
+    )
     template = every_type.template_json("batch")
     parameters = {k: v for k, v in template["Parameters"].items() if v.get("Default") == NEURON_ECS_AMI_PARAMETER}
     (parameter_id,) = parameters  # one parameter for every group

@@ -33,6 +33,7 @@ from trainium_cdk.cli import doctor as doctor_module
 from trainium_cdk.cli.doctor import PASS, SKIP, WARN, CommandResult, Doctor
 from trainium_cdk.config import build_config
 from trainium_cdk.versions import NATIVE_TRACK, XLA_TRACK
+from tests.amis import publish_ami
 
 RESERVATION = "cr-0123456789abcdef0"
 
@@ -87,9 +88,13 @@ def reservation(**changes: Any) -> dict[str, Any]:
     return {"CapacityReservations": [r]}
 
 
+DOCKER_VERSION = ("docker", "version")
+
+
 @pytest.fixture
-def ready(aws: AwsCalls) -> AwsCalls:
-    """An account where the default config passes every check."""
+def ready(aws: AwsCalls, machine: Machine) -> AwsCalls:
+    """An account where the default config passes every check, from a machine whose Docker answers."""
+    machine.answers[DOCKER_VERSION] = CommandResult(0, "Client: 27.3.1\nServer: 27.3.1\n")
     boto3.client("ssm", region_name=REGION).put_parameter(
         Name="/cdk-bootstrap/hnb659fds/version", Value="30", Type="String"
     )
@@ -124,7 +129,8 @@ def test_everything_passes_on_a_ready_account(ready, tmp_path):
     assert "trn1.32xlarge is offered in usw2-az4" in line(result, "PASS", "offering train")
     assert "512 vCPUs (applied)" in line(result, "PASS", "quota L-2C3B7624")
     assert "version 30" in line(result, "PASS", "CDK bootstrap")
-    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 6 PASS: ready to deploy")
+    assert "the eks stack builds the MLP example image" in line(result, "PASS", "container engine")
+    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 7 PASS: ready to deploy")
     assert ready.of("GetServiceQuota") == [{"ServiceCode": "ec2", "QuotaCode": "L-2C3B7624"}]
     assert ready.of("DescribeInstanceTypeOfferings")[0]["LocationType"] == "availability-zone-id"
 
@@ -429,11 +435,11 @@ def test_native_track_pins_are_the_ones_compared(machine):
 def test_doctor_on_the_default_machine_prints_the_skip_line_outside_the_summary(ready, tmp_path):
     result = doctor(config_file(tmp_path))
     assert "no Neuron tools here" in line(result, SKIP, "neuron versions")
-    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 6 PASS: ready to deploy")
+    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 7 PASS: ready to deploy")
 
 
 def test_doctor_on_a_node_warns_on_a_driver_mismatch_and_counts_it(ready, machine, tmp_path):
-    machine.answers = {
+    machine.answers |= {
         NEURON_LS: devices(16),
         rpm("aws-neuronx-dkms"): CommandResult(0, "2.21.37.0"),
         PIP_SHOW: pip_show(),
@@ -442,7 +448,7 @@ def test_doctor_on_a_node_warns_on_a_driver_mismatch_and_counts_it(ready, machin
     assert result.code == 0
     assert "2.21.37.0, but the xla track pins 2.27.4.0" in line(result, WARN, "neuron driver")
     assert "install aws-neuronx-dkms 2.27.4.0" in fix_after(result, WARN, "neuron driver")
-    assert result.out.rstrip().endswith("0 FAIL, 1 WARN, 7 PASS: ready to deploy (read the WARN lines)")
+    assert result.out.rstrip().endswith("0 FAIL, 1 WARN, 8 PASS: ready to deploy (read the WARN lines)")
 
 
 def test_a_node_without_credentials_still_gets_its_neuron_versions(no_credentials, machine, tmp_path):
@@ -451,3 +457,84 @@ def test_a_node_without_credentials_still_gets_its_neuron_versions(no_credential
     assert result.code == 1
     assert "skipped" in line(result, "WARN", "other checks")
     assert f"aws-neuronx-dkms {XLA_TRACK.driver}: xla track pins" in line(result, PASS, "neuron driver")
+
+
+# -- AMIs and the container engine: what a deploy needs besides the account ------------------------------
+
+
+def test_batch_ami_is_aws_s_per_ami_name_parameter_of_the_region(ready, machine, tmp_path):
+    result = doctor(config_file(tmp_path, backends=["batch"]))
+    assert result.code == 0, result.out
+    assert f"{XLA_TRACK.ecs_neuron_ami} is ami-" in line(result, PASS, "AMI batch")
+    assert {"Name": XLA_TRACK.ecs_neuron_ami_parameter} in ready.of("GetParameter")
+    # A Batch-only deployment builds no image: no container engine is asked for.
+    assert "container engine" not in result.out and DOCKER_VERSION not in machine.ran
+
+
+def test_batch_ami_not_published_in_the_region_fails_naming_the_field(ready, tmp_path, monkeypatch):
+    import dataclasses
+
+    from trainium_cdk import versions
+
+    missing = "al2023-ami-ecs-neuron-hvm-2099.0.20990101-kernel-6.1-x86_64"
+    monkeypatch.setitem(versions.NEURON_TRACKS, "xla", dataclasses.replace(XLA_TRACK, ecs_neuron_ami=missing))
+    result = doctor(config_file(tmp_path, backends=["batch"]))
+    assert result.code == 1
+    assert f"{missing} is not published in us-west-2" in line(result, "FAIL", "AMI batch")
+    assert "set batch.ami_id" in fix_after(result, "FAIL", "AMI batch")
+
+
+def test_dlami_of_the_tracks_sdk_release_resolves_to_the_newest(ready, tmp_path):
+    old = publish_ami(REGION, "Deep Learning AMI Neuron (Ubuntu 24.04) 20260502",
+                      "Deep Learning AMI Neuron SDK 2.29.1", dt.datetime(2026, 5, 2, tzinfo=dt.UTC))
+    new = publish_ami(REGION, "Deep Learning AMI Neuron (Ubuntu 24.04) 20260520",
+                      "Deep Learning AMI Neuron SDK 2.29.1", dt.datetime(2026, 5, 20, tzinfo=dt.UTC))
+    result = doctor(config_file(tmp_path, backends=["instance"]))
+    assert result.code == 0, result.out
+    found = line(result, PASS, "AMI instance")
+    assert f"Deep Learning AMI Neuron (Ubuntu 24.04) 20260520 ({new}" in found and old not in found
+    assert ready.of("DescribeImages") == [
+        {"Owners": ["amazon"], "Filters": XLA_TRACK.dlami.filters(), "IncludeDeprecated": True}
+    ]
+
+
+def test_dlami_missing_for_the_flavour_fails_with_the_query_to_list_them(ready, tmp_path):
+    result = doctor(config_file(tmp_path, backends=["instance"], instance={"dlami": "base/amazon-linux-2023"}))
+    assert result.code == 1
+    assert ("no DLAMI named 'Deep Learning Base Neuron AMI (Amazon Linux 2023)*' with description "
+            "'*Neuron SDK 2.29.1*'") in line(result, "FAIL", "AMI instance")
+    assert "set instance.dlami" in fix_after(result, "FAIL", "AMI instance")
+
+
+def test_an_explicit_ami_id_is_checked_in_the_region(ready, tmp_path):
+    mine = publish_ami(REGION, "my-dlami", "built by us", dt.datetime(2026, 7, 1, tzinfo=dt.UTC), owner_alias=None)
+    result = doctor(config_file(tmp_path, backends=["instance", "batch"], instance={"ami_id": mine},
+                                batch={"ami_id": "ami-0123456789abcdef0"}))
+    assert f"{mine} (instance.ami_id): my-dlami" in line(result, PASS, "AMI instance")
+    assert "ami-0123456789abcdef0 (batch.ami_id) is not an available AMI in us-west-2" in line(result, "FAIL", "AMI batch")
+    assert ready.of("DescribeImages") == [{"ImageIds": ["ami-0123456789abcdef0"]}, {"ImageIds": [mine]}]
+
+
+def test_no_docker_fails_when_the_eks_stack_builds_an_image(ready, machine, tmp_path):
+    del machine.answers[DOCKER_VERSION]
+    result = doctor(config_file(tmp_path))
+    assert result.code == 1
+    assert "docker not found (CDK_DOCKER=docker); the eks stack builds the MLP example image" in line(
+        result, "FAIL", "container engine")
+    assert "export CDK_DOCKER=finch" in fix_after(result, "FAIL", "container engine")
+
+
+def test_a_docker_without_its_daemon_fails(ready, machine, tmp_path):
+    machine.answers[DOCKER_VERSION] = CommandResult(1, "Client: 27.3.1\n")
+    result = doctor(config_file(tmp_path))
+    assert "`docker version` failed (exit 1): is its daemon running?" in line(result, "FAIL", "container engine")
+
+
+def test_finch_through_cdk_docker_passes(ready, machine, tmp_path, monkeypatch):
+    del machine.answers[DOCKER_VERSION]
+    machine.answers[("finch", "version")] = CommandResult(0, "Client: v1.4\n")
+    monkeypatch.setenv("CDK_DOCKER", "finch")
+    result = doctor(config_file(tmp_path))
+    assert result.code == 0, result.out
+    assert "finch answers" in line(result, PASS, "container engine")
+    assert ("finch", "version") in machine.ran

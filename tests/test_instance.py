@@ -12,7 +12,7 @@ from aws_cdk.assertions import Template
 from tests.helpers import cfn_lint_errors, config_with, nag_violations, resources, synth
 from trainium_cdk.config import ConfigError
 from trainium_cdk.catalog import DEFAULT_CATALOG
-from trainium_cdk.constructs.dev_instance import DevInstance, dlami_parameter
+from trainium_cdk.constructs.dev_instance import DevInstance
 
 SSM_AMI_TYPE = "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
 OPEN = ("0.0.0.0/0", "::/0")
@@ -66,14 +66,20 @@ def test_no_port_open_to_the_internet(request, fixture):
             assert rule.get("CidrIp") not in OPEN and rule.get("CidrIpv6") not in OPEN, (path.name, rule)
 
 
-@pytest.mark.parametrize(("fixture", "dlami"), [("default", "multi-framework/ubuntu-24.04"), ("variant", "base/amazon-linux-2023")])
-def test_ami_is_the_tracks_release_named_dlami_parameter_resolved_at_deploy(request, fixture, dlami):
+@pytest.mark.parametrize(
+    ("fixture", "name"),
+    [("default", "Deep Learning AMI Neuron (Ubuntu 24.04)*"), ("variant", "Deep Learning Base Neuron AMI (Amazon Linux 2023)*")],
+)
+def test_ami_is_the_tracks_sdk_release_dlami_looked_up_at_deploy(request, fixture, name):
     result = request.getfixturevalue(fixture)
     template = result.template_json("instance")
     image = _instance(result)["ImageId"]
-    parameter = template["Parameters"][image["Ref"]]
-    assert parameter["Type"] == SSM_AMI_TYPE
-    assert parameter["Default"] == f"/trainium-cdk/neuron/2.29.1/dlami/{dlami}/image_id" == dlami_parameter(dlami)
+    lookup = template["Resources"][image["Fn::GetAtt"][0]]
+    assert lookup["Type"] == "Custom::AmiLookup" and image["Fn::GetAtt"][1] == "ImageId"
+    filters = {f["Name"]: f["Values"] for f in lookup["Properties"]["Filters"]}
+    assert filters["name"] == [name] and filters["description"] == ["*Neuron SDK 2.29.1*"]
+    assert lookup["Properties"]["Owners"] == ["amazon"]
+    assert not any(p["Type"] == SSM_AMI_TYPE for p in template.get("Parameters", {}).values())
 
 
 @pytest.mark.parametrize(
@@ -102,11 +108,15 @@ def test_instance_type_and_private_subnet_of_the_chosen_az(default, variant):
 
 def test_role_is_ssm_only(default):
     template = default.template_json("instance")
-    (role,) = resources(template, "AWS::IAM::Role").values()
+    (role_id, role), = [
+        (k, r) for k, r in resources(template, "AWS::IAM::Role").items()
+        if "ec2.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])
+    ]
     assert "AmazonSSMManagedInstanceCore" in json.dumps(role["Properties"]["ManagedPolicyArns"])
     assert len(role["Properties"]["ManagedPolicyArns"]) == 1
     assert "Policies" not in role["Properties"]
-    assert resources(template, "AWS::IAM::Policy") == {}
+    # The only other role is the AMI lookup function's (tests/test_ami.py); no policy names the instance's.
+    assert all(role_id not in json.dumps(p["Properties"]["Roles"]) for p in resources(template, "AWS::IAM::Policy").values())
 
 
 def test_fsx_mounted_with_the_efa_group_when_storage_is_deployed(default, variant):
@@ -182,7 +192,7 @@ def test_offered_check_on_an_explicit_az():
 @pytest.mark.parametrize(
     ("instance", "message"),
     [
-        ({"dlami": "ubuntu"}, "Neuron DLAMI SSM prefix"),
+        ({"dlami": "ubuntu"}, "a Neuron DLAMI flavour <kind>/<os>"),
         ({"root_volume_gib": 100}, "at least 512 GiB"),
         ({"az_id": "us-west-2a"}, "AZ ID"),
     ],

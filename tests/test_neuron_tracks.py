@@ -18,7 +18,7 @@ from trainium_cdk.config import build_config
 from trainium_cdk.dist import write_dist
 from trainium_cdk.errors import ConfigError
 from trainium_cdk import versions
-from trainium_cdk.versions import BATCH_AMI_KIND, DLAMI_KIND, NEURON_TRACKS
+from trainium_cdk.versions import NEURON_TRACKS
 
 # trn2 in us-east-2, where CloudFormation's and cfn-lint's instance data know it (synth validates it).
 TRN2_OFFERINGS = {"trn2.48xlarge": {"us-east-2": ["use2-az3", "use2-az2"]}}
@@ -69,20 +69,19 @@ def _pins(name: str, config, app) -> dict[str, dict[str, str]]:
     container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
     (template,) = resources(batch, "AWS::EC2::LaunchTemplate").values()
     user_data = json.dumps(template["Properties"]["LaunchTemplateData"]["UserData"])
-    ami = [p["Default"] for p in batch["Parameters"].values() if p.get("Default", "").endswith("/image_id")]
     (driver,) = set(re.findall(r"aws-neuronx-dkms-([0-9.]+[0-9])", user_data))
     # The image is a Fn::Join of the region token and the repository:tag.
     pins["batch"] = {
         "image_tag": "".join(_strings(container["Image"])).rsplit(":", 1)[1],
-        "release": ami[0].split("/")[3],
         "driver": driver,
     }
     assets = json.loads((app.outdir / f"{app.stacks.backends['eks'].artifact_id}.assets.json").read_text())
     (image,) = assets["dockerImages"].values()
     pins["eks"] = {"image_tag": image["source"]["dockerBuildArgs"]["BASE_TAG"]}
     instance = app.template_json("instance")
-    (dlami,) = [p["Default"] for p in instance["Parameters"].values() if f"/{DLAMI_KIND}/" in p.get("Default", "")]
-    pins["instance"] = {"release": dlami.split("/")[3]}
+    (lookup,) = resources(instance, "Custom::AmiLookup").values()
+    (description,) = [f["Values"][0] for f in lookup["Properties"]["Filters"] if f["Name"] == "description"]
+    pins["instance"] = {"release": re.fullmatch(r"\*Neuron SDK ([0-9.]+)\*", description).group(1)}
     if "parallelcluster" in config.backends:
         (cluster,) = resources(app.template_json("parallelcluster"), "Custom::PclusterCluster").values()
         cluster_config = cluster["Properties"]["ClusterConfiguration"]
@@ -109,8 +108,8 @@ def test_the_tracks_disagree_with_each_other_only_where_their_tables_do():
     assert xla.neuron_release in xla.training_image_tag and native.neuron_release in native.training_image_tag
     for track in (xla, native):
         assert track.apt_packages["aws-neuronx-dkms"] == track.driver
-        assert track.ami_parameter(BATCH_AMI_KIND) == f"/trainium-cdk/neuron/{track.neuron_release}/ecs-neuron/image_id"
-        assert track.neuron_release in track.dlami.description
+        assert track.ecs_neuron_ami_parameter.startswith("/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/")
+        assert track.dlami.description == f"*Neuron SDK {track.neuron_release}*"
 
 
 def test_no_ami_or_image_reference_follows_latest_or_recommended(deployed):
@@ -131,7 +130,7 @@ def test_moving_references_are_recognised():
                    "{{resolve:ssm:/aws/service/neuron/dlami/base/ubuntu-24.04/latest/image_id}}"):
         assert MOVING.search(moving), moving
     for pinned in (versions.KARPENTER_AMI_ALIAS, versions.NEURON_DEVICE_PLUGIN_IMAGE,
-                   NEURON_TRACKS["xla"].ami_parameter(BATCH_AMI_KIND)):
+                   NEURON_TRACKS["xla"].ecs_neuron_ami_parameter):
         assert not MOVING.search(pinned), pinned
 
 

@@ -36,6 +36,9 @@ class Backend:
     :param check: ``module:function(config)`` raising ConfigError for what it cannot deploy. Default: none.
     :param idle_cost: ``module:function(config, region) -> list`` of `trn cost` lines billed while no job
         runs. Default: none.
+    :param image_build: ``module:function(config) -> str | None``: the container image its stack builds at
+        deploy (a Docker image asset: the deploying machine needs Docker or Finch), or None. `trn doctor`
+        checks for a container engine when one does. Default: none (builds nothing).
     """
 
     name: str
@@ -45,6 +48,7 @@ class Backend:
     jobs: str | None = None
     check: str | None = None
     idle_cost: str | None = None
+    image_build: str | None = None
 
     def load_stack(self) -> Any:
         return _load(self.stack)
@@ -63,6 +67,9 @@ class Backend:
 
     def idle_lines(self, config: Any, region: str) -> list[Any]:
         return list(_load(self.idle_cost)(config, region)) if self.idle_cost else []
+
+    def builds_image(self, config: Any) -> str | None:
+        return _load(self.image_build)(config) if self.image_build else None
 
 
 _REGISTRY: dict[str, Backend] = {}
@@ -101,6 +108,11 @@ def _load(ref: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), attribute)
 
 
+def eks_image_build(config: Any) -> str | None:  # noqa: ARG001 - the EKS stack always builds it
+    """TrainingWorkloads builds the MLP example image (a DockerImageAsset) on every EKS deploy."""
+    return "the MLP example image (trainium_cdk/examples/mlp/Dockerfile)"
+
+
 register(Backend(
     name="eks",
     summary="EKS with Trainium nodes (Karpenter or managed node groups), device plugins, FSx, Volcano",
@@ -109,6 +121,7 @@ register(Backend(
     jobs="trainium_cdk.cli.eks_jobs",
     check="trainium_cdk.config.validation:check_eks",
     idle_cost="trainium_cdk.cost:eks_idle",
+    image_build="trainium_cdk.backends:eks_image_build",
 ))
 register(Backend(
     name="batch",

@@ -248,6 +248,15 @@ LOG_RETENTION_DAYS = dict(
 # (us-west-2 -> usw2) and a number, the same in every account, unlike AZ names.
 REGION_CODE = re.compile(r"^([a-z]{2})-([a-z]+)-([0-9])$")
 AZ_ID = re.compile(r"^([a-z]+[0-9])-az([0-9]+)$")
+# EC2 image ids: 8 hex digits (older) or 17; matched whole (re.fullmatch).
+AMI_ID = re.compile(r"ami-[0-9a-f]{8,17}")
+AMI_ID_RULE = "an AMI id such as ami-0123456789abcdef0"
+
+
+def check_ami_id(value: str, field: str = "ami_id") -> str:
+    if not isinstance(value, str) or not AMI_ID.fullmatch(value):
+        raise ConfigError(field, value, AMI_ID_RULE)
+    return value
 REGION_DIRECTIONS = MappingProxyType({
     "north": "n", "south": "s", "east": "e", "west": "w", "central": "c",
     "northeast": "ne", "northwest": "nw", "southeast": "se", "southwest": "sw",

@@ -69,25 +69,88 @@ def parallelcluster_provider_template_url(region: str, url_suffix: str = "amazon
 # -- Neuron software tracks -------------------------------------------------------------------------
 # One table per supported track: every backend (EKS and Batch containers, ParallelCluster hosts, the
 # development instance) reads the track its config names, so that driver, runtime and framework agree.
-# AMIs are never `latest` or `recommended` (they move under a running cluster): each is a release-named
-# SSM parameter of this project (AMI_PARAMETER_PREFIX/<release>/<kind>/image_id), written once per
-# region from the documented query in `ami_queries` (README, "Neuron tracks"); a new release is a new
-# parameter name, so a template change, never a silent move.
-AMI_PARAMETER_PREFIX = "/trainium-cdk/neuron"
-DLAMI_KIND = "dlami"
-# Recorded from ECS's "Amazon Linux 2023 (Neuron)" AMI: AWS's parameter path is
-# /aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/... (`inf/` is Amazon Linux 2's Neuron
-# variant): aws-cdk-lib 2.275 EcsOptimizedImage builds that path for AL2023 + AmiHardwareType.NEURON
-# (aws/aws-cdk PR 34689, citing the ECS "Retrieving Amazon ECS-optimized AMI metadata" page).
-BATCH_AMI_KIND = "ecs-neuron"
+# AMIs are never `latest` or `recommended` (they move under a running cluster), and never a parameter
+# the user has to write: each is pinned by name and resolved by the app itself (see below).
+
+# Batch nodes: the ECS-optimized AL2023 AMI's Neuron variant, by AMI name, through the immutable
+# per-AMI-name public parameter AWS publishes beside `recommended` in every region:
+# /aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/<ami-name>/image_id (the ECS guide's
+# "Retrieving Amazon ECS-optimized Linux AMI metadata": `amazon-linux-2023/neuron/<version>`;
+# `inf/` is Amazon Linux 2's Neuron variant). The name below is in aws/amazon-ecs-ami's release
+# 20260922 and in the Parameter Store dump moto 5.2.5 ships (moto/ssm/resources/ecs/optimized_amis,
+# every region); tests/test_ami.py reads that dump. The user data then installs the track's driver
+# when the AMI carries another one, so one ECS AMI serves every track.
+ECS_NEURON_AMI_PARAMETER_PREFIX = "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron"
+ECS_NEURON_AMI_NAME = "al2023-ami-ecs-neuron-hvm-2023.0.20260922-kernel-6.1-x86_64"
+
+
+def ecs_neuron_ami_parameter(ami_name: str) -> str:
+    """The public SSM parameter holding the image id of the ECS AL2023 Neuron AMI named ``ami_name``."""
+    return f"{ECS_NEURON_AMI_PARAMETER_PREFIX}/{ami_name}/image_id"
+
+
+# Development instance: the Neuron DLAMI. Neuron publishes SSM parameters only for `latest` ("Support
+# for finding specific Neuron SDK version DLAMIs will be added in future releases"); a given SDK's DLAMI
+# is the newest image owned by amazon whose name is the flavour's and whose description says "Neuron SDK
+# <release>" (Neuron DLAMI guide, "Finding a DLAMI for a specific Neuron SDK version"). The app resolves
+# that at deploy time in the stack's region (constructs/ami_lookup.py) and keeps it for the stack's life.
+AMI_OWNER = "amazon"
+AMI_ARCHITECTURE = "x86_64"  # every Trainium and Inferentia host
 
 
 @dataclass(frozen=True)
 class AmiQuery:
-    """How to find the AMI of a track with `aws ec2 describe-images` (owner amazon), newest first."""
+    """An AMI as `aws ec2 describe-images --owners amazon` finds it, newest CreationDate first."""
 
     name: str
     description: str = "*"
+    owner: str = AMI_OWNER
+    architecture: str = AMI_ARCHITECTURE
+
+    def filters(self) -> list[dict[str, list[str]]]:
+        """DescribeImages filters (the same in the deploy-time lookup and in `trn doctor`)."""
+        found = [
+            {"Name": "name", "Values": [self.name]},
+            {"Name": "architecture", "Values": [self.architecture]},
+            {"Name": "state", "Values": ["available"]},
+        ]
+        if self.description != "*":
+            found.insert(1, {"Name": "description", "Values": [self.description]})
+        return found
+
+    @property
+    def os_family(self) -> str:
+        """ubuntu or amazon-linux: the root device and login user differ."""
+        return "amazon-linux" if "Amazon Linux" in self.name else "ubuntu"
+
+
+# DLAMI flavours as Neuron names them below /aws/service/neuron/dlami/ (<kind>/<os>), and the AMI names
+# of each (Neuron DLAMI guide, "SSM Parameter Prefix" table): multi-framework and base, or a single
+# framework "<framework>-<version>" such as pytorch-2.9 or jax-0.10.
+DLAMI_OS_NAMES = {"ubuntu-24.04": "Ubuntu 24.04", "ubuntu-22.04": "Ubuntu 22.04", "amazon-linux-2023": "Amazon Linux 2023"}
+DLAMI_KIND_NAMES = {"multi-framework": "Deep Learning AMI Neuron", "base": "Deep Learning Base Neuron AMI"}
+DLAMI_FRAMEWORK_NAMES = {
+    "pytorch": "PyTorch", "jax": "JAX", "tensorflow": "TensorFlow", "pytorch-inference-vllm": "PyTorch Inference vLLM",
+}
+DLAMI_FLAVOUR_RULE = (
+    "a Neuron DLAMI flavour <kind>/<os>: kind multi-framework, base or <framework>-<version> (framework "
+    + ", ".join(DLAMI_FRAMEWORK_NAMES) + "), os " + ", ".join(DLAMI_OS_NAMES)
+    + "; such as multi-framework/ubuntu-24.04, base/amazon-linux-2023 or pytorch-2.9/ubuntu-24.04"
+)
+
+
+def dlami_name(flavour: str) -> str | None:
+    """The AMI name pattern of a DLAMI flavour, or None when the flavour is not one Neuron names."""
+    kind, _, os_key = flavour.partition("/")
+    os_name = DLAMI_OS_NAMES.get(os_key)
+    if os_name is None:
+        return None
+    if kind in DLAMI_KIND_NAMES:
+        return f"{DLAMI_KIND_NAMES[kind]} ({os_name})*"
+    framework, _, version = kind.rpartition("-")
+    if framework in DLAMI_FRAMEWORK_NAMES and version and all(p.isdigit() for p in version.split(".")):
+        return f"Deep Learning AMI Neuron {DLAMI_FRAMEWORK_NAMES[framework]} {version} ({os_name})*"
+    return None
 
 
 @dataclass(frozen=True)
@@ -105,8 +168,8 @@ class NeuronTrack:
     pip_packages: Mapping[str, str]
     framework: str  # the torch-neuronx line the training code imports
     training_image_tag: str
-    dlami: AmiQuery
-    batch_ami: AmiQuery
+    dlami: AmiQuery  # the development instance's DLAMI when the config names no flavour
+    ecs_neuron_ami: str  # the AMI name of the Batch nodes' ECS-optimized AL2023 Neuron AMI
     eks_ami_release: str  # a dated awslabs/amazon-eks-ami release (vYYYYMMDD) of the EKS AL2023 Neuron AMI
     parallelcluster_os: str
     python: str
@@ -119,9 +182,19 @@ class NeuronTrack:
     def collectives(self) -> str:
         return self.apt_packages["aws-neuronx-collectives"]
 
-    def ami_parameter(self, kind: str) -> str:
-        """The release-named SSM parameter holding this track's AMI of ``kind`` (dlami or ecs-neuron)."""
-        return f"{AMI_PARAMETER_PREFIX}/{self.neuron_release}/{kind}/image_id"
+    @property
+    def ecs_neuron_ami_parameter(self) -> str:
+        """The public per-AMI-name SSM parameter of the Batch nodes' AMI (immutable: never moves)."""
+        return ecs_neuron_ami_parameter(self.ecs_neuron_ami)
+
+    def dlami_query(self, flavour: str | None = None) -> AmiQuery:
+        """The DLAMI of this track's Neuron SDK release: the track's own, or a flavour's (see dlami_name)."""
+        if flavour is None:
+            return self.dlami
+        name = dlami_name(flavour)
+        if name is None:
+            raise ValueError(DLAMI_FLAVOUR_RULE)
+        return AmiQuery(name, f"*Neuron SDK {self.neuron_release}*")
 
 
 # XLA track: Neuron 2.29.1 (2026-05-01; 2.29.0 2026-04-09). Why this release: "Neuron no longer supports
@@ -150,7 +223,7 @@ XLA_TRACK = NeuronTrack(
     training_image_tag="2.9.0-neuronx-py312-sdk2.29.1-ubuntu24.04",
     # Neuron DLAMI guide: a DLAMI of a given SDK is found by its description ("Neuron SDK <version>").
     dlami=AmiQuery("Deep Learning AMI Neuron (Ubuntu 24.04)*", "*Neuron SDK 2.29.1*"),
-    batch_ami=AmiQuery("*ecs*neuron*"),
+    ecs_neuron_ami=ECS_NEURON_AMI_NAME,
     eks_ami_release="v20260930",
     parallelcluster_os="ubuntu2404",
     python="3.12",
@@ -179,7 +252,7 @@ NATIVE_TRACK = NeuronTrack(
     training_image_tag="2.14.0-neuronx-py314-sdk2.33.0-ubuntu26.04",
     # "Deep Learning AMI Neuron torch-neuronx 2.14.0" (Ubuntu 24.04 and 26.04; setup/pytorch/update-dlami, 2.33.0).
     dlami=AmiQuery("Deep Learning AMI Neuron torch-neuronx 2.14.0 (Ubuntu 24.04)*", "*Neuron SDK 2.33.0*"),
-    batch_ami=AmiQuery("*ecs*neuron*"),
+    ecs_neuron_ami=ECS_NEURON_AMI_NAME,
     eks_ami_release="v20260930",
     parallelcluster_os="ubuntu2404",
     python="3.12",

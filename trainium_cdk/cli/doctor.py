@@ -16,6 +16,7 @@ import argparse
 import datetime as dt
 import fnmatch
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
@@ -36,6 +37,7 @@ from trainium_cdk.cli._common import (
     session,
 )
 from trainium_cdk.cli._errors import CREDENTIALS_HINT
+from trainium_cdk import backends as backend_registry
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.versions import NeuronTrack
 
@@ -46,6 +48,8 @@ DEFAULT_BOOTSTRAP_QUALIFIER = "hnb659fds"
 # Synthesized templates refuse bootstrap versions 1-5 (the CheckBootstrapVersion rule).
 MIN_BOOTSTRAP_VERSION = 6
 TOOLKIT_STACK = "CDKToolkit"
+# The CDK CLI's switch for another container engine (Finch, Podman) than docker.
+CDK_DOCKER = "CDK_DOCKER"
 # Reservation states in which nodes can launch now / later.
 USABLE_NOW = ("active",)
 USABLE_LATER = ("scheduled", "payment-pending", "pending", "assessing", "delayed")
@@ -94,7 +98,8 @@ class Check:
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "doctor",
-        help="preflight before a deploy: credentials, AZ offerings, vCPU quota, reservations, CDK bootstrap",
+        help="preflight before a deploy: credentials, AZ offerings, vCPU quota, reservations, CDK bootstrap, AMIs, "
+        "container engine",
         description="Check the account against the config before `cdk deploy`. Exit code 1 when a check FAILs.",
     )
     p.add_argument("--config", metavar="PATH", help="config YAML (default: config/default.yaml)")
@@ -163,9 +168,11 @@ class Doctor:
                 ("vCPU quota", "servicequotas:GetServiceQuota", self.quotas),
                 ("capacity", "ec2:DescribeCapacityReservations", self.capacity),
                 ("CDK bootstrap", "ssm:GetParameter", self.bootstrap),
+                ("AMI", "ssm:GetParameter and ec2:DescribeImages", self.amis),
             ):
                 emit(self._guard(name, action, check))
-        # Local: needs no credentials (a compute node often has none of the deployer's).
+        # Local: need no credentials (a compute node often has none of the deployer's).
+        emit(self.container_engine())
         emit(self.neuron_versions())
         return checks
 
@@ -470,6 +477,88 @@ class Doctor:
                          "allow ssm:GetParameter on /cdk-bootstrap/* to check its version")
         return Check(WARN, "CDK bootstrap", f"{TOOLKIT_STACK} stack is {status} but {parameter} is missing",
                      "a custom qualifier? set @aws-cdk/core:bootstrapQualifier in cdk.json, or " + fix)
+
+    def amis(self) -> list[Check]:
+        """The AMI each deployed backend that picks one will boot, found in the region as the deploy will."""
+        checks = []
+        if "batch" in self.config.backends:
+            checks.append(self._batch_ami())
+        if "instance" in self.config.backends:
+            checks.append(self._dlami())
+        return checks
+
+    def _batch_ami(self) -> Check:
+        from botocore.exceptions import ClientError
+
+        if self.config.batch.ami_id is not None:
+            return self._given_ami("AMI batch", self.config.batch.ami_id, "batch.ami_id")
+        track = self.config.neuron_track
+        parameter = track.ecs_neuron_ami_parameter
+        try:
+            image_id = self.client("ssm").get_parameter(Name=parameter)["Parameter"]["Value"]
+        except ClientError as error:
+            if error_code(error) != "ParameterNotFound":
+                raise
+            return Check(
+                FAIL, "AMI batch", f"{track.ecs_neuron_ami} is not published in {self.config.region} ({parameter})",
+                "set batch.ami_id to an ECS-optimized AL2023 Neuron AMI of this region: `aws ssm get-parameter --name "
+                "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id` names the newest",
+            )
+        return Check(PASS, "AMI batch", f"{track.ecs_neuron_ami} is {image_id} in {self.config.region} "
+                     "(AWS's per-AMI-name parameter: it never moves)")
+
+    def _dlami(self) -> Check:
+        from trainium_cdk.lambdas.ami_lookup.index import NoMatchingImage, newest_image
+
+        if self.config.instance.ami_id is not None:
+            return self._given_ami("AMI instance", self.config.instance.ami_id, "instance.ami_id")
+        track = self.config.neuron_track
+        query = track.dlami_query(self.config.instance.dlami)
+        try:
+            image = newest_image(self.client("ec2"), [query.owner], query.filters())
+        except NoMatchingImage:
+            return Check(
+                FAIL, "AMI instance", f"no DLAMI named {query.name!r} with description {query.description!r} "
+                f"(Neuron SDK {track.neuron_release}) in {self.config.region}",
+                "set instance.dlami to a flavour Neuron published for this release (`aws ec2 describe-images --owners "
+                f"amazon --filters 'Name=description,Values={query.description}' --query 'Images[].Name'`), or "
+                "instance.ami_id",
+            )
+        return Check(PASS, "AMI instance", f"{image.get('Name')} ({image['ImageId']}, {image.get('CreationDate', '?')}): "
+                     "the deploy resolves this one and keeps it")
+
+    def _given_ami(self, name: str, ami_id: str, field: str) -> Check:
+        from botocore.exceptions import ClientError
+
+        try:
+            images = self.client("ec2").describe_images(ImageIds=[ami_id])["Images"]
+        except ClientError as error:
+            if not error_code(error).startswith("InvalidAMIID"):
+                raise
+            images = []
+        if not images or images[0].get("State", "available") != "available":
+            return Check(FAIL, name, f"{ami_id} ({field}) is not an available AMI in {self.config.region}",
+                         f"set {field} to an AMI of {self.config.region} (AMI ids differ per region)")
+        return Check(PASS, name, f"{ami_id} ({field}): {images[0].get('Name', '?')}")
+
+    # -- this machine --------------------------------------------------------------------------------
+
+    def container_engine(self) -> list[Check]:
+        """Docker (or Finch, through CDK_DOCKER) when a deployed stack builds a container image."""
+        builds = [(b.name, what) for b in backend_registry.deployed(self.config) if (what := b.builds_image(self.config))]
+        if not builds:
+            return []
+        engine = os.environ.get(CDK_DOCKER, "docker")
+        why = "; ".join(f"the {name} stack builds {what}" for name, what in builds)
+        fix = (f"start Docker, or install Finch and `export {CDK_DOCKER}=finch` (`finch vm start`); the engine "
+               "must answer `docker version` before `cdk deploy`")
+        answer = self._run([engine, "version"])
+        if answer is None:
+            return [Check(FAIL, "container engine", f"{engine} not found ({CDK_DOCKER}={engine}); {why}", fix)]
+        if answer.code != 0:
+            return [Check(FAIL, "container engine", f"`{engine} version` failed (exit {answer.code}): is its daemon "
+                          f"running? {why}", fix)]
+        return [Check(PASS, "container engine", f"{engine} answers; {why}")]
 
     # -- this machine's Neuron software ------------------------------------------------------------
 

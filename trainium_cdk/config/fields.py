@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator
 
-from trainium_cdk.catalog import AZ_ID, LOG_RETENTION_DAYS
+from trainium_cdk.catalog import AMI_ID, AMI_ID_RULE, AZ_ID, LOG_RETENTION_DAYS
 from trainium_cdk.errors import one_of
 
 # A name that goes into resource names, Kubernetes labels and Slurm queues: a project, a compute
@@ -57,6 +57,13 @@ def check_account_id(value: str) -> str:
     return value
 
 
+def check_ami(value: str) -> str:
+    if not AMI_ID.fullmatch(value):
+        raise ValueError(AMI_ID_RULE)
+    return value
+
+
 Name = Annotated[str, AfterValidator(check_name)]
+AmiId = Annotated[str, AfterValidator(check_ami)]
 LogRetentionDays = Annotated[int, AfterValidator(check_log_retention)]
 AccountId = Annotated[str, BeforeValidator(unquoted_account_id), AfterValidator(check_account_id)]

@@ -26,7 +26,7 @@ from trainium_cdk.catalog import (
     Catalog,
     InstanceSpec,
 )
-from trainium_cdk.config.fields import AZ_ID_RULE, AccountId, LogRetentionDays, Name, check_az_id
+from trainium_cdk.config.fields import AZ_ID_RULE, AccountId, AmiId, LogRetentionDays, Name, check_az_id
 from trainium_cdk import backends as backend_registry
 from trainium_cdk.config.validation import (
     check_backends, check_deployment, check_offerings_shape, check_single_node_types, check_track,
@@ -34,7 +34,7 @@ from trainium_cdk.config.validation import (
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.jobs import JobSpec
 from trainium_cdk.names import QUEUE_NAME
-from trainium_cdk.versions import NEURON_TRACKS, NeuronTrack
+from trainium_cdk.versions import DLAMI_FLAVOUR_RULE, NEURON_TRACKS, NeuronTrack, dlami_name
 
 BACKENDS = backend_registry.names()  # trainium_cdk/backends.py, in stack order
 # What `cdk destroy` may do to the file system: CloudFormation snapshots only volumes and databases,
@@ -306,6 +306,11 @@ class BatchSettings(_Model):
     job_timeout_minutes: int = Field(1440, description="A job attempt is stopped after this many minutes.")
     retry_attempts: int = Field(2, description="Attempts of a job (1 to 10).")
     log_retention_days: LogRetentionDays = Field(30, description="Retention of the job log group, days.")
+    ami_id: AmiId | None = Field(
+        None,
+        description="AMI of the nodes (ECS-optimized, with the Neuron driver); default: the track's ECS-optimized "
+        "AL2023 Neuron AMI, read from AWS's public per-AMI-name parameter (versions.py).",
+    )
 
     @field_validator("retry_attempts")
     @classmethod
@@ -402,9 +407,14 @@ class InstanceSettings(_Model):
     instance_type: str = Field("trn1.2xlarge", description="An instance type of the catalog.")
     az_id: str | None = Field(None, description="AZ ID; default: the first VPC AZ known to offer the type.")
     root_volume_gib: int = Field(512, description="Encrypted gp3 root volume, GiB (Neuron asks for 512 or more).")
-    dlami: str = Field(
-        "multi-framework/ubuntu-24.04",
-        description="Neuron DLAMI flavour; the AMI id is read from /trainium-cdk/neuron/<release>/dlami/<this>/image_id.",
+    dlami: str | None = Field(
+        None,
+        description="Neuron DLAMI flavour such as multi-framework/ubuntu-24.04 or base/amazon-linux-2023; its image "
+        "of the track's Neuron SDK release is found at deploy (by name and description) and kept. Default: the "
+        "track's DLAMI (versions.py).",
+    )
+    ami_id: AmiId | None = Field(
+        None, description="AMI to boot instead (of the same OS as dlami); default: the DLAMI found at deploy."
     )
     instance_connect_endpoint: bool = Field(False, description="Add an EC2 Instance Connect endpoint.")
     mount_storage: bool = Field(True, description="Mount the FSx file system at /fsx when storage is deployed.")
@@ -423,12 +433,9 @@ class InstanceSettings(_Model):
 
     @field_validator("dlami")
     @classmethod
-    def _dlami(cls, value: str) -> str:
-        if not re.match(r"^[a-z0-9][a-z0-9._-]*/(ubuntu-2[24]\.04|amazon-linux-2023)$", value):
-            raise ValueError(
-                "a Neuron DLAMI SSM prefix below /aws/service/neuron/dlami/, such as multi-framework/ubuntu-24.04, "
-                "base/amazon-linux-2023 or pytorch-2.9/ubuntu-24.04"
-            )
+    def _dlami(cls, value: str | None) -> str | None:
+        if value is not None and dlami_name(value) is None:
+            raise ValueError(DLAMI_FLAVOUR_RULE)
         return value
 
 

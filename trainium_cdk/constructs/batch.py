@@ -23,7 +23,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from trainium_cdk import neuron_metrics
-from trainium_cdk.catalog import InstanceSpec
+from trainium_cdk.catalog import InstanceSpec, check_ami_id
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
@@ -38,13 +38,13 @@ from trainium_cdk.training_env import (
     CONTAINER_SOCKET_IFNAME, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
 )
 from trainium_cdk.versions import (
-    BATCH_AMI_KIND, NEURON_DLC_ACCOUNT, NEURON_TRAINING_IMAGE_REPOSITORY, XLA_TRACK, NeuronTrack, neuron_training_image,
+    NEURON_DLC_ACCOUNT, NEURON_TRAINING_IMAGE_REPOSITORY, XLA_TRACK, NeuronTrack, neuron_training_image,
 )
 
-# The nodes run the "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, pinned through the
-# track's release-named SSM parameter (versions.py: never ECS's `recommended`, which moves under a
-# running compute environment). The user data then installs the track's driver version if the AMI
-# carries another one, so that driver and container agree whatever AMI build was recorded.
+# The nodes run the "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, pinned by AMI name
+# through AWS's immutable per-AMI-name public parameter (versions.py: never ECS's `recommended`, which
+# moves under a running compute environment). The user data then installs the track's driver version
+# if the AMI carries another one, so that driver and container agree whatever AMI build is pinned.
 NEURON_YUM_REPO = "https://yum.repos.neuron.amazonaws.com"
 EFA_INSTALLER_URL = "https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz"
 # The ECS agent registers less memory than the instance has (kernel, agent): a job asking for all of
@@ -122,8 +122,10 @@ class TrainiumBatch(Construct):
     :param retry_attempts: attempts of a job, 1 to 10; default 2.
     :param log_retention: retention of the job log group; default one month.
     :param log_removal_policy: what deleting the stack does to the job log group; default destroy.
-    :param track: the Neuron track (versions.py): the default image, the node AMI parameter and the
-        driver version; default: the XLA track.
+    :param track: the Neuron track (versions.py): the default image, the node AMI and the driver
+        version; default: the XLA track.
+    :param ami_id: the nodes' AMI (an ECS-optimized AMI with the Neuron driver, such as one you built);
+        default: the track's ECS-optimized AL2023 Neuron AMI, through AWS's public per-AMI-name parameter.
     :param storage: the FSx for Lustre file system, mounted at /fsx on the nodes and in the jobs;
         default none (the Neuron compile cache then stays in each container).
     :param name_prefix: prefix of the job queue and job definition names; default: generated names.
@@ -158,6 +160,7 @@ class TrainiumBatch(Construct):
         storage: LustreStorage | None = None,
         name_prefix: str | None = None,
         metrics_deployment: str | None = None,
+        ami_id: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         maximum = max_nodes if max_nodes is not None else nodes
@@ -165,6 +168,8 @@ class TrainiumBatch(Construct):
             spec=spec, subnets=subnets, security_groups=security_groups, nodes=nodes, maximum=maximum,
             command=command, retry_attempts=retry_attempts,
         )
+        if ami_id is not None:
+            check_ami_id(ami_id)
         self.track = track
         self.group_name = group_name
         self.spec = spec
@@ -182,8 +187,9 @@ class TrainiumBatch(Construct):
                 "which a Capacity Block needs; use the EKS backend for capacity blocks.",
             )
 
-        self.image_parameter = track.ami_parameter(BATCH_AMI_KIND)
-        image_id = ec2.MachineImage.from_ssm_parameter(self.image_parameter).get_image(self).image_id
+        # AWS publishes the parameter in every region: the template reads it at deploy, synth stays offline.
+        self.image_parameter = None if ami_id is not None else track.ecs_neuron_ami_parameter
+        image_id = ami_id or ec2.MachineImage.from_ssm_parameter(track.ecs_neuron_ami_parameter).get_image(self).image_id
         self.launch_template = EfaLaunchTemplate(
             self,
             "LaunchTemplate",

@@ -1,10 +1,11 @@
 """DevInstance: one Trainium (or Inferentia) instance for development, on the Neuron DLAMI.
 
 Private subnet, no inbound rule from anywhere: reached with SSM Session Manager (or, as an option, an
-EC2 Instance Connect endpoint inside the VPC). The AMI is the DLAMI's public SSM parameter, resolved
-by CloudFormation at deploy time, so synth stays offline. The parameter is the Neuron track's
-release-named one (versions.py), never the DLAMI's `latest`: since Neuron 2.32 the latest DLAMIs carry no
-PyTorch/XLA environment, and a moving AMI would drift from the pinned SDK.
+EC2 Instance Connect endpoint inside the VPC). The AMI is the DLAMI of the Neuron track's SDK release,
+found at deploy time by name and description (AmiLookup: Neuron publishes SSM parameters only for
+`latest`) and kept for the life of the stack, so synth stays offline. Never the DLAMI's `latest`: since
+Neuron 2.32 the latest DLAMIs carry no PyTorch/XLA environment, and a moving AMI would drift from the
+pinned SDK.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from trainium_cdk.catalog import InstanceSpec
+from trainium_cdk.catalog import InstanceSpec, check_ami_id
+from trainium_cdk.constructs.ami_lookup import AmiLookup, ImageIdImage
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.lustre_client import mount_commands as lustre_mount_commands
 from trainium_cdk.names import CACHE_DIR_NAME, SHARED_MOUNT
-from trainium_cdk.versions import DLAMI_KIND, XLA_TRACK, NeuronTrack
+from trainium_cdk.versions import XLA_TRACK, AmiQuery, NeuronTrack
 
-DEFAULT_DLAMI = "multi-framework/ubuntu-24.04"
 # The Neuron setup guides ask for at least 512 GiB.
 DEFAULT_ROOT_VOLUME_GIB = 512
 SSH_PORT = 22
@@ -30,13 +31,12 @@ ROOT_DEVICE = {"ubuntu": "/dev/sda1", "amazon-linux": "/dev/xvda"}
 OS_USER = {"ubuntu": "ubuntu", "amazon-linux": "ec2-user"}
 
 
-def dlami_parameter(dlami: str, track: NeuronTrack = XLA_TRACK) -> str:
-    """The release-named SSM parameter holding the image id of a Neuron DLAMI flavour of ``track``."""
-    return track.ami_parameter(f"{DLAMI_KIND}/{dlami}")
-
-
-def dlami_family(dlami: str) -> str:
-    return "ubuntu" if dlami.rsplit("/", 1)[-1].startswith("ubuntu") else "amazon-linux"
+def dlami_query(dlami: str | None, track: NeuronTrack = XLA_TRACK) -> AmiQuery:
+    """The DLAMI of ``track``'s Neuron SDK release: the track's own, or the flavour ``dlami``'s."""
+    try:
+        return track.dlami_query(dlami)
+    except ValueError as err:
+        raise ConfigError("dlami", dlami, str(err)) from None
 
 
 class DevInstance(Construct):
@@ -48,8 +48,9 @@ class DevInstance(Construct):
     :param vpc_subnets: where the instance goes (the first subnet selected, as with ``ec2.Instance``):
         pick a subnet in an AZ that offers the instance type; default: the VPC's default selection (its
         private subnets).
-    :param dlami: the Neuron DLAMI flavour (the SSM prefix below the track's DLAMI parameters, such as
-        ``base/amazon-linux-2023``); default ``multi-framework/ubuntu-24.04``.
+    :param dlami: the Neuron DLAMI flavour, as Neuron names them below /aws/service/neuron/dlami/
+        (``multi-framework/ubuntu-24.04``, ``base/amazon-linux-2023``, ``pytorch-2.9/ubuntu-24.04``); its
+        image of the track's SDK release is found at deploy; default: the track's DLAMI (versions.py).
     :param root_volume_gib: the encrypted gp3 root volume, GiB; default 512.
     :param instance_connect_endpoint: add an EC2 Instance Connect endpoint (SSH from inside the VPC) in
         the instance's subnet; default false.
@@ -57,6 +58,8 @@ class DevInstance(Construct):
     :param storage_client_group: the security group the file system accepts clients from (the EFA
         group); required with ``storage``.
     :param track: the Neuron track whose DLAMI the instance boots; default: the XLA track.
+    :param ami_id: boot this AMI instead (of the same OS as ``dlami``: the root device and user follow
+        it); default: the DLAMI found at deploy.
     """
 
     def __init__(
@@ -67,20 +70,25 @@ class DevInstance(Construct):
         vpc: ec2.IVpc,
         spec: InstanceSpec,
         vpc_subnets: ec2.SubnetSelection | None = None,
-        dlami: str = DEFAULT_DLAMI,
+        dlami: str | None = None,
         root_volume_gib: int = DEFAULT_ROOT_VOLUME_GIB,
         instance_connect_endpoint: bool = False,
         storage: LustreStorage | None = None,
         storage_client_group: ec2.ISecurityGroup | None = None,
         track: NeuronTrack = XLA_TRACK,
+        ami_id: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if storage is not None and storage_client_group is None:
             raise ConfigError("storage_client_group", None, "the security group FSx accepts clients from")
+        if ami_id is not None:
+            check_ami_id(ami_id)
         subnet = _first_subnet(vpc, vpc_subnets or ec2.SubnetSelection())
-        family = dlami_family(dlami)
+        self.image_query = dlami_query(dlami, track)
+        family = self.image_query.os_family
         self.os_user = OS_USER[family]
-        self.image_parameter = dlami_parameter(dlami, track)
+        self.ami_lookup = AmiLookup(self, "Ami", query=self.image_query) if ami_id is None else None
+        machine_image = self.ami_lookup.machine_image if self.ami_lookup is not None else ImageIdImage(ami_id)
 
         self.role = iam.Role(
             self,
@@ -114,7 +122,7 @@ class DevInstance(Construct):
             vpc=vpc,
             vpc_subnets=ec2.SubnetSelection(subnets=[subnet]),
             instance_type=ec2.InstanceType(spec.name),
-            machine_image=ec2.MachineImage.from_ssm_parameter(self.image_parameter, os=ec2.OperatingSystemType.LINUX),
+            machine_image=machine_image,
             role=self.role,
             security_group=self.security_group,
             user_data=user_data,

@@ -114,6 +114,7 @@ def batch_props(config: Config, group: ComputeGroup) -> dict[str, Any]:
         log_retention=retention(settings.log_retention_days),
         log_removal_policy=RemovalPolicy.DESTROY,
         track=config.neuron_track,
+        ami_id=settings.ami_id,
     )
 
 

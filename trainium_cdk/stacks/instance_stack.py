@@ -42,6 +42,7 @@ class InstanceStack(Stack):
             storage=mount,
             storage_client_group=network.efa_security_group if mount is not None else None,
             track=config.neuron_track,
+            ami_id=settings.ami_id,
         )
         instance_id = self.dev.instance_id
         CfnOutput(self, OUTPUT_INSTANCE_ID, value=instance_id)

@@ -1,0 +1,1 @@
+"""Code that runs in AWS Lambda, deployed as an asset of its folder: standard library and boto3 only."""

@@ -1,0 +1,1 @@
+"""The AMI lookup custom resource's handler (``index.handler``)."""

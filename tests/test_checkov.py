@@ -72,7 +72,7 @@ def test_every_failed_check_is_fixed_or_waived(report):
     unwaived = sorted({f"{f['check_id']} {f['resource']} ({Path(f['file_path']).name})"
                        for f in failed if _waived(f, waivers) is None})
     print(f"checkov: {passed} passed, {len(failed)} failed, {len(failed) - len(unwaived)} waived")
-    assert unwaived == []
+    assert unwaived == [], "\n".join(unwaived)
 
 
 def test_every_waiver_still_matches_a_finding(report):

@@ -23,7 +23,7 @@ SHELL := /bin/bash
 PIP_INSTALL = PYTHONUNBUFFERED=1 $(PIP) install --progress-bar off --no-compile
 PROGRESS = 2>&1 | { grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR)' || true; } | sed -u 's/^/  /'
 
-.PHONY: help setup setup-dev synth plan test pcluster-schema checkov-env docs bench deploy destroy diff lock clean
+.PHONY: help setup setup-dev synth plan test bootstrap pcluster-schema checkov-env docs bench deploy destroy diff lock clean
 .DEFAULT_GOAL := help
 
 ## help: this list
@@ -48,7 +48,11 @@ node_modules/.installed: package.json package-lock.json $(RUNTIME)
 	@$(NPM) ci --no-audit --no-fund --loglevel=error --silent
 	@touch $@
 
-setup: $(RUNTIME) node_modules/.installed
+# `trn`, in .venv/bin: this checkout installed in editable mode, without its dependencies (requirements.txt has them).
+$(VENV)/bin/trn: pyproject.toml $(RUNTIME)
+	@$(PIP_INSTALL) --no-deps -e . $(PROGRESS)
+
+setup: $(RUNTIME) node_modules/.installed $(VENV)/bin/trn
 setup-dev: setup $(DEV)
 
 ## synth: CloudFormation templates into cdk.out/, Kubernetes and Slurm files into dist/ (ARGS="-c key=value")
@@ -79,17 +83,28 @@ docs: setup
 bench: setup
 	$(RUN) $(PY) tools/bench.py
 
-## deploy: cdk deploy --all (needs AWS credentials; ARGS="-c key=value")
+## bootstrap: cdk bootstrap of the account and region of the synthesized stacks (once; needs AWS credentials)
+bootstrap: setup
+	$(CDK) bootstrap --app cdk.out $(ARGS)
+
+# deploy, diff and destroy act on the cloud assembly of the last `make synth` (cdk.out), never on a new
+# synth: what was planned is what is deployed. ARGS passes CDK CLI options (--require-approval, stack names).
+ASSEMBLY = @test -f cdk.out/manifest.json || { echo "no cdk.out: run \`make synth ARGS=...\` first (deploy, diff and destroy use what it wrote)" >&2; exit 2; }
+
+## deploy: cdk deploy --all of the last `make synth` (cdk.out; needs AWS credentials)
 deploy: setup
-	$(CDK) deploy --all $(ARGS)
+	$(ASSEMBLY)
+	$(CDK) deploy --app cdk.out --all $(ARGS)
 
-## diff: cdk diff against the deployed stacks (needs AWS credentials; `make plan` is the offline view)
+## diff: cdk diff of the last `make synth` against the deployed stacks (needs AWS credentials; `make plan` is offline)
 diff: setup
-	$(CDK) diff $(ARGS)
+	$(ASSEMBLY)
+	$(CDK) diff --app cdk.out $(ARGS)
 
-## destroy: cdk destroy --all (the file system is retained unless storage.removal_policy is destroy)
+## destroy: cdk destroy --all of the last `make synth` (the file system is retained unless storage.removal_policy is destroy)
 destroy: setup
-	$(CDK) destroy --all $(ARGS)
+	$(ASSEMBLY)
+	$(CDK) destroy --app cdk.out --all $(ARGS)
 
 ## lock: regenerate constraints.txt from a fresh install of the pinned requirements
 lock:

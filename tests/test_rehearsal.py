@@ -11,14 +11,22 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from tests.helpers import ROOT, resources, synth
-from tests.rehearsal import EXAMPLE_DIR, LOOPBACK, Stage, assert_trained, container_env, run_nodes
+from tests.rehearsal import (
+    EXAMPLE_DIR,
+    Stage,
+    assert_trained,
+    container_env,
+    run_batch_job,
+    run_kubernetes_job,
+    run_slurm_script,
+    run_volcano_job,
+)
 from trainium_cdk.config import EXAMPLE_COMMAND, build_config
 from trainium_cdk.dist import write_dist
 from trainium_cdk.parallelcluster.sbatch import render_sbatch
@@ -59,74 +67,6 @@ def dist(config, tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
 @pytest.fixture
 def stage(tmp_path) -> Stage:
     return Stage(tmp_path)
-
-
-# -- the schedulers: what each sets on a node -------------------------------------------------------
-
-
-def run_kubernetes_job(stage: Stage, job: dict[str, Any]) -> list:
-    """A batch/v1 Job: one pod, no scheduler variables (the launcher runs one node)."""
-    (container,) = job["spec"]["template"]["spec"]["containers"]
-    argv = [stage.substitute(a) for a in (*container["command"], *container.get("args", []))]
-    return run_nodes([argv], [stage.environment(container_env(container))], cwd=stage.root)
-
-
-def run_volcano_job(stage: Stage, job: dict[str, Any], **run: Any) -> list:
-    """A Volcano Job: the env plugin's task index and the svc plugin's host list and counts, per pod."""
-    name = job["metadata"]["name"]
-    tasks = job["spec"]["tasks"]
-    plugins = {}
-    for task in tasks:
-        key = task["name"].upper().replace("-", "_")
-        hosts = [f"{name}-{task['name']}-{i}.{name}" for i in range(task["replicas"])]
-        plugins[f"VC_{key}_NUM"] = str(task["replicas"])
-        # The svc plugin's host names resolve to the pods; here every pod is on loopback.
-        plugins[f"VC_{key}_HOSTS"] = ",".join(LOOPBACK for _ in hosts)
-    argvs, envs = [], []
-    for task in tasks:
-        (container,) = task["template"]["spec"]["containers"]
-        for index in range(task["replicas"]):
-            argvs.append([stage.substitute(a) for a in (*container["command"], *container.get("args", []))])
-            env = {**container_env(container), **plugins, "VC_TASK_INDEX": str(index), "VK_TASK_INDEX": str(index)}
-            envs.append(stage.environment(env))
-    return run_nodes(argvs, envs, cwd=stage.root, **run)
-
-
-def run_batch_job(stage: Stage, definition: dict[str, Any], nodes: int, **run: Any) -> list:
-    """A multi-node parallel job: Batch substitutes Ref:: parameters and sets the node variables."""
-    props = definition["Properties"]
-    (node_range,) = props["NodeProperties"]["NodeRangeProperties"]
-    container = node_range["Container"]
-    parameters = props.get("Parameters", {})
-    argv = [parameters[a.removeprefix("Ref::")] if a.startswith("Ref::") else a for a in container["Command"]]
-    job_env = {e["Name"]: e["Value"] for e in container["Environment"]}
-    argvs, envs = [], []
-    for index in range(nodes):
-        batch_vars = {
-            "AWS_BATCH_JOB_ID": "rehearsal#" + str(index), "AWS_BATCH_JOB_NUM_NODES": str(nodes),
-            "AWS_BATCH_JOB_NODE_INDEX": str(index), "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
-        }
-        if index != 0:  # Batch leaves it unset on the main node itself
-            batch_vars["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = LOOPBACK
-        argvs.append([stage.substitute(a) for a in argv])
-        envs.append(stage.environment({**job_env, **batch_vars}))
-    return run_nodes(argvs, envs, cwd=stage.root, **run)
-
-
-def run_slurm_script(stage: Stage, script: str, nodes: int, *args: str, **substitute: Any) -> list:
-    """`sbatch -N nodes script args`: the batch step on the first node; srun starts one task per node."""
-    path = stage.root / "job.sbatch"
-    path.write_text(stage.substitute_script(script, **substitute))
-    log = stage.root / "slurm-node"
-    env = stage.environment({
-        "SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NNODES": str(nodes),
-        "SLURM_JOB_NODELIST": f"train-st-trn1-32xlarge-[1-{nodes}]", "SLURM_NODEID": "0",
-        "REHEARSAL_LOG": str(log),
-    })
-    (batch_step,) = run_nodes([["bash", str(path), *(stage.substitute(a) for a in args)]], [env], cwd=stage.root)
-    nodes_out = [Path(f"{log}.{i}").read_text() for i in range(nodes)]
-    batch_step.output += "".join(nodes_out)
-    return [batch_step]
 
 
 def _template_objects(template: dict[str, Any]) -> list[dict[str, Any]]:

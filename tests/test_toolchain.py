@@ -73,7 +73,7 @@ def test_notices_and_cli_telemetry_are_off():
 def make_dry(target: str, tmp_path: Path) -> str:
     """`make -n TARGET` in a copy of the set-up files with no .venv: what a fresh clone would run."""
     for name in ("Makefile", "requirements.txt", "requirements-dev.txt", "constraints.txt", "package.json",
-                 "package-lock.json"):
+                 "package-lock.json", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
     done = subprocess.run(["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, check=True)
     return done.stdout
@@ -82,13 +82,15 @@ def make_dry(target: str, tmp_path: Path) -> str:
 def test_make_synth_installs_runtime_dependencies_only(tmp_path):
     commands = make_dry("synth", tmp_path)
     installs = [line for line in commands.splitlines() if " install " in line]
-    assert len(installs) == 1 and "-r requirements.txt" in installs[0], installs
+    # The runtime dependencies, then this checkout itself without dependencies (for .venv/bin/trn).
+    assert len(installs) == 2 and "-r requirements.txt" in installs[0], installs
+    assert "--no-deps -e ." in installs[1], installs
     assert "requirements-dev" not in commands
     assert "installing runtime dependencies" in commands  # a progress line before pip starts
 
 
 def test_make_test_adds_the_dev_tools_on_top(tmp_path):
-    installs = [line for line in make_dry("test", tmp_path).splitlines() if " install " in line]
+    installs = [line for line in make_dry("test", tmp_path).splitlines() if " install " in line and " -r " in line]
     assert [re.search(r"-r (\S+)", line).group(1) for line in installs] == ["requirements.txt", "requirements-dev.txt"]
     dev = (ROOT / "requirements-dev.txt").read_text()
     assert "-r requirements.txt" in dev

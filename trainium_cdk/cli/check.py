@@ -21,7 +21,7 @@ from typing import Any, TextIO
 import yaml
 
 from trainium_cdk.cli._common import client, parse_overrides, read_config, session, stack_outputs
-from trainium_cdk.cli.jobs import JOB_BACKENDS, backend_of, check_nodes, default_name, group_of
+from trainium_cdk.cli.jobs import JOB_BACKENDS, backend_of, check_nodes, default_name, group_of, same_job_flags
 from trainium_cdk.config import Config
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.fabric import DEFAULT_MIN_FRACTION, fabric_command, parse_report, verdict
@@ -129,7 +129,9 @@ def fabric(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return 0
     job_id = client(sess, "batch").submit_job(**request)["jobId"]
     out.write(f"submitted fabric check {name}: job id {job_id} ({nodes} x {spec.name})\n")
-    out.write(f"  trn status {job_id} --wait\n  trn logs {job_id} > fabric.log && trn check fabric --report fabric.log\n")
+    flags = same_job_flags(args, "batch")
+    out.write(f"  trn status {job_id} {flags} --wait\n"
+              f"  trn logs {job_id} {flags} > fabric.log && trn check fabric --report fabric.log\n")
     return 0
 
 
@@ -150,6 +152,7 @@ def _eks(args: argparse.Namespace, config: Config, *, name: str, nodes: int, gro
     eks_jobs.create(kube, objects, name=name, out=out)
     ns = kube.namespace
     out.write(f"submitted fabric check {name} to namespace {ns} ({nodes} nodes)\n")
-    out.write(f"  trn status {name} --backend eks --namespace {ns} --wait\n")
-    out.write(f"  trn logs {name} --backend eks --namespace {ns} > fabric.log && trn check fabric --report fabric.log\n")
+    flags = same_job_flags(args, "eks", namespace=ns)
+    out.write(f"  trn status {name} {flags} --wait\n")
+    out.write(f"  trn logs {name} {flags} > fabric.log && trn check fabric --report fabric.log\n")
     return 0

@@ -25,6 +25,7 @@ from trainium_cdk.cli.jobs import (
     check_nodes,
     default_name,
     group_of,
+    same_job_flags,
     watch,
 )
 from trainium_cdk.config import Config
@@ -132,8 +133,9 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
     create(kube, objects, name=name, out=out)
     ns = kube.namespace
     out.write(f"submitted {name} to namespace {ns}\n")
-    out.write(f"  trn status {name} --backend eks --namespace {ns} --wait\n")
-    out.write(f"  trn logs {name} --backend eks --namespace {ns} --follow\n")
+    flags = same_job_flags(args, "eks", namespace=ns)
+    out.write(f"  trn status {name} {flags} --wait\n")
+    out.write(f"  trn logs {name} {flags} --follow\n")
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,23 @@ class Clock:
 
 
 CLOCK = Clock()
+
+
+def same_job_flags(args: argparse.Namespace, backend: str, *, namespace: str | None = None) -> str:
+    """The flags a printed follow-up (`trn status ...`) needs to reach the same job: the backend, and the
+    --config, -c, --namespace, --kubeconfig and --context this command was given, shell-quoted."""
+    parts = ["--backend", backend]
+    if getattr(args, "config", None):
+        parts += ["--config", args.config]
+    for override in getattr(args, "overrides", None) or []:
+        parts += ["-c", override]
+    if backend == "eks":
+        if namespace:
+            parts += ["--namespace", namespace]
+        for flag in ("kubeconfig", "context"):
+            if getattr(args, flag, None):
+                parts += [f"--{flag}", getattr(args, flag)]
+    return " ".join(shlex.quote(part) for part in parts)
 
 
 def _common(p: argparse.ArgumentParser) -> None:

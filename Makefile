@@ -43,13 +43,14 @@ $(DEV): requirements-dev.txt $(RUNTIME)
 	@$(PIP_INSTALL) -r requirements-dev.txt -c constraints.txt $(PROGRESS)
 	@touch $@
 
-node_modules/.installed: package.json package-lock.json $(RUNTIME)
+node_modules/.installed: package.json package-lock.json | $(RUNTIME)
 	@echo "installing the pinned CDK CLI (package-lock.json) into node_modules..."
 	@$(NPM) ci --no-audit --no-fund --loglevel=error --silent
 	@touch $@
 
 # `trn`, in .venv/bin: this checkout installed in editable mode, without its dependencies (requirements.txt has them).
-$(VENV)/bin/trn: pyproject.toml $(RUNTIME)
+# Order-only on the runtime: reinstalling Python packages needs neither this nor `npm ci` again (node_modules).
+$(VENV)/bin/trn: pyproject.toml | $(RUNTIME)
 	@$(PIP_INSTALL) --no-deps -e . $(PROGRESS)
 
 setup: $(RUNTIME) node_modules/.installed $(VENV)/bin/trn

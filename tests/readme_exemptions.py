@@ -105,8 +105,8 @@ def host_environment(walk: Walkthrough, host: str) -> tuple[Path, dict[str, str]
 
 
 def head_node(walk: Walkthrough) -> tuple[Path, dict[str, str]]:
-    """The Slurm head node after `sudo -iu ubuntu`: ~/trainium holds the batch scripts the cluster installs
-    (dist/parallelcluster's, checked byte for byte against the deployed assets of cdk.out), and sbatch,
+    """The Slurm head node after `sudo -iu ubuntu`: ~/trainium holds the batch scripts and the MLP example the
+    cluster installs (dist/parallelcluster's, checked byte for byte against the deployed assets of cdk.out), and sbatch,
     squeue and sinfo are tests/slurm_standin.py."""
     import yaml
 
@@ -116,8 +116,9 @@ def head_node(walk: Walkthrough) -> tuple[Path, dict[str, str]]:
         folder.mkdir(parents=True)
     deployed = {p.read_bytes() for p in (walk.sandbox / "cdk.out").glob("asset.*.sbatch")}
     dist = walk.sandbox / "dist" / "parallelcluster"
-    for script in sorted(dist.glob("*.sbatch")):
-        assert script.read_bytes() in deployed, f"dist/parallelcluster/{script.name} is not the deployed script"
+    deployed |= {p.read_bytes() for p in (walk.sandbox / "cdk.out").glob("asset.*.py")}
+    for script in sorted([*dist.glob("*.sbatch"), dist / "mlp_train.py"]):
+        assert script.read_bytes() in deployed, f"dist/parallelcluster/{script.name} is not the deployed file"
         shutil.copy(script, home / "trainium" / script.name)
     (cluster,) = dist.glob("*-cluster.yaml")
     queues = yaml.safe_load(cluster.read_text())["Scheduling"]["SlurmQueues"]

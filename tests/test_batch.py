@@ -314,13 +314,19 @@ def test_the_launcher_runs_the_script_parameter(every_type, instance_type):
     # The launcher reads AWS_BATCH_JOB_NODE_INDEX / NUM_NODES / MAIN_NODE_PRIVATE_IPV4_ADDRESS at run time
     # (tests/test_launcher.py, tests/test_rehearsal.py).
     assert group.container["Command"] == launch_command(["Ref::script"])
-    assert group.job_definition["Parameters"] == {"script": "/fsx/code/train.py"}
+    # The example image's script: the first job needs nothing copied to /fsx (it ran /fsx/code/train.py,
+    # which nothing put there).
+    assert group.job_definition["Parameters"] == {"script": "/opt/trainium-cdk/examples/mlp/train.py"}
 
 
 def test_image_retries_timeout_and_logs_defaults(every_type):
     group = Group(every_type, "trn1-32xlarge")
-    assert group.container["Image"] == versions.neuron_training_image("us-east-2")
-    assert versions.NEURON_TRAINING_IMAGE_TAG in group.container["Image"]
+    # The MLP example image, built at deploy on the track's Neuron training container.
+    assert "cdk-hnb659fds-container-assets" in json.dumps(group.container["Image"])
+    assets = json.loads((every_type.outdir / f"{group.stack.artifact_id}.assets.json").read_text())
+    (image,) = assets["dockerImages"].values()
+    assert image["source"]["dockerBuildArgs"] == {"BASE_TAG": versions.NEURON_TRAINING_IMAGE_TAG}
+    assert (every_type.outdir / image["source"]["directory"] / "train.py").is_file()
     assert group.job_definition["RetryStrategy"]["Attempts"] == 2  # which exits retry: tests/test_resume.py
     assert group.job_definition["Timeout"] == {"AttemptDurationSeconds": 1440 * 60}
     logging = group.container["LogConfiguration"]
@@ -373,7 +379,7 @@ def test_instance_role_is_the_ecs_agent_and_one_image_repository(every_type):
     assert not any(a.endswith("*") for a in actions)
     assert not {"ecs:CreateCluster", "logs:PutLogEvents"} & actions
     (pull,) = [s for s in statements if "ecr:BatchGetImage" in s["Action"]]
-    assert "763104351884:repository/pytorch-training-neuronx" in json.dumps(pull["Resource"])
+    assert "cdk-hnb659fds-container-assets" in json.dumps(pull["Resource"])  # the example image's repository
     role = group.properties(group.construct.instance_role)
     assert "ManagedPolicyArns" not in role
     assert "ec2.amazonaws.com" in json.dumps(role["AssumeRolePolicyDocument"])
@@ -400,7 +406,7 @@ def test_outputs_name_queues_definitions_and_the_submit_command(every_type):
     assert values["JobDefinitionNametrn132xlarge"] == "t-batch-trn1-32xlarge"
     assert values["SubmitJobtrn132xlarge"] == (
         "aws batch submit-job --region us-east-2 --job-name trn1-32xlarge-training --job-queue t-batch-trn1-32xlarge "
-        "--job-definition t-batch-trn1-32xlarge --parameters script=/fsx/code/train.py"
+        "--job-definition t-batch-trn1-32xlarge --parameters script=/opt/trainium-cdk/examples/mlp/train.py"
     )
     for name in ("JobQueueArn", "JobDefinitionArn", "LogGroupName"):
         assert f"{name}trn132xlarge" in values
@@ -517,9 +523,24 @@ def test_the_node_counts_are_checked():
 def test_default_image_pull_is_granted_in_an_environment_agnostic_stack():
     training = _bare()()
     template = Template.from_stack(cdk.Stack.of(training)).to_json()
+    for role in (training.instance_role, training.execution_role):
+        statements = [s for p in resources(template, "AWS::IAM::Policy").values()
+                      if {"Ref": cdk.Stack.of(training).get_logical_id(role.node.default_child)} in p["Properties"]["Roles"]
+                      for s in p["Properties"]["PolicyDocument"]["Statement"]]
+        pulls = json.dumps([s for s in statements if "ecr:BatchGetImage" in s["Action"]])
+        assert "cdk-hnb659fds-container-assets" in pulls and '"AWS::Region"' in pulls, role
+
+
+def test_a_configured_image_is_pulled_from_its_own_repository():
+    image = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.29.1-ubuntu24.04"
+    training = _bare(image_uri=image)()
+    template = Template.from_stack(cdk.Stack.of(training)).to_json()
     policies = json.dumps(resources(template, "AWS::IAM::Policy"))
     assert policies.count(":763104351884:repository/pytorch-training-neuronx") == 2  # instance and execution roles
-    assert '{"Ref": "AWS::Region"}' in policies
+    assert "container-assets" not in json.dumps(template)
+    (definition,) = resources(template, "AWS::Batch::JobDefinition").values()
+    # The user's script: on FSx with the storage stack, else in the image's working directory.
+    assert definition["Properties"]["Parameters"] == {"script": "train.py"}
 
 
 def test_built_alone_from_props_in_a_bare_stack():

@@ -467,7 +467,14 @@ def test_batch_ami_is_aws_s_per_ami_name_parameter_of_the_region(ready, machine,
     assert result.code == 0, result.out
     assert f"{XLA_TRACK.ecs_neuron_ami} is ami-" in line(result, PASS, "AMI batch")
     assert {"Name": XLA_TRACK.ecs_neuron_ami_parameter} in ready.of("GetParameter")
-    # A Batch-only deployment builds no image: no container engine is asked for.
+    # The Batch stack builds the MLP example image of its job definitions: the container engine is asked for.
+    assert "the batch stack builds the MLP example image" in line(result, PASS, "container engine")
+
+
+def test_batch_with_an_image_of_ones_own_needs_no_container_engine(ready, machine, tmp_path):
+    image = "123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1"
+    result = doctor(config_file(tmp_path, backends=["batch"], batch={"image_uri": image}))
+    assert result.code == 0, result.out
     assert "container engine" not in result.out and DOCKER_VERSION not in machine.ran
 
 

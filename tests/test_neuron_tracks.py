@@ -70,14 +70,13 @@ def _pins(name: str, config, app) -> dict[str, dict[str, str]]:
     (template,) = resources(batch, "AWS::EC2::LaunchTemplate").values()
     user_data = json.dumps(template["Properties"]["LaunchTemplateData"]["UserData"])
     (driver,) = set(re.findall(r"aws-neuronx-dkms-([0-9.]+[0-9])", user_data))
-    # The image is a Fn::Join of the region token and the repository:tag.
-    pins["batch"] = {
-        "image_tag": "".join(_strings(container["Image"])).rsplit(":", 1)[1],
-        "driver": driver,
-    }
-    assets = json.loads((app.outdir / f"{app.stacks.backends['eks'].artifact_id}.assets.json").read_text())
-    (image,) = assets["dockerImages"].values()
-    pins["eks"] = {"image_tag": image["source"]["dockerBuildArgs"]["BASE_TAG"]}
+    # Both build the MLP example image on the track's training image (the tag is the build argument).
+    assert "container-assets" in json.dumps(container["Image"])
+    for backend in ("batch", "eks"):
+        assets = json.loads((app.outdir / f"{app.stacks.backends[backend].artifact_id}.assets.json").read_text())
+        (image,) = assets["dockerImages"].values()
+        pins[backend] = {"image_tag": image["source"]["dockerBuildArgs"]["BASE_TAG"]}
+    pins["batch"]["driver"] = driver
     instance = app.template_json("instance")
     (lookup,) = resources(instance, "Custom::AmiLookup").values()
     (description,) = [f["Values"][0] for f in lookup["Properties"]["Filters"] if f["Name"] == "description"]

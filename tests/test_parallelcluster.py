@@ -335,8 +335,9 @@ def test_setup_script_is_an_asset_nodes_may_read_and_only_it(every_type):
     assert all(a["EnableWriteAccess"] is False for a in access)
     assert keys[0].endswith(".sh") and keys[0] in script_url
     assert keys[1].endswith(".sh") and keys[1] in head_url
-    # The batch scripts, the health prolog (tests/test_health.py) and neuron_metrics.py (tests/test_node_metrics.py).
-    assert sorted(k.rsplit(".", 1)[1] for k in keys[2:]) == ["py"] + ["sbatch"] * BATCH_SCRIPTS + ["sh"]
+    # The batch scripts, the MLP example's train.py, the health prolog (tests/test_health.py) and
+    # neuron_metrics.py (tests/test_node_metrics.py).
+    assert sorted(k.rsplit(".", 1)[1] for k in keys[2:]) == ["py", "py"] + ["sbatch"] * BATCH_SCRIPTS + ["sh"]
     for queue in queues:
         assert queue["CustomActions"] == queues[0]["CustomActions"]
         assert queue["Iam"]["S3Access"] == access
@@ -379,8 +380,9 @@ def test_setup_script_arguments_carry_the_pinned_versions(every_type, where):
     assert [v for k, v in pairs if k == "--apt"] == [f"{n}={v}" for n, v in NEURON_APT_PACKAGES.items()]
     assert [v for k, v in pairs if k == "--pip"] == [f"{n}=={v}" for n, v in NEURON_PIP_PACKAGES.items()]
     batch = [v for k, v in pairs if k == "--sbatch"]
-    # Only the head node copies batch scripts: a changed script must not replace compute nodes.
-    assert len(batch) == (BATCH_SCRIPTS if where == "head node" else 0)
+    # Only the head node copies batch scripts (and the MLP example): a changed script must not replace
+    # compute nodes.
+    assert len(batch) == (BATCH_SCRIPTS + 1 if where == "head node" else 0)
     assert all(json.dumps(v).startswith('{"Fn::Join"') for v in batch)
 
 
@@ -464,7 +466,7 @@ def test_write_dist_writes_the_cli_files(tmp_path):
         [*(f"parallelcluster/train-{_name(t)}.sbatch" for t in SUPPORTED_TRAINING_TYPES),
          *(f"parallelcluster/fabric-{_name(t)}.sbatch" for t in EFA_TYPES),
          "parallelcluster/50_trainium_neuron_devices.sh", "parallelcluster/neuron_metrics.py",
-         "parallelcluster/neuron-metrics-policy.json",
+         "parallelcluster/neuron-metrics-policy.json", "parallelcluster/mlp_train.py",
          # The compute image for `pcluster build-image` (tests/test_parallelcluster_image.py).
          "parallelcluster/t-image.yaml", "parallelcluster/neuron-image-component.sh"]
     )

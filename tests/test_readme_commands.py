@@ -70,10 +70,7 @@ def test_no_command_has_a_placeholder_to_fill_in():
 
 # Sessions that fail today for a defect being fixed (strict: the test fails once they pass, so that the
 # entry goes). Nothing else may be listed here.
-KNOWN_BROKEN = {
-    "batch": "issue 21 item 6: the Batch job definition runs /fsx/code/train.py, which nothing puts on /fsx",
-    "parallelcluster": "issue 21 item 6: the sbatch command runs /fsx/code/train.py, which nothing puts on /fsx",
-}
+KNOWN_BROKEN: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(

@@ -119,10 +119,10 @@ def test_a_job_rendered_by_trn_submit_trains(stage, config):
 def test_batch_multinode_job_definition_trains(stage, app):
     (definition,) = resources(app.template_json("batch"), "AWS::Batch::JobDefinition").values()
     assert definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["TargetNodes"] == "0:"
-    # The default command runs the script parameter: the user's training script on FSx.
-    assert definition["Properties"]["Parameters"] == {"script": "/fsx/code/train.py"}
-    (stage.fsx / "code").mkdir()
-    shutil.copy(EXAMPLE_DIR / "train.py", stage.fsx / "code" / "train.py")
+    # The default command runs the script parameter: the example image's script, with nothing copied to /fsx
+    # first (the old default, /fsx/code/train.py, was on no file system until the user put it there).
+    assert definition["Properties"]["Parameters"] == {"script": "/opt/trainium-cdk/examples/mlp/train.py"}
+    assert not (stage.fsx / "code").exists()
     results = run_batch_job(stage, definition, NODES)
     assert_trained(results)
     assert "batch: node 0 of 2" in results[0].output and "batch: node 1 of 2" in results[1].output
@@ -168,9 +168,9 @@ def test_native_track_batch_job_definition_trains(stage):
     native = synth(build_config({**NATIVE_RAW, "backends": ["batch"]}), nag=False)
     (definition,) = resources(native.template_json("batch"), "AWS::Batch::JobDefinition").values()
     container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
-    assert "sdk2.33.0" in json.dumps(container["Image"])
-    (stage.fsx / "code").mkdir()
-    shutil.copy(EXAMPLE_DIR / "train.py", stage.fsx / "code" / "train.py")
+    assets = json.loads((native.outdir / f"{native.stacks.backends['batch'].artifact_id}.assets.json").read_text())
+    (image,) = assets["dockerImages"].values()
+    assert "sdk2.33.0" in image["source"]["dockerBuildArgs"]["BASE_TAG"]  # the example image on the native track's
     results = run_batch_job(stage, definition, NODES)
     assert_trained(results)
     assert '"preflight"' in results[0].output

@@ -67,7 +67,15 @@ def make_sandbox(into: Path) -> Path:
             shutil.copymode(source, target)
             os.utime(target, (SANDBOX_MTIME, SANDBOX_MTIME))
     for name in LINKED:
-        if (ROOT / name).exists():
+        if name == "node_modules" and (ROOT / name).is_dir():
+            # A folder of links with a stamp of its own: were `npm ci` to run in the sandbox, it would empty
+            # this folder, not the checkout's node_modules.
+            (root / name).mkdir()
+            for entry in (ROOT / name).iterdir():
+                if entry.name != ".installed":
+                    (root / name / entry.name).symlink_to(entry)
+            (root / name / ".installed").touch()
+        elif (ROOT / name).exists():
             (root / name).symlink_to(ROOT / name)
     return root
 

@@ -123,12 +123,20 @@ register(Backend(
     idle_cost="trainium_cdk.cost:eks_idle",
     image_build="trainium_cdk.backends:eks_image_build",
 ))
+def batch_image_build(config: Any) -> str | None:
+    """TrainiumBatch builds the MLP example image when batch.image_uri names no image of the user's."""
+    if config.batch.image_uri:
+        return None
+    return "the MLP example image of the Batch job definitions (trainium_cdk/examples/mlp/Dockerfile)"
+
+
 register(Backend(
     name="batch",
     summary="AWS Batch multi-node parallel jobs, one queue per compute group",
     stack="trainium_cdk.stacks.batch_stack:BatchStack",
     jobs="trainium_cdk.cli.batch_jobs",
     check="trainium_cdk.config.validation:check_batch",
+    image_build="trainium_cdk.backends:batch_image_build",
 ))
 register(Backend(
     name="parallelcluster",

@@ -298,10 +298,12 @@ class BatchSettings(_Model):
     """The AWS Batch backend: multi-node parallel jobs on the compute groups."""
 
     image_uri: str | None = Field(
-        None, description="Training image; default: the AWS Neuron PyTorch training container (versions.py)."
+        None, description="Training image; default: the MLP example image, built at deploy time (Docker) on the "
+        "track's AWS Neuron PyTorch training container (versions.py)."
     )
     command: tuple[str, ...] | None = Field(
-        None, description="Command of each node; default: torchrun of the example script on all NeuronCores."
+        None, description="Command of each node; default: torchrun of the job definition's script parameter (the "
+        "example's train.py in the example image, else /fsx/code/train.py) on all NeuronCores."
     )
     job_timeout_minutes: int = Field(1440, description="A job attempt is stopped after this many minutes.")
     retry_attempts: int = Field(2, description="Attempts of a job (1 to 10).")

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from aws_cdk import Annotations, Duration, RemovalPolicy, Size, Stack, Token
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -37,9 +38,7 @@ from trainium_cdk.neuron_metrics import install_command as neuron_metrics_instal
 from trainium_cdk.training_env import (
     CONTAINER_SOCKET_IFNAME, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
 )
-from trainium_cdk.versions import (
-    NEURON_DLC_ACCOUNT, NEURON_TRAINING_IMAGE_REPOSITORY, XLA_TRACK, NeuronTrack, neuron_training_image,
-)
+from trainium_cdk.versions import XLA_TRACK, NeuronTrack
 
 # The nodes run the "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, pinned by AMI name
 # through AWS's immutable per-AMI-name public parameter (versions.py: never ECS's `recommended`, which
@@ -54,6 +53,9 @@ SHARED_MEMORY_FRACTION = 0.25
 # Job definition parameter naming the training script when no command is configured.
 SCRIPT_PARAMETER = "script"
 DEFAULT_SCRIPT = f"{SHARED_MOUNT}/code/train.py"
+# The MLP example's build context and its script's path in the image (the EKS stack builds the same image).
+EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
+EXAMPLE_SCRIPT = "/opt/trainium-cdk/examples/mlp/train.py"
 DEFAULT_SCRIPT_WITHOUT_STORAGE = "train.py"
 JOB_QUEUE_PRIORITY = 1
 DEFAULT_NODES = 2
@@ -115,9 +117,11 @@ class TrainiumBatch(Construct):
         nodes launch into; default none (on-demand).
     :param capacity_block: whether the reservation is a Capacity Block for ML (AWS Batch cannot use one:
         a warning says so); default false.
-    :param image_uri: the training image; default: the Neuron PyTorch training container of versions.py.
+    :param image_uri: the training image; default: the MLP example image, built at deploy time from
+        ``trainium_cdk/examples/mlp`` on the track's Neuron PyTorch training container (a Docker image asset).
     :param command: the training script and its arguments, which every node runs under torchrun;
-        default: the job definition's ``script`` parameter.
+        default: the job definition's ``script`` parameter (the example's script in the example image,
+        else ``/fsx/code/train.py``).
     :param job_timeout: a job attempt is stopped after this long; default 1440 minutes.
     :param retry_attempts: attempts of a job, 1 to 10; default 2.
     :param log_retention: retention of the job log group; default one month.
@@ -176,8 +180,16 @@ class TrainiumBatch(Construct):
         self.nodes = nodes
         self.max_nodes = maximum
         self.multi_node = spec.has_efa
-        self._custom_image = image_uri is not None
-        self.image = image_uri or neuron_training_image(Stack.of(self).region, track.name)
+        # Without an image of the user's, the job runs the MLP example from its image: nothing to copy to /fsx
+        # before the first job (a bare Neuron container would need the script put on the file system first).
+        self.example_image = None if image_uri is not None else ecr_assets.DockerImageAsset(
+            self,
+            "ExampleImage",
+            directory=str(EXAMPLE_DIR),
+            platform=ecr_assets.Platform.LINUX_AMD64,
+            build_args={"BASE_TAG": track.training_image_tag},
+        )
+        self.image = image_uri or self.example_image.image_uri
         self.cache_dir = cache_dir(group_name, shared=storage is not None)
         self._shared_storage = storage is not None
         if capacity_block:
@@ -276,7 +288,8 @@ class TrainiumBatch(Construct):
             "@aws-cdk/aws-ecs:ecrImageRequiresPolicy",
             "The instance and execution roles are granted pulls from the training image's repository.",
         )
-        parameters = None if command else {SCRIPT_PARAMETER: _default_script(storage)}
+        default_script = EXAMPLE_SCRIPT if self.example_image is not None else _default_script(storage)
+        parameters = None if command else {SCRIPT_PARAMETER: default_script}
         self.job_definition: batch.MultiNodeJobDefinition | batch.EcsJobDefinition
         if self.multi_node:
             self.job_definition = batch.MultiNodeJobDefinition(
@@ -356,18 +369,12 @@ class TrainiumBatch(Construct):
         return role
 
     def _grant_pull(self, role: iam.Role) -> None:
-        """Pull the training image from its one ECR repository (nothing for another registry)."""
-        stack = Stack.of(self)
-        if self._custom_image:
-            repository = ecr_repository_arn(self.image, partition=stack.partition)
-        else:
-            # Built, not parsed: in an environment-agnostic stack the region is a token.
-            repository = stack.format_arn(
-                service="ecr",
-                account=NEURON_DLC_ACCOUNT,
-                resource="repository",
-                resource_name=NEURON_TRAINING_IMAGE_REPOSITORY,
-            )
+        """Pull the training image: the example image's asset repository, or the one ECR repository of the
+        configured image (nothing for another registry)."""
+        if self.example_image is not None:
+            self.example_image.repository.grant_pull(role)
+            return
+        repository = ecr_repository_arn(self.image, partition=Stack.of(self).partition)
         if repository is None:
             return
         role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
@@ -397,7 +404,11 @@ class TrainiumBatch(Construct):
         return batch.EcsEc2ContainerDefinition(
             self,
             "Container",
-            image=ecs.ContainerImage.from_registry(self.image),
+            image=(
+                ecs.ContainerImage.from_docker_image_asset(self.example_image)
+                if self.example_image is not None
+                else ecs.ContainerImage.from_registry(self.image)
+            ),
             cpu=spec.vcpus,
             memory=Size.mebibytes(memory_mib),
             # The launcher reads the node index, count and main node's address that Batch sets on each node.

@@ -215,6 +215,7 @@ def _shared_storage(config: Config, file_system_id: str | None) -> dict[str, Any
 # -- the pcluster CLI alternative ------------------------------------------------------------------
 
 SCRIPTS_PREFIX = "trainium"
+EXAMPLE_SCRIPT_NAME = "mlp_train.py"  # the MLP example beside the batch scripts (parallelcluster/sbatch.py)
 
 
 def placeholder(name: str) -> str:
@@ -258,8 +259,8 @@ def placeholder_ids(config: Config) -> ClusterIds:
         setup_script=S3Object(bucket, f"{SCRIPTS_PREFIX}/{SETUP_SCRIPT_NAME}"),
         head_node_script=S3Object(bucket, f"{SCRIPTS_PREFIX}/{HEAD_NODE_SCRIPT_NAME}"),
         batch_scripts={
-            batch_script_name(g): S3Object(bucket, f"{SCRIPTS_PREFIX}/{batch_script_name(g)}")
-            for g in config.compute_groups
+            name: S3Object(bucket, f"{SCRIPTS_PREFIX}/{name}")
+            for name in [*(batch_script_name(g) for g in config.compute_groups), EXAMPLE_SCRIPT_NAME]
         },
         prologs={PROLOG_NAME: S3Object(bucket, f"{SCRIPTS_PREFIX}/{PROLOG_NAME}")},
         neuron_metrics=NeuronMetrics(

@@ -17,7 +17,7 @@ from trainium_cdk.parallelcluster.image import (
 from trainium_cdk.parallelcluster.parts import (
     HEAD_NODE_SCRIPT, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, PROLOG_NAME, SETUP_SCRIPT, neuron_metrics_policy,
 )
-from trainium_cdk.parallelcluster.sbatch import render_all
+from trainium_cdk.parallelcluster.sbatch import head_node_files
 
 
 
@@ -37,7 +37,7 @@ def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
         script.chmod(0o755)
         written.append(script)
     files = {
-        **render_all(config), PROLOG_NAME: render_prolog(config),
+        **head_node_files(config), PROLOG_NAME: render_prolog(config),
         NEURON_METRICS_NAME: Path(neuron_metrics.__file__).read_text(),
         NEURON_METRICS_POLICY_NAME: json.dumps(neuron_metrics_policy(), indent=2) + "\n",
         image_file_name(config): render_image_yaml(config),

@@ -4,8 +4,8 @@ The launcher (``trainium_cdk.launcher``) reads the node rank, the node count and
 Slurm's variables, so ``sbatch -N 4`` runs on 4 nodes whatever the script's default. Usage on the head
 node::
 
-    sbatch ~/trainium/train-<group>.sbatch /fsx/code/train.py --your --args
-    sbatch -N 4 ~/trainium/train-<group>.sbatch /fsx/code/train.py
+    sbatch ~/trainium/train-<group>.sbatch ~/trainium/mlp_train.py --your --args   # the MLP example
+    sbatch -N 4 ~/trainium/train-<group>.sbatch /fsx/code/your_train.py
 
 ``PRECOMPILE=1 sbatch ...`` runs the command under ``neuron_parallel_compile`` first, filling the
 group's compile cache on FSx (``/fsx/neuron-cache/<group>``, as on every backend).
@@ -20,11 +20,12 @@ process per node::
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.fabric import fabric_command
 from trainium_cdk.launcher import LAUNCHER, LAUNCHER_NAME, SHELL, launch_environment
-from trainium_cdk.parallelcluster.cluster_config import VENV, batch_script_name, queue_name
+from trainium_cdk.parallelcluster.cluster_config import EXAMPLE_SCRIPT_NAME, VENV, batch_script_name, queue_name
 from trainium_cdk.names import CHECKPOINT_ROOT
 from trainium_cdk.training_env import MASTER_PORT, cache_dir, efa_environment, neuron_environment
 
@@ -125,6 +126,16 @@ def render_fabric_sbatch(config: Config, group: ComputeGroup) -> str:
         + " ".join(shlex.quote(a) for a in args),
     ]
     return "\n".join(lines) + "\n"
+
+
+# The MLP example's script, put beside the batch scripts in the head node's ~/trainium (/home is shared with
+# every compute node): the first job needs nothing copied to the cluster.
+EXAMPLE_SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "mlp" / "train.py"
+
+
+def head_node_files(config: Config) -> dict[str, str]:
+    """File name -> text of what the head node copies to ~/trainium: the batch scripts and the MLP example."""
+    return {**render_all(config), EXAMPLE_SCRIPT_NAME: EXAMPLE_SCRIPT.read_text()}
 
 
 def render_all(config: Config) -> dict[str, str]:

@@ -16,7 +16,7 @@ from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.parallelcluster.cluster_config import cluster_configuration, cluster_name
 from trainium_cdk.parallelcluster.health import render_prolog
-from trainium_cdk.parallelcluster.sbatch import render_all
+from trainium_cdk.parallelcluster.sbatch import head_node_files
 from trainium_cdk.names import (
     OUTPUT_CLUSTER_NAME, OUTPUT_DASHBOARD_NAME, OUTPUT_HEAD_NODE_INSTANCE_ID, OUTPUT_HEAD_NODE_SESSION,
     OUTPUT_VALIDATION_MESSAGES,
@@ -48,7 +48,7 @@ class ParallelClusterStack(Stack):
             compute_subnets={g.name: network.compute_subnet(g.name) for g in config.compute_groups},
             security_group=network.efa_security_group,
             file_system_id=storage.file_system_id if storage is not None else None,
-            batch_scripts=render_all(config),
+            batch_scripts=head_node_files(config),
             health_prolog=render_prolog(config),
             removal_policy=REMOVAL_POLICIES[config.parallelcluster.deletion_policy],
             metrics_deployment=cluster_name(config),

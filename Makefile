@@ -60,7 +60,7 @@ setup-dev: setup $(DEV)
 synth: setup
 	@$(RUN) $(PY) tools/synth.py $(ARGS)
 
-## plan: offline list of the stacks and resources a deploy would create (from cdk.out; run synth first)
+## plan: offline: the stacks and resources a deploy creates, and what changed since the synth before (cdk.out.prev)
 plan:
 	@$(PY) tools/plan.py cdk.out
 
@@ -90,7 +90,7 @@ bootstrap: setup
 
 # deploy, diff and destroy act on the cloud assembly of the last `make synth` (cdk.out), never on a new
 # synth: what was planned is what is deployed. ARGS passes CDK CLI options (--require-approval, stack names).
-ASSEMBLY = @test -f cdk.out/manifest.json || { echo "no cdk.out: run \`make synth ARGS=...\` first (deploy, diff and destroy use what it wrote)" >&2; exit 2; }
+ASSEMBLY = @$(PY) tools/assembly.py $(ARGS)
 
 ## deploy: cdk deploy --all of the last `make synth` (cdk.out; needs AWS credentials)
 deploy: setup
@@ -118,4 +118,4 @@ lock:
 
 ## clean: remove cdk.out and dist
 clean:
-	rm -rf cdk.out cdk.out.tmp dist .pytest_cache
+	rm -rf cdk.out cdk.out.tmp cdk.out.prev dist .pytest_cache

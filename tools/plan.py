@@ -1,19 +1,26 @@
 """`make plan`: what `cdk deploy --all` would create, read offline from cdk.out (no AWS call).
 
 Stacks in deploy order with their region and dependencies, then each stack's resources counted by type.
-On an account where the stacks already exist a deploy changes less: `make diff` compares with them
-(it needs credentials).
+When `make synth` kept the assembly before it (cdk.out.prev), what changed since: resources added,
+removed, changed (each changed value, also inside the Kubernetes manifests the EKS stack applies) and
+replaced, judged by CloudFormation's own rule: a change to a create-only property of the resource type
+(tools/create_only.json, from the resource schemas cfn-lint ships; tests/test_make_plan.py keeps it in
+step). On an account where the stacks already exist `make diff` compares with them (it needs credentials).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 STACK = "aws:cloudformation:stack"
+PREVIOUS = "cdk.out.prev"  # the assembly before the last `make synth` (tools/synth.py keeps it)
+CREATE_ONLY: dict[str, list[str]] = json.loads((Path(__file__).with_name("create_only.json")).read_text())
+MAX_CHANGES = 12  # changed values shown per resource
 
 
 def deploy_order(manifest: dict[str, Any]) -> list[str]:
@@ -61,5 +68,133 @@ def plan(out: Path) -> list[str]:
     return lines
 
 
+def _templates(out: Path) -> dict[str, dict[str, Any]]:
+    """Stack display name -> template, in deploy order."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    artifacts = manifest["artifacts"]
+    return {
+        artifacts[name].get("displayName", name): json.loads((out / artifacts[name]["properties"]["templateFile"]).read_text())
+        for name in deploy_order(manifest)
+    }
+
+
+def _token(value: Any) -> str:
+    """A short, quote-free stand-in for an unresolved CloudFormation value inside a joined string."""
+    if isinstance(value, dict) and len(value) == 1:
+        ((fn, arg),) = value.items()
+        if fn == "Ref":
+            return f"<Ref {arg}>"
+        if fn == "Fn::GetAtt":
+            return f"<GetAtt {'.'.join(arg) if isinstance(arg, list) else arg}>"
+        if fn == "Fn::ImportValue":
+            return f"<Import {arg if isinstance(arg, str) else 'value'}>"
+    return "<token>"
+
+
+def _joined(value: Any) -> Any:
+    """A Fn::Join of strings and tokens (how CDK writes a Kubernetes manifest with deploy-time values) as
+    one string, tokens shown as <Ref X>: so that the manifest inside can be opened and compared."""
+    if isinstance(value, dict) and set(value) == {"Fn::Join"}:
+        separator, parts = value["Fn::Join"]
+        if isinstance(separator, str) and isinstance(parts, list):
+            return separator.join(p if isinstance(p, str) else _token(p) for p in parts)
+    return value
+
+
+def leaves(value: Any, path: str = "") -> dict[str, Any]:
+    """Path -> scalar of a JSON value; a string holding JSON (a Kubernetes manifest) is opened too."""
+    value = _joined(value)
+    if isinstance(value, str) and value[:1] in "[{":
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    if isinstance(value, dict):
+        found: dict[str, Any] = {}
+        for key, item in value.items():
+            found.update(leaves(item, f"{path}.{key}" if path else key))
+        return found or {path: {}}
+    if isinstance(value, list):
+        found = {f"{path}[#]": len(value)}  # the length: a list that grows or shrinks is one line of the plan
+        for index, item in enumerate(value):
+            found.update(leaves(item, f"{path}[{index}]"))
+        return found or {path: []}
+    return {path: value}
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _create_only(kind: str, changed: list[str]) -> list[str]:
+    """The create-only properties of a resource type (schema paths such as LustreConfiguration/DeploymentType)
+    that a changed value lies under."""
+    paths = {re.sub(r"\[[0-9#]+\]", "", key).replace(".", "/") for key in changed}
+    return sorted({p for p in CREATE_ONLY.get(kind, []) for path in paths if path == p or path.startswith(p + "/")})
+
+
+def _summarized(changed: list[str], a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Changed values first, then lists that grew or shrank (as one line: 8 items -> 16 items, not a line
+    per element), then values added or removed elsewhere."""
+    resized = [k[: -len("[#]")] for k in changed if k.endswith("[#]")]
+
+    def inside_resized(key: str) -> bool:
+        return any(key.startswith(f"{r}[") for r in resized) and (key not in a or key not in b)
+
+    values = [f"{k}: {_short(a[k])} -> {_short(b[k])}" for k in changed
+              if k in a and k in b and not k.endswith("[#]")]
+    sizes = [f"{k[:-3]}: {a.get(k, 0)} items -> {b.get(k, 0)} items" for k in changed if k.endswith("[#]")]
+    other = [f"{k}: {_short(a.get(k, '(none)'))} -> {_short(b.get(k, '(none)'))}" for k in changed
+             if not k.endswith("[#]") and not (k in a and k in b) and not inside_resized(k)]
+    return values + sizes + other
+
+
+def changes(previous: Path, current: Path) -> list[str]:
+    """What changed between two assemblies, stack by stack."""
+    old, new = _templates(previous), _templates(current)
+    lines: list[str] = []
+    for stack in [*new, *(s for s in old if s not in new)]:
+        if stack not in new:
+            lines.append(f"{stack}: removed (every resource of it is deleted, unless retained)")
+            continue
+        if stack not in old:
+            lines.append(f"{stack}: new stack")
+            continue
+        before, after = old[stack].get("Resources", {}), new[stack].get("Resources", {})
+        stack_lines: list[str] = []
+        for logical in after:
+            if logical not in before:
+                stack_lines.append(f"  + {logical} ({after[logical]['Type']})")
+        for logical in before:
+            if logical not in after:
+                stack_lines.append(f"  - {logical} ({before[logical]['Type']})")
+        for logical, resource in after.items():
+            if logical not in before or resource["Type"] == "AWS::CDK::Metadata":
+                continue
+            a, b = leaves(before[logical].get("Properties", {})), leaves(resource.get("Properties", {}))
+            changed = sorted(k for k in a.keys() | b.keys() if a.get(k, "(none)") != b.get(k, "(none)"))
+            if not changed:
+                continue
+            create_only = _create_only(resource["Type"], changed)
+            mark = "!" if create_only else "~"
+            why = f": REPLACED (create-only {', '.join(create_only)})" if create_only else ""
+            stack_lines.append(f"  {mark} {logical} ({resource['Type']}){why}")
+            shown = _summarized(changed, a, b)
+            for line in shown[:MAX_CHANGES]:
+                stack_lines.append(f"      {line}")
+            if len(shown) > MAX_CHANGES:
+                stack_lines.append(f"      ... and {len(shown) - MAX_CHANGES} more")
+        if stack_lines:
+            lines.append(f"{stack}:")
+            lines += stack_lines
+    return lines or ["no change"]
+
+
 if __name__ == "__main__":
-    print("\n".join(plan(Path(sys.argv[1] if len(sys.argv) > 1 else "cdk.out"))))
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "cdk.out")
+    print("\n".join(plan(out)))
+    previous = out.with_name(PREVIOUS)
+    if (previous / "manifest.json").is_file():
+        print(f"\nChanges since the synth before ({previous}):")
+        print("\n".join(changes(previous, out)))

@@ -2,7 +2,8 @@
 
     python tools/synth.py [-c key=value ...] [other cdk synth options]
 
-- synthesizes into cdk.out.tmp, then replaces cdk.out: a failed synth leaves the last good cdk.out;
+- synthesizes into cdk.out.tmp, then replaces cdk.out, keeping the one before as cdk.out.prev (what
+  `make plan` compares with): a failed synth leaves the last good cdk.out;
 - exit 2 when the app reported a configuration error (the CDK CLI turns every app failure into 1);
 - drops the CLI's "Successfully synthesized" and "Supply a stack id" lines and lists instead the
   templates of cdk.out and the files of dist/ (which app.py writes afresh on every synth).
@@ -10,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -26,16 +28,17 @@ APP_ERROR = "trainium-cdk: "
 EXIT_CONFIG = 2
 # CLI lines that say nothing the summary does not.
 NOISE = ("Successfully synthesized to ", "Supply a stack id ")
+RECORD = "trainium-cdk-synth.json"  # tools/assembly.py reads it
 BILL_FILE = "bill.txt"  # trainium_cdk.cost.BILL_FILE (tools/ imports nothing of the package)
 
 
 def swap(new: Path = TMP, out: Path = OUT) -> None:
-    old = out.with_name(out.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
+    """cdk.out becomes cdk.out.prev (what `make plan` compares with), the new synth cdk.out."""
+    previous = out.with_name(out.name + ".prev")
+    shutil.rmtree(previous, ignore_errors=True)
     if out.exists():
-        out.rename(old)
+        out.rename(previous)
     new.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def summary(out: Path = OUT, dist: Path = DIST) -> list[str]:
@@ -61,6 +64,7 @@ def synth(args: Sequence[str], *, cdk: Sequence[str] = (str(CDK),)) -> int:
         if not config_error:
             print(f"cdk synth failed (exit {done.returncode}); cdk.out is the last good synth", file=sys.stderr)
         return EXIT_CONFIG if config_error else done.returncode
+    (TMP / RECORD).write_text(json.dumps({"args": list(args)}) + "\n")  # what tools/assembly.py checks
     swap()
     print("\n".join(summary()))
     bill = OUT / BILL_FILE

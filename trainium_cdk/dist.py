@@ -1,7 +1,8 @@
 """Plain YAML in dist/ for users who apply with kubectl or pcluster: the same charts the stacks install.
 
 Values known only after deploy (the file system id, subnet, security group) are left as ``${NAME}``
-placeholders that `envsubst` fills from the stack outputs (see the README).
+placeholders; each file with placeholders starts with a comment naming them and the envsubst command
+that fills exactly those (trainium_cdk/envsubst.py: a bare envsubst would empty the launcher's variables).
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import cdk8s
 
-from trainium_cdk import names
-from trainium_cdk.charts import FsxStorageProps, write_charts, write_manifests
+from trainium_cdk import envsubst, names
+from trainium_cdk.charts import MANIFEST_SUFFIX, FsxStorageProps, write_charts, write_manifests
 from trainium_cdk.charts._k8s import placeholder
 from trainium_cdk.charts.training import JOB_CHART_PREFIX, DataLoaderJob, ShellPod, TensorBoard, training_job
 from trainium_cdk.config import Config
@@ -110,4 +111,28 @@ def write_eks_dist(config: Config, outdir: Path = DIST) -> list[Path]:
         scheduler_extension=config.eks.neuron_scheduler_extension,
         monitor=config.eks.neuron_monitor,
     )
+    for path in written:
+        _add_envsubst_header(path, DIST / path.relative_to(outdir), config)
     return written
+
+
+def placeholder_sources(config: Config) -> dict[str, str]:
+    """Where each placeholder's value comes from after deploy, in the words of the stack outputs."""
+    sources = {}
+    for name, (part, key) in PLACEHOLDERS.items():
+        key = key.replace("<group>", config.storage_group.name)
+        sources[name] = f"output {key} of {config.stack_name(part)}" if part else key
+    return sources
+
+
+def _add_envsubst_header(path: Path, shown: Path, config: Config) -> None:
+    """Start a manifest with placeholders with the names and the one command that fills only those."""
+    text = path.read_text()
+    found = envsubst.placeholders_in(text, PLACEHOLDERS)
+    if not found:
+        return
+    lines = envsubst.header(found, shown.as_posix(), "| kubectl apply -f -", sources=placeholder_sources(config))
+    if path.name.startswith(JOB_CHART_PREFIX):
+        job = path.name.removeprefix(JOB_CHART_PREFIX).removesuffix(MANIFEST_SUFFIX)
+        lines.append(f"# Or, with nothing to fill: trn submit --backend eks --job {job}")
+    path.write_text("\n".join(lines) + "\n" + text)

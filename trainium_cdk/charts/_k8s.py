@@ -16,6 +16,7 @@ from typing import Any
 from cdk8s import ApiObject, JsonPatch
 from constructs import Construct
 
+from trainium_cdk import envsubst
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.names import NEURON_TAINT_KEY
 
@@ -41,8 +42,8 @@ _NUMBER_TOKEN_MARKER = 0xFBFF
 
 
 def placeholder(name: str) -> str:
-    """``${NAME}``: a value known only after deploy, for dist/ manifests."""
-    value = "${" + name + "}"
+    """``${NAME}``: a value known only after deploy, for dist/ manifests (trainium_cdk/envsubst.py)."""
+    value = envsubst.placeholder(name)
     assert _PLACEHOLDER.match(value), name
     return value
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from trainium_cdk import neuron_metrics
 from trainium_cdk.config import Config
-from trainium_cdk.parallelcluster.cluster_config import render_cluster_yaml
+from trainium_cdk.parallelcluster.cluster_config import cluster_file_name, render_cluster_yaml
 from trainium_cdk.parallelcluster.health import render_prolog
 from trainium_cdk.parallelcluster.image import (
     COMPONENT_SCRIPT_NAME, image_file_name, render_component_script, render_image_yaml,
@@ -28,7 +28,7 @@ def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
     return the paths written."""
     out = outdir / "parallelcluster"
     out.mkdir(parents=True, exist_ok=True)
-    cluster = out / f"{config.project}-cluster.yaml"
+    cluster = out / cluster_file_name(config)
     cluster.write_text(render_cluster_yaml(config))
     written = [cluster]
     for source in (SETUP_SCRIPT, HEAD_NODE_SCRIPT):

@@ -185,16 +185,18 @@ def test_parallelcluster_compute_nodes_start_the_monitor(app, tmp_path):
         assert "s3://" in program_url and ".py" in program_url
     # The head node runs no Neuron workload: no monitor there.
     assert "--metrics-program" not in config["HeadNode"]["CustomActions"]["OnNodeUpdated"]["Args"]
-    # The asset is the program itself.
-    staged = [p for p in app.outdir.glob("asset.*.py")]
-    assert [p.read_text() for p in staged] == [Path(neuron_metrics.__file__).read_text()]
+    # The asset the compute nodes fetch is the program itself (another .py asset is the MLP example, which
+    # the head node copies to ~/trainium).
+    staged = {p.name.removeprefix("asset."): p.read_text() for p in app.outdir.glob("asset.*.py")}
+    (key,) = [k for k in staged if k in program_url]
+    assert staged[key] == Path(neuron_metrics.__file__).read_text()
     # neuron_setup.sh, on a compute node, copies it to NODE_PATH and runs its install with the arguments.
     setup = SETUP_SCRIPT.read_text()
     assert f'aws s3 cp --only-show-errors "${{METRICS_PROGRAM}}" {NODE_PATH}' in setup
     assert (f'/usr/bin/python3 {NODE_PATH} install \\\n      --namespace "${{METRICS_NAMESPACE}}" '
             '--deployment "${METRICS_DEPLOYMENT}"') in setup
     install = ["/usr/bin/python3", NODE_PATH, "install", "--namespace", NAMESPACE, "--deployment", deployment]
-    node, _ = _install_and_run(tmp_path, staged[0].read_text(), install)
+    node, _ = _install_and_run(tmp_path, staged[key], install)
     _assert_published(node, deployment)
 
 

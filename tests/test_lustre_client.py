@@ -4,6 +4,7 @@ what a host has (modinfo, mountpoint, mount, the package manager) and a temporar
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -60,3 +61,37 @@ def test_ubuntu_installs_the_modules_of_the_running_kernel():
 def test_an_unknown_family_is_refused_by_name():
     with pytest.raises(ConfigError, match="family"):
         mount_commands("windows", "dns", "mnt")
+
+
+GENERATOR = Path("/usr/lib/systemd/system-generators/systemd-fstab-generator")
+
+
+@pytest.mark.skipif(not GENERATOR.exists() or not shutil.which("systemd-analyze"),
+                    reason="needs Debian's systemd (apt-get install systemd): its fstab generator and systemd-analyze")
+def test_systemd_accepts_the_mount_and_starts_it_at_every_boot(tmp_path):
+    """systemd's own fstab generator turns the line into units, and systemd-analyze verifies them. The old
+    x-systemd.requires=network.service gave `Unit network.service not found` (no such unit on Ubuntu
+    24.04 or AL2023), so /fsx did not come back after a stop/start or a reboot."""
+    script = "\n".join(mount_commands("ubuntu", "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com", "abcdefgh"))
+    fstab = tmp_path / "fstab"
+    fstab.write_text("# an older line of ours is replaced\nold@tcp:/x /fsx lustre defaults,_netdev 0 0\n")
+    lines = [line for line in script.splitlines() if "/etc/fstab" in line]
+    subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(lines).replace("/etc/fstab", str(fstab))], check=True)
+    assert [line for line in fstab.read_text().splitlines() if " /fsx lustre " in line] == [
+        f"fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com@tcp:/abcdefgh /fsx lustre {FSTAB_OPTIONS} 0 0"
+    ]
+    units = tmp_path / "units"
+    units.mkdir()
+    env = {**os.environ, "SYSTEMD_FSTAB": str(fstab), "SYSTEMD_LOG_LEVEL": "warning"}
+    subprocess.run([str(GENERATOR), str(units), str(units), str(units)], env=env, check=True, capture_output=True)
+    mount = (units / "fsx.mount").read_text()
+    assert "After=network-online.target" in mount and "Requires=network-online.target" in mount
+    assert "network.service" not in mount
+    # x-systemd.automount: the automount unit is pulled in by remote-fs.target at every boot.
+    assert (units / "remote-fs.target.requires" / "fsx.automount").exists()
+    verify = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", "fsx.mount", "fsx.automount"],
+        cwd=units, env={**env, "SYSTEMD_UNIT_PATH": f"{units}:"}, capture_output=True, text=True, check=False,
+    )
+    problems = [line for line in (verify.stdout + verify.stderr).splitlines() if "fsx." in line]
+    assert verify.returncode == 0 and not problems, verify.stdout + verify.stderr

@@ -8,8 +8,13 @@ from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.names import SHARED_MOUNT
 
 # flock: checkpoint writers and the Neuron compile cache take locks, which a Lustre client without it
-# fails. _netdev and the systemd options: mount after the network, on first access after a reboot.
-FSTAB_OPTIONS = "defaults,relatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network.service"
+# fails. _netdev and the systemd options: mount once the network is online, on first access, at every boot.
+# Not x-systemd.requires=network.service (the FSx guide's line for Amazon Linux 2): Ubuntu 24.04 and AL2023
+# have no network.service, so systemd refused the mount unit and /fsx did not come back after a reboot.
+FSTAB_OPTIONS = (
+    "defaults,relatime,flock,_netdev,x-systemd.automount,"
+    "x-systemd.requires=network-online.target,x-systemd.after=network-online.target"
+)
 # The FSx client repository and its key for Ubuntu (FSx user guide, "Installing the Lustre client").
 _UBUNTU_INSTALL = (
     ". /etc/os-release",
@@ -34,6 +39,8 @@ def mount_commands(family: str, dns_name: str, mount_name: str, *, mount_point: 
         *(f"  {line}" for line in _INSTALL[family]),
         "fi",
         f"mkdir -p {mount_point}",
-        f"grep -q ' {mount_point} lustre ' /etc/fstab || echo '{source} {mount_point} lustre {FSTAB_OPTIONS} 0 0' >> /etc/fstab",
+        # The line is replaced, not kept: a host written by an older version gets today's options.
+        f"sed -i '\\| {mount_point} lustre |d' /etc/fstab",
+        f"echo '{source} {mount_point} lustre {FSTAB_OPTIONS} 0 0' >> /etc/fstab",
         f"mountpoint -q {mount_point} || mount {mount_point}",
     ]

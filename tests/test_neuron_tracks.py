@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import resources, synth
+from tests.helpers import ROOT, resources, synth
 from trainium_cdk.config import build_config
 from trainium_cdk.dist import write_dist
 from trainium_cdk.errors import ConfigError
@@ -214,3 +214,19 @@ def test_every_backend_s_jobs_carry_the_track_s_pins():
     script = render_sbatch(config, config.compute_groups[0])
     for key, value in pins.items():
         assert f"export {key}=" in script and value.split()[0] in script, key
+
+
+def test_the_xla_tracks_pins_are_its_releases_packages():
+    """Every package the xla track pins is the version Neuron's own release manifest lists for 2.29.1
+    (tests/data/neuron-release-2.29.1.json, from aws-neuron-sdk's n2-manifest.json; the commit is in the
+    file). aws-neuronx-tools was 2.29.18.0, Neuron 2.29.0's."""
+    import fnmatch
+
+    from trainium_cdk.versions import XLA_TRACK
+
+    release = json.loads((ROOT / "tests" / "data" / "neuron-release-2.29.1.json").read_text())
+    assert release["neuron_version"] == XLA_TRACK.neuron_release
+    pins = {**XLA_TRACK.apt_packages, **XLA_TRACK.pip_packages}
+    for name, pinned in pins.items():
+        assert fnmatch.fnmatchcase(release["packages"][name], pinned), (name, pinned, release["packages"][name])
+    assert XLA_TRACK.driver == release["packages"]["aws-neuronx-dkms"]

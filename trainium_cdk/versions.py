@@ -215,7 +215,7 @@ XLA_TRACK = NeuronTrack(
         "aws-neuronx-dkms": "2.27.4.0",
         "aws-neuronx-collectives": "2.31.24.0",
         "aws-neuronx-runtime-lib": "2.31.24.0",
-        "aws-neuronx-tools": "2.29.18.0",
+        "aws-neuronx-tools": "2.29.22.0",  # Neuron 2.29.1's (2.29.18.0 was 2.29.0's)
     },
     pip_packages={"neuronx-cc": "2.24.8799.0", "torch-neuronx": "2.9.0.2.13.*", "neuronx_distributed": "0.18.27753"},
     framework="torch-neuronx 2.9 (PyTorch/XLA)",

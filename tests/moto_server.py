@@ -43,7 +43,7 @@ def main(port: int, ca_file: Path, endpoint: str, sessions: Path) -> None:
     models.Cluster.__init__ = cluster_init  # type: ignore[method-assign]
 
     def start_session(self):  # type: ignore[no-untyped-def]
-        request = self._get_params()
+        request = json.loads(self.body)
         with sessions.open("a") as log:
             log.write(json.dumps({"action": "StartSession", "region": self.region, **request}) + "\n")
         ec2_backends[self.current_account][self.region].get_instance(request["Target"])  # unknown: an error
@@ -53,8 +53,8 @@ def main(port: int, ca_file: Path, endpoint: str, sessions: Path) -> None:
 
     def terminate_session(self):  # type: ignore[no-untyped-def]
         with sessions.open("a") as log:
-            log.write(json.dumps({"action": "TerminateSession", **self._get_params()}) + "\n")
-        return ActionResult({"SessionId": self._get_param("SessionId")})
+            log.write(json.dumps({"action": "TerminateSession", **json.loads(self.body)}) + "\n")
+        return ActionResult({"SessionId": json.loads(self.body)["SessionId"]})
 
     SimpleSystemManagerResponse.start_session = start_session  # type: ignore[attr-defined]
     SimpleSystemManagerResponse.terminate_session = terminate_session  # type: ignore[attr-defined]

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     outputs = stack_outputs(client(sess, "cloudformation"), config.stack_name("eks"), config.region, backend="eks")
     name = outputs.get(OUTPUT_CLUSTER_NAME) or config.stack_name("eks")
     cluster = client(sess, "eks").describe_cluster(name=name)["cluster"]
-    endpoint = urlparse(cluster["endpoint"]).hostname or ""
+    endpoint = urlparse(cluster["endpoint"]).netloc.rsplit(":", 1)[0]  # as EKS spells it (upper case)
     host = outputs.get(OUTPUT_ACCESS_HOST_ID)
     if host:
         _forward(config, state, host=host, endpoint=endpoint, port=args.port, out=out)

@@ -146,3 +146,20 @@ def test_a_config_without_eks_has_nothing_to_connect_to(aws, home, tmp_path):
 ])
 def test_the_role_behind_a_session(caller, role):
     assert role_arn_of(caller) == role
+
+
+def test_a_job_command_that_cannot_reach_the_api_server_says_to_connect(aws, home, tmp_path):
+    """After the forwarding ends (a reboot, Session Manager's idle timeout), the kubeconfig points at a closed
+    local port: `trn status` says what to run, on one line."""
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"https://localhost:{port}", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "c", "user": {"token": "x" * 32}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "c"}}],
+    }))
+    result = run_cli("status", "first-mlp", "--backend", "eks", "--kubeconfig", str(kubeconfig),
+                     "--config", str(copy_default_config(tmp_path)))
+    assert_one_clean_line(result, "cannot reach the Kubernetes API server", "run `trn connect`")

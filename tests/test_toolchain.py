@@ -239,11 +239,11 @@ def test_plan_without_a_synth_says_what_to_run(tmp_path):
 # -- README troubleshooting --------------------------------------------------------------------------
 
 
-def test_readme_troubleshooting_has_ten_errors_naming_real_commands():
+def test_readme_troubleshooting_has_at_least_ten_errors_naming_real_commands():
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Troubleshooting", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| you see")]
-    assert len(rows) == 10
+    assert len(rows) >= 10
     from trainium_cdk.cli import build_parser
 
     commands = set(build_parser()._subparsers._group_actions[0].choices)

@@ -53,6 +53,26 @@ def test_commands_are_split_as_bash_reads_them():
     assert [c.line for c in block.commands] == [5, 7, 11, 14]
 
 
+def test_a_file_block_is_written_byte_for_byte_into_the_sessions_folder(tmp_path):
+    import subprocess
+
+    text = "\n".join([
+        "<!-- session: demo -->",
+        "<!-- file: app.py -->",
+        "```python",
+        "print('$HOME', \"`x`\")  # nothing expands",
+        "```",
+        "```python",
+        "a block without a file marker is read, not written",
+        "```",
+    ])
+    (block,) = readme.blocks(text)
+    assert (block.session, block.file, block.line) == ("demo", "app.py", 3)
+    (command,) = block.commands
+    subprocess.run(["bash", "-c", command.text], cwd=tmp_path, check=True)
+    assert (tmp_path / "app.py").read_text() == "print('$HOME', \"`x`\")  # nothing expands\n"
+
+
 def test_every_listed_exemption_is_a_command_of_the_readme():
     commands = {c.text for blocks in SESSIONS.values() for b in blocks for c in b.commands}
     assert set(readme_exemptions.EXEMPT) <= commands, set(readme_exemptions.EXEMPT) - commands

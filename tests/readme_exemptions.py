@@ -16,7 +16,8 @@ What is substituted, and why:
 ``make test``                              the suite that runs this test (CI runs it on its own)
 ``pip install ../trainium-cdk``            the package's dependencies would come from PyPI: the sandbox's
                                            wheel is installed into the session's venv without them, and a
-                                           .pth file adds .venv's (the pinned requirements.txt) after it
+                                           .pth file adds exactly what it requires, linked from .venv
+                                           (tests/wheel_env.py)
 ``npx aws-cdk@<pin>``                      npx would download the CLI: the stand-in runs node_modules'
                                            (package-lock.json's, the same version) on the PATH's node
 ``trn doctor``                             moto has no EC2 Service Quotas and there is no Docker here: its
@@ -237,28 +238,22 @@ def open_session(walk: Walkthrough, command: Command) -> str:
 
 
 def pip_install_checkout(walk: Walkthrough, command: Command) -> str:
-    """`pip install ../trainium-cdk` in the session's venv, offline: the sandbox's wheel, without its dependencies,
-    which a .pth file takes from .venv (the same pins pip would install)."""
-    import subprocess
-    import sysconfig
+    """`pip install ../trainium-cdk` in the session's venv, offline: the sandbox's wheel, and a .pth file that
+    adds exactly the distributions it requires (their closure), linked from .venv (tests/wheel_env.py)."""
+    from tests import wheel_env
 
-    wheels = walk.tmp / "wheels"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps",
-         "--no-build-isolation", "-w", str(wheels), str(walk.sandbox)], check=True, capture_output=True,
-    )
-    (wheel,) = wheels.glob("trainium_cdk-*.whl")
-    deps = sysconfig.get_paths()["purelib"]  # .venv's: the harness runs on its python
+    wheel = wheel_env.build_wheel(walk.sandbox, walk.tmp / "wheels")
+    deps = wheel_env.dependency_view(wheel_env.requirements_of(wheel), walk.tmp / "wheel-deps")
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     code, out = walk.shell("workstation").run(
         f"python3 -c 'import sys; assert sys.prefix != sys.base_prefix, \"no venv active\"; "
         f"assert sys.version.startswith(\"{version}.\"), \"python3 is not {version}, as .venv\"' && "
         f'pip install --disable-pip-version-check -q --no-deps "{wheel}" && '
         f"python3 -c 'import pathlib, sys, sysconfig; "
-        f"pathlib.Path(sysconfig.get_paths()[\"purelib\"], \"harness-deps.pth\").write_text(sys.argv[1])' \"{deps}\""
+        f"pathlib.Path(sysconfig.get_paths()[\"purelib\"], \"wheel-env.pth\").write_text(sys.argv[1])' \"{deps}\""
     )
     assert code == 0, f"README.md:{command.line}: `{command.text}` (the wheel, offline) exited {code}:\n{out[-3000:]}"
-    return out + f"(harness: {wheel.name} installed, its dependencies from .venv)"
+    return out + f"(harness: {wheel.name} installed, and what it requires, from .venv)"
 
 
 def suite(walk: Walkthrough, command: Command) -> str:
@@ -288,7 +283,7 @@ EXEMPT: dict[str, Exemption] = {
     "pcluster describe-image --image-id trainium-neuron-2-29-1 --region us-west-2 --query ec2AmiInfo.amiId":
         Exemption(_PCLUSTER_BUILD, not_run),
     "pip install ../trainium-cdk": Exemption(
-        "the dependencies would come from PyPI: the wheel is installed offline, its dependencies are .venv's",
+        "the dependencies would come from PyPI: the wheel is installed offline, with what it requires from .venv",
         pip_install_checkout,
     ),
     "trn doctor": Exemption(

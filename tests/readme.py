@@ -8,6 +8,8 @@ Markers (HTML comments, invisible on GitHub) on the lines right before a block's
   own.
 - ``<!-- on: HOST -->``: the block is typed on a remote host the session opened (``head-node`` after
   ``aws ssm start-session`` to the Slurm head node, ``dev-instance`` on the development instance).
+- ``<!-- file: NAME -->`` on a block of another language (with a session): a file the reader writes, such
+  as their ``app.py``; the session writes it, byte for byte, as NAME in its current directory.
 
 A command is what bash reads as one: backslash continuations, heredocs and multi-line compound commands
 stay together (bash itself decides, with ``bash -n``). Blank and comment-only lines between commands
@@ -25,7 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 SHELLS = ("sh", "bash")
 _FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[A-Za-z0-9_+-]*)\s*$")
-_MARKER = re.compile(r"^\s*<!--\s*(?P<key>session|on):\s*(?P<value>[a-z0-9][a-z0-9-]*)\s*-->\s*$")
+_MARKER = re.compile(r"^\s*<!--\s*(?P<key>session|on|file):\s*(?P<value>[a-z0-9][a-z0-9._-]*)\s*-->\s*$")
+# Ends the heredoc that writes a file block (a line the README never holds).
+FILE_END = "TRAINIUM_CDK_README_FILE_END"
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class Block:
     lang: str
     session: str | None = None
     host: str | None = None
+    file: str | None = None  # a file block: the name it is written to
     commands: list[Command] = field(default_factory=list)
 
 
@@ -93,17 +98,29 @@ def blocks(text: str) -> list[Block]:
         if end is None:
             raise ValueError(f"README.md:{i + 1}: a fenced block that never closes")
         lang = opening.group("lang")
+        block = Block(line=i + 1, lang=lang)
+        j = i - 1
+        while j >= 0 and (marker := _MARKER.match(lines[j])):
+            key = marker.group("key")
+            setattr(block, {"session": "session", "on": "host", "file": "file"}[key], marker.group("value"))
+            j -= 1
+        body = [line[len(indent):] if line.startswith(indent) else line for line in lines[i + 1:end]]
         if lang in SHELLS:
-            block = Block(line=i + 1, lang=lang)
-            j = i - 1
-            while j >= 0 and (marker := _MARKER.match(lines[j])):
-                setattr(block, marker.group("key") if marker.group("key") == "session" else "host", marker.group("value"))
-                j -= 1
-            body = [line[len(indent):] if line.startswith(indent) else line for line in lines[i + 1:end]]
             block.commands = split_commands(body, i + 2)
+            found.append(block)
+        elif block.file is not None:
+            if block.session is None:
+                raise ValueError(f"README.md:{i + 1}: a file block (`file: {block.file}`) outside a session")
+            block.commands = [Command(i + 2, write_file(block.file, "\n".join(body) + "\n"))]
             found.append(block)
         i = end + 1
     return found
+
+
+def write_file(name: str, content: str) -> str:
+    """The command that writes ``content`` to ``name`` as it is (a quoted heredoc expands nothing)."""
+    assert FILE_END not in content
+    return f"cat > {name} <<'{FILE_END}'\n{content}{FILE_END}"
 
 
 def sessions(text: str) -> dict[str, list[Block]]:

@@ -14,6 +14,12 @@ What is substituted, and why:
                                            EKS cluster, Batch queue and job definition, log groups)
 ``make destroy`` (any ARGS)                deletes the stacks made above, last first
 ``make test``                              the suite that runs this test (CI runs it on its own)
+``pip install ../trainium-cdk``            the package's dependencies would come from PyPI: the sandbox's
+                                           wheel is installed into the session's venv without them, and a
+                                           .pth file adds exactly what it requires, linked from .venv
+                                           (tests/wheel_env.py)
+``npx aws-cdk@<pin>``                      npx would download the CLI: the stand-in runs node_modules'
+                                           (package-lock.json's, the same version) on the PATH's node
 ``trn doctor``                             moto has no EC2 Service Quotas and there is no Docker here: its
                                            checks are tested one by one in tests/test_cli_doctor.py
 ``aws ssm start-session ...``              moto serves no Session Manager: the blocks marked ``on: HOST``
@@ -87,6 +93,19 @@ def install_tools(walk: Walkthrough) -> None:
     kubectl.chmod(0o755)
     envsubst = shutil.which("envsubst")
     assert envsubst, "envsubst (Debian package gettext-base) is needed to run the README's commands"
+    pin = json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]
+    npx = walk.bin / "npx"
+    npx.write_text(_NPX_STANDIN.format(pin=pin, cli=ROOT / "node_modules" / "aws-cdk" / "bin" / "cdk"))
+    npx.chmod(0o755)
+
+
+_NPX_STANDIN = """#!/bin/sh
+# npx stand-in: aws-cdk@{pin} is node_modules' CLI (the version npx would download), on the PATH's node.
+[ "$1" = "aws-cdk@{pin}" ] || {{ echo "npx stand-in: only aws-cdk@{pin} (package.json's pin), not $1" >&2; exit 2; }}
+command -v node >/dev/null || {{ echo "npx stand-in: no node on PATH (npx needs one)" >&2; exit 127; }}
+shift
+exec node "{cli}" "$@"
+"""
 
 
 def install_session_manager_plugin(walk: Walkthrough, api_port: int) -> None:
@@ -249,6 +268,25 @@ def open_session(walk: Walkthrough, command: Command) -> str:
     return f"(harness: Session Manager session to {value.strip()})"
 
 
+def pip_install_checkout(walk: Walkthrough, command: Command) -> str:
+    """`pip install ../trainium-cdk` in the session's venv, offline: the sandbox's wheel, and a .pth file that
+    adds exactly the distributions it requires (their closure), linked from .venv (tests/wheel_env.py)."""
+    from tests import wheel_env
+
+    wheel = wheel_env.build_wheel(walk.sandbox, walk.tmp / "wheels")
+    deps = wheel_env.dependency_view(wheel_env.requirements_of(wheel), walk.tmp / "wheel-deps")
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    code, out = walk.shell("workstation").run(
+        f"python3 -c 'import sys; assert sys.prefix != sys.base_prefix, \"no venv active\"; "
+        f"assert sys.version.startswith(\"{version}.\"), \"python3 is not {version}, as .venv\"' && "
+        f'pip install --disable-pip-version-check -q --no-deps "{wheel}" && '
+        f"python3 -c 'import pathlib, sys, sysconfig; "
+        f"pathlib.Path(sysconfig.get_paths()[\"purelib\"], \"wheel-env.pth\").write_text(sys.argv[1])' \"{deps}\""
+    )
+    assert code == 0, f"README.md:{command.line}: `{command.text}` (the wheel, offline) exited {code}:\n{out[-3000:]}"
+    return out + f"(harness: {wheel.name} installed, and what it requires, from .venv)"
+
+
 def suite(walk: Walkthrough, command: Command) -> str:
     return "(harness: the test suite is what runs this walkthrough)"
 
@@ -275,6 +313,10 @@ EXEMPT: dict[str, Exemption] = {
     "# BUILD_COMPLETE": Exemption(_PCLUSTER_BUILD, not_run),
     "pcluster describe-image --image-id trainium-neuron-2-29-1 --region us-west-2 --query ec2AmiInfo.amiId":
         Exemption(_PCLUSTER_BUILD, not_run),
+    "pip install ../trainium-cdk": Exemption(
+        "the dependencies would come from PyPI: the wheel is installed offline, with what it requires from .venv",
+        pip_install_checkout,
+    ),
     "trn doctor": Exemption(
         "moto answers Service Quotas' ListServiceQuotas with a 500 and this machine has no Docker; "
         "tests/test_cli_doctor.py runs every check against moto with the quota and engine answers stated",

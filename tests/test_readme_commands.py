@@ -18,6 +18,7 @@ from tests.rehearsal import assert_trained
 from tests.walkthrough import Walkthrough
 
 TEXT = README.read_text()
+JSII_BANNER = "!" * 20  # the frame of jsii's Node.js version banners
 SESSIONS = readme.sessions(TEXT)
 
 
@@ -53,6 +54,26 @@ def test_commands_are_split_as_bash_reads_them():
     assert [c.line for c in block.commands] == [5, 7, 11, 14]
 
 
+def test_a_file_block_is_written_byte_for_byte_into_the_sessions_folder(tmp_path):
+    import subprocess
+
+    text = "\n".join([
+        "<!-- session: demo -->",
+        "<!-- file: app.py -->",
+        "```python",
+        "print('$HOME', \"`x`\")  # nothing expands",
+        "```",
+        "```python",
+        "a block without a file marker is read, not written",
+        "```",
+    ])
+    (block,) = readme.blocks(text)
+    assert (block.session, block.file, block.line) == ("demo", "app.py", 3)
+    (command,) = block.commands
+    subprocess.run(["bash", "-c", command.text], cwd=tmp_path, check=True)
+    assert (tmp_path / "app.py").read_text() == "print('$HOME', \"`x`\")  # nothing expands\n"
+
+
 def test_every_listed_exemption_is_a_command_of_the_readme():
     commands = {c.text for blocks in SESSIONS.values() for b in blocks for c in b.commands}
     assert set(readme_exemptions.EXEMPT) <= commands, set(readme_exemptions.EXEMPT) - commands
@@ -84,6 +105,9 @@ def test_readme_session_runs(name, tmp_path):
         for ran in walk.run_blocks(SESSIONS[name]):
             where = f"README.md:{ran.command.line} (session {name}, on {ran.host})"
             assert ran.code == 0, f"{where}: `{ran.command.text}` exited {ran.code}:\n{ran.output[-4000:]}"
+            # jsii's banner about the Node.js it runs on (end-of-life, untested): the README's commands run on a
+            # supported one, whatever node the machine has (the workstation's PATH has the machine's).
+            assert JSII_BANNER not in ran.output, f"{where}: `{ran.command.text}` printed jsii's Node.js banner"
         if walk.cluster is not None:
             walk.cluster.wait_for_jobs()
         for rehearsal in walk.rehearsals:

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from trainium_cdk.node_runtime import use_bundled_node
 
-# An app that imports trainium_cdk before aws_cdk runs jsii on the bundled Node 24, without banners.
+# Here, not in the modules that import aws_cdk: a user's app imports trainium_cdk before aws_cdk (which starts
+# jsii's Node process), so jsii runs on the wheel's supported Node 24 whatever node is on their PATH, and prints
+# no end-of-life banner because there is none to print; a JSII_NODE they set wins.
 use_bundled_node()
 
 __version__ = "0.1.0"

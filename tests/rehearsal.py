@@ -42,6 +42,7 @@ EXAMPLE_DIR = ROOT / "trainium_cdk" / "examples" / "mlp"
 PROCESSES_PER_NODE = 2
 LOOPBACK = "127.0.0.1"
 TIMEOUT_S = 300
+MAIN_EXIT_GRACE_S = 30  # ECS's default stop timeout: what a Batch child gets after the main node exits
 
 _HOSTNAME = f"""#!/bin/sh
 # hostname stand-in: the node's own address is loopback here.
@@ -235,8 +236,9 @@ def run_nodes(
                 kill_node(procs[kill[0]])
                 kill = None
             if main_decides:
+                # The main node's exit ends the job: Batch stops the others (docker stop: SIGTERM, then a grace).
                 if procs[0].poll() is not None:
-                    break
+                    deadline = min(deadline, time.monotonic() + MAIN_EXIT_GRACE_S)
             elif any(p.returncode not in (None, 0) for p in procs):
                 time.sleep(2)  # let the others report the failure too
                 break

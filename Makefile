@@ -23,7 +23,7 @@ SHELL := /bin/bash
 PIP_INSTALL = PYTHONUNBUFFERED=1 $(PIP) install --progress-bar off --no-compile
 PROGRESS = 2>&1 | { grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR)' || true; } | sed -u 's/^/  /'
 
-.PHONY: help setup setup-dev synth plan test bootstrap pcluster-schema checkov-env docs bench deploy destroy diff lock clean
+.PHONY: help setup setup-dev synth plan test bootstrap pcluster-schema checkov-env docs bench deploy destroy destroy-kept diff lock clean
 .DEFAULT_GOAL := help
 
 ## help: this list
@@ -102,10 +102,17 @@ diff: setup
 	$(ASSEMBLY)
 	$(CDK) diff --app cdk.out $(ARGS)
 
-## destroy: cdk destroy --all of the last `make synth` (the file system is retained unless storage.removal_policy is destroy)
+## destroy: cdk destroy of the last `make synth`'s stacks, but those a retained file system still uses (tools/destroy.py)
 destroy: setup
 	$(ASSEMBLY)
-	$(CDK) destroy --app cdk.out --all $(ARGS)
+	@$(PY) tools/destroy.py kept > cdk.out/trainium-cdk-kept.txt
+	$(CDK) destroy --app cdk.out $$($(PY) tools/destroy.py plan) $(ARGS)
+	@cat cdk.out/trainium-cdk-kept.txt
+
+## destroy-kept: the stacks `make destroy` kept (the network), once the retained file system and its group are deleted
+destroy-kept: setup
+	$(ASSEMBLY)
+	$(CDK) destroy --app cdk.out $$($(PY) tools/destroy.py kept-stacks) $(ARGS)
 
 ## lock: regenerate constraints.txt from a fresh install of the pinned requirements
 lock:

@@ -244,13 +244,16 @@ class Account:
         except iam.exceptions.NoSuchEntityException:
             return iam.create_role(RoleName="harness-batch-service", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
 
-    def destroy(self) -> list[str]:
-        """Delete every stack, last deployed first (CloudFormation's order for dependent stacks)."""
+    def destroy(self, names: list[str] | None = None) -> list[str]:
+        """Delete the stacks named (default: every one), last deployed first (CloudFormation's order for
+        dependent stacks)."""
         gone = []
         for name in reversed(list(self.stacks)):
-            self.client("cloudformation").delete_stack(StackName=name)
-            gone.append(name)
-        self.stacks.clear()
+            if names is None or name in names:
+                self.client("cloudformation").delete_stack(StackName=name)
+                gone.append(name)
+        for name in gone:
+            del self.stacks[name]
         return gone
 
 

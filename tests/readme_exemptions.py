@@ -12,7 +12,8 @@ What is substituted, and why:
                                            replaced by its ``synth`` (same arguments), then the stacks of
                                            cdk.out are made in moto by tests/deployed.py (outputs resolved,
                                            EKS cluster, Batch queue and job definition, log groups)
-``make destroy`` (any ARGS)                deletes the stacks made above, last first
+``make destroy`` (any ARGS)                runs as typed with the CDK CLI's ``destroy`` recording the stacks
+                                           it is given (tools/destroy.py's plan); those are deleted from moto
 ``make test``                              the suite that runs this test (CI runs it on its own)
 ``pip install ../trainium-cdk``            the package's dependencies would come from PyPI: the sandbox's
                                            wheel is installed into the session's venv without them, and a
@@ -246,10 +247,32 @@ def deploy(walk: Walkthrough, command: Command) -> str:
     return out + "\n".join(lines)
 
 
+_CDK_DESTROY_STANDIN = """#!/bin/sh
+# cdk stand-in for `make destroy`: records the stacks it was asked to delete; the harness deletes them.
+[ "$1" = destroy ] || { echo "cdk stand-in: expected destroy, got $1" >&2; exit 2; }
+shift
+printf '%s\\n' "$@" > "$HARNESS_DESTROYED"
+"""
+
+
 def destroy(walk: Walkthrough, command: Command) -> str:
+    """`make destroy ...` as typed, with the CDK CLI's destroy recording its stacks; those go from moto."""
     account = getattr(walk, "account", None)
     assert account is not None, f"README.md:{command.line}: `{command.text}` before a deploy"
-    return "\n".join(f"{name}: DELETE_COMPLETE" for name in account.destroy())
+    standin = walk.bin / "cdk-destroy-standin"
+    if not standin.exists():
+        standin.write_text(_CDK_DESTROY_STANDIN)
+        standin.chmod(0o755)
+    record = walk.tmp / "destroyed.txt"
+    record.unlink(missing_ok=True)
+    text = command.text.split("#", 1)[0].strip()
+    code, out = walk.shell("workstation").run(f'HARNESS_DESTROYED="{record}" {text} CDK="{standin}"')
+    assert code == 0, f"README.md:{command.line}: `{command.text}` (with the cdk stand-in) exited {code}:\n{out[-3000:]}"
+    args = record.read_text().split()
+    names = [a for a in args if not a.startswith("-") and a != "cdk.out"]
+    assert names, f"README.md:{command.line}: `{command.text}` asked to destroy no stack: {args}"
+    walk.destroyed.append(names)
+    return out + "\n".join(f"{name}: DELETE_COMPLETE" for name in account.destroy(names))
 
 
 # Hosts a session opens whose stand-in is not built yet: their blocks are reported, not run.

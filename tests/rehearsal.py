@@ -17,6 +17,7 @@ Neuron and EFA devices, torch-neuronx  absent: the CPU build of torch (gloo) tra
 ``neuron-ls --json-output``            prints N devices (:func:`neuron_ls`): the health and fabric checks
 ``nccom-test``                         prints a captured real report (:func:`nccom_test`): fabric check
 ``scontrol update``                    records its arguments (:func:`scontrol_recorder`): health prolog
+``TRN_HEARTBEAT_S`` 30 (Batch nodes)   1: a lost peer shows in seconds, not minutes
 =====================================  ==========================================================
 """
 
@@ -41,6 +42,7 @@ EXAMPLE_DIR = ROOT / "trainium_cdk" / "examples" / "mlp"
 PROCESSES_PER_NODE = 2
 LOOPBACK = "127.0.0.1"
 TIMEOUT_S = 300
+MAIN_EXIT_GRACE_S = 30  # ECS's default stop timeout: what a Batch child gets after the main node exits
 
 _HOSTNAME = f"""#!/bin/sh
 # hostname stand-in: the node's own address is loopback here.
@@ -166,6 +168,7 @@ class Stage:
             env["NPROC_PER_NODE"] = str(PROCESSES_PER_NODE)
         if "MASTER_PORT" in env:
             env["MASTER_PORT"] = str(self.port)
+        env["TRN_HEARTBEAT_S"] = "1"
         return env
 
 
@@ -213,10 +216,12 @@ def run_nodes(
     *,
     cwd: Path,
     kill: tuple[int, Callable[[], bool]] | None = None,
+    main_decides: bool = False,
 ) -> list[NodeResult]:
     """Start every node at once, each in its own process group, and wait for all. A node that fails
-    ends the others (as a gang scheduler would); so does the time limit. ``kill=(node, when)``: once
-    ``when()`` is true, SIGKILL every process of that node (its host dies mid-run)."""
+    ends the others (as a gang scheduler would); so does the time limit. With ``main_decides`` (an AWS Batch
+    multi-node job) only node 0's exit ends the others: a child that fails leaves the job running.
+    ``kill=(node, when)``: once ``when()`` is true, SIGKILL every process of that node (its host dies mid-run)."""
     logs = [tempfile.TemporaryFile(mode="w+") for _ in argvs]
     procs = [
         subprocess.Popen(
@@ -230,7 +235,11 @@ def run_nodes(
             if kill is not None and kill[1]():
                 kill_node(procs[kill[0]])
                 kill = None
-            if any(p.returncode not in (None, 0) for p in procs):
+            if main_decides:
+                # The main node's exit ends the job: Batch stops the others (docker stop: SIGTERM, then a grace).
+                if procs[0].poll() is not None:
+                    deadline = min(deadline, time.monotonic() + MAIN_EXIT_GRACE_S)
+            elif any(p.returncode not in (None, 0) for p in procs):
                 time.sleep(2)  # let the others report the failure too
                 break
             time.sleep(0.2)
@@ -304,8 +313,9 @@ def run_volcano_job(stage: Stage, job: dict[str, Any], **run: Any) -> list:
     return run_nodes(argvs, envs, cwd=stage.root, **run)
 
 
-def run_batch_job(stage: Stage, definition: dict[str, Any], nodes: int, **run: Any) -> list:
-    """A multi-node parallel job: Batch substitutes Ref:: parameters and sets the node variables."""
+def run_batch_job(stage: Stage, definition: dict[str, Any], nodes: int, *, attempt: int = 1, **run: Any) -> list:
+    """A multi-node parallel job: Batch substitutes Ref:: parameters and sets the node variables (``attempt``:
+    AWS_BATCH_JOB_ATTEMPT, 1 for the first). The main node's exit ends the job, as in Batch."""
     props = definition["Properties"]
     (node_range,) = props["NodeProperties"]["NodeRangeProperties"]
     container = node_range["Container"]
@@ -317,12 +327,13 @@ def run_batch_job(stage: Stage, definition: dict[str, Any], nodes: int, **run: A
         batch_vars = {
             "AWS_BATCH_JOB_ID": "rehearsal#" + str(index), "AWS_BATCH_JOB_NUM_NODES": str(nodes),
             "AWS_BATCH_JOB_NODE_INDEX": str(index), "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+            "AWS_BATCH_JOB_ATTEMPT": str(attempt),
         }
         if index != 0:  # Batch leaves it unset on the main node itself
             batch_vars["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = LOOPBACK
         argvs.append([stage.substitute(a) for a in argv])
         envs.append(stage.environment({**job_env, **batch_vars}))
-    return run_nodes(argvs, envs, cwd=stage.root, **run)
+    return run_nodes(argvs, envs, cwd=stage.root, main_decides=True, **run)
 
 
 def run_slurm_script(stage: Stage, script: str, nodes: int, *args: str, **substitute: Any) -> list:
@@ -339,3 +350,20 @@ def run_slurm_script(stage: Stage, script: str, nodes: int, *args: str, **substi
     nodes_out = [Path(f"{log}.{i}").read_text() for i in range(nodes)]
     batch_step.output += "".join(nodes_out)
     return [batch_step]
+
+
+def batch_retry_action(strategy: Mapping[str, Any], *, exit_code: int, reason: str = "",
+                       status_reason: str = "Essential container in task exited") -> str:
+    """What AWS Batch does with a failed attempt under a job definition's RetryStrategy (AWS Batch user guide,
+    "Automated job retries"): the first EvaluateOnExit condition whose every given field matches decides; a
+    pattern matches the start of the text when it ends in *, else the whole text; no match retries. (The
+    default status reason is the one of a container that exited; an exit has no reason.)"""
+
+    def matches(pattern: str, text: str) -> bool:
+        return text.startswith(pattern[:-1]) if pattern.endswith("*") else text == pattern
+
+    for condition in strategy.get("EvaluateOnExit", []):
+        fields = (("OnExitCode", str(exit_code)), ("OnReason", reason), ("OnStatusReason", status_reason))
+        if all(matches(condition[key], value) for key, value in fields if key in condition):
+            return condition["Action"]
+    return "RETRY"

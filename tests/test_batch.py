@@ -328,7 +328,12 @@ def test_image_retries_timeout_and_logs_defaults(every_type):
     assert image["source"]["dockerBuildArgs"] == {"BASE_TAG": versions.NEURON_TRAINING_IMAGE_TAG}
     assert (every_type.outdir / image["source"]["directory"] / "train.py").is_file()
     assert group.job_definition["RetryStrategy"]["Attempts"] == 2  # which exits retry: tests/test_resume.py
-    assert group.job_definition["Timeout"] == {"AttemptDurationSeconds": 1440 * 60}
+    # A week per attempt: pre-training runs for days (the old 24 hours stopped every longer run).
+    assert group.job_definition["Timeout"] == {"AttemptDurationSeconds": 7 * 24 * 3600}
+    # An infrastructure update (a pin, the AMI) lets running jobs go on as long as Batch allows (the
+    # default was 30 minutes), and never terminates them at once.
+    assert group.properties(group.construct.compute_environment)["UpdatePolicy"] == {
+        "JobExecutionTimeoutMinutes": 360, "TerminateJobsOnUpdate": False}
     logging = group.container["LogConfiguration"]
     assert logging["LogDriver"] == "awslogs"
     assert logging["Options"]["awslogs-group"] == {"Ref": group.logical_id(group.construct.log_group)}
@@ -444,6 +449,8 @@ def test_custom_image_command_retries_timeout_and_retention(reserved):
     assert "Parameters" not in group.job_definition
     assert group.job_definition["RetryStrategy"]["Attempts"] == 3
     assert group.job_definition["Timeout"] == {"AttemptDurationSeconds": 120 * 60}
+    assert group.properties(group.construct.compute_environment)["UpdatePolicy"] == {
+        "JobExecutionTimeoutMinutes": 120, "TerminateJobsOnUpdate": False}
     assert group.properties(group.construct.log_group)["RetentionInDays"] == 7
     (pull,) = [s for s in _statements(group, group.construct.instance_role) if "ecr:BatchGetImage" in s["Action"]]
     assert "123456789012:repository/ml/train" in json.dumps(pull["Resource"])

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import resources
-from tests.rehearsal import EXAMPLE_DIR, Stage, assert_trained
+from tests.rehearsal import EXAMPLE_DIR, Stage, assert_trained, batch_retry_action
+from trainium_cdk.launcher import PEER_LOST_EXIT_CODE
 from tests.test_rehearsal import app, config, dist, run_batch_job, run_slurm_script, run_volcano_job  # noqa: F401
 from trainium_cdk.parallelcluster.sbatch import render_sbatch
 
@@ -84,7 +85,9 @@ def test_batch_job_retries_host_failures_and_resumes(stage, app):
     assert strategy["Attempts"] >= 2
     conditions = strategy["EvaluateOnExit"]
     assert conditions[0] == {"Action": "RETRY", "OnStatusReason": "Host EC2*"}
-    assert {"Action": "RETRY", "OnReason": "CannotPullContainerError*"} in conditions
+    for platform in ("CannotPullContainerError: pull access denied", "CannotStartContainerError: x"):
+        assert batch_retry_action(strategy, exit_code=137, reason=platform) == "RETRY"
+    assert batch_retry_action(strategy, exit_code=1, status_reason="Host EC2 (instance i-0a) terminated.") == "RETRY"
     # Last: everything else is the training program's own error, which a retry would only repeat.
     assert conditions[-1] == {"Action": "EXIT", "OnReason": "*"}
     assert len(conditions) <= 5  # the Batch API's limit
@@ -95,7 +98,46 @@ def test_batch_job_retries_host_failures_and_resumes(stage, app):
     shutil.copy(EXAMPLE_DIR / "train.py", stage.fsx / "code" / "train.py")
     # The rehearsal's Batch job id is "rehearsal#<node>": a retry keeps the job id.
     checkpoints = stage.fsx / "checkpoints" / "rehearsal"
-    _kill_then_restart(stage, lambda **kw: run_batch_job(stage, definition, 2, **kw), checkpoints)
+    attempts = iter(range(1, 10))
+    _kill_then_restart(stage, lambda **kw: run_batch_job(stage, definition, 2, attempt=next(attempts), **kw),
+                       checkpoints)
+
+
+def _longer_batch_definition(app, *extra: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    (definition,) = resources(app.template_json("batch"), "AWS::Batch::JobDefinition").values()
+    definition = copy.deepcopy(definition)
+    container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
+    container["Command"] = [*container["Command"], *LONGER, *extra]
+    return definition, definition["Properties"]["RetryStrategy"]
+
+
+def test_a_child_nodes_host_loss_ends_in_a_retry_that_resumes(stage, app):
+    """Batch retries a multi-node job for its main node's host, not a child's: the launcher on the main node
+    sees the child's beat stop without an exit and ends with PEER_LOST_EXIT_CODE, which the job definition's
+    own retry strategy retries (the old definition ended it as the program's error: EXIT)."""
+    definition, strategy = _longer_batch_definition(app)
+    (stage.fsx / "code").mkdir()
+    shutil.copy(EXAMPLE_DIR / "train.py", stage.fsx / "code" / "train.py")
+    checkpoints = stage.fsx / "checkpoints" / "rehearsal"
+    first = run_batch_job(stage, definition, 2, attempt=1, kill=(1, _checkpoint_after(checkpoints, 1)))
+    main = first[0]
+    assert main.code == PEER_LOST_EXIT_CODE, main.output[-3000:]
+    assert "node(s) 1 stopped without an exit: a host is gone" in main.output
+    assert batch_retry_action(strategy, exit_code=main.code) == "RETRY"
+    second = run_batch_job(stage, definition, 2, attempt=2)
+    assert len(assert_trained(second)) == EPOCHS
+    assert _resumed(second) >= 2
+
+
+def test_the_programs_own_error_on_every_node_is_not_retried(stage, app):
+    definition, strategy = _longer_batch_definition(app, "--no-such-option")
+    (stage.fsx / "code").mkdir()
+    shutil.copy(EXAMPLE_DIR / "train.py", stage.fsx / "code" / "train.py")
+    results = run_batch_job(stage, definition, 2)
+    main = results[0]
+    assert main.code not in (0, PEER_LOST_EXIT_CODE), main.output[-3000:]
+    assert "a host is gone" not in main.output
+    assert batch_retry_action(strategy, exit_code=main.code) == "EXIT"
 
 
 def test_slurm_requeue_resumes_under_the_same_job_id(stage, config):

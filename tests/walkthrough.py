@@ -158,6 +158,7 @@ class Walkthrough:
         self.rehearsals: list[dict[str, Any]] = []
         self.account: Any = None  # tests.deployed.Account, once `make deploy` ran
         self.outputs: dict[str, dict[str, str]] = {}  # stack -> its outputs, as each deploy left them
+        self.destroyed: list[list[str]] = []  # the stacks each `make destroy` deleted
         self.not_run: list[tuple[Command, str]] = []  # commands on a host without a stand-in
         self._stage: Any = None
         exemptions.install_tools(self)

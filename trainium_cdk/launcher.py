@@ -43,8 +43,12 @@ SHELL = "/bin/sh"
 LEADER_TASK = "leader"
 WORKER_TASK = "worker"
 RANK_OFFSET_VARIABLE = "TRN_NODE_RANK_OFFSET"
+# The main node of a Batch multi-node job exits with this when a peer's host is gone (EX_TEMPFAIL): the job
+# definition retries it (constructs/batch.py), where the program's own errors are not retried.
+PEER_LOST_EXIT_CODE = 75
 
 LAUNCHER = r"""set -eu
+PEER_LOST_EXIT=75
 say() { echo "trainium-launch: $*" >&2; }
 fail() { say "$*"; exit 2; }
 self_address() {
@@ -118,7 +122,71 @@ if [ "${TRN_PRECOMPILE:-0}" = 1 ]; then
   say "precompiling the graphs into the cache with neuron_parallel_compile"
   neuron_parallel_compile torchrun "$@"
 fi
-exec torchrun "$@"
+if [ "$scheduler" != batch ] || [ "$NNODES" -lt 2 ] || [ -z "${TRN_CHECKPOINT_DIR:-}" ]; then
+  exec torchrun "$@"
+fi
+# Batch retries a multi-node job when the main node's host fails, not a child's: then torchrun on the main
+# node fails like the program's own error would. Every node beats on shared storage and leaves its exit code
+# when torchrun ends; a peer whose beat stopped without an exit code lost its host, and the main node ends
+# with PEER_LOST_EXIT, which the job definition retries.
+beats="$TRN_CHECKPOINT_DIR/.nodes/attempt-${AWS_BATCH_JOB_ATTEMPT:-1}"
+interval="${TRN_HEARTBEAT_S:-30}"
+mkdir -p "$beats"
+started=$(date +%s)
+( while :; do touch "$beats/node-$NODE_RANK"; sleep "$interval"; done ) &
+beating=$!
+lost_peers() {
+  # Peers whose beat is older than 4 intervals (or never came, 10 intervals after start) and left no exit.
+  now=$(date +%s)
+  lost=""
+  i=0
+  while [ "$i" -lt "$NNODES" ]; do
+    if [ "$i" != "$NODE_RANK" ] && [ ! -e "$beats/node-$i.exit" ]; then
+      if [ -e "$beats/node-$i" ]; then
+        [ $(( now - $(stat -c %Y "$beats/node-$i") )) -le $(( 4 * interval )) ] || lost="$lost $i"
+      elif [ $(( now - started )) -gt $(( 10 * interval )) ]; then
+        lost="$lost $i"
+      fi
+    fi
+    i=$(( i + 1 ))
+  done
+  [ -n "$lost" ]
+}
+peer_lost() {
+  say "node(s)$lost stopped without an exit: a host is gone; exit $PEER_LOST_EXIT, which the job retries"
+  kill "$beating" 2>/dev/null || true
+  exit "$PEER_LOST_EXIT"
+}
+torchrun "$@" &
+run=$!
+trap 'kill -TERM "$run" 2>/dev/null' TERM INT
+if [ "$NODE_RANK" = "${AWS_BATCH_JOB_MAIN_NODE_INDEX:-0}" ]; then
+  while kill -0 "$run" 2>/dev/null; do
+    if lost_peers; then kill -TERM "$run" 2>/dev/null || true; wait "$run" || true; peer_lost; fi
+    sleep 1
+  done
+fi
+code=0
+wait "$run" || code=$?
+echo "$code" > "$beats/node-$NODE_RANK.exit"
+kill "$beating" 2>/dev/null || true
+if [ "$code" != 0 ] && [ "$NODE_RANK" = "${AWS_BATCH_JOB_MAIN_NODE_INDEX:-0}" ]; then
+  # torchrun failed here: a peer's error, or its host's loss, which shows once its beat is stale.
+  waited=0
+  while [ "$waited" -le $(( 5 * interval )) ]; do
+    if lost_peers; then peer_lost; fi
+    pending=0
+    i=0
+    while [ "$i" -lt "$NNODES" ]; do
+      [ "$i" = "$NODE_RANK" ] || [ -e "$beats/node-$i.exit" ] || pending=1
+      i=$(( i + 1 ))
+    done
+    [ "$pending" = 1 ] || break
+    sleep 1
+    waited=$(( waited + 1 ))
+  done
+fi
+exit "$code"
 """
 
 

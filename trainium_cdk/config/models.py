@@ -310,7 +310,11 @@ class BatchSettings(_Model):
         None, description="Command of each node; default: torchrun of the job definition's script parameter (the "
         "example's train.py in the example image, else /fsx/code/train.py) on all NeuronCores."
     )
-    job_timeout_minutes: int = Field(1440, description="A job attempt is stopped after this many minutes.")
+    job_timeout_minutes: int = Field(
+        10080, description="A job attempt is stopped after this many minutes (default 7 days). After an "
+        "infrastructure update (a Neuron pin, the AMI) running jobs go on this long, at most 360 (AWS Batch's "
+        "limit), then stop and retry from their checkpoint."
+    )
     retry_attempts: int = Field(2, description="Attempts of a job (1 to 10).")
     log_retention_days: LogRetentionDays = Field(30, description="Retention of the job log group, days.")
     ami_id: AmiId | None = Field(

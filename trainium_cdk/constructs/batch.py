@@ -29,7 +29,7 @@ from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.launcher import launch_command, launch_environment
+from trainium_cdk.launcher import PEER_LOST_EXIT_CODE, launch_command, launch_environment
 from trainium_cdk.lustre_client import mount_commands as lustre_mount_commands
 from trainium_cdk.names import CHECKPOINT_ROOT, SHARED_MOUNT
 from trainium_cdk.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
@@ -60,7 +60,12 @@ DEFAULT_SCRIPT_WITHOUT_STORAGE = "train.py"
 JOB_QUEUE_PRIORITY = 1
 DEFAULT_NODES = 2
 DEFAULT_ROOT_VOLUME_GIB = 512
-DEFAULT_JOB_TIMEOUT = Duration.minutes(1440)
+# Pre-training runs for days: an attempt stops after a week unless the config says otherwise (a host failure
+# retries before that, and resumes from the newest checkpoint).
+DEFAULT_JOB_TIMEOUT = Duration.days(7)
+# How long running jobs may go on after an infrastructure update (AWS Batch UpdatePolicy
+# jobExecutionTimeoutMinutes, 1 to 360): a job that needs longer is stopped then and retried from its checkpoint.
+MAX_UPDATE_TIMEOUT_MINUTES = 360
 DEFAULT_RETRY_ATTEMPTS = 2
 DEFAULT_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 # Job logs are not the training record (checkpoints and metrics live on FSx or S3): they go with the stack.
@@ -69,11 +74,14 @@ DEFAULT_LOG_REMOVAL_POLICY = RemovalPolicy.DESTROY
 MAX_SECURITY_GROUPS = 5
 RETRY_ATTEMPTS_RANGE = (1, 10)
 # Retry what the host or the platform broke, never what the job did (AWS Batch "Automated job retries":
-# evaluateOnExit, first match wins, at most 5 conditions). A node that dies ends the job with a status
-# reason "Host EC2 (instance i-...) terminated."; a retry keeps the job id, so the job resumes from
+# evaluateOnExit, first match wins, at most 5 conditions, a pattern may end in * only). The main node's host
+# dying ends the job with a status reason "Host EC2 (instance i-...) terminated."; a child's host dying
+# makes the launcher on the main node exit PEER_LOST_EXIT_CODE (launcher.py); the ECS agent's own failures
+# are the Cannot...ContainerError reasons. A retry keeps the job id, so the job resumes from
 # /fsx/checkpoints/<job id>. Any other exit (the training program's own error) is not retried.
 HOST_FAILURE_STATUS_REASONS = ("Host EC2*",)
-HOST_FAILURE_REASONS = ("CannotPullContainerError*", "CannotStartContainerError*", "CannotInspectContainerError*")
+HOST_FAILURE_REASONS = ("Cannot*",)
+HOST_FAILURE_EXIT_CODES = (str(PEER_LOST_EXIT_CODE),)
 MIME_BOUNDARY = "==TRAINIUM_CDK=="
 # The metrics program the user data writes onto each node (a heredoc: its delimiter must not occur in it).
 NEURON_METRICS_SOURCE = Path(neuron_metrics.__file__)
@@ -122,7 +130,8 @@ class TrainiumBatch(Construct):
     :param command: the training script and its arguments, which every node runs under torchrun;
         default: the job definition's ``script`` parameter (the example's script in the example image,
         else ``/fsx/code/train.py``).
-    :param job_timeout: a job attempt is stopped after this long; default 1440 minutes.
+    :param job_timeout: a job attempt is stopped after this long; default 7 days. Running jobs keep this long
+        (at most 6 hours, Batch's limit) after an infrastructure update before they are stopped (and retried).
     :param retry_attempts: attempts of a job, 1 to 10; default 2.
     :param log_retention: retention of the job log group; default one month.
     :param log_removal_policy: what deleting the stack does to the job log group; default destroy.
@@ -237,6 +246,10 @@ class TrainiumBatch(Construct):
             images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2023)],
             allocation_strategy=batch.AllocationStrategy.BEST_FIT_PROGRESSIVE,
             spot=False,
+            # An infrastructure update (a new launch template version: a Neuron pin, the AMI, the user data)
+            # lets running jobs run as long as Batch allows, never kills them at once (default: 30 minutes).
+            terminate_on_update=False,
+            update_timeout=infrastructure_update_timeout(job_timeout),
         )
         cfn_ce = self.compute_environment.node.default_child
         assert isinstance(cfn_ce, batch.CfnComputeEnvironment)
@@ -512,10 +525,16 @@ def node_user_data(
     )
 
 
+def infrastructure_update_timeout(job_timeout: Duration) -> Duration:
+    """What running jobs keep after an infrastructure update: the job's own timeout, at most what Batch allows."""
+    return Duration.minutes(min(job_timeout.to_minutes(), MAX_UPDATE_TIMEOUT_MINUTES))
+
+
 def retry_strategies() -> list[batch.RetryStrategy]:
     """Retry on host and platform failures; exit on everything else (the user's error)."""
     retry = [batch.Reason.custom(on_status_reason=r) for r in HOST_FAILURE_STATUS_REASONS]
     retry += [batch.Reason.custom(on_reason=r) for r in HOST_FAILURE_REASONS]
+    retry += [batch.Reason.custom(on_exit_code=c) for c in HOST_FAILURE_EXIT_CODES]
     return [
         *(batch.RetryStrategy.of(batch.Action.RETRY, reason) for reason in retry),
         batch.RetryStrategy.of(batch.Action.EXIT, batch.Reason.custom(on_reason="*")),

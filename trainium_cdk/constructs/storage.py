@@ -115,6 +115,9 @@ class LustreStorage(Construct):
             allow_all_outbound=False,
         )
         _pin(self.security_group, SECURITY_GROUP_LOGICAL_ID)
+        # The file system's interfaces carry the group: a retained file system keeps it in use, and deleting it
+        # would fail the stack's deletion (DELETE_FAILED). It stays and goes with the file system.
+        self.security_group.apply_removal_policy(removal)
         # The L2 file system adds ingress from the group itself on 988-1023; clients and egress are ours.
         for peer in (self.security_group, *clients):
             for port in LUSTRE_PORTS:

@@ -253,7 +253,7 @@ def test_trn_cost_prints_the_idle_floor_and_the_full_size_price_of_the_default_c
     out, err = io.StringIO(), io.StringIO()
     assert main(["cost", "--config", "config/default.yaml"], out=out, err=err) == 0
     text = out.getvalue()
-    assert "total idle floor" in text and "$     0.696/h" in text and "$      508.08/month" in text
+    assert "total idle floor" in text and "$     0.701/h" in text and "$      511.92/month" in text
     assert "4 x trn1.32xlarge" in text and "$    86.000/h" in text
     assert prices.PRICES_AS_OF in text
 
@@ -285,3 +285,9 @@ def test_cost_counts_every_interface_endpoint_the_network_creates():
 def test_cost_prices_the_idle_backends(default_app):
     items = [line.item for line in bill(default_app.config).idle]
     assert any("Slurm head node" in i for i in items) and any("development instance" in i for i in items)
+    # Volumes are billed while they exist: a stopped development instance still pays for its root volume.
+    volumes = {line.item: line for line in bill(default_app.config).idle if "GiB gp3" in line.item}
+    config = default_app.config
+    dev = volumes[f"development instance root volume (1 x {config.instance.root_volume_gib} GiB gp3)"]
+    assert dev.monthly == pytest.approx(config.instance.root_volume_gib * prices.EBS_GP3_GB_MONTH.usd)
+    assert f"Slurm head node root volume (1 x {config.parallelcluster.head_node_root_volume_gib} GiB gp3)" in volumes

@@ -48,6 +48,8 @@ def test_file_system_defaults(default):
                 "DeploymentType": "PERSISTENT_2",
                 "PerUnitStorageThroughput": 250,
                 "DataCompressionType": "LZ4",
+                # The checkpoints of weeks of training: a week of daily backups, set in place.
+                "AutomaticBackupRetentionDays": 7,
             },
         },
     )
@@ -170,6 +172,7 @@ def test_lustre_storage_from_its_own_props_alone():
     assert fs["Properties"]["StorageCapacity"] == 2400
     assert fs["Properties"]["LustreConfiguration"]["DeploymentType"] == "SCRATCH_2"
     assert "PerUnitStorageThroughput" not in fs["Properties"]["LustreConfiguration"]
+    assert "AutomaticBackupRetentionDays" not in fs["Properties"]["LustreConfiguration"]  # FSx backs up no scratch
     template.resource_count_is("AWS::S3::Bucket", 1)
     assert (storage.deployment_type, storage.lustre_version, storage.capacity_gib) == ("SCRATCH_2", "2.15", 2400)
 
@@ -180,6 +183,8 @@ def test_lustre_storage_from_its_own_props_alone():
         ({"capacity_gib": 1300}, "capacity_gib"),
         ({"throughput_mb_per_tib": 300}, "throughput_mb_per_tib"),
         ({"removal_policy": "SNAPSHOT"}, "removal_policy"),
+        ({"backup_retention_days": 91}, "backup_retention_days"),
+        ({"backup_retention_days": 7, "deployment_type": "SCRATCH_2"}, "backup_retention_days"),
     ],
 )
 def test_lustre_storage_rejects_bad_props_by_name(props, field):
@@ -191,7 +196,12 @@ def test_lustre_storage_rejects_bad_props_by_name(props, field):
 
     stack = cdk.Stack(cdk.App(), "Bare")
     vpc = ec2.Vpc(stack, "Vpc")
+    from aws_cdk import aws_fsx as fsx
+
     if props.get("removal_policy") == "SNAPSHOT":
         props = {"removal_policy": cdk.RemovalPolicy.SNAPSHOT}
+    if props.get("deployment_type") == "SCRATCH_2":
+        props = {**props, "deployment_type": fsx.LustreDeploymentType.SCRATCH_2, "throughput_mb_per_tib": None,
+                 "capacity_gib": 2400}
     with pytest.raises(ConfigError, match=field):
         LustreStorage(stack, "Storage", vpc=vpc, subnet=vpc.private_subnets[0], clients=[], **props)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from trainium_cdk import backends as backend_registry
 from trainium_cdk import prices
 from trainium_cdk.config import Config
-from trainium_cdk.names import ACCESS_HOST_INSTANCE_TYPE
+from trainium_cdk.names import ACCESS_HOST_INSTANCE_TYPE, ACCESS_HOST_ROOT_VOLUME_GIB, SYSTEM_NODE_DISK_GIB
 
 # Where the app writes the bill beside the templates (cdk.out/), for `make synth` to print.
 BILL_FILE = "bill.txt"
@@ -89,27 +89,44 @@ def bill(config: Config, region: str | None = None) -> Bill:
     return Bill(region, tuple(idle), tuple(groups))
 
 
+def _volumes(item: str, count: int, gib: int, region: str, note: str = "") -> Line:
+    """``count`` gp3 volumes of ``gib`` each, billed per GB-month while they exist."""
+    per_gb = prices.EBS_GP3_GB_MONTH
+    hourly = prices.Price(per_gb.usd / prices.HOURS_PER_MONTH, per_gb.assumed, per_gb.note)
+    return _line(f"{item} ({count} x {gib} GiB gp3)", count * gib, "GB", hourly, region, note)
+
+
 def eks_idle(config: Config, region: str) -> list[Line]:
     lines = [
         _line("EKS control plane", 1, "cluster", prices.EKS_CLUSTER_HOURLY, region),
         _line(f"EKS system nodes ({config.eks.system_instance_type})", config.eks.system_nodes, "node",
               prices.instance_price(config.eks.system_instance_type), region),
+        _volumes("EKS system node volumes", config.eks.system_nodes, SYSTEM_NODE_DISK_GIB, region),
     ]
     if config.eks.endpoint_access == "private" and config.eks.access_host:
         lines.append(_line(f"EKS API access host ({ACCESS_HOST_INSTANCE_TYPE})", 1, "instance",
                            prices.instance_price(ACCESS_HOST_INSTANCE_TYPE), region))
+        lines.append(_volumes("EKS API access host volume", 1, ACCESS_HOST_ROOT_VOLUME_GIB, region))
     return lines
 
 
 def parallelcluster_idle(config: Config, region: str) -> list[Line]:
-    head = config.parallelcluster.head_node_instance_type
-    return [_line(f"Slurm head node ({head})", 1, "node", prices.instance_price(head), region)]
+    settings = config.parallelcluster
+    head = settings.head_node_instance_type
+    return [
+        _line(f"Slurm head node ({head})", 1, "node", prices.instance_price(head), region),
+        _volumes("Slurm head node root volume", 1, settings.head_node_root_volume_gib, region),
+    ]
 
 
 def instance_idle(config: Config, region: str) -> list[Line]:
     dev = config.instance.instance_type
-    return [_line(f"development instance ({dev})", 1, "instance", prices.instance_price(dev), region,
-                  "runs until you stop it")]
+    return [
+        _line(f"development instance ({dev})", 1, "instance", prices.instance_price(dev), region,
+              "runs until you stop it"),
+        _volumes("development instance root volume", 1, config.instance.root_volume_gib, region,
+                 "billed while the instance is stopped too"),
+    ]
 
 
 def render(result: Bill) -> str:
@@ -137,6 +154,7 @@ def render(result: Bill) -> str:
     assumed = [line.item for line in (*result.idle, *result.groups) if line.assumed]
     rows.append("* assumed price (see notes): " + ", ".join(assumed) if assumed else
                 "No price in the table is marked assumed for this region and config.")
-    rows.append("Not counted: data transfer and NAT/endpoint data processing, EBS volumes, CloudWatch Logs, "
+    rows.append("Not counted: data transfer and NAT/endpoint data processing, running Trainium nodes' volumes, "
+                "FSx backups, CloudWatch Logs, "
                 "ECR storage, KMS keys, S3.")
     return "\n".join(rows)

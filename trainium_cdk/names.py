@@ -70,6 +70,10 @@ OUTPUT_UPDATE_KUBECONFIG = "UpdateKubeconfig"
 OUTPUT_ACCESS_HOST_ID = "AccessHostId"
 # The instance type of the EKS API access host (constructs/api_access.py; priced by cost.py).
 ACCESS_HOST_INSTANCE_TYPE = "t4g.nano"
+ACCESS_HOST_ROOT_VOLUME_GIB = 8
+# The EKS system node group's volumes: EKS's default DiskSize, which the node group leaves unset (it is
+# create-only: setting it now would replace the node group). Priced by cost.py.
+SYSTEM_NODE_DISK_GIB = 20
 # batch, per group
 OUTPUT_JOB_QUEUE_NAME = "JobQueueName"
 OUTPUT_JOB_QUEUE_ARN = "JobQueueArn"

@@ -59,6 +59,8 @@ SIZE_FACTOR = MappingProxyType({"large": 1, "xlarge": 2, "2xlarge": 4, "4xlarge"
 
 EKS_CLUSTER_HOURLY = Price(0.10, note="standard support; extended support is 0.60")
 NAT_GATEWAY_HOURLY = Price(0.045, note="plus 0.045 per GB processed, not counted")
+# gp3, USD per GB-month: billed while the volume exists, a stopped instance's too.
+EBS_GP3_GB_MONTH = Price(0.08)
 INTERFACE_ENDPOINT_HOURLY = Price(0.01, note="per endpoint per AZ; plus 0.01 per GB, not counted")
 # FSx for Lustre, USD per GB-month of provisioned capacity, by deployment type and MB/s/TiB.
 LUSTRE_GB_MONTH: Mapping[tuple[str, int | None], Price] = MappingProxyType({

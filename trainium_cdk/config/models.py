@@ -212,6 +212,10 @@ class StorageSettings(_Model):
         "retain", description="What `cdk destroy` does to the file system (and a created bucket)."
     )
     compute_group: str | None = Field(None, description="Group whose subnet holds the file system; default: first.")
+    backup_retention_days: int | None = Field(
+        None, description="Days FSx keeps its daily automatic backups (0 to 90; 0: none); default 7 for "
+        "PERSISTENT_2, 0 for SCRATCH_2 (not backed up by FSx)."
+    )
 
     @field_validator("removal_policy", mode="before")
     @classmethod

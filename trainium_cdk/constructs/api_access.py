@@ -21,10 +21,9 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from trainium_cdk.constructs.nag import acknowledge
-from trainium_cdk.names import ACCESS_HOST_INSTANCE_TYPE
+from trainium_cdk.names import ACCESS_HOST_INSTANCE_TYPE, ACCESS_HOST_ROOT_VOLUME_GIB
 
 HTTPS = 443
-ROOT_VOLUME_GIB = 8
 
 
 class ApiAccessHost(Construct):
@@ -88,7 +87,7 @@ class ApiAccessHost(Construct):
                 ec2.BlockDevice(
                     device_name="/dev/xvda",
                     volume=ec2.BlockDeviceVolume.ebs(
-                        ROOT_VOLUME_GIB, encrypted=True, volume_type=ec2.EbsDeviceVolumeType.GP3,
+                        ACCESS_HOST_ROOT_VOLUME_GIB, encrypted=True, volume_type=ec2.EbsDeviceVolumeType.GP3,
                         delete_on_termination=True,
                     ),
                 )

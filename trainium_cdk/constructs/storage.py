@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Acknowledgment, RemovalPolicy, Validations
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_s3 as s3
@@ -35,6 +35,8 @@ DEFAULT_COMPRESSION = fsx.LustreDataCompressionType.LZ4
 DEFAULT_VERSION = fsx.FileSystemTypeVersion.V_2_15
 # Losing a file system loses datasets and checkpoints: keep it unless asked otherwise.
 DEFAULT_REMOVAL_POLICY = RemovalPolicy.RETAIN
+DEFAULT_BACKUP_RETENTION_DAYS = 7
+MAX_BACKUP_RETENTION_DAYS = 90
 # CloudFormation cannot snapshot an FSx file system on delete (DeletionPolicy: Snapshot).
 REMOVAL_POLICIES = (RemovalPolicy.RETAIN, RemovalPolicy.DESTROY)
 _S3_EVENTS = ["NEW", "CHANGED", "DELETED"]
@@ -74,6 +76,9 @@ class LustreStorage(Construct):
     :param removal_policy: what deleting the stack does to the file system and a bucket it creates,
         RETAIN or DESTROY. Default: RETAIN. Changing it never replaces the file system.
     :param data_repository: an S3 data repository association. Default: None.
+    :param backup_retention_days: days daily automatic backups are kept (0 to 90; 0: none), PERSISTENT_2
+        only: the checkpoints of weeks of training live here. Default: 7 for PERSISTENT_2, 0 for SCRATCH_2
+        (FSx backs up no scratch file system). Changed in place.
     """
 
     def __init__(
@@ -91,9 +96,19 @@ class LustreStorage(Construct):
         file_system_type_version: fsx.FileSystemTypeVersion = DEFAULT_VERSION,
         removal_policy: RemovalPolicy = DEFAULT_REMOVAL_POLICY,
         data_repository: DataRepositoryProps | None = None,
+        backup_retention_days: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         check_lustre(deployment_type.value, capacity_gib, throughput_mb_per_tib)
+        persistent = deployment_type.value.startswith("PERSISTENT")
+        days = backup_retention_days
+        if days is None:
+            days = DEFAULT_BACKUP_RETENTION_DAYS if persistent else 0
+        if days and not persistent:
+            raise ConfigError("backup_retention_days", days, f"0 with {deployment_type.value} (FSx backs up only "
+                              "persistent file systems)")
+        if not 0 <= days <= MAX_BACKUP_RETENTION_DAYS:
+            raise ConfigError("backup_retention_days", days, f"0 to {MAX_BACKUP_RETENTION_DAYS} (FSx's limit)")
         if removal_policy not in REMOVAL_POLICIES:
             raise ConfigError(
                 "removal_policy", removal_policy.value,
@@ -151,6 +166,7 @@ class LustreStorage(Construct):
                 deployment_type=deployment_type,
                 per_unit_storage_throughput=throughput_mb_per_tib,
                 data_compression_type=compression,
+                automatic_backup_retention=Duration.days(days) if persistent else None,
             ),
             removal_policy=removal,
         )

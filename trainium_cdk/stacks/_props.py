@@ -56,6 +56,7 @@ def storage_props(config: Config) -> dict[str, Any]:
         compression=fsx.LustreDataCompressionType[storage.compression],
         file_system_type_version=fsx.FileSystemTypeVersion["V_" + storage.lustre_version.replace(".", "_")],
         removal_policy=REMOVAL_POLICIES[storage.removal_policy],
+        backup_retention_days=storage.backup_retention_days,
         data_repository=(
             DataRepositoryProps(
                 bucket_name=repo.bucket_name,

@@ -3,7 +3,10 @@ check what `cdk deploy` would do to what is already there:
 
 - no stateful resource is replaced (same logical ids, same values of replacement-causing properties);
 - no ParallelCluster setting whose update ParallelCluster refuses changes (its own update policies);
-- node groups roll (same node group, a new launch template version) instead of being replaced.
+- node groups roll (same node group, a new launch template version) instead of being replaced;
+- what each change does to running jobs, by each service's rules (tests/lifecycle.py: Batch infrastructure
+  updates and their UpdatePolicy, managed node group rolls, Karpenter drift and do-not-disrupt), and that
+  the README's "Running jobs" column says `stopped` exactly where a job can be stopped.
 
 README.md "Day-2 changes" tells users the same, change by change.
 """
@@ -60,6 +63,10 @@ def _neuron_pin() -> Iterator[None]:
         training_image_tag="2.9.0-neuronx-py312-sdk2.29.2-ubuntu24.04",
         apt_packages={k: v.rsplit(".", 1)[0] + ".9" for k, v in old.apt_packages.items()},
         pip_packages={**old.pip_packages, "neuronx-cc": "2.24.9999.0"},
+        # A release brings its driver and the ECS Neuron AMI built with it: both are in the Batch nodes'
+        # launch template (the driver in the user data, the AMI as a parameter).
+        driver=old.driver.rsplit(".", 1)[0] + ".9",
+        ecs_neuron_ami=old.ecs_neuron_ami.replace("2023.0.2", "2023.0.3", 1),
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(versions.NEURON_TRACKS, "xla", new)
@@ -279,3 +286,90 @@ def test_readme_tells_each_day2_change():
     assert sorted(words) == sorted(CHANGES)
     for change, word in words.items():
         assert any(row.startswith(f"| {word}") for row in rows), change
+
+
+# -- what each change does to running jobs (tests/lifecycle.py), and what the README says ----------------
+
+
+def _running_jobs_effects(base: Synthesized, now: Synthesized) -> list[Any]:
+    from tests.lifecycle import batch_effects, managed_nodegroup_effects
+
+    return [*batch_effects(base.template_json("batch"), now.template_json("batch")),
+            *managed_nodegroup_effects(base.template_json("eks"), now.template_json("eks"))]
+
+
+def _readme_running_jobs() -> dict[str, str]:
+    """The Day-2 table's "Running jobs" cell of each change (CHANGES' keys)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text[text.index("## Day-2 changes"):]
+    section = section[: section.index("\n## ", 1)]
+    words = {
+        "nodes": "`nodes`", "max_nodes": "`max_nodes`", "image": "image", "neuron_pin": "Neuron pin",
+        "group_added": "compute group added", "backend_added": "backend added", "instance_type": "instance type",
+    }
+    cells = {}
+    for change, word in words.items():
+        (row,) = [line for line in section.splitlines() if line.startswith(f"| {word}")]
+        cells[change] = row.strip("|").split("|")[-1].strip()
+    return cells
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_the_readme_says_when_a_change_stops_running_jobs(base, after, change):
+    """Judged by each service's rules on the templates (tests/lifecycle.py): a change that can stop a running
+    Batch job or drain an EKS node group under one is a change whose row says `stopped`, naming the backend
+    unless every backend stops; one that cannot says `keep running`."""
+    effects = [e for e in _running_jobs_effects(base, after[change]) if e.stops_jobs]
+    cell = _readme_running_jobs()[change]
+    if not effects:
+        assert cell.startswith("keep running"), (change, cell)
+        return
+    assert "stopped" in cell, (change, cell, effects)
+    backends = {e.backend for e in effects}
+    if not cell.startswith("stopped"):
+        for backend in backends:
+            assert {"batch": "Batch", "eks": "EKS"}[backend] in cell.split("stopped")[0].rsplit(".", 1)[-1], (change, cell)
+
+
+def test_a_pin_change_lets_batch_jobs_run_six_hours_then_stops_them(base, after):
+    """The pin is in the launch template: an infrastructure update. Without an UpdatePolicy running jobs had
+    30 minutes; with it, the 360 Batch allows, still less than a week-long attempt."""
+    effects = [e for e in _running_jobs_effects(base, after["neuron_pin"]) if e.backend == "batch"]
+    assert [e.why for e in effects] == [
+        "infrastructure update (LaunchTemplate (a new version)): running jobs go on 360 minutes, "
+        "less than the job timeout (10080)"
+    ]
+    assert [e.backend for e in _running_jobs_effects(base, after["max_nodes"]) if e.stops_jobs] == []
+
+
+def test_the_lifecycle_model_sees_batchs_default_update_policy(base, after):
+    """On the old templates (no UpdatePolicy) a pin change stopped Batch jobs after Batch's default 30 minutes."""
+    from tests.lifecycle import batch_effects
+
+    old = json.loads(json.dumps(after["neuron_pin"].template_json("batch")))
+    for resource in resources(old, "AWS::Batch::ComputeEnvironment").values():
+        resource["Properties"].pop("UpdatePolicy")
+    (effect,) = batch_effects(base.template_json("batch"), old)
+    assert effect.stops_jobs and "go on 30 minutes" in effect.why
+
+
+def test_karpenter_drift_waits_for_the_job_on_the_default_app():
+    """Karpenter (the default capacity): every job pod is do-not-disrupt, and no pool forces disruption, so a
+    drifted node (a pin, the instance type) is replaced after its job."""
+    from tests.lifecycle import karpenter_effects
+    from tests.reachability import Reachability
+    from trainium_cdk.workloads import render_job
+
+    result = synth(build_config({**json.loads(json.dumps(BASE)), "eks": {}}), nag=False)
+    objects = [o for _, objs in Reachability.from_dir(result.outdir).manifests() for o in objs]
+    pods = []
+    for job in ("mlp", "mlp-distributed"):
+        for obj in render_job(result.config, name="x", image="i", nodes=None, group="train", job=job):
+            specs = [t["template"] for t in obj["spec"]["tasks"]] if "tasks" in obj["spec"] else [obj["spec"]["template"]]
+            pods += [spec["metadata"].get("annotations", {}) for spec in specs]
+    assert len(pods) == 3  # the single-node Job's pod, the Volcano job's leader and worker
+    effects = karpenter_effects(objects, pods)
+    assert effects and not any(e.stops_jobs for e in effects), effects
+    assert karpenter_effects(objects, [{}])[0].stops_jobs  # a pod without the annotation would be drained

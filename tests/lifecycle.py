@@ -1,0 +1,133 @@
+"""What a deploy of a changed app does to running training jobs, judged by each service's own rules.
+
+Read from the synthesized templates before and after the change (never from the constructs):
+
+- **AWS Batch** (user guide, "Updating compute environments"): a change of a compute environment's
+  ComputeResources other than its vCPU counts (or of the launch template it uses: a new version) is an
+  infrastructure update. Batch replaces the instances; running jobs go on for the UpdatePolicy's
+  JobExecutionTimeoutMinutes (30 without one) and are then stopped, at once with TerminateJobsOnUpdate. A
+  job stopped before its own attempt timeout is a job the change stops. A create-only property change
+  replaces the environment (CloudFormation), and its jobs with it.
+- **EKS managed node groups** (user guide, "Update a managed node group"): a new launch template version,
+  or any update of the node group but its scaling, rolls the nodes: each is drained, its pods evicted
+  (forced after the update's timeout). Running pods are stopped.
+- **Karpenter** (docs, "Disruption"): a NodePool or EC2NodeClass change drifts the nodes; drift is a
+  voluntary disruption, which a pod annotated ``karpenter.sh/do-not-disrupt`` blocks for as long as the
+  pool sets no terminationGracePeriod, and ``expireAfter: Never`` leaves no forced expiry. Then the node
+  is replaced after its job.
+
+ParallelCluster's update policies come from its own package (tests/pcluster_schema.py), not from here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CREATE_ONLY: dict[str, list[str]] = json.loads((ROOT / "tools" / "create_only.json").read_text())
+# What Batch scales without an infrastructure update.
+BATCH_SCALING = ("MaxvCpus", "MinvCpus", "DesiredvCpus")
+BATCH_DEFAULT_UPDATE_TIMEOUT_MINUTES = 30
+NODEGROUP_SCALING = ("ScalingConfig", "UpdateConfig", "Labels", "Tags")
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
+
+@dataclass(frozen=True)
+class Effect:
+    backend: str
+    resource: str
+    stops_jobs: bool
+    why: str
+
+
+def _resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {k: r for k, r in template.get("Resources", {}).items() if r["Type"] == kind}
+
+
+def _lt_changed(before: dict[str, Any], after: dict[str, Any], ref: Any) -> bool:
+    """Whether the launch template a property names gets a new version (its data changes)."""
+    logical = ref.get("Ref") if isinstance(ref, dict) else None
+    if logical is None:
+        return False
+    old, new = before["Resources"].get(logical), after["Resources"].get(logical)
+    return old is None or new is None or old["Properties"] != new["Properties"]
+
+
+def _create_only_changes(kind: str, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    return [p for p in CREATE_ONLY.get(kind, []) if old.get(p) != new.get(p)]
+
+
+def batch_effects(before: dict[str, Any], after: dict[str, Any]) -> list[Effect]:
+    """Effects on the running jobs of each compute environment ``before`` has."""
+    effects = []
+    attempt_minutes = [
+        d["Properties"].get("Timeout", {}).get("AttemptDurationSeconds", 0) / 60
+        for d in _resources(after, "AWS::Batch::JobDefinition").values()
+    ]
+    longest = max(attempt_minutes, default=0)
+    new_environments = _resources(after, "AWS::Batch::ComputeEnvironment")
+    for logical, resource in _resources(before, "AWS::Batch::ComputeEnvironment").items():
+        old = resource["Properties"]
+        new = new_environments.get(logical, {}).get("Properties")
+        if new is None:
+            effects.append(Effect("batch", logical, True, "the compute environment is deleted"))
+            continue
+        replaced = _create_only_changes("AWS::Batch::ComputeEnvironment", old, new)
+        if replaced:
+            effects.append(Effect("batch", logical, True, f"replaced ({', '.join(replaced)} changes)"))
+            continue
+        old_cr, new_cr = old["ComputeResources"], new["ComputeResources"]
+        changed = sorted(k for k in {*old_cr, *new_cr} if k not in BATCH_SCALING and old_cr.get(k) != new_cr.get(k))
+        if _lt_changed(before, after, old_cr.get("LaunchTemplate", {}).get("LaunchTemplateId")):
+            changed.append("LaunchTemplate (a new version)")
+        if not changed:
+            continue
+        policy = new.get("UpdatePolicy", {})
+        timeout = policy.get("JobExecutionTimeoutMinutes", BATCH_DEFAULT_UPDATE_TIMEOUT_MINUTES)
+        if policy.get("TerminateJobsOnUpdate"):
+            effects.append(Effect("batch", logical, True, f"infrastructure update ({', '.join(changed)}): jobs terminated"))
+        else:
+            stops = timeout < longest
+            effects.append(Effect(
+                "batch", logical, stops,
+                f"infrastructure update ({', '.join(changed)}): running jobs go on {timeout} minutes"
+                + (f", less than the job timeout ({longest:.0f})" if stops else ", their whole timeout"),
+            ))
+    return effects
+
+
+def managed_nodegroup_effects(before: dict[str, Any], after: dict[str, Any]) -> list[Effect]:
+    effects = []
+    new_groups = _resources(after, "AWS::EKS::Nodegroup")
+    for logical, resource in _resources(before, "AWS::EKS::Nodegroup").items():
+        old = resource["Properties"]
+        if "trainium-cdk/compute-group" not in old.get("Labels", {}):
+            continue  # the system nodes hold no training job
+        new = new_groups.get(logical, {}).get("Properties")
+        if new is None:
+            effects.append(Effect("eks", logical, True, "the node group is deleted"))
+            continue
+        changed = sorted(k for k in {*old, *new} if k not in NODEGROUP_SCALING and old.get(k) != new.get(k))
+        if _lt_changed(before, after, old.get("LaunchTemplate", {}).get("Id")):
+            changed.append("LaunchTemplate (a new version)")
+        if changed:
+            effects.append(Effect("eks", logical, True, f"node group update ({', '.join(changed)}): nodes drained"))
+    return effects
+
+
+def karpenter_effects(after_manifests: list[dict[str, Any]], job_pod_annotations: list[dict[str, str]]) -> list[Effect]:
+    """Drift never stops a training pod when every job's pods are do-not-disrupt and no pool forces it."""
+    effects = []
+    for pool in (o for o in after_manifests if o.get("kind") == "NodePool"):
+        spec = pool["spec"]["template"]["spec"]
+        forced = spec.get("terminationGracePeriod") is not None or spec.get("expireAfter", "720h") != "Never"
+        unprotected = [a for a in job_pod_annotations if a.get(DO_NOT_DISRUPT) != "true"]
+        stops = forced or bool(unprotected)
+        effects.append(Effect(
+            "eks", f"nodepool/{pool['metadata']['name']}", stops,
+            "drift replaces a node " + ("while its job runs" if stops else "after its job (do-not-disrupt pods)"),
+        ))
+    return effects

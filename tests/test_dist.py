@@ -52,7 +52,8 @@ def test_bert_large_phase1_example(written):
     (bert,) = [o for o in _objects(written[1]) if o["metadata"]["name"] == "bert-large-phase1"]
     assert bert["spec"]["minAvailable"] == 2
     leader = bert["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
-    assert leader["command"][4] == "dp_bert_large_hf_pretrain_hdf5.py" and "--enable_pt_autocast" in leader["command"]
+    assert leader["command"][4] == "/opt/trainium-cdk/examples/bert/dp_bert_large_hf_pretrain_hdf5.py"
+    assert "--enable_pt_autocast" in leader["command"]
     env = {e["name"]: e["value"] for e in leader["env"]}
     assert env["NPROC_PER_NODE"] == "32" and env["FI_PROVIDER"] == "efa"
     # Autocast: the Neuron docs say not to set XLA_USE_BF16 / XLA_DOWNCAST_BF16 with it.

@@ -25,9 +25,11 @@ from trainium_cdk.jobs import JobSpec
 from trainium_cdk.names import SHARED_MOUNT
 
 # BERT-large phase 1, as the Neuron multi-node tutorial runs it: the script of aws-neuron-samples
-# (torch-neuronx/training/dp_bert_hf_pretrain) in an image of yours, the tokenized Wikipedia corpus on FSx.
+# (torch-neuronx/training/dp_bert_hf_pretrain) where the example image (examples/bert/Dockerfile) puts it,
+# the tokenized Wikipedia corpus on FSx.
+BERT_SCRIPT = "/opt/trainium-cdk/examples/bert/dp_bert_large_hf_pretrain_hdf5.py"
 BERT_LARGE_PHASE1_COMMAND = (
-    "dp_bert_large_hf_pretrain_hdf5.py",
+    BERT_SCRIPT,
     "--data_dir", f"{SHARED_MOUNT}/datasets/bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128",
     "--output_dir", f"{SHARED_MOUNT}/runs/bert-large-phase1",
     "--lr", "6e-4", "--phase1_end_step", "28125", "--batch_size", "16", "--grad_accum_usteps", "32",

@@ -22,6 +22,8 @@ from trainium_cdk.errors import ConfigError
 from trainium_cdk.names import TRAINING_NAMESPACE
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
+# The BERT-large example image's build context: a Dockerfile that fetches the pinned sample script.
+BERT_EXAMPLE_DIR = EXAMPLE_DIR.parent / "bert"
 DATA_LOADER_SERVICE_ACCOUNT = "data-loader"
 IMAGES_KEPT = 100
 DEFAULT_BASE_IMAGE_TAG = versions.NEURON_TRAINING_IMAGE_TAG

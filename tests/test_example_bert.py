@@ -21,7 +21,7 @@ import pytest
 
 from trainium_cdk import versions
 from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR
-from trainium_cdk.workloads import BERT_LARGE_PHASE1_COMMAND, BERT_SCRIPT
+from trainium_cdk.examples import BERT_LARGE_PHASE1_COMMAND, BERT_SCRIPT
 
 DOCKERFILE = BERT_EXAMPLE_DIR / "Dockerfile"
 REPOSITORY = "https://raw.githubusercontent.com/aws-neuron/aws-neuron-samples/"

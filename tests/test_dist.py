@@ -62,10 +62,36 @@ def test_bert_large_phase1_example(written):
     assert env["HF_HOME"] == "/fsx/huggingface"
 
 
+def test_bert_runs_in_its_own_image_named_by_its_placeholder(written):
+    """The BERT job's image is the stack's BERT image (the one holding its script): ${BERT_IMAGE}, filled
+    from output BertImageUri, and the file's header says so; the other jobs keep ${TRAINING_IMAGE}."""
+    out, paths = written
+    (path,) = [p for p in paths if p.name == "job-bert-large-phase1.k8s.yaml"]
+    (bert,) = [o for o in yaml.safe_load_all(path.read_text()) if o]
+    images = {t["template"]["spec"]["containers"][0]["image"] for t in bert["spec"]["tasks"]}
+    assert images == {"${BERT_IMAGE}"}
+    text = path.read_text()
+    assert "# Deploy-time placeholders: ${BERT_IMAGE}." in text
+    assert "#   envsubst '$BERT_IMAGE' < dist/eks/workloads/job-bert-large-phase1.k8s.yaml | kubectl apply -f -" in text
+    assert "#   BERT_IMAGE: output BertImageUri of t-eks" in text
+    assert "# Or, with nothing to fill: trn submit --backend eks --job bert-large-phase1" in text
+    assert PLACEHOLDERS["BERT_IMAGE"] == ("eks", "BertImageUri")
+    mlp = [o for p in paths if p.name == "job-mlp.k8s.yaml" for o in yaml.safe_load_all(p.read_text()) if o]
+    assert mlp[0]["spec"]["template"]["spec"]["containers"][0]["image"] == "${TRAINING_IMAGE}"
+
+
+def test_no_bert_example_on_the_native_track(tmp_path):
+    """The BERT script is PyTorch/XLA; the native track's image has no torch-xla."""
+    native = config_with(region="us-east-2", network={"az_ids": ["use2-az3", "use2-az2"]}, neuron={"track": "native"},
+                         group={"instance_type": "trn2.48xlarge", "az_ids": "use2-az3"})
+    names = {p.name for p in write_dist(native, tmp_path)}
+    assert "job-mlp-distributed.k8s.yaml" in names and "job-bert-large-phase1.k8s.yaml" not in names
+
+
 def test_ids_known_after_deploy_are_envsubst_placeholders(written):
     text = "".join(p.read_text() for p in written[1])
     for name in ("FSX_FILE_SYSTEM_ID", "FSX_DNS_NAME", "FSX_MOUNT_NAME", "FSX_SECURITY_GROUP_ID", "COMPUTE_SUBNET_ID",
-                 "TRAINING_IMAGE", "DATA_S3_URI"):
+                 "TRAINING_IMAGE", "BERT_IMAGE", "DATA_S3_URI"):
         assert "${" + name + "}" in text
         assert name in PLACEHOLDERS
     assert "Token[" not in text

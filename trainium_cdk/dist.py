@@ -29,6 +29,7 @@ PLACEHOLDERS = {
     "FSX_SECURITY_GROUP_ID": ("storage", output_key(names.OUTPUT_FILE_SYSTEM_SECURITY_GROUP_ID)),
     "COMPUTE_SUBNET_ID": ("network", output_key(names.OUTPUT_COMPUTE_SUBNET) + "<group>"),
     "TRAINING_IMAGE": ("eks", output_key(names.OUTPUT_EXAMPLE_IMAGE_URI)),
+    "BERT_IMAGE": ("eks", output_key(names.OUTPUT_BERT_IMAGE_URI)),
     "DATA_S3_URI": ("", "the s3://bucket/prefix of your dataset"),
 }
 
@@ -72,11 +73,11 @@ def dist_storage_props(config: Config) -> FsxStorageProps | None:
 
 
 def dist_workloads(app: cdk8s.App, config: Config) -> list[cdk8s.Chart]:
-    """The configured workloads, then every example not configured: the MLP jobs, BERT-large phase 1,
-    and, with shared storage, a data loader, the shell pod and TensorBoard."""
+    """The configured workloads, then every example not configured: the MLP jobs, BERT-large phase 1
+    (in its own image), and, with shared storage, a data loader, the shell pod and TensorBoard."""
     image = config.workloads.image or placeholder("TRAINING_IMAGE")
     charts = workload_charts(app, config, image=image)
-    for job in example_jobs(config, image=image):
+    for job in example_jobs(config, image=image, bert_image=placeholder("BERT_IMAGE")):
         chart_id = f"{JOB_CHART_PREFIX}{job.name}"
         if chart_id not in charts:
             charts[chart_id] = training_job(app, chart_id, job=job, queue=config.workloads.queue)

@@ -69,7 +69,8 @@ class TrainingWorkloadsOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.images_kept, int) or self.images_kept < 1:
             raise ConfigError("TrainingWorkloadsOptions.images_kept", self.images_kept, "at least 1")
-        for name, directory in (("image_directory", self.image_directory), ("bert_image_directory", self.bert_image_directory)):
+        directories = {"image_directory": self.image_directory, "bert_image_directory": self.bert_image_directory}
+        for name, directory in directories.items():
             if directory is not None and not Path(directory, "Dockerfile").is_file():
                 raise ConfigError(f"TrainingWorkloadsOptions.{name}", str(directory), "a directory with a Dockerfile")
 

@@ -1,22 +1,34 @@
-"""moto's server on loopback, as the README walkthroughs' AWS (``python -m tests.moto_server PORT CA_FILE ENDPOINT``).
+"""moto's server on loopback, as the README walkthroughs' AWS (``python -m tests.moto_server PORT CA_FILE ENDPOINT SESSIONS``).
 
-One change to moto, the only one: an EKS cluster's endpoint and certificate authority are the address
-(ENDPOINT) and CA (read from CA_FILE) of the walkthrough's Kubernetes API stand-in (tests/fake_kube.py),
-instead of moto's random strings, so that the kubeconfig `aws eks update-kubeconfig` and `trn connect` write trusts that server. Batch jobs do not
-run in Docker (there is none here): the harness runs each submitted job through the launch rehearsal.
+Two changes to moto, the only ones:
+
+- an EKS cluster's endpoint and certificate authority are ENDPOINT (a private endpoint's name, which
+  resolves nowhere here) and the CA (read from CA_FILE) of the walkthrough's Kubernetes API stand-in
+  (tests/fake_kube.py), whose certificate carries that name, instead of moto's random strings;
+- Session Manager's StartSession and TerminateSession, which moto does not serve: a session to an instance
+  moto runs is granted, and each request is appended, as the API received it, to SESSIONS (JSON lines),
+  for the test to assert in full. What a session carries is the session-manager-plugin stand-in's
+  (tests/ssm_plugin_standin.py).
+
+Batch jobs do not run in Docker (there is none here): the harness runs each submitted job through the
+launch rehearsal.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import sys
 from pathlib import Path
 
 
-def main(port: int, ca_file: Path, endpoint: str) -> None:
+def main(port: int, ca_file: Path, endpoint: str, sessions: Path) -> None:
     from moto.core.models import default_user_config
+    from moto.core.responses import ActionResult
+    from moto.ec2.models import ec2_backends
     from moto.eks import models
     from moto.server import ThreadedMotoServer
+    from moto.ssm.responses import SimpleSystemManagerResponse
 
     default_user_config["batch"] = {"use_docker": False}
 
@@ -29,6 +41,23 @@ def main(port: int, ca_file: Path, endpoint: str) -> None:
         self.endpoint = endpoint
 
     models.Cluster.__init__ = cluster_init  # type: ignore[method-assign]
+
+    def start_session(self):  # type: ignore[no-untyped-def]
+        request = json.loads(self.body)
+        with sessions.open("a") as log:
+            log.write(json.dumps({"action": "StartSession", "region": self.region, **request}) + "\n")
+        ec2_backends[self.current_account][self.region].get_instance(request["Target"])  # unknown: an error
+        session_id = f"user-{len(sessions.read_text().splitlines()):017x}"
+        return ActionResult({"SessionId": session_id, "TokenValue": "harness-token",
+                             "StreamUrl": f"wss://ssmmessages.{self.region}.amazonaws.com/v1/data-channel/{session_id}"})
+
+    def terminate_session(self):  # type: ignore[no-untyped-def]
+        with sessions.open("a") as log:
+            log.write(json.dumps({"action": "TerminateSession", **json.loads(self.body)}) + "\n")
+        return ActionResult({"SessionId": json.loads(self.body)["SessionId"]})
+
+    SimpleSystemManagerResponse.start_session = start_session  # type: ignore[attr-defined]
+    SimpleSystemManagerResponse.terminate_session = terminate_session  # type: ignore[attr-defined]
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
     print(f"moto listening on {port}", flush=True)
@@ -39,4 +68,4 @@ def main(port: int, ca_file: Path, endpoint: str) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])
+    main(int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))

@@ -33,6 +33,9 @@ _PROTOCOLS = {"-1": ALL, "tcp": "tcp", "6": "tcp", "udp": "udp", "17": "udp", "i
 # Lustre (FSx for Lustre security group guide): TCP 988 and 1018-1023, both directions.
 LUSTRE_PORTS = (988, *range(1018, 1024))
 EKS_CLUSTER_SG = "eks-cluster-security-group"
+# Node sets that are not a backend's compute: the EKS API endpoint, and the host that forwards to it.
+CONTROL_PLANE = "eks-control-plane"
+ACCESS_HOST = "eks-access"
 VPC_DEFAULT_SG = "vpc-default-security-group"
 PCLUSTER_HEAD_SG = "pcluster:HeadNodeSecurityGroup"
 PCLUSTER_COMPUTE_SG = "pcluster:ComputeSecurityGroup"
@@ -356,12 +359,22 @@ class Reachability:
                 mounts_fsx="lustre" in json.dumps(user_data), instance_type=compute["InstanceTypes"][0],
             ))
 
+        # The API endpoint's interfaces in the VPC carry the cluster security group and the groups of
+        # ResourcesVpcConfig (EKS user guide, "Amazon EKS security group requirements").
+        clusters = set()
+        for stack, logical_id, resource in self._resources("AWS::EKS::Cluster"):
+            clusters.add(stack)
+            vpc_config = resource["Properties"].get("ResourcesVpcConfig", {})
+            groups = self.groups_of(stack, vpc_config.get("SecurityGroupIds")) | {f"{stack}/{logical_id}:{EKS_CLUSTER_SG}"}
+            self.node_sets.append(NodeSet(CONTROL_PLANE, logical_id, (Interface(groups),)))
+
         for stack, logical_id, resource in self._resources("AWS::EC2::Instance"):
             props = resource["Properties"]
             groups = self.groups_of(stack, props.get("SecurityGroupIds"))
+            # The only instance of an EKS stack is its API access host; elsewhere, the development instance.
             self.node_sets.append(NodeSet(
-                "instance", logical_id, (Interface(groups),), mounts_fsx="lustre" in json.dumps(props.get("UserData")),
-                instance_type=props["InstanceType"],
+                ACCESS_HOST if stack in clusters else "instance", logical_id, (Interface(groups),),
+                mounts_fsx="lustre" in json.dumps(props.get("UserData")), instance_type=props["InstanceType"],
             ))
 
         for stack, logical_id, resource in self._resources("Custom::PclusterCluster"):

@@ -26,8 +26,13 @@ a capacity block's node group commands     need a purchased block (listed in :da
                                            checked against the deployed assets
 ``kubectl``                                tests/kubectl_standin.py: the subcommands the README uses, over
                                            the real Kubernetes client, validating what it applies
-the EKS API server                         tests/fake_kube.py on loopback; moto's cluster endpoint is its
-                                           address and its CA the stand-in's (tests/moto_server.py)
+the EKS API server                         tests/fake_kube.py on loopback; moto's cluster endpoint is a
+                                           private endpoint's name (resolving nowhere here) and its CA the
+                                           stand-in's, whose certificate carries that name (moto_server.py)
+Session Manager (``trn connect``)          moto's StartSession is added (tests/moto_server.py), each request
+                                           kept and asserted; ``session-manager-plugin`` is
+                                           tests/ssm_plugin_standin.py: port forwarding to the private
+                                           endpoint's name on 443 reaches the API server stand-in
 a Batch job's run                          moto does not run jobs (no Docker): after a submit, the job
                                            definition of the template, with the submitted node count and
                                            parameters, runs through the rehearsal and its output is put in
@@ -37,6 +42,7 @@ a Batch job's run                          moto does not run jobs (no Docker): a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -55,7 +61,10 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 REGION = "us-west-2"
-API_SERVER_NAMES = ("localhost",)
+# The EKS endpoint's name as the walkthrough's cluster has it: a private endpoint's, which resolves to nothing
+# here (as from a workstation outside the VPC); the API server stand-in's certificate carries it.
+PRIVATE_ENDPOINT_HOST = "0123456789ABCDEF0123456789ABCDEF.gr7.us-west-2.eks.amazonaws.com"
+API_SERVER_NAMES = (PRIVATE_ENDPOINT_HOST, "localhost")
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,26 @@ def install_tools(walk: Walkthrough) -> None:
     kubectl.chmod(0o755)
     envsubst = shutil.which("envsubst")
     assert envsubst, "envsubst (Debian package gettext-base) is needed to run the README's commands"
+
+
+def install_session_manager_plugin(walk: Walkthrough, api_port: int) -> None:
+    """`session-manager-plugin` on the workstation's PATH: tests/ssm_plugin_standin.py, forwarding the private
+    endpoint's port 443 to the API server stand-in, as the access host in the VPC would."""
+    plugin = walk.bin / "session-manager-plugin"
+    plugin.write_text(
+        f'#!/bin/sh\nHARNESS_API_HOST="{PRIVATE_ENDPOINT_HOST}" HARNESS_API_ADDRESS="127.0.0.1:{api_port}" '
+        f'PYTHONPATH="{ROOT}" exec "{sys.executable}" -m tests.ssm_plugin_standin "$@"\n'
+    )
+    plugin.chmod(0o755)
+
+
+def stop_background(walk: Walkthrough) -> None:
+    """What a session left running in the background (`trn connect`'s port forwarding), ended with it."""
+    import signal
+
+    for state in (walk.home / ".local" / "state" / "trainium-cdk").glob("connect-*.json"):
+        with contextlib.suppress(ProcessLookupError, ValueError, KeyError):
+            os.killpg(json.loads(state.read_text())["pid"], signal.SIGTERM)
 
 
 def aws_environment(walk: Walkthrough) -> dict[str, str]:
@@ -179,6 +208,7 @@ PATH="$node_bin:$PATH" JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1 exec node_
 def deploy(walk: Walkthrough, command: Command) -> str:
     """`make deploy ...` as typed, with the CDK CLI's deploy replaced by its synth; then cdk.out goes to moto."""
     from tests.deployed import Account, assembly_stacks
+    from tests.walkthrough import outputs_of
 
     standin = walk.bin / "cdk-deploy-standin"
     if not standin.exists():
@@ -193,6 +223,7 @@ def deploy(walk: Walkthrough, command: Command) -> str:
     for name, template in assembly_stacks(assembly):
         walk.account.deploy_stack(name, template)
         lines.append(f"{name}: CREATE_COMPLETE (harness: made in moto from cdk.out)")
+        walk.outputs[name] = outputs_of(walk, name)
     return out + "\n".join(lines)
 
 

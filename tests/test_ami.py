@@ -79,16 +79,27 @@ def test_the_ssm_walk_sees_both_ways_of_reading_a_parameter():
     assert ssm_reads(template) == ["/mine/ami", "/mine/other"]
 
 
+ACCESS_HOST_IMAGE = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-6.1-arm64"
+
+
 def test_every_public_parameter_a_template_reads_is_published_in_its_region(aws, variant):
     """moto's copy of AWS's public parameters (its ECS dump) answers for the Batch AMI of each region."""
     region = variant.config.region
     ssm, ec2_client = boto3.client("ssm", region_name=region), boto3.client("ec2", region_name=region)
-    read = sorted({p for path in variant.template_paths() for p in ssm_reads(json.loads(path.read_text()))
-                   if p.startswith(PUBLIC_PREFIX)})
-    assert read == [ecs_neuron_ami_parameter(ECS_NEURON_AMI_NAME)]  # only Batch's, and only where it deploys
-    image_id = ssm.get_parameter(Name=read[0])["Parameter"]["Value"]
-    (image,) = ec2_client.describe_images(ImageIds=[image_id])["Images"]
-    assert image["Name"] == ECS_NEURON_AMI_NAME and image["ImageOwnerAlias"] == "amazon"
+    read = {p for path in variant.template_paths() for p in ssm_reads(json.loads(path.read_text()))
+            if p.startswith(PUBLIC_PREFIX)}
+    batch = ecs_neuron_ami_parameter(ECS_NEURON_AMI_NAME)
+    # Batch's pinned AMI by name; the EKS API access host's AL2023 (stateless: it may follow `latest`).
+    expected = {batch} if "batch" in variant.config.backends else set()
+    if "eks" in variant.config.backends and variant.config.eks.endpoint_access == "private":
+        expected.add(ACCESS_HOST_IMAGE)
+    assert read == expected
+    for parameter in sorted(read):
+        image_id = ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
+        (image,) = ec2_client.describe_images(ImageIds=[image_id])["Images"]
+        assert image["ImageOwnerAlias"] == "amazon", parameter
+        if parameter == batch:
+            assert image["Name"] == ECS_NEURON_AMI_NAME
 
 
 def test_each_track_pins_one_immutable_ecs_neuron_ami_by_name():

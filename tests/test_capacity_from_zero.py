@@ -253,7 +253,7 @@ def test_trn_cost_prints_the_idle_floor_and_the_full_size_price_of_the_default_c
     out, err = io.StringIO(), io.StringIO()
     assert main(["cost", "--config", "config/default.yaml"], out=out, err=err) == 0
     text = out.getvalue()
-    assert "total idle floor" in text and "$     0.692/h" in text and "$      505.02/month" in text
+    assert "total idle floor" in text and "$     0.696/h" in text and "$      508.08/month" in text
     assert "4 x trn1.32xlarge" in text and "$    86.000/h" in text
     assert prices.PRICES_AS_OF in text
 

@@ -64,8 +64,15 @@ def machine(monkeypatch: pytest.MonkeyPatch) -> Machine:
     return fake
 
 
+# The role the deployer works as (an SSO role, with its path), listed in the config's eks.admin_role_arns.
+ADMIN_ROLE_NAME = "AWSReservedSSO_Admin_0123456789abcdef"
+ADMIN_ROLE = f"arn:aws:iam::{ACCOUNT}:role/aws-reserved/sso.amazonaws.com/{ADMIN_ROLE_NAME}"
+PLUGIN_VERSION = ("session-manager-plugin", "--version")
+
+
 def config_file(tmp_path: Path, *, group: dict[str, Any] | None = None, **top: Any) -> Path:
     raw = yaml.safe_load(DEFAULT_YAML.read_text())
+    raw.setdefault("eks", {})["admin_role_arns"] = [ADMIN_ROLE]
     raw["compute_groups"][0].update(group or {})
     raw.update(top)
     path = tmp_path / "doctor.yaml"
@@ -92,15 +99,27 @@ DOCKER_VERSION = ("docker", "version")
 
 
 @pytest.fixture
-def ready(aws: AwsCalls, machine: Machine) -> AwsCalls:
+def ready(aws: AwsCalls, machine: Machine, monkeypatch: pytest.MonkeyPatch) -> AwsCalls:
     """An account where the default config passes every check, from a machine whose Docker answers."""
     machine.answers[DOCKER_VERSION] = CommandResult(0, "Client: 27.3.1\nServer: 27.3.1\n")
+    machine.answers[PLUGIN_VERSION] = CommandResult(0, "1.2.707.0\n")
+    assume_admin_role(monkeypatch)
     boto3.client("ssm", region_name=REGION).put_parameter(
         Name="/cdk-bootstrap/hnb659fds/version", Value="30", Type="String"
     )
     aws.fake("GetServiceQuota", quota(512))
     aws.fake("DescribeCapacityReservations", {"CapacityReservations": []})
     return aws
+
+
+def assume_admin_role(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work as ADMIN_ROLE from here on, as an SSO user does: the caller becomes an assumed-role session."""
+    iam = boto3.client("iam", region_name=REGION)
+    iam.create_role(RoleName=ADMIN_ROLE_NAME, Path="/aws-reserved/sso.amazonaws.com/", AssumeRolePolicyDocument="{}")
+    creds = boto3.client("sts", region_name=REGION).assume_role(RoleArn=ADMIN_ROLE, RoleSessionName="user")["Credentials"]
+    for name, key in (("AWS_ACCESS_KEY_ID", "AccessKeyId"), ("AWS_SECRET_ACCESS_KEY", "SecretAccessKey"),
+                      ("AWS_SESSION_TOKEN", "SessionToken")):
+        monkeypatch.setenv(name, creds[key])
 
 
 def doctor(path: Path, *extra: str) -> Result:
@@ -130,7 +149,9 @@ def test_everything_passes_on_a_ready_account(ready, tmp_path):
     assert "512 vCPUs (applied)" in line(result, "PASS", "quota L-2C3B7624")
     assert "version 30" in line(result, "PASS", "CDK bootstrap")
     assert "the eks stack builds the MLP example image" in line(result, "PASS", "container engine")
-    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 7 PASS: ready to deploy")
+    assert f"{ADMIN_ROLE_NAME} is in eks.admin_role_arns" in line(result, "PASS", "cluster access")
+    assert "version 1.2.707.0" in line(result, "PASS", "session manager plugin")
+    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 9 PASS: ready to deploy")
     assert ready.of("GetServiceQuota") == [{"ServiceCode": "ec2", "QuotaCode": "L-2C3B7624"}]
     assert ready.of("DescribeInstanceTypeOfferings")[0]["LocationType"] == "availability-zone-id"
 
@@ -435,7 +456,7 @@ def test_native_track_pins_are_the_ones_compared(machine):
 def test_doctor_on_the_default_machine_prints_the_skip_line_outside_the_summary(ready, tmp_path):
     result = doctor(config_file(tmp_path))
     assert "no Neuron tools here" in line(result, SKIP, "neuron versions")
-    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 7 PASS: ready to deploy")
+    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 9 PASS: ready to deploy")
 
 
 def test_doctor_on_a_node_warns_on_a_driver_mismatch_and_counts_it(ready, machine, tmp_path):
@@ -448,7 +469,7 @@ def test_doctor_on_a_node_warns_on_a_driver_mismatch_and_counts_it(ready, machin
     assert result.code == 0
     assert "2.21.37.0, but the xla track pins 2.27.4.0" in line(result, WARN, "neuron driver")
     assert "install aws-neuronx-dkms 2.27.4.0" in fix_after(result, WARN, "neuron driver")
-    assert result.out.rstrip().endswith("0 FAIL, 1 WARN, 8 PASS: ready to deploy (read the WARN lines)")
+    assert result.out.rstrip().endswith("0 FAIL, 1 WARN, 10 PASS: ready to deploy (read the WARN lines)")
 
 
 def test_a_node_without_credentials_still_gets_its_neuron_versions(no_credentials, machine, tmp_path):
@@ -545,3 +566,23 @@ def test_finch_through_cdk_docker_passes(ready, machine, tmp_path, monkeypatch):
     assert result.code == 0, result.out
     assert "finch answers" in line(result, PASS, "container engine")
     assert ("finch", "version") in machine.ran
+
+
+def test_a_deployer_outside_the_cluster_admins_is_told_how_to_get_in(ready, tmp_path):
+    """CloudFormation creates the cluster under its own role: whoever deploys is not a cluster admin unless the
+    config lists their role, and kubectl would be refused after a 25-minute deploy."""
+    result = doctor(config_file(tmp_path, eks={"admin_role_arns": [f"arn:aws:iam::{ACCOUNT}:role/someone-else"]}))
+    assert f"assumed-role/{ADMIN_ROLE_NAME}" not in line(result, WARN, "cluster access")
+    assert f"arn:aws:iam::{ACCOUNT}:role/{ADMIN_ROLE_NAME} is not in eks.admin_role_arns" in line(result, WARN, "cluster access")
+    assert f"aws iam get-role --role-name {ADMIN_ROLE_NAME} --query Role.Arn" in fix_after(result, WARN, "cluster access")
+
+
+def test_a_private_cluster_needs_the_session_manager_plugin_here(ready, machine, tmp_path):
+    del machine.answers[PLUGIN_VERSION]
+    result = doctor(config_file(tmp_path))
+    assert result.code == 1
+    assert "session-manager-plugin not found" in line(result, "FAIL", "session manager plugin")
+    assert "session-manager-working-with-install-plugin" in fix_after(result, "FAIL", "session manager plugin")
+    public = {"endpoint_access": "public-and-private", "public_access_cidrs": ["203.0.113.0/24"],
+              "admin_role_arns": [ADMIN_ROLE]}
+    assert "session manager plugin" not in doctor(config_file(tmp_path, eks=public)).out

@@ -817,7 +817,7 @@ def test_eks_without_kubeconfig_is_one_line(kube, config):
 
     kube.load.side_effect = ConfigException("Invalid kube-config file. No configuration found.")
     result = run_cli("status", "demo", "--backend", "eks", "--config", str(config))
-    assert_one_clean_line(result, "no usable kubeconfig", "aws eks update-kubeconfig")
+    assert_one_clean_line(result, "no usable kubeconfig", "trn connect")
 
 
 # -- the wait loop's output ---------------------------------------------------------------------------

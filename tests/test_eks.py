@@ -181,6 +181,26 @@ def test_control_plane_and_kubectl_log_groups_are_created_with_a_retention(every
         assert "LogGroup" in config, f"{logical_id} logs to a group the stack does not create"
 
 
+def test_a_private_endpoint_brings_an_access_host_and_a_public_one_none(every_type, reserved):
+    """The access host: arm64, IMDSv2, encrypted root, SSM-only role, and an output `trn connect` reads. Who it
+    can reach is tests/test_reachability.py's."""
+    template = every_type.template_json("eks")
+    (host,) = resources(template, "AWS::EC2::Instance").values()
+    props = host["Properties"]
+    assert props["InstanceType"] == "t4g.nano"
+    assert props["MetadataOptions"]["HttpTokens"] == "required"
+    assert [b["Ebs"]["Encrypted"] for b in props["BlockDeviceMappings"]] == [True]
+    image = template["Parameters"][props["ImageId"]["Ref"]]
+    assert image["Default"] == "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-6.1-arm64"  # AWS publishes it
+    profile = template["Resources"][props["IamInstanceProfile"]["Ref"]]["Properties"]
+    role = template["Resources"][profile["Roles"][0]["Ref"]]["Properties"]
+    assert "AmazonSSMManagedInstanceCore" in json.dumps(role["ManagedPolicyArns"])
+    assert not [p for p in resources(template, "AWS::IAM::Policy").values() if profile["Roles"][0] in p["Properties"]["Roles"]]
+    assert template["Outputs"]["AccessHostId"]["Value"] == {"Ref": next(iter(resources(template, "AWS::EC2::Instance")))}
+    public = reserved.template_json("eks")
+    assert resources(public, "AWS::EC2::Instance") == {} and "AccessHostId" not in public["Outputs"]
+
+
 def test_admin_role_gets_an_access_entry(reserved):
     entries = [e["Properties"] for e in resources(reserved.template_json("eks"), "AWS::EKS::AccessEntry").values()]
     admin = [e for e in entries if e["PrincipalArn"] == "arn:aws:iam::123456789012:role/ml-platform-admin"]

@@ -13,7 +13,7 @@ import pytest
 
 from tests.apps import VARIANTS, synthesized
 from tests.reachability import (
-    EKS_CLUSTER_SG, LUSTRE_PORTS, VPC_DEFAULT_SG, Interface, NodeSet, Reachability, Rule,
+    ACCESS_HOST, CONTROL_PLANE, EKS_CLUSTER_SG, LUSTRE_PORTS, VPC_DEFAULT_SG, Interface, NodeSet, Reachability, Rule,
 )
 from trainium_cdk.catalog import SUPPORTED_TRAINING_TYPES
 from trainium_cdk.training_env import MASTER_PORT
@@ -113,6 +113,28 @@ def test_nothing_is_reachable_from_the_internet(app):
     for node in model.node_sets:
         for port in (22, 443, 988, 6006, MASTER_PORT):
             assert model.internet_reachable(node.all_groups, port) == [], node
+
+
+def test_the_private_api_endpoint_is_reached_by_the_nodes_and_the_access_host_only(app):
+    """kubectl from a workstation goes through the access host (SSM port forwarding, `trn connect`): the host
+    opens HTTPS to the API endpoint and nothing else in the VPC, and nothing opens anything to the host."""
+    result, model = app
+    planes = model.of_backend(CONTROL_PLANE)
+    if "eks" not in result.config.backends:
+        assert planes == [] and model.of_backend(ACCESS_HOST) == []
+        return
+    (plane,), (host,) = planes, model.of_backend(ACCESS_HOST)
+    assert model.reaches(host.all_groups, plane.all_groups, "tcp", 443)
+    for node in model.of_backend("eks"):
+        assert model.reaches(node.primary, plane.all_groups, "tcp", 443), node
+    others = [n for n in model.node_sets if n is not host and n is not plane]
+    for node in others:
+        for protocol, port in (("tcp", 22), ("tcp", 443), ("tcp", 988), ("tcp", MASTER_PORT), ("-1", None)):
+            assert not model.reaches(host.all_groups, node.all_groups, protocol, port), (node, protocol, port)
+            assert not model.reaches(node.all_groups, host.all_groups, protocol, port), (node, protocol, port)
+    for groups in model.file_systems.values():
+        assert not model.reaches(host.all_groups, groups, "tcp", 988)
+    assert [r for g in host.all_groups for r in model.rules_of(g, "in")] == []
 
 
 # -- the model itself, on hand-written templates -------------------------------------------------------

@@ -94,10 +94,30 @@ def test_readme_session_runs(name, tmp_path):
             )
             if any('"loss_per_epoch"' in r.output for r in results):
                 assert_trained(results)
+        assert_sessions_forward_the_private_endpoint(walk)
         for command, host in walk.not_run:
             print(f"not run (no stand-in for {host}): README.md:{command.line}: {command.text.splitlines()[0]}")
     finally:
         walk.close()
+
+
+def assert_sessions_forward_the_private_endpoint(walk: Walkthrough) -> None:
+    """Every Session Manager session `trn connect` opened, as the API received it: port forwarding to the
+    cluster's private endpoint on 443, through the access host the EKS stack deployed, nothing else."""
+    from trainium_cdk.names import OUTPUT_ACCESS_HOST_ID
+
+    connects = [r for r in walk.ran if r.command.text.startswith("trn connect") and "--stop" not in r.command.text]
+    started = [s for s in walk.sessions() if s["action"] == "StartSession"]
+    hosts = {o[OUTPUT_ACCESS_HOST_ID] for o in walk.outputs.values() if OUTPUT_ACCESS_HOST_ID in o}
+    assert len(started) == (1 if connects else 0), started
+    for request in started:
+        assert request == {
+            "action": "StartSession", "region": readme_exemptions.REGION, "Target": request["Target"],
+            "DocumentName": "AWS-StartPortForwardingSessionToRemoteHost",
+            "Parameters": {"host": [readme_exemptions.PRIVATE_ENDPOINT_HOST], "portNumber": ["443"],
+                           "localPortNumber": ["8443"]},
+        }
+        assert request["Target"] in hosts, (request["Target"], hosts)
 
 
 def test_the_readmes_envsubst_fills_in_the_placeholders_and_nothing_else(tmp_path):

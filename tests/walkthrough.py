@@ -153,9 +153,11 @@ class Walkthrough:
         self._moto: subprocess.Popen | None = None
         self.moto_port = 0
         self.cluster = None  # tests.fake_kube.FakeCluster, once the session reaches the cluster
+        self.sessions_log: Path | None = None  # the Session Manager requests moto received (JSON lines)
         self.batch_jobs_seen: set[str] = set()
         self.rehearsals: list[dict[str, Any]] = []
         self.account: Any = None  # tests.deployed.Account, once `make deploy` ran
+        self.outputs: dict[str, dict[str, str]] = {}  # stack -> its outputs, as each deploy left them
         self.not_run: list[tuple[Command, str]] = []  # commands on a host without a stand-in
         self._stage: Any = None
         exemptions.install_tools(self)
@@ -184,10 +186,13 @@ class Walkthrough:
         api_port = self.cluster.start()
         ca_file = self.tmp / "cluster-ca.pem"
         ca_file.write_bytes(self.cluster.ca_pem)
+        self.sessions_log = self.tmp / "ssm-sessions.jsonl"
+        self.sessions_log.touch()
+        exemptions.install_session_manager_plugin(self, api_port)
         self.moto_port = free_port()
         self._moto = subprocess.Popen(
             [sys.executable, "-m", "tests.moto_server", str(self.moto_port), str(ca_file),
-             f"https://localhost:{api_port}"],
+             f"https://{exemptions.PRIVATE_ENDPOINT_HOST}", str(self.sessions_log)],
             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )
         assert self._moto.stdout is not None
@@ -237,7 +242,14 @@ class Walkthrough:
             exemptions.after_command(self, ran)
         return ran
 
+    def sessions(self) -> list[dict[str, Any]]:
+        """The StartSession and TerminateSession requests the account received, in order."""
+        if self.sessions_log is None:
+            return []
+        return [json.loads(line) for line in self.sessions_log.read_text().splitlines()]
+
     def close(self) -> None:
+        exemptions.stop_background(self)
         for shell in self.shells.values():
             shell.close()
         if self.cluster is not None:

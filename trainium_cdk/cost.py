@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from trainium_cdk import backends as backend_registry
 from trainium_cdk import prices
 from trainium_cdk.config import Config
+from trainium_cdk.names import ACCESS_HOST_INSTANCE_TYPE
 
 # Where the app writes the bill beside the templates (cdk.out/), for `make synth` to print.
 BILL_FILE = "bill.txt"
@@ -89,11 +90,15 @@ def bill(config: Config, region: str | None = None) -> Bill:
 
 
 def eks_idle(config: Config, region: str) -> list[Line]:
-    return [
+    lines = [
         _line("EKS control plane", 1, "cluster", prices.EKS_CLUSTER_HOURLY, region),
         _line(f"EKS system nodes ({config.eks.system_instance_type})", config.eks.system_nodes, "node",
               prices.instance_price(config.eks.system_instance_type), region),
     ]
+    if config.eks.endpoint_access == "private" and config.eks.access_host:
+        lines.append(_line(f"EKS API access host ({ACCESS_HOST_INSTANCE_TYPE})", 1, "instance",
+                           prices.instance_price(ACCESS_HOST_INSTANCE_TYPE), region))
+    return lines
 
 
 def parallelcluster_idle(config: Config, region: str) -> list[Line]:

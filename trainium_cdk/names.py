@@ -70,6 +70,9 @@ OUTPUT_EXAMPLE_IMAGE_URI = "ExampleImageUri"
 OUTPUT_BERT_IMAGE_URI = "BertImageUri"
 OUTPUT_TRAINING_IMAGE_REPOSITORY_URI = "TrainingImageRepositoryUri"
 OUTPUT_UPDATE_KUBECONFIG = "UpdateKubeconfig"
+OUTPUT_ACCESS_HOST_ID = "AccessHostId"
+# The instance type of the EKS API access host (constructs/api_access.py; priced by cost.py).
+ACCESS_HOST_INSTANCE_TYPE = "t4g.nano"
 # batch, per group
 OUTPUT_JOB_QUEUE_NAME = "JobQueueName"
 OUTPUT_JOB_QUEUE_ARN = "JobQueueArn"

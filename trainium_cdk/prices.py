@@ -48,6 +48,7 @@ INSTANCE_HOURLY: Mapping[str, Price] = MappingProxyType({
     "inf2.8xlarge": Price(1.9679),
     "inf2.24xlarge": Price(6.4906),
     "inf2.48xlarge": Price(12.9813),
+    "t4g.nano": Price(0.0042),
     "m6i.large": Price(0.096),
     "m7i.large": Price(0.1008),
     "m7a.large": Price(0.11592),

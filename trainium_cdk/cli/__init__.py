@@ -2,6 +2,7 @@
 
     trn azs --instance-type trn1.32xlarge --region us-west-2 [--write] [--dry-run]
     trn doctor [--config PATH] [-c key=value ...]
+    trn connect [--port 8443] [--stop]
     trn submit [--backend batch|eks] [--group NAME] [--nodes N] [--name NAME] [--dry-run]
     trn status JOB [--wait]
     trn logs JOB [--follow]
@@ -27,7 +28,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trainium_cdk.cli import azs, check, cost, doctor, jobs
+    from trainium_cdk.cli import azs, check, connect, cost, doctor, jobs
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     azs.add_parser(sub)
     doctor.add_parser(sub)
+    connect.add_parser(sub)
     jobs.add_parsers(sub)
     cost.add_parser(sub)
     check.add_parser(sub)

@@ -84,8 +84,8 @@ def _explain_kubernetes(err: BaseException) -> str | None:
     name = type(err).__name__
     if name == "ConfigException":
         return (
-            f"no usable kubeconfig ({_one_line(err)}): run the UpdateKubeconfig output of the EKS stack, "
-            "`aws eks update-kubeconfig --region R --name CLUSTER`, or pass --kubeconfig/--context"
+            f"no usable kubeconfig ({_one_line(err)}): run `trn connect` (it writes one; private endpoint "
+            "included), or pass --kubeconfig/--context"
         )
     if name == "ApiException":
         status = getattr(err, "status", None)
@@ -98,8 +98,9 @@ def _explain_kubernetes(err: BaseException) -> str | None:
         return f"Kubernetes API error {status} {reason}: {_kube_message(err)}"
     if name in ("MaxRetryError", "NewConnectionError", "ConnectTimeoutError", "ProtocolError"):
         return (
-            f"cannot reach the Kubernetes API server ({_one_line(err)}): check the kubeconfig context and "
-            "that the cluster endpoint is reachable from here (a private-only endpoint needs a VPN or bastion)"
+            f"cannot reach the Kubernetes API server ({_one_line(err)}): run `trn connect` (a private endpoint "
+            "is reached through the stack's access host; the forwarding ends with the session), or check the "
+            "kubeconfig context"
         )
     return None
 

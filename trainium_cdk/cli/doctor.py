@@ -141,6 +141,7 @@ class Doctor:
         self.config = config
         self.session = sess
         self.account: str | None = None
+        self.caller = ""
         self._now = now or (lambda: dt.datetime.now(dt.UTC))
         self._run = runner or run_command
         self._clients: dict[str, Any] = {}
@@ -171,8 +172,10 @@ class Doctor:
                 ("AMI", "ssm:GetParameter and ec2:DescribeImages", self.amis),
             ):
                 emit(self._guard(name, action, check))
+            emit(self.cluster_access())
         # Local: need no credentials (a compute node often has none of the deployer's).
         emit(self.container_engine())
+        emit(self.session_manager_plugin())
         emit(self.neuron_versions())
         return checks
 
@@ -204,7 +207,25 @@ class Doctor:
             detail = f"rejected: {error_code(error)}: {error_message(error)}"
             return Check(FAIL, "credentials", detail, CREDENTIALS_HINT)
         self.account = identity["Account"]
+        self.caller = identity["Arn"]
         return Check(PASS, "credentials", f"account {identity['Account']} as {identity['Arn']}")
+
+    def cluster_access(self) -> list[Check]:
+        """EKS: the caller's role is among eks.admin_role_arns (the cluster's only admins besides CloudFormation)."""
+        from trainium_cdk.cli.connect import role_arn_of
+
+        if "eks" not in self.config.backends:
+            return []
+        principal = role_arn_of(self.caller) or self.caller
+        name = principal.rsplit("/", 1)[-1]
+        # An SSO role's ARN has a path that the session's ARN leaves out: compare role names.
+        if any(arn.rsplit("/", 1)[-1] == name for arn in self.config.eks.admin_role_arns):
+            return [Check(PASS, "cluster access", f"{name} is in eks.admin_role_arns")]
+        return [Check(
+            WARN, "cluster access", f"{principal} is not in eks.admin_role_arns: kubectl and `trn submit` on EKS would "
+            "be refused", f"add the ARN `aws iam get-role --role-name {name} --query Role.Arn` prints to "
+            "eks.admin_role_arns in the config, then `make synth`",
+        )]
 
     def availability_zones(self) -> list[Check]:
         zones = self.client("ec2").describe_availability_zones()["AvailabilityZones"]
@@ -559,6 +580,19 @@ class Doctor:
             return [Check(FAIL, "container engine", f"`{engine} version` failed (exit {answer.code}): is its daemon "
                           f"running? {why}", fix)]
         return [Check(PASS, "container engine", f"{engine} answers; {why}")]
+
+    def session_manager_plugin(self) -> list[Check]:
+        """The Session Manager plugin, when `trn connect` forwards a private EKS endpoint through it."""
+        from trainium_cdk.cli.connect import PLUGIN_URL
+
+        eks = self.config.eks
+        if "eks" not in self.config.backends or eks.endpoint_access != "private" or not eks.access_host:
+            return []
+        answer = self._run(["session-manager-plugin", "--version"])
+        if answer is None or answer.code != 0:
+            return [Check(FAIL, "session manager plugin", "session-manager-plugin not found: `trn connect` reaches "
+                          "the private API endpoint through it", f"install it: {PLUGIN_URL}")]
+        return [Check(PASS, "session manager plugin", f"version {answer.stdout.strip()}")]
 
     # -- this machine's Neuron software ------------------------------------------------------------
 

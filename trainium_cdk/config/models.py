@@ -240,7 +240,12 @@ class EksSettings(_Model):
         (), description="IPv4 CIDRs allowed to reach a public endpoint (required with public-and-private)."
     )
     admin_role_arns: tuple[str, ...] = Field(
-        (), description="IAM roles given cluster admin through access entries (the deploying identity always is)."
+        (), description="IAM roles given cluster admin through access entries: yours, to use kubectl and trn "
+        "(the stack is created by CloudFormation's role, which is the only admin otherwise)."
+    )
+    access_host: bool = Field(
+        True, description="With a private endpoint: a t4g.nano reached by SSM only, through which `trn connect` "
+        "forwards the API endpoint to the workstation."
     )
     system_instance_type: str = Field("m7i.large", description="Instance type of the system node group.")
     system_nodes: int = Field(2, description="Nodes of the system node group (cluster add-ons).")

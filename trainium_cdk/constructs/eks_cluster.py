@@ -162,6 +162,11 @@ class TrainiumCluster(Construct):
             ),
         )
         self.cluster.node.add_dependency(self.control_plane_logs)
+        # The group aws-eks-v2 makes for the API endpoint's interfaces and nothing else (the cluster security
+        # group, also in ``cluster.connections``, is on every node too): it has no accessor, only this id.
+        control_plane_group = self.cluster.node.find_child("ControlPlaneSecurityGroup")
+        assert isinstance(control_plane_group, ec2.SecurityGroup)
+        self.api_security_group: ec2.ISecurityGroup = control_plane_group
         self._log_lambdas_with_retention(retention)
         self._acknowledge_cdk_internals()
         for i, arn in enumerate(admin_role_arns):

@@ -7,6 +7,7 @@ from constructs import Construct
 
 from trainium_cdk.charts import FSX_CHART_ID
 from trainium_cdk.config import Config
+from trainium_cdk.constructs.api_access import ApiAccessHost
 from trainium_cdk.constructs.eks_cluster import TrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
 from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
@@ -16,8 +17,8 @@ from trainium_cdk.constructs.observability import ClusterObservability
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.stacks._props import cluster_props, node_group_props, workloads_options
 from trainium_cdk.names import (
-    OUTPUT_BERT_IMAGE_URI, OUTPUT_CLUSTER_NAME, OUTPUT_DASHBOARD_NAME, OUTPUT_EXAMPLE_IMAGE_URI, OUTPUT_TRAINING_IMAGE_REPOSITORY_URI,
-    OUTPUT_UPDATE_KUBECONFIG,
+    OUTPUT_ACCESS_HOST_ID, OUTPUT_BERT_IMAGE_URI, OUTPUT_CLUSTER_NAME, OUTPUT_DASHBOARD_NAME, OUTPUT_EXAMPLE_IMAGE_URI,
+    OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, OUTPUT_UPDATE_KUBECONFIG,
 )
 
 
@@ -37,6 +38,10 @@ class EksStack(Stack):
             self, "Eks", vpc=network.vpc, subnets=network.private_subnets, **cluster_props(config)
         )
         cluster = self.training.cluster
+        self.access_host: ApiAccessHost | None = None
+        if config.eks.endpoint_access == "private" and config.eks.access_host:
+            self.access_host = ApiAccessHost(self, "AccessHost", vpc=network.vpc, subnets=network.private_subnets,
+                                             api=self.training.api_security_group)
         self.node_groups: dict[str, TrainiumNodeGroup] = {}
         self.capacity = trainium_capacity(self, config=config, network=network, training=self.training)
         if config.eks.capacity == "managed":
@@ -79,6 +84,9 @@ class EksStack(Stack):
             CfnOutput(self, OUTPUT_BERT_IMAGE_URI, value=self.workloads.bert_image.image_uri)
         CfnOutput(self, OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, value=self.workloads.repository.repository_uri)
         self.cluster_name_output = CfnOutput(self, OUTPUT_CLUSTER_NAME, value=cluster.cluster_name)
+        if self.access_host is not None:
+            CfnOutput(self, OUTPUT_ACCESS_HOST_ID, value=self.access_host.instance_id,
+                      description="`trn connect` forwards the private API endpoint through this instance (SSM)")
         CfnOutput(
             self,
             OUTPUT_UPDATE_KUBECONFIG,

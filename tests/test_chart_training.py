@@ -6,9 +6,10 @@ import cdk8s
 import pytest
 
 from tests.chart_helpers import validate_all
+from trainium_cdk import versions
 from trainium_cdk.catalog import DEFAULT_CATALOG, EFA_RESOURCE, EFA_TRAINING_TYPES, NEURON_RESOURCE, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.charts.training import (
-    DataLoaderJob, DistributedTrainingJob, ShellPod, SingleNodeTrainingJob, TensorBoard, VolcanoQueue, training_job,
+    ArchiveLoaderJob, DataLoaderJob, DistributedTrainingJob, ShellPod, SingleNodeTrainingJob, TensorBoard, VolcanoQueue, training_job,
 )
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.jobs import JobSpec
@@ -190,6 +191,65 @@ def test_data_loader_syncs_s3_into_the_volume():
         synth(DataLoaderJob, s3_uri="bucket/wiki")
     with pytest.raises(ConfigError, match="path"):
         synth(DataLoaderJob, s3_uri="s3://b/x", path="/etc")
+
+
+def test_archive_loader_downloads_then_unpacks_on_the_volume():
+    manifests = synth(ArchiveLoaderJob, s3_uri="s3://public-bucket/corpora/wiki.tar", path="datasets", name="stage-wiki")
+    validate_all(manifests)
+    (job_manifest,) = manifests  # no ServiceAccount: an anonymous request needs none
+    assert job_manifest["metadata"]["name"] == "stage-wiki"
+    pod = job_manifest["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
+    (download,) = pod["initContainers"]
+    assert download["image"] == versions.AWS_CLI_IMAGE
+    assert download["args"] == ["s3", "cp", "--no-progress", "--no-sign-request", "s3://public-bucket/corpora/wiki.tar",
+                                "/fsx/datasets/.wiki.tar"]
+    unpack = _container(pod)
+    assert unpack["image"] == versions.BUSYBOX_IMAGE
+    assert unpack["command"][:2] == ["sh", "-c"] and unpack["command"][4:] == ["/fsx/datasets/.wiki.tar", "/fsx/datasets"]
+    for container in (download, unpack):
+        assert container["volumeMounts"] == [{"name": "data", "mountPath": "/fsx"}]
+        assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["volumes"] == [{"name": "data", "persistentVolumeClaim": {"claimName": "fsx-lustre"}}]
+    # A private bucket: the data loader's service account (Pod Identity) signs the request.
+    (signed_job,) = synth(ArchiveLoaderJob, s3_uri="s3://b/wiki.tar", service_account="data-loader")
+    signed = signed_job["spec"]["template"]["spec"]
+    assert signed["serviceAccountName"] == "data-loader" and "--no-sign-request" not in signed["initContainers"][0]["args"]
+    for bad, field in (({"s3_uri": "s3://b/wiki/"}, "s3_uri"), ({"s3_uri": "b/wiki.tar"}, "s3_uri"),
+                       ({"path": "/etc"}, "path"), ({"path": "../x"}, "path"), ({"name": "Stage_Wiki"}, "name")):
+        with pytest.raises(ConfigError) as err:
+            synth(ArchiveLoaderJob, **{"s3_uri": "s3://b/wiki.tar", **bad})
+        assert err.value.field == f"ArchiveLoaderJob.{field}"
+
+
+def test_archive_loader_unpacks_what_it_downloaded(tmp_path):
+    """The two containers' commands, run in order with /fsx a folder here and `aws` a stand-in that
+    copies from a local "bucket": the archive lands in its directory, unpacked, and is removed."""
+    import io
+    import subprocess
+    import tarfile
+
+    bucket, fsx, bin_dir = tmp_path / "bucket", tmp_path / "fsx", tmp_path / "bin"
+    for d in (bucket, fsx, bin_dir):
+        d.mkdir()
+    with tarfile.open(bucket / "wiki.tar", "w") as tar:
+        data = b"tokens"
+        member = tarfile.TarInfo("wiki/part_training_0.hdf5")
+        member.size, member.uid, member.gid = len(data), 4242, 4242  # an owner only CAP_CHOWN could restore
+        tar.addfile(member, io.BytesIO(data))
+    aws = bin_dir / "aws"
+    aws.write_text('#!/bin/sh\n[ "$1 $2" = "s3 cp" ] || exit 9\nfor a; do src=$dest; dest=$a; done\n'
+                   f'mkdir -p "$(dirname "$dest")" && cp "{bucket}/${{src##*/}}" "$dest"\n')
+    aws.chmod(0o755)
+    (manifest,) = synth(ArchiveLoaderJob, s3_uri="s3://public-bucket/wiki.tar", path="datasets/text")
+    pod = manifest["spec"]["template"]["spec"]
+    here = lambda words: [w.replace("/fsx", str(fsx)) for w in words]  # noqa: E731
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    subprocess.run(["aws", *here(pod["initContainers"][0]["args"])], env=env, check=True)
+    assert (fsx / "datasets" / "text" / ".wiki.tar").is_file()
+    subprocess.run(here(_container(pod)["command"]), env=env, check=True)
+    assert (fsx / "datasets" / "text" / "wiki" / "part_training_0.hdf5").read_bytes() == b"tokens"
+    assert not (fsx / "datasets" / "text" / ".wiki.tar").exists()
 
 
 def test_shell_pod_mounts_the_volume():

@@ -398,6 +398,7 @@ NAMESPACE = "ml"
 
 EKS_STACK = "trainium-eks"
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/cdk-hnb659fds-container-assets-123456789012-us-west-2:abc123"
+BERT_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/cdk-hnb659fds-container-assets-123456789012-us-west-2:bert456"
 
 
 def eks_stack_answer(params: dict[str, Any]) -> Any:
@@ -407,6 +408,7 @@ def eks_stack_answer(params: dict[str, Any]) -> Any:
     return {"Stacks": [{
         "StackName": EKS_STACK, "StackStatus": "CREATE_COMPLETE", "CreationTime": dt.datetime(2026, 11, 1),
         "Outputs": [{"OutputKey": "ExampleImageUri", "OutputValue": IMAGE},
+                    {"OutputKey": "BertImageUri", "OutputValue": BERT_IMAGE},
                     {"OutputKey": "ClusterName", "OutputValue": "trainium"}],
     }]}
 
@@ -534,6 +536,43 @@ def test_eks_submit_dry_run_renders_without_a_cluster(aws, eks_stack, kube, conf
     assert result.code == 0, result.err
     assert [o for o in yaml.safe_load_all(result.out) if o] == [expected_job(config, name="demo", nodes=None)]
     kube.load.assert_not_called()
+    kube.dyn.create.assert_not_called()
+
+
+@pytest.mark.parametrize("own_image", [False, True], ids=["example-image", "workloads.image-set"])
+def test_eks_submit_bert_runs_in_the_stacks_bert_image(aws, eks_stack, kube, config, own_image):
+    """The BERT-large example runs in the image that holds its script (output BertImageUri), not in the
+    MLP example image, nor in a workloads.image of the config (made for the user's own jobs)."""
+    if own_image:
+        raw = yaml.safe_load(config.read_text())
+        raw["workloads"] = {"image": "example.com/team/train:7"}
+        config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "bert", "--job",
+                     "bert-large-phase1", "--dry-run")
+    assert result.code == 0, result.err
+    (body,) = [o for o in yaml.safe_load_all(result.out) if o]
+    assert body == expected_job(config, name="bert", nodes=None, image=BERT_IMAGE, job="bert-large-phase1")
+    tasks = body["spec"]["tasks"]
+    assert {t["template"]["spec"]["containers"][0]["image"] for t in tasks} == {BERT_IMAGE}
+    command = tasks[0]["template"]["spec"]["containers"][0]["command"]
+    assert "/opt/trainium-cdk/examples/bert/dp_bert_large_hf_pretrain_hdf5.py" in command
+    # --image still wins.
+    result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "bert", "--job",
+                     "bert-large-phase1", "--dry-run", "--image", "example.com/mine:1")
+    (body,) = [o for o in yaml.safe_load_all(result.out) if o]
+    assert {t["template"]["spec"]["containers"][0]["image"] for t in body["spec"]["tasks"]} == {"example.com/mine:1"}
+
+
+def test_eks_submit_bert_without_the_bert_image_output_says_what_to_do(aws, kube, config):
+    def answer(params: dict[str, Any]) -> Any:
+        stacks = eks_stack_answer(params)
+        stacks["Stacks"][0]["Outputs"] = [o for o in stacks["Stacks"][0]["Outputs"] if o["OutputKey"] != "BertImageUri"]
+        return stacks
+
+    aws.fake("DescribeStacks", answer)
+    result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "bert", "--job",
+                     "bert-large-phase1")
+    assert_one_clean_line(result, f"stack {EKS_STACK} has no BertImageUri output", "--image")
     kube.dyn.create.assert_not_called()
 
 

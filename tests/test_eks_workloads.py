@@ -7,8 +7,10 @@ import re
 
 import pytest
 
-from tests.helpers import config_with, resources, synth
+from tests.helpers import US_EAST_2, config_with, resources, synth
 from trainium_cdk import versions
+from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR
+from trainium_cdk.stacks._props import workloads_options
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +69,20 @@ def test_jobs_use_the_example_image_asset(result):
     assert "ExampleImageUri" in template["Outputs"]
 
 
-def test_example_image_builds_from_the_example_folder(result):
+def _images(result) -> dict[str, dict]:
+    """The Docker image assets of the EKS stack, by the folder name of their build context's Dockerfile."""
     assets = json.loads((result.outdir / "t-eks.assets.json").read_text())
-    (image,) = assets["dockerImages"].values()
-    assert image["source"]["directory"].startswith("asset.")
-    built = result.outdir / image["source"]["directory"]
+    found = {}
+    for image in assets["dockerImages"].values():
+        assert image["source"]["directory"].startswith("asset.")
+        built = result.outdir / image["source"]["directory"]
+        found["mlp" if (built / "train.py").exists() else "bert"] = {**image, "built": built}
+    return found
+
+
+def test_example_image_builds_from_the_example_folder(result):
+    image = _images(result)["mlp"]
+    built = image["built"]
     assert (built / "Dockerfile").exists() and (built / "train.py").exists()
     assert image["source"]["dockerBuildArgs"]["BASE_TAG"] == versions.NEURON_TRAINING_IMAGE_TAG
     assert image["source"]["dockerBuildArgs"] == {"BASE_TAG": versions.NEURON_TRAINING_IMAGE_TAG}
@@ -184,7 +195,43 @@ def test_bad_options_name_the_prop():
     from trainium_cdk.constructs.eks_workloads import TrainingWorkloadsOptions
     from trainium_cdk.errors import ConfigError
 
-    for kwargs, field in (({"images_kept": 0}, "images_kept"), ({"image_directory": "/nonexistent"}, "image_directory")):
+    for kwargs, field in (({"images_kept": 0}, "images_kept"), ({"image_directory": "/nonexistent"}, "image_directory"),
+                          ({"bert_image_directory": "/nonexistent"}, "bert_image_directory")):
         with pytest.raises(ConfigError) as err:
             TrainingWorkloadsOptions(**kwargs)
         assert err.value.field == f"TrainingWorkloadsOptions.{field}"
+
+
+def test_bert_image_builds_the_pinned_sample_on_the_same_base(result):
+    """The BERT-large example's image: a second asset from examples/bert (the Dockerfile that fetches the
+    sample script by commit and sha256), on the same training image, its URI a stack output."""
+    images = _images(result)
+    assert set(images) == {"mlp", "bert"}
+    bert = images["bert"]
+    assert sorted(p.name for p in bert["built"].iterdir()) == ["Dockerfile"]
+    dockerfile = (bert["built"] / "Dockerfile").read_text()
+    assert dockerfile == (BERT_EXAMPLE_DIR / "Dockerfile").read_text()
+    script = r"^ADD .*--checksum=sha256:[0-9a-f]{64} \$\{SAMPLE\}/dp_bert_large_hf_pretrain_hdf5.py "
+    assert re.search(script, dockerfile, re.M)
+    assert bert["source"]["dockerBuildArgs"] == {"BASE_TAG": versions.NEURON_TRAINING_IMAGE_TAG}
+    assert bert["source"]["platform"] == images["mlp"]["source"]["platform"] == "linux/amd64"
+    outputs = result.template_json("eks")["Outputs"]
+    assert "BertImageUri" in outputs
+    assert "container-assets" in json.dumps(outputs["BertImageUri"]["Value"])
+    assert outputs["BertImageUri"]["Value"] != outputs["ExampleImageUri"]["Value"]
+    # Staging BERT's ~48 GB corpus is a step a user takes once (dist/), not one every deploy repeats.
+    assert not [k for k in _manifests(result.template_json("eks")) if "stagebertdata" in k.lower()]
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"group": {"instance_type": "trn1.2xlarge", "nodes": 1, "max_nodes": 1}}, "no EFA: no multi-node example"),
+        ({**US_EAST_2, "neuron": {"track": "native"},
+          "group": {"instance_type": "trn2.48xlarge", "az_ids": "use2-az3"}}, "native track: no torch-xla"),
+    ],
+)
+def test_no_bert_image_where_the_config_offers_no_bert_example(changes, why):
+    config = config_with(**changes)
+    assert workloads_options(config).bert_image_directory is None, why
+    assert workloads_options(config_with()).bert_image_directory == BERT_EXAMPLE_DIR

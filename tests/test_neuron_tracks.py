@@ -72,10 +72,11 @@ def _pins(name: str, config, app) -> dict[str, dict[str, str]]:
     (driver,) = set(re.findall(r"aws-neuronx-dkms-([0-9.]+[0-9])", user_data))
     # Both build the MLP example image on the track's training image (the tag is the build argument).
     assert "container-assets" in json.dumps(container["Image"])
+    # (EKS also builds the BERT-large example image on the xla track, on the same training image.)
     for backend in ("batch", "eks"):
         assets = json.loads((app.outdir / f"{app.stacks.backends[backend].artifact_id}.assets.json").read_text())
-        (image,) = assets["dockerImages"].values()
-        pins[backend] = {"image_tag": image["source"]["dockerBuildArgs"]["BASE_TAG"]}
+        (tag,) = {image["source"]["dockerBuildArgs"]["BASE_TAG"] for image in assets["dockerImages"].values()}
+        pins[backend] = {"image_tag": tag}
     pins["batch"]["driver"] = driver
     instance = app.template_json("instance")
     (lookup,) = resources(instance, "Custom::AmiLookup").values()

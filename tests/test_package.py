@@ -45,7 +45,7 @@ def test_wheel_carries_the_package_data(installed):
     package = site / "trainium_cdk"
     for relative in (
         "py.typed", "parallelcluster/neuron_setup.sh", "parallelcluster/head_node_setup.sh",
-        "examples/mlp/Dockerfile", "examples/mlp/train.py", "config/default.yaml",
+        "examples/mlp/Dockerfile", "examples/mlp/train.py", "examples/bert/Dockerfile", "config/default.yaml",
     ):
         assert (package / relative).is_file(), relative
     # In the checkout the packaged default is a link to config/default.yaml; the wheel carries the file.

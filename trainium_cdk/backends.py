@@ -108,9 +108,15 @@ def _load(ref: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), attribute)
 
 
-def eks_image_build(config: Any) -> str | None:  # noqa: ARG001 - the EKS stack always builds it
-    """TrainingWorkloads builds the MLP example image (a DockerImageAsset) on every EKS deploy."""
-    return "the MLP example image (trainium_cdk/examples/mlp/Dockerfile)"
+def eks_image_build(config: Any) -> str | None:
+    """TrainingWorkloads builds the MLP example image (a DockerImageAsset) on every EKS deploy, and the
+    BERT-large example's where the config offers that example."""
+    from trainium_cdk.examples import offers_bert_example
+
+    mlp = "the MLP example image (trainium_cdk/examples/mlp/Dockerfile)"
+    if not offers_bert_example(config):
+        return mlp
+    return f"{mlp} and the BERT-large example image (trainium_cdk/examples/bert/Dockerfile)"
 
 
 register(Backend(

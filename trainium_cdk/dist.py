@@ -14,8 +14,11 @@ import cdk8s
 from trainium_cdk import envsubst, names
 from trainium_cdk.charts import MANIFEST_SUFFIX, FsxStorageProps, write_charts, write_manifests
 from trainium_cdk.charts._k8s import placeholder
-from trainium_cdk.charts.training import JOB_CHART_PREFIX, DataLoaderJob, ShellPod, TensorBoard, training_job
+from trainium_cdk.charts.training import (
+    JOB_CHART_PREFIX, ArchiveLoaderJob, DataLoaderJob, ShellPod, TensorBoard, training_job,
+)
 from trainium_cdk.config import Config
+from trainium_cdk.examples import BERT_DATA_JOB, BERT_DATASET_ARCHIVE, BERT_DATASETS, offers_bert_example
 from trainium_cdk.names import output_key
 from trainium_cdk import backends as backend_registry
 from trainium_cdk.workloads import example_jobs, workload_charts
@@ -29,6 +32,7 @@ PLACEHOLDERS = {
     "FSX_SECURITY_GROUP_ID": ("storage", output_key(names.OUTPUT_FILE_SYSTEM_SECURITY_GROUP_ID)),
     "COMPUTE_SUBNET_ID": ("network", output_key(names.OUTPUT_COMPUTE_SUBNET) + "<group>"),
     "TRAINING_IMAGE": ("eks", output_key(names.OUTPUT_EXAMPLE_IMAGE_URI)),
+    "BERT_IMAGE": ("eks", output_key(names.OUTPUT_BERT_IMAGE_URI)),
     "DATA_S3_URI": ("", "the s3://bucket/prefix of your dataset"),
 }
 
@@ -72,11 +76,12 @@ def dist_storage_props(config: Config) -> FsxStorageProps | None:
 
 
 def dist_workloads(app: cdk8s.App, config: Config) -> list[cdk8s.Chart]:
-    """The configured workloads, then every example not configured: the MLP jobs, BERT-large phase 1,
-    and, with shared storage, a data loader, the shell pod and TensorBoard."""
+    """The configured workloads, then every example not configured: the MLP jobs, BERT-large phase 1
+    (in its own image), and, with shared storage, a data loader, the Job that stages BERT's dataset, the
+    shell pod and TensorBoard."""
     image = config.workloads.image or placeholder("TRAINING_IMAGE")
     charts = workload_charts(app, config, image=image)
-    for job in example_jobs(config, image=image):
+    for job in example_jobs(config, image=image, bert_image=placeholder("BERT_IMAGE")):
         chart_id = f"{JOB_CHART_PREFIX}{job.name}"
         if chart_id not in charts:
             charts[chart_id] = training_job(app, chart_id, job=job, queue=config.workloads.queue)
@@ -84,6 +89,10 @@ def dist_workloads(app: cdk8s.App, config: Config) -> list[cdk8s.Chart]:
         return list(charts.values())  # the data loader, the shell and TensorBoard need the file system
     if "data-loader" not in charts:
         charts["data-loader"] = DataLoaderJob(app, "data-loader", s3_uri=placeholder("DATA_S3_URI"))
+    if offers_bert_example(config):
+        charts[BERT_DATA_JOB] = ArchiveLoaderJob(
+            app, BERT_DATA_JOB, s3_uri=BERT_DATASET_ARCHIVE, path=BERT_DATASETS, name=BERT_DATA_JOB
+        )
     if "data-shell" not in charts:
         charts["data-shell"] = ShellPod(app, "data-shell", image=image)
     if "tensorboard" not in charts:

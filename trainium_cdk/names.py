@@ -26,6 +26,8 @@ NODE_INSTANCE_TYPE_LABEL = "trainium-cdk/instance-type"
 NODE_EFA_LABEL = "trainium-cdk/efa"
 # The system nodes: controllers (Karpenter, Cluster Autoscaler) and data pods select them.
 SYSTEM_NODE_LABELS = {"trainium-cdk/role": "system"}
+# The BERT-large phase 1 example job (dist/ and `trn submit --job`), which runs in its own image.
+BERT_EXAMPLE_JOB = "bert-large-phase1"
 # Labels of a training job's pods: the CLI finds a job's pods, and rank 0's logs, by them.
 JOB_LABEL = "trainium-cdk/job"
 RANK_LABEL = "trainium-cdk/rank"
@@ -65,6 +67,7 @@ OUTPUT_DATA_BUCKET_NAME = "DataBucketName"
 OUTPUT_CLUSTER_NAME = "ClusterName"
 OUTPUT_DASHBOARD_NAME = "DashboardName"
 OUTPUT_EXAMPLE_IMAGE_URI = "ExampleImageUri"
+OUTPUT_BERT_IMAGE_URI = "BertImageUri"
 OUTPUT_TRAINING_IMAGE_REPOSITORY_URI = "TrainingImageRepositoryUri"
 OUTPUT_UPDATE_KUBECONFIG = "UpdateKubeconfig"
 OUTPUT_ACCESS_HOST_ID = "AccessHostId"

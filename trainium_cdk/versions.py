@@ -271,6 +271,9 @@ VOLCANO_HELM_REPOSITORY = "https://volcano-sh.github.io/helm-charts"
 VOLCANO_CHART_VERSION = "1.13.0"
 # Data loading and TensorBoard: small public images, pinned.
 AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.27.49"
+# Unpacking a dataset archive: the AWS CLI image (Amazon Linux 2, minimal) has no tar, and a container
+# without capabilities cannot install one; BusyBox's tar, from the ECR copy of the Docker official image.
+BUSYBOX_IMAGE = "public.ecr.aws/docker/library/busybox:1.37.0"
 TENSORBOARD_IMAGE = "docker.io/tensorflow/tensorflow:2.20.0"
 
 

@@ -21,18 +21,9 @@ from trainium_cdk.charts.training import (
 )
 from trainium_cdk.config import EXAMPLE_COMMAND, Config, TrainingJobSettings
 from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.examples import BERT_LARGE_PHASE1_COMMAND, offers_bert_example, offers_multi_node_examples
 from trainium_cdk.jobs import JobSpec
-from trainium_cdk.names import SHARED_MOUNT
-
-# BERT-large phase 1, as the Neuron multi-node tutorial runs it: the script of aws-neuron-samples
-# (torch-neuronx/training/dp_bert_hf_pretrain) in an image of yours, the tokenized Wikipedia corpus on FSx.
-BERT_LARGE_PHASE1_COMMAND = (
-    "dp_bert_large_hf_pretrain_hdf5.py",
-    "--data_dir", f"{SHARED_MOUNT}/datasets/bert_pretrain_wikicorpus_tokenized_hdf5_seqlen128",
-    "--output_dir", f"{SHARED_MOUNT}/runs/bert-large-phase1",
-    "--lr", "6e-4", "--phase1_end_step", "28125", "--batch_size", "16", "--grad_accum_usteps", "32",
-    "--seq_len", "128", "--max_pred_len", "20", "--warmup_steps", "2000", "--enable_pt_autocast",
-)
+from trainium_cdk.names import BERT_EXAMPLE_JOB, SHARED_MOUNT
 
 
 def workload_charts(app: Construct, config: Config, *, image: str) -> dict[str, cdk8s.Chart]:
@@ -57,9 +48,10 @@ def workload_charts(app: Construct, config: Config, *, image: str) -> dict[str, 
     return charts
 
 
-def example_settings(config: Config) -> list[TrainingJobSettings]:
+def example_settings(config: Config, *, bert_image: str | None = None) -> list[TrainingJobSettings]:
     """The documented examples on the first compute group: the MLP on one node, and, when the group has
-    EFA and room for two nodes, the MLP across its nodes and BERT-large phase 1 (2 nodes, bf16)."""
+    EFA and room for two nodes, the MLP across its nodes and (on the xla track) BERT-large phase 1
+    (2 nodes, bf16) in ``bert_image``, its own image (default: the default image)."""
     group = config.compute_groups[0]
 
     def mlp(name: str, nodes: int) -> TrainingJobSettings:
@@ -68,22 +60,21 @@ def example_settings(config: Config) -> list[TrainingJobSettings]:
         return TrainingJobSettings(name=name, group=group.name, nodes=nodes, command=command, cache_set=name)
 
     examples = [mlp("mlp", 1)]
-    if config.spec(group).has_efa and group.maximum >= 2:
-        examples += [
-            mlp("mlp-distributed", group.nodes if group.nodes > 1 else 2),
-            TrainingJobSettings(
-                name="bert-large-phase1", group=group.name, nodes=2, command=BERT_LARGE_PHASE1_COMMAND,
-                cache_set="bert-large",
-                # bf16 through autocast (--enable_pt_autocast): the Neuron docs say not to set
-                # XLA_USE_BF16 or XLA_DOWNCAST_BF16 with it.
-                env={"NEURON_RT_STOCHASTIC_ROUNDING_EN": "1"},
-            ),
-        ]
+    if offers_multi_node_examples(config):
+        examples.append(mlp("mlp-distributed", group.nodes if group.nodes > 1 else 2))
+    if offers_bert_example(config):
+        examples.append(TrainingJobSettings(
+            name=BERT_EXAMPLE_JOB, group=group.name, nodes=2, command=BERT_LARGE_PHASE1_COMMAND,
+            image=bert_image, cache_set="bert-large",
+            # bf16 through autocast (--enable_pt_autocast): the Neuron docs say not to set
+            # XLA_USE_BF16 or XLA_DOWNCAST_BF16 with it.
+            env={"NEURON_RT_STOCHASTIC_ROUNDING_EN": "1"},
+        ))
     return examples
 
 
-def example_jobs(config: Config, *, image: str) -> list[JobSpec]:
-    return [config.job_spec(settings, image=image) for settings in example_settings(config)]
+def example_jobs(config: Config, *, image: str, bert_image: str | None = None) -> list[JobSpec]:
+    return [config.job_spec(s, image=image) for s in example_settings(config, bert_image=bert_image)]
 
 
 def render_job(
@@ -99,13 +90,14 @@ def render_job(
 
     :param name: the name of the job to create.
     :param image: the default training image (the EKS stack's image, or the user's); a job or
-        ``workloads.image`` that names its own wins.
+        ``workloads.image`` that names its own wins. For the BERT-large example, the image it runs in
+        (the stack's BERT image, or the user's): that example names no image of its own here.
     :param job: the workload it runs: a job of ``workloads.jobs`` or an example (``mlp``,
         ``mlp-distributed``, ``bert-large-phase1``). Default: the first configured job, else ``mlp``.
     :param group: compute group; default: the workload's.
     :param nodes: nodes; default: the workload's. Above 1 it becomes a gang-scheduled Volcano job.
     """
-    workloads = {s.name: s for s in (*config.workloads.jobs, *example_settings(config))}
+    workloads = {s.name: s for s in (*config.workloads.jobs, *example_settings(config, bert_image=image))}
     chosen = job or (config.workloads.jobs[0].name if config.workloads.jobs else "mlp")
     if chosen not in workloads:
         raise ConfigError("--job", chosen, "a job of workloads.jobs or an example; " + one_of(workloads))

@@ -9,6 +9,7 @@ rendezvous on the leader's stable DNS name (no etcd).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,6 +55,16 @@ SHELL_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"c
 TENSORBOARD_RESOURCES = {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "4Gi"}}
 # TensorBoard only reads event files: it runs as nobody.
 NOBODY = 65534
+
+
+# The archive loader's unpack step ($1 the archive, $2 the directory): POSIX sh and tar options that
+# BusyBox and GNU tar both take.
+UNPACK_SCRIPT = 'tar -x -o -f "$1" -C "$2" && rm -f "$1"'
+
+
+def _check_path(field: str, path: str) -> None:
+    if path.startswith("/") or ".." in path.split("/"):
+        raise ConfigError(field, path, "a relative directory under /fsx, such as datasets/wiki")
 
 
 def _data_volumes(claim_name: str | None) -> list[dict[str, Any]]:
@@ -227,8 +238,7 @@ class DataLoaderJob(Chart):
     ) -> None:
         if not s3_uri.startswith("s3://") and not s3_uri.startswith("${"):
             raise ConfigError("DataLoaderJob.s3_uri", s3_uri, "an S3 URI such as s3://my-bucket/datasets/")
-        if path.startswith("/") or ".." in path.split("/"):
-            raise ConfigError("DataLoaderJob.path", path, "a relative directory under /fsx, such as datasets/wiki")
+        _check_path("DataLoaderJob.path", path)
         check_name("DataLoaderJob.service_account", service_account)
         super().__init__(scope, id, labels=CHART_LABELS)
         self.service_account = api_object(
@@ -252,6 +262,81 @@ class DataLoaderJob(Chart):
                                 # Root (the file system's root directory is root's), without capabilities.
                                 "securityContext": container_security(),
                                 "volumeMounts": [{"name": DATA_VOLUME, "mountPath": SHARED_MOUNT}],
+                            }
+                        ],
+                        "volumes": [{"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name}}],
+                    }
+                },
+            },
+        )
+
+
+class ArchiveLoaderJob(Chart):
+    """A Job that copies one tar archive from S3 into the FSx volume and unpacks it there, as dataset
+    tutorials do by hand (`aws s3 cp`, `tar -xf`, `rm`): an init container downloads it beside its
+    destination with the AWS CLI, then a BusyBox container unpacks it and removes it (the AWS CLI image
+    has no tar). On the system nodes, like the data loader.
+
+    :param s3_uri: ``s3://bucket/key.tar``.
+    :param path: directory under /fsx it unpacks into. Default: ``datasets``.
+    :param name: the Job's name. Default: ``archive-loader``.
+    :param service_account: whose credentials read the archive (EKS Pod Identity, as the data loader's),
+        or None for an anonymous request, which public buckets (Neuron's datasets) answer. Default: None.
+    """
+
+    def __init__(
+        self, scope: Construct, id: str, *, s3_uri: str, path: str = "datasets", name: str = "archive-loader",
+        service_account: str | None = None, claim_name: str = DEFAULT_CLAIM, namespace: str = DEFAULT_NAMESPACE,
+        aws_cli_image: str = versions.AWS_CLI_IMAGE, unpack_image: str = versions.BUSYBOX_IMAGE,
+    ) -> None:
+        if not re.fullmatch(r"s3://[^/]+/.+\.tar", s3_uri):
+            raise ConfigError(
+                "ArchiveLoaderJob.s3_uri", s3_uri, "the S3 URI of one .tar archive, such as s3://my-bucket/wiki.tar"
+            )
+        _check_path("ArchiveLoaderJob.path", path)
+        check_name("ArchiveLoaderJob.name", name)
+        if service_account is not None:
+            check_name("ArchiveLoaderJob.service_account", service_account)
+        super().__init__(scope, id, labels=CHART_LABELS)
+        self.destination = f"{SHARED_MOUNT}/{path}".rstrip("/")
+        # Beside its destination, on the file system: an archive of tens of GB fits no node's disk.
+        self.archive = f"{self.destination}/.{s3_uri.rsplit('/', 1)[1]}"
+        mounts = [{"name": DATA_VOLUME, "mountPath": SHARED_MOUNT}]
+        download = ["s3", "cp", "--no-progress", *(["--no-sign-request"] if service_account is None else [])]
+        identity: dict[str, Any] = (
+            {"automountServiceAccountToken": False} if service_account is None
+            else {"serviceAccountName": service_account}
+        )
+        self.job = api_object(
+            self, "Job", api_version="batch/v1", kind="Job", name=name, namespace=namespace,
+            spec={
+                "backoffLimit": 3,
+                "template": {
+                    "spec": {
+                        **identity,
+                        # A failed unpack restarts only its container: the archive stays downloaded.
+                        "restartPolicy": "OnFailure",
+                        "securityContext": POD_SECURITY,
+                        "initContainers": [
+                            {
+                                "name": "download",
+                                "image": aws_cli_image,
+                                "args": [*download, s3_uri, self.archive],
+                                "resources": DATA_LOADER_RESOURCES,
+                                "securityContext": container_security(),
+                                "volumeMounts": mounts,
+                            }
+                        ],
+                        "containers": [
+                            {
+                                "name": "unpack",
+                                "image": unpack_image,
+                                # Root without capabilities (see DataLoaderJob): -o keeps the archive's
+                                # owners out, which only CAP_CHOWN could set.
+                                "command": ["sh", "-c", UNPACK_SCRIPT, "unpack", self.archive, self.destination],
+                                "resources": DATA_LOADER_RESOURCES,
+                                "securityContext": container_security(),
+                                "volumeMounts": mounts,
                             }
                         ],
                         "volumes": [{"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name}}],

@@ -30,16 +30,21 @@ from trainium_cdk.cli.jobs import (
 )
 from trainium_cdk.config import Config
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.names import JOB_LABEL, OUTPUT_EXAMPLE_IMAGE_URI, RANK_LABEL, TRAINING_NAMESPACE, output_key
+from trainium_cdk.names import (
+    BERT_EXAMPLE_JOB, JOB_LABEL, OUTPUT_BERT_IMAGE_URI, OUTPUT_EXAMPLE_IMAGE_URI, RANK_LABEL, TRAINING_NAMESPACE,
+    output_key,
+)
 
 # Pod labels naming the job, tried in this order: the training chart's own (charts/training.py
 # JOB_LABEL), the one Kubernetes puts on batch/v1 Job pods, the one Volcano puts on its pods. Kept
 # here rather than imported so that status and logs do not load cdk8s; a test pins them to the chart.
 JOB_NAME_LABELS = (JOB_LABEL, "job-name", "volcano.sh/job-name")
 DEFAULT_NAMESPACE = TRAINING_NAMESPACE  # where the stack puts the FSx claim and the workloads
-# The EKS stack and its output with the example image's URI (stacks/eks_stack.py).
+# The EKS stack and its output with the example image's URI (stacks/eks_stack.py); the BERT-large
+# example runs in an image of its own (examples/bert), another output of the same stack.
 STACK_PART = "eks"
 IMAGE_OUTPUT = output_key(OUTPUT_EXAMPLE_IMAGE_URI)
+BERT_IMAGE_OUTPUT = output_key(OUTPUT_BERT_IMAGE_URI)
 JOB_KINDS = ("Job", "PyTorchJob", "JobSet", "MPIJob")
 # Multi-node jobs of the chart are Volcano jobs; their phase -> the states `trn status` prints.
 VOLCANO_JOB = ("batch.volcano.sh", "v1alpha1", "jobs")
@@ -91,17 +96,20 @@ def _api_exception() -> type[Exception]:
 
 
 def training_image(args: argparse.Namespace, config: Config) -> str:
-    """--image, else the config's workloads.image, else the deployed EKS stack's example image."""
+    """--image, else the config's workloads.image, else the deployed EKS stack's example image. The
+    BERT-large example: --image, else the stack's BERT image (a general workloads.image lacks its script)."""
+    bert = getattr(args, "job", None) == BERT_EXAMPLE_JOB
     if args.image:
         image = args.image
-    elif config.workloads.image:
+    elif config.workloads.image and not bert:
         image = config.workloads.image
     else:
         stack = config.stack_name(STACK_PART)
         outputs = stack_outputs(client(session(config.region), "cloudformation"), stack, config.region, backend="eks")
-        if IMAGE_OUTPUT not in outputs:
-            raise CliError(f"stack {stack} has no {IMAGE_OUTPUT} output: redeploy it, or pass --image")
-        image = outputs[IMAGE_OUTPUT]
+        key = BERT_IMAGE_OUTPUT if bert else IMAGE_OUTPUT
+        if key not in outputs:
+            raise CliError(f"stack {stack} has no {key} output: redeploy it, or pass --image")
+        image = outputs[key]
     if "${" in image or not image.strip():
         raise ConfigError("--image", image, "a real image URI such as 123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1")
     return image

@@ -104,7 +104,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--image", metavar="URI",
         help="EKS: training image (default: workloads.image of the config, else the EKS stack's ExampleImageUri "
-        "output); Batch takes the job definition's",
+        "output; for --job bert-large-phase1 its BertImageUri output); Batch takes the job definition's",
     )
     p.add_argument("--dry-run", action="store_true", help="print what would be submitted, submit nothing")
     _common(p)

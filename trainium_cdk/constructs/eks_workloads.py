@@ -22,6 +22,8 @@ from trainium_cdk.errors import ConfigError
 from trainium_cdk.names import TRAINING_NAMESPACE
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
+# The BERT-large example image's build context: a Dockerfile that fetches the pinned sample script.
+BERT_EXAMPLE_DIR = EXAMPLE_DIR.parent / "bert"
 DATA_LOADER_SERVICE_ACCOUNT = "data-loader"
 IMAGES_KEPT = 100
 DEFAULT_BASE_IMAGE_TAG = versions.NEURON_TRAINING_IMAGE_TAG
@@ -45,7 +47,9 @@ class TrainingWorkloadsOptions:
     :param namespace: namespace of the data loader's service account. Default: ``training``.
     :param data_loader_service_account: its name. Default: ``data-loader``.
     :param image_directory: the example image's Docker build context. Default: the MLP example.
-    :param base_image_tag: tag of the Neuron training image it builds on (build arg ``BASE_TAG``).
+    :param bert_image_directory: the Docker build context of a second image, the BERT-large example's
+        (``BERT_EXAMPLE_DIR``), or None. Default: none (no second image).
+    :param base_image_tag: tag of the Neuron training image both build on (build arg ``BASE_TAG``).
         Default: the default Neuron track's.
     :param repository_removal_policy: what deleting the stack does to the ECR repository of training
         images. Default: ``RemovalPolicy.RETAIN``.
@@ -57,6 +61,7 @@ class TrainingWorkloadsOptions:
     namespace: str = TRAINING_NAMESPACE
     data_loader_service_account: str = DATA_LOADER_SERVICE_ACCOUNT
     image_directory: str | Path = EXAMPLE_DIR
+    bert_image_directory: str | Path | None = None
     base_image_tag: str = DEFAULT_BASE_IMAGE_TAG
     repository_removal_policy: RemovalPolicy = DEFAULT_REPOSITORY_REMOVAL_POLICY
     images_kept: int = IMAGES_KEPT
@@ -64,10 +69,10 @@ class TrainingWorkloadsOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.images_kept, int) or self.images_kept < 1:
             raise ConfigError("TrainingWorkloadsOptions.images_kept", self.images_kept, "at least 1")
-        if not Path(self.image_directory, "Dockerfile").is_file():
-            raise ConfigError(
-                "TrainingWorkloadsOptions.image_directory", str(self.image_directory), "a directory with a Dockerfile"
-            )
+        directories = {"image_directory": self.image_directory, "bert_image_directory": self.bert_image_directory}
+        for name, directory in directories.items():
+            if directory is not None and not Path(directory, "Dockerfile").is_file():
+                raise ConfigError(f"TrainingWorkloadsOptions.{name}", str(directory), "a directory with a Dockerfile")
 
 
 class TrainingWorkloads(Construct):
@@ -76,6 +81,7 @@ class TrainingWorkloads(Construct):
     - the example image, a Docker image asset built and pushed at deploy time (synth only hashes the
       folder: no Docker needed to synthesize), the default image of every job, and an ECR repository
       for your own training images (scanned on push, immutable tags, retained by default);
+    - with ``bert_image_directory``, the BERT-large example image, built the same way (``bert_image``);
     - the workload charts (queue, jobs, data loader, shell pod, TensorBoard), applied after ``after``;
       the data loader's service account reads its bucket through EKS Pod Identity.
 
@@ -113,6 +119,14 @@ class TrainingWorkloads(Construct):
             self,
             "ExampleImage",
             directory=str(options.image_directory),
+            platform=ecr_assets.Platform.LINUX_AMD64,
+            build_args={"BASE_TAG": options.base_image_tag},
+        )
+        # On the same base as the example image: a deploy pushes only the layers the base lacks.
+        self.bert_image = None if options.bert_image_directory is None else ecr_assets.DockerImageAsset(
+            self,
+            "BertImage",
+            directory=str(options.bert_image_directory),
             platform=ecr_assets.Platform.LINUX_AMD64,
             build_args={"BASE_TAG": options.base_image_tag},
         )

@@ -11,9 +11,10 @@ from aws_cdk import aws_logs as logs
 
 from trainium_cdk.catalog import LOG_RETENTION_DAYS
 from trainium_cdk.config import ComputeGroup, Config
-from trainium_cdk.constructs.eks_workloads import TrainingWorkloadsOptions
+from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR, TrainingWorkloadsOptions
 from trainium_cdk.constructs.network import ComputePlacement
 from trainium_cdk.constructs.storage import DataRepositoryProps
+from trainium_cdk.examples import offers_bert_example
 from trainium_cdk.workloads import workload_charts
 
 REMOVAL_POLICIES = {"retain": RemovalPolicy.RETAIN, "destroy": RemovalPolicy.DESTROY}
@@ -120,12 +121,14 @@ def batch_props(config: Config, group: ComputeGroup) -> dict[str, Any]:
 
 
 def workloads_options(config: Config) -> TrainingWorkloadsOptions:
-    """Volcano, the example image on the configured Neuron track, the data loader's bucket, and the
-    configured workload charts (the ones ``make synth`` writes to dist/, with the image's URI)."""
+    """Volcano, the example image on the configured Neuron track (and the BERT-large example's image where
+    the config offers that example), the data loader's bucket, and the configured workload charts (the
+    ones ``make synth`` writes to dist/, with the image's URI)."""
     workloads = config.workloads
     loader = workloads.data_loader
     return TrainingWorkloadsOptions(
         charts=lambda app, image: workload_charts(app, config, image=image),
         data_loader_bucket=loader.bucket if loader is not None else None,
+        bert_image_directory=BERT_EXAMPLE_DIR if offers_bert_example(config) else None,
         base_image_tag=config.neuron_track.training_image_tag,
     )

@@ -17,8 +17,8 @@ from trainium_cdk.constructs.observability import ClusterObservability
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.stacks._props import cluster_props, node_group_props, workloads_options
 from trainium_cdk.names import (
-    OUTPUT_ACCESS_HOST_ID, OUTPUT_CLUSTER_NAME, OUTPUT_DASHBOARD_NAME, OUTPUT_EXAMPLE_IMAGE_URI, OUTPUT_TRAINING_IMAGE_REPOSITORY_URI,
-    OUTPUT_UPDATE_KUBECONFIG,
+    OUTPUT_ACCESS_HOST_ID, OUTPUT_BERT_IMAGE_URI, OUTPUT_CLUSTER_NAME, OUTPUT_DASHBOARD_NAME, OUTPUT_EXAMPLE_IMAGE_URI,
+    OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, OUTPUT_UPDATE_KUBECONFIG,
 )
 
 
@@ -80,6 +80,8 @@ class EksStack(Stack):
         )
         CfnOutput(self, OUTPUT_DASHBOARD_NAME, value=self.observability.dashboard.dashboard_name)
         CfnOutput(self, OUTPUT_EXAMPLE_IMAGE_URI, value=self.workloads.image.image_uri)
+        if self.workloads.bert_image is not None:
+            CfnOutput(self, OUTPUT_BERT_IMAGE_URI, value=self.workloads.bert_image.image_uri)
         CfnOutput(self, OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, value=self.workloads.repository.repository_uri)
         self.cluster_name_output = CfnOutput(self, OUTPUT_CLUSTER_NAME, value=cluster.cluster_name)
         if self.access_host is not None:

@@ -28,6 +28,11 @@ What is substituted, and why:
                                            yet (:data:`HOSTS_NOT_MODELLED`) are reported, not run
 ``pcluster build-image`` / ``describe-image`` EC2 Image Builder in the account (listed in :data:`EXEMPT`)
 a capacity block's node group commands     need a purchased block (listed in :data:`EXEMPT`)
+the development instance                   after `aws ssm start-session`: ssm-user's shell here; the DLAMI's
+                                           venv (``/opt/aws_neuronx_venv_pytorch_*``) is a folder whose
+                                           ``activate`` puts this machine's CPU torch on PATH, ``/fsx`` and the
+                                           example's path are the rehearsal's (tests/rehearsal.py); the example
+                                           is decoded from the deployed user data and checked byte for byte
 ``sbatch``, ``squeue``, ``sinfo``           tests/slurm_standin.py on the head node: the batch script runs
                                            through the rehearsal's srun; ~/trainium holds dist/'s scripts,
                                            checked against the deployed assets
@@ -150,6 +155,8 @@ def host_environment(walk: Walkthrough, host: str) -> tuple[Path, dict[str, str]
         return walk.sandbox, base
     if host == "head-node":
         return head_node(walk)
+    if host == "dev-instance":
+        return dev_instance(walk)
     raise AssertionError(f"no stand-in for host {host!r} (README marker `on: {host}`); {node_bin}")
 
 
@@ -182,6 +189,38 @@ def head_node(walk: Walkthrough) -> tuple[Path, dict[str, str]]:
         path.chmod(0o755)
     env = {"HOME": str(home), "USER": "ubuntu", "LANG": "C.UTF-8", "TERM": "dumb",
            "PATH": f"{tools}:/usr/bin:/bin", "HARNESS_SLURM_SPOOL": str(spool)}
+    return home, env
+
+
+# The Neuron DLAMI's PyTorch venv (its name carries the framework version), under the stand-in's own /opt.
+DLAMI_VENV = "/opt/aws_neuronx_venv_pytorch_2_9"
+
+
+def dev_instance(walk: Walkthrough) -> tuple[Path, dict[str, str]]:
+    """The development instance after `aws ssm start-session` (ssm-user's shell): the MLP example where its
+    user data writes it (decoded from the deployed template, then compared byte for byte with the
+    repository's), the DLAMI venv whose `activate` puts this machine's torch on PATH, /fsx the stage's."""
+    import base64
+    import gzip
+
+    from tests.deployed import assembly_stacks
+
+    root = walk.tmp / "dev-instance"
+    home = root / "home" / "ssm-user"
+    home.mkdir(parents=True)
+    venv = root / DLAMI_VENV.lstrip("/") / "bin"
+    venv.mkdir(parents=True)
+    (venv / "activate").write_text(f'export PATH="{Path(sys.executable).parent}:$PATH"\n')
+    ((_, template),) = [(n, t) for n, t in assembly_stacks(walk.sandbox / "cdk.out") if n.endswith("-instance")]
+    (instance,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::Instance"]
+    user_data = "".join(p for p in instance["Properties"]["UserData"]["Fn::Base64"]["Fn::Join"][1] if isinstance(p, str))
+    (line,) = [ln for ln in user_data.splitlines() if "base64 -d | gunzip > /opt/trainium-cdk/examples/mlp/train.py" in ln]
+    deployed = gzip.decompress(base64.b64decode(line.split()[1]))
+    assert deployed == (ROOT / "trainium_cdk" / "examples" / "mlp" / "train.py").read_bytes(), "the deployed example differs"
+    prefix = DLAMI_VENV.rsplit("_", 2)[0] + "_"  # /opt/aws_neuronx_venv_pytorch_ (the README globs the version)
+    walk.typed_on["dev-instance"] = lambda text: walk.stage().substitute(text.replace(prefix, f"{root}{prefix}"))
+    env = {"HOME": str(home), "USER": "ssm-user", "LANG": "C.UTF-8", "TERM": "dumb", "OMP_NUM_THREADS": "1",
+           "PATH": "/usr/bin:/bin"}
     return home, env
 
 
@@ -276,10 +315,7 @@ def destroy(walk: Walkthrough, command: Command) -> str:
 
 
 # Hosts a session opens whose stand-in is not built yet: their blocks are reported, not run.
-HOSTS_NOT_MODELLED = {
-    "dev-instance": "a development instance stand-in (the DLAMI's Neuron venv) is not built yet; "
-                    "tests/test_example_mlp.py runs the same torchrun command on the CPU",
-}
+HOSTS_NOT_MODELLED: dict[str, str] = {}
 
 
 def open_session(walk: Walkthrough, command: Command) -> str:
@@ -374,6 +410,11 @@ def after_command(walk: Walkthrough, ran: Ran) -> None:
         run_submitted_batch_jobs(walk)
     if ran.host == "head-node" and "sbatch" in text:
         run_spooled_slurm_jobs(walk)
+    if ran.host == "dev-instance" and "torchrun" in text:
+        from tests.rehearsal import NodeResult
+
+        assert '"loss_per_epoch"' in ran.output, f"README.md:{ran.command.line}: no loss report:\n{ran.output[-3000:]}"
+        walk.rehearsals.append({"backend": "instance", "job": text.split()[0], "results": [NodeResult(0, ran.code, ran.output)]})
 
 
 def run_submitted_batch_jobs(walk: Walkthrough) -> None:

@@ -159,6 +159,8 @@ class Walkthrough:
         self.account: Any = None  # tests.deployed.Account, once `make deploy` ran
         self.outputs: dict[str, dict[str, str]] = {}  # stack -> its outputs, as each deploy left them
         self.destroyed: list[list[str]] = []  # the stacks each `make destroy` deleted
+        # host -> how a command typed there is rewritten (paths that stand for the host's own; exemptions)
+        self.typed_on: dict[str, Any] = {}
         self.not_run: list[tuple[Command, str]] = []  # commands on a host without a stand-in
         self._stage: Any = None
         exemptions.install_tools(self)
@@ -236,7 +238,8 @@ class Walkthrough:
             output = exemption.substitute(self, command)
             ran = Ran(command, host, 0, output, exempt=exemption.substitute.__name__)
         else:
-            code, output = self.shell(host).run(command.text)
+            shell = self.shell(host)
+            code, output = shell.run(self.typed_on.get(host, lambda text: text)(command.text))
             ran = Ran(command, host, code, output)
         self.ran.append(ran)
         if ran.code == 0:

@@ -10,6 +10,11 @@ pinned SDK.
 
 from __future__ import annotations
 
+import base64
+import gzip
+import posixpath
+from pathlib import Path
+
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -23,6 +28,9 @@ from trainium_cdk.lustre_client import mount_commands as lustre_mount_commands
 from trainium_cdk.names import CACHE_DIR_NAME, SHARED_MOUNT
 from trainium_cdk.versions import XLA_TRACK, AmiQuery, NeuronTrack
 
+# The MLP example, at the path the example image has it (Batch and EKS run it there).
+EXAMPLE_SOURCE = Path(__file__).resolve().parent.parent / "examples" / "mlp" / "train.py"
+EXAMPLE_PATH = "/opt/trainium-cdk/examples/mlp/train.py"
 # The Neuron setup guides ask for at least 512 GiB.
 DEFAULT_ROOT_VOLUME_GIB = 512
 SSH_PORT = 22
@@ -115,6 +123,7 @@ class DevInstance(Construct):
         user_data = ec2.UserData.for_linux()
         if storage is not None:
             user_data.add_commands(*_lustre_mount_commands(family, storage.dns_name, storage.mount_name))
+        user_data.add_commands(*example_commands())
 
         self.instance = ec2.Instance(
             self,
@@ -182,6 +191,17 @@ class DevInstance(Construct):
     @property
     def instance_id(self) -> str:
         return self.instance.instance_id
+
+
+def example_commands() -> list[str]:
+    """Put the MLP example where its image puts it (gzip, base64: user data holds 16 KB), so that the
+    README's first command on the instance runs with no copy. Written at the first boot only."""
+    data = base64.b64encode(gzip.compress(EXAMPLE_SOURCE.read_bytes(), mtime=0)).decode()
+    return [
+        f"install -d -m 755 {posixpath.dirname(EXAMPLE_PATH)}",
+        f"echo {data} | base64 -d | gunzip > {EXAMPLE_PATH}",
+        f"chmod 644 {EXAMPLE_PATH}",
+    ]
 
 
 def _first_subnet(vpc: ec2.IVpc, selection: ec2.SubnetSelection) -> ec2.ISubnet:

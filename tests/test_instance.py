@@ -235,3 +235,19 @@ def test_a_selection_without_subnets_is_rejected():
             stack, "Dev", vpc=vpc, spec=DEFAULT_CATALOG.get("trn1.2xlarge"),
             vpc_subnets=ec2.SubnetSelection(availability_zones=["nowhere-1a"]),
         )
+
+
+@pytest.mark.parametrize("fixture", ["default", "variant"])
+def test_the_first_boot_puts_the_mlp_example_where_the_readme_runs_it(request, fixture):
+    """With or without the file system: the README's torchrun on the instance runs
+    /opt/trainium-cdk/examples/mlp/train.py, which the user data writes (and nothing else would)."""
+    import base64
+    import gzip
+
+    from tests.helpers import ROOT
+
+    user_data = _instance(request.getfixturevalue(fixture))["UserData"]["Fn::Base64"]
+    text = user_data if isinstance(user_data, str) else "".join(p for p in user_data["Fn::Join"][1] if isinstance(p, str))
+    (line,) = [ln for ln in text.splitlines() if ln.endswith("| base64 -d | gunzip > /opt/trainium-cdk/examples/mlp/train.py")]
+    assert gzip.decompress(base64.b64decode(line.split()[1])) == (ROOT / "trainium_cdk/examples/mlp/train.py").read_bytes()
+    assert len(text.encode()) < 16 * 1024  # EC2's user data limit, before base64

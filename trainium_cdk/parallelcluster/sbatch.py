@@ -37,6 +37,11 @@ FABRIC_PROCESSES_PER_NODE = 1
 FABRIC_MIN_NODES = 2
 
 
+# The venv the link names when the job starts: the batch step resolves it once and srun passes its PATH on, so
+# every node of the job uses that venv even if the head node switches the link meanwhile (a pin change).
+_ACTIVATE = f'source "$(readlink -f {VENV})/bin/activate"'
+
+
 def fabric_script_name(group: ComputeGroup) -> str:
     return f"fabric-{group.name}.sbatch"
 
@@ -72,7 +77,7 @@ def render_sbatch(config: Config, group: ComputeGroup, *, job_name: str | None =
         "set -euo pipefail",
         'if [[ $# -lt 1 ]]; then echo "usage: sbatch $0 TRAIN_SCRIPT [ARGS...]" >&2; exit 2; fi',
         "",
-        f"source {VENV}/bin/activate",
+        _ACTIVATE,
         *exports,
         'export TRN_PRECOMPILE="${PRECOMPILE:-0}"',
         "",
@@ -111,7 +116,7 @@ def render_fabric_sbatch(config: Config, group: ComputeGroup) -> str:
         "#SBATCH --output=fabric-%j.out",
         "set -euo pipefail",
         "",
-        f"source {VENV}/bin/activate",
+        _ACTIVATE,
         *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
         "",
         f"TRN_LAUNCHER=$(cat <<'{_LAUNCHER_END}'",

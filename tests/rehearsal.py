@@ -14,6 +14,9 @@ ParallelCluster's Neuron venv          a folder whose ``bin/activate`` does noth
 host names and node addresses          127.0.0.1 (``hostname``, ``scontrol`` stand-ins; Volcano hosts)
 ``srun``                               starts the command once per node, each with its SLURM_NODEID
 Neuron and EFA devices, torch-neuronx  absent: the CPU build of torch (gloo) trains instead
+``/opt/aws/neuron/bin`` (Neuron tools)  a folder of the stage (``Stage.neuron_bin``), not on the PATH a node
+                                       gets: a Slurm script must put it there itself, as on a host. EKS and
+                                       Batch containers carry the tools on their PATH: there, ``Stage.bin``
 ``neuron-ls --json-output``            prints N devices (:func:`neuron_ls`): the health and fabric checks
 ``nccom-test``                         prints a captured real report (:func:`nccom_test`): fabric check
 ``scontrol update``                    records its arguments (:func:`scontrol_recorder`): health prolog
@@ -127,17 +130,22 @@ class Stage:
             path = self.bin / name
             path.write_text(text)
             path.chmod(0o755)
+        # The host's Neuron tools (neuron_ls, nccom_test): only what a script puts on PATH finds them.
+        self.neuron_bin = self.root / "opt-aws-neuron-bin"
+        self.neuron_bin.mkdir()
         self.venv = self.root / "neuron-venv"
         (self.venv / "bin").mkdir(parents=True)
         (self.venv / "bin" / "activate").write_text("# stand-in: torch is already on PATH\n")
 
     @property
     def substitutions(self) -> dict[str, str]:
+        from trainium_cdk.names import NEURON_BIN
         from trainium_cdk.parallelcluster.cluster_config import VENV
 
         return {
             "/opt/trainium-cdk/examples/mlp/": f"{EXAMPLE_DIR}/",
             VENV: str(self.venv),
+            NEURON_BIN: str(self.neuron_bin),
             "/fsx": str(self.fsx),
         }
 

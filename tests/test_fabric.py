@@ -1,6 +1,7 @@
 """The fabric check: report parsing against real nccom-test output (tests/data, with its source), the
 verdict against the catalog's EFA line rate, and the job's launch rehearsed on the deployed Batch job
-definition with the CLI's overrides and with the Slurm fabric script (stand-ins for neuron-ls and nccom-test, listed in tests/rehearsal.py)."""
+definition with the CLI's overrides and with the Slurm fabric script (stand-ins for neuron-ls and nccom-test, listed in
+tests/rehearsal.py: on the container's PATH for Batch, in the host's Neuron tools folder for Slurm)."""
 
 from __future__ import annotations
 
@@ -115,9 +116,11 @@ def test_slurm_fabric_script_runs_through_the_launcher_on_every_node(tmp_path, c
     assert "#SBATCH --nodes=2\n" in script and "--requeue" not in script  # a check is not retried
     assert "export NPROC_PER_NODE=1\n" in script
     stage = Stage(tmp_path)
-    neuron_ls(stage.bin, 16)
+    # Installed where the Neuron packages put them on a host, not on the PATH srun gives the job: the script
+    # must find them itself (sbatch and srun read no /etc/profile.d).
+    neuron_ls(stage.neuron_bin, 16)
     calls = tmp_path / "nccom.log"
-    nccom_test(stage.bin, TWO_TRN1, calls)
+    nccom_test(stage.neuron_bin, TWO_TRN1, calls)
     (result,) = run_slurm_script(stage, script, 2, processes_per_node=1)
     assert result.code == 0, result.output[-3000:]
     assert "slurm: node 1 of 2, 1 processes" in result.output

@@ -10,6 +10,7 @@ import pytest
 
 from tests.helpers import config_with
 from tests.rehearsal import neuron_ls, scontrol_recorder
+from trainium_cdk.names import NEURON_BIN
 from trainium_cdk.parallelcluster.cluster_config import placeholder_ids, cluster_configuration
 from trainium_cdk.parallelcluster.health import PROLOG_NAME, render_prolog
 
@@ -24,12 +25,15 @@ def config():
 def _run(tmp_path, config, devices: int | None, node: str = NODE):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    # neuron-ls where the Neuron packages put it (tests/rehearsal.py), off the PATH slurmd gives a prolog.
+    neuron_bin = tmp_path / "opt-aws-neuron-bin"
+    neuron_bin.mkdir()
     if devices is not None:
-        neuron_ls(bin_dir, devices)
+        neuron_ls(neuron_bin, devices)
     log = tmp_path / "scontrol.log"
     scontrol_recorder(bin_dir, log)
     prolog = tmp_path / PROLOG_NAME
-    prolog.write_text(render_prolog(config))
+    prolog.write_text(render_prolog(config).replace(NEURON_BIN, str(neuron_bin)))
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURMD_NODENAME": node, "SLURM_JOB_ID": "7"}
     proc = subprocess.run(["bash", str(prolog)], env=env, capture_output=True, text=True, timeout=30, check=False)
     return proc, (log.read_text() if log.exists() else "")

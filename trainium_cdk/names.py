@@ -45,6 +45,10 @@ SHARED_MOUNT = "/fsx"
 CACHE_DIR_NAME = "neuron-cache"
 # Neuron's compile cache when no shared storage is deployed: on the node, per cache set.
 LOCAL_CACHE_ROOT = "/var/tmp/neuron-compile-cache"
+# The Neuron tools (neuron-ls, nccom-test, neuron-top) on a host with the Neuron packages (aws-neuronx-tools):
+# on PATH only in login shells (/etc/profile.d), so a program that a scheduler starts puts it there itself.
+# (neuron_metrics.py, a program copied to nodes that have no trainium_cdk, keeps its own copy.)
+NEURON_BIN = "/opt/aws/neuron/bin"
 # Checkpoints: /fsx/checkpoints/<job> on every backend. The launcher appends the job (its name on EKS,
 # the Slurm job id, the Batch job id): all stay the same when the scheduler restarts the job.
 CHECKPOINT_ROOT = f"{SHARED_MOUNT}/checkpoints"

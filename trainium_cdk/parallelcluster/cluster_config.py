@@ -29,8 +29,10 @@ from trainium_cdk.versions import PARALLELCLUSTER_VERSION, XLA_TRACK, NeuronTrac
 # AL2023 images cannot run them: glibc 2.34 < 2.35; Ubuntu 22.04 is end of support on Neuron).
 OS_USER = "ubuntu"
 SHARED_STORAGE_NAME = "fsx"
-# /home is exported by the head node to every node: one venv, built once, used by the whole cluster.
-VENV = f"/home/{OS_USER}/aws_neuron_venv_pytorch"
+# /home is exported by the head node to every node: one venv per set of Neuron pins, built once for the whole
+# cluster, and this stable link to the current one, which the batch scripts activate (neuron_setup.sh:
+# a pin change builds a new venv beside the one running jobs use, then switches the link).
+VENV = f"/home/{OS_USER}/neuron-venv"
 # How a queue change reaches running nodes: DRAIN lets running jobs finish, then replaces the nodes
 # (TERMINATE would kill multi-day training runs; the default needs the whole fleet stopped first).
 QUEUE_UPDATE_STRATEGY = "DRAIN"

@@ -9,12 +9,12 @@ with ``nohold_on_prolog_fail``); /opt/slurm is shared from the head node, which 
 from __future__ import annotations
 
 from trainium_cdk.config import Config
+from trainium_cdk.names import NEURON_BIN
 from trainium_cdk.parallelcluster.cluster_config import compute_resource_name
 from trainium_cdk.parallelcluster.parts import PROLOG_NAME
 
 PROLOG_DIR = "/opt/slurm/etc/scripts/prolog.d"
 __all__ = ["PROLOG_DIR", "PROLOG_NAME", "render_prolog"]
-NEURON_BIN = "/opt/aws/neuron/bin"
 SLURM_BIN = "/opt/slurm/bin"
 
 

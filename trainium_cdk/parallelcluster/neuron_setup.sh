@@ -8,8 +8,9 @@
 #   --sdk VERSION        Neuron SDK release, for the log and /etc/neuron-sdk-version
 #   --apt NAME=VERSION   a Neuron Debian package, pinned (repeatable)
 #   --pip SPEC           a Neuron pip requirement, pinned (repeatable)
-#   --venv DIR           the PyTorch Neuron virtual environment (on /home, which the head node shares)
-#   --sbatch NAME=S3URL  a batch script the head node copies to $(dirname VENV)/trainium/NAME (repeatable)
+#   --venv LINK          the stable link to the PyTorch Neuron virtual environment of the pins (on /home,
+#                        which the head node shares): the venv itself is LINK-<release>-<hash of the pip pins>
+#   --sbatch NAME=S3URL  a batch script the head node copies to $(dirname LINK)/trainium/NAME (repeatable)
 #   --prolog NAME=S3URL  a Slurm prolog the head node installs in the shared prolog.d (repeatable)
 #   --metrics-program S3URL, --metrics-namespace NS, --metrics-deployment NAME
 #                        compute nodes: neuron-monitor into CloudWatch (trainium_cdk/neuron_metrics.py)
@@ -20,7 +21,9 @@
 # whole cluster: /home is NFS-exported to every node). ParallelCluster installs EFA.
 set -euo pipefail
 
-SDK="" VENV="/home/ubuntu/aws_neuron_venv_pytorch" IMAGE=0
+SDK="" VENV="/home/ubuntu/neuron-venv" IMAGE=0
+PIP_INDEX="https://pip.repos.neuron.amazonaws.com"
+VENV_COMPLETE=".trainium-complete"   # written last: a venv without it is a build that did not end
 APT=() PIP=() SBATCH=() PROLOG=()
 METRICS_PROGRAM="" METRICS_NAMESPACE="" METRICS_DEPLOYMENT=""
 while (($#)); do
@@ -75,6 +78,7 @@ install_neuron_packages() {
   for spec in "${APT[@]}"; do pinned+=("${spec}*"); done
   apt-get install -y --allow-downgrades --allow-change-held-packages "${pinned[@]}"
   apt-mark hold "${APT[@]%%=*}"
+  # shellcheck disable=SC2016  # $PATH is expanded by each login shell
   echo 'export PATH=/opt/aws/neuron/bin:$PATH' > /etc/profile.d/neuron.sh
 }
 
@@ -89,6 +93,36 @@ neuron_packages_present() {
   [[ -e /sys/module/neuron ]] || modprobe neuron 2>/dev/null || true
   if [[ -r /sys/module/neuron/version ]]; then read -r loaded < /sys/module/neuron/version || true; fi
   [[ -n "${DRIVER}" && "${loaded}" == "${DRIVER}" ]]
+}
+
+# The head node's shared venv: one directory per set of pins, beside the link VENV that the batch scripts
+# activate. Jobs on every node import from their venv over NFS while the head node runs this again after
+# an update (OnNodeUpdated), so a venv that may be in use is never modified: a new one is built beside
+# it, then the link is replaced in one rename(2), and the old venv stays for the jobs that run from it
+# (or are requeued: they resolve the link again). The same pins again find their venv and change nothing.
+install_shared_venv() {
+  local requirements=("${PIP[@]}" torchvision) pins target link
+  pins="$(printf '%s\n' "${PIP_INDEX}" "${requirements[@]}" | LC_ALL=C sort | sha256sum | cut -c1-12)"
+  target="${VENV}-${SDK}-${pins}"
+  link="$(readlink "${VENV}" || true)"
+  if [[ -e "${target}/${VENV_COMPLETE}" && "${link}" == "${target}" ]]; then
+    echo "neuron_setup: ${VENV} -> ${target}, the venv of these pins: nothing to change"
+    return
+  fi
+  if [[ ! -e "${target}/${VENV_COMPLETE}" ]]; then
+    rm -rf "${target}"   # a build that did not end: never linked, so no job uses it
+    apt-get update -y
+    apt-get install -y python3-venv python3-pip git
+    sudo -u ubuntu python3 -m venv "${target}"
+    sudo -u ubuntu "${target}/bin/python" -m pip install --quiet --upgrade pip
+    sudo -u ubuntu "${target}/bin/python" -m pip install --quiet --extra-index-url "${PIP_INDEX}" \
+      "${requirements[@]}"
+    sudo -u ubuntu touch "${target}/${VENV_COMPLETE}"
+  fi
+  # mv -T renames the new link over the old one (without -T, mv would move it into the old venv).
+  sudo -u ubuntu ln -sfn "${target}" "${VENV}.new.$$"
+  sudo -u ubuntu mv -T "${VENV}.new.$$" "${VENV}"
+  echo "neuron_setup: ${VENV} -> ${target}${link:+ (was ${link}, kept for the jobs that use it)}"
 }
 
 # neuron_metrics.py needs boto3; an image carries it, so that its nodes run no apt at all.
@@ -132,14 +166,7 @@ elif [[ "${cfn_node_type}" == "ComputeFleet" ]]; then
       --namespace "${METRICS_NAMESPACE}" --deployment "${METRICS_DEPLOYMENT}"
   fi
 else
-  apt-get update -y
-  apt-get install -y python3-venv python3-pip git
-  if [[ ! -x "${VENV}/bin/python" ]]; then
-    sudo -u ubuntu python3 -m venv "${VENV}"
-  fi
-  sudo -u ubuntu "${VENV}/bin/python" -m pip install --quiet --upgrade pip
-  sudo -u ubuntu "${VENV}/bin/python" -m pip install --quiet \
-    --extra-index-url https://pip.repos.neuron.amazonaws.com "${PIP[@]}" torchvision
+  install_shared_venv
   # The shared compile cache (one directory per job family below it), writable by every user.
   install -d -m 1777 /fsx/neuron-cache
   jobs_dir="$(dirname "${VENV}")/trainium"

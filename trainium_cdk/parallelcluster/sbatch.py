@@ -26,7 +26,7 @@ from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.fabric import fabric_command
 from trainium_cdk.launcher import LAUNCHER, LAUNCHER_NAME, SHELL, launch_environment
 from trainium_cdk.parallelcluster.cluster_config import EXAMPLE_SCRIPT_NAME, VENV, batch_script_name, queue_name
-from trainium_cdk.names import CHECKPOINT_ROOT
+from trainium_cdk.names import CHECKPOINT_ROOT, NEURON_BIN
 from trainium_cdk.training_env import MASTER_PORT, cache_dir, efa_environment, neuron_environment
 
 # Heredoc delimiter of the launcher inside the script (quoted: nothing in it is expanded).
@@ -35,6 +35,13 @@ _FABRIC_END = "TRAINIUM_FABRIC"
 # The fabric check: one process per node (node 0's nccom-test starts the workers on every NeuronCore).
 FABRIC_PROCESSES_PER_NODE = 1
 FABRIC_MIN_NODES = 2
+
+
+# The compute node's Neuron tools, then the venv the link names when the job starts. A job runs with the PATH
+# of the sbatch caller on the head node (which has no Neuron tools), and no login shell reads the compute node's
+# /etc/profile.d/neuron.sh: the script sets it, and srun passes it on to every node. The batch step resolves the
+# link once, so every node of the job uses that venv even if the head node switches the link meanwhile.
+_ENVIRONMENT = [f'export PATH="{NEURON_BIN}:$PATH"', f'source "$(readlink -f {VENV})/bin/activate"']
 
 
 def fabric_script_name(group: ComputeGroup) -> str:
@@ -72,7 +79,7 @@ def render_sbatch(config: Config, group: ComputeGroup, *, job_name: str | None =
         "set -euo pipefail",
         'if [[ $# -lt 1 ]]; then echo "usage: sbatch $0 TRAIN_SCRIPT [ARGS...]" >&2; exit 2; fi',
         "",
-        f"source {VENV}/bin/activate",
+        *_ENVIRONMENT,
         *exports,
         'export TRN_PRECOMPILE="${PRECOMPILE:-0}"',
         "",
@@ -111,7 +118,7 @@ def render_fabric_sbatch(config: Config, group: ComputeGroup) -> str:
         "#SBATCH --output=fabric-%j.out",
         "set -euo pipefail",
         "",
-        f"source {VENV}/bin/activate",
+        *_ENVIRONMENT,
         *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
         "",
         f"TRN_LAUNCHER=$(cat <<'{_LAUNCHER_END}'",

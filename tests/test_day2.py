@@ -298,39 +298,30 @@ def _running_jobs_effects(base: Synthesized, now: Synthesized) -> list[Any]:
             *managed_nodegroup_effects(base.template_json("eks"), now.template_json("eks"))]
 
 
-def _readme_running_jobs() -> dict[str, str]:
-    """The Day-2 table's "Running jobs" cell of each change (CHANGES' keys)."""
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_the_day2_table_says_where_a_change_stops_running_jobs(base, after, policies, change):
+    """The README's table (trainium_cdk/day2.py) against each service's rules on the templates: Batch
+    infrastructure updates and managed node group rolls (tests/lifecycle.py), ParallelCluster's own update
+    policies (a change it applies only with the compute fleet stopped). Karpenter waits for the job:
+    test_karpenter_drift_waits_for_the_job_on_the_default_app."""
+    from trainium_cdk import day2
+
+    (row,) = [c for c in day2.CHANGES if c.key == change]
+    model = {"eks-managed" if e.backend == "eks" else e.backend
+             for e in _running_jobs_effects(base, after[change]) if e.stops_jobs}
+    if any(c.running != "SUCCEEDED" for c in policies[change]):
+        model.add("parallelcluster")
+    assert set(row.stops) == model, (change, [e for e in _running_jobs_effects(base, after[change]) if e.stops_jobs])
+
+
+def test_the_readme_holds_the_generated_day2_table():
     from pathlib import Path
 
+    from trainium_cdk import day2
+
     text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = text[text.index("## Day-2 changes"):]
-    section = section[: section.index("\n## ", 1)]
-    words = {
-        "nodes": "`nodes`", "max_nodes": "`max_nodes`", "image": "image", "neuron_pin": "Neuron pin",
-        "group_added": "compute group added", "backend_added": "backend added", "instance_type": "instance type",
-    }
-    cells = {}
-    for change, word in words.items():
-        (row,) = [line for line in section.splitlines() if line.startswith(f"| {word}")]
-        cells[change] = row.strip("|").split("|")[-1].strip()
-    return cells
-
-
-@pytest.mark.parametrize("change", sorted(CHANGES))
-def test_the_readme_says_when_a_change_stops_running_jobs(base, after, change):
-    """Judged by each service's rules on the templates (tests/lifecycle.py): a change that can stop a running
-    Batch job or drain an EKS node group under one is a change whose row says `stopped`, naming the backend
-    unless every backend stops; one that cannot says `keep running`."""
-    effects = [e for e in _running_jobs_effects(base, after[change]) if e.stops_jobs]
-    cell = _readme_running_jobs()[change]
-    if not effects:
-        assert cell.startswith("keep running"), (change, cell)
-        return
-    assert "stopped" in cell, (change, cell, effects)
-    backends = {e.backend for e in effects}
-    if not cell.startswith("stopped"):
-        for backend in backends:
-            assert {"batch": "Batch", "eks": "EKS"}[backend] in cell.split("stopped")[0].rsplit(".", 1)[-1], (change, cell)
+    assert day2.block() in text, "run: make docs"
+    assert sorted(c.key for c in day2.CHANGES) == sorted(CHANGES)
 
 
 def test_a_pin_change_lets_batch_jobs_run_six_hours_then_stops_them(base, after):

@@ -1,0 +1,116 @@
+"""The Day-2 table of the README: what `make deploy` does after each change, per backend, and to running jobs.
+
+One row per change a user makes once the deployment runs. ``stops`` names where running jobs are stopped
+and how (``eks-managed``: EKS with ``eks.capacity: managed``; Karpenter, the default, waits for the job);
+``tests/test_day2.py`` checks it, change by change, against what each service's own rules make of the
+synthesized templates (tests/lifecycle.py, ParallelCluster's update policies), and `make docs` writes the
+table from here. Pure data: no CDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# Where a running job can be stopped: the backends, EKS split by capacity mode.
+STOPPERS = ("eks-managed", "batch", "parallelcluster")
+STOPPER_NAMES = {"eks-managed": "EKS with `eks.capacity: managed`", "batch": "Batch", "parallelcluster": "ParallelCluster"}
+BEGIN = "<!-- day2:begin (generated from trainium_cdk/day2.py by `make docs`; tests/test_day2.py checks it) -->"
+END = "<!-- day2:end -->"
+
+
+@dataclass(frozen=True)
+class Change:
+    key: str  # tests/test_day2.py CHANGES
+    label: str
+    eks: str
+    batch: str
+    parallelcluster: str
+    stops: Mapping[str, str] = field(default_factory=dict)  # stopper -> how its running jobs are stopped
+    running: str = "keep running"  # what happens to the jobs that are not stopped
+
+
+BATCH_UPDATE = (
+    "compute environment infrastructure update (a new launch template version): Batch replaces the instances"
+)
+BATCH_STOPS = ("go on for `batch.job_timeout_minutes`, at most 6 hours (the compute environment's UpdatePolicy), "
+               "then stop and are retried from their checkpoint")
+
+CHANGES: tuple[Change, ...] = (
+    Change(
+        "nodes", "`nodes`",
+        eks="the default node count of jobs (`trn submit`, `workloads.jobs`); Karpenter's NodePool and the cluster "
+        "template do not change",
+        batch="new job definition revision (`numNodes`)",
+        parallelcluster="the head node copies the new batch scripts to `~/trainium` (OnNodeUpdated); compute nodes "
+        "untouched",
+    ),
+    Change(
+        "max_nodes", "`max_nodes`",
+        eks="NodePool limits (managed: node group maximum), in place",
+        batch="compute environment `maxvCpus`, in place (not an infrastructure update)",
+        parallelcluster="queue `MaxCount`, in place (lowering it needs the compute fleet stopped)",
+    ),
+    Change(
+        "image", "image (`workloads.image`, `batch.image_uri`)",
+        eks="manifests of `workloads.jobs` re-applied with the new image",
+        batch="new job definition revision",
+        parallelcluster="batch scripts re-copied; compute nodes untouched",
+        running="keep running on their image; a job in `workloads.jobs` whose pod template changes is rejected by "
+        "Kubernetes (immutable): delete it first",
+    ),
+    Change(
+        "neuron_pin", "Neuron pin (`versions.py`)",
+        eks="the example image is rebuilt on the new training image; node AMIs unchanged",
+        batch=f"new job definition revision (default image); the driver pin and the ECS Neuron AMI are in the launch "
+        f"template: {BATCH_UPDATE}",
+        parallelcluster="the queues' setup arguments change: with `DRAIN`, each compute node is replaced with the new "
+        "Neuron packages once its jobs end; the head node builds the new pins' venv beside the one in use "
+        "(`~/neuron-venv-<release>-<hash>`), then switches the link `~/neuron-venv` that batch scripts activate; "
+        "the old venv stays",
+        stops={"batch": BATCH_STOPS},
+        running="keep running (on ParallelCluster in the venv they started with); let them end before starting new "
+        "ones (a node not yet replaced has the old driver, a new job the new venv)",
+    ),
+    Change(
+        "group_added", "compute group added",
+        eks="new NodePool (managed: node group) and launch template",
+        batch="new compute environment, job queue, job definition",
+        parallelcluster="new Slurm queue",
+    ),
+    Change(
+        "backend_added", "backend added",
+        eks="new stack; existing stacks unchanged", batch="", parallelcluster="",
+    ),
+    Change(
+        "instance_type", "instance type changed",
+        eks="Karpenter: the NodePool and EC2NodeClass change, so nodes drift and are replaced once their job ends "
+        "(training pods are `karpenter.sh/do-not-disrupt`). Managed: a new launch template version, and EKS rolls "
+        "the node group, draining every node",
+        batch=BATCH_UPDATE,
+        parallelcluster="new compute resource; ParallelCluster removes the old one only with the compute fleet "
+        "stopped: `pcluster update-compute-fleet --status STOP_REQUESTED`, deploy, then `START_REQUESTED` "
+        "(otherwise the update fails and the stack rolls back)",
+        stops={"eks-managed": "drained with their nodes", "batch": BATCH_STOPS,
+               "parallelcluster": "stopped with the fleet"},
+        running="EKS with Karpenter: keep running; resume the others from a checkpoint",
+    ),
+)
+
+
+def running_cell(change: Change) -> str:
+    if not change.stops:
+        return change.running
+    stopped = "; ".join(f"{STOPPER_NAMES[s]}: {how}" for s, how in change.stops.items())
+    return f"stopped, {stopped}. Elsewhere: {change.running}"
+
+
+def table() -> str:
+    rows = ["| Change | EKS | AWS Batch | ParallelCluster | Running jobs |", "|---|---|---|---|---|"]
+    for c in CHANGES:
+        rows.append(f"| {c.label} | {c.eks} | {c.batch} | {c.parallelcluster} | {running_cell(c)} |")
+    return "\n".join(rows)
+
+
+def block() -> str:
+    return f"{BEGIN}\n{table()}\n{END}"

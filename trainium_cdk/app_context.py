@@ -22,7 +22,7 @@ _PLAIN = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 def unknown_keys(context: Mapping[str, Any]) -> list[str]:
-    return sorted(k for k in context if _PLAIN.match(k) and k not in KNOWN_KEYS and k not in CDK_PLAIN_KEYS)
+    return sorted(k for k in context if _PLAIN.fullmatch(k) and k not in KNOWN_KEYS and k not in CDK_PLAIN_KEYS)
 
 
 def check_context(context: Mapping[str, Any]) -> None:

@@ -265,7 +265,7 @@ REGION_DIRECTIONS = MappingProxyType({
 
 def az_id_prefix(region: str) -> str:
     """'us-west-2' -> 'usw2': the prefix every AZ ID of the region carries."""
-    match = REGION_CODE.match(region)
+    match = REGION_CODE.fullmatch(region)
     if not match or match.group(2) not in REGION_DIRECTIONS:
         raise ConfigError("region", region, "a commercial AWS region code such as us-west-2 or us-east-1")
     return f"{match.group(1)}{REGION_DIRECTIONS[match.group(2)]}{match.group(3)}"

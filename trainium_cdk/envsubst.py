@@ -25,7 +25,7 @@ PACKAGE = "gettext-base"
 
 def placeholder(name: str) -> str:
     """``${NAME}``: a value known only after deploy."""
-    if not NAME.match(name):
+    if not NAME.fullmatch(name):
         raise ValueError(f"placeholder name {name!r}: upper-case letters, digits and _")
     return "${" + name + "}"
 

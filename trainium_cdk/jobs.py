@@ -81,7 +81,7 @@ class JobSpec:
     neuron_track: NeuronTrack | None = None
 
     def __post_init__(self) -> None:
-        if not _JOB_NAME.match(self.name):
+        if not _JOB_NAME.fullmatch(self.name):
             raise ConfigError(
                 "name", self.name, "a lower-case DNS label of at most 40 characters (letters, digits, '-')"
             )
@@ -95,7 +95,7 @@ class JobSpec:
                 self.processes_per_node,
                 f"between 1 and the {self.instance.neuron_cores} NeuronCores of {self.instance.name}",
             )
-        if not _CACHE_SET.match(self.cache_set) or ".." in self.cache_set:
+        if not _CACHE_SET.fullmatch(self.cache_set) or ".." in self.cache_set:
             raise ConfigError(
                 "cache_set", self.cache_set, "one directory name: lower-case letters, digits, '.', '_', '-'; no '/'"
             )

@@ -44,7 +44,7 @@ _NUMBER_TOKEN_MARKER = 0xFBFF
 def placeholder(name: str) -> str:
     """``${NAME}``: a value known only after deploy, for dist/ manifests (trainium_cdk/envsubst.py)."""
     value = envsubst.placeholder(name)
-    assert _PLACEHOLDER.match(value), name
+    assert _PLACEHOLDER.fullmatch(value), name
     return value
 
 
@@ -56,7 +56,7 @@ def is_token(value: Any) -> bool:
     need no CDK (and the ``trn`` CLI, which renders them, loads none).
     """
     if isinstance(value, str):
-        return bool(_PLACEHOLDER.match(value) or _STRING_TOKEN.search(value))
+        return bool(_PLACEHOLDER.fullmatch(value) or _STRING_TOKEN.search(value))
     if isinstance(value, float):
         return is_number_token(value)
     if isinstance(value, (list, tuple)):
@@ -86,7 +86,7 @@ def check_choice(field: str, value: Any, allowed: Iterable[Any]) -> None:
 
 def check_name(field: str, value: str) -> str:
     """A Kubernetes object name usable everywhere: an RFC 1123 label (namespaces and Services need one)."""
-    if not is_token(value) and not (isinstance(value, str) and _DNS_LABEL.match(value)):
+    if not is_token(value) and not (isinstance(value, str) and _DNS_LABEL.fullmatch(value)):
         raise ConfigError(field, value, "at most 63 lower-case letters, digits and '-', alphanumeric at both ends")
     return value
 

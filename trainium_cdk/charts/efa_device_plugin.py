@@ -49,7 +49,7 @@ class EfaDevicePlugin(Chart):
         field = type(self).__name__
         types = check_instance_types(f"{field}.instance_types", instance_types)
         check_name(f"{field}.namespace", namespace)
-        if not is_token(region) and not (isinstance(region, str) and _REGION.match(region)):
+        if not is_token(region) and not (isinstance(region, str) and _REGION.fullmatch(region)):
             raise ConfigError(f"{field}.region", region, "an AWS region code such as us-west-2")
         super().__init__(scope, id, labels=CHART_LABELS)
 

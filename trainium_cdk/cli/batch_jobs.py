@@ -92,7 +92,7 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
     if args.job is not None:
         raise ConfigError("--job", args.job, "left out for Batch: the job definition holds the command (batch.command)")
     name = args.name or f"{config.project}-{default_name(group)}"
-    if not _BATCH_JOB_NAME.match(name):
+    if not _BATCH_JOB_NAME.fullmatch(name):
         raise ConfigError(
             "--name", name, "a Batch job name: up to 128 letters, digits, '-' and '_', starting alphanumeric"
         )

@@ -19,7 +19,7 @@ NAME = re.compile(r"^[a-z][a-z0-9-]{0,22}$")
 
 
 def check_name(value: str) -> str:
-    if not NAME.match(value):
+    if not NAME.fullmatch(value):
         raise ValueError("lower-case letters, digits and '-', starting with a letter, at most 23 characters")
     return value
 
@@ -34,7 +34,7 @@ AZ_ID_RULE = "an AZ ID such as usw2-az4 (AZ names differ per account)"
 
 
 def check_az_id(value: str) -> str:
-    if not AZ_ID.match(value):
+    if not AZ_ID.fullmatch(value):
         raise ValueError(AZ_ID_RULE)
     return value
 
@@ -52,7 +52,7 @@ def unquoted_account_id(value: object) -> object:
 
 
 def check_account_id(value: str) -> str:
-    if not re.match(r"^[0-9]{12}$", value):
+    if not re.fullmatch(r"^[0-9]{12}$", value):
         raise ValueError("a 12-digit AWS account id")
     return value
 
@@ -63,7 +63,48 @@ def check_ami(value: str) -> str:
     return value
 
 
+# An S3 key prefix of S3's own safe characters: letters, digits and ! - _ . * ' ( ) / (no spaces, quotes,
+# shell or newline characters: prefixes end up in URIs that scripts print and commands take).
+S3_PREFIX = re.compile(r"[A-Za-z0-9!_.*'()/-]{0,1024}")
+
+
+def check_s3_prefix(value: str) -> str:
+    if not S3_PREFIX.fullmatch(value) or "//" in value:
+        raise ValueError("an S3 key prefix such as datasets/ (letters, digits and ! - _ . * ' ( ) /)")
+    return value
+
+
+# A container image reference: registry/repository[:tag][@digest], no spaces or shell characters.
+IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,511}")
+
+
+# What the app itself passes where an image goes: a dist/ placeholder (${TRAINING_IMAGE}) or a CDK token
+# (an image asset's URI, known at deploy).
+IMAGE_STAND_IN = re.compile(r"\$\{[A-Z][A-Z0-9_]*\}|\$\{Token\[[A-Za-z0-9_.-]+\]\}")
+
+
+def check_image(value: str) -> str:
+    if not IMAGE.fullmatch(value) and not IMAGE_STAND_IN.fullmatch(value):
+        raise ValueError("a container image such as 123456789012.dkr.ecr.us-west-2.amazonaws.com/train:v1 "
+                         "(registry/repository:tag or @sha256:digest)")
+    return value
+
+
+# A relative path below a mount point: path segments of letters, digits, '_', '.' and '-', no '..'.
+RELATIVE_PATH = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*")
+
+
+def check_relative_path(value: str) -> str:
+    if not RELATIVE_PATH.fullmatch(value) or ".." in value.split("/"):
+        raise ValueError("a relative path such as datasets or datasets/wiki (letters, digits, _ . - /; no ..)")
+    return value
+
+
 Name = Annotated[str, AfterValidator(check_name)]
+AzId = Annotated[str, AfterValidator(check_az_id)]
+S3Prefix = Annotated[str, AfterValidator(check_s3_prefix)]
+Image = Annotated[str, AfterValidator(check_image)]
+RelativePath = Annotated[str, AfterValidator(check_relative_path)]
 AmiId = Annotated[str, AfterValidator(check_ami)]
 LogRetentionDays = Annotated[int, AfterValidator(check_log_retention)]
 AccountId = Annotated[str, BeforeValidator(unquoted_account_id), AfterValidator(check_account_id)]

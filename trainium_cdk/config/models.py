@@ -26,7 +26,9 @@ from trainium_cdk.catalog import (
     Catalog,
     InstanceSpec,
 )
-from trainium_cdk.config.fields import AZ_ID_RULE, AccountId, AmiId, LogRetentionDays, Name, check_az_id
+from trainium_cdk.config.fields import (
+    AZ_ID_RULE, S3_PREFIX, AccountId, AmiId, AzId, Image, LogRetentionDays, Name, RelativePath, S3Prefix, check_az_id,
+)
 from trainium_cdk import backends as backend_registry
 from trainium_cdk.config.validation import (
     check_backends, check_deployment, check_offerings_shape, check_single_node_types, check_track,
@@ -65,7 +67,7 @@ class Capacity(_Model):
         if self.type == "on-demand":
             if self.reservation_id is not None:
                 raise ConfigError("reservation_id", self.reservation_id, "only with type reservation or capacity-block")
-        elif not re.match(r"^cr-[0-9a-f]{8,17}$", self.reservation_id or ""):
+        elif not re.fullmatch(r"^cr-[0-9a-f]{8,17}$", self.reservation_id or ""):
             raise ConfigError(
                 "reservation_id", self.reservation_id, f"type {self.type} needs a reservation id like cr-0123456789abcdef0"
             )
@@ -75,7 +77,7 @@ class Capacity(_Model):
                     "placement_group", self.placement_group,
                     "only with a reservation (on-demand groups get a cluster placement group of their own)",
                 )
-            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$", self.placement_group):
+            if not re.fullmatch(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$", self.placement_group):
                 raise ConfigError("placement_group", self.placement_group, "an EC2 placement group name")
         return self
 
@@ -124,7 +126,7 @@ class ComputeGroup(_Model):
         if not self.az_ids:
             raise ConfigError("az_ids", list(self.az_ids), "at least one AZ ID such as usw2-az4")
         for i, az_id in enumerate(self.az_ids):
-            if not AZ_ID.match(az_id):
+            if not AZ_ID.fullmatch(az_id):
                 raise ConfigError(f"az_ids[{i}]", az_id, AZ_ID_RULE)
         return self
 
@@ -148,7 +150,7 @@ class NetworkSettings(_Model):
     """The training VPC."""
 
     cidr: str = Field("10.0.0.0/16", description="IPv4 CIDR of the VPC, /16 to /24.")
-    az_ids: tuple[str, ...] | None = Field(
+    az_ids: tuple[AzId, ...] | None = Field(
         None, description="AZ IDs of the VPC, at least two (EKS needs two); default: the compute AZs plus "
         "other AZs the catalog knows for the instance type."
     )
@@ -176,7 +178,7 @@ class DataRepository(_Model):
     bucket_name: str | None = Field(
         None, description="An existing bucket; default: a bucket created (and retained) by the storage stack."
     )
-    s3_prefix: str = Field("", description="Prefix in the bucket linked to the path; empty: the whole bucket.")
+    s3_prefix: S3Prefix = Field("", description="Prefix in the bucket linked to the path; empty: the whole bucket.")
     file_system_path: str = Field("/s3", description="Path in the file system that mirrors the prefix.")
     auto_import: bool = Field(True, description="New, changed and deleted S3 objects show up in the file system.")
     auto_export: bool = Field(True, description="New, changed and deleted files are exported to S3.")
@@ -184,14 +186,14 @@ class DataRepository(_Model):
     @field_validator("file_system_path")
     @classmethod
     def _path(cls, value: str) -> str:
-        if not re.match(r"^/[A-Za-z0-9_./-]*$", value) or "//" in value or ".." in value:
+        if not re.fullmatch(r"^/[A-Za-z0-9_./-]*$", value) or "//" in value or ".." in value:
             raise ValueError("an absolute path such as /s3 (letters, digits, _ . - /)")
         return value
 
     @field_validator("bucket_name")
     @classmethod
     def _bucket(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", value):
+        if value is not None and not re.fullmatch(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", value):
             raise ValueError("an S3 bucket name: 3-63 lower-case letters, digits, '.' and '-'")
         return value
 
@@ -271,7 +273,7 @@ class EksSettings(_Model):
     @field_validator("consolidate_after")
     @classmethod
     def _consolidate_after(cls, value: str) -> str:
-        if not re.match(r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$", value) or not value:
+        if not re.fullmatch(r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$", value) or not value:
             raise ValueError("a duration such as 30s, 10m or 1h30m")
         return value
 
@@ -279,7 +281,7 @@ class EksSettings(_Model):
     @classmethod
     def _roles(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for arn in value:
-            if not re.match(r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$", arn):
+            if not re.fullmatch(r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$", arn):
                 raise ValueError(f"{arn!r} is not an IAM role ARN (arn:aws:iam::123456789012:role/name)")
         return value
 
@@ -306,7 +308,7 @@ class EksSettings(_Model):
 class BatchSettings(_Model):
     """The AWS Batch backend: multi-node parallel jobs on the compute groups."""
 
-    image_uri: str | None = Field(
+    image_uri: Image | None = Field(
         None, description="Training image; default: the MLP example image, built at deploy time (Docker) on the "
         "track's AWS Neuron PyTorch training container (versions.py)."
     )
@@ -384,15 +386,15 @@ class ParallelClusterSettings(_Model):
     @field_validator("head_node_instance_type")
     @classmethod
     def _head_node_type(cls, value: str) -> str:
-        if not re.match(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$", value):
+        if not re.fullmatch(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$", value):
             raise ValueError("an EC2 instance type such as m7i.xlarge")
         return value
 
     @field_validator("ssh_key_name")
     @classmethod
     def _key_name(cls, value: str | None) -> str | None:
-        if value is not None and not 1 <= len(value) <= 255:
-            raise ValueError("an EC2 key pair name, 1 to 255 characters")
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,255}", value):
+            raise ValueError("an EC2 key pair name: 1 to 255 letters, digits, '.', '_' and '-'")
         return value
 
     @field_validator("ssh_allowed_cidr")
@@ -420,7 +422,7 @@ class InstanceSettings(_Model):
     """The single development instance."""
 
     instance_type: str = Field("trn1.2xlarge", description="An instance type of the catalog.")
-    az_id: str | None = Field(None, description="AZ ID; default: the first VPC AZ known to offer the type.")
+    az_id: AzId | None = Field(None, description="AZ ID; default: the first VPC AZ known to offer the type.")
     root_volume_gib: int = Field(512, description="Encrypted gp3 root volume, GiB (Neuron asks for 512 or more).")
     dlami: str | None = Field(
         None,
@@ -478,7 +480,7 @@ class TrainingJobSettings(_Model):
         EXAMPLE_COMMAND, description="Program and arguments as one process runs them (train.py ...); the launcher "
         "runs them under torchrun on every node."
     )
-    image: str | None = Field(None, description="Image; default: workloads.image.")
+    image: Image | None = Field(None, description="Image; default: workloads.image.")
     cache_set: str | None = Field(
         None, description="Neuron compile cache directory /fsx/neuron-cache/<cache_set>; default: the group's name."
     )
@@ -491,13 +493,15 @@ class DataLoaderSettings(_Model):
     """A Job that copies an S3 prefix into the file system (for file systems without a data repository)."""
 
     s3_uri: str = Field(description="s3://bucket/prefix to copy.")
-    path: str = Field("datasets", description="Directory under /fsx.")
+    path: RelativePath = Field("datasets", description="Directory under /fsx.")
 
     @field_validator("s3_uri")
     @classmethod
     def _uri(cls, value: str) -> str:
-        if not re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$", value):
-            raise ValueError("an S3 URI such as s3://my-bucket/datasets/")
+        bucket, _, prefix = value.removeprefix("s3://").partition("/")
+        if not (value.startswith("s3://") and re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket)
+                and S3_PREFIX.fullmatch(prefix)):
+            raise ValueError("an S3 URI such as s3://my-bucket/datasets/ (the prefix in S3's safe characters)")
         return value
 
     @property
@@ -508,7 +512,7 @@ class DataLoaderSettings(_Model):
 class WorkloadSettings(_Model):
     """What runs on the EKS cluster beyond the device plugins."""
 
-    image: str | None = Field(
+    image: Image | None = Field(
         None, description="Training image; default: the MLP example image the EKS stack builds (dist/: ${TRAINING_IMAGE})."
     )
     jobs: tuple[TrainingJobSettings, ...] = Field((), description="Training jobs the stack runs on deploy.")
@@ -539,14 +543,14 @@ class PipelineSettings(_Model):
     @field_validator("repository")
     @classmethod
     def _repo(cls, value: str) -> str:
-        if not re.match(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", value):
+        if not re.fullmatch(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", value):
             raise ValueError("owner/name of the repository")
         return value
 
     @field_validator("connection_arn")
     @classmethod
     def _connection(cls, value: str) -> str:
-        if not re.match(r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):[a-z0-9-]+:[0-9]{12}:connection/.+$", value):
+        if not re.fullmatch(r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):[a-z0-9-]+:[0-9]{12}:connection/.+$", value):
             raise ValueError("a CodeConnections connection ARN (arn:aws:codeconnections:REGION:ACCOUNT:connection/ID)")
         return value
 

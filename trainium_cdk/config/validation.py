@@ -26,17 +26,17 @@ def check_offerings_shape(value: Any) -> None:
     if not isinstance(value, Mapping):
         raise ConfigError("instance_offerings", value, OFFERINGS_SHAPE)
     for instance_type, regions in value.items():
-        if REGION_CODE.match(str(instance_type)):
+        if REGION_CODE.fullmatch(str(instance_type)):
             raise ConfigError(str(instance_type), regions, "an instance type here, not a region; " + OFFERINGS_SHAPE)
         if not isinstance(regions, Mapping):
             raise ConfigError(str(instance_type), regions, OFFERINGS_SHAPE)
         for region, az_ids in regions.items():
-            if not REGION_CODE.match(str(region)):
+            if not REGION_CODE.fullmatch(str(region)):
                 raise ConfigError(f"{instance_type}.{region}", az_ids, "a region code here; " + OFFERINGS_SHAPE)
             listed = [az_ids] if isinstance(az_ids, str) else az_ids
             prefix = az_id_prefix(str(region)) + "-"
             if not isinstance(listed, list | tuple) or not listed or not all(
-                isinstance(a, str) and AZ_ID.match(a) and a.startswith(prefix) for a in listed
+                isinstance(a, str) and AZ_ID.fullmatch(a) and a.startswith(prefix) for a in listed
             ):
                 raise ConfigError(
                     f"{instance_type}.{region}", az_ids, f"a list of AZ IDs of {region} ({prefix}az1, ...); "

@@ -201,6 +201,14 @@ def test_a_private_endpoint_brings_an_access_host_and_a_public_one_none(every_ty
     assert resources(public, "AWS::EC2::Instance") == {} and "AccessHostId" not in public["Outputs"]
 
 
+@pytest.mark.parametrize("wide", ["0.0.0.0/0", "0.0.0.0/1", "64.0.0.0/3"])
+def test_a_public_endpoint_open_to_most_of_the_internet_is_refused(wide):
+    from trainium_cdk.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"public_access_cidrs\[0\] = .*: a network of /8 or narrower"):
+        config_with(eks={"endpoint_access": "public-and-private", "public_access_cidrs": [wide]})
+
+
 def test_admin_role_gets_an_access_entry(reserved):
     entries = [e["Properties"] for e in resources(reserved.template_json("eks"), "AWS::EKS::AccessEntry").values()]
     admin = [e for e in entries if e["PrincipalArn"] == "arn:aws:iam::123456789012:role/ml-platform-admin"]

@@ -418,8 +418,10 @@ def test_config_errors():
     with pytest.raises(ConfigError, match=r"compute_groups\[0\]\.name = 'default': .*ParallelCluster forbids default"):
         config_with(group={"name": "default"}, backends=["parallelcluster"])
     config_with(group={"name": "default"}, backends=["eks"])  # a name only Slurm reserves
-    with pytest.raises(ConfigError, match="not the whole internet"):
-        config_with(parallelcluster={"ssh_allowed_cidr": "0.0.0.0/0"})
+    # The internet in all but name too: 0.0.0.0/1 and 128.0.0.0/1 together are all of it.
+    for wide in ("0.0.0.0/0", "0.0.0.0/1", "128.0.0.0/2"):
+        with pytest.raises(ConfigError, match=r"ssh_allowed_cidr = .*: a network of /8 or narrower"):
+            config_with(parallelcluster={"ssh_allowed_cidr": wide})
     with pytest.raises(ConfigError, match="head_node_instance_type"):
         config_with(parallelcluster={"head_node_instance_type": "big"})
 

@@ -19,6 +19,22 @@ def ipv4_network(field: str, value: str, *, example: str) -> ipaddress.IPv4Netwo
         raise ConfigError(field, value, f"an IPv4 network such as {example} ({err})") from None
 
 
+# The shortest prefix an ingress from outside the VPC may name (a public API endpoint, SSH): anything wider
+# is the internet in all but name (0.0.0.0/1 and 128.0.0.0/1 are the whole of it).
+MIN_INGRESS_PREFIX = 8
+
+
+def check_ingress_cidr(field: str, value: str, *, example: str) -> ipaddress.IPv4Network:
+    """An IPv4 network that outsiders may connect from: a /8 or narrower, never the internet."""
+    network = ipv4_network(field, value, example=example)
+    if network.prefixlen < MIN_INGRESS_PREFIX:
+        raise ConfigError(
+            field, value, f"a network of /{MIN_INGRESS_PREFIX} or narrower, such as {example}: a shorter prefix "
+            "opens it to most of the internet (use SSM Session Manager, or name the network you connect from)"
+        )
+    return network
+
+
 def check_vpc_cidr(cidr: str, public_subnet_mask: int, private_subnet_mask: int, *, prefix: str = "") -> None:
     """The VPC CIDR is an IPv4 network of /16 to /24 and each subnet mask fits inside it.
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trainium_cdk.addressing import check_subnets_fit, check_vpc_cidr, ipv4_network
+from trainium_cdk.addressing import check_ingress_cidr, check_subnets_fit, check_vpc_cidr
 from trainium_cdk.catalog import (
     LUSTRE_COMPRESSION_TYPES,
     LUSTRE_THROUGHPUT_MB_PER_TIB,
@@ -288,7 +288,7 @@ class EksSettings(_Model):
     @model_validator(mode="after")
     def _endpoint(self) -> EksSettings:
         for i, cidr in enumerate(self.public_access_cidrs):
-            ipv4_network(f"public_access_cidrs[{i}]", cidr, example="203.0.113.0/24")
+            check_ingress_cidr(f"public_access_cidrs[{i}]", cidr, example="203.0.113.0/24")
         if self.endpoint_access == "public-and-private" and not self.public_access_cidrs:
             raise ConfigError(
                 "public_access_cidrs", [], "the CIDRs allowed to reach the public endpoint (or endpoint_access: private)"
@@ -400,14 +400,11 @@ class ParallelClusterSettings(_Model):
     @field_validator("ssh_allowed_cidr")
     @classmethod
     def _ssh_cidr(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        try:
-            network = ipaddress.IPv4Network(value)
-        except ValueError:
-            raise ValueError(f"{value!r} is not an IPv4 CIDR such as 203.0.113.0/24") from None
-        if network.prefixlen == 0:
-            raise ValueError("not the whole internet: use SSM Session Manager, or name the CIDR you connect from")
+        if value is not None:
+            try:
+                check_ingress_cidr("ssh_allowed_cidr", value, example="203.0.113.0/24")
+            except ConfigError as error:
+                raise ValueError(error.allowed) from None  # pydantic names the field
         return value
 
     @field_validator("head_node_root_volume_gib")

@@ -565,3 +565,17 @@ def test_built_alone_from_props_in_a_bare_stack():
     (launch_template,) = resources(template.to_json(), "AWS::EC2::LaunchTemplate").values()
     assert len(launch_template["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 8  # trn1.32xlarge
     template.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 7})
+
+
+def test_tasks_cannot_reach_the_instance_metadata(every_type, tmp_path):
+    """Multi-node tasks are awsvpc: ECS_AWSVPC_BLOCK_IMDS keeps them from the instance role. The user data's
+    own line runs here against a copy of ecs.config, twice (a reboot runs no user data; a re-run adds nothing)."""
+    import subprocess
+
+    for instance_type in SUPPORTED_TRAINING_TYPES:
+        (line,) = [ln for ln in Group(every_type, _name(instance_type)).user_data.splitlines() if "ECS_AWSVPC_BLOCK_IMDS" in ln]
+        config = tmp_path / "ecs.config"
+        config.write_text("ECS_CLUSTER=batch-cluster\n")
+        for _ in range(2):
+            subprocess.run(["bash", "-euo", "pipefail", "-c", line.replace("/etc/ecs/ecs.config", str(config))], check=True)
+        assert config.read_text() == "ECS_CLUSTER=batch-cluster\nECS_AWSVPC_BLOCK_IMDS=true\n"

@@ -83,6 +83,7 @@ HOST_FAILURE_STATUS_REASONS = ("Host EC2*",)
 HOST_FAILURE_REASONS = ("Cannot*",)
 HOST_FAILURE_EXIT_CODES = (str(PEER_LOST_EXIT_CODE),)
 MIME_BOUNDARY = "==TRAINIUM_CDK=="
+ECS_BLOCK_IMDS = "ECS_AWSVPC_BLOCK_IMDS=true"
 # The metrics program the user data writes onto each node (a heredoc: its delimiter must not occur in it).
 NEURON_METRICS_SOURCE = Path(neuron_metrics.__file__)
 NEURON_METRICS_END = "TRAINIUM_NEURON_METRICS"
@@ -462,6 +463,9 @@ def node_user_data(
         "#!/bin/bash",
         f"# trainium-cdk: Neuron driver {driver}, EFA and storage on an AWS Batch node ({spec.name}).",
         "set -euxo pipefail",
+        # Multi-node tasks are awsvpc: the ECS agent keeps them from the instance metadata, so that a job
+        # cannot take the instance role (the node's, with ECS agent and ECR rights) from it.
+        f"grep -qx {ECS_BLOCK_IMDS} /etc/ecs/ecs.config 2>/dev/null || echo {ECS_BLOCK_IMDS} >> /etc/ecs/ecs.config",
         "missing=''",
         f'[ "$(rpm -q --qf \'%{{VERSION}}\' aws-neuronx-dkms 2>/dev/null || true)" = "{driver}" ] '
         f'|| missing="aws-neuronx-dkms-{driver}"',

@@ -194,8 +194,12 @@ def test_a_private_endpoint_brings_an_access_host_and_a_public_one_none(every_ty
     assert image["Default"] == "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-6.1-arm64"  # AWS publishes it
     profile = template["Resources"][props["IamInstanceProfile"]["Ref"]]["Properties"]
     role = template["Resources"][profile["Roles"][0]["Ref"]]["Properties"]
-    assert "AmazonSSMManagedInstanceCore" in json.dumps(role["ManagedPolicyArns"])
-    assert not [p for p in resources(template, "AWS::IAM::Policy").values() if profile["Roles"][0] in p["Properties"]["Roles"]]
+    assert "ManagedPolicyArns" not in role  # Session Manager's minimal policy only: no ssm:GetParameter*
+    from tests.test_instance import assert_session_manager_only
+
+    (policy,) = [p["Properties"] for p in resources(template, "AWS::IAM::Policy").values()
+                 if {"Ref": profile["Roles"][0]["Ref"]} in p["Properties"]["Roles"]]
+    assert_session_manager_only(policy["PolicyDocument"]["Statement"])
     assert template["Outputs"]["AccessHostId"]["Value"] == {"Ref": next(iter(resources(template, "AWS::EC2::Instance")))}
     public = reserved.template_json("eks")
     assert resources(public, "AWS::EC2::Instance") == {} and "AccessHostId" not in public["Outputs"]

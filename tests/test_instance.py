@@ -13,6 +13,7 @@ from tests.helpers import cfn_lint_errors, config_with, nag_violations, resource
 from trainium_cdk.config import ConfigError
 from trainium_cdk.catalog import DEFAULT_CATALOG
 from trainium_cdk.constructs.dev_instance import DevInstance
+from trainium_cdk.constructs.session_manager import SESSION_MANAGER_ACTIONS
 
 SSM_AMI_TYPE = "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
 OPEN = ("0.0.0.0/0", "::/0")
@@ -106,17 +107,25 @@ def test_instance_type_and_private_subnet_of_the_chosen_az(default, variant):
         assert "NetworkInterfaces" not in props  # no public address
 
 
-def test_role_is_ssm_only(default):
+def test_role_is_session_manager_only(default):
+    """Session Manager's minimal instance policy, not AmazonSSMManagedInstanceCore (ssm:GetParameter* on every
+    parameter of the account: anything running on the instance could read them)."""
     template = default.template_json("instance")
     (role_id, role), = [
         (k, r) for k, r in resources(template, "AWS::IAM::Role").items()
         if "ec2.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])
     ]
-    assert "AmazonSSMManagedInstanceCore" in json.dumps(role["Properties"]["ManagedPolicyArns"])
-    assert len(role["Properties"]["ManagedPolicyArns"]) == 1
-    assert "Policies" not in role["Properties"]
-    # The only other role is the AMI lookup function's (tests/test_ami.py); no policy names the instance's.
-    assert all(role_id not in json.dumps(p["Properties"]["Roles"]) for p in resources(template, "AWS::IAM::Policy").values())
+    assert "ManagedPolicyArns" not in role["Properties"] and "Policies" not in role["Properties"]
+    (policy,) = [p for p in resources(template, "AWS::IAM::Policy").values() if {"Ref": role_id} in p["Properties"]["Roles"]]
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert_session_manager_only(statements)
+
+
+def assert_session_manager_only(statements: list) -> None:
+    actions = [a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
+    assert sorted(actions) == sorted(SESSION_MANAGER_ACTIONS) and all(s["Effect"] == "Allow" for s in statements)
+    (register,) = [s for s in statements if s["Action"] == "ssm:UpdateInstanceInformation"]
+    assert json.dumps(register["Resource"]).endswith(':instance/*"]]}')  # its own kind of resource only
 
 
 def test_fsx_mounted_with_the_efa_group_when_storage_is_deployed(default, variant):

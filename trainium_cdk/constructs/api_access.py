@@ -21,6 +21,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.session_manager import grant_session_manager
 from trainium_cdk.names import ACCESS_HOST_INSTANCE_TYPE, ACCESS_HOST_ROOT_VOLUME_GIB
 
 HTTPS = 443
@@ -53,15 +54,8 @@ class ApiAccessHost(Construct):
             "Role",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             description="EKS API access host: SSM Session Manager only",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
         )
-        acknowledge(
-            self.role,
-            "AwsSolutions-IAM4",
-            ["Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore"],
-            "AmazonSSMManagedInstanceCore is the least privilege Session Manager needs (ssm, ssmmessages, "
-            "ec2messages on the instance itself); AWS maintains it as the service changes.",
-        )
+        grant_session_manager(self.role)
         self.security_group = ec2.SecurityGroup(
             self,
             "SecurityGroup",

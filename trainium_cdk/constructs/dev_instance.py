@@ -22,6 +22,7 @@ from constructs import Construct
 from trainium_cdk.catalog import InstanceSpec, check_ami_id
 from trainium_cdk.constructs.ami_lookup import AmiLookup, ImageIdImage
 from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.session_manager import grant_session_manager
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.lustre_client import mount_commands as lustre_mount_commands
@@ -103,15 +104,8 @@ class DevInstance(Construct):
             "Role",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             description="Development instance: SSM Session Manager only",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
         )
-        acknowledge(
-            self.role,
-            "AwsSolutions-IAM4",
-            ["Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore"],
-            "AmazonSSMManagedInstanceCore is the least privilege Session Manager needs (ssm, ssmmessages, "
-            "ec2messages on the instance itself); AWS maintains it as the service changes.",
-        )
+        grant_session_manager(self.role)
         self.security_group = ec2.SecurityGroup(
             self,
             "SecurityGroup",

@@ -66,9 +66,23 @@ def test_cloudwatch_observability_authenticates_through_pod_identity(eks):
     assert association["Properties"]["Namespace"] == CLOUDWATCH_NAMESPACE
     assert association_id in addon["DependsOn"]  # the agent starts with credentials
     role = eks["Resources"][association["Properties"]["RoleArn"]["Fn::GetAtt"][0]]
-    policies = json.dumps(role["Properties"]["ManagedPolicyArns"])
-    assert "policy/CloudWatchAgentServerPolicy" in policies
     assert "pods.eks.amazonaws.com" in json.dumps(role["Properties"]["AssumeRolePolicyDocument"])
+    # CloudWatchAgentServerPolicy's actions, its log actions on this cluster's Container Insights groups only: the
+    # managed policy's logs:PutRetentionPolicy on * could shorten the EKS audit log's retention.
+    assert "ManagedPolicyArns" not in role["Properties"]
+    role_id = association["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+    statements = [s for p in resources(eks, "AWS::IAM::Policy").values() if {"Ref": role_id} in p["Properties"]["Roles"]
+                  for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    for statement in statements:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if statement["Resource"] == "*":
+            assert not [a for a in actions if a.startswith("logs:") and a != "logs:DescribeLogGroups"], statement
+            assert not [a for a in actions if a.startswith(("ssm:", "xray:"))], statement
+        else:
+            for resource in statement["Resource"]:
+                assert ":log-group:/aws/containerinsights/t-eks/*" in json.dumps(resource), resource
+    granted = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert {"logs:PutRetentionPolicy", "logs:PutLogEvents", "cloudwatch:PutMetricData"} <= granted
 
 
 def test_alarms_on_neuron_hardware_errors_and_failed_nodes(eks):

@@ -5,7 +5,7 @@
   (``nodeRepairConfig``) replaces a node whose condition stays false.
 - ``amazon-cloudwatch-observability`` (Container Insights with enhanced observability): Neuron metrics from
   add-on v1.5.0-eksbuild.1, EFA metrics from v1.5.2-eksbuild.1. Its agent authenticates with EKS Pod
-  Identity (CloudWatchAgentServerPolicy).
+  Identity (CloudWatchAgentServerPolicy's actions, its log actions scoped to the cluster's log groups).
 - Alarms on Neuron hardware (ECC) events and on failed nodes, and a dashboard: NeuronCore utilization,
   NeuronCore memory, EFA bytes per node, FSx throughput.
 
@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from aws_cdk import Duration
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
-from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.nag import acknowledge, nag_form
 from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.neuron_metrics import (
     CORE_UTILIZATION, DEPLOYMENT_DIMENSION, DEVICE_MEMORY, HARDWARE_ERRORS, INSTANCE_DIMENSION, NAMESPACE,
@@ -38,7 +38,14 @@ CLOUDWATCH_ADDON = "amazon-cloudwatch-observability"
 # The add-on's agent: its namespace and service account (the Pod Identity association binds these).
 CLOUDWATCH_NAMESPACE = "amazon-cloudwatch"
 CLOUDWATCH_SERVICE_ACCOUNT = "cloudwatch-agent"
-CLOUDWATCH_AGENT_POLICY = "CloudWatchAgentServerPolicy"
+# The Container Insights agent's log groups (/aws/containerinsights/<cluster>/performance, application,
+# host, dataplane) and the actions of CloudWatchAgentServerPolicy it needs, the log ones scoped to them.
+AGENT_LOG_GROUPS = "/aws/containerinsights/{cluster}/"
+AGENT_LOG_ACTIONS = (
+    "logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams",
+    "logs:PutRetentionPolicy",
+)
+AGENT_UNSCOPED_ACTIONS = ("cloudwatch:PutMetricData", "logs:DescribeLogGroups", "ec2:DescribeVolumes", "ec2:DescribeTags")
 # Versions float with the cluster (as the other add-ons): EKS installs its default for Kubernetes 1.35,
 # which is newer than the first with Neuron (v1.5.0) and EFA (v1.5.2) metrics.
 CONTAINER_INSIGHTS = "ContainerInsights"
@@ -78,11 +85,7 @@ class ClusterObservability(Construct):
             self, "CloudWatchAgent", cluster=cluster, namespace=CLOUDWATCH_NAMESPACE,
             service_account=CLOUDWATCH_SERVICE_ACCOUNT, description="CloudWatch agent of Container Insights (EKS pod identity)",
         )
-        self.agent_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(CLOUDWATCH_AGENT_POLICY))
-        acknowledge(
-            self.agent_role, "AwsSolutions-IAM4", [f"Policy::arn:<AWS::Partition>:iam::aws:policy/{CLOUDWATCH_AGENT_POLICY}"],
-            "The policy AWS documents for the Container Insights agent, kept current by AWS.",
-        )
+        self._grant_agent(cluster_name)
         self.cloudwatch = eks.Addon(self, "CloudWatchObservability", cluster=cluster, addon_name=CLOUDWATCH_ADDON)
         self.cloudwatch.node.add_dependency(association, *after)
         self.node_monitoring.node.add_dependency(*after)
@@ -113,6 +116,28 @@ class ClusterObservability(Construct):
         self.dashboard.add_widgets(*dashboard_widgets(cluster_name, file_system_id), cw.AlarmStatusWidget(
             title="Alarms", alarms=[self.hardware_errors, self.failed_nodes], width=24))
 
+
+
+    def _grant_agent(self, cluster_name: str) -> None:
+        """What the Container Insights agent does, as CloudWatchAgentServerPolicy grants it, scoped: its logs
+        are this cluster's /aws/containerinsights/<cluster>/ groups (the managed policy's logs actions on *,
+        PutRetentionPolicy among them, could shorten the EKS audit log's retention); metrics and EC2
+        descriptions take no resource ARN; no X-Ray and no SSM parameters (the add-on configures the agent
+        with a ConfigMap, and application signals are off)."""
+        stack = Stack.of(self)
+        groups = stack.format_arn(service="logs", resource="log-group", resource_name=f"{AGENT_LOG_GROUPS.format(cluster=cluster_name)}*",
+                                  arn_format=ArnFormat.COLON_RESOURCE_NAME)
+        self.agent_role.add_to_principal_policy(iam.PolicyStatement(
+            actions=list(AGENT_LOG_ACTIONS), resources=[groups, f"{groups}:log-stream:*"],
+        ))
+        self.agent_role.add_to_principal_policy(iam.PolicyStatement(actions=list(AGENT_UNSCOPED_ACTIONS), resources=["*"]))
+        acknowledge(
+            self.agent_role, "AwsSolutions-IAM5", ["Resource::*", f"Resource::{nag_form(stack, groups)}",
+                                                   f"Resource::{nag_form(stack, groups)}:log-stream:*"],
+            "The agent writes the log groups and streams Container Insights names per cluster (created at run "
+            "time, under this cluster's prefix); PutMetricData, DescribeLogGroups and EC2 descriptions take no "
+            "resource ARN.",
+        )
 
 class NeuronNodeMetrics(Construct):
     """The Neuron metrics of AWS Batch or ParallelCluster nodes (published by neuron_metrics.py): an alarm on

@@ -20,6 +20,8 @@ from trainium_cdk.versions import KUBERNETES_VERSION
 PSA_LEVELS = ("privileged", "baseline", "restricted")
 DEFAULT_ENFORCE = "baseline"
 PSA_PREFIX = "pod-security.kubernetes.io"
+INSTANCE_METADATA_ADDRESS = "169.254.169.254"
+METADATA_POLICY_NAME = "no-instance-metadata"
 
 
 class TrainingNamespace(Chart):
@@ -45,3 +47,18 @@ class TrainingNamespace(Chart):
             labels[f"{PSA_PREFIX}/{mode}-version"] = version
         self.namespace_name = name
         self.namespace_object = api_object(self, "Namespace", api_version="v1", kind="Namespace", name=name, labels=labels)
+        # No pod here reaches the instance metadata service: the data shell, TensorBoard and the data loader
+        # run as root on the system nodes, whose launch template (EKS's) allows two hops, and would take the
+        # node role from it (their AWS access is EKS Pod Identity, 169.254.170.23, which stays open).
+        # Everything else stays open: peers, DNS, the file system, AWS APIs. Enforced by the VPC CNI's network
+        # policy agent (TrainiumCluster turns it on).
+        self.metadata_policy = api_object(
+            self, "NoInstanceMetadata", api_version="networking.k8s.io/v1", kind="NetworkPolicy",
+            name=METADATA_POLICY_NAME, namespace=name,
+            spec={
+                "podSelector": {},
+                "policyTypes": ["Egress"],
+                "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [f"{INSTANCE_METADATA_ADDRESS}/32"]}}]}],
+            },
+        )
+        self.metadata_policy.add_dependency(self.namespace_object)

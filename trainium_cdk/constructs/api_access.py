@@ -20,6 +20,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.session_manager import grant_session_manager
 from trainium_cdk.names import ACCESS_HOST_INSTANCE_TYPE, ACCESS_HOST_ROOT_VOLUME_GIB
@@ -89,6 +90,7 @@ class ApiAccessHost(Construct):
             # IMDSv2 on the instance itself (require_imdsv2 adds a launch template with a fixed name).
             http_tokens=ec2.HttpTokens.REQUIRED,
             http_endpoint=True,
+            http_put_response_hop_limit=METADATA_HOP_LIMIT,  # AL2023 images default to 2
             detailed_monitoring=True,
         )
         # The L2 copies the subnet's AZ into AvailabilityZone; our subnets carry AZ IDs (see

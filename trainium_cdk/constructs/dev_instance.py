@@ -21,6 +21,7 @@ from constructs import Construct
 
 from trainium_cdk.catalog import InstanceSpec, check_ami_id
 from trainium_cdk.constructs.ami_lookup import AmiLookup, ImageIdImage
+from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.session_manager import grant_session_manager
 from trainium_cdk.constructs.storage import LustreStorage
@@ -144,6 +145,7 @@ class DevInstance(Construct):
             # which collides between two deployments in one account.
             http_tokens=ec2.HttpTokens.REQUIRED,
             http_endpoint=True,
+            http_put_response_hop_limit=METADATA_HOP_LIMIT,  # containers on the instance: no node role
             detailed_monitoring=True,
             propagate_tags_to_volume_on_creation=True,
         )

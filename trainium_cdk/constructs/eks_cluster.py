@@ -40,6 +40,9 @@ FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 FSX_SERVICE_LINKED_ROLES = ("fsx.amazonaws.com", "s3.data-source.lustre.fsx.amazonaws.com")
 # Add-ons EKS manages for us; versions float with the cluster version (EKS picks the default).
 ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
+# The VPC CNI enforces NetworkPolicies (its network policy agent, eBPF): the training namespace's
+# (charts/namespace.py) keeps its pods from the instance metadata service.
+ADDON_CONFIGURATION = {"vpc-cni": {"enableNetworkPolicy": "true"}}
 # Add-ons that run a Deployment: with no node to run it, EKS reports them DEGRADED and the stack fails.
 # They wait for the system node group; the DaemonSet-only ones report ACTIVE with no nodes.
 ADDONS_NEEDING_NODES = ("coredns", FSX_CSI_ADDON)
@@ -193,7 +196,9 @@ class TrainiumCluster(Construct):
         )
 
         self.addons = {
-            name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name) for name in ADDONS
+            name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name,
+                            configuration_values=ADDON_CONFIGURATION.get(name))
+            for name in ADDONS
         }
         self.fsx_csi_role, self.fsx_csi_association = pod_identity_role(
             self,

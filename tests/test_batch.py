@@ -382,6 +382,16 @@ def test_instance_role_is_the_ecs_agent_and_one_image_repository(every_type):
     actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     assert {"ecs:RegisterContainerInstance", "ecs:Poll", "ecs:SubmitTaskStateChange"} <= actions
     assert not any(a.endswith("*") for a in actions)
+    # The ECS agent's actions on Batch's own clusters and container instances; on * only what has no resource.
+    for statement in statements:
+        acts = [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
+        if any(a.startswith("ecs:") for a in acts):
+            if statement["Resource"] == "*":
+                # CDK merges statements on *: the ECR token (the image pull) joins these.
+                assert set(acts) <= {"ecs:DiscoverPollEndpoint", "ec2:DescribeTags", "ecr:GetAuthorizationToken"}, statement
+            else:
+                assert ":cluster/AWSBatch-*" in json.dumps(statement["Resource"]) or \
+                    ":container-instance/AWSBatch-*/*" in json.dumps(statement["Resource"]), statement
     assert not {"ecs:CreateCluster", "logs:PutLogEvents"} & actions
     (pull,) = [s for s in statements if "ecr:BatchGetImage" in s["Action"]]
     assert "cdk-hnb659fds-container-assets" in json.dumps(pull["Resource"])  # the example image's repository

@@ -26,7 +26,7 @@ from constructs import Construct
 from trainium_cdk import neuron_metrics
 from trainium_cdk.catalog import InstanceSpec, check_ami_id
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
-from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.nag import acknowledge, nag_form
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.launcher import PEER_LOST_EXIT_CODE, launch_command, launch_environment
@@ -91,18 +91,20 @@ NEURON_METRICS_END = "TRAINIUM_NEURON_METRICS"
 # What the ECS agent on a Batch node calls (AmazonEC2ContainerServiceforEC2Role, without
 # ecs:CreateCluster, CloudWatch Logs and ECR on every repository): Batch owns the ECS cluster, logs go
 # through the execution role, and images come from one repository.
-ECS_AGENT_ACTIONS = (
+# Each on the resource type the service authorization reference gives it: the clusters and container
+# instances AWS Batch creates (it names its clusters AWSBatch-<compute environment>-<id>); the poll
+# endpoint and the EC2 tags have no resource type.
+ECS_CLUSTER_ACTIONS = (
     "ecs:RegisterContainerInstance",
     "ecs:DeregisterContainerInstance",
-    "ecs:DiscoverPollEndpoint",
-    "ecs:Poll",
-    "ecs:StartTelemetrySession",
-    "ecs:UpdateContainerInstancesState",
     "ecs:SubmitAttachmentStateChanges",
     "ecs:SubmitContainerStateChange",
     "ecs:SubmitTaskStateChange",
-    "ec2:DescribeTags",
 )
+ECS_CONTAINER_INSTANCE_ACTIONS = ("ecs:Poll", "ecs:StartTelemetrySession", "ecs:UpdateContainerInstancesState")
+ECS_UNSCOPED_ACTIONS = ("ecs:DiscoverPollEndpoint", "ec2:DescribeTags")
+ECS_AGENT_ACTIONS = (*ECS_CLUSTER_ACTIONS, *ECS_CONTAINER_INSTANCE_ACTIONS, *ECS_UNSCOPED_ACTIONS)
+BATCH_ECS_CLUSTERS = "AWSBatch-*"
 ECR_PULL_ACTIONS = ("ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage")
 _ECR_IMAGE = re.compile(
     r"^(?P<account>[0-9]{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/(?P<repo>[^:@]+)"
@@ -362,24 +364,32 @@ class TrainiumBatch(Construct):
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             description=f"ECS agent on the Batch nodes of compute group {self.group_name}",
         )
-        role.add_to_policy(iam.PolicyStatement(actions=list(ECS_AGENT_ACTIONS), resources=["*"]))
+        stack = Stack.of(self)
+        clusters = stack.format_arn(service="ecs", resource="cluster", resource_name=BATCH_ECS_CLUSTERS)
+        instances = stack.format_arn(service="ecs", resource="container-instance", resource_name=f"{BATCH_ECS_CLUSTERS}/*")
+        role.add_to_policy(iam.PolicyStatement(actions=list(ECS_CLUSTER_ACTIONS), resources=[clusters]))
+        role.add_to_policy(iam.PolicyStatement(actions=list(ECS_CONTAINER_INSTANCE_ACTIONS), resources=[instances]))
+        role.add_to_policy(iam.PolicyStatement(actions=list(ECS_UNSCOPED_ACTIONS), resources=["*"]))
         # Container instances are tagged when they register; nothing else may be tagged.
         role.add_to_policy(
             iam.PolicyStatement(
                 actions=["ecs:TagResource"],
-                resources=["*"],
+                resources=[instances],
                 conditions={"StringEquals": {"ecs:CreateAction": ["RegisterContainerInstance"]}},
             )
         )
         self._grant_pull(role)
         reason = (
-            "The ECS agent acts on the container instance and the ECS cluster that AWS Batch creates and names "
-            "at run time, and ecr:GetAuthorizationToken and ec2:DescribeTags have no resource-level permissions."
+            "The ECS agent acts on the ECS clusters (AWSBatch-*) and container instances AWS Batch creates and "
+            "names at run time; ecs:DiscoverPollEndpoint, ecr:GetAuthorizationToken and ec2:DescribeTags have "
+            "no resource-level permissions."
         )
         if self.metrics_deployment is not None:
             role.add_to_policy(neuron_metrics_statement())
             reason += " cloudwatch:PutMetricData has none either: it is limited to the Neuron metrics namespace."
-        acknowledge(role, "AwsSolutions-IAM5", ["Resource::*"], reason)
+        acknowledge(role, "AwsSolutions-IAM5",
+                    ["Resource::*", f"Resource::{nag_form(stack, clusters)}", f"Resource::{nag_form(stack, instances)}"],
+                    reason)
         return role
 
     def _grant_pull(self, role: iam.Role) -> None:

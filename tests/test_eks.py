@@ -213,6 +213,32 @@ def test_a_public_endpoint_open_to_most_of_the_internet_is_refused(wide):
         config_with(eks={"endpoint_access": "public-and-private", "public_access_cidrs": [wide]})
 
 
+@pytest.mark.parametrize("fixture", ["every_type", "karpenter_app"])
+def test_no_node_role_carries_the_cni_policy_the_vpc_cni_has_its_own(request, fixture):
+    """aws-node's ENI and address rights sat on every node role, so any pod that reached the metadata service
+    had them: they move to a Pod Identity role of the aws-node service account, which each node role waits for
+    (a node without them and without that role would get no pod addresses)."""
+    template = request.getfixturevalue(fixture).template_json("eks")
+    (association_id, association), = [
+        (k, r) for k, r in resources(template, "AWS::EKS::PodIdentityAssociation").items()
+        if r["Properties"]["ServiceAccount"] == "aws-node"]
+    assert association["Properties"]["Namespace"] == "kube-system"
+    cni_role = template["Resources"][association["Properties"]["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
+    assert "AmazonEKS_CNI_Policy" in json.dumps(cni_role["ManagedPolicyArns"])
+    node_roles = {k: r for k, r in resources(template, "AWS::IAM::Role").items()
+                  if "ec2.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])
+                  and "AmazonEKSWorkerNodePolicy" in json.dumps(r["Properties"].get("ManagedPolicyArns", []))}
+    assert len(node_roles) >= 2  # the system nodes' and the Trainium nodes'
+    for logical_id, role in node_roles.items():
+        assert "AmazonEKS_CNI_Policy" not in json.dumps(role["Properties"]["ManagedPolicyArns"]), logical_id
+        assert association_id in role.get("DependsOn", []), logical_id
+
+
+@pytest.fixture(scope="module")
+def karpenter_app():
+    return synth(config_with(**US_EAST_2, compute_groups=[_group("trn1.32xlarge")]), nag=False)
+
+
 def test_admin_role_gets_an_access_entry(reserved):
     entries = [e["Properties"] for e in resources(reserved.template_json("eks"), "AWS::EKS::AccessEntry").values()]
     admin = [e for e in entries if e["PrincipalArn"] == "arn:aws:iam::123456789012:role/ml-platform-admin"]

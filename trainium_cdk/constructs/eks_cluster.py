@@ -21,7 +21,7 @@ from constructs import Construct
 
 from trainium_cdk.catalog import DEFAULT_CATALOG, Catalog
 from trainium_cdk.charts import FSX_CHART_ID, NAMESPACE_CHART_ID, FsxStorage, FsxStorageProps, cluster_charts
-from trainium_cdk.constructs.eks_nodegroup import NODE_MANAGED_POLICIES
+from trainium_cdk.constructs.eks_nodegroup import CNI_POLICY, NODE_MANAGED_POLICIES, without_cni_policy
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.constructs.storage import LustreStorage
@@ -40,6 +40,7 @@ FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 FSX_SERVICE_LINKED_ROLES = ("fsx.amazonaws.com", "s3.data-source.lustre.fsx.amazonaws.com")
 # Add-ons EKS manages for us; versions float with the cluster version (EKS picks the default).
 ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
+CNI_SERVICE_ACCOUNT = "aws-node"
 # The VPC CNI enforces NetworkPolicies (its network policy agent, eBPF): the training namespace's
 # (charts/namespace.py) keeps its pods from the instance metadata service.
 ADDON_CONFIGURATION = {"vpc-cni": {"enableNetworkPolicy": "true"}}
@@ -175,6 +176,17 @@ class TrainiumCluster(Construct):
         for i, arn in enumerate(admin_role_arns):
             self.cluster.grant_cluster_admin(f"Admin{i}", arn)
 
+        # The VPC CNI (aws-node) gets its own role through Pod Identity: on the node role, its policy (ENIs and
+        # addresses of the whole VPC) was every pod's that reaches the metadata service.
+        self.cni_role, self.cni_association = pod_identity_role(
+            self, "VpcCni", cluster=self.cluster, namespace="kube-system", service_account=CNI_SERVICE_ACCOUNT,
+            description="VPC CNI (aws-node): ENIs and addresses of the nodes (EKS pod identity)",
+        )
+        self.cni_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(CNI_POLICY))
+        acknowledge(
+            self.cni_role, "AwsSolutions-IAM4", [f"Policy::arn:<AWS::Partition>:iam::aws:policy/{CNI_POLICY}"],
+            "The policy AWS documents for the VPC CNI, kept current by AWS as the plugin's calls change.",
+        )
         self.system_nodes = eks.Nodegroup(
             self,
             "SystemNodes",
@@ -188,11 +200,13 @@ class TrainiumCluster(Construct):
             max_size=system_nodes * 2,
             labels=dict(SYSTEM_NODE_LABELS),
         )
+        without_cni_policy(self.system_nodes.role, self.cni_association)
+        self.system_nodes.node.add_dependency(self.cni_association)
         acknowledge(
             self.system_nodes.role,
             "AwsSolutions-IAM4",
             [f"Policy::arn:<AWS::Partition>:iam::aws:policy/{p}" for p in NODE_MANAGED_POLICIES],
-            "EKS managed nodes need the AWS-managed worker, CNI and ECR read-only policies, kept current by AWS.",
+            "EKS managed nodes need the AWS-managed worker and ECR read-only policies, kept current by AWS.",
         )
 
         self.addons = {

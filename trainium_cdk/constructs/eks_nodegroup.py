@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
-from constructs import Construct
+from aws_cdk import aws_iam as iam
+from constructs import Construct, IConstruct
 
 from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.charts.karpenter import compute_node_labels
@@ -22,8 +24,24 @@ from trainium_cdk.errors import ConfigError
 from trainium_cdk.names import NEURON_TAINT_KEY, NEURON_TAINT_VALUE
 from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION
 
-# What the L2 node group attaches to its node role.
-NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
+# What the L2 node group attaches to its node role; the CNI's goes to the VPC CNI's own Pod Identity role
+# when the cluster has one (TrainiumCluster.cni_association): every pod of a node could act with it.
+CNI_POLICY = "AmazonEKS_CNI_Policy"
+NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly")
+NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", CNI_POLICY, "AmazonEC2ContainerRegistryReadOnly")
+
+
+def node_policy_arns(stack_partition: str) -> list[str]:
+    return [f"arn:{stack_partition}:iam::aws:policy/{p}" for p in NODE_POLICIES]
+
+
+def without_cni_policy(role: iam.IRole, cni_association: IConstruct) -> None:
+    """Take the CNI policy off a node role the L2 node group made (an escape hatch: the L2 attaches it, and
+    a role of our own would be a new NodeRole, which replaces the node group), once the VPC CNI has its own."""
+    cfn_role = role.node.default_child
+    assert isinstance(cfn_role, iam.CfnRole)
+    cfn_role.add_property_override("ManagedPolicyArns", node_policy_arns(Stack.of(role).partition))
+    cfn_role.add_dependency(cni_association)  # type: ignore[arg-type]
 
 DEFAULT_MIN_NODES = 0  # no idle Trainium node unless asked: Cluster Autoscaler scales up from zero
 DEFAULT_ROOT_VOLUME_GIB = 512
@@ -50,6 +68,8 @@ class TrainiumNodeGroup(Construct):
         nodes until you scale it up once the block starts. Default: False.
     :param release_version: the EKS AMI release of the nodes (``1.35.8-20260930``). Default: the pinned
         release of the default Neuron track.
+    :param cni_association: the VPC CNI's Pod Identity association (``TrainiumCluster.cni_association``):
+        the node role then goes without the CNI policy. Default: None (the node role keeps it).
     """
 
     def __init__(
@@ -69,6 +89,7 @@ class TrainiumNodeGroup(Construct):
         capacity_reservation_id: str | None = None,
         capacity_block: bool = False,
         release_version: str = DEFAULT_RELEASE_VERSION,
+        cni_association: IConstruct | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if not 0 <= min_nodes <= max_nodes or max_nodes < 1:
@@ -109,9 +130,12 @@ class TrainiumNodeGroup(Construct):
             taints=[eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=NEURON_TAINT_KEY, value=NEURON_TAINT_VALUE)],
             enable_node_auto_repair=True,
         )
+        if cni_association is not None:
+            without_cni_policy(self.nodegroup.role, cni_association)
         acknowledge(
             self.nodegroup.role,
             "AwsSolutions-IAM4",
             [f"Policy::arn:<AWS::Partition>:iam::aws:policy/{p}" for p in NODE_MANAGED_POLICIES],
-            "EKS managed nodes need the AWS-managed worker, CNI and ECR read-only policies, kept current by AWS.",
+            "EKS managed nodes need the AWS-managed worker and ECR read-only policies (and the CNI's, unless the "
+            "VPC CNI has its own Pod Identity role), kept current by AWS.",
         )

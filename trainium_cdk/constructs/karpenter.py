@@ -18,10 +18,10 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from trainium_cdk import versions
-from trainium_cdk.constructs.eks_nodegroup import NODE_MANAGED_POLICIES
+from trainium_cdk.constructs.eks_nodegroup import NODE_MANAGED_POLICIES, NODE_POLICIES
 from trainium_cdk.constructs.nag import acknowledge, nag_form
 from trainium_cdk.constructs.pod_identity import pod_identity_role
 
@@ -57,6 +57,8 @@ class KarpenterController(Construct):
     :param cluster_name: its name, known at synth (IAM conditions and the queue name use it).
     :param options: where and how many controllers run.
     :param after: what must exist first: the system node group and the pod identity agent.
+    :param cni_association: the VPC CNI's Pod Identity association (``TrainiumCluster.cni_association``): the
+        node role then goes without the CNI policy. Default: None.
     """
 
     def __init__(
@@ -68,23 +70,28 @@ class KarpenterController(Construct):
         cluster_name: str,
         options: KarpenterOptions,
         after: list[Construct],
+        cni_association: IConstruct | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         # The role of the nodes Karpenter launches: the EKS worker policies, and an access entry of
         # type EC2_LINUX so that its nodes may join (Karpenter creates the instance profile itself).
+        policies = NODE_POLICIES if cni_association is not None else NODE_MANAGED_POLICIES
         self.node_role = iam.Role(
             self,
             "NodeRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(p) for p in NODE_MANAGED_POLICIES],
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(p) for p in policies],
             description="Trainium nodes launched by Karpenter",
         )
+        if cni_association is not None:
+            self.node_role.node.add_dependency(cni_association)
         acknowledge(
             self.node_role,
             "AwsSolutions-IAM4",
-            [f"Policy::arn:<AWS::Partition>:iam::aws:policy/{p}" for p in NODE_MANAGED_POLICIES],
-            "EKS nodes need the AWS-managed worker, CNI and ECR read-only policies, kept current by AWS.",
+            [f"Policy::arn:<AWS::Partition>:iam::aws:policy/{p}" for p in policies],
+            "EKS nodes need the AWS-managed worker and ECR read-only policies (and the CNI's, unless the VPC CNI "
+            "has its own Pod Identity role), kept current by AWS.",
         )
         self.node_access = eks.AccessEntry(
             self, "NodeAccess", cluster=cluster, principal=self.node_role.role_arn, access_policies=[],

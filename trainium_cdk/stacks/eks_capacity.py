@@ -36,6 +36,7 @@ def trainium_capacity(
         )
     karpenter = KarpenterController(
         scope, "Karpenter", cluster=cluster, cluster_name=cluster_name, after=after,
+        cni_association=training.cni_association,
         options=KarpenterOptions(node_selector=SYSTEM_NODE_LABELS, replicas=min(2, config.eks.system_nodes)),
     )
     pools = []

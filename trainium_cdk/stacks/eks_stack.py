@@ -53,6 +53,7 @@ class EksStack(Stack):
                     subnets=network.compute_subnets(group.name),
                     security_groups=[network.efa_security_group],
                     placement_group=network.placement_group(group.name),
+                    cni_association=self.training.cni_association,
                     **node_group_props(config, group),
                 )
                 for group in config.compute_groups

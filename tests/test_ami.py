@@ -271,10 +271,11 @@ def test_the_lookup_function_may_describe_images_and_write_its_log_only(instance
     assert (props["Runtime"], props["Handler"], props["Timeout"]) == (RUNTIME.name, "index.handler", 60)
     (log_group_id,) = resources(template, "AWS::Logs::LogGroup")
     assert props["LoggingConfig"] == {"LogGroup": {"Ref": log_group_id}}
-    lambda_roles = [r for r in resources(template, "AWS::IAM::Role").values()
-                    if "lambda.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])]
-    assert len(lambda_roles) == 1 and "ManagedPolicyArns" not in lambda_roles[0]["Properties"]
-    statements = [s for p in resources(template, "AWS::IAM::Policy").values()
+    lambda_roles = {k: r for k, r in resources(template, "AWS::IAM::Role").items()
+                    if "lambda.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])}
+    ((role_id, role),) = lambda_roles.items()
+    assert "ManagedPolicyArns" not in role["Properties"]
+    statements = [s for p in resources(template, "AWS::IAM::Policy").values() if {"Ref": role_id} in p["Properties"]["Roles"]
                   for s in p["Properties"]["PolicyDocument"]["Statement"]]
     assert {"Action": "ec2:DescribeImages", "Effect": "Allow", "Resource": "*"} in statements
     others = [s for s in statements if s["Action"] != "ec2:DescribeImages"]

@@ -17,7 +17,7 @@ from tests.test_rehearsal import app, config, run_slurm_script  # noqa: F401
 from trainium_cdk.catalog import DEFAULT_CATALOG
 from trainium_cdk.cli import main
 from trainium_cdk.cli.check import batch_request, eks_job
-from trainium_cdk.fabric import fabric_command, parse_report, verdict
+from trainium_cdk.fabric import fabric_command, node_reports, parse_report, single_host_verdict, verdict
 from trainium_cdk.parallelcluster.sbatch import fabric_script_name, render_all
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -91,10 +91,25 @@ def test_batch_fabric_job_runs_through_the_launcher_on_every_node(tmp_path, app,
     assert [r.code for r in results] == [0, 0], "\n".join(r.output[-3000:] for r in results)
     assert "batch: node 1 of 2, 1 processes" in results[1].output
     assert "16 of 16 Neuron devices" in results[1].output
-    (call,) = calls.read_text().splitlines()
-    # node 0 drives both hosts: 32 NeuronCores each, the root communicator on its own address.
-    assert call.startswith("127.0.0.1:45654 -r 64 -N 2 -b 1MB -e 1GB -f 32 -d fp32 allr --hosts 127.0.0.1 127.0.0.1")
-    assert verdict(parse_report(results[0].output), DEFAULT_CATALOG.get("trn1.32xlarge"))[0] == "PASS"
+    # No launch across hosts (MPI, ssh) from a Batch container: each node all-reduces over its own 32
+    # NeuronCores, with no root communicator, and node 0 reports both.
+    calls_made = calls.read_text().splitlines()
+    assert calls_made == [" -r 32 -N 1 -b 1MB -e 1GB -f 32 -d fp32 allr"] * 2
+    reports = node_reports(results[0].output)
+    assert sorted(reports) == [0, 1] and all(len(rows) == 28 for rows in reports.values())
+    result, lines = single_host_verdict(reports, DEFAULT_CATALOG.get("trn1.32xlarge"))
+    assert result == "PARTIAL" and "EFA between the hosts is not measured" in lines[0]
+    log = tmp_path / "fabric.log"
+    log.write_text(results[0].output)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["check", "fabric", "--report", str(log), "-c", "instance_type=trn1.32xlarge"], out=out, err=err) == 0
+    assert "PARTIAL: 2 nodes passed on their own" in out.getvalue() and "PASS" not in out.getvalue()
+
+
+def test_a_single_host_report_with_a_failed_node_fails():
+    rows = parse_report(TWO_TRN1.read_text())
+    result, lines = single_host_verdict({0: rows, 1: []}, DEFAULT_CATALOG.get("trn1.32xlarge"))
+    assert result == "FAIL" and "node 1: nccom-test reported no bandwidth" in lines
 
 
 def test_a_node_short_of_devices_fails_the_check(tmp_path, app, config):

@@ -24,6 +24,15 @@ ROOT_COMM_PORT = 45654
 # PASS when the best bus bandwidth reaches this fraction of the EFA line rate. The Neuron guide's own
 # 2 x trn1.32xlarge all-reduce peaks at 47.09 GB/s busbw, about 51% of 800 Gbps.
 DEFAULT_MIN_FRACTION = 0.4
+# Where no launch across hosts is verified (Batch, EKS: nccom-test's multi-host runs go through MPI, which
+# may need ssh between the nodes; the containers run none), each node measures its own all-reduce, and the
+# check says that EFA between the hosts was not measured.
+MULTI_HOST, SINGLE_HOST = "multi-host", "single-host"
+SINGLE_HOST_NOTE = (
+    "trainium-fabric: single-host: each node's all-reduce over its own NeuronCores; EFA between the hosts is "
+    "not measured here (nccom-test's multi-host launch needs MPI, and maybe ssh, between the nodes)"
+)
+NODE_REPORT = "trainium-fabric: node report"
 REPORT_BEGIN = "trainium-fabric: nccom-test report begins"
 REPORT_END = "trainium-fabric: nccom-test report ends"
 GIB = 1024**3
@@ -31,8 +40,8 @@ GIB = 1024**3
 PROGRAM = r'''
 import json, os, subprocess, sys
 import torch.distributed as dist
-expected, cores, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-sizes = sys.argv[4:]
+expected, cores, port, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+sizes = sys.argv[5:]
 rank, nodes = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 try:
     found = len(json.loads(subprocess.run(["neuron-ls", "--json-output"], capture_output=True, text=True, check=True).stdout))
@@ -46,12 +55,24 @@ dist.init_process_group("gloo")
 nodes_seen = [None] * nodes
 dist.all_gather_object(nodes_seen, (address, found))
 code = 0
-if rank == 0:
-    short = [f"node {i} ({a}): {f}" for i, (a, f) in enumerate(nodes_seen) if f != expected]
-    if short:
+short = [f"node {i} ({a}): {f}" for i, (a, f) in enumerate(nodes_seen) if f != expected]
+if short:
+    if rank == 0:
         print("trainium-fabric: FAIL devices: " + "; ".join(short), flush=True)
-        code = 1
-    else:
+    code = 1
+elif mode == "@SINGLE_HOST@":
+    # Each node's own all-reduce over its NeuronCores: no launch across hosts, so no MPI or ssh between them.
+    run = subprocess.run(["nccom-test", "-r", str(cores), "-N", "1", *sizes, "-d", "fp32", "allr"],
+                         capture_output=True, text=True)
+    reports = [None] * nodes
+    dist.all_gather_object(reports, (run.returncode, run.stdout))
+    if rank == 0:
+        print("@SINGLE_HOST_NOTE@", flush=True)
+        for i, (returncode, text) in enumerate(reports):
+            print(f"@NODE_REPORT@ {i} begins\n{text}@NODE_REPORT@ {i} ends", flush=True)
+        code = max(returncode for returncode, _ in reports)
+else:
+    if rank == 0:
         hosts = [a for a, _ in nodes_seen]
         env = dict(os.environ, NEURON_RT_ROOT_COMM_ID=f"{hosts[0]}:{port}")
         argv = ["nccom-test", "-r", str(cores * nodes), "-N", str(nodes), *sizes, "-d", "fp32", "allr", "--hosts", *hosts]
@@ -63,12 +84,17 @@ dist.barrier()
 dist.destroy_process_group()
 sys.exit(code)
 '''
+for _token, _value in (("@SINGLE_HOST@", SINGLE_HOST), ("@SINGLE_HOST_NOTE@", SINGLE_HOST_NOTE), ("@NODE_REPORT@", NODE_REPORT)):
+    PROGRAM = PROGRAM.replace(_token, _value)
 
 
-def fabric_command(spec: InstanceSpec) -> list[str]:
-    """The program every node of the fabric job runs (after the launcher)."""
+def fabric_command(spec: InstanceSpec, *, multi_host: bool = True) -> list[str]:
+    """The program every node of the fabric job runs (after the launcher). ``multi_host``: node 0's nccom-test
+    drives every host (Slurm nodes run sshd); else each node measures its own NeuronCores (Batch, EKS)."""
     sizes = ["-b", MIN_BYTES, "-e", MAX_BYTES, "-f", str(STEP_FACTOR)]
-    return ["python3", "-c", PROGRAM, str(spec.neuron_devices), str(spec.neuron_cores), str(ROOT_COMM_PORT), *sizes]
+    mode = MULTI_HOST if multi_host else SINGLE_HOST
+    return ["python3", "-c", PROGRAM, str(spec.neuron_devices), str(spec.neuron_cores), str(ROOT_COMM_PORT), mode,
+            *sizes]
 
 
 @dataclass(frozen=True)
@@ -90,6 +116,32 @@ def parse_report(text: str) -> list[Row]:
     if REPORT_BEGIN in text:
         text = text.split(REPORT_BEGIN, 1)[1].split(REPORT_END, 1)[0]
     return [Row(int(m.group(1)), float(m.group(6))) for line in text.splitlines() if (m := _ROW.match(line))]
+
+
+def node_reports(text: str) -> dict[int, list[Row]] | None:
+    """A single-host check's rows per node, or None for a multi-host report."""
+    if SINGLE_HOST_NOTE not in text:
+        return None
+    found = {}
+    for match in re.finditer(rf"{re.escape(NODE_REPORT)} (\d+) begins\n(.*?){re.escape(NODE_REPORT)} \1 ends", text, re.S):
+        found[int(match.group(1))] = parse_report(match.group(2))
+    return found
+
+
+def single_host_verdict(reports: dict[int, list[Row]], spec: InstanceSpec) -> tuple[str, list[str]]:
+    """PARTIAL when every node measured its own all-reduce (EFA between hosts not measured), else FAIL."""
+    lines = [SINGLE_HOST_NOTE.removeprefix("trainium-fabric: ")]
+    for node, rows in sorted(reports.items()):
+        if rows:
+            best = max(rows, key=lambda r: r.gbps)
+            lines.append(f"node {node}: best bus bandwidth {best.gbps:.0f} Gbps at {best.size} B over its "
+                         f"{spec.neuron_cores} NeuronCores")
+        else:
+            lines.append(f"node {node}: nccom-test reported no bandwidth")
+    if not reports or any(not rows for rows in reports.values()):
+        return "FAIL", [*lines, "FAIL: a node's all-reduce failed (see the job's log)"]
+    return "PARTIAL", [*lines, f"PARTIAL: {len(reports)} nodes passed on their own; for EFA between hosts, run the "
+                       "fabric check on ParallelCluster or watch a multi-node job's throughput"]
 
 
 def verdict(rows: list[Row], spec: InstanceSpec, *, min_fraction: float = DEFAULT_MIN_FRACTION) -> tuple[str, list[str]]:

@@ -41,7 +41,7 @@ def without_cni_policy(role: iam.IRole, cni_association: IConstruct) -> None:
     cfn_role = role.node.default_child
     assert isinstance(cfn_role, iam.CfnRole)
     cfn_role.add_property_override("ManagedPolicyArns", node_policy_arns(Stack.of(role).partition))
-    cfn_role.add_dependency(cni_association)  # type: ignore[arg-type]
+    role.node.add_dependency(cni_association)
 
 DEFAULT_MIN_NODES = 0  # no idle Trainium node unless asked: Cluster Autoscaler scales up from zero
 DEFAULT_ROOT_VOLUME_GIB = 512

@@ -24,7 +24,6 @@ from trainium_cdk.constructs.parallelcluster import SlurmCluster
 from trainium_cdk.constructs.storage import FILE_SYSTEM_LOGICAL_ID
 from trainium_cdk.parallelcluster import ClusterIds, S3Object, cluster_configuration, render_cluster_yaml, write_dist
 from trainium_cdk.parallelcluster.cluster_config import placeholder_names
-from trainium_cdk.parallelcluster.parts import SSM_POLICY
 from trainium_cdk.launcher import LAUNCHER
 from trainium_cdk.parallelcluster.parts import HEAD_NODE_SCRIPT, SETUP_SCRIPT
 from trainium_cdk.parallelcluster.sbatch import render_sbatch
@@ -158,6 +157,7 @@ def _valid_cases() -> dict[str, dict]:
         "FSX_FILE_SYSTEM_ID": "fs-0123456789abcdef0",
         "SCRIPTS_BUCKET": "my-bucket",
         "NEURON_METRICS_POLICY_ARN": "arn:aws:iam::123456789012:policy/t-neuron-metrics",
+        "SESSION_MANAGER_POLICY_ARN": "arn:aws:iam::123456789012:policy/t-session-manager",
         **{f"COMPUTE_SUBNET_ID_{g.name.upper().replace('-', '_')}": f"subnet-0123456789abcd{i:03d}"
            for i, g in enumerate(EVERY_TYPE.compute_groups)},
     }
@@ -303,7 +303,18 @@ def test_head_node_private_by_default_next_to_the_file_system(every_type):
     assert _logical_ref(network, subnet) in json.dumps(head["Networking"]["SubnetId"])
     assert head["InstanceType"] == "m7i.xlarge"
     assert head["Ssh"] == {"AllowedIps": "10.0.0.0/16"}  # the VPC CIDR: never the internet
-    assert {"Policy": SSM_POLICY} in head["Iam"]["AdditionalIamPolicies"]
+    # Session Manager's minimal policy, the stack's own: not AmazonSSMManagedInstanceCore, whose
+    # ssm:GetParameter* on * let any Slurm job read every parameter of the account.
+    template = every_type.template_json("parallelcluster")
+    ssm = {k: r for k, r in resources(template, "AWS::IAM::ManagedPolicy").items() if "SessionManager" in k}
+    ((ssm_id, ssm_policy),) = ssm.items()
+    assert head["Iam"]["AdditionalIamPolicies"] == [{"Policy": {"Ref": ssm_id}}]
+    actions = [a for st in ssm_policy["Properties"]["PolicyDocument"]["Statement"]
+               for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])]
+    assert not [a for a in actions if a.startswith("ssm:Get")] and "ssm:UpdateInstanceInformation" in actions
+    assert "AmazonSSMManagedInstanceCore" not in json.dumps(template)
+    for queue in config["Scheduling"]["SlurmQueues"]:  # compute nodes: reached from the head node, no SSM
+        assert "SessionManager" not in json.dumps(queue["Iam"]["AdditionalIamPolicies"])
     assert head["Imds"] == {"Secured": True}
     assert head["LocalStorage"]["RootVolume"]["Encrypted"] is True
     assert config["Image"] == {"Os": "ubuntu2404"} and config["Region"] == "us-east-2"
@@ -392,9 +403,12 @@ def test_provider_nested_stack_and_custom_resource(every_type):
     url = json.dumps(provider["Properties"]["TemplateURL"])
     assert "https://us-east-2-aws-parallelcluster.s3.us-east-2." in url
     assert f"/parallelcluster/{PARALLELCLUSTER_VERSION}/templates/custom_resource/cluster.yaml" in url
-    (policy_id,) = resources(template, "AWS::IAM::ManagedPolicy")  # the Neuron metrics policy of the compute nodes
+    # The provider may attach our two policies only: the head node's Session Manager, the compute nodes' metrics.
+    policies = resources(template, "AWS::IAM::ManagedPolicy")
+    (ssm_id,) = [k for k in policies if "SessionManager" in k]
+    (metrics_id,) = [k for k in policies if "NeuronMetrics" in k]
     assert provider["Properties"]["Parameters"] == {
-        "AdditionalIamPolicies": {"Fn::Join": ["", [f"{SSM_POLICY},", {"Ref": policy_id}]]}
+        "AdditionalIamPolicies": {"Fn::Join": ["", [{"Ref": ssm_id}, ",", {"Ref": metrics_id}]]}
     }
     cluster = _cluster(every_type)
     assert cluster["ServiceToken"] == {"Fn::GetAtt": [provider_id, "Outputs.ServiceToken"]}
@@ -468,7 +482,8 @@ def test_write_dist_writes_the_cli_files(tmp_path):
         [*(f"parallelcluster/train-{_name(t)}.sbatch" for t in SUPPORTED_TRAINING_TYPES),
          *(f"parallelcluster/fabric-{_name(t)}.sbatch" for t in EFA_TYPES),
          "parallelcluster/50_trainium_neuron_devices.sh", "parallelcluster/neuron_metrics.py",
-         "parallelcluster/neuron-metrics-policy.json", "parallelcluster/mlp_train.py",
+         "parallelcluster/neuron-metrics-policy.json", "parallelcluster/session-manager-policy.json",
+         "parallelcluster/mlp_train.py",
          # The compute image for `pcluster build-image` (tests/test_parallelcluster_image.py).
          "parallelcluster/t-image.yaml", "parallelcluster/neuron-image-component.sh"]
     )

@@ -26,13 +26,13 @@ from trainium_cdk import neuron_metrics
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.parallelcluster.parts import (
-    HEAD_NODE_SCRIPT, PROLOG_NAME, SETUP_SCRIPT, SSM_POLICY, ClusterIds, NeuronMetrics, S3Object, neuron_metrics_policy,
+    HEAD_NODE_SCRIPT, PROLOG_NAME, SETUP_SCRIPT, ClusterIds, NeuronMetrics, S3Object, neuron_metrics_policy,
 )
+from trainium_cdk.session_manager import session_manager_policy
 from trainium_cdk.versions import parallelcluster_provider_template_url
 
 CLUSTER_RESOURCE_TYPE = "Custom::PclusterCluster"
 # The provider's Lambda may attach only the managed policies it is told about to the node roles.
-PROVIDER_ADDITIONAL_POLICIES = (SSM_POLICY,)
 # ParallelCluster's DeletionPolicy of the cluster: what deleting the stack does to it.
 DELETION_POLICIES = {RemovalPolicy.DESTROY: "Delete", RemovalPolicy.RETAIN: "Retain"}
 DEFAULT_REMOVAL_POLICY = RemovalPolicy.DESTROY
@@ -120,6 +120,18 @@ class SlurmCluster(Construct):
                 program=_object(self.metrics_program), policy_arn=self.metrics_policy.managed_policy_arn,
                 deployment=metrics_deployment,
             )
+        # Session Manager for the head node (the README reaches it with `aws ssm start-session`): the minimal
+        # instance policy, as a managed policy because ParallelCluster attaches managed policies only.
+        self.session_manager_policy = iam.ManagedPolicy(
+            self, "SessionManagerPolicy", description="Head node: SSM Session Manager only (no parameter reads)",
+            document=iam.PolicyDocument.from_json(session_manager_policy(Stack.of(self).partition)),
+        )
+        acknowledge(
+            self.session_manager_policy, "AwsSolutions-IAM5",
+            ["Resource::*", "Resource::arn:<AWS::Partition>:ec2:*:*:instance/*"],
+            "Session Manager's minimal instance policy: the agent registers the instance it runs on (known only at "
+            "run time) and opens its message channels (no resource ARN); nothing readable.",
+        )
         self.ids = ClusterIds(
             head_node_subnet_id=head_node_subnet.subnet_id,
             compute_subnet_ids={name: subnet.subnet_id for name, subnet in compute_subnets.items()},
@@ -130,6 +142,7 @@ class SlurmCluster(Construct):
             batch_scripts={n: _object(a) for n, a in self.batch_scripts.items()},
             prologs={PROLOG_NAME: _object(self.prolog)} if self.prolog is not None else {},
             neuron_metrics=metrics,
+            session_manager_policy_arn=self.session_manager_policy.managed_policy_arn,
         )
         self.configuration = configuration(self.ids)
 
@@ -139,8 +152,9 @@ class SlurmCluster(Construct):
             self,
             "Provider",
             template_url=parallelcluster_provider_template_url(Stack.of(self).region, Aws.URL_SUFFIX),
+            # The policies the provider may attach to the cluster's roles: ours only.
             parameters={"AdditionalIamPolicies": ",".join(
-                [*PROVIDER_ADDITIONAL_POLICIES, *([metrics.policy_arn] if metrics is not None else [])]
+                [self.session_manager_policy.managed_policy_arn, *([metrics.policy_arn] if metrics is not None else [])]
             )},
         )
         # A custom resource of ParallelCluster's provider: no CloudFormation type describes a cluster.

@@ -1,9 +1,4 @@
-"""What an instance needs to be reached with SSM Session Manager, and nothing more.
-
-AmazonSSMManagedInstanceCore also grants ``ssm:GetParameter*`` and ``ssm:GetDocument`` on every resource:
-anything that runs on the instance could read every parameter of the account, SecureStrings included. The
-Session Manager guide's minimal instance policy is the agent's registration and its message channels.
-"""
+"""Session Manager's minimal instance policy on a role of ours (trainium_cdk/session_manager.py says why)."""
 
 from __future__ import annotations
 
@@ -11,16 +6,9 @@ from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 
 from trainium_cdk.constructs.nag import acknowledge, nag_form
+from trainium_cdk.session_manager import CHANNEL_ACTIONS, REGISTRATION_ACTIONS, SESSION_MANAGER_ACTIONS
 
-# The agent registers its own instance (a resource ARN); the message channels take none.
-REGISTRATION_ACTIONS = ("ssm:UpdateInstanceInformation",)
-CHANNEL_ACTIONS = (
-    "ssmmessages:CreateControlChannel",
-    "ssmmessages:CreateDataChannel",
-    "ssmmessages:OpenControlChannel",
-    "ssmmessages:OpenDataChannel",
-)
-SESSION_MANAGER_ACTIONS = (*REGISTRATION_ACTIONS, *CHANNEL_ACTIONS)
+__all__ = ["SESSION_MANAGER_ACTIONS", "grant_session_manager"]
 
 
 def grant_session_manager(role: iam.Role) -> None:

@@ -21,8 +21,9 @@ from trainium_cdk.names import SHARED_MOUNT
 from trainium_cdk.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
 from trainium_cdk.parallelcluster.parts import (
     HEAD_NODE_SCRIPT_NAME, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, PROLOG_NAME, SETUP_SCRIPT_NAME,
-    SSM_POLICY, ClusterIds, NeuronMetrics, S3Object,
+    ClusterIds, NeuronMetrics, S3Object,
 )
+from trainium_cdk.session_manager import POLICY_FILE_NAME as SESSION_MANAGER_POLICY_FILE
 from trainium_cdk.versions import PARALLELCLUSTER_VERSION, XLA_TRACK, NeuronTrack
 
 # The OS comes from the Neuron track (versions.py): Ubuntu 24.04 for PyTorch 2.9 and later (the Neuron
@@ -123,7 +124,7 @@ def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
         "LocalStorage": {
             "RootVolume": {"Size": settings.head_node_root_volume_gib, "Encrypted": True, "VolumeType": "gp3"}
         },
-        "Iam": {"AdditionalIamPolicies": [{"Policy": SSM_POLICY}], "S3Access": copy.deepcopy(s3_access)},
+        "Iam": {"AdditionalIamPolicies": _head_node_policies(ids), "S3Access": copy.deepcopy(s3_access)},
         "Imds": {"Secured": True},
         "CustomActions": head_actions,
     }
@@ -185,11 +186,15 @@ def _queue(
     return queue
 
 
+def _head_node_policies(ids: ClusterIds) -> list[dict[str, str]]:
+    """Session Manager's minimal policy (the README reaches the head node with it), not
+    AmazonSSMManagedInstanceCore: its ssm:GetParameter* on * would let any job read every parameter."""
+    return [{"Policy": ids.session_manager_policy_arn}] if ids.session_manager_policy_arn else []
+
+
 def _compute_policies(ids: ClusterIds) -> list[dict[str, str]]:
-    policies = [{"Policy": SSM_POLICY}]
-    if ids.neuron_metrics is not None:
-        policies.append({"Policy": ids.neuron_metrics.policy_arn})
-    return policies
+    """Compute nodes are reached from the head node (ssh, srun): no Session Manager; the metrics policy."""
+    return [{"Policy": ids.neuron_metrics.policy_arn}] if ids.neuron_metrics is not None else []
 
 
 def _placement_group(group: ComputeGroup) -> dict[str, Any]:
@@ -246,6 +251,10 @@ def placeholder_names(config: Config) -> dict[str, str]:
         names[subnet_placeholder(group)] = f"output ComputeSubnet-{group.name} of {config.stack_name('network')}"
     if config.storage.enabled:
         names["FSX_FILE_SYSTEM_ID"] = f"output FileSystemId of {config.stack_name('storage')}"
+    names["SESSION_MANAGER_POLICY_ARN"] = (
+        f"a managed policy of yours with the document {SESSION_MANAGER_POLICY_FILE} (Session Manager's minimal "
+        "instance policy: the head node is reached with `aws ssm start-session`)"
+    )
     names["NEURON_METRICS_POLICY_ARN"] = (
         f"a managed policy of yours with the document {NEURON_METRICS_POLICY_NAME} (cloudwatch:PutMetricData "
         f"in namespace {NEURON_METRICS_NAMESPACE} only)"
@@ -271,6 +280,7 @@ def placeholder_ids(config: Config) -> ClusterIds:
             program=S3Object(bucket, f"{SCRIPTS_PREFIX}/{NEURON_METRICS_NAME}"),
             policy_arn=placeholder("NEURON_METRICS_POLICY_ARN"), deployment=cluster_name(config),
         ),
+        session_manager_policy_arn=placeholder("SESSION_MANAGER_POLICY_ARN"),
     )
 
 

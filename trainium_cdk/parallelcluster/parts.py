@@ -16,7 +16,6 @@ SETUP_SCRIPT_NAME = "neuron_setup.sh"
 HEAD_NODE_SCRIPT_NAME = "head_node_setup.sh"
 SETUP_SCRIPT = Path(__file__).resolve().parent / SETUP_SCRIPT_NAME
 HEAD_NODE_SCRIPT = Path(__file__).resolve().parent / HEAD_NODE_SCRIPT_NAME
-SSM_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 # The node health check (parallelcluster/health.py renders it).
 PROLOG_NAME = "50_trainium_neuron_devices.sh"
 # neuron-monitor into CloudWatch on the compute nodes (trainium_cdk/neuron_metrics.py).
@@ -78,6 +77,8 @@ class ClusterIds:
     :param prologs: Slurm prolog file name -> object, installed by the head node into the shared
         ``/opt/slurm/etc/scripts/prolog.d`` (the node health check).
     :param neuron_metrics: neuron-monitor into CloudWatch on the compute nodes; default none.
+    :param session_manager_policy_arn: a managed policy with Session Manager's minimal instance actions
+        (trainium_cdk/session_manager.py), for the head node; default none (no Session Manager).
     """
 
     head_node_subnet_id: str
@@ -89,3 +90,4 @@ class ClusterIds:
     batch_scripts: Mapping[str, S3Object] = field(default_factory=dict)
     prologs: Mapping[str, S3Object] = field(default_factory=dict)
     neuron_metrics: NeuronMetrics | None = None
+    session_manager_policy_arn: str | None = None

@@ -202,7 +202,8 @@ def test_parallelcluster_compute_nodes_start_the_monitor(app, tmp_path):
 
 def test_parallelcluster_compute_role_gets_the_scoped_managed_policy(app):
     template = app.template_json("parallelcluster")
-    ((policy_id, policy),) = resources(template, "AWS::IAM::ManagedPolicy").items()
+    # The compute nodes' metrics policy (the other managed policy is the head node's Session Manager one).
+    ((policy_id, policy),) = [(k, p) for k, p in resources(template, "AWS::IAM::ManagedPolicy").items() if "NeuronMetrics" in k]
     assert policy["Properties"]["PolicyDocument"]["Statement"] == [{
         "Action": "cloudwatch:PutMetricData", "Effect": "Allow", "Resource": "*",
         "Condition": {"StringEquals": {"cloudwatch:namespace": NAMESPACE}},

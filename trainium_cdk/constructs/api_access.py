@@ -17,12 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT
 from trainium_cdk.constructs.nag import acknowledge
-from trainium_cdk.constructs.session_manager import grant_session_manager
+from trainium_cdk.constructs.session_manager import session_manager_role
 from trainium_cdk.names import ACCESS_HOST_INSTANCE_TYPE, ACCESS_HOST_ROOT_VOLUME_GIB
 
 HTTPS = 443
@@ -50,13 +49,7 @@ class ApiAccessHost(Construct):
         instance_type: str = ACCESS_HOST_INSTANCE_TYPE,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.role = iam.Role(
-            self,
-            "Role",
-            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description="EKS API access host: SSM Session Manager only",
-        )
-        grant_session_manager(self.role)
+        self.role = session_manager_role(self, "Role", description="EKS API access host: SSM Session Manager only")
         self.security_group = ec2.SecurityGroup(
             self,
             "SecurityGroup",

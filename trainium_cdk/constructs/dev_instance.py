@@ -16,14 +16,13 @@ import posixpath
 from pathlib import Path
 
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from trainium_cdk.catalog import InstanceSpec, check_ami_id
 from trainium_cdk.constructs.ami_lookup import AmiLookup, ImageIdImage
 from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT
 from trainium_cdk.constructs.nag import acknowledge
-from trainium_cdk.constructs.session_manager import grant_session_manager
+from trainium_cdk.constructs.session_manager import session_manager_role
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.lustre_client import mount_commands as lustre_mount_commands
@@ -100,13 +99,7 @@ class DevInstance(Construct):
         self.ami_lookup = AmiLookup(self, "Ami", query=self.image_query) if ami_id is None else None
         machine_image = self.ami_lookup.machine_image if self.ami_lookup is not None else ImageIdImage(ami_id)
 
-        self.role = iam.Role(
-            self,
-            "Role",
-            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description="Development instance: SSM Session Manager only",
-        )
-        grant_session_manager(self.role)
+        self.role = session_manager_role(self, "Role", description="Development instance: SSM Session Manager only")
         self.security_group = ec2.SecurityGroup(
             self,
             "SecurityGroup",

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
+from constructs import Construct
 
 from trainium_cdk.constructs.nag import acknowledge, nag_form
 from trainium_cdk.session_manager import CHANNEL_ACTIONS, REGISTRATION_ACTIONS, SESSION_MANAGER_ACTIONS
 
-__all__ = ["SESSION_MANAGER_ACTIONS", "grant_session_manager"]
+__all__ = ["SESSION_MANAGER_ACTIONS", "grant_session_manager", "session_manager_role"]
+
+
+def session_manager_role(scope: Construct, construct_id: str, *, description: str) -> iam.Role:
+    """An instance role that Session Manager reaches, and nothing else."""
+    role = iam.Role(scope, construct_id, assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"), description=description)
+    grant_session_manager(role)
+    return role
 
 
 def grant_session_manager(role: iam.Role) -> None:

@@ -73,9 +73,8 @@ def bill(config: Config, region: str | None = None) -> Bill:
                           INTERFACE_ENDPOINT_COUNT * azs, "endpoint-AZ", prices.INTERFACE_ENDPOINT_HOURLY, region))
     storage = config.storage
     if storage.enabled:
-        per_gb = prices.LUSTRE_GB_MONTH[(storage.deployment_type, storage.throughput_mb_per_tib)]
         throughput = f", {storage.throughput_mb_per_tib} MB/s/TiB" if storage.throughput_mb_per_tib else ""
-        hourly = prices.Price(per_gb.usd / prices.HOURS_PER_MONTH, per_gb.assumed, per_gb.note)
+        hourly = _hourly(prices.LUSTRE_GB_MONTH[(storage.deployment_type, storage.throughput_mb_per_tib)])
         idle.append(_line(f"FSx for Lustre {storage.deployment_type} {storage.capacity_gib} GiB{throughput}",
                           storage.capacity_gib, "GB", hourly, region, "billed per GB-month"))
     for backend in backend_registry.deployed(config):
@@ -89,11 +88,14 @@ def bill(config: Config, region: str | None = None) -> Bill:
     return Bill(region, tuple(idle), tuple(groups))
 
 
+def _hourly(per_gb_month: prices.Price) -> prices.Price:
+    """A price per GB-month as a price per GB-hour (the bill's lines are hourly)."""
+    return prices.Price(per_gb_month.usd / prices.HOURS_PER_MONTH, per_gb_month.assumed, per_gb_month.note)
+
+
 def _volumes(item: str, count: int, gib: int, region: str, note: str = "") -> Line:
     """``count`` gp3 volumes of ``gib`` each, billed per GB-month while they exist."""
-    per_gb = prices.EBS_GP3_GB_MONTH
-    hourly = prices.Price(per_gb.usd / prices.HOURS_PER_MONTH, per_gb.assumed, per_gb.note)
-    return _line(f"{item} ({count} x {gib} GiB gp3)", count * gib, "GB", hourly, region, note)
+    return _line(f"{item} ({count} x {gib} GiB gp3)", count * gib, "GB", _hourly(prices.EBS_GP3_GB_MONTH), region, note)
 
 
 def eks_idle(config: Config, region: str) -> list[Line]:
@@ -103,7 +105,7 @@ def eks_idle(config: Config, region: str) -> list[Line]:
               prices.instance_price(config.eks.system_instance_type), region),
         _volumes("EKS system node volumes", config.eks.system_nodes, SYSTEM_NODE_DISK_GIB, region),
     ]
-    if config.eks.endpoint_access == "private" and config.eks.access_host:
+    if config.eks.access_host_deployed:
         lines.append(_line(f"EKS API access host ({ACCESS_HOST_INSTANCE_TYPE})", 1, "instance",
                            prices.instance_price(ACCESS_HOST_INSTANCE_TYPE), region))
         lines.append(_volumes("EKS API access host volume", 1, ACCESS_HOST_ROOT_VOLUME_GIB, region))

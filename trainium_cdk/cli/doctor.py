@@ -585,8 +585,7 @@ class Doctor:
         """The Session Manager plugin, when `trn connect` forwards a private EKS endpoint through it."""
         from trainium_cdk.cli.connect import PLUGIN_URL
 
-        eks = self.config.eks
-        if "eks" not in self.config.backends or eks.endpoint_access != "private" or not eks.access_host:
+        if "eks" not in self.config.backends or not self.config.eks.access_host_deployed:
             return []
         answer = self._run(["session-manager-plugin", "--version"])
         if answer is None or answer.code != 0:

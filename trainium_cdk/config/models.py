@@ -297,6 +297,11 @@ class EksSettings(_Model):
             raise ConfigError("public_access_cidrs", list(self.public_access_cidrs), "only with endpoint_access: public-and-private")
         return self
 
+    @property
+    def access_host_deployed(self) -> bool:
+        """The API access host exists: with a private endpoint, unless ``access_host`` turns it off."""
+        return self.endpoint_access == "private" and self.access_host
+
     @field_validator("system_nodes")
     @classmethod
     def _system_nodes(cls, value: int) -> int:

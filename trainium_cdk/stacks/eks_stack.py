@@ -39,7 +39,7 @@ class EksStack(Stack):
         )
         cluster = self.training.cluster
         self.access_host: ApiAccessHost | None = None
-        if config.eks.endpoint_access == "private" and config.eks.access_host:
+        if config.eks.access_host_deployed:
             self.access_host = ApiAccessHost(self, "AccessHost", vpc=network.vpc, subnets=network.private_subnets,
                                              api=self.training.api_security_group)
         self.node_groups: dict[str, TrainiumNodeGroup] = {}

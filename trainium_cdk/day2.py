@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # Where a running job can be stopped: the backends, EKS split by capacity mode.
-STOPPERS = ("eks-managed", "batch", "parallelcluster")
 STOPPER_NAMES = {"eks-managed": "EKS with `eks.capacity: managed`", "batch": "Batch", "parallelcluster": "ParallelCluster"}
 BEGIN = "<!-- day2:begin (generated from trainium_cdk/day2.py by `make docs`; tests/test_day2.py checks it) -->"
 END = "<!-- day2:end -->"

@@ -4,11 +4,12 @@
     trn check fabric --report LOG [--group NAME] [--min-fraction 0.4]
 
 Batch: a multi-node job on the deployed job queue and definition, with the fabric program as the command
-(one process per node). On Batch and EKS each node measures its own all-reduce and the report says that EFA
-between the hosts was not measured (nccom-test's multi-host launch needs MPI, maybe ssh, between nodes). EKS: a Volcano job of the training chart with the same command, created through
+(one process per node). EKS: a Volcano job of the training chart with the same command, created through
 the Kubernetes API with your kubeconfig as `trn submit` does (--dry-run prints it instead, for
 `kubectl apply -f -`). ParallelCluster: `sbatch ~/trainium/fabric-<group>.sbatch` on the head node.
-The job's log (rank 0) holds nccom-test's report;
+On Batch and EKS each node measures its own all-reduce and the report says that EFA between the hosts was
+not measured (nccom-test's multi-host launch needs MPI, maybe ssh, between nodes). The job's log (rank 0)
+holds nccom-test's report;
 --report parses it and prints bus bandwidth against the EFA line rate with PASS or WARN.
 """
 

@@ -200,8 +200,8 @@ class TrainiumCluster(Construct):
             max_size=system_nodes * 2,
             labels=dict(SYSTEM_NODE_LABELS),
         )
+        # The node group names the role, so it waits for the association too.
         without_cni_policy(self.system_nodes.role, self.cni_association)
-        self.system_nodes.node.add_dependency(self.cni_association)
         acknowledge(
             self.system_nodes.role,
             "AwsSolutions-IAM4",

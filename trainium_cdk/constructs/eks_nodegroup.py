@@ -31,16 +31,13 @@ NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnl
 NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", CNI_POLICY, "AmazonEC2ContainerRegistryReadOnly")
 
 
-def node_policy_arns(stack_partition: str) -> list[str]:
-    return [f"arn:{stack_partition}:iam::aws:policy/{p}" for p in NODE_POLICIES]
-
-
 def without_cni_policy(role: iam.IRole, cni_association: IConstruct) -> None:
     """Take the CNI policy off a node role the L2 node group made (an escape hatch: the L2 attaches it, and
     a role of our own would be a new NodeRole, which replaces the node group), once the VPC CNI has its own."""
     cfn_role = role.node.default_child
     assert isinstance(cfn_role, iam.CfnRole)
-    cfn_role.add_property_override("ManagedPolicyArns", node_policy_arns(Stack.of(role).partition))
+    partition = Stack.of(role).partition
+    cfn_role.add_property_override("ManagedPolicyArns", [f"arn:{partition}:iam::aws:policy/{p}" for p in NODE_POLICIES])
     role.node.add_dependency(cni_association)
 
 DEFAULT_MIN_NODES = 0  # no idle Trainium node unless asked: Cluster Autoscaler scales up from zero

@@ -48,7 +48,7 @@ RANK_OFFSET_VARIABLE = "TRN_NODE_RANK_OFFSET"
 PEER_LOST_EXIT_CODE = 75
 
 LAUNCHER = r"""set -eu
-PEER_LOST_EXIT=75
+PEER_LOST_EXIT=@PEER_LOST_EXIT@
 say() { echo "trainium-launch: $*" >&2; }
 fail() { say "$*"; exit 2; }
 self_address() {
@@ -135,13 +135,16 @@ mkdir -p "$beats"
 started=$(date +%s)
 ( while :; do touch "$beats/node-$NODE_RANK"; sleep "$interval"; done ) &
 beating=$!
-lost_peers() {
-  # Peers whose beat is older than 4 intervals (or never came, 10 intervals after start) and left no exit.
+peers() {
+  # pending: peers that left no exit code yet; lost: those of them whose beat is older than 4 intervals
+  # (or never came, 10 intervals after start).
   now=$(date +%s)
+  pending=""
   lost=""
   i=0
   while [ "$i" -lt "$NNODES" ]; do
     if [ "$i" != "$NODE_RANK" ] && [ ! -e "$beats/node-$i.exit" ]; then
+      pending="$pending $i"
       if [ -e "$beats/node-$i" ]; then
         [ $(( now - $(stat -c %Y "$beats/node-$i") )) -le $(( 4 * interval )) ] || lost="$lost $i"
       elif [ $(( now - started )) -gt $(( 10 * interval )) ]; then
@@ -150,7 +153,6 @@ lost_peers() {
     fi
     i=$(( i + 1 ))
   done
-  [ -n "$lost" ]
 }
 peer_lost() {
   say "node(s)$lost stopped without an exit: a host is gone; exit $PEER_LOST_EXIT, which the job retries"
@@ -162,7 +164,8 @@ run=$!
 trap 'kill -TERM "$run" 2>/dev/null' TERM INT
 if [ "$NODE_RANK" = "${AWS_BATCH_JOB_MAIN_NODE_INDEX:-0}" ]; then
   while kill -0 "$run" 2>/dev/null; do
-    if lost_peers; then kill -TERM "$run" 2>/dev/null || true; wait "$run" || true; peer_lost; fi
+    peers
+    if [ -n "$lost" ]; then kill -TERM "$run" 2>/dev/null || true; wait "$run" || true; peer_lost; fi
     sleep 1
   done
 fi
@@ -174,20 +177,15 @@ if [ "$code" != 0 ] && [ "$NODE_RANK" = "${AWS_BATCH_JOB_MAIN_NODE_INDEX:-0}" ];
   # torchrun failed here: a peer's error, or its host's loss, which shows once its beat is stale.
   waited=0
   while [ "$waited" -le $(( 5 * interval )) ]; do
-    if lost_peers; then peer_lost; fi
-    pending=0
-    i=0
-    while [ "$i" -lt "$NNODES" ]; do
-      [ "$i" = "$NODE_RANK" ] || [ -e "$beats/node-$i.exit" ] || pending=1
-      i=$(( i + 1 ))
-    done
-    [ "$pending" = 1 ] || break
+    peers
+    if [ -n "$lost" ]; then peer_lost; fi
+    [ -n "$pending" ] || break
     sleep 1
     waited=$(( waited + 1 ))
   done
 fi
 exit "$code"
-"""
+""".replace("@PEER_LOST_EXIT@", str(PEER_LOST_EXIT_CODE))
 
 
 def launch_command(program: Sequence[str]) -> list[str]:

@@ -11,6 +11,7 @@ the destroy: the plan is judged, not restated.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,9 @@ from typing import Any
 import pytest
 
 from tests.helpers import ROOT, config_with, synth
-from tools import destroy
+
+sys.path.insert(0, str(ROOT / "tools"))
+import destroy  # noqa: E402
 
 Templates = dict[str, dict[str, Any]]
 

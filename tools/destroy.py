@@ -13,24 +13,13 @@ from it (and so, in turn, what a kept stack imports from). Read offline from cdk
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-STACK = "aws:cloudformation:stack"
-
-
-def stacks(out: Path) -> dict[str, dict[str, Any]]:
-    """Stack name -> template, for every stack of the assembly."""
-    manifest = json.loads((out / "manifest.json").read_text())
-    found = {}
-    for artifact in manifest["artifacts"].values():
-        if artifact.get("type") == STACK:
-            name = artifact["properties"].get("stackName") or artifact["displayName"]  # what `cdk destroy` takes
-            found[name] = json.loads((out / artifact["properties"]["templateFile"]).read_text())
-    return found
+# Stack display name (what `cdk destroy` takes) -> template, in deploy order (tools/ is this script's sys.path[0]).
+from plan import templates as stacks
 
 
 def _imports(value: Any) -> Iterator[str]:
@@ -96,11 +85,11 @@ def kept_message(out: Path, ids=physical_ids) -> str:
     kept = kept_stacks(templates)
     lines = []
     for name, template in templates.items():
-        found = ids(name) if retained(template) and name not in kept else {}
-        for logical, resource in retained(template).items():
-            if name not in kept:
-                where = f" {found[logical]}" if found.get(logical) else ""
-                lines.append(f"kept:{where} {name}/{logical} ({resource['Type']}): DeletionPolicy Retain")
+        held = retained(template) if name not in kept else {}  # a kept stack is listed whole, below
+        found = ids(name) if held else {}
+        for logical, resource in held.items():
+            where = f" {found[logical]}" if found.get(logical) else ""
+            lines.append(f"kept:{where} {name}/{logical} ({resource['Type']}): DeletionPolicy Retain")
     for name, users in kept.items():
         lines.append(f"kept: stack {name}, used by the retained {', '.join(sorted(set(users)))}")
     if kept:

@@ -68,7 +68,7 @@ def plan(out: Path) -> list[str]:
     return lines
 
 
-def _templates(out: Path) -> dict[str, dict[str, Any]]:
+def templates(out: Path) -> dict[str, dict[str, Any]]:
     """Stack display name -> template, in deploy order."""
     manifest = json.loads((out / "manifest.json").read_text())
     artifacts = manifest["artifacts"]
@@ -152,7 +152,7 @@ def _summarized(changed: list[str], a: dict[str, Any], b: dict[str, Any]) -> lis
 
 def changes(previous: Path, current: Path) -> list[str]:
     """What changed between two assemblies, stack by stack."""
-    old, new = _templates(previous), _templates(current)
+    old, new = templates(previous), templates(current)
     lines: list[str] = []
     for stack in [*new, *(s for s in old if s not in new)]:
         if stack not in new:

@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlparse
@@ -202,19 +203,25 @@ def role_arn_of(caller: str) -> str | None:
     return None
 
 
+def caller_role_among(caller: str, role_arns: Iterable[str]) -> tuple[str, str, bool]:
+    """(the caller's principal ARN, its role name, whether ``role_arns`` lists that role). Role ARNs keep their
+    path (SSO roles have one), an assumed-role session's ARN does not: roles are compared by name."""
+    principal = role_arn_of(caller) or caller
+    name = principal.rsplit("/", 1)[-1]
+    return principal, name, any(arn.rsplit("/", 1)[-1] == name for arn in role_arns)
+
+
 def _access_warnings(sess: Any, cluster: dict[str, Any]) -> list[str]:
     """A line when the caller has no access entry on the cluster (kubectl would get 401)."""
     from botocore.exceptions import ClientError
 
     caller = client(sess, "sts").get_caller_identity()["Arn"]
-    principal = role_arn_of(caller) or caller
     try:
         entries = client(sess, "eks").list_access_entries(clusterName=cluster["name"]).get("accessEntries", [])
     except ClientError as error:
         return [f"could not list the cluster's access entries ({error}): kubectl may be refused"]
-    # Access entries keep a role's path (SSO roles have one); the caller's session ARN does not: compare names.
-    name = principal.rsplit("/", 1)[-1]
-    if any(e.rsplit("/", 1)[-1] == name for e in entries):
+    principal, name, listed = caller_role_among(caller, entries)
+    if listed:
         return []
     return [
         f"{principal} has no access entry on {cluster['name']}, so the API server will refuse it: add the role's ARN "

@@ -212,14 +212,12 @@ class Doctor:
 
     def cluster_access(self) -> list[Check]:
         """EKS: the caller's role is among eks.admin_role_arns (the cluster's only admins besides CloudFormation)."""
-        from trainium_cdk.cli.connect import role_arn_of
+        from trainium_cdk.cli.connect import caller_role_among
 
         if "eks" not in self.config.backends:
             return []
-        principal = role_arn_of(self.caller) or self.caller
-        name = principal.rsplit("/", 1)[-1]
-        # An SSO role's ARN has a path that the session's ARN leaves out: compare role names.
-        if any(arn.rsplit("/", 1)[-1] == name for arn in self.config.eks.admin_role_arns):
+        principal, name, listed = caller_role_among(self.caller, self.config.eks.admin_role_arns)
+        if listed:
             return [Check(PASS, "cluster access", f"{name} is in eks.admin_role_arns")]
         return [Check(
             WARN, "cluster access", f"{principal} is not in eks.admin_role_arns: kubectl and `trn submit` on EKS would "

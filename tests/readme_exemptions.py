@@ -24,8 +24,8 @@ What is substituted, and why:
 ``trn doctor``                             moto has no EC2 Service Quotas and there is no Docker here: its
                                            checks are tested one by one in tests/test_cli_doctor.py
 ``aws ssm start-session ...``              moto serves no Session Manager: the blocks marked ``on: HOST``
-                                           that follow are typed on that host; hosts without a stand-in
-                                           yet (:data:`HOSTS_NOT_MODELLED`) are reported, not run
+                                           that follow are typed on that host's stand-in (every host has
+                                           one: :func:`host_environment` refuses another)
 ``pcluster build-image`` / ``describe-image`` EC2 Image Builder in the account (listed in :data:`EXEMPT`)
 a capacity block's node group commands     need a purchased block (listed in :data:`EXEMPT`)
 the development instance                   after `aws ssm start-session`: ssm-user's shell here; the DLAMI's
@@ -312,10 +312,6 @@ def destroy(walk: Walkthrough, command: Command) -> str:
     assert names, f"README.md:{command.line}: `{command.text}` asked to destroy no stack: {args}"
     walk.destroyed.append(names)
     return out + "\n".join(f"{name}: DELETE_COMPLETE" for name in account.destroy(names))
-
-
-# Hosts a session opens whose stand-in is not built yet: their blocks are reported, not run.
-HOSTS_NOT_MODELLED: dict[str, str] = {}
 
 
 def open_session(walk: Walkthrough, command: Command) -> str:

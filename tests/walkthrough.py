@@ -161,7 +161,6 @@ class Walkthrough:
         self.destroyed: list[list[str]] = []  # the stacks each `make destroy` deleted
         # host -> how a command typed there is rewritten (paths that stand for the host's own; exemptions)
         self.typed_on: dict[str, Any] = {}
-        self.not_run: list[tuple[Command, str]] = []  # commands on a host without a stand-in
         self._stage: Any = None
         exemptions.install_tools(self)
 
@@ -224,10 +223,6 @@ class Walkthrough:
         self.start_aws()
         for block in blocks:
             host = block.host or "workstation"
-            if host in exemptions.HOSTS_NOT_MODELLED:
-                for command in block.commands:
-                    self.not_run.append((command, host))
-                continue
             for command in block.commands:
                 ran = self.run_command(command, host)
                 yield ran

@@ -21,7 +21,9 @@ PSA_LEVELS = ("privileged", "baseline", "restricted")
 DEFAULT_ENFORCE = "baseline"
 PSA_PREFIX = "pod-security.kubernetes.io"
 INSTANCE_METADATA_ADDRESS = "169.254.169.254"
-METADATA_POLICY_NAME = "no-instance-metadata"
+POD_IDENTITY_ADDRESS = "169.254.170.23"
+DENY_POLICY_NAME = "default-deny"
+ALLOW_POLICY_NAME = "job-traffic"
 
 
 class TrainingNamespace(Chart):
@@ -47,18 +49,40 @@ class TrainingNamespace(Chart):
             labels[f"{PSA_PREFIX}/{mode}-version"] = version
         self.namespace_name = name
         self.namespace_object = api_object(self, "Namespace", api_version="v1", kind="Namespace", name=name, labels=labels)
-        # No pod here reaches the instance metadata service: the data shell, TensorBoard and the data loader
-        # run as root on the system nodes, whose launch template (EKS's) allows two hops, and would take the
-        # node role from it (their AWS access is EKS Pod Identity, 169.254.170.23, which stays open).
-        # Everything else stays open: peers, DNS, the file system, AWS APIs. Enforced by the VPC CNI's network
-        # policy agent (TrainiumCluster turns it on).
-        self.metadata_policy = api_object(
-            self, "NoInstanceMetadata", api_version="networking.k8s.io/v1", kind="NetworkPolicy",
-            name=METADATA_POLICY_NAME, namespace=name,
+        # Default deny, in both directions, then what jobs need. Policies add up, so a team that needs more
+        # (another port to the internet, a metrics scraper) applies its own policy beside these. Enforced by the
+        # VPC CNI's network policy agent (TrainiumCluster turns it on), which always lets the node's own
+        # address in: kubelet probes keep working (aws/aws-network-policy-agent#56).
+        self.deny_policy = api_object(
+            self, "DefaultDeny", api_version="networking.k8s.io/v1", kind="NetworkPolicy",
+            name=DENY_POLICY_NAME, namespace=name,
+            spec={"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+        )
+        self.allow_policy = api_object(
+            self, "JobTraffic", api_version="networking.k8s.io/v1", kind="NetworkPolicy",
+            name=ALLOW_POLICY_NAME, namespace=name,
             spec={
                 "podSelector": {},
-                "policyTypes": ["Egress"],
-                "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [f"{INSTANCE_METADATA_ADDRESS}/32"]}}]}],
+                "policyTypes": ["Ingress", "Egress"],
+                # Peers of a job (torchrun's rendezvous, the Neuron runtime's bootstrap; EFA traffic is not IP
+                # and no policy sees it) and TensorBoard behind `kubectl port-forward`, which enters the pod's
+                # own network namespace. Nothing outside the namespace opens a connection to a job.
+                "ingress": [{"from": [{"podSelector": {}}]}],
+                "egress": [
+                    {"to": [{"podSelector": {}}]},
+                    # DNS, wherever the resolver is (CoreDNS behind its service address).
+                    {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+                    # EKS Pod Identity's agent on the node: the data loader's S3 access.
+                    {"to": [{"ipBlock": {"cidr": f"{POD_IDENTITY_ADDRESS}/32"}}], "ports": [{"protocol": "TCP", "port": 80}]},
+                    # HTTPS: AWS APIs (S3 through the gateway endpoint, interface endpoints in the VPC), the API
+                    # server, model hubs and package indexes through NAT; never the instance metadata service,
+                    # whose node role the root data shell, TensorBoard and data loader would otherwise take.
+                    {
+                        "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [f"{INSTANCE_METADATA_ADDRESS}/32"]}}],
+                        "ports": [{"protocol": "TCP", "port": 443}],
+                    },
+                ],
             },
         )
-        self.metadata_policy.add_dependency(self.namespace_object)
+        for policy in (self.deny_policy, self.allow_policy):
+            policy.add_dependency(self.namespace_object)

@@ -21,6 +21,7 @@ from constructs import Construct
 
 from trainium_cdk.catalog import DEFAULT_CATALOG, Catalog
 from trainium_cdk.charts import FSX_CHART_ID, NAMESPACE_CHART_ID, FsxStorage, FsxStorageProps, cluster_charts
+from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT, ROOT_DEVICE_NAME
 from trainium_cdk.constructs.eks_nodegroup import CNI_POLICY, NODE_MANAGED_POLICIES, without_cni_policy
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.pod_identity import pod_identity_role
@@ -49,6 +50,8 @@ ADDON_CONFIGURATION = {"vpc-cni": {"enableNetworkPolicy": "true"}}
 ADDONS_NEEDING_NODES = ("coredns", FSX_CSI_ADDON)
 DEFAULT_SYSTEM_INSTANCE_TYPE = ec2.InstanceType("m7i.large")
 DEFAULT_SYSTEM_NODES = 2
+# EKS's default disk size for a node group without a launch template.
+SYSTEM_ROOT_VOLUME_GIB = 20
 MAX_SYSTEM_NODES = 10
 DEFAULT_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 
@@ -187,10 +190,26 @@ class TrainiumCluster(Construct):
             self.cni_role, "AwsSolutions-IAM4", [f"Policy::arn:<AWS::Partition>:iam::aws:policy/{CNI_POLICY}"],
             "The policy AWS documents for the VPC CNI, kept current by AWS as the plugin's calls change.",
         )
+        # A launch template for IMDSv2 with one hop (EKS's own allows two): the data shell, TensorBoard and the
+        # data loader run as root here and must not take the node role; what runs here reads the metadata
+        # service from the host network or not at all. Its encrypted gp3 root volume replaces EKS's disk size.
+        self.system_launch_template = ec2.LaunchTemplate(
+            self, "SystemNodesLaunchTemplate",
+            require_imdsv2=True,
+            http_put_response_hop_limit=METADATA_HOP_LIMIT,
+            block_devices=[ec2.BlockDevice(
+                device_name=ROOT_DEVICE_NAME,
+                volume=ec2.BlockDeviceVolume.ebs(SYSTEM_ROOT_VOLUME_GIB, volume_type=ec2.EbsDeviceVolumeType.GP3, encrypted=True),
+            )],
+        )
         self.system_nodes = eks.Nodegroup(
             self,
             "SystemNodes",
             cluster=self.cluster,
+            launch_template_spec=eks.LaunchTemplateSpec(
+                id=self.system_launch_template.launch_template_id or "",
+                version=self.system_launch_template.latest_version_number,
+            ),
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
             release_version=system_release_version,
             instance_types=[system_instance_type],

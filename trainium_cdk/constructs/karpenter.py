@@ -149,6 +149,9 @@ class KarpenterController(Construct):
                 "controller": {
                     "image": {"repository": versions.KARPENTER_IMAGE_REPOSITORY, "tag": versions.KARPENTER_VERSION,
                               "digest": None},
+                    # Without a region Karpenter asks the metadata service and exits when it cannot: it runs
+                    # in the pod network of system nodes that answer one hop only (operator.go, GetRegion).
+                    "env": [{"name": "AWS_REGION", "value": stack.region}],
                 },
                 "settings": {
                     "clusterName": cluster_name,

@@ -16,15 +16,25 @@ import trainium_cdk
 
 PACKAGE = Path(trainium_cdk.__file__).resolve().parent
 CONFIG = "trainium_cdk.config"
-# Constructs that still import the config while other branches give them props of their own.
-# The lead empties this list at merge: then no construct imports trainium_cdk.config.
-CONSTRUCTS_STILL_ON_CONFIG: set[str] = set()
+
+
+def _nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:``, which never runs."""
+    found, pending = [], [tree]
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            pending.extend(node.orelse)
+            continue
+        pending.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def imported_modules(path: Path) -> set[str]:
-    """Every module a file imports, at any depth (function-level imports count too)."""
+    """Every module a file imports, at any depth (function-level imports count too; TYPE_CHECKING ones not)."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in _nodes(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -52,34 +62,49 @@ def test_charts_import_neither_the_cdk_nor_the_config(path):
 
 @pytest.mark.parametrize("path", _modules("constructs"), ids=lambda p: p.name)
 def test_constructs_take_props_not_config(path):
-    if path.name in CONSTRUCTS_STILL_ON_CONFIG:
-        pytest.skip(f"constructs/{path.name} is being converted on another branch (CONSTRUCTS_STILL_ON_CONFIG)")
     reads_config = any(_is(m, CONFIG) for m in imported_modules(path))
     assert not reads_config, f"constructs/{path.name} imports {CONFIG}: give it props, map config in its stack"
 
 
-def test_the_allow_list_names_only_constructs_that_still_read_config():
-    """A construct converted on this branch leaves the list: it cannot slip back unnoticed."""
-    stale = sorted(
-        name for name in CONSTRUCTS_STILL_ON_CONFIG
-        if not any(_is(m, CONFIG) for m in imported_modules(PACKAGE / "constructs" / name))
-    )
-    assert not stale, f"no longer import the config, remove from CONSTRUCTS_STILL_ON_CONFIG: {stale}"
-
-
 def test_the_walk_sees_the_imports_it_forbids(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from aws_cdk import Token\nfrom trainium_cdk import config\n")
+    module.write_text("def f():\n    from aws_cdk import Token\nfrom trainium_cdk import config\n"
+                      "if TYPE_CHECKING:\n    import boto3\n")
     assert {"aws_cdk", "trainium_cdk.config"} <= imported_modules(module)
+    assert "boto3" not in imported_modules(module)
 
 
-def _loaded_by(module: str) -> set[str]:
-    import subprocess
-    import sys
+def _path_of(module: str) -> Path | None:
+    """The file of a module of this package, or None for any other module (or a name that is not one)."""
+    if not _is(module, "trainium_cdk"):
+        return None
+    relative = Path(*module.split(".")[1:])
+    if relative == Path():
+        return PACKAGE / "__init__.py"
+    for candidate in (PACKAGE / relative / "__init__.py", PACKAGE / relative.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
 
-    code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return set(done.stdout.split())
+
+def loaded_by(module: str) -> set[str]:
+    """Every module importing ``module`` can load: the walk follows this package's modules (each with the
+    packages above it, which Python runs first) through every import they contain, at any depth; other
+    modules are named, not followed. A static stand-in for a fresh interpreter's ``sys.modules``, and a
+    stricter one: an import inside a function counts as loaded."""
+    seen: set[str] = set()
+    pending = [module]
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        pending.extend(".".join(parts[:i]) for i in range(1, len(parts)))
+        path = _path_of(name)
+        if path is not None:
+            pending.extend(imported_modules(path))
+    return seen
 
 
 @pytest.mark.parametrize(
@@ -89,7 +114,20 @@ def _loaded_by(module: str) -> set[str]:
 )
 def test_nothing_a_chart_or_construct_loads_reads_the_config(module):
     """Not even through another module: a construct is usable from its props alone, a chart without the CDK."""
-    loaded = _loaded_by(module)
-    assert CONFIG not in loaded, f"{module} loads {CONFIG}"
+    loaded = loaded_by(module)
+    assert not any(_is(m, CONFIG) for m in loaded), f"{module} loads {CONFIG}"
     if ".charts." in module:
-        assert not any(m == "aws_cdk" or m.startswith("aws_cdk.") for m in loaded), f"{module} loads aws_cdk"
+        assert not any(_is(m, "aws_cdk") for m in loaded), f"{module} loads aws_cdk"
+
+
+def test_the_static_walk_finds_at_least_what_an_interpreter_loads():
+    """The walk against a real import, for the module with the longest reach: every module of this package a
+    fresh interpreter loads, the walk names too."""
+    import subprocess
+    import sys
+
+    module = "trainium_cdk.constructs.eks_cluster"
+    code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    ours = {m for m in done.stdout.split() if _is(m, "trainium_cdk")}
+    assert len(ours) > 10 and ours <= loaded_by(module), sorted(ours - loaded_by(module))

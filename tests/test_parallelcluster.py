@@ -4,6 +4,7 @@ custom resource stack, the Neuron setup script, the batch scripts and the pclust
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import subprocess
@@ -17,7 +18,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
 from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, resources, synth
-from tests.pcluster_schema import PclusterUnavailable, validate_many, venv_or_skip
+from tests.pcluster_schema import PclusterUnavailable, update_changes, validate_many, venv_or_skip
 from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.config import ConfigError
 from trainium_cdk.constructs.parallelcluster import SlurmCluster
@@ -380,6 +381,24 @@ def test_head_node_action_never_changes(every_type):
     assert hashlib.sha256(HEAD_NODE_SCRIPT.read_bytes()).hexdigest() == HEAD_NODE_SCRIPT_SHA256
     subprocess.run(["bash", "-n", str(HEAD_NODE_SCRIPT)], check=True)
     assert "/opt/parallelcluster/shared/cluster-config.yaml" in HEAD_NODE_SCRIPT.read_text()
+
+
+def test_moving_the_scripts_under_the_key_prefix_needs_a_new_cluster(pcluster):
+    """Issue 23 moved the scripts from the asset bucket's root to the cluster's key prefix: ParallelCluster
+    refuses that update for the head node's OnNodeConfigured (CHANGELOG: delete and deploy the stack again);
+    the nodes' S3Access and the rest it applies."""
+    ids = concrete_ids(EVERY_TYPE)
+    at_root = {name: S3Object(o.bucket, o.key.removeprefix("t-cluster/")) for name, o in ids.batch_scripts.items()}
+    before = dataclasses.replace(
+        ids, setup_script=S3Object(ids.setup_script.bucket, ids.setup_script.key.removeprefix("t-cluster/")),
+        head_node_script=S3Object(ids.head_node_script.bucket, ids.head_node_script.key.removeprefix("t-cluster/")),
+        batch_scripts=at_root,
+    )
+    pair = (cluster_configuration(EVERY_TYPE, before), cluster_configuration(EVERY_TYPE, ids))
+    changes = update_changes({"moved": pair}, cluster_name="t-cluster")["moved"]
+    refused = [c.path for c in changes if c.policy == "UNSUPPORTED"]
+    assert refused == ["HeadNode.CustomActions.OnNodeConfigured.Script"]
+    assert {c.policy for c in changes if ".Iam.S3Access" in c.path} == {"SUPPORTED"}
 
 
 def test_queues_update_by_draining(every_type):

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Annotations, Match, Template
 
 from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, resources, synth
 from tests.pcluster_schema import PclusterUnavailable, update_changes, validate_many, venv_or_skip
@@ -24,7 +24,7 @@ from trainium_cdk.config import ConfigError
 from trainium_cdk.constructs.parallelcluster import SlurmCluster
 from trainium_cdk.constructs.storage import FILE_SYSTEM_LOGICAL_ID
 from trainium_cdk.parallelcluster import ClusterIds, S3Object, cluster_configuration, render_cluster_yaml, write_dist
-from trainium_cdk.parallelcluster.cluster_config import placeholder_names
+from trainium_cdk.parallelcluster.cluster_config import placeholder_names, read_access
 from trainium_cdk.launcher import LAUNCHER
 from trainium_cdk.parallelcluster.parts import HEAD_NODE_SCRIPT, SETUP_SCRIPT
 from trainium_cdk.parallelcluster.sbatch import render_sbatch
@@ -585,6 +585,26 @@ def test_slurm_cluster_built_alone_from_props_in_a_bare_stack():
     assert "cdk-hnb659fds-assets" in json.dumps(queue["CustomActions"]["OnNodeConfigured"]["Script"])
     assert configuration["Scripts"] == ["train-pretrain.sbatch"]
     assert slurm.prolog is None and slurm.ids.file_system_id is None
+
+
+@pytest.mark.parametrize("prefix", [None, "research/"])
+def test_slurm_cluster_reads_its_scripts_by_key_prefix_or_warns(prefix):
+    synthesizer = cdk.DefaultStackSynthesizer(bucket_prefix=prefix) if prefix else None
+    stack = cdk.Stack(cdk.App(), "Bare", env=cdk.Environment(region="us-east-2"), synthesizer=synthesizer)
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=1)
+    ids = SlurmCluster(
+        stack, "Slurm", cluster_name="research", configuration=lambda ids: {}, head_node_subnet=vpc.public_subnets[0],
+        compute_subnets={"pretrain": vpc.private_subnets[0]}, security_group=ec2.SecurityGroup(stack, "Sg", vpc=vpc),
+        batch_scripts={"train-pretrain.sbatch": "#!/bin/bash\n"},
+    ).ids
+    scripts = [ids.setup_script, ids.head_node_script, *ids.batch_scripts.values()]
+    assert len({o.bucket for o in scripts}) == 1  # one token for the one asset bucket
+    access = read_access(scripts)
+    warnings = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("bucket's root"))
+    if prefix:
+        assert [a["KeyName"] for a in access] == ["research/*"] and warnings == []
+    else:
+        assert [a["KeyName"] for a in access] == [o.key for o in scripts] and len(warnings) == 1
 
 
 def test_slurm_cluster_removal_policy_is_destroy_or_retain():

@@ -4,6 +4,7 @@ custom resource stack, the Neuron setup script, the batch scripts and the pclust
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import subprocess
@@ -14,16 +15,16 @@ import pytest
 import yaml
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Annotations, Match, Template
 
 from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, resources, synth
-from tests.pcluster_schema import PclusterUnavailable, validate_many, venv_or_skip
+from tests.pcluster_schema import PclusterUnavailable, update_changes, validate_many, venv_or_skip
 from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.config import ConfigError
 from trainium_cdk.constructs.parallelcluster import SlurmCluster
 from trainium_cdk.constructs.storage import FILE_SYSTEM_LOGICAL_ID
 from trainium_cdk.parallelcluster import ClusterIds, S3Object, cluster_configuration, render_cluster_yaml, write_dist
-from trainium_cdk.parallelcluster.cluster_config import placeholder_names
+from trainium_cdk.parallelcluster.cluster_config import placeholder_names, read_access
 from trainium_cdk.launcher import LAUNCHER
 from trainium_cdk.parallelcluster.parts import HEAD_NODE_SCRIPT, SETUP_SCRIPT
 from trainium_cdk.parallelcluster.sbatch import render_sbatch
@@ -83,9 +84,9 @@ def concrete_ids(config, *, file_system: bool = True) -> ClusterIds:
         compute_subnet_ids={g.name: f"subnet-0123456789abcd{i:03d}" for i, g in enumerate(config.compute_groups)},
         efa_security_group_id="sg-0123456789abcdef0",
         file_system_id="fs-0123456789abcdef0" if file_system else None,
-        setup_script=S3Object(bucket, "0" * 64 + ".sh"),
-        head_node_script=S3Object(bucket, "2" * 64 + ".sh"),
-        batch_scripts={"train-x.sbatch": S3Object(bucket, "1" * 64 + ".sbatch")},
+        setup_script=S3Object(bucket, "t-cluster/" + "0" * 64 + ".sh"),
+        head_node_script=S3Object(bucket, "t-cluster/" + "2" * 64 + ".sh"),
+        batch_scripts={"train-x.sbatch": S3Object(bucket, "t-cluster/" + "1" * 64 + ".sbatch")},
     )
 
 
@@ -332,7 +333,7 @@ def test_public_head_node_with_key_and_cidr(reserved):
     assert {"Key": "cost-center", "Value": "ml"} in tags and {"Key": "project", "Value": "t"} in tags
 
 
-def test_setup_script_is_an_asset_nodes_may_read_and_only_it(every_type):
+def test_setup_script_is_an_asset_nodes_may_read_and_only_the_clusters_assets(every_type):
     config = _cluster(every_type)["ClusterConfiguration"]
     head = config["HeadNode"]
     queues = config["Scheduling"]["SlurmQueues"]
@@ -340,27 +341,34 @@ def test_setup_script_is_an_asset_nodes_may_read_and_only_it(every_type):
     assert json.dumps(head["CustomActions"]["OnNodeUpdated"]["Script"]) == script_url
     head_url = json.dumps(head["CustomActions"]["OnNodeConfigured"]["Script"])
     for url in (script_url, head_url):
-        assert "s3://" in url and "cdk-hnb659fds-assets" in url and ".sh" in url
-    access = head["Iam"]["S3Access"]
-    keys = [a["KeyName"] for a in access]
-    assert all(a["EnableWriteAccess"] is False for a in access)
-    assert keys[0].endswith(".sh") and keys[0] in script_url
-    assert keys[1].endswith(".sh") and keys[1] in head_url
-    # The batch scripts, the MLP example's train.py, the health prolog (tests/test_health.py) and
-    # neuron_metrics.py (tests/test_node_metrics.py).
-    assert sorted(k.rsplit(".", 1)[1] for k in keys[2:]) == ["py", "py"] + ["sbatch"] * BATCH_SCRIPTS + ["sh"]
+        assert "s3://" in url and "cdk-hnb659fds-assets" in url and ".sh" in url and "/t-cluster/" in url
+    # One entry, the cluster's key prefix, in the head node and in every queue, however many scripts.
+    (access,) = head["Iam"]["S3Access"]
+    assert "cdk-hnb659fds-assets" in json.dumps(access["BucketName"])
+    assert (access["KeyName"], access["EnableWriteAccess"]) == ("t-cluster/*", False)
     for queue in queues:
         assert queue["CustomActions"] == queues[0]["CustomActions"]
-        assert queue["Iam"]["S3Access"] == access
+        assert queue["Iam"]["S3Access"] == [access]
+    # Under the prefix: the batch scripts, the MLP example's train.py, the health prolog (tests/test_health.py),
+    # neuron_metrics.py (tests/test_node_metrics.py), the two setup scripts, and the stack's own template.
+    stack = every_type.stacks.backends["parallelcluster"]
+    manifest = json.loads((every_type.outdir / f"{stack.artifact_id}.assets.json").read_text())
+    keys = [d["objectKey"] for f in manifest["files"].values() for d in f["destinations"].values()]
+    assert all(k.startswith("t-cluster/") for k in keys)
+    kinds = sorted(k.rsplit(".", 1)[1] for k in keys)
+    assert kinds == ["json"] + ["py"] * 2 + ["sbatch"] * BATCH_SCRIPTS + ["sh"] * 3
     # The staged assets are the scripts from the source tree.
-    for key, source in ((keys[0], SETUP_SCRIPT), (keys[1], HEAD_NODE_SCRIPT)):
-        staged = [p for p in every_type.outdir.glob("asset.*") if p.name.endswith(key[:64] + ".sh")]
+    for url, source in ((script_url, SETUP_SCRIPT), (head_url, HEAD_NODE_SCRIPT)):
+        digest = url.split("/t-cluster/")[1][:64]
+        staged = [p for p in every_type.outdir.glob("asset.*") if p.name.endswith(digest + ".sh")]
         assert staged and staged[0].read_bytes() == source.read_bytes()
 
 
-# ParallelCluster cannot update a head node's OnNodeConfigured, and the script's S3 key is its content
-# hash: an edit of head_node_setup.sh breaks `cdk deploy` of every running cluster. Keep it as it is.
+# ParallelCluster cannot update a head node's OnNodeConfigured, and the script's S3 key is the cluster's key
+# prefix (stacks/parallelcluster_stack.py) and the asset's content hash: an edit of head_node_setup.sh or of
+# the prefix breaks `cdk deploy` of every running cluster. Keep both as they are.
 HEAD_NODE_SCRIPT_SHA256 = "4eaa7e01bb74d88396e6c6753a9e6a6e3d331bb96dd1a2a3d3be53bf416e8d9f"
+HEAD_NODE_SCRIPT_KEY = "t-cluster/17f9dc221d646776c7647e9bee98d79fb4743620d7d4ddf22ba414b491a6f9da.sh"
 
 
 def test_head_node_action_never_changes(every_type):
@@ -369,9 +377,28 @@ def test_head_node_action_never_changes(every_type):
     actions = _cluster(every_type)["ClusterConfiguration"]["HeadNode"]["CustomActions"]
     assert set(actions) == {"OnNodeConfigured", "OnNodeUpdated"}
     assert set(actions["OnNodeConfigured"]) == {"Script"}  # it runs OnNodeUpdated, which carries the arguments
+    assert json.dumps(actions["OnNodeConfigured"]["Script"]).endswith(f'"/{HEAD_NODE_SCRIPT_KEY}"]]}}')
     assert hashlib.sha256(HEAD_NODE_SCRIPT.read_bytes()).hexdigest() == HEAD_NODE_SCRIPT_SHA256
     subprocess.run(["bash", "-n", str(HEAD_NODE_SCRIPT)], check=True)
     assert "/opt/parallelcluster/shared/cluster-config.yaml" in HEAD_NODE_SCRIPT.read_text()
+
+
+def test_moving_the_scripts_under_the_key_prefix_needs_a_new_cluster(pcluster):
+    """Issue 23 moved the scripts from the asset bucket's root to the cluster's key prefix: ParallelCluster
+    refuses that update for the head node's OnNodeConfigured (CHANGELOG: delete and deploy the stack again);
+    the nodes' S3Access and the rest it applies."""
+    ids = concrete_ids(EVERY_TYPE)
+    at_root = {name: S3Object(o.bucket, o.key.removeprefix("t-cluster/")) for name, o in ids.batch_scripts.items()}
+    before = dataclasses.replace(
+        ids, setup_script=S3Object(ids.setup_script.bucket, ids.setup_script.key.removeprefix("t-cluster/")),
+        head_node_script=S3Object(ids.head_node_script.bucket, ids.head_node_script.key.removeprefix("t-cluster/")),
+        batch_scripts=at_root,
+    )
+    pair = (cluster_configuration(EVERY_TYPE, before), cluster_configuration(EVERY_TYPE, ids))
+    changes = update_changes({"moved": pair}, cluster_name="t-cluster")["moved"]
+    refused = [c.path for c in changes if c.policy == "UNSUPPORTED"]
+    assert refused == ["HeadNode.CustomActions.OnNodeConfigured.Script"]
+    assert {c.policy for c in changes if ".Iam.S3Access" in c.path} == {"SUPPORTED"}
 
 
 def test_queues_update_by_draining(every_type):
@@ -558,6 +585,26 @@ def test_slurm_cluster_built_alone_from_props_in_a_bare_stack():
     assert "cdk-hnb659fds-assets" in json.dumps(queue["CustomActions"]["OnNodeConfigured"]["Script"])
     assert configuration["Scripts"] == ["train-pretrain.sbatch"]
     assert slurm.prolog is None and slurm.ids.file_system_id is None
+
+
+@pytest.mark.parametrize("prefix", [None, "research/"])
+def test_slurm_cluster_reads_its_scripts_by_key_prefix_or_warns(prefix):
+    synthesizer = cdk.DefaultStackSynthesizer(bucket_prefix=prefix) if prefix else None
+    stack = cdk.Stack(cdk.App(), "Bare", env=cdk.Environment(region="us-east-2"), synthesizer=synthesizer)
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=1)
+    ids = SlurmCluster(
+        stack, "Slurm", cluster_name="research", configuration=lambda ids: {}, head_node_subnet=vpc.public_subnets[0],
+        compute_subnets={"pretrain": vpc.private_subnets[0]}, security_group=ec2.SecurityGroup(stack, "Sg", vpc=vpc),
+        batch_scripts={"train-pretrain.sbatch": "#!/bin/bash\n"},
+    ).ids
+    scripts = [ids.setup_script, ids.head_node_script, *ids.batch_scripts.values()]
+    assert len({o.bucket for o in scripts}) == 1  # one token for the one asset bucket
+    access = read_access(scripts)
+    warnings = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("bucket's root"))
+    if prefix:
+        assert [a["KeyName"] for a in access] == ["research/*"] and warnings == []
+    else:
+        assert [a["KeyName"] for a in access] == [o.key for o in scripts] and len(warnings) == 1
 
 
 def test_slurm_cluster_removal_policy_is_destroy_or_retain():

@@ -23,7 +23,11 @@ import sys
 from _pcluster_offline import flatten  # noqa: E402  (first: it cuts AWS off)
 from marshmallow import ValidationError  # noqa: E402
 from pcluster.config.common import CapacityType  # noqa: E402
-from pcluster.constants import MAX_COMPUTE_RESOURCES_PER_QUEUE, MAX_NUMBER_OF_QUEUES  # noqa: E402
+from pcluster.constants import (  # noqa: E402
+    MAX_COMPUTE_RESOURCES_PER_QUEUE,
+    MAX_NUMBER_OF_COMPUTE_RESOURCES_PER_CLUSTER,
+    MAX_NUMBER_OF_QUEUES,
+)
 from pcluster.schemas.cluster_schema import ClusterSchema  # noqa: E402
 from pcluster.validators.cluster_validators import (  # noqa: E402
     ClusterNameValidator,
@@ -46,6 +50,11 @@ def _offline_validators(cluster, name):  # noqa: ANN001
     yield "Scheduling.SlurmQueues", DuplicateNameValidator, {"name_list": [q.name for q in queues], "resource_name": "Queue"}
     yield "Scheduling.SlurmQueues", MaxCountValidator, {
         "resources_length": len(queues), "max_length": MAX_NUMBER_OF_QUEUES, "resource_name": "SlurmQueues",
+    }
+    yield "Scheduling.SlurmQueues", MaxCountValidator, {
+        "resources_length": sum(len(q.compute_resources) for q in queues),
+        "max_length": MAX_NUMBER_OF_COMPUTE_RESOURCES_PER_CLUSTER,
+        "resource_name": "ComputeResources per Cluster",
     }
     for i, queue in enumerate(queues):
         where = f"Scheduling.SlurmQueues.{i}"

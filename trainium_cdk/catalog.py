@@ -273,6 +273,10 @@ def az_id_prefix(region: str) -> str:
 
 # Queue names ParallelCluster's own validator rejects (a compute group is a Slurm queue of its name).
 SLURM_RESERVED_QUEUE_NAMES = ("default",)
+# ParallelCluster's own maxima (pcluster/constants.py of the pinned version, versions.py): Slurm queues, and
+# compute resources in the whole cluster. A compute group is one queue with one compute resource.
+PARALLELCLUSTER_MAX_QUEUES = 50
+PARALLELCLUSTER_MAX_COMPUTE_RESOURCES = 50
 # A VPC's IPv4 CIDR block and a subnet's are /16 at most and /28 at least (Amazon VPC, CIDR blocks).
 VPC_MIN_PREFIX = 16
 SUBNET_MAX_PREFIX = 28

@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainium_cdk.catalog import AZ_ID, REGION_CODE, SLURM_RESERVED_QUEUE_NAMES, az_id_prefix
+from trainium_cdk.catalog import (
+    AZ_ID, PARALLELCLUSTER_MAX_COMPUTE_RESOURCES, PARALLELCLUSTER_MAX_QUEUES, REGION_CODE, SLURM_RESERVED_QUEUE_NAMES,
+    az_id_prefix,
+)
 from trainium_cdk.errors import ConfigError, one_of
-from trainium_cdk.versions import NEURON_TRACKS
+from trainium_cdk.versions import NEURON_TRACKS, PARALLELCLUSTER_VERSION
 from trainium_cdk import backends as backend_registry
 
 if TYPE_CHECKING:
@@ -168,6 +171,15 @@ def check_eks(config: Config) -> None:
 
 
 def check_parallelcluster(config: Config) -> None:
+    groups = len(config.compute_groups)
+    limit = min(PARALLELCLUSTER_MAX_QUEUES, PARALLELCLUSTER_MAX_COMPUTE_RESOURCES)
+    if groups > limit:
+        raise ConfigError(
+            "compute_groups", groups,
+            f"at most {limit} groups with the parallelcluster backend: each is a Slurm queue with one compute "
+            f"resource, and ParallelCluster {PARALLELCLUSTER_VERSION} allows {PARALLELCLUSTER_MAX_QUEUES} queues and "
+            f"{PARALLELCLUSTER_MAX_COMPUTE_RESOURCES} compute resources per cluster",
+        )
     for i, group in enumerate(config.compute_groups):
         if group.name in SLURM_RESERVED_QUEUE_NAMES:
             raise ConfigError(

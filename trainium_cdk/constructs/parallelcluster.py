@@ -6,17 +6,19 @@ publishes per version and region as a nested stack and declare one ``Custom::Pcl
 whose ``ClusterConfiguration`` is the document the ``configuration`` prop renders (the stack renders
 it with :func:`trainium_cdk.parallelcluster.cluster_configuration`, the same function that writes the
 YAML for pcluster CLI users). The Neuron setup script and the batch scripts ship as S3 assets the
-nodes may read (and nothing else of the asset bucket).
+nodes may read: under the key prefix of the stack's assets (``DefaultStackSynthesizer(bucket_prefix=...)``,
+as ParallelClusterStack sets it), the nodes read that prefix and nothing else of the asset bucket.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import Aws, CfnStack, CustomResource, RemovalPolicy, Stack, Stage
+from aws_cdk import Annotations, Aws, CfnStack, CustomResource, RemovalPolicy, Stack, Stage
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
@@ -91,6 +93,7 @@ class SlurmCluster(Construct):
         if removal_policy not in DELETION_POLICIES:
             raise ConfigError("removal_policy", removal_policy, one_of(DELETION_POLICIES))
         self.cluster_name = cluster_name
+        self._buckets: dict[str, str] = {}
         self.setup_script = s3_assets.Asset(self, "NeuronSetupScript", path=str(setup_script))
         self.head_node_script = s3_assets.Asset(self, "HeadNodeSetupScript", path=str(head_node_script))
         self.batch_scripts = {
@@ -117,7 +120,7 @@ class SlurmCluster(Construct):
                 "namespace only (cloudwatch:namespace condition).",
             )
             metrics = NeuronMetrics(
-                program=_object(self.metrics_program), policy_arn=self.metrics_policy.managed_policy_arn,
+                program=self._object(self.metrics_program), policy_arn=self.metrics_policy.managed_policy_arn,
                 deployment=metrics_deployment,
             )
         # Session Manager for the head node (the README reaches it with `aws ssm start-session`): the minimal
@@ -137,13 +140,19 @@ class SlurmCluster(Construct):
             compute_subnet_ids={name: subnet.subnet_id for name, subnet in compute_subnets.items()},
             efa_security_group_id=security_group.security_group_id,
             file_system_id=file_system_id,
-            setup_script=_object(self.setup_script),
-            head_node_script=_object(self.head_node_script),
-            batch_scripts={n: _object(a) for n, a in self.batch_scripts.items()},
-            prologs={PROLOG_NAME: _object(self.prolog)} if self.prolog is not None else {},
+            setup_script=self._object(self.setup_script),
+            head_node_script=self._object(self.head_node_script),
+            batch_scripts={n: self._object(a) for n, a in self.batch_scripts.items()},
+            prologs={PROLOG_NAME: self._object(self.prolog)} if self.prolog is not None else {},
             neuron_metrics=metrics,
             session_manager_policy_arn=self.session_manager_policy.managed_policy_arn,
         )
+        if any("/" not in a.s3_object_key for a in self._assets()):
+            Annotations.of(self).add_warning_v2(
+                "trainium-cdk:scripts-key-prefix",
+                "The scripts are at the asset bucket's root: every queue's S3Access lists each of them, so the "
+                "configuration grows with queues x scripts. Give the stack DefaultStackSynthesizer(bucket_prefix=...).",
+            )
         self.configuration = configuration(self.ids)
 
         # L1: ParallelCluster publishes the provider as a plain template at an S3 URL; NestedStack is
@@ -172,6 +181,16 @@ class SlurmCluster(Construct):
         self.head_node_instance_id = self.cluster.get_att_string("headNode.instanceId")
         self.validation_messages = self.cluster.get_att_string("validationMessages")
 
+    def _assets(self) -> list[s3_assets.Asset]:
+        optional = [self.prolog, self.metrics_program]
+        return [self.setup_script, self.head_node_script, *self.batch_scripts.values(), *filter(None, optional)]
+
+    def _object(self, asset: s3_assets.Asset) -> S3Object:
+        # Each asset names its bucket with a token of its own: one token per bucket, so that the nodes' S3Access
+        # (parallelcluster/cluster_config.py) sees the objects of one bucket as such.
+        bucket = json.dumps(Stack.of(self).resolve(asset.s3_bucket_name), sort_keys=True)
+        return S3Object(bucket=self._buckets.setdefault(bucket, asset.s3_bucket_name), key=asset.s3_object_key)
+
     def _stage(self, file_name: str, text: str) -> Path:
         # Rendered files need a path for an asset: stage them in the cloud assembly, by content.
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -179,7 +198,3 @@ class SlurmCluster(Construct):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         return path
-
-
-def _object(asset: s3_assets.Asset) -> S3Object:
-    return S3Object(bucket=asset.s3_bucket_name, key=asset.s3_object_key)

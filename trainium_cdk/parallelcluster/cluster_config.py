@@ -9,7 +9,7 @@ describe the same cluster.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
@@ -91,6 +91,18 @@ def metrics_args(metrics: NeuronMetrics | None) -> list[str]:
             "--metrics-deployment", metrics.deployment]
 
 
+def read_access(objects: Iterable[S3Object]) -> list[dict[str, Any]]:
+    """The nodes' S3Access to the scripts: one entry per key prefix (``prefix/*``), so that it does not grow
+    with the scripts (every queue carries a copy, and IAM caps a role's inline policies at 10,240
+    characters); an object at a bucket's root, where a wildcard would open the whole bucket, by its key."""
+    entries: dict[tuple[str, str], dict[str, Any]] = {}
+    for obj in objects:
+        prefix, slash, _ = obj.key.rpartition("/")
+        key = f"{prefix}/*" if slash else obj.key
+        entries.setdefault((obj.bucket, key), {"BucketName": obj.bucket, "KeyName": key, "EnableWriteAccess": False})
+    return list(entries.values())
+
+
 def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
     """The ParallelCluster 3 configuration: a head node and one Slurm queue per compute group."""
     # Queue names ParallelCluster forbids are rejected by the config (SLURM_RESERVED_QUEUE_NAMES).
@@ -101,7 +113,7 @@ def cluster_configuration(config: Config, ids: ClusterIds) -> dict[str, Any]:
     scripts = [ids.setup_script, ids.head_node_script, *ids.batch_scripts.values(), *ids.prologs.values()]
     if ids.neuron_metrics is not None:
         scripts.append(ids.neuron_metrics.program)
-    s3_access = [{"BucketName": s.bucket, "KeyName": s.key, "EnableWriteAccess": False} for s in scripts]
+    s3_access = read_access(scripts)
     track = config.neuron_track
     action = {"OnNodeConfigured": {"Script": ids.setup_script.url,
                                    "Args": setup_args({}, track) + metrics_args(ids.neuron_metrics)}}

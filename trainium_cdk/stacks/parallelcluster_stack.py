@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from aws_cdk import CfnOutput, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, DefaultStackSynthesizer, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
@@ -36,6 +36,11 @@ class ParallelClusterStack(Stack):
         storage: LustreStorage | None,
         **kwargs,
     ) -> None:
+        # The scripts the nodes read go under a key prefix of the cluster's own, which the nodes' S3Access
+        # names once (cluster_config.read_access): listed one by one, every queue's copy of the list grew with
+        # the queues, past CloudFormation's 1 MB template at 50 queues. CDK's own asset upload, no
+        # BucketDeployment: that would add a Lambda function with write access to the bucket.
+        kwargs.setdefault("synthesizer", DefaultStackSynthesizer(bucket_prefix=scripts_key_prefix(config)))
         super().__init__(
             scope, construct_id, description="trainium-cdk: AWS ParallelCluster (Slurm) with Trainium queues", **kwargs
         )
@@ -66,6 +71,11 @@ class ParallelClusterStack(Stack):
             value=f"aws ssm start-session --region {config.region} --target {self.slurm.head_node_instance_id}",
         )
         CfnOutput(self, OUTPUT_VALIDATION_MESSAGES, value=self.slurm.validation_messages)
+
+
+def scripts_key_prefix(config: Config) -> str:
+    """The key prefix of the stack's assets in the CDK asset bucket: the cluster's name, unique in the region."""
+    return f"{cluster_name(config)}/"
 
 
 def head_node_subnet(config: Config, network: TrainingNetwork) -> ec2.ISubnet:

@@ -23,7 +23,7 @@ SHELL := /bin/bash
 PIP_INSTALL = PYTHONUNBUFFERED=1 $(PIP) install --progress-bar off --no-compile
 PROGRESS = 2>&1 | { grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR)' || true; } | sed -u 's/^/  /'
 
-.PHONY: help setup setup-dev synth plan test bootstrap pcluster-schema checkov-env docs bench deploy destroy destroy-kept diff lock clean
+.PHONY: help setup setup-dev synth plan test test-e2e bootstrap pcluster-schema checkov-env docs bench deploy destroy destroy-kept diff lock clean
 .DEFAULT_GOAL := help
 
 ## help: this list
@@ -64,9 +64,17 @@ synth: setup
 plan:
 	@$(PY) tools/plan.py cdk.out
 
-## test: the whole suite (CDK assertions, cdk-nag, cfn-lint, manifests, config errors)
+# pytest on every core, a test module per worker (its synthesized apps stay with it); the wall time last.
+PYTEST = start=$$(date +%s); $(RUN) $(PY) -m pytest -n auto --dist loadfile $(ARGS) -m
+WALL = ; rc=$$?; echo "$@: $$(( $$(date +%s) - start )) s wall"; exit $$rc
+
+## test: the suite but the end-to-end runs (CDK assertions, cdk-nag, cfn-lint, manifests, models, config errors)
 test: setup-dev pcluster-schema checkov-env
-	$(RUN) $(PY) -m pytest $(ARGS)
+	@$(PYTEST) "not e2e" $(WALL)
+
+## test-e2e: the end-to-end runs: README walkthroughs, jobs trained on CPU torch, the wheel (CI runs both)
+test-e2e: setup-dev pcluster-schema checkov-env
+	@$(PYTEST) e2e $(WALL)
 
 ## pcluster-schema: ParallelCluster's own package in .venv-pcluster (it pins CDK v1: never in .venv)
 pcluster-schema: $(DEV)

@@ -14,7 +14,8 @@ What is substituted, and why:
                                            EKS cluster, Batch queue and job definition, log groups)
 ``make destroy`` (any ARGS)                runs as typed with the CDK CLI's ``destroy`` recording the stacks
                                            it is given (tools/destroy.py's plan); those are deleted from moto
-``make test``                              the suite that runs this test (CI runs it on its own)
+``make test`` (and ``make test-e2e``)      the suites: CI runs both on their own (.ci/run), and this
+                                           walkthrough is part of the second
 ``pip install ../trainium-cdk``            the package's dependencies would come from PyPI: the sandbox's
                                            wheel is installed into the session's venv without them, and a
                                            .pth file adds exactly what it requires, linked from .venv
@@ -393,7 +394,7 @@ def exemption_for(text: str) -> Exemption | None:
         return Exemption("moto serves no Session Manager sessions: the blocks marked `on: HOST` that follow "
                          "are typed on that host", open_session)
     if first.startswith("make test"):
-        return Exemption("the suite runs this walkthrough: it would run itself", suite)
+        return Exemption("the suites: CI runs both (.ci/run); this walkthrough is part of make test-e2e", suite)
     return None
 
 

@@ -147,6 +147,7 @@ def test_no_script_variable_shares_a_placeholder_name(project):
             assert all(u.startswith(envsubst.placeholder(name)) for u in uses), (path, uses)
 
 
+@pytest.mark.e2e
 def test_a_bare_envsubst_empties_the_launcher_and_the_job_fails_the_restricted_one_trains(project, tool, tmp_path):
     original = (project / MLP).read_text()
     assert '[ -n "$MASTER_ADDR" ]' in original

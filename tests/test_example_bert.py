@@ -23,6 +23,9 @@ from trainium_cdk import versions
 from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR
 from trainium_cdk.examples import BERT_LARGE_PHASE1_COMMAND, BERT_SCRIPT
 
+# End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
+pytestmark = pytest.mark.e2e
+
 DOCKERFILE = BERT_EXAMPLE_DIR / "Dockerfile"
 REPOSITORY = "https://raw.githubusercontent.com/aws-neuron/aws-neuron-samples/"
 SAMPLE_DIR = "torch-neuronx/training/dp_bert_hf_pretrain"

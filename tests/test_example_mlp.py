@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
+pytestmark = pytest.mark.e2e
+
 SCRIPT = Path(__file__).resolve().parent.parent / "trainium_cdk" / "examples" / "mlp" / "train.py"
 
 

@@ -20,6 +20,9 @@ from trainium_cdk.cli.check import batch_request, eks_job
 from trainium_cdk.fabric import fabric_command, node_reports, parse_report, single_host_verdict, verdict
 from trainium_cdk.parallelcluster.sbatch import fabric_script_name, render_all
 
+# End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
+pytestmark = pytest.mark.e2e
+
 DATA = Path(__file__).resolve().parent / "data"
 TWO_TRN1 = DATA / "nccom_test_allr_2x_trn1.txt"
 FAILED = DATA / "nccom_test_failure.txt"

@@ -22,6 +22,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 import assembly  # noqa: E402
 import plan  # noqa: E402
 
+# End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
+pytestmark = pytest.mark.e2e
+
 
 def _group(instance_type: str) -> dict:
     return {"name": "train", "instance_type": instance_type, "nodes": 2, "max_nodes": 4, "az_ids": ["usw2-az4"]}

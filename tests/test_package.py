@@ -14,6 +14,9 @@ import pytest
 
 from tests import readme, wheel_env
 
+# End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parent.parent
 
 EXAMPLE_MARKER = "<!-- example:compose"

@@ -17,6 +17,9 @@ from tests.readme import README
 from tests.rehearsal import assert_trained
 from tests.walkthrough import Walkthrough
 
+# End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
+pytestmark = pytest.mark.e2e
+
 TEXT = README.read_text()
 JSII_BANNER = "!" * 20  # the frame of jsii's Node.js version banners
 SESSIONS = readme.sessions(TEXT)

@@ -31,6 +31,9 @@ from trainium_cdk.config import EXAMPLE_COMMAND, build_config
 from trainium_cdk.dist import write_dist
 from trainium_cdk.parallelcluster.sbatch import render_sbatch
 
+# End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
+pytestmark = pytest.mark.e2e
+
 NODES = 2
 # The deployment rehearsed: the default config with the EKS and Batch backends and two jobs of its own.
 RAW = yaml.safe_load((ROOT / "config" / "default.yaml").read_text())

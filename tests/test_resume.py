@@ -24,6 +24,9 @@ from trainium_cdk.launcher import PEER_LOST_EXIT_CODE
 from tests.test_rehearsal import app, config, dist, run_batch_job, run_slurm_script, run_volcano_job  # noqa: F401
 from trainium_cdk.parallelcluster.sbatch import render_sbatch
 
+# End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
+pytestmark = pytest.mark.e2e
+
 EPOCHS = 12
 LONGER = ["--epochs", str(EPOCHS)]
 

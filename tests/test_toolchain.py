@@ -99,17 +99,17 @@ def test_make_test_adds_the_dev_tools_on_top(tmp_path):
         assert not re.search(rf"^{heavy}==", runtime, re.M), heavy
 
 
-def test_ci_runs_make_test():
-    assert (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1] == "make test"
+def test_ci_runs_make_test_and_its_end_to_end_runs():
+    assert (ROOT / ".ci" / "run").read_text().strip().splitlines()[-2:] == ["make test", "make test-e2e"]
 
 
 def test_make_help_lists_every_documented_target():
     done = subprocess.run(["make", "help"], cwd=ROOT, capture_output=True, text=True, check=True)
     makefile = (ROOT / "Makefile").read_text()
-    documented = re.findall(r"^## ([a-z-]+):", makefile, re.M)
+    documented = re.findall(r"^## ([a-z0-9-]+):", makefile, re.M)
     listed = re.findall(r"^  make (\S+)", done.stdout, re.M)
     assert listed == documented
-    assert {"synth", "test", "plan", "deploy", "diff", "help"} <= set(listed)
+    assert {"synth", "test", "test-e2e", "plan", "deploy", "diff", "help"} <= set(listed)
     for target in documented:
         assert re.search(rf"^{re.escape(target)}:", makefile, re.M), target
 

@@ -1,10 +1,17 @@
-"""The AWS Batch backend stack: per compute group a compute environment, a job queue, a job definition."""
+"""The AWS Batch backend stack: per compute group a compute environment, a job queue, a job definition.
+
+A group takes up to about 33 KiB of template (trn2.48xlarge: 16 EFA interfaces in its launch template,
+its devices and the launcher in its job definition), so CloudFormation's 1 MB template holds about 30:
+the stack keeps its first GROUPS_PER_TEMPLATE groups, and each further GROUPS_PER_TEMPLATE go in a nested
+stack, up to AWS Batch's own limit of 50 job queues (config validation). The first groups never move: a
+group's named job queue cannot move between templates in one deploy.
+"""
 
 from __future__ import annotations
 
 import shlex
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput, NestedStack, Stack
 from constructs import Construct
 
 from trainium_cdk.config import ComputeGroup, Config
@@ -19,6 +26,9 @@ from trainium_cdk.names import (
     BATCH_JOB_DEFINITION_ARN, BATCH_JOB_DEFINITION_NAME, BATCH_JOB_QUEUE_ARN, BATCH_JOB_QUEUE_NAME,
     BATCH_LOG_GROUP_NAME, BATCH_SUBMIT_JOB, OUTPUT_BATCH_GROUPS, OUTPUT_DASHBOARD_NAME,
 )
+
+# Groups per template: 25 x 33 KiB and the shared resources stay well under 1 MB (tests/test_scale_batch.py).
+GROUPS_PER_TEMPLATE = 25
 
 
 class BatchStack(Stack):
@@ -41,11 +51,13 @@ class BatchStack(Stack):
         # One set of roles for every group (the same agent, the same kind of job): what differs by group (its
         # log group) is named in their policies.
         self.roles = BatchRoles(self, "Roles", description=f"every compute group of {construct_id}", metrics=True)
+        self.group_stacks: list[NestedStack] = []
         self.groups = {
             group.name: _training(
-                self, config, group, network=network, storage=storage, name_prefix=construct_id, roles=self.roles
+                self._scope_of(index), config, group, network=network, storage=storage, name_prefix=construct_id,
+                roles=self.roles,
             )
-            for group in config.compute_groups
+            for index, group in enumerate(config.compute_groups)
         }
         if any(training.multi_node for training in self.groups.values()):
             self.task_rules = BatchTaskRules(self, "TaskRules", vpc=network.vpc)
@@ -63,6 +75,19 @@ class BatchStack(Stack):
                 {name: group_entry(config.region, training) for name, training in self.groups.items()}
             ),
         )
+
+    def _scope_of(self, index: int) -> Construct:
+        """Where the group at ``index`` goes: this stack for the first GROUPS_PER_TEMPLATE, then nested stacks."""
+        part = index // GROUPS_PER_TEMPLATE
+        if part == 0:
+            return self
+        while len(self.group_stacks) < part:
+            first = (len(self.group_stacks) + 1) * GROUPS_PER_TEMPLATE
+            self.group_stacks.append(NestedStack(
+                self, f"Groups{first + 1}To{first + GROUPS_PER_TEMPLATE}",
+                description=f"trainium-cdk: AWS Batch compute groups {first + 1} to {first + GROUPS_PER_TEMPLATE}",
+            ))
+        return self.group_stacks[part - 1]
 
 
 def _training(

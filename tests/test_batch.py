@@ -405,26 +405,48 @@ def test_job_role_has_no_permissions_and_execution_role_writes_its_logs(every_ty
     assert group.container["JobRoleArn"] == {"Fn::GetAtt": [group.logical_id(group.construct.job_role), "Arn"]}
     assert _statements(group, group.construct.job_role) == []
     logs = [s for s in _statements(group, group.construct.execution_role) if "logs:PutLogEvents" in s["Action"]]
+    # One execution role for every group: it writes to the groups' own log groups, named one by one.
+    groups = every_type.stacks.backends["batch"].groups.values()
     assert logs == [
         {
             "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
             "Effect": "Allow",
-            "Resource": {"Fn::GetAtt": [group.logical_id(group.construct.log_group), "Arn"]},
+            "Resource": [{"Fn::GetAtt": [group.logical_id(g.log_group), "Arn"]} for g in groups],
         }
     ]
 
 
-def test_outputs_name_queues_definitions_and_the_submit_command(every_type):
+def test_every_group_shares_one_set_of_roles_and_one_instance_profile(every_type):
+    template = every_type.template_json("batch")
+    groups = list(every_type.stacks.backends["batch"].groups.values())
+    assert len(resources(template, "AWS::IAM::Role")) == 3
+    (profile,) = resources(template, "AWS::IAM::InstanceProfile")
+    for training in groups:
+        group = Group(every_type, training.group_name)
+        assert group.compute["InstanceRole"] == {"Fn::GetAtt": [profile, "Arn"]}
+        for role in ("instance_role", "execution_role", "job_role"):
+            assert getattr(training, role) is getattr(groups[0], role)
+
+
+def _batch_groups(result) -> dict[str, dict[str, str]]:
+    """The one JSON output of every group, its tokens as "<token>"."""
+    return json.loads(_text(result.template_json("batch")["Outputs"]["BatchGroups"]["Value"]))
+
+
+def test_one_output_names_queues_definitions_and_the_submit_command(every_type):
     outputs = every_type.template_json("batch")["Outputs"]
-    values = {k: v["Value"] for k, v in outputs.items()}
-    assert values["JobQueueNametrn132xlarge"] == "t-batch-trn1-32xlarge"
-    assert values["JobDefinitionNametrn132xlarge"] == "t-batch-trn1-32xlarge"
-    assert values["SubmitJobtrn132xlarge"] == (
+    assert sorted(outputs) == ["BatchGroups", "DashboardName"]  # not six per group
+    groups = _batch_groups(every_type)
+    assert sorted(groups) == sorted(g.name for g in every_type.config.compute_groups)
+    values = groups["trn1-32xlarge"]
+    assert values["JobQueueName"] == "t-batch-trn1-32xlarge"
+    assert values["JobDefinitionName"] == "t-batch-trn1-32xlarge"
+    assert values["SubmitJob"] == (
         "aws batch submit-job --region us-east-2 --job-name trn1-32xlarge-training --job-queue t-batch-trn1-32xlarge "
         "--job-definition t-batch-trn1-32xlarge --parameters script=/opt/trainium-cdk/examples/mlp/train.py"
     )
     for name in ("JobQueueArn", "JobDefinitionArn", "LogGroupName"):
-        assert f"{name}trn132xlarge" in values
+        assert values[name] == "<token>"
 
 
 # -- reservations, capacity blocks, custom settings ------------------------------------------------
@@ -471,8 +493,7 @@ def test_without_storage_no_mount_and_a_local_compile_cache(reserved):
     assert "lustre" not in group.user_data
     assert group.container.get("Volumes", []) == []
     assert group.environment["TRN_CACHE_DIR"] == "/var/tmp/neuron-compile-cache/reserved"
-    outputs = reserved.template_json("batch")["Outputs"]
-    assert "--parameters" not in outputs["SubmitJobreserved"]["Value"]
+    assert "--parameters" not in _batch_groups(reserved)["reserved"]["SubmitJob"]
 
 
 # -- quality gates ---------------------------------------------------------------------------------

@@ -38,12 +38,13 @@ from tests.test_cli_support import (
 from trainium_cdk.cli import batch_jobs, jobs
 from trainium_cdk.cli._common import CliError
 from trainium_cdk.names import (
-    OUTPUT_JOB_DEFINITION_ARN, OUTPUT_JOB_QUEUE_ARN, OUTPUT_LOG_GROUP_NAME, group_output, output_key,
+    BATCH_JOB_DEFINITION_ARN, BATCH_JOB_QUEUE_ARN, BATCH_LOG_GROUP_NAME, OUTPUT_BATCH_GROUPS, output_key,
 )
 
 STACK = "trainium-batch"
-QUEUE = output_key(group_output(OUTPUT_JOB_QUEUE_ARN, "train"))  # JobQueueArntrain
-DEFINITION = output_key(group_output(OUTPUT_JOB_DEFINITION_ARN, "train"))
+# The fields of group "train" in the batch stack's one JSON output.
+QUEUE = BATCH_JOB_QUEUE_ARN
+DEFINITION = BATCH_JOB_DEFINITION_ARN
 
 # The shared fixtures (aws, aws_env, no_credentials, no_sleep).
 pytest_plugins = ["tests.test_cli_support"]
@@ -59,7 +60,15 @@ def config(tmp_path: Path) -> Path:
     return path
 
 
-def stack_answer(outputs: dict[str, str]) -> Any:
+def group_outputs(groups: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The batch stack's outputs for these groups' fields: one JSON output (names.OUTPUT_BATCH_GROUPS)."""
+    return {output_key(OUTPUT_BATCH_GROUPS): json.dumps(groups)}
+
+
+def stack_answer(fields: dict[str, str]) -> Any:
+    """DescribeStacks of the batch stack, with group "train" of these fields."""
+    outputs = group_outputs({"train": fields})
+
     def answer(params: dict[str, Any]) -> Any:
         if params["StackName"] != STACK:
             message = f"Stack with id {params['StackName']} does not exist"
@@ -90,14 +99,14 @@ def batch(aws: AwsCalls) -> dict[str, str]:
             "targetNodes": "0:", "container": {"image": "neuron", "vcpus": 1, "memory": 128, "command": ["train"]},
         }]},
     )
-    # The keys the batch stack declares (tests/test_names.py checks them against the synthesized template).
-    outputs = {
+    # The fields the batch stack writes for each group (tests/test_names.py checks them against the template).
+    fields = {
         QUEUE: queue["jobQueueArn"],
         DEFINITION: definition["jobDefinitionArn"],
-        output_key(group_output(OUTPUT_LOG_GROUP_NAME, "train")): "/aws/batch/job",
+        BATCH_LOG_GROUP_NAME: "/aws/batch/job",
     }
-    aws.fake("DescribeStacks", stack_answer(outputs))
-    return outputs
+    aws.fake("DescribeStacks", stack_answer(fields))
+    return fields
 
 
 def submitted(aws: AwsCalls) -> list[dict[str, Any]]:
@@ -205,14 +214,22 @@ def test_submit_without_the_stack_says_to_deploy_it(aws, config):
 )
 def test_outputs_are_read_by_their_exact_key(group, expected):
     """A longer group name that contains this one ("train" in "train-big") never claims its outputs."""
-    outputs = {"JobQueueArntrain": "arn:q1", "JobQueueArntrainbig": "arn:q2", "JobQueueNametrain": "q1"}
-    found = batch_jobs.group_output_value(outputs, OUTPUT_JOB_QUEUE_ARN, group=group, stack=STACK)
+    outputs = group_outputs({
+        "train": {QUEUE: "arn:q1", "JobQueueName": "q1"}, "train-big": {QUEUE: "arn:q2"},
+    })
+    found = batch_jobs.group_output_value(outputs, BATCH_JOB_QUEUE_ARN, group=group, stack=STACK)
     assert found == expected
 
 
-def test_a_missing_output_names_the_key_the_group_and_what_is_there():
-    with pytest.raises(CliError, match=r"has no output JobQueueArntrain for compute group train \(outputs: VpcId\)"):
-        batch_jobs.group_output_value({"VpcId": "vpc-1"}, OUTPUT_JOB_QUEUE_ARN, group="train", stack=STACK)
+def test_a_missing_output_names_the_key_and_what_is_there():
+    with pytest.raises(CliError, match=r"has no output BatchGroups \(outputs: VpcId\)"):
+        batch_jobs.group_output_value({"VpcId": "vpc-1"}, BATCH_JOB_QUEUE_ARN, group="train", stack=STACK)
+
+
+def test_a_missing_group_names_the_groups_there():
+    outputs = group_outputs({"big": {QUEUE: "arn:q"}, "small": {QUEUE: "arn:s"}})
+    with pytest.raises(CliError, match=r"has no compute group train in its output BatchGroups \(groups: big, small\)"):
+        batch_jobs.group_output_value(outputs, BATCH_JOB_QUEUE_ARN, group="train", stack=STACK)
 
 
 # -- Batch: status ----------------------------------------------------------------------------------

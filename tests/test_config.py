@@ -233,6 +233,12 @@ BAD_INPUT: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, ...]]] = {
         _raw(eks={"endpoint_access": "public-and-private", "public_access_cidrs": ["office"]}),
         {}, ("eks.public_access_cidrs[0]", "'office'", "IPv4 network"),
     ),
+    "more Batch groups than Batch's job queue quota": (
+        _raw(backends=["batch"], compute_groups=[
+            {"name": f"g{i}", "instance_type": "trn1.32xlarge", "az_ids": "usw2-az4"} for i in range(51)
+        ]), {},
+        ("compute_groups = 51", "at most 50 groups with the batch backend", "per account and region"),
+    ),
     "public endpoint without CIDRs": (
         _raw(eks={"endpoint_access": "public-and-private"}), {}, ("eks.public_access_cidrs", "[]", "endpoint_access: private"),
     ),

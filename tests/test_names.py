@@ -5,6 +5,7 @@ synthesized stacks declare."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -41,6 +42,16 @@ SHARED = {
     "the shared mount": names.SHARED_MOUNT,
 }
 OUTPUT_IDS = sorted(v for k, v in vars(names).items() if k.startswith("OUTPUT_"))
+
+
+def _literal(value) -> str:
+    """A template value as text: an Fn::Join's parts joined, any other token as "<token>"."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return separator.join(_literal(p) for p in parts)
+    return "<token>"
 
 
 @pytest.mark.parametrize("what", sorted(SHARED))
@@ -85,10 +96,12 @@ def test_the_cli_reads_the_keys_the_synthesized_stacks_declare():
     from trainium_cdk.dist import PLACEHOLDERS
 
     app = synthesized("trn1n.32xlarge+trn1.2xlarge")  # two groups, one of them named like a prefix
-    batch = set(app.template_json("batch")["Outputs"])
+    outputs = app.template_json("batch")["Outputs"]
+    groups = json.loads(_literal(outputs[names.output_key(names.OUTPUT_BATCH_GROUPS)]["Value"]))
+    assert sorted(groups) == sorted(g.name for g in app.config.compute_groups)
     for group in app.config.compute_groups:
-        for kind in (names.OUTPUT_JOB_QUEUE_ARN, names.OUTPUT_JOB_DEFINITION_ARN, names.OUTPUT_LOG_GROUP_NAME):
-            assert names.output_key(names.group_output(kind, group.name)) in batch
+        for field in (names.BATCH_JOB_QUEUE_ARN, names.BATCH_JOB_DEFINITION_ARN, names.BATCH_LOG_GROUP_NAME):
+            assert field in groups[group.name]
     assert eks_jobs.IMAGE_OUTPUT in app.template_json("eks")["Outputs"]
     for placeholder, (stack, key) in PLACEHOLDERS.items():
         if not stack:

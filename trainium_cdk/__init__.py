@@ -54,6 +54,7 @@ _PUBLIC = {
     "TrainingWorkloads": "trainium_cdk.constructs.eks_workloads",
     "TrainingWorkloadsOptions": "trainium_cdk.constructs.eks_workloads",
     "TrainiumBatch": "trainium_cdk.constructs.batch",
+    "BatchRoles": "trainium_cdk.constructs.batch_roles",
     "BatchTaskRules": "trainium_cdk.constructs.batch_tasks",
     "SlurmCluster": "trainium_cdk.constructs.parallelcluster",
     "DevInstance": "trainium_cdk.constructs.dev_instance",
@@ -124,6 +125,7 @@ if TYPE_CHECKING:  # static type checkers see the real names
     )
     from trainium_cdk.config import Config, build_config, load_config
     from trainium_cdk.constructs.batch import TrainiumBatch
+    from trainium_cdk.constructs.batch_roles import BatchRoles
     from trainium_cdk.constructs.dev_instance import DevInstance
     from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
     from trainium_cdk.constructs.eks_cluster import TrainiumCluster

@@ -284,6 +284,12 @@ SUBNET_MAX_PREFIX = 28
 GP3_MAX_GIB = 16384
 # AWS Batch retries a job at most 10 attempts (RetryStrategy.attempts).
 BATCH_MAX_ATTEMPTS = 10
+# AWS Batch's quotas per account and region, which cannot be raised ("AWS Batch service quotas"): 50 job
+# queues and 50 compute environments (and 3 environments per queue: a group's queue has one). Each compute
+# group of the batch backend is one queue and one environment.
+BATCH_MAX_JOB_QUEUES = 50
+BATCH_MAX_COMPUTE_ENVIRONMENTS = 50
+BATCH_MAX_COMPUTE_GROUPS = min(BATCH_MAX_JOB_QUEUES, BATCH_MAX_COMPUTE_ENVIRONMENTS)
 
 
 def check_lustre(deployment_type: str, capacity_gib: int, throughput_mb_per_tib: int | None, *, prefix: str = "") -> None:

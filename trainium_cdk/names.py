@@ -56,6 +56,7 @@ CHECKPOINT_ROOT = f"{SHARED_MOUNT}/checkpoints"
 # -- Stack outputs ------------------------------------------------------------------------------------
 # The construct id of each CfnOutput; CloudFormation shows it as :func:`output_key` (CDK drops the
 # characters a logical id cannot hold). Per-group outputs are ``<kind>-<group>`` (:func:`group_output`).
+# A stack whose groups are many (Batch) writes them as one JSON output instead.
 
 # network
 OUTPUT_VPC_ID = "VpcId"
@@ -81,13 +82,16 @@ ACCESS_HOST_ROOT_VOLUME_GIB = 8
 # The EKS system node group's volumes: EKS's default DiskSize, which the node group leaves unset (it is
 # create-only: setting it now would replace the node group). Priced by cost.py.
 SYSTEM_NODE_DISK_GIB = 20
-# batch, per group
-OUTPUT_JOB_QUEUE_NAME = "JobQueueName"
-OUTPUT_JOB_QUEUE_ARN = "JobQueueArn"
-OUTPUT_JOB_DEFINITION_NAME = "JobDefinitionName"
-OUTPUT_JOB_DEFINITION_ARN = "JobDefinitionArn"
-OUTPUT_LOG_GROUP_NAME = "LogGroupName"
-OUTPUT_SUBMIT_JOB = "SubmitJob"
+# batch: one output for every compute group, a JSON object of group name -> {field: value} with the
+# BATCH_* fields below. An output per group and field (six a group) would reach CloudFormation's 200
+# outputs at 33 groups, short of AWS Batch's own limit of 50 job queues.
+OUTPUT_BATCH_GROUPS = "BatchGroups"
+BATCH_JOB_QUEUE_NAME = "JobQueueName"
+BATCH_JOB_QUEUE_ARN = "JobQueueArn"
+BATCH_JOB_DEFINITION_NAME = "JobDefinitionName"
+BATCH_JOB_DEFINITION_ARN = "JobDefinitionArn"
+BATCH_LOG_GROUP_NAME = "LogGroupName"
+BATCH_SUBMIT_JOB = "SubmitJob"
 # parallelcluster
 OUTPUT_HEAD_NODE_INSTANCE_ID = "HeadNodeInstanceId"
 OUTPUT_HEAD_NODE_SESSION = "HeadNodeSession"

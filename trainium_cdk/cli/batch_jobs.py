@@ -1,9 +1,7 @@
 """Jobs on the AWS Batch backend: multi-node parallel jobs on the deployed ``<project>-batch`` stack.
 
-The job queue and job definition of a compute group come from the stack's outputs. Their keys are
-matched loosely (any output whose key contains "JobQueue" / "JobDefinition", preferring the one that
-names the group, then an ARN) so that the stack may name them ``TrainJobQueueArn``,
-``JobQueue-train`` or ``JobQueue`` alone.
+The job queue and job definition of a compute group come from the stack's one JSON output of every
+group (names.OUTPUT_BATCH_GROUPS: group name -> names.BATCH_* fields).
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ from trainium_cdk.cli.jobs import (
 from trainium_cdk.config import Config
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.names import (
-    OUTPUT_JOB_DEFINITION_ARN, OUTPUT_JOB_QUEUE_ARN, OUTPUT_LOG_GROUP_NAME, group_output, output_key,
+    BATCH_JOB_DEFINITION_ARN, BATCH_JOB_QUEUE_ARN, BATCH_LOG_GROUP_NAME, OUTPUT_BATCH_GROUPS, output_key,
 )
 
 STACK_PART = "batch"
@@ -46,17 +44,39 @@ _DESCRIBE_MAX = 100
 # -- stack outputs -----------------------------------------------------------------------------------
 
 
-def group_output_value(outputs: Mapping[str, str], kind: str, *, group: str, stack: str) -> str:
-    """The value of the ``kind`` output (names.OUTPUT_JOB_QUEUE_ARN, ...) of compute group ``group``,
-    by the exact key the batch stack writes."""
-    key = output_key(group_output(kind, group))
-    try:
-        return outputs[key]
-    except KeyError:
+def batch_groups(outputs: Mapping[str, str], *, stack: str) -> dict[str, dict[str, str]]:
+    """Every compute group's entry of the batch stack's names.OUTPUT_BATCH_GROUPS output."""
+    key = output_key(OUTPUT_BATCH_GROUPS)
+    if key not in outputs:
         listed = ", ".join(sorted(outputs)) or "none"
         raise CliError(
-            f"stack {stack} has no output {key} for compute group {group} (outputs: {listed}): redeploy it "
-            "with this group and backends: [batch], or pass --group"
+            f"stack {stack} has no output {key} (outputs: {listed}): redeploy it with backends: [batch]"
+        )
+    try:
+        groups = json.loads(outputs[key])
+    except json.JSONDecodeError as err:
+        raise CliError(f"output {key} of stack {stack} is not the JSON the batch stack writes ({err})") from None
+    if not isinstance(groups, dict):
+        raise CliError(f"output {key} of stack {stack} is not a JSON object of compute groups")
+    return groups
+
+
+def group_output_value(outputs: Mapping[str, str], field: str, *, group: str, stack: str) -> str:
+    """The ``field`` (names.BATCH_JOB_QUEUE_ARN, ...) of compute group ``group`` in the batch stack's
+    outputs."""
+    groups = batch_groups(outputs, stack=stack)
+    key = output_key(OUTPUT_BATCH_GROUPS)
+    if group not in groups:
+        listed = ", ".join(sorted(groups)) or "none"
+        raise CliError(
+            f"stack {stack} has no compute group {group} in its output {key} (groups: {listed}): redeploy it "
+            "with this group, or pass --group"
+        )
+    try:
+        return str(groups[group][field])
+    except (KeyError, TypeError):
+        raise CliError(
+            f"compute group {group} in output {key} of stack {stack} has no {field}: redeploy {stack}"
         ) from None
 
 
@@ -99,8 +119,8 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
     sess = session(config.region)
     stack = config.stack_name(STACK_PART)
     outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend="batch")
-    queue = group_output_value(outputs, OUTPUT_JOB_QUEUE_ARN, group=group.name, stack=stack)
-    definition = group_output_value(outputs, OUTPUT_JOB_DEFINITION_ARN, group=group.name, stack=stack)
+    queue = group_output_value(outputs, BATCH_JOB_QUEUE_ARN, group=group.name, stack=stack)
+    definition = group_output_value(outputs, BATCH_JOB_DEFINITION_ARN, group=group.name, stack=stack)
     batch = client(sess, "batch")
     kind = job_definition_type(batch, definition)
     if kind is None:
@@ -230,11 +250,12 @@ def _definition_log_group(batch: Any, definition: str | None) -> str | None:
 
 
 def _output_log_group(outputs: Callable[[], Mapping[str, str]]) -> str | None:
-    """The job log group the batch stack names (every group's output names the same group), or None."""
+    """The job log group the batch stack names when every group names the same one, or None."""
     try:
-        found = {v for k, v in outputs().items() if k.startswith(output_key(OUTPUT_LOG_GROUP_NAME))}
+        groups = batch_groups(outputs(), stack="")
     except CliError:
         return None
+    found = {str(entry.get(BATCH_LOG_GROUP_NAME)) for entry in groups.values() if isinstance(entry, dict)}
     return found.pop() if len(found) == 1 else None
 
 

@@ -122,15 +122,15 @@ def fabric(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                   f"{fabric_script_name(group)}\n  then: trn check fabric --report fabric-<job id>.out\n")
         return 0
     from trainium_cdk.cli.batch_jobs import STACK_PART, group_output_value
-    from trainium_cdk.names import OUTPUT_JOB_DEFINITION_ARN, OUTPUT_JOB_QUEUE_ARN
+    from trainium_cdk.names import BATCH_JOB_DEFINITION_ARN, BATCH_JOB_QUEUE_ARN
 
     sess = session(config.region)
     stack = config.stack_name(STACK_PART)
     outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend="batch")
     request = batch_request(
         name=name,
-        queue=group_output_value(outputs, OUTPUT_JOB_QUEUE_ARN, group=group.name, stack=stack),
-        definition=group_output_value(outputs, OUTPUT_JOB_DEFINITION_ARN, group=group.name, stack=stack),
+        queue=group_output_value(outputs, BATCH_JOB_QUEUE_ARN, group=group.name, stack=stack),
+        definition=group_output_value(outputs, BATCH_JOB_DEFINITION_ARN, group=group.name, stack=stack),
         nodes=nodes, config=config, group_name=group.name,
     )
     if args.dry_run:

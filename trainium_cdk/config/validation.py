@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainium_cdk.catalog import (
-    AZ_ID, PARALLELCLUSTER_MAX_COMPUTE_RESOURCES, PARALLELCLUSTER_MAX_QUEUES, REGION_CODE, SLURM_RESERVED_QUEUE_NAMES,
-    az_id_prefix,
+    AZ_ID, BATCH_MAX_COMPUTE_GROUPS, PARALLELCLUSTER_MAX_COMPUTE_RESOURCES, PARALLELCLUSTER_MAX_QUEUES, REGION_CODE,
+    SLURM_RESERVED_QUEUE_NAMES, az_id_prefix,
 )
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.versions import NEURON_TRACKS, PARALLELCLUSTER_VERSION
@@ -152,6 +152,12 @@ def check_backends(config: Config) -> None:
 
 
 def check_batch(config: Config) -> None:
+    if len(config.compute_groups) > BATCH_MAX_COMPUTE_GROUPS:
+        raise ConfigError(
+            "compute_groups", len(config.compute_groups),
+            f"at most {BATCH_MAX_COMPUTE_GROUPS} groups with the batch backend: each is an AWS Batch job queue and "
+            f"compute environment, and Batch allows {BATCH_MAX_COMPUTE_GROUPS} of each per account and region",
+        )
     for i, group in enumerate(config.compute_groups):
         if not config.spec(group).for_training:
             raise ConfigError(

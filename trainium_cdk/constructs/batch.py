@@ -26,13 +26,13 @@ from constructs import Construct
 from trainium_cdk import neuron_metrics
 from trainium_cdk.catalog import InstanceSpec, check_ami_id
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
-from trainium_cdk.constructs.nag import acknowledge, nag_form
+from trainium_cdk.constructs.batch_roles import BatchRoles
+from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.launcher import PEER_LOST_EXIT_CODE, launch_command, launch_environment
 from trainium_cdk.lustre_client import mount_commands as lustre_mount_commands
 from trainium_cdk.names import CHECKPOINT_ROOT, SHARED_MOUNT
-from trainium_cdk.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
 from trainium_cdk.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
 from trainium_cdk.neuron_metrics import install_command as neuron_metrics_install
 from trainium_cdk.training_env import (
@@ -88,23 +88,6 @@ ECS_BLOCK_IMDS = "ECS_AWSVPC_BLOCK_IMDS=true"
 NEURON_METRICS_SOURCE = Path(neuron_metrics.__file__)
 NEURON_METRICS_END = "TRAINIUM_NEURON_METRICS"
 
-# What the ECS agent on a Batch node calls (AmazonEC2ContainerServiceforEC2Role, without
-# ecs:CreateCluster, CloudWatch Logs and ECR on every repository): Batch owns the ECS cluster, logs go
-# through the execution role, and images come from one repository.
-# Each on the resource type the service authorization reference gives it: the clusters and container
-# instances AWS Batch creates (it names its clusters AWSBatch-<compute environment>-<id>); the poll
-# endpoint and the EC2 tags have no resource type.
-ECS_CLUSTER_ACTIONS = (
-    "ecs:RegisterContainerInstance",
-    "ecs:DeregisterContainerInstance",
-    "ecs:SubmitAttachmentStateChanges",
-    "ecs:SubmitContainerStateChange",
-    "ecs:SubmitTaskStateChange",
-)
-ECS_CONTAINER_INSTANCE_ACTIONS = ("ecs:Poll", "ecs:StartTelemetrySession", "ecs:UpdateContainerInstancesState")
-ECS_UNSCOPED_ACTIONS = ("ecs:DiscoverPollEndpoint", "ec2:DescribeTags")
-ECS_AGENT_ACTIONS = (*ECS_CLUSTER_ACTIONS, *ECS_CONTAINER_INSTANCE_ACTIONS, *ECS_UNSCOPED_ACTIONS)
-BATCH_ECS_CLUSTERS = "AWSBatch-*"
 ECR_PULL_ACTIONS = ("ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage")
 _ECR_IMAGE = re.compile(
     r"^(?P<account>[0-9]{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/(?P<repo>[^:@]+)"
@@ -112,7 +95,8 @@ _ECR_IMAGE = re.compile(
 
 
 class TrainiumBatch(Construct):
-    """AWS Batch for one compute group: compute environment, job queue, job definition, logs, roles.
+    """AWS Batch for one compute group: compute environment, job queue, job definition, logs; its roles
+    its own or, given ``roles``, those every group of the stack shares.
 
     :param group_name: the compute group's short name: in the queue and job definition names, the role
         descriptions, the log stream prefix and the compile cache directory.
@@ -147,7 +131,10 @@ class TrainiumBatch(Construct):
     :param name_prefix: prefix of the job queue and job definition names; default: generated names.
     :param metrics_deployment: publish every node's neuron-monitor metrics to CloudWatch (namespace
         ``neuron_metrics.NAMESPACE``) with this value of the ``Deployment`` dimension; default none
-        (no metrics).
+        (no metrics). Given ``roles``, they must have been made with ``metrics=True``.
+    :param roles: the instance role and profile, execution and job roles, shared with other groups (the
+        stack's :class:`BatchRoles`); this group grants them its image pulls and log writes. Default: roles
+        of its own.
     """
 
     def __init__(
@@ -177,6 +164,7 @@ class TrainiumBatch(Construct):
         name_prefix: str | None = None,
         metrics_deployment: str | None = None,
         ami_id: str | None = None,
+        roles: BatchRoles | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         maximum = max_nodes if max_nodes is not None else nodes
@@ -227,7 +215,17 @@ class TrainiumBatch(Construct):
             user_data=node_user_data(spec, storage, driver=track.driver, metrics_deployment=metrics_deployment),
         )
         self.metrics_deployment = metrics_deployment
-        self.instance_role = self._instance_role()
+        if roles is not None and metrics_deployment is not None and not roles.metrics:
+            raise ConfigError("roles", roles.node.path, "roles made with metrics=True, as metrics_deployment is set")
+        self.roles = roles or BatchRoles(
+            self, "Roles", description=f"compute group {group_name}", metrics=metrics_deployment is not None
+        )
+        self.instance_role = self.roles.instance_role
+        self.job_role = self.roles.job_role
+        self.execution_role = self.roles.execution_role
+        # Depending on its configuration the ECS agent pulls with the execution or the instance role: both may.
+        self._grant_pull(self.instance_role)
+        self._grant_pull(self.execution_role)
         self.compute_environment = batch.ManagedEc2EcsComputeEnvironment(
             self,
             "ComputeEnvironment",
@@ -256,6 +254,9 @@ class TrainiumBatch(Construct):
         )
         cfn_ce = self.compute_environment.node.default_child
         assert isinstance(cfn_ce, batch.CfnComputeEnvironment)
+        # The L2 makes a profile per environment: every environment uses the roles' one profile instead.
+        self.compute_environment.node.try_remove_child("InstanceProfile")
+        cfn_ce.add_property_override("ComputeResources.InstanceRole", self.roles.instance_profile.instance_profile_arn)
         if spec.has_efa:
             # EC2 rejects instance-level security groups next to the template's network interfaces.
             cfn_ce.add_property_deletion_override("ComputeResources.SecurityGroupIds")
@@ -277,27 +278,6 @@ class TrainiumBatch(Construct):
             "Logs",
             retention=log_retention,
             removal_policy=log_removal_policy,
-        )
-        self.job_role = iam.Role(
-            self,
-            "JobRole",
-            assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
-            description=f"Training jobs of compute group {group_name}: no permissions until granted",
-        )
-        self.execution_role = iam.Role(
-            self,
-            "ExecutionRole",
-            assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
-            description=f"ECS agent for the jobs of compute group {group_name}: write their logs",
-        )
-        # Depending on its configuration the ECS agent pulls with the execution or the instance role: both may.
-        self._grant_pull(self.execution_role)
-        acknowledge(
-            self.execution_role,
-            "AwsSolutions-IAM5",
-            ["Resource::*"],
-            "ecr:GetAuthorizationToken has no resource-level permissions; image pulls are limited to the "
-            "training image's repository.",
         )
         self.container = self._container(command, storage)
         Annotations.of(self.container).acknowledge_warning(
@@ -357,41 +337,6 @@ class TrainiumBatch(Construct):
         )
         return env
 
-    def _instance_role(self) -> iam.Role:
-        role = iam.Role(
-            self,
-            "InstanceRole",
-            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description=f"ECS agent on the Batch nodes of compute group {self.group_name}",
-        )
-        stack = Stack.of(self)
-        clusters = stack.format_arn(service="ecs", resource="cluster", resource_name=BATCH_ECS_CLUSTERS)
-        instances = stack.format_arn(service="ecs", resource="container-instance", resource_name=f"{BATCH_ECS_CLUSTERS}/*")
-        role.add_to_policy(iam.PolicyStatement(actions=list(ECS_CLUSTER_ACTIONS), resources=[clusters]))
-        role.add_to_policy(iam.PolicyStatement(actions=list(ECS_CONTAINER_INSTANCE_ACTIONS), resources=[instances]))
-        role.add_to_policy(iam.PolicyStatement(actions=list(ECS_UNSCOPED_ACTIONS), resources=["*"]))
-        # Container instances are tagged when they register; nothing else may be tagged.
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["ecs:TagResource"],
-                resources=[instances],
-                conditions={"StringEquals": {"ecs:CreateAction": ["RegisterContainerInstance"]}},
-            )
-        )
-        self._grant_pull(role)
-        reason = (
-            "The ECS agent acts on the ECS clusters (AWSBatch-*) and container instances AWS Batch creates and "
-            "names at run time; ecs:DiscoverPollEndpoint, ecr:GetAuthorizationToken and ec2:DescribeTags have "
-            "no resource-level permissions."
-        )
-        if self.metrics_deployment is not None:
-            role.add_to_policy(neuron_metrics_statement())
-            reason += " cloudwatch:PutMetricData has none either: it is limited to the Neuron metrics namespace."
-        acknowledge(role, "AwsSolutions-IAM5",
-                    ["Resource::*", f"Resource::{nag_form(stack, clusters)}", f"Resource::{nag_form(stack, instances)}"],
-                    reason)
-        return role
-
     def _grant_pull(self, role: iam.Role) -> None:
         """Pull the training image: the example image's asset repository, or the one ECR repository of the
         configured image (nothing for another registry)."""
@@ -447,15 +392,6 @@ class TrainiumBatch(Construct):
             logging=ecs.LogDriver.aws_logs(stream_prefix=self.group_name, log_group=self.log_group),
             volumes=volumes,
         )
-
-
-def neuron_metrics_statement() -> iam.PolicyStatement:
-    """PutMetricData into the Neuron metrics namespace only (the action has no resource-level permissions)."""
-    return iam.PolicyStatement(
-        actions=["cloudwatch:PutMetricData"],
-        resources=["*"],
-        conditions={"StringEquals": {"cloudwatch:namespace": NEURON_METRICS_NAMESPACE}},
-    )
 
 
 def node_user_data(

@@ -1,23 +1,34 @@
-"""The AWS Batch backend stack: per compute group a compute environment, a job queue, a job definition."""
+"""The AWS Batch backend stack: per compute group a compute environment, a job queue, a job definition.
+
+A group takes up to about 33 KiB of template (trn2.48xlarge: 16 EFA interfaces in its launch template,
+its devices and the launcher in its job definition), so CloudFormation's 1 MB template holds about 30:
+the stack keeps its first GROUPS_PER_TEMPLATE groups, and each further GROUPS_PER_TEMPLATE go in a nested
+stack, up to AWS Batch's own limit of 50 job queues (config validation). The first groups never move: a
+group's named job queue cannot move between templates in one deploy.
+"""
 
 from __future__ import annotations
 
 import shlex
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput, NestedStack, Stack
 from constructs import Construct
 
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.constructs.batch import SCRIPT_PARAMETER, TrainiumBatch
+from trainium_cdk.constructs.batch_roles import BatchRoles
 from trainium_cdk.constructs.batch_tasks import BatchTaskRules
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.stacks._props import batch_props
 from trainium_cdk.names import (
-    OUTPUT_JOB_DEFINITION_ARN, OUTPUT_JOB_DEFINITION_NAME, OUTPUT_JOB_QUEUE_ARN, OUTPUT_JOB_QUEUE_NAME,
-    OUTPUT_DASHBOARD_NAME, OUTPUT_LOG_GROUP_NAME, OUTPUT_SUBMIT_JOB, group_output,
+    BATCH_JOB_DEFINITION_ARN, BATCH_JOB_DEFINITION_NAME, BATCH_JOB_QUEUE_ARN, BATCH_JOB_QUEUE_NAME,
+    BATCH_LOG_GROUP_NAME, BATCH_SUBMIT_JOB, OUTPUT_BATCH_GROUPS, OUTPUT_DASHBOARD_NAME,
 )
+
+# Groups per template: 25 x 33 KiB and the shared resources stay well under 1 MB (tests/test_scale_batch.py).
+GROUPS_PER_TEMPLATE = 25
 
 
 class BatchStack(Stack):
@@ -37,9 +48,16 @@ class BatchStack(Stack):
             description="trainium-cdk: AWS Batch multi-node parallel training on Trainium",
             **kwargs,
         )
+        # One set of roles for every group (the same agent, the same kind of job): what differs by group (its
+        # log group) is named in their policies.
+        self.roles = BatchRoles(self, "Roles", description=f"every compute group of {construct_id}", metrics=True)
+        self.group_stacks: list[NestedStack] = []
         self.groups = {
-            group.name: _training(self, config, group, network=network, storage=storage, name_prefix=construct_id)
-            for group in config.compute_groups
+            group.name: _training(
+                self._scope_of(index), config, group, network=network, storage=storage, name_prefix=construct_id,
+                roles=self.roles,
+            )
+            for index, group in enumerate(config.compute_groups)
         }
         if any(training.multi_node for training in self.groups.values()):
             self.task_rules = BatchTaskRules(self, "TaskRules", vpc=network.vpc)
@@ -49,13 +67,27 @@ class BatchStack(Stack):
             file_system_id=storage.file_system_id if storage is not None else None,
         )
         CfnOutput(self, OUTPUT_DASHBOARD_NAME, value=self.metrics.dashboard.dashboard_name)
-        for name, training in self.groups.items():
-            CfnOutput(self, group_output(OUTPUT_JOB_QUEUE_NAME, name), value=training.job_queue_name)
-            CfnOutput(self, group_output(OUTPUT_JOB_QUEUE_ARN, name), value=training.job_queue.job_queue_arn)
-            CfnOutput(self, group_output(OUTPUT_JOB_DEFINITION_NAME, name), value=training.job_definition_name)
-            CfnOutput(self, group_output(OUTPUT_JOB_DEFINITION_ARN, name), value=training.job_definition.job_definition_arn)
-            CfnOutput(self, group_output(OUTPUT_LOG_GROUP_NAME, name), value=training.log_group.log_group_name)
-            CfnOutput(self, group_output(OUTPUT_SUBMIT_JOB, name), value=submit_job_command(config.region, training))
+        # One output for every group (names.OUTPUT_BATCH_GROUPS): six per group would stop at 33 groups.
+        CfnOutput(
+            self, OUTPUT_BATCH_GROUPS,
+            description="Each compute group's job queue, job definition, log group and submit command (JSON)",
+            value=self.to_json_string(
+                {name: group_entry(config.region, training) for name, training in self.groups.items()}
+            ),
+        )
+
+    def _scope_of(self, index: int) -> Construct:
+        """Where the group at ``index`` goes: this stack for the first GROUPS_PER_TEMPLATE, then nested stacks."""
+        part = index // GROUPS_PER_TEMPLATE
+        if part == 0:
+            return self
+        while len(self.group_stacks) < part:
+            first = (len(self.group_stacks) + 1) * GROUPS_PER_TEMPLATE
+            self.group_stacks.append(NestedStack(
+                self, f"Groups{first + 1}To{first + GROUPS_PER_TEMPLATE}",
+                description=f"trainium-cdk: AWS Batch compute groups {first + 1} to {first + GROUPS_PER_TEMPLATE}",
+            ))
+        return self.group_stacks[part - 1]
 
 
 def _training(
@@ -66,6 +98,7 @@ def _training(
     network: TrainingNetwork,
     storage: LustreStorage | None,
     name_prefix: str,
+    roles: BatchRoles,
 ) -> TrainiumBatch:
     """One compute group's TrainiumBatch, on the network and file system, its props mapped from the config."""
     return TrainiumBatch(
@@ -78,8 +111,21 @@ def _training(
         storage=storage,
         name_prefix=name_prefix,
         metrics_deployment=name_prefix,
+        roles=roles,
         **batch_props(config, group),
     )
+
+
+def group_entry(region: str, training: TrainiumBatch) -> dict[str, str]:
+    """One compute group's entry in the OUTPUT_BATCH_GROUPS output (tokens until deploy)."""
+    return {
+        BATCH_JOB_QUEUE_NAME: training.job_queue_name,
+        BATCH_JOB_QUEUE_ARN: training.job_queue.job_queue_arn,
+        BATCH_JOB_DEFINITION_NAME: training.job_definition_name,
+        BATCH_JOB_DEFINITION_ARN: training.job_definition.job_definition_arn,
+        BATCH_LOG_GROUP_NAME: training.log_group.log_group_name,
+        BATCH_SUBMIT_JOB: submit_job_command(region, training),
+    }
 
 
 def submit_job_command(region: str, training: TrainiumBatch) -> str:

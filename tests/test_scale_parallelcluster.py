@@ -127,4 +127,4 @@ def test_one_group_more_is_refused_with_the_limit():
 
 
 def test_other_backends_are_not_held_to_parallelclusters_limit():
-    assert len(_config(MAXIMUM + 1, backends=("batch",)).compute_groups) == MAXIMUM + 1
+    assert len(_config(MAXIMUM + 1, backends=("eks",)).compute_groups) == MAXIMUM + 1

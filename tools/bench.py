@@ -1,8 +1,11 @@
-"""`make bench`: cold wall time and peak memory of `cdk synth` through the CDK CLI (not a test).
+"""`make bench`: how synth scales (not a test).
 
-Runs the default app, and an app with 8 compute groups, 3 times each from an empty output folder,
-and prints the median wall time and the median of the peak resident memory of the whole process
-tree (CLI, Python app, jsii runtime), sampled every 20 ms from /proc.
+1. Cold wall time and peak memory of `cdk synth` through the CDK CLI: the default app, and an app with 8
+   compute groups, 3 times each from an empty output folder; the median wall time and the median of the
+   peak resident memory of the whole process tree (CLI, Python app, jsii runtime), sampled every 20 ms.
+2. Templates per backend as compute groups are added (1, 10, 25, 50 identical trn1.32xlarge groups,
+   synthesized in this process): templates, resources, outputs and bytes of the app (nested stacks
+   included), its largest template, and what each extra group costs between 10 and 25 and 25 and 50.
 """
 
 from __future__ import annotations
@@ -78,7 +81,53 @@ def measure(label: str, context: list[str]) -> float:
     return wall
 
 
+SCALE_BACKENDS = ("eks", "batch", "parallelcluster")
+SCALE_SIZES = (1, 10, 25, 50)
+
+
+def synth_in_process(raw: dict, outdir: Path) -> list[dict]:
+    """Every template of the app ``raw`` describes (nested stacks included), as CDK writes them."""
+    import json
+
+    import aws_cdk as cdk
+
+    from trainium_cdk.config import build_config
+    from trainium_cdk.stacks import compose
+
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    app = cdk.App(outdir=str(outdir), context=context)
+    compose(app, build_config(raw))
+    app.synth()
+    return [{"bytes": p.stat().st_size, **json.loads(p.read_text())} for p in sorted(outdir.glob("*.template.json"))]
+
+
+def scale(backend: str) -> None:
+    base = yaml.safe_load((ROOT / "config/default.yaml").read_text())
+    rows = {}
+    for count in SCALE_SIZES:
+        raw = {**base, "backends": [backend], "compute_groups": [
+            {"name": f"g{i}", "instance_type": "trn1.32xlarge", "nodes": 2, "az_ids": "usw2-az4"} for i in range(count)]}
+        with tempfile.TemporaryDirectory() as tmp:
+            templates = synth_in_process(raw, Path(tmp))
+        rows[count] = (
+            len(templates),
+            sum(len(t.get("Resources", {})) for t in templates),
+            sum(len(t.get("Outputs", {})) for t in templates),
+            sum(t["bytes"] for t in templates) / 1024,
+            max(t["bytes"] for t in templates) / 1024,
+        )
+        print(f"  {backend:<16} {count:>3} groups: {rows[count][0]:>2} templates, {rows[count][1]:>4} resources, "
+              f"{rows[count][2]:>3} outputs, {rows[count][3]:7.1f} KiB (largest {rows[count][4]:6.1f} KiB)")
+    steps = list(zip(SCALE_SIZES[1:], SCALE_SIZES[2:]))
+    print(f"  {backend:<16} per extra group: " + "; ".join(
+        f"{a}->{b}: {(rows[b][1] - rows[a][1]) / (b - a):.1f} resources, {(rows[b][3] - rows[a][3]) / (b - a):.1f} KiB"
+        for a, b in steps))
+
+
 def main() -> None:
+    print(f"templates as compute groups are added (in-process synth, {os.cpu_count()} cores)")
+    for backend in SCALE_BACKENDS:
+        scale(backend)
     print(f"cold `cdk synth` through the CDK CLI, median of {RUNS}, {os.cpu_count()} cores")
     default = measure("default app (1 group)", [])
     with tempfile.TemporaryDirectory() as tmp:

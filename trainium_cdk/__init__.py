@@ -43,6 +43,8 @@ _PUBLIC = {
     "ComputePlacement": "trainium_cdk.constructs.network",
     "LustreStorage": "trainium_cdk.constructs.storage",
     "DataRepositoryProps": "trainium_cdk.constructs.storage",
+    "ILustreStorage": "trainium_cdk.constructs.storage",
+    "LustreMount": "trainium_cdk.constructs.storage",
     "EfaLaunchTemplate": "trainium_cdk.constructs.efa_launch_template",
     "TrainiumCluster": "trainium_cdk.constructs.eks_cluster",
     "TrainiumNodeGroup": "trainium_cdk.constructs.eks_nodegroup",
@@ -133,7 +135,7 @@ if TYPE_CHECKING:  # static type checkers see the real names
     from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
     from trainium_cdk.constructs.network import ComputePlacement, TrainingNetwork
     from trainium_cdk.constructs.parallelcluster import SlurmCluster
-    from trainium_cdk.constructs.storage import DataRepositoryProps, LustreStorage
+    from trainium_cdk.constructs.storage import DataRepositoryProps, ILustreStorage, LustreMount, LustreStorage
     from trainium_cdk.errors import ConfigError
     from trainium_cdk.jobs import JobSpec
     from trainium_cdk.stacks.batch_stack import BatchStack

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+_Init = TypeVar("_Init", bound=Callable[..., None])
 
 
 class ConfigError(ValueError):
@@ -19,3 +22,21 @@ class ConfigError(ValueError):
 def one_of(values: Iterable[Any]) -> str:
     """'allowed: a, b, c' for error messages."""
     return "allowed: " + ", ".join(str(v) for v in values)
+
+
+def names_construct_path(init: _Init) -> _Init:
+    """Decorate a construct's ``__init__(self, scope, construct_id, ...)``: a ConfigError raised while it
+    runs names the construct's path (``MyStack/Training.system_nodes``), so that an app with several
+    constructs of a kind knows which one. An error that already names a path inside it passes unchanged."""
+
+    @functools.wraps(init)
+    def wrapper(self: Any, scope: Any, construct_id: str, *args: Any, **kwargs: Any) -> None:
+        try:
+            init(self, scope, construct_id, *args, **kwargs)
+        except ConfigError as err:
+            path = "/".join(p for p in (scope.node.path, construct_id) if p)
+            if str(err.field).startswith(f"{path}/"):
+                raise
+            raise ConfigError(f"{path}.{err.field}", err.value, err.allowed) from None
+
+    return wrapper  # type: ignore[return-value]

@@ -28,8 +28,8 @@ from trainium_cdk.catalog import InstanceSpec, check_ami_id
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.batch_roles import BatchRoles
 from trainium_cdk.constructs.nag import acknowledge
-from trainium_cdk.constructs.storage import LustreStorage
-from trainium_cdk.errors import ConfigError
+from trainium_cdk.constructs.storage import LustreMount
+from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.launcher import PEER_LOST_EXIT_CODE, launch_command, launch_environment
 from trainium_cdk.lustre_client import mount_commands as lustre_mount_commands
 from trainium_cdk.names import CHECKPOINT_ROOT, SHARED_MOUNT
@@ -137,6 +137,7 @@ class TrainiumBatch(Construct):
         of its own.
     """
 
+    @names_construct_path
     def __init__(
         self,
         scope: Construct,
@@ -160,7 +161,7 @@ class TrainiumBatch(Construct):
         log_retention: logs.RetentionDays = DEFAULT_LOG_RETENTION,
         log_removal_policy: RemovalPolicy = DEFAULT_LOG_REMOVAL_POLICY,
         track: NeuronTrack = XLA_TRACK,
-        storage: LustreStorage | None = None,
+        storage: LustreMount | None = None,
         name_prefix: str | None = None,
         metrics_deployment: str | None = None,
         ami_id: str | None = None,
@@ -350,7 +351,7 @@ class TrainiumBatch(Construct):
         role.add_to_policy(iam.PolicyStatement(actions=list(ECR_PULL_ACTIONS), resources=[repository]))
 
     def _container(
-        self, command: Sequence[str] | None, storage: LustreStorage | None
+        self, command: Sequence[str] | None, storage: LustreMount | None
     ) -> batch.EcsEc2ContainerDefinition:
         spec = self.spec
         memory_mib = int(spec.memory_gib * 1024 * CONTAINER_MEMORY_FRACTION)
@@ -396,7 +397,7 @@ class TrainiumBatch(Construct):
 
 def node_user_data(
     spec: InstanceSpec,
-    storage: LustreStorage | None,
+    storage: LustreMount | None,
     *,
     driver: str = XLA_TRACK.driver,
     metrics_deployment: str | None = None,
@@ -501,7 +502,7 @@ def ecr_repository_arn(image: str, *, partition: str = "aws") -> str | None:
     return f"arn:{partition}:ecr:{match['region']}:{match['account']}:repository/{match['repo']}"
 
 
-def _default_script(storage: LustreStorage | None) -> str:
+def _default_script(storage: LustreMount | None) -> str:
     return DEFAULT_SCRIPT if storage is not None else DEFAULT_SCRIPT_WITHOUT_STORAGE
 
 

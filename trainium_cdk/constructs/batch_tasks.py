@@ -15,6 +15,8 @@ from __future__ import annotations
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
+from trainium_cdk.errors import ConfigError, names_construct_path
+
 HTTPS_PORT = 443
 
 
@@ -24,11 +26,24 @@ class BatchTaskRules(Construct):
     Create one per VPC: EC2 rejects a duplicate rule.
 
     :param vpc: the training VPC.
+    :param default_security_group_id: the id of the VPC's default security group. Default: the VPC's own
+        (``Vpc.vpc_default_security_group``), which a VPC made in the app has and an imported one
+        (``Vpc.from_vpc_attributes``, ``Vpc.from_lookup``) does not: give it then.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc) -> None:
+    @names_construct_path
+    def __init__(
+        self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, default_security_group_id: str | None = None
+    ) -> None:
         super().__init__(scope, construct_id)
-        self.group_id = vpc.vpc_default_security_group
+        if default_security_group_id is None:
+            if not isinstance(vpc, ec2.Vpc):
+                raise ConfigError(
+                    "default_security_group_id", None,
+                    "the sg-... id of the VPC's default security group (an imported VPC does not carry it)",
+                )
+            default_security_group_id = vpc.vpc_default_security_group
+        self.group_id = default_security_group_id
         tcp = {"ip_protocol": "tcp", "from_port": 0, "to_port": 65535}
         ec2.CfnSecurityGroupIngress(
             self, "TasksFromTasks", group_id=self.group_id, source_security_group_id=self.group_id,

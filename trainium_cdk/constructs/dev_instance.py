@@ -23,8 +23,8 @@ from trainium_cdk.constructs.ami_lookup import AmiLookup, ImageIdImage
 from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.session_manager import session_manager_role
-from trainium_cdk.constructs.storage import LustreStorage
-from trainium_cdk.errors import ConfigError
+from trainium_cdk.constructs.storage import LustreMount
+from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.lustre_client import mount_commands as lustre_mount_commands
 from trainium_cdk.names import CACHE_DIR_NAME, SHARED_MOUNT
 from trainium_cdk.versions import XLA_TRACK, AmiQuery, NeuronTrack
@@ -71,6 +71,7 @@ class DevInstance(Construct):
         it); default: the DLAMI found at deploy.
     """
 
+    @names_construct_path
     def __init__(
         self,
         scope: Construct,
@@ -82,7 +83,7 @@ class DevInstance(Construct):
         dlami: str | None = None,
         root_volume_gib: int = DEFAULT_ROOT_VOLUME_GIB,
         instance_connect_endpoint: bool = False,
-        storage: LustreStorage | None = None,
+        storage: LustreMount | None = None,
         storage_client_group: ec2.ISecurityGroup | None = None,
         track: NeuronTrack = XLA_TRACK,
         ami_id: str | None = None,

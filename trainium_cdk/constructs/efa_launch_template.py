@@ -14,7 +14,7 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from trainium_cdk.catalog import InstanceSpec
-from trainium_cdk.errors import ConfigError
+from trainium_cdk.errors import ConfigError, names_construct_path
 
 ROOT_DEVICE_NAME = "/dev/xvda"
 # Nothing in a container needs the node's role: EKS pods use Pod Identity and Batch tasks their ECS task
@@ -39,6 +39,7 @@ class EfaLaunchTemplate(Construct):
     :param user_data: plain user data (base64-encoded here); default none.
     """
 
+    @names_construct_path
     def __init__(
         self,
         scope: Construct,

@@ -25,9 +25,9 @@ from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT, ROOT
 from trainium_cdk.constructs.eks_nodegroup import CNI_POLICY, NODE_MANAGED_POLICIES, without_cni_policy
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.pod_identity import pod_identity_role
-from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.constructs.storage import ILustreStorage
 from trainium_cdk.constructs.volcano import add_volcano
-from trainium_cdk.errors import ConfigError
+from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.names import NEURON_TAINT_KEY, SYSTEM_NODE_LABELS
 from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION, KUBERNETES_VERSION
 
@@ -105,6 +105,7 @@ class TrainiumCluster(Construct):
         Trainium nodes are pinned to (versions.py), so that a redeploy never moves them.
     """
 
+    @names_construct_path
     def __init__(
         self,
         scope: Construct,
@@ -320,13 +321,14 @@ class TrainiumCluster(Construct):
         return manifest
 
     def add_lustre_storage(
-        self, storage: LustreStorage, *, subnet: ec2.ISubnet, rules_scope: Construct | None = None
+        self, storage: ILustreStorage, *, subnet: ec2.ISubnet, rules_scope: Construct | None = None
     ) -> eks.KubernetesManifest:
         """Let pods mount ``storage``: its StorageClass (dynamic file systems in ``subnet``), a static
         volume and the claim jobs mount (``fsx-lustre``), and Lustre open between the file system and
         the cluster security group, which every node carries (system nodes run the data pods).
 
-        :param storage: the file system.
+        :param storage: the file system: a :class:`LustreStorage`, or one made elsewhere
+            (``LustreStorage.from_file_system_attributes``).
         :param subnet: the subnet of file systems the StorageClass creates (the compute subnet).
         :param rules_scope: where the security group rules live. Default: this cluster's stack, so
             that a storage stack never depends on the cluster's.
@@ -368,8 +370,14 @@ class TrainiumCluster(Construct):
         # The kubectl provider is CDK's own: its Lambda runtime, roles and invoke policy are chosen by
         # aws-eks-v2 and move with aws-cdk-lib upgrades.
         provider = self.cluster.node.find_child("KubectlProvider")
+        # cdk-nag names the handler and its condition by logical id, which embeds this construct's path: ask
+        # the stack, so that the acknowledgments hold under any construct id.
+        handler = provider.node.find_child("Handler")
+        stack = Stack.of(self)
+        function_id = stack.get_logical_id(handler.node.find_child("Resource"))  # type: ignore[arg-type]
+        condition_id = stack.get_logical_id(handler.node.find_child("HasEcrPublic"))  # type: ignore[arg-type]
         public_ecr = (
-            '{"Fn::If":["EksClusterKubectlProviderHandlerHasEcrPublicC426D1A5",{"Fn::Join":["",["arn:",'
+            f'{{"Fn::If":["{condition_id}",{{"Fn::Join":["",["arn:",'
             '{"Ref":"AWS::Partition"},":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},'
             '{"Ref":"AWS::NoValue"}]}'
         )
@@ -387,7 +395,7 @@ class TrainiumCluster(Construct):
         acknowledge(
             provider,
             "AwsSolutions-IAM5",
-            ["Resource::<EksClusterKubectlProviderHandlerDA75FB7A.Arn>:*"],
+            [f"Resource::<{function_id}.Arn>:*"],
             "CDK's provider framework invokes any version of its own kubectl handler.",
         )
         acknowledge(

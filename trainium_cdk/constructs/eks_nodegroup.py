@@ -20,7 +20,7 @@ from trainium_cdk.charts.karpenter import compute_node_labels
 from trainium_cdk.constructs.cluster_autoscaler import node_template_tags
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.nag import acknowledge
-from trainium_cdk.errors import ConfigError
+from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.names import NEURON_TAINT_KEY, NEURON_TAINT_VALUE
 from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION
 
@@ -69,6 +69,7 @@ class TrainiumNodeGroup(Construct):
         the node role then goes without the CNI policy. Default: None (the node role keeps it).
     """
 
+    @names_construct_path
     def __init__(
         self,
         scope: Construct,

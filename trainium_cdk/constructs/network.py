@@ -17,7 +17,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from trainium_cdk.addressing import check_subnets_fit, check_vpc_cidr
-from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 
 DEFAULT_CIDR = "10.0.0.0/16"
 DEFAULT_PUBLIC_SUBNET_MASK = 24
@@ -72,6 +72,7 @@ class TrainingNetwork(Construct):
     :param flow_log_retention: retention of the flow log group. Default: one month.
     """
 
+    @names_construct_path
     def __init__(
         self,
         scope: Construct,

@@ -26,7 +26,7 @@ from constructs import Construct
 
 from trainium_cdk import neuron_metrics
 from trainium_cdk.constructs.nag import acknowledge
-from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 from trainium_cdk.parallelcluster.parts import (
     HEAD_NODE_SCRIPT, PROLOG_NAME, SETUP_SCRIPT, ClusterIds, NeuronMetrics, S3Object, neuron_metrics_policy,
 )
@@ -71,6 +71,7 @@ class SlurmCluster(Construct):
         PutMetricData in its namespace only) with this ``Deployment`` dimension; default none (no metrics).
     """
 
+    @names_construct_path
     def __init__(
         self,
         scope: Construct,

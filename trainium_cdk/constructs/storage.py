@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_ec2 as ec2
@@ -16,7 +17,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from trainium_cdk.catalog import LUSTRE_MIN_CAPACITY_GIB, check_lustre
-from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 
 # Lustre network (LNET) ports: clients connect to 988; 1018-1023 are the reserved ports of both ends.
 LUSTRE_PORT_RANGES = ((988, 988), (1018, 1023))
@@ -61,6 +62,63 @@ class DataRepositoryProps:
     auto_export: bool = True
 
 
+class LustreMount(Protocol):
+    """What a client needs to mount an FSx for Lustre file system (TrainiumBatch, DevInstance): the file
+    system's DNS name and Lustre mount name. :class:`LustreStorage` is one; so is what
+    :meth:`LustreStorage.from_file_system_attributes` returns for a file system made elsewhere."""
+
+    @property
+    def dns_name(self) -> str: ...
+
+    @property
+    def mount_name(self) -> str: ...
+
+
+class ILustreStorage(LustreMount, Protocol):
+    """An FSx for Lustre file system as :meth:`TrainiumCluster.add_lustre_storage` needs it: the mount, its
+    id and security group, the facts its StorageClass repeats (FSx API values: ``PERSISTENT_2``, ``LZ4``,
+    ``2.15``), and Lustre opened to a client group with rules in the client's scope."""
+
+    @property
+    def file_system_id(self) -> str: ...
+
+    @property
+    def security_group(self) -> ec2.ISecurityGroup: ...
+
+    @property
+    def capacity_gib(self) -> int: ...
+
+    @property
+    def deployment_type(self) -> str: ...
+
+    @property
+    def throughput_mb_per_tib(self) -> int | None: ...
+
+    @property
+    def compression(self) -> str: ...
+
+    @property
+    def lustre_version(self) -> str: ...
+
+    def allow_client(self, scope: Construct, construct_id: str, client: ec2.ISecurityGroup) -> None: ...
+
+
+@dataclass(frozen=True)
+class _ImportedLustreStorage:
+    file_system_id: str
+    dns_name: str
+    mount_name: str
+    security_group: ec2.ISecurityGroup
+    capacity_gib: int
+    deployment_type: str
+    throughput_mb_per_tib: int | None
+    compression: str
+    lustre_version: str
+
+    def allow_client(self, scope: Construct, construct_id: str, client: ec2.ISecurityGroup) -> None:
+        allow_lustre_client(scope, construct_id, server=self.security_group, client=client)
+
+
 class LustreStorage(Construct):
     """An FSx for Lustre file system in the compute subnet, open to its clients on the Lustre ports.
 
@@ -81,6 +139,7 @@ class LustreStorage(Construct):
         (FSx backs up no scratch file system). Changed in place.
     """
 
+    @names_construct_path
     def __init__(
         self,
         scope: Construct,
@@ -120,7 +179,7 @@ class LustreStorage(Construct):
         self.deployment_type: str = deployment_type.value
         self.throughput_mb_per_tib = throughput_mb_per_tib
         self.compression: str = compression.value
-        self.lustre_version = file_system_type_version.value.removeprefix("V_").replace("_", ".")
+        self.lustre_version = _lustre_version(file_system_type_version)
 
         self.security_group = ec2.SecurityGroup(
             self,
@@ -229,18 +288,35 @@ class LustreStorage(Construct):
         The rules go both ways: clients connect to 988 and 1018-1023, and Lustre servers call clients
         back on the same ports.
         """
-        rules = Construct(scope, construct_id)
-        server = self.security_group.security_group_id
-        for low, high in LUSTRE_PORT_RANGES:
-            ports = {"ip_protocol": "tcp", "from_port": low, "to_port": high}
-            ec2.CfnSecurityGroupIngress(rules, f"ToFsx{low}", group_id=server,
-                                        source_security_group_id=client.security_group_id,
-                                        description="Lustre from clients", **ports)
-            ec2.CfnSecurityGroupEgress(rules, f"FromFsx{low}", group_id=server,
-                                       destination_security_group_id=client.security_group_id,
-                                       description="Lustre", **ports)
-            ec2.CfnSecurityGroupIngress(rules, f"ToClient{low}", group_id=client.security_group_id,
-                                        source_security_group_id=server, description="Lustre from FSx", **ports)
+        allow_lustre_client(scope, construct_id, server=self.security_group, client=client)
+
+    @staticmethod
+    def from_file_system_attributes(
+        *,
+        file_system_id: str,
+        dns_name: str,
+        mount_name: str,
+        security_group: ec2.ISecurityGroup,
+        capacity_gib: int,
+        deployment_type: fsx.LustreDeploymentType = DEFAULT_DEPLOYMENT_TYPE,
+        throughput_mb_per_tib: int | None = DEFAULT_THROUGHPUT_MB_PER_TIB,
+        compression: fsx.LustreDataCompressionType = DEFAULT_COMPRESSION,
+        file_system_type_version: fsx.FileSystemTypeVersion = DEFAULT_VERSION,
+    ) -> ILustreStorage:
+        """A file system made elsewhere (another stack, the console), for ``add_lustre_storage``,
+        ``TrainiumBatch(storage=...)`` and ``DevInstance(storage=...)``. Nothing is created here.
+
+        :param security_group: the group on the file system's interfaces; clients are opened in it.
+        The other props are what the file system is (the StorageClass repeats them); defaults as
+        :class:`LustreStorage`'s.
+        """
+        check_lustre(deployment_type.value, capacity_gib, throughput_mb_per_tib)
+        return _ImportedLustreStorage(
+            file_system_id=file_system_id, dns_name=dns_name, mount_name=mount_name, security_group=security_group,
+            capacity_gib=capacity_gib, deployment_type=deployment_type.value,
+            throughput_mb_per_tib=throughput_mb_per_tib, compression=compression.value,
+            lustre_version=_lustre_version(file_system_type_version),
+        )
 
     @property
     def file_system_id(self) -> str:
@@ -253,6 +329,28 @@ class LustreStorage(Construct):
     @property
     def mount_name(self) -> str:
         return self.file_system.mount_name
+
+
+def _lustre_version(version: fsx.FileSystemTypeVersion) -> str:
+    return version.value.removeprefix("V_").replace("_", ".")
+
+
+def allow_lustre_client(
+    scope: Construct, construct_id: str, *, server: ec2.ISecurityGroup, client: ec2.ISecurityGroup
+) -> None:
+    """Lustre both ways between a file system's group and a client group, as L1 rules in ``scope``."""
+    rules = Construct(scope, construct_id)
+    server_id = server.security_group_id
+    for low, high in LUSTRE_PORT_RANGES:
+        ports = {"ip_protocol": "tcp", "from_port": low, "to_port": high}
+        ec2.CfnSecurityGroupIngress(rules, f"ToFsx{low}", group_id=server_id,
+                                    source_security_group_id=client.security_group_id,
+                                    description="Lustre from clients", **ports)
+        ec2.CfnSecurityGroupEgress(rules, f"FromFsx{low}", group_id=server_id,
+                                   destination_security_group_id=client.security_group_id,
+                                   description="Lustre", **ports)
+        ec2.CfnSecurityGroupIngress(rules, f"ToClient{low}", group_id=client.security_group_id,
+                                    source_security_group_id=server_id, description="Lustre from FSx", **ports)
 
 
 def _pin(construct: Construct, logical_id: str) -> None:

@@ -1,0 +1,295 @@
+"""Each exported construct as an importing CDK app builds it: alone in a bare stack, under an id of the
+app's choosing (never this app's "Eks", "Batch", ...), on an imported VPC, imported security groups and an
+imported cluster wherever it takes them, with cdk-nag's AwsSolutions checks on (a finding not
+acknowledged fails the synth). One synth per construct, each a module-scoped fixture."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import aws_cdk as cdk
+import cdk8s
+import cdk_nag
+import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk.assertions import Template
+
+from tests.helpers import CDK_CONTEXT, new_outdir, resources
+from trainium_cdk import (
+    DEFAULT_CATALOG, BatchRoles, BatchTaskRules, ClusterAutoscaler, ClusterAutoscalerOptions, ClusterObservability,
+    ConfigError, EfaLaunchTemplate, KarpenterController, KarpenterOptions, LustreStorage, NodePoolProps,
+    SlurmCluster, TrainingNetwork, TrainingWorkloads, TrainingWorkloadsOptions, TrainiumBatch, TrainiumCluster,
+    TrainiumNodeGroup, TrainiumNodePools,
+)
+from trainium_cdk.constructs.api_access import ApiAccessHost
+from trainium_cdk.constructs.dev_instance import DevInstance
+from trainium_cdk.constructs.network import ComputePlacement
+from trainium_cdk.versions import KARPENTER_AMI_ALIAS
+
+ENV = cdk.Environment(account="123456789012", region="us-west-2")
+STACK = "Alone"
+VPC_ID = "vpc-0a1b2c3d4e5f60718"
+PRIVATE_SUBNETS = ["subnet-0aaaaaaaaaaaaaaa1", "subnet-0aaaaaaaaaaaaaaa2"]
+PUBLIC_SUBNETS = ["subnet-0bbbbbbbbbbbbbbb1", "subnet-0bbbbbbbbbbbbbbb2"]
+EFA_GROUP = "sg-0ccccccccccccccc1"
+DEFAULT_GROUP = "sg-0ddddddddddddddd1"
+CLUSTER_GROUP = "sg-0eeeeeeeeeeeeeee1"
+CLUSTER_NAME = "their-cluster"
+TRN1 = DEFAULT_CATALOG.get("trn1.32xlarge")
+
+
+class Imported:
+    """What an importing app has from elsewhere: a VPC, its groups, a cluster, a file system."""
+
+    def __init__(self, stack: cdk.Stack) -> None:
+        self.vpc = ec2.Vpc.from_vpc_attributes(
+            stack, "TheirVpc", vpc_id=VPC_ID, availability_zones=["us-west-2a", "us-west-2b"],
+            private_subnet_ids=PRIVATE_SUBNETS, public_subnet_ids=PUBLIC_SUBNETS, vpc_cidr_block="10.20.0.0/16",
+        )
+        self.efa_group = ec2.SecurityGroup.from_security_group_id(stack, "TheirEfaGroup", EFA_GROUP)
+        self.subnet = self.vpc.private_subnets[0]
+
+    def cluster(self, stack: cdk.Stack) -> eks.ICluster:
+        provider = eks.KubectlProvider.from_kubectl_provider_attributes(
+            stack, "TheirKubectl",
+            service_token=f"arn:aws:lambda:us-west-2:123456789012:function:{CLUSTER_NAME}-kubectl",
+            role=iam.Role.from_role_arn(stack, "TheirKubectlRole", "arn:aws:iam::123456789012:role/kubectl"),
+        )
+        return eks.Cluster.from_cluster_attributes(
+            stack, "TheirCluster", cluster_name=CLUSTER_NAME, cluster_security_group_id=CLUSTER_GROUP,
+            vpc=self.vpc, kubectl_provider=provider,
+        )
+
+    def file_system(self, stack: cdk.Stack) -> Any:
+        return LustreStorage.from_file_system_attributes(
+            file_system_id="fs-0123456789abcdef0", dns_name="fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com",
+            mount_name="abcdefgh", capacity_gib=2400,
+            security_group=ec2.SecurityGroup.from_security_group_id(stack, "TheirLustreGroup", "sg-0fffffffffffffff1"),
+        )
+
+
+def synth_alone(build: Callable[[cdk.Stack, Imported], Any]) -> tuple[Any, dict[str, Any]]:
+    """Build one construct in a bare stack under cdk-nag and synthesize: a finding not acknowledged raises."""
+    app = cdk.App(outdir=str(new_outdir()), context=CDK_CONTEXT)
+    cdk.Validations.of(app).add_plugins(cdk_nag.AwsSolutionsChecks(app))
+    stack = cdk.Stack(app, STACK, env=ENV)
+    construct = build(stack, Imported(stack))
+    assembly = app.synth()
+    return construct, assembly.get_stack_by_name(STACK).template
+
+
+def test_training_network_alone():
+    # It creates the VPC (subnets by AZ ID, placement groups): nothing to import.
+    network, template = synth_alone(lambda stack, _: TrainingNetwork(
+        stack, "Fabric", az_ids=["usw2-az1", "usw2-az2"],
+        compute_groups=[ComputePlacement(name="pretrain", az_ids=("usw2-az1",))],
+    ))
+    assert len(resources(template, "AWS::EC2::Subnet")) == 4
+    assert len(resources(template, "AWS::EC2::PlacementGroup")) == 1
+
+
+def test_lustre_storage_alone_keeps_its_pinned_logical_ids():
+    _, template = synth_alone(lambda stack, imported: LustreStorage(
+        stack, "Datasets", vpc=imported.vpc, subnet=imported.subnet, clients=[imported.efa_group],
+    ))
+    assert template["Resources"]["LustreFileSystem"]["Properties"]["SubnetIds"] == [PRIVATE_SUBNETS[0]]
+    rules = resources(template, "AWS::EC2::SecurityGroupIngress").values()
+    client_rules = [r for r in rules if r["Properties"].get("Description") == "Lustre from FSx"]
+    assert {r["Properties"]["GroupId"] for r in client_rules} == {EFA_GROUP}
+
+
+def test_efa_launch_template_alone():
+    _, template = synth_alone(lambda stack, imported: EfaLaunchTemplate(
+        stack, "Wiring", spec=TRN1, security_groups=[imported.efa_group], placement_group=None, root_volume_gib=100,
+    ))
+    (lt,) = resources(template, "AWS::EC2::LaunchTemplate").values()
+    interfaces = lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]
+    assert len(interfaces) == TRN1.efa_interfaces
+    assert all(i["Groups"] == [EFA_GROUP] for i in interfaces)
+
+
+@pytest.fixture(scope="module")
+def cluster_alone():
+    def build(stack: cdk.Stack, imported: Imported) -> TrainiumCluster:
+        cluster = TrainiumCluster(stack, "Training", vpc=imported.vpc, subnets=imported.vpc.private_subnets,
+                                  system_nodes=1)
+        cluster.add_lustre_storage(imported.file_system(stack), subnet=imported.subnet)
+        return cluster
+
+    return synth_alone(build)
+
+
+def test_trainium_cluster_alone_under_any_id(cluster_alone):
+    """Its cdk-nag acknowledgments follow the construct, not this app's id "Eks" (the kubectl provider's
+    logical ids embed the construct's path)."""
+    cluster, template = cluster_alone
+    (eks_cluster,) = resources(template, "AWS::EKS::Cluster").values()
+    assert eks_cluster["Properties"]["ResourcesVpcConfig"]["SubnetIds"] == PRIVATE_SUBNETS
+    assert not any(k.startswith("Eks") for k in template["Resources"])
+    assert "fsx-storage" in cluster.manifests
+
+
+def test_trainium_cluster_takes_an_imported_file_system(cluster_alone):
+    _, template = cluster_alone
+    manifests = json.dumps(resources(template, "Custom::AWSCDK-EKS-KubernetesResource"))
+    assert "fs-0123456789abcdef0" in manifests and "abcdefgh" in manifests
+    rules = resources(template, "AWS::EC2::SecurityGroupIngress").values()
+    assert any(r["Properties"]["GroupId"] == "sg-0fffffffffffffff1" for r in rules)
+
+
+def test_trainium_node_group_alone_on_an_imported_cluster():
+    _, template = synth_alone(lambda stack, imported: TrainiumNodeGroup(
+        stack, "Pretrain", cluster=imported.cluster(stack), group_name="pretrain", spec=TRN1,
+        subnets=[imported.subnet], security_groups=[imported.efa_group], placement_group=None, max_nodes=4,
+    ))
+    (group,) = resources(template, "AWS::EKS::Nodegroup").values()
+    assert group["Properties"]["ClusterName"] == CLUSTER_NAME
+    assert group["Properties"]["Subnets"] == [PRIVATE_SUBNETS[0]]
+    (lt,) = resources(template, "AWS::EC2::LaunchTemplate").values()
+    assert lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"][0]["Groups"] == [EFA_GROUP, CLUSTER_GROUP]
+
+
+def test_karpenter_controller_alone_on_an_imported_cluster():
+    _, template = synth_alone(lambda stack, imported: KarpenterController(
+        stack, "Provisioner", cluster=imported.cluster(stack), cluster_name=CLUSTER_NAME,
+        options=KarpenterOptions(node_selector={"role": "system"}), after=[],
+    ))
+    (chart,) = resources(template, "Custom::AWSCDK-EKS-HelmChart").values()
+    assert chart["Properties"]["Chart"] == "karpenter"
+    assert len(resources(template, "AWS::Events::Rule")) == 5
+
+
+def test_cluster_autoscaler_alone_on_an_imported_cluster():
+    _, template = synth_alone(lambda stack, imported: ClusterAutoscaler(
+        stack, "Scaler", cluster=imported.cluster(stack), cluster_name=CLUSTER_NAME,
+        options=ClusterAutoscalerOptions(node_selector={"role": "system"}), after=[],
+    ))
+    (chart,) = resources(template, "Custom::AWSCDK-EKS-HelmChart").values()
+    assert chart["Properties"]["Values"]
+    assert CLUSTER_NAME in json.dumps(chart["Properties"]["Values"])
+
+
+def test_cluster_observability_alone_on_an_imported_cluster():
+    _, template = synth_alone(lambda stack, imported: ClusterObservability(
+        stack, "Watch", cluster=imported.cluster(stack), cluster_name=CLUSTER_NAME,
+        file_system_id="fs-0123456789abcdef0",
+    ))
+    addons = {a["Properties"]["AddonName"] for a in resources(template, "AWS::EKS::Addon").values()}
+    assert addons == {"eks-node-monitoring-agent", "amazon-cloudwatch-observability"}
+    assert len(resources(template, "AWS::CloudWatch::Alarm")) == 2
+
+
+def test_training_workloads_alone_on_an_imported_cluster():
+    _, template = synth_alone(lambda stack, imported: TrainingWorkloads(
+        stack, "Jobs", cluster=imported.cluster(stack),
+        options=TrainingWorkloadsOptions(data_loader_bucket="their-datasets"),
+    ))
+    (association,) = resources(template, "AWS::EKS::PodIdentityAssociation").values()
+    assert association["Properties"]["ClusterName"] == CLUSTER_NAME
+    assert len(resources(template, "AWS::ECR::Repository")) == 1
+
+
+def test_trainium_batch_alone_with_an_imported_file_system():
+    batch, template = synth_alone(lambda stack, imported: TrainiumBatch(
+        stack, "Queue", group_name="pretrain", spec=TRN1, vpc=imported.vpc, subnets=[imported.subnet],
+        security_groups=[imported.efa_group], storage=imported.file_system(stack),
+    ))
+    (environment,) = resources(template, "AWS::Batch::ComputeEnvironment").values()
+    assert environment["Properties"]["ComputeResources"]["Subnets"] == [PRIVATE_SUBNETS[0]]
+    (lt,) = resources(template, "AWS::EC2::LaunchTemplate").values()
+    assert "fs-0123456789abcdef0.fsx" in json.dumps(lt["Properties"]["LaunchTemplateData"]["UserData"])
+
+
+def test_batch_roles_alone():
+    _, template = synth_alone(lambda stack, _: BatchRoles(stack, "Shared", metrics=True))
+    assert len(resources(template, "AWS::IAM::Role")) == 3
+    assert len(resources(template, "AWS::IAM::InstanceProfile")) == 1
+
+
+def test_batch_task_rules_alone_on_an_imported_vpc():
+    """An imported VPC has no default security group attribute: the construct takes its id."""
+    _, template = synth_alone(lambda stack, imported: BatchTaskRules(
+        stack, "Tasks", vpc=imported.vpc, default_security_group_id=DEFAULT_GROUP,
+    ))
+    groups = {r["Properties"]["GroupId"] for t in ("Ingress", "Egress")
+              for r in resources(template, f"AWS::EC2::SecurityGroup{t}").values()}
+    assert groups == {DEFAULT_GROUP}
+
+
+def test_batch_task_rules_without_the_default_group_of_an_imported_vpc_names_the_prop_and_the_path():
+    stack = cdk.Stack(cdk.App(), STACK, env=ENV)
+    with pytest.raises(ConfigError, match=r"Alone/Tasks\.default_security_group_id"):
+        BatchTaskRules(stack, "Tasks", vpc=Imported(stack).vpc)
+
+
+def test_slurm_cluster_alone():
+    slurm, template = synth_alone(lambda stack, imported: SlurmCluster(
+        stack, "Hpc", cluster_name="their-slurm",
+        configuration=lambda ids: {"HeadNode": {"Networking": {"SubnetId": ids.head_node_subnet_id}}},
+        head_node_subnet=imported.subnet, compute_subnets={"pretrain": imported.subnet},
+        security_group=imported.efa_group,
+    ))
+    (cluster,) = [r for r in template["Resources"].values() if r["Type"] == "Custom::PclusterCluster"]
+    assert PRIVATE_SUBNETS[0] in json.dumps(cluster["Properties"]["ClusterConfiguration"])
+
+
+def test_dev_instance_alone_with_an_imported_file_system():
+    _, template = synth_alone(lambda stack, imported: DevInstance(
+        stack, "Workstation", vpc=imported.vpc, spec=DEFAULT_CATALOG.get("trn1.2xlarge"),
+        storage=imported.file_system(stack), storage_client_group=imported.efa_group,
+    ))
+    (instance,) = resources(template, "AWS::EC2::Instance").values()
+    assert instance["Properties"]["SubnetId"] == PRIVATE_SUBNETS[0]
+    assert "fs-0123456789abcdef0.fsx" in json.dumps(instance["Properties"]["UserData"])
+
+
+def test_api_access_host_alone_on_an_imported_group():
+    _, template = synth_alone(lambda stack, imported: ApiAccessHost(
+        stack, "Bastion", vpc=imported.vpc, subnets=imported.vpc.private_subnets,
+        api=ec2.SecurityGroup.from_security_group_id(stack, "TheirApiGroup", CLUSTER_GROUP),
+    ))
+    (rule,) = resources(template, "AWS::EC2::SecurityGroupIngress").values()
+    assert rule["Properties"]["GroupId"] == CLUSTER_GROUP and rule["Properties"]["FromPort"] == 443
+
+
+def test_trainium_node_pools_alone():
+    """A cdk8s chart, not a CDK construct: no cdk-nag; synthesized in a cdk8s App of its own."""
+    chart = TrainiumNodePools(cdk8s.App(), "Pools", pools=[NodePoolProps(
+        name="pretrain", instance_type=TRN1.name, efa_interfaces=TRN1.efa_interfaces, vcpus=TRN1.vcpus,
+        max_nodes=4, node_role="their-node-role", subnet_ids=[PRIVATE_SUBNETS[0]], security_group_ids=[EFA_GROUP],
+        ami_alias=KARPENTER_AMI_ALIAS,
+    )])
+    objects = {o["kind"]: o for o in chart.to_json()}
+    assert objects["NodePool"]["spec"]["limits"]["nodes"] == "4"
+    assert objects["EC2NodeClass"]["spec"]["role"] == "their-node-role"
+
+
+@pytest.mark.parametrize("build, path", [
+    (lambda s, i: TrainiumCluster(s, "Training", vpc=i.vpc, subnets=i.vpc.private_subnets, system_nodes=0),
+     "Alone/Training.system_nodes"),
+    (lambda s, i: TrainiumBatch(s, "Queue", group_name="g", spec=TRN1, vpc=i.vpc, subnets=[],
+                                security_groups=[i.efa_group]), "Alone/Queue.subnets"),
+    (lambda s, i: TrainiumNodeGroup(s, "Pretrain", cluster=i.cluster(s), group_name="g", spec=TRN1,
+                                    subnets=[i.subnet], security_groups=[i.efa_group], placement_group=None,
+                                    max_nodes=1, capacity_block=True),
+     "Alone/Pretrain/LaunchTemplate.capacity_reservation_id"),
+    (lambda s, i: LustreStorage(s, "Datasets", vpc=i.vpc, subnet=i.subnet, clients=[], capacity_gib=1000),
+     "Alone/Datasets.capacity_gib"),
+])
+def test_errors_name_the_construct_path(build, path):
+    stack = cdk.Stack(cdk.App(), STACK, env=ENV)
+    with pytest.raises(ConfigError) as err:
+        build(stack, Imported(stack))
+    assert err.value.field == path
+
+
+def test_the_harness_fails_on_a_finding_not_acknowledged():
+    """The checks above would pass vacuously if cdk-nag did not run: a bare bucket has findings."""
+    from aws_cdk import aws_s3 as s3
+
+    with pytest.raises(Exception, match="AwsSolutions-S1"):
+        synth_alone(lambda stack, _: s3.Bucket(stack, "Plain"))

@@ -6,6 +6,7 @@ acknowledged fails the synth). One synth per construct, each a module-scoped fix
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
 from tests.helpers import CDK_CONTEXT, new_outdir, resources
+from tests.test_package import readme_example
+from tests.test_toolchain import recommended_flags
 from trainium_cdk import (
     DEFAULT_CATALOG, BatchRoles, BatchTaskRules, ClusterAutoscaler, ClusterAutoscalerOptions, ClusterObservability,
     ConfigError, EfaLaunchTemplate, KarpenterController, KarpenterOptions, LustreStorage, NodePoolProps,
@@ -72,9 +75,11 @@ class Imported:
         )
 
 
-def synth_alone(build: Callable[[cdk.Stack, Imported], Any]) -> tuple[Any, dict[str, Any]]:
+def synth_alone(
+    build: Callable[[cdk.Stack, Imported], Any], context: dict[str, Any] = CDK_CONTEXT
+) -> tuple[Any, dict[str, Any]]:
     """Build one construct in a bare stack under cdk-nag and synthesize: a finding not acknowledged raises."""
-    app = cdk.App(outdir=str(new_outdir()), context=CDK_CONTEXT)
+    app = cdk.App(outdir=str(new_outdir()), context=context)
     cdk.Validations.of(app).add_plugins(cdk_nag.AwsSolutionsChecks(app))
     stack = cdk.Stack(app, STACK, env=ENV)
     construct = build(stack, Imported(stack))
@@ -139,6 +144,20 @@ def test_trainium_cluster_takes_an_imported_file_system(cluster_alone):
     assert "fs-0123456789abcdef0" in manifests and "abcdefgh" in manifests
     rules = resources(template, "AWS::EC2::SecurityGroupIngress").values()
     assert any(r["Properties"]["GroupId"] == "sg-0fffffffffffffff1" for r in rules)
+
+
+def test_trainium_cluster_in_an_app_with_cdk_init_s_feature_flags():
+    """A new app's cdk.json (`cdk init`) sets @aws-cdk/aws-lambda:useCdkManagedLogGroup, which gives the kubectl
+    provider's functions log groups of CDK's own under the id the cluster's own took: synth failed."""
+    _, template = synth_alone(
+        lambda stack, imported: TrainiumCluster(stack, "Training", vpc=imported.vpc,
+                                                subnets=imported.vpc.private_subnets, system_nodes=1),
+        context=recommended_flags(),
+    )
+    groups = resources(template, "AWS::Logs::LogGroup").values()
+    functions = resources(template, "AWS::Lambda::Function")
+    assert len(groups) == len(functions) + 1  # and the control plane's
+    assert {g["Properties"]["RetentionInDays"] for g in groups} == {30}
 
 
 def test_trainium_node_group_alone_on_an_imported_cluster():
@@ -293,3 +312,27 @@ def test_the_harness_fails_on_a_finding_not_acknowledged():
 
     with pytest.raises(Exception, match="AwsSolutions-S1"):
         synth_alone(lambda stack, _: s3.Bucket(stack, "Plain"))
+
+
+# -- the README's own app, every id changed --------------------------------------------------------------
+
+README_ID = re.compile(r'\((\s*)(app|stack), "([A-Za-z]+)"')
+
+
+def test_the_readmes_own_app_synthesizes_under_cdk_nag_with_every_id_changed():
+    """The README's compose example (tests/test_package.py runs it verbatim from the wheel) with each
+    construct and stack id renamed, in this process, under cdk-nag: nothing in it leans on "Eks" or "Batch"."""
+    source, renamed = README_ID.subn(lambda m: f'({m.group(1)}{m.group(2)}, "Their{m.group(3)}"', readme_example())
+    assert renamed == 7  # the stack and its six constructs
+    app_line = "app = cdk.App()\n"
+    assert source.count(app_line) == 1
+    outdir = new_outdir()
+    source = source.replace(app_line, f"app = cdk.App(outdir={str(outdir)!r})\n"
+                            "import cdk_nag\ncdk.Validations.of(app).add_plugins(cdk_nag.AwsSolutionsChecks(app))\n")
+    namespace: dict[str, Any] = {"__name__": "readme_app"}
+    exec(compile(source, "README.md (own-app, ids renamed)", "exec"), namespace)  # noqa: S102
+    template = json.loads((outdir / "TheirMyTraining.template.json").read_text())
+    assert not [k for k in template["Resources"] if k.startswith(("Eks", "Batch", "Storage", "Network"))]
+    assert len(resources(template, "AWS::EKS::Cluster")) == 1
+    assert len(resources(template, "AWS::Batch::JobQueue")) == 1
+    assert "LustreFileSystem" in template["Resources"]  # pinned: the id of the construct does not move it

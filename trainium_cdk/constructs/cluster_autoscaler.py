@@ -9,13 +9,13 @@ eks:DescribeNodegroup (Cluster Autoscaler AWS provider README, "Scaling a node g
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from trainium_cdk import versions
 from trainium_cdk.catalog import EFA_RESOURCE, NEURON_RESOURCE, NEURONCORE_RESOURCE, InstanceSpec
@@ -57,10 +57,11 @@ class ClusterAutoscalerOptions:
 class ClusterAutoscaler(Construct):
     """Cluster Autoscaler from its pinned Helm chart, with its IAM through Pod Identity.
 
-    :param cluster: the EKS cluster.
+    :param cluster: the EKS cluster (``TrainiumCluster.cluster``, or one imported with
+        ``eks.Cluster.from_cluster_attributes`` and its kubectl provider: the chart is a Helm release).
     :param cluster_name: its name, known at synth (the ASG tag condition uses it).
     :param options: where it runs and how fast it scales down.
-    :param after: what must exist first (the system node group, the pod identity agent).
+    :param after: what must exist first (the system node group, the pod identity agent). Default: nothing.
     """
 
     def __init__(
@@ -68,10 +69,10 @@ class ClusterAutoscaler(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        cluster: eks.Cluster,
+        cluster: eks.ICluster,
         cluster_name: str,
         options: ClusterAutoscalerOptions,
-        after: list[Construct],
+        after: Sequence[IConstruct] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import cdk8s
-from aws_cdk import Names, RemovalPolicy, Stack, Token
+from aws_cdk import Names, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -23,7 +23,7 @@ from trainium_cdk.catalog import DEFAULT_CATALOG, Catalog
 from trainium_cdk.charts import FSX_CHART_ID, NAMESPACE_CHART_ID, FsxStorage, FsxStorageProps, cluster_charts
 from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT, ROOT_DEVICE_NAME
 from trainium_cdk.constructs.eks_nodegroup import CNI_POLICY, NODE_MANAGED_POLICIES, without_cni_policy
-from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.nag import acknowledge, nag_form
 from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.constructs.storage import ILustreStorage
 from trainium_cdk.constructs.volcano import add_volcano
@@ -267,15 +267,17 @@ class TrainiumCluster(Construct):
                 ],
             )
         )
-        # cdk-nag names the account as the template shows it: a reference, or the stage's literal id.
-        account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
         acknowledge(
             self.fsx_csi_role,
             "AwsSolutions-IAM5",
             [
                 "Resource::*",
                 *(
-                    f"Resource::arn:<AWS::Partition>:iam::{account}:role/aws-service-role/{service}/*"
+                    # As the template shows them: references, or the literals of a stack with an account (and,
+                    # with @aws-cdk/core:enablePartitionLiterals, a partition).
+                    "Resource::" + nag_form(
+                        stack, f"arn:{stack.partition}:iam::{stack.account}:role/aws-service-role/{service}/*"
+                    )
                     for service in FSX_SERVICE_LINKED_ROLES
                 ),
             ],
@@ -355,6 +357,9 @@ class TrainiumCluster(Construct):
         alone, Lambda creates /aws/lambda/<function> on first run, outside the stack and never expiring."""
         functions = [c for c in self.cluster.node.find_all() if isinstance(c, lambda_.CfnFunction)]
         for function in functions:
+            # An app with @aws-cdk/aws-lambda:useCdkManagedLogGroup (what `cdk init` sets) has CDK make one, kept
+            # two years under the same id, which nothing refers to: ours replaces it.
+            function.node.scope.node.try_remove_child("LogGroup")  # type: ignore[union-attr]
             group = logs.LogGroup(
                 function.node.scope, "LogGroup", retention=retention, removal_policy=RemovalPolicy.DESTROY
             )

@@ -50,7 +50,8 @@ class TrainiumNodeGroup(Construct):
     """Nodes of one compute group: one subnet, every EFA interface, the placement group, the Neuron
     AMI, and the Neuron taint so that only pods asking for Neuron land there.
 
-    :param cluster: the EKS cluster.
+    :param cluster: the EKS cluster; an imported one (``eks.Cluster.from_cluster_attributes``) needs its
+        ``cluster_security_group_id``, which the launch template adds to every interface.
     :param group_name: the compute group: the nodes' group label, what jobs select.
     :param spec: its instance type from the catalog.
     :param subnets: the group's compute subnets (exactly one for an EFA type).
@@ -75,7 +76,7 @@ class TrainiumNodeGroup(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        cluster: eks.Cluster,
+        cluster: eks.ICluster,
         group_name: str,
         spec: InstanceSpec,
         subnets: Sequence[ec2.ISubnet],

@@ -41,7 +41,8 @@ class TrainingWorkloadsOptions:
     :param charts: builds the workload charts (jobs, data loader, shell, TensorBoard) into the cdk8s
         App it is given, with the default training image it is given, by chart id; each becomes a
         manifest of the cluster. ``volcano-queue`` (``QUEUE_CHART_ID``) and ``job-*`` charts are
-        applied after Volcano, jobs after the queue. Default: none.
+        applied after Volcano, jobs after the queue. A Python callable: Python apps only (jsii, which
+        carries CDK constructs to TypeScript, Java and Go, passes no functions). Default: none.
     :param data_loader_bucket: a bucket the data loader's service account may read (EKS Pod
         Identity). Default: none (no role).
     :param namespace: namespace of the data loader's service account. Default: ``training``.

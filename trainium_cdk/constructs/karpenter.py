@@ -9,7 +9,7 @@ profile actions, resource discovery, and the interruption queue.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from aws_cdk import Duration, Stack
@@ -53,10 +53,11 @@ class KarpenterOptions:
 class KarpenterController(Construct):
     """Karpenter for one cluster.
 
-    :param cluster: the EKS cluster.
+    :param cluster: the EKS cluster (``TrainiumCluster.cluster``, or one imported with
+        ``eks.Cluster.from_cluster_attributes`` and its kubectl provider: the chart is a Helm release).
     :param cluster_name: its name, known at synth (IAM conditions and the queue name use it).
     :param options: where and how many controllers run.
-    :param after: what must exist first: the system node group and the pod identity agent.
+    :param after: what must exist first: the system node group and the pod identity agent. Default: nothing.
     :param cni_association: the VPC CNI's Pod Identity association (``TrainiumCluster.cni_association``): the
         node role then goes without the CNI policy. Default: None.
     """
@@ -66,10 +67,10 @@ class KarpenterController(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        cluster: eks.Cluster,
+        cluster: eks.ICluster,
         cluster_name: str,
         options: KarpenterOptions,
-        after: list[Construct],
+        after: Sequence[IConstruct] = (),
         cni_association: IConstruct | None = None,
     ) -> None:
         super().__init__(scope, construct_id)

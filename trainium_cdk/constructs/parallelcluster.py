@@ -50,7 +50,8 @@ class SlurmCluster(Construct):
 
     :param cluster_name: the cluster's name (it must differ from every stack name).
     :param configuration: renders the cluster configuration document from the ids this construct
-        supplies, such as ``functools.partial(cluster_configuration, config)``.
+        supplies, such as ``functools.partial(cluster_configuration, config)``. A Python callable: Python
+        apps only (jsii, which carries CDK constructs to TypeScript, Java and Go, passes no functions).
     :param head_node_subnet: the head node's subnet.
     :param compute_subnets: queue (compute group) name -> its one compute subnet.
     :param security_group: the group of every node (the EFA group, also the one FSx accepts clients from).

@@ -35,7 +35,7 @@ tiers:
 """
 
 
-def add_volcano(cluster: eks.Cluster, *, after: Construct | None = None) -> eks.HelmChart:
+def add_volcano(cluster: eks.ICluster, *, after: Construct | None = None) -> eks.HelmChart:
     """Install Volcano on ``cluster``; ``after``: what runs its pods (the system node group)."""
     chart = cluster.add_helm_chart(
         "Volcano",

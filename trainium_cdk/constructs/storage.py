@@ -232,15 +232,15 @@ class LustreStorage(Construct):
         rules = Construct(scope, construct_id)
         server = self.security_group.security_group_id
         for low, high in LUSTRE_PORT_RANGES:
-            ports = {"ip_protocol": "tcp", "from_port": low, "to_port": high}
             ec2.CfnSecurityGroupIngress(rules, f"ToFsx{low}", group_id=server,
                                         source_security_group_id=client.security_group_id,
-                                        description="Lustre from clients", **ports)
+                                        description="Lustre from clients", ip_protocol="tcp", from_port=low, to_port=high)
             ec2.CfnSecurityGroupEgress(rules, f"FromFsx{low}", group_id=server,
                                        destination_security_group_id=client.security_group_id,
-                                       description="Lustre", **ports)
+                                       description="Lustre", ip_protocol="tcp", from_port=low, to_port=high)
             ec2.CfnSecurityGroupIngress(rules, f"ToClient{low}", group_id=client.security_group_id,
-                                        source_security_group_id=server, description="Lustre from FSx", **ports)
+                                        source_security_group_id=server, description="Lustre from FSx",
+                                        ip_protocol="tcp", from_port=low, to_port=high)
 
     @property
     def file_system_id(self) -> str:

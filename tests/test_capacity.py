@@ -4,6 +4,7 @@ a reservation's own placement group used by name, and Batch device permissions a
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -64,22 +65,25 @@ def test_a_reservation_uses_its_own_placement_group_by_name(result):
     assert queues["block"]["Networking"]["PlacementGroup"] == {"Enabled": False}
 
 
-def _device_permissions(value: Any) -> list[Any]:
+def _devices(value: Any) -> list[dict[str, Any]]:
+    """Every device mapping (a dict with a HostPath under /dev) anywhere in a template."""
     if isinstance(value, dict):
-        found = [value["Permissions"]] if "HostPath" in value and "Permissions" in value else []
-        return found + [p for v in value.values() for p in _device_permissions(v)]
+        found = [value] if str(value.get("HostPath", "")).startswith("/dev/") else []
+        return found + [d for v in value.values() for d in _devices(v)]
     if isinstance(value, list):
-        return [p for v in value for p in _device_permissions(v)]
+        return [d for v in value for d in _devices(v)]
     return []
 
 
 def test_batch_device_permissions_as_the_api_spells_them(result):
-    template = result.template_json("batch")
-    devices = json.dumps(template).count('"HostPath": "/dev/')
-    assert devices > 0
-    # Left out (read, write and mknod), as the Batch EFA tutorial does; if ever set, upper case.
-    for permissions in _device_permissions(template):
-        assert set(permissions) <= {"READ", "WRITE", "MKNOD"}, permissions
+    devices = _devices(result.template_json("batch"))
+    assert devices
+    for device in devices:
+        # The device where the job sees it, and only Neuron devices and EFA verbs.
+        assert device["ContainerPath"] == device["HostPath"], device
+        assert re.fullmatch(r"/dev/(neuron\d+|infiniband/uverbs\d+)", device["HostPath"]), device
+        # Left out (read, write and mknod), as the Batch EFA tutorial does; if ever set, upper case.
+        assert set(device.get("Permissions", ["READ", "WRITE", "MKNOD"])) <= {"READ", "WRITE", "MKNOD"}, device
 
 
 def test_clean(result):

@@ -67,3 +67,13 @@ def test_register_rejects_more_efa_than_cards():
             name="x.large", accelerator="Trainium", neuron_devices=1, neuron_cores=2, efa_interfaces=4,
             network_cards=2, vcpus=8, memory_gib=32, network_gbps=25,
         )
+
+
+def test_the_lustre_literals_the_config_types_with_are_the_facts_the_constructs_read():
+    from typing import get_args
+
+    from trainium_cdk import catalog
+
+    assert tuple(catalog.LUSTRE_THROUGHPUT_MB_PER_TIB) == get_args(catalog.LustreDeploymentType)
+    assert catalog.LUSTRE_VERSIONS == get_args(catalog.LustreVersion) and catalog.LUSTRE_VERSIONS
+    assert catalog.LUSTRE_COMPRESSION_TYPES == get_args(catalog.LustreCompression)

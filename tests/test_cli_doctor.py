@@ -30,7 +30,8 @@ from tests.test_cli_support import (
     run_cli,
 )
 from trainium_cdk.cli import doctor as doctor_module
-from trainium_cdk.cli.doctor import PASS, SKIP, WARN, CommandResult, Doctor
+from trainium_cdk.cli.doctor import Doctor
+from trainium_cdk.cli.doctor_local import PASS, SKIP, WARN, CommandResult, neuron_versions
 from trainium_cdk.config import build_config
 from trainium_cdk.versions import NATIVE_TRACK, XLA_TRACK
 from tests.amis import publish_ami
@@ -356,7 +357,7 @@ def verdicts(checks) -> dict[str, str]:
 
 
 def test_neuron_check_is_one_skip_line_where_the_tools_are_absent(machine):
-    checks = Doctor(build_config({}), None).neuron_versions()
+    checks = neuron_versions(build_config({}).neuron_track, machine)
     assert [(c.status, c.name) for c in checks] == [(SKIP, "neuron versions")]
     assert "neuron-ls not found" in checks[0].detail and "xla track" in checks[0].detail
     assert machine.ran == [NEURON_LS]
@@ -370,7 +371,7 @@ def test_ubuntu_node_on_the_pinned_xla_release_passes(machine):
         dpkg("aws-neuronx-collectives"): CommandResult(0, "ii 2.31.24.0-17a033bc8"),
         PIP_SHOW: pip_show(torch_neuronx="2.9.0.2.13.24727", torch="2.9.0"),
     }
-    checks = Doctor(build_config({}), None).neuron_versions()
+    checks = neuron_versions(build_config({}).neuron_track, machine)
     assert verdicts(checks) == {
         "neuron devices": PASS, "neuron driver": PASS, "neuron runtime": PASS, "neuron collectives": PASS,
         "torch-neuronx": PASS, "torch": PASS,
@@ -396,7 +397,7 @@ def test_al2023_container_host_with_another_driver_warns_and_skips_what_the_imag
         rpm("aws-neuronx-collectives"): CommandResult(1, "package aws-neuronx-collectives is not installed\n"),
         PIP_SHOW: pip_show(),
     }
-    checks = Doctor(build_config({}), None).neuron_versions()
+    checks = neuron_versions(build_config({}).neuron_track, machine)
     assert verdicts(checks) == {
         "neuron devices": PASS, "neuron driver": WARN, "neuron runtime": SKIP, "neuron collectives": SKIP,
         "torch-neuronx": SKIP, "torch": SKIP,
@@ -419,7 +420,7 @@ def test_removed_package_and_failing_neuron_ls_are_not_taken_for_installed(machi
         NEURON_LS: CommandResult(1, ""),
         dpkg("aws-neuronx-dkms"): CommandResult(0, "rc 2.27.4.0"),  # removed, configuration left
     }
-    checks = Doctor(build_config({}), None).neuron_versions()
+    checks = neuron_versions(build_config({}).neuron_track, machine)
     assert verdicts(checks) == {
         "neuron devices": WARN, "neuron driver": WARN, "neuron runtime": SKIP, "neuron collectives": SKIP,
         "torch-neuronx": SKIP,
@@ -442,7 +443,7 @@ def test_native_track_pins_are_the_ones_compared(machine):
         dpkg("aws-neuronx-collectives"): CommandResult(0, f"ii {NATIVE_TRACK.collectives}-0abc"),
         PIP_SHOW: pip_show(torch_neuronx="2.9.0.2.13.24727", torch="2.9.0"),
     }
-    checks = Doctor(build_config(raw), None).neuron_versions()
+    checks = neuron_versions(build_config(raw).neuron_track, machine)
     assert verdicts(checks) == {
         "neuron devices": PASS, "neuron driver": WARN, "neuron runtime": WARN, "neuron collectives": PASS,
         "torch-neuronx": WARN, "torch": WARN,

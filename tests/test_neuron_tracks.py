@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from typing import Any
 
 import pytest
@@ -214,7 +215,9 @@ def test_every_backend_s_jobs_carry_the_track_s_pins():
         assert json.dumps({"Name": key, "Value": value})[1:-1] in text, key
     script = render_sbatch(config, config.compute_groups[0])
     for key, value in pins.items():
-        assert f"export {key}=" in script and value.split()[0] in script, key
+        # The value the shell gives the variable, all of it: `export KEY=<word>` read as bash reads it.
+        (exported,) = re.findall(rf"^export {key}=(.*)$", script, re.M)
+        assert shlex.split(exported) == [value], (key, exported)
 
 
 def test_the_xla_tracks_pins_are_its_releases_packages():

@@ -9,6 +9,7 @@ catalog does not know with :meth:`Catalog.register` or the config's ``custom_ins
 from __future__ import annotations
 
 import re
+from typing import Literal, get_args
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -223,12 +224,17 @@ def node_capacity(name: str, catalog: Catalog = DEFAULT_CATALOG) -> tuple[int, i
 
 # AWS service facts the config checks against and the constructs and charts use.
 # FSx for Lustre: what each deployment type accepts (FSx API reference).
-LUSTRE_THROUGHPUT_MB_PER_TIB = {"PERSISTENT_2": (125, 250, 500, 1000), "SCRATCH_2": ()}
+# The config's fields are Literals of these (a type checker reads a Literal's values, not a tuple's): the
+# tuples below are read from them.
+LustreDeploymentType = Literal["PERSISTENT_2", "SCRATCH_2"]
+LustreVersion = Literal["2.15"]  # what FSx creates today; the first is the default
+LustreCompression = Literal["LZ4", "NONE"]  # dataCompressionType
+LUSTRE_THROUGHPUT_MB_PER_TIB: dict[str, tuple[int, ...]] = {"PERSISTENT_2": (125, 250, 500, 1000), "SCRATCH_2": ()}
 LUSTRE_CAPACITY_STEP_GIB = 2400
 LUSTRE_MIN_CAPACITY_GIB = 1200
 LUSTRE_MAX_CAPACITY_GIB = 2_400 * 1_000
-LUSTRE_VERSIONS = ("2.15",)  # what FSx creates today; the first is the default
-LUSTRE_COMPRESSION_TYPES = ("LZ4", "NONE")  # dataCompressionType
+LUSTRE_VERSIONS = get_args(LustreVersion)
+LUSTRE_COMPRESSION_TYPES = get_args(LustreCompression)
 
 # CloudWatch Logs retention periods, days -> the name of aws_logs.RetentionDays.
 LOG_RETENTION_DAYS = dict(

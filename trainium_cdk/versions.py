@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 # Kubernetes version of the EKS cluster; the kubectl layer package aws-cdk.lambda-layer-kubectl-v35
 # in requirements.txt must match it, and manifests are validated against this version.
@@ -107,7 +108,7 @@ class AmiQuery:
     owner: str = AMI_OWNER
     architecture: str = AMI_ARCHITECTURE
 
-    def filters(self) -> list[dict[str, list[str]]]:
+    def filters(self) -> list[dict[str, Any]]:
         """DescribeImages filters (the same in the deploy-time lookup and in `trn doctor`)."""
         found = [
             {"Name": "name", "Values": [self.name]},

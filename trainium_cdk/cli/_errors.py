@@ -17,7 +17,7 @@ EXIT_USAGE = 2
 CREDENTIALS_HINT = "run `aws configure` or `aws sso login`, or set AWS_PROFILE, then try again"
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
@@ -110,6 +110,6 @@ def _kube_message(err: BaseException) -> str:
 
     body = getattr(err, "body", None)
     try:
-        return _one_line(json.loads(body).get("message", body))
+        return _one_line(json.loads(body or "").get("message", body))
     except (TypeError, ValueError, AttributeError):
         return _one_line(body or err)

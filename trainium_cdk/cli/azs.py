@@ -105,6 +105,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     if not args.write:
         return 0
+    assert path is not None  # --write without a config was refused above
     if not az_ids:
         raise CliError(
             f"no regular Availability Zone of {region} offers {args.instance_type}: nothing to write", code=1

@@ -14,13 +14,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import fnmatch
 import json
-import os
-import shutil
-import subprocess
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -37,62 +32,20 @@ from trainium_cdk.cli._common import (
     session,
 )
 from trainium_cdk.cli._errors import CREDENTIALS_HINT
-from trainium_cdk import backends as backend_registry
+from trainium_cdk.cli.doctor_amis import amis
+from trainium_cdk.cli.doctor_local import (
+    FAIL, PASS, WARN, Check, CommandRunner, container_engine, neuron_versions, run_command, session_manager_plugin,
+)
 from trainium_cdk.config import ComputeGroup, Config
-from trainium_cdk.versions import NeuronTrack
 
-PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
-# A check that does not apply to this machine: printed, not counted.
-SKIP = "SKIP"
 DEFAULT_BOOTSTRAP_QUALIFIER = "hnb659fds"
 # Synthesized templates refuse bootstrap versions 1-5 (the CheckBootstrapVersion rule).
 MIN_BOOTSTRAP_VERSION = 6
 TOOLKIT_STACK = "CDKToolkit"
-# The CDK CLI's switch for another container engine (Finch, Podman) than docker.
-CDK_DOCKER = "CDK_DOCKER"
 # Reservation states in which nodes can launch now / later.
 USABLE_NOW = ("active",)
 USABLE_LATER = ("scheduled", "payment-pending", "pending", "assessing", "delayed")
 ENDING_SOON = dt.timedelta(hours=24)
-# The Neuron host packages doctor reads (Debian on Ubuntu hosts, RPM on AL2023 hosts), by the name of
-# what they carry. Debian versions carry a revision (2.31.24.0-<hash>): only the version is compared.
-NEURON_PACKAGES = (
-    ("driver", "aws-neuronx-dkms"),
-    ("runtime", "aws-neuronx-runtime-lib"),
-    ("collectives", "aws-neuronx-collectives"),
-)
-# The framework packages, from the Python on PATH: the user's activated Neuron environment, not trn's own.
-FRAMEWORK_PACKAGES = ("torch-neuronx", "torch")
-COMMAND_TIMEOUT_S = 30
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    code: int
-    stdout: str
-
-
-# Runs a command on this machine; None when its program is not installed.
-CommandRunner = Callable[[Sequence[str]], CommandResult | None]
-
-
-def run_command(argv: Sequence[str]) -> CommandResult | None:
-    """The real runner: None when ``argv[0]`` is not on PATH, exit 124 on a timeout."""
-    if shutil.which(argv[0]) is None:
-        return None
-    try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        return CommandResult(124, "")
-    return CommandResult(done.returncode, done.stdout)
-
-
-@dataclass(frozen=True)
-class Check:
-    status: str
-    name: str
-    detail: str
-    fix: str = ""
 
 
 def add_parser(sub: Any) -> None:
@@ -174,9 +127,9 @@ class Doctor:
                 emit(self._guard(name, action, check))
             emit(self.cluster_access())
         # Local: need no credentials (a compute node often has none of the deployer's).
-        emit(self.container_engine())
-        emit(self.session_manager_plugin())
-        emit(self.neuron_versions())
+        emit(container_engine(self.config, self._run))
+        emit(session_manager_plugin(self.config, self._run))
+        emit(neuron_versions(self.config.neuron_track, self._run))
         return checks
 
     def _guard(self, name: str, action: str, check: Callable[[], list[Check]]) -> list[Check]:
@@ -499,183 +452,7 @@ class Doctor:
 
     def amis(self) -> list[Check]:
         """The AMI each deployed backend that picks one will boot, found in the region as the deploy will."""
-        checks = []
-        if "batch" in self.config.backends:
-            checks.append(self._batch_ami())
-        if "instance" in self.config.backends:
-            checks.append(self._dlami())
-        return checks
-
-    def _batch_ami(self) -> Check:
-        from botocore.exceptions import ClientError
-
-        if self.config.batch.ami_id is not None:
-            return self._given_ami("AMI batch", self.config.batch.ami_id, "batch.ami_id")
-        track = self.config.neuron_track
-        parameter = track.ecs_neuron_ami_parameter
-        try:
-            image_id = self.client("ssm").get_parameter(Name=parameter)["Parameter"]["Value"]
-        except ClientError as error:
-            if error_code(error) != "ParameterNotFound":
-                raise
-            return Check(
-                FAIL, "AMI batch", f"{track.ecs_neuron_ami} is not published in {self.config.region} ({parameter})",
-                "set batch.ami_id to an ECS-optimized AL2023 Neuron AMI of this region: `aws ssm get-parameter --name "
-                "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id` names the newest",
-            )
-        return Check(PASS, "AMI batch", f"{track.ecs_neuron_ami} is {image_id} in {self.config.region} "
-                     "(AWS's per-AMI-name parameter: it never moves)")
-
-    def _dlami(self) -> Check:
-        from trainium_cdk.lambdas.ami_lookup.index import NoMatchingImage, newest_image
-
-        if self.config.instance.ami_id is not None:
-            return self._given_ami("AMI instance", self.config.instance.ami_id, "instance.ami_id")
-        track = self.config.neuron_track
-        query = track.dlami_query(self.config.instance.dlami)
-        try:
-            image = newest_image(self.client("ec2"), [query.owner], query.filters())
-        except NoMatchingImage:
-            return Check(
-                FAIL, "AMI instance", f"no DLAMI named {query.name!r} with description {query.description!r} "
-                f"(Neuron SDK {track.neuron_release}) in {self.config.region}",
-                "set instance.dlami to a flavour Neuron published for this release (`aws ec2 describe-images --owners "
-                f"amazon --filters 'Name=description,Values={query.description}' --query 'Images[].Name'`), or "
-                "instance.ami_id",
-            )
-        return Check(PASS, "AMI instance", f"{image.get('Name')} ({image['ImageId']}, {image.get('CreationDate', '?')}): "
-                     "the deploy resolves this one and keeps it")
-
-    def _given_ami(self, name: str, ami_id: str, field: str) -> Check:
-        from botocore.exceptions import ClientError
-
-        try:
-            images = self.client("ec2").describe_images(ImageIds=[ami_id])["Images"]
-        except ClientError as error:
-            if not error_code(error).startswith("InvalidAMIID"):
-                raise
-            images = []
-        if not images or images[0].get("State", "available") != "available":
-            return Check(FAIL, name, f"{ami_id} ({field}) is not an available AMI in {self.config.region}",
-                         f"set {field} to an AMI of {self.config.region} (AMI ids differ per region)")
-        return Check(PASS, name, f"{ami_id} ({field}): {images[0].get('Name', '?')}")
-
-    # -- this machine --------------------------------------------------------------------------------
-
-    def container_engine(self) -> list[Check]:
-        """Docker (or Finch, through CDK_DOCKER) when a deployed stack builds a container image."""
-        builds = [(b.name, what) for b in backend_registry.deployed(self.config) if (what := b.builds_image(self.config))]
-        if not builds:
-            return []
-        engine = os.environ.get(CDK_DOCKER, "docker")
-        why = "; ".join(f"the {name} stack builds {what}" for name, what in builds)
-        fix = (f"start Docker, or install Finch and `export {CDK_DOCKER}=finch` (`finch vm start`); the engine "
-               "must answer `docker version` before `cdk deploy`")
-        answer = self._run([engine, "version"])
-        if answer is None:
-            return [Check(FAIL, "container engine", f"{engine} not found ({CDK_DOCKER}={engine}); {why}", fix)]
-        if answer.code != 0:
-            return [Check(FAIL, "container engine", f"`{engine} version` failed (exit {answer.code}): is its daemon "
-                          f"running? {why}", fix)]
-        return [Check(PASS, "container engine", f"{engine} answers; {why}")]
-
-    def session_manager_plugin(self) -> list[Check]:
-        """The Session Manager plugin, when `trn connect` forwards a private EKS endpoint through it."""
-        from trainium_cdk.cli.connect import PLUGIN_URL
-
-        if "eks" not in self.config.backends or not self.config.eks.access_host_deployed:
-            return []
-        answer = self._run(["session-manager-plugin", "--version"])
-        if answer is None or answer.code != 0:
-            return [Check(FAIL, "session manager plugin", "session-manager-plugin not found: `trn connect` reaches "
-                          "the private API endpoint through it", f"install it: {PLUGIN_URL}")]
-        return [Check(PASS, "session manager plugin", f"version {answer.stdout.strip()}")]
-
-    # -- this machine's Neuron software ------------------------------------------------------------
-
-    def neuron_versions(self) -> list[Check]:
-        """Driver, runtime, collectives and framework versions of this machine next to the track's pins."""
-        track = self.config.neuron_track
-        listing = self._run(["neuron-ls", "--json-output"])
-        if listing is None:
-            return [Check(SKIP, "neuron versions", f"no Neuron tools here (neuron-ls not found): run `trn doctor` "
-                          f"on a Trainium node to compare its versions with the {track.name} track's pins")]
-        checks = [_devices(listing)]
-        for what, package in NEURON_PACKAGES:
-            found = self._package_version(package)
-            where = "" if what == "driver" else "installed on this host (an image brings its own)"
-            checks.append(_compare(f"neuron {what}", package, found, track.apt_packages[package], track, where=where))
-        framework = self._python_packages()
-        if framework is None:
-            checks.append(Check(SKIP, "torch-neuronx", "no python3 on PATH to read the framework versions from"))
-            return checks
-        where = "in the active Python (python3 on PATH; activate the Neuron environment to compare it)"
-        neuronx_pin = track.pip_packages["torch-neuronx"]
-        checks.append(_compare("torch-neuronx", "torch-neuronx", framework.get("torch-neuronx"), neuronx_pin, track,
-                               where=where))
-        # torch-neuronx A.B.C.x builds on torch A.B.C: the pin's first two fields are torch's minor.
-        torch_pin = ".".join(neuronx_pin.split(".")[:2]) + ".*"
-        checks.append(_compare("torch", "torch", framework.get("torch"), torch_pin, track, where=where))
-        return checks
-
-    def _package_version(self, package: str) -> str | None:
-        """The installed version of a host package, from dpkg (Ubuntu) or else rpm (AL2023)."""
-        # dpkg also knows removed packages whose configuration is left ("rc"): only "ii" is installed.
-        dpkg = self._run(["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Version}", package])
-        if dpkg is not None and dpkg.code == 0:
-            status, _, version = dpkg.stdout.strip().partition(" ")
-            if status == "ii" and version.strip():
-                return version.strip().split("-", 1)[0]
-        rpm = self._run(["rpm", "-q", "--qf", "%{VERSION}", package])
-        if rpm is not None and rpm.code == 0 and rpm.stdout.strip():
-            return rpm.stdout.strip()
-        return None
-
-    def _python_packages(self) -> dict[str, str] | None:
-        """Name -> version of FRAMEWORK_PACKAGES in the active Python; None without a python3."""
-        result = self._run(["python3", "-m", "pip", "show", *FRAMEWORK_PACKAGES])
-        if result is None:
-            return None
-        found, name = {}, None
-        # `pip show` prints one block per installed package (and exits 1 if any is missing).
-        for row in result.stdout.splitlines():
-            key, _, value = row.partition(":")
-            if key == "Name":
-                name = value.strip().lower().replace("_", "-")
-            elif key == "Version" and name:
-                found[name] = value.strip()
-        return found
-
-
-def _devices(listing: CommandResult) -> Check:
-    if listing.code != 0:
-        return Check(WARN, "neuron devices", f"neuron-ls failed (exit {listing.code})",
-                     "is the Neuron driver loaded? `lsmod | grep neuron`; `sudo modprobe neuron`")
-    # A list of devices up to Neuron 2.33; 2.34 drops --json-output (announce-intent-eos-neuron-ls-json).
-    try:
-        devices = json.loads(listing.stdout)
-    except ValueError:
-        devices = None
-    if not isinstance(devices, list):
-        return Check(WARN, "neuron devices", "neuron-ls printed no JSON device list",
-                     "run `neuron-ls`: a tools release other than the track's aws-neuronx-tools pin?")
-    return Check(PASS, "neuron devices", f"{len(devices)} Neuron device(s) (neuron-ls)")
-
-
-def _compare(name: str, package: str, found: str | None, pin: str, track: NeuronTrack, *, where: str) -> Check:
-    """PASS when ``found`` matches the pin (a glob such as 2.9.0.2.13.*), WARN when it differs; a package
-    that is not here is a SKIP, since a container host runs the image's runtime and framework, except
-    the driver (``where`` empty), which every Neuron host needs."""
-    pinned = f"{track.name} track pins {pin} (Neuron {track.neuron_release})"
-    fix = (f"install {package} {pin} (README, Neuron tracks), or set neuron.track to the track this node was "
-           "built for")
-    if found is None:
-        if where:
-            return Check(SKIP, name, f"{package} is not {where}; {pinned}")
-        return Check(WARN, name, f"{package} is not installed; {pinned}", fix)
-    if fnmatch.fnmatchcase(found, pin):
-        return Check(PASS, name, f"{package} {found}: {pinned}")
-    return Check(WARN, name, f"{package} {found}, but the {pinned}", fix)
+        return amis(self.config, self.client)
 
 
 def _quota_for(family: str) -> tuple[str, str] | None:

@@ -371,7 +371,8 @@ def logs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clo
         text = kube.core.read_namespaced_pod_log(name=pod_name, namespace=kube.namespace, container=container)
         out.write(text if text.endswith("\n") or not text else text + "\n")
         return 0
-    response = kube.core.read_namespaced_pod_log(
+    # Unread (_preload_content=False): a urllib3 response, not the str the client declares.
+    response: Any = kube.core.read_namespaced_pod_log(
         name=pod_name, namespace=kube.namespace, container=container, follow=True, _preload_content=False
     )
     try:

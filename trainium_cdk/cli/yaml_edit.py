@@ -78,7 +78,9 @@ def with_offerings(text: str, *, instance_type: str, region: str, az_ids: Sequen
         new_lines = [*lines, *spacer, HEADER_COMMENT + "\n", *block]
     else:
         start, end = span
-        kept = _TRAILING_COMMENT.match(_KEY_LINE.match(lines[start].rstrip("\r\n")).group("rest"))
+        key_line = _KEY_LINE.match(lines[start].rstrip("\r\n"))
+        assert key_line is not None  # _block_span starts the span at the key's line
+        kept = _TRAILING_COMMENT.match(key_line.group("rest"))
         if kept and kept.group("comment"):
             block[0] = f"{KEY}:  {kept.group('comment')}\n"
         new_lines = [*lines[:start], *block, *lines[end:]]

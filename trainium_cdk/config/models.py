@@ -15,16 +15,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from trainium_cdk.addressing import check_ingress_cidr, check_subnets_fit, check_vpc_cidr
 from trainium_cdk.catalog import (
-    LUSTRE_COMPRESSION_TYPES,
-    LUSTRE_THROUGHPUT_MB_PER_TIB,
-    check_lustre,
     AZ_ID,
     BATCH_MAX_ATTEMPTS,
     BUILTIN_INSTANCE_TYPES,
     GP3_MAX_GIB,
+    LUSTRE_COMPRESSION_TYPES,
     LUSTRE_VERSIONS,
     Catalog,
     InstanceSpec,
+    LustreCompression,
+    LustreDeploymentType,
+    LustreVersion,
+    check_lustre,
 )
 from trainium_cdk.config.fields import (
     AZ_ID_RULE, S3_PREFIX, AccountId, AmiId, AzId, Image, LogRetentionDays, Name, RelativePath, S3Prefix, check_az_id,
@@ -202,13 +204,13 @@ class StorageSettings(_Model):
     """FSx for Lustre shared by every node: datasets, checkpoints, the Neuron compile cache."""
 
     enabled: bool = Field(True, description="Deploy the storage stack.")
-    deployment_type: Literal[tuple(LUSTRE_THROUGHPUT_MB_PER_TIB)] = Field("PERSISTENT_2", description="FSx deployment type.")
+    deployment_type: LustreDeploymentType = Field("PERSISTENT_2", description="FSx deployment type.")
     capacity_gib: int = Field(1200, description="Storage capacity: 1200 GiB or a multiple of 2400 GiB.")
     throughput_mb_per_tib: int | None = Field(
         250, description="PERSISTENT_2 throughput per TiB: 125, 250, 500 or 1000; none for SCRATCH_2."
     )
-    lustre_version: Literal[LUSTRE_VERSIONS] = Field(LUSTRE_VERSIONS[0], description="Lustre version.")
-    compression: Literal[LUSTRE_COMPRESSION_TYPES] = Field(LUSTRE_COMPRESSION_TYPES[0], description="Data compression.")
+    lustre_version: LustreVersion = Field(LUSTRE_VERSIONS[0], description="Lustre version.")
+    compression: LustreCompression = Field(LUSTRE_COMPRESSION_TYPES[0], description="Data compression.")
     data_repository: DataRepository | None = Field(None, description="Optional S3 data repository association.")
     removal_policy: Literal["retain", "destroy"] = Field(
         "retain", description="What `cdk destroy` does to the file system (and a created bucket)."

@@ -109,11 +109,11 @@ def check_deployment(config: Config) -> None:
         if job.group is not None and job.group not in names:
             raise ConfigError(f"{where}.group", job.group, "a compute group; " + one_of(names))
         try:
-            spec = config.job_spec(job, image="validation")
+            job_spec = config.job_spec(job, image="validation")
         except ConfigError as err:
             raise ConfigError(f"{where}.{err.field}", err.value, err.allowed) from None
-        if spec.distributed and not config.workloads.volcano:
-            raise ConfigError(f"{where}.nodes", spec.nodes, "1 unless workloads.volcano is on (gang scheduling)")
+        if job_spec.distributed and not config.workloads.volcano:
+            raise ConfigError(f"{where}.nodes", job_spec.nodes, "1 unless workloads.volcano is on (gang scheduling)")
     if not config.storage.enabled:
         for name, value in (
             ("data_loader", config.workloads.data_loader),

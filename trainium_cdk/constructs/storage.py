@@ -342,15 +342,15 @@ def allow_lustre_client(
     rules = Construct(scope, construct_id)
     server_id = server.security_group_id
     for low, high in LUSTRE_PORT_RANGES:
-        ports = {"ip_protocol": "tcp", "from_port": low, "to_port": high}
         ec2.CfnSecurityGroupIngress(rules, f"ToFsx{low}", group_id=server_id,
                                     source_security_group_id=client.security_group_id,
-                                    description="Lustre from clients", **ports)
+                                    description="Lustre from clients", ip_protocol="tcp", from_port=low, to_port=high)
         ec2.CfnSecurityGroupEgress(rules, f"FromFsx{low}", group_id=server_id,
                                    destination_security_group_id=client.security_group_id,
-                                   description="Lustre", **ports)
+                                   description="Lustre", ip_protocol="tcp", from_port=low, to_port=high)
         ec2.CfnSecurityGroupIngress(rules, f"ToClient{low}", group_id=client.security_group_id,
-                                    source_security_group_id=server_id, description="Lustre from FSx", **ports)
+                                    source_security_group_id=server_id, description="Lustre from FSx",
+                                    ip_protocol="tcp", from_port=low, to_port=high)
 
 
 def _pin(construct: Construct, logical_id: str) -> None:

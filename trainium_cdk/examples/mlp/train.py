@@ -158,9 +158,9 @@ def train(
     if _distributed() and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("xla" if xm is not None else "neuron" if native else "gloo")
     dataset = synthetic_dataset(samples, features, classes, seed)
-    sampler = DistributedSampler(dataset, shuffle=True, seed=seed) if _distributed() else None
+    sampler: DistributedSampler | None = DistributedSampler(dataset, shuffle=True, seed=seed) if _distributed() else None
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=sampler is None, sampler=sampler)
-    model = MLP(features, hidden, classes)
+    model: nn.Module = MLP(features, hidden, classes)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     history: list[float] = []
     start = 0

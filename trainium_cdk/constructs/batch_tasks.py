@@ -44,14 +44,15 @@ class BatchTaskRules(Construct):
                 )
             default_security_group_id = vpc.vpc_default_security_group
         self.group_id = default_security_group_id
-        tcp = {"ip_protocol": "tcp", "from_port": 0, "to_port": 65535}
         ec2.CfnSecurityGroupIngress(
             self, "TasksFromTasks", group_id=self.group_id, source_security_group_id=self.group_id,
-            description="Batch tasks: torchrun rendezvous and Neuron bootstrap from other tasks", **tcp,
+            description="Batch tasks: torchrun rendezvous and Neuron bootstrap from other tasks",
+            ip_protocol="tcp", from_port=0, to_port=65535,
         )
         ec2.CfnSecurityGroupEgress(
             self, "TasksToTasks", group_id=self.group_id, destination_security_group_id=self.group_id,
-            description="Batch tasks: torchrun rendezvous and Neuron bootstrap to other tasks", **tcp,
+            description="Batch tasks: torchrun rendezvous and Neuron bootstrap to other tasks",
+            ip_protocol="tcp", from_port=0, to_port=65535,
         )
         ec2.CfnSecurityGroupEgress(
             self, "TasksToHttps", group_id=self.group_id, cidr_ip="0.0.0.0/0", ip_protocol="tcp",

@@ -97,8 +97,13 @@ class DevInstance(Construct):
         self.image_query = dlami_query(dlami, track)
         family = self.image_query.os_family
         self.os_user = OS_USER[family]
-        self.ami_lookup = AmiLookup(self, "Ami", query=self.image_query) if ami_id is None else None
-        machine_image = self.ami_lookup.machine_image if self.ami_lookup is not None else ImageIdImage(ami_id)
+        self.ami_lookup: AmiLookup | None = None
+        machine_image: ec2.IMachineImage
+        if ami_id is None:
+            self.ami_lookup = AmiLookup(self, "Ami", query=self.image_query)
+            machine_image = self.ami_lookup.machine_image
+        else:
+            machine_image = ImageIdImage(ami_id)
 
         self.role = session_manager_role(self, "Role", description="Development instance: SSM Session Manager only")
         self.security_group = ec2.SecurityGroup(

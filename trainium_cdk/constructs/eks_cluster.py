@@ -7,6 +7,7 @@ Not Auto Mode: Trainium nodes need launch templates with every EFA interface.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import cdk8s
 from aws_cdk import Names, RemovalPolicy, Stack
@@ -169,6 +170,9 @@ class TrainiumCluster(Construct):
                 private_subnets=list(subnets) if private_endpoint else None,
             ),
         )
+        # The same cluster as an eks.ICluster, for what takes one: aws-cdk-lib's Python stubs leave
+        # kubectl_provider_options off Cluster (it has it), so a type checker does not see it as one.
+        self.cluster_ref = cast(eks.ICluster, self.cluster)
         self.cluster.node.add_dependency(self.control_plane_logs)
         # The group aws-eks-v2 makes for the API endpoint's interfaces and nothing else (the cluster security
         # group, also in ``cluster.connections``, is on every node too): it has no accessor, only this id.
@@ -183,7 +187,7 @@ class TrainiumCluster(Construct):
         # The VPC CNI (aws-node) gets its own role through Pod Identity: on the node role, its policy (ENIs and
         # addresses of the whole VPC) was every pod's that reaches the metadata service.
         self.cni_role, self.cni_association = pod_identity_role(
-            self, "VpcCni", cluster=self.cluster, namespace="kube-system", service_account=CNI_SERVICE_ACCOUNT,
+            self, "VpcCni", cluster=self.cluster_ref, namespace="kube-system", service_account=CNI_SERVICE_ACCOUNT,
             description="VPC CNI (aws-node): ENIs and addresses of the nodes (EKS pod identity)",
         )
         self.cni_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(CNI_POLICY))
@@ -206,7 +210,7 @@ class TrainiumCluster(Construct):
         self.system_nodes = eks.Nodegroup(
             self,
             "SystemNodes",
-            cluster=self.cluster,
+            cluster=self.cluster_ref,
             launch_template_spec=eks.LaunchTemplateSpec(
                 id=self.system_launch_template.launch_template_id or "",
                 version=self.system_launch_template.latest_version_number,
@@ -230,14 +234,14 @@ class TrainiumCluster(Construct):
         )
 
         self.addons = {
-            name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name,
+            name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster_ref, addon_name=name,
                             configuration_values=ADDON_CONFIGURATION.get(name))
             for name in ADDONS
         }
         self.fsx_csi_role, self.fsx_csi_association = pod_identity_role(
             self,
             "FsxCsi",
-            cluster=self.cluster,
+            cluster=self.cluster_ref,
             namespace="kube-system",
             service_account=FSX_CSI_SERVICE_ACCOUNT,
             description="FSx for Lustre CSI controller (EKS pod identity)",
@@ -288,7 +292,7 @@ class TrainiumCluster(Construct):
         self.addons[FSX_CSI_ADDON] = eks.Addon(
             self,
             f"Addon-{FSX_CSI_ADDON}",
-            cluster=self.cluster,
+            cluster=self.cluster_ref,
             addon_name=FSX_CSI_ADDON,
             # Trainium nodes carry the Neuron taint: the node DaemonSet must run there to mount Lustre.
             configuration_values={"node": {"tolerations": [NEURON_TOLERATION, CRITICAL_ADDONS_TOLERATION]}},
@@ -298,7 +302,7 @@ class TrainiumCluster(Construct):
         for name in ADDONS_NEEDING_NODES:
             self.addons[name].node.add_dependency(self.system_nodes)
 
-        self.volcano: eks.HelmChart | None = add_volcano(self.cluster, after=self.system_nodes) if volcano else None
+        self.volcano: eks.HelmChart | None = add_volcano(self.cluster_ref, after=self.system_nodes) if volcano else None
 
         # The same charts `make synth` writes to dist/, here with the deployed values as tokens.
         self.manifests: dict[str, eks.KubernetesManifest] = {}
@@ -359,9 +363,11 @@ class TrainiumCluster(Construct):
         for function in functions:
             # An app with @aws-cdk/aws-lambda:useCdkManagedLogGroup (what `cdk init` sets) has CDK make one, kept
             # two years under the same id, which nothing refers to: ours replaces it.
-            function.node.scope.node.try_remove_child("LogGroup")  # type: ignore[union-attr]
+            scope = function.node.scope
+            assert isinstance(scope, Construct)  # the function's own construct
+            scope.node.try_remove_child("LogGroup")
             group = logs.LogGroup(
-                function.node.scope, "LogGroup", retention=retention, removal_policy=RemovalPolicy.DESTROY
+                scope, "LogGroup", retention=retention, removal_policy=RemovalPolicy.DESTROY
             )
             function.add_property_override("LoggingConfig.LogGroup", group.log_group_name)
 

@@ -11,8 +11,7 @@ from constructs import IConstruct
 def acknowledge(construct: IConstruct, rule: str, findings: Sequence[str] | None, reason: str) -> None:
     """Acknowledge ``rule`` on ``construct`` and its children: the whole rule, or each finding given
     (``Resource::*``, ``Policy::arn:...``) so that a new finding of the same rule still fails."""
-    for finding in findings or [None]:
-        rule_id = f"{rule}[{finding}]" if finding else rule
+    for rule_id in [f"{rule}[{finding}]" for finding in findings] if findings else [rule]:
         Validations.of(construct).acknowledge(Acknowledgment(id=rule_id, reason=reason))
 
 

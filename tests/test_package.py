@@ -47,7 +47,7 @@ def test_wheel_carries_the_package_data(installed):
     _, site = installed
     package = site / "trainium_cdk"
     for relative in (
-        "py.typed", "parallelcluster/neuron_setup.sh", "parallelcluster/head_node_setup.sh",
+        "py.typed", "node/launcher.sh", "parallelcluster/neuron_setup.sh", "parallelcluster/head_node_setup.sh",
         "examples/mlp/Dockerfile", "examples/mlp/train.py", "examples/bert/Dockerfile", "config/default.yaml",
     ):
         assert (package / relative).is_file(), relative

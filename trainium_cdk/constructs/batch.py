@@ -23,7 +23,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from trainium_cdk import neuron_metrics
+from trainium_cdk.node import neuron_metrics
 from trainium_cdk.catalog import InstanceSpec, check_ami_id
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.batch_roles import BatchRoles
@@ -33,8 +33,8 @@ from trainium_cdk.errors import ConfigError
 from trainium_cdk.launcher import PEER_LOST_EXIT_CODE, launch_command, launch_environment
 from trainium_cdk.lustre_client import mount_script as lustre_mount_script
 from trainium_cdk.names import CHECKPOINT_ROOT, SHARED_MOUNT
-from trainium_cdk.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
-from trainium_cdk.neuron_metrics import install_command as neuron_metrics_install
+from trainium_cdk.node.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
+from trainium_cdk.node.neuron_metrics import install_command as neuron_metrics_install
 from trainium_cdk.training_env import (
     CONTAINER_SOCKET_IFNAME, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
 )
@@ -404,7 +404,7 @@ def node_user_data(
     """MIME multi-part user data (Batch merges it with its own): the Neuron driver of the track (installed
     when the AMI carries another version) and tools, the EFA kernel module, and the FSx mount, each only
     when the AMI does not already have it; with ``metrics_deployment``, neuron-monitor into CloudWatch
-    (trainium_cdk/neuron_metrics.py, started as a systemd service)."""
+    (trainium_cdk/node/neuron_metrics.py, started as a systemd service)."""
     lines = [
         "#!/bin/bash",
         f"# trainium-cdk: Neuron driver {driver}, EFA and storage on an AWS Batch node ({spec.name}).",

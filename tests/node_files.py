@@ -13,10 +13,11 @@ from trainium_cdk import node
 
 def split(text: str, *names: str) -> dict[str, str]:
     """The header values of a generated program, checked to be followed by the files ``names`` byte for byte
-    (and, before the header, at most a ``#!`` line)."""
+    (before the header, at most a ``#!`` line; after the files, what the generator adds, such as the Batch
+    user data's neuron_metrics.py)."""
     body = "".join(node.source(name) for name in names)
-    assert text.endswith(body), f"the generated text does not end with {names} as they are"
-    head = text[: len(text) - len(body)].splitlines()
+    assert body in text, f"the generated text does not carry {names} as they are"
+    head = text[: text.index(body)].splitlines()
     if head and head[0].startswith("#!"):
         head = head[1:]
     if not head:

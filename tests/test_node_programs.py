@@ -3,6 +3,7 @@ generates from them, passes shellcheck; a generated text carries its files byte 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.apps import VARIANTS, synthesized
 from tests.helpers import config_with
 from trainium_cdk import node
 from trainium_cdk.launcher import LAUNCHER
@@ -35,7 +37,7 @@ def dialect_of(text: str) -> str:
 
 
 def test_the_folder_has_the_programs():
-    assert {p.name for p in SCRIPTS} >= {"launcher.sh", "lustre_client.sh", "slurm_prolog.sh"}
+    assert {p.name for p in SCRIPTS} == {"launcher.sh", "lustre_client.sh", "slurm_prolog.sh", "batch_node.sh"}
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
@@ -58,6 +60,44 @@ def test_the_lustre_client_as_user_data_carries_it_passes_shellcheck(family):
 
 def test_the_slurm_prolog_as_the_head_node_installs_it_passes_shellcheck():
     assert shellcheck(render_prolog(config_with(backends=["parallelcluster"])), "bash") == ""
+
+
+def _joined(value: object) -> str:
+    """A synthesized UserData's text, every token (Ref, Fn::ImportValue, ...) as a plain word."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and set(value) == {"Fn::Base64"}:
+        return _joined(value["Fn::Base64"])
+    if isinstance(value, dict) and set(value) == {"Fn::Join"}:
+        separator, parts = value["Fn::Join"]
+        return separator.join(_joined(part) for part in parts)
+    return "resolved-at-deploy"
+
+
+def _synthesized_user_data() -> list[tuple[str, str]]:
+    """(resource, shell text) of every Batch launch template and development instance of every variant."""
+    found = []
+    for variant in VARIANTS:
+        for path in synthesized(variant).template_paths():
+            for name, resource in json.loads(path.read_text()).get("Resources", {}).items():
+                props = resource.get("Properties", {})
+                data = props.get("UserData") or props.get("LaunchTemplateData", {}).get("UserData")
+                if data is None or "Batch" not in name and resource["Type"] != "AWS::EC2::Instance":
+                    continue
+                text = _joined(data)
+                if text.startswith("MIME-Version"):  # Batch: the shell part of the multi-part user data
+                    text = text.split('charset="us-ascii"\n\n', 1)[1].rsplit("\n\n--", 1)[0] + "\n"
+                found.append((f"{variant}/{path.stem}/{name}", text))
+    return found
+
+
+def test_the_user_data_as_synthesized_passes_shellcheck():
+    """Every Batch node's and development instance's user data of every variant, as the templates carry it
+    (tokens as plain words): the node files, their headers and what the constructs add around them."""
+    checked = _synthesized_user_data()
+    assert any("/t-batch." in name for name, _ in checked) and any("/t-instance." in name for name, _ in checked)
+    problems = {name: found for name, text in checked if (found := shellcheck(text, "bash"))}
+    assert not problems, problems
 
 
 def test_a_generated_program_is_its_header_then_the_files_byte_for_byte():

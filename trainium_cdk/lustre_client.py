@@ -12,11 +12,15 @@ FAMILIES = ("ubuntu", "amazon-linux")
 SCRIPT = "lustre_client.sh"
 
 
-def mount_script(family: str, dns_name: str, mount_name: str, *, mount_point: str = SHARED_MOUNT) -> str:
-    """The script, with its values in the header: install the client unless the host has it, and mount the
-    file system at ``mount_point``, in fstab too. ``dns_name`` and ``mount_name`` may be CDK tokens."""
+def mount_values(family: str, dns_name: str, mount_name: str, *, mount_point: str = SHARED_MOUNT) -> dict[str, str]:
+    """What the script reads: the host's family, the file system (``dns_name`` and ``mount_name`` may be CDK
+    tokens) and where to mount it."""
     if family not in FAMILIES:
         raise ConfigError("family", family, one_of(FAMILIES))
-    return node.program(SCRIPT, {
-        "LUSTRE_FAMILY": family, "LUSTRE_SOURCE": f"{dns_name}@tcp:/{mount_name}", "LUSTRE_MOUNT_POINT": mount_point,
-    })
+    return {"LUSTRE_FAMILY": family, "LUSTRE_SOURCE": f"{dns_name}@tcp:/{mount_name}", "LUSTRE_MOUNT_POINT": mount_point}
+
+
+def mount_script(family: str, dns_name: str, mount_name: str, *, mount_point: str = SHARED_MOUNT) -> str:
+    """The script with its values in the header: install the client unless the host has it, and mount the
+    file system at ``mount_point``, in fstab too."""
+    return node.program(SCRIPT, mount_values(family, dns_name, mount_name, mount_point=mount_point))

@@ -19,6 +19,8 @@ from trainium_cdk.constructs.batch import (
     TrainiumBatch,
     ecr_repository_arn,
 )
+from tests import node_files
+from trainium_cdk import node
 from trainium_cdk.launcher import launch_command
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.stacks import compose
@@ -233,12 +235,17 @@ def test_user_data_is_mime_multipart_and_installs_what_is_missing(every_type, in
     assert 'Content-Type: text/x-shellscript; charset="us-ascii"' in text
     assert text.rstrip().endswith("--==TRAINIUM_CDK==--")
     driver = versions.XLA_TRACK.driver
-    # The track's driver unless the AMI carries exactly that version; the tools when missing.
-    assert f'= "{driver}" ] || missing="aws-neuronx-dkms-{driver}"' in text
-    assert "rpm -q aws-neuronx-tools" in text and "dnf downgrade -y $missing" in text
-    assert "https://yum.repos.neuron.amazonaws.com" in text
-    assert ("efa_installer.sh -y --minimal" in text) == group.spec.has_efa
-    assert "@tcp:/" in text and " /fsx lustre defaults,relatime,flock,_netdev" in text and "mount /fsx" in text
+    # The track's driver unless the AMI carries exactly that version; the tools when missing; EFA with EFA
+    # (trainium_cdk/node/batch_node.sh, its values in the header; tests/test_node_programs.py runs it).
+    values = node_files.split(_shell_part(text), "batch_node.sh", "lustre_client.sh")
+    assert values["NEURON_DRIVER"] == driver and values["NEURON_YUM_REPO"] == "https://yum.repos.neuron.amazonaws.com"
+    assert ("EFA_INSTALLER_URL" in values) == group.spec.has_efa
+    assert "@tcp:/" in values["LUSTRE_SOURCE"] and values["LUSTRE_MOUNT_POINT"] == "/fsx"
+
+
+def _shell_part(user_data: str) -> str:
+    """The shell script part of the MIME user data."""
+    return user_data.split('Content-Type: text/x-shellscript; charset="us-ascii"\n\n', 1)[1].rsplit("\n\n--", 1)[0] + "\n"
 
 
 def test_user_data_mounts_the_storage_stack_file_system(every_type):
@@ -599,14 +606,24 @@ def test_built_alone_from_props_in_a_bare_stack():
 
 
 def test_tasks_cannot_reach_the_instance_metadata(every_type, tmp_path):
-    """Multi-node tasks are awsvpc: ECS_AWSVPC_BLOCK_IMDS keeps them from the instance role. The user data's
-    own line runs here against a copy of ecs.config, twice (a reboot runs no user data; a re-run adds nothing)."""
-    import subprocess
-
+    """Multi-node tasks are awsvpc: ECS_AWSVPC_BLOCK_IMDS keeps them from the instance role. The node script
+    runs here with each group's values, stand-ins for rpm and modprobe (the AMI has the pinned driver and
+    EFA is up) and a copy of ecs.config, twice (a reboot runs no user data; a re-run adds nothing)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    driver = versions.XLA_TRACK.driver
+    (bindir / "rpm").write_text(f'#!/bin/sh\ncase "$*" in *aws-neuronx-dkms*) printf {driver} ;; esac\n')
+    (bindir / "modprobe").write_text("#!/bin/sh\nexit 0\n")
+    for stand_in in bindir.iterdir():
+        stand_in.chmod(0o755)
     for instance_type in SUPPORTED_TRAINING_TYPES:
-        (line,) = [ln for ln in Group(every_type, _name(instance_type)).user_data.splitlines() if "ECS_AWSVPC_BLOCK_IMDS" in ln]
+        values = node_files.split(_shell_part(Group(every_type, _name(instance_type)).user_data),
+                                  "batch_node.sh", "lustre_client.sh")
+        values = {k: v for k, v in values.items() if k != "EFA_INSTALLER_URL"}  # this machine has no EFA device
         config = tmp_path / "ecs.config"
         config.write_text("ECS_CLUSTER=batch-cluster\n")
+        env = {"PATH": f"{bindir}:/usr/bin:/bin", "ECS_CONFIG": str(config)}
         for _ in range(2):
-            subprocess.run(["bash", "-euo", "pipefail", "-c", line.replace("/etc/ecs/ecs.config", str(config))], check=True)
+            result = node_files.run("batch_node.sh", values, env)
+            assert result.returncode == 0, result.stderr
         assert config.read_text() == "ECS_CLUSTER=batch-cluster\nECS_AWSVPC_BLOCK_IMDS=true\n"

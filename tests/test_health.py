@@ -8,11 +8,11 @@ import subprocess
 
 import pytest
 
+from tests import node_files
 from tests.helpers import config_with
 from tests.rehearsal import neuron_ls, scontrol_recorder
-from trainium_cdk.names import NEURON_BIN
 from trainium_cdk.parallelcluster.cluster_config import placeholder_ids, cluster_configuration
-from trainium_cdk.parallelcluster.health import PROLOG_NAME, render_prolog
+from trainium_cdk.parallelcluster.health import PROLOG_NAME, SCRIPT, render_prolog
 
 NODE = "train-st-trn1-32xlarge-3"
 
@@ -32,10 +32,10 @@ def _run(tmp_path, config, devices: int | None, node: str = NODE):
         neuron_ls(neuron_bin, devices)
     log = tmp_path / "scontrol.log"
     scontrol_recorder(bin_dir, log)
-    prolog = tmp_path / PROLOG_NAME
-    prolog.write_text(render_prolog(config).replace(NEURON_BIN, str(neuron_bin)))
+    # The prolog as the cluster installs it (its header's values), but for where the Neuron tools are.
+    values = {**node_files.split(render_prolog(config), SCRIPT), "NEURON_BIN": str(neuron_bin)}
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURMD_NODENAME": node, "SLURM_JOB_ID": "7"}
-    proc = subprocess.run(["bash", str(prolog)], env=env, capture_output=True, text=True, timeout=30, check=False)
+    proc = node_files.run(SCRIPT, values, env, timeout=30)
     return proc, (log.read_text() if log.exists() else "")
 
 

@@ -10,6 +10,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
 from tests.helpers import cfn_lint_errors, config_with, nag_violations, resources, synth
+from trainium_cdk import node
 from trainium_cdk.config import ConfigError
 from trainium_cdk.catalog import DEFAULT_CATALOG
 from trainium_cdk.constructs.dev_instance import DevInstance
@@ -132,8 +133,8 @@ def test_fsx_mounted_with_the_efa_group_when_storage_is_deployed(default, varian
     props = _instance(default)
     user_data = json.dumps(props["UserData"])
     assert "ExportsOutputFnGetAttLustreFileSystemLustreMountName" in user_data
-    assert "@tcp:/" in user_data and " /fsx lustre " in user_data and "mount /fsx" in user_data
-    assert "lustre-client-modules" in user_data  # Ubuntu DLAMI
+    assert "@tcp:/" in user_data and "LUSTRE_MOUNT_POINT=/fsx" in user_data and "LUSTRE_FAMILY=ubuntu" in user_data
+    assert json.dumps(node.source("lustre_client.sh").rstrip("\n"))[1:-1] in user_data  # as it is in the package
     assert "EfaSecurityGroup" in json.dumps(props["SecurityGroupIds"])
     assert len(props["SecurityGroupIds"]) == 2
 

@@ -1,5 +1,6 @@
-"""The one Lustre client script Batch hosts and the dev instance run: executed here with stand-ins for
-what a host has (modinfo, mountpoint, mount, the package manager) and a temporary fstab."""
+"""The one Lustre client script Batch hosts and the dev instance run (trainium_cdk/node/lustre_client.sh):
+executed here with the values its header carries, stand-ins for what a host has (modinfo, mountpoint, mount,
+the package manager) and a temporary fstab (LUSTRE_FSTAB)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from tests import node_files
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.lustre_client import FSTAB_OPTIONS, mount_commands
+from trainium_cdk.lustre_client import SCRIPT, mount_script
+
+FSTAB_OPTIONS = (
+    "defaults,relatime,flock,_netdev,x-systemd.automount,"
+    "x-systemd.requires=network-online.target,x-systemd.after=network-online.target"
+)
 
 STANDINS = {
     # The client module is missing until the package manager installs it.
@@ -22,9 +29,10 @@ STANDINS = {
 }
 
 
-def _run(script: str, state: Path, bindir: Path) -> None:
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "STATE": str(state)}
-    subprocess.run(["bash", "-euo", "pipefail", "-c", script], env=env, check=True)
+def _run(script: str, state: Path, bindir: Path, fstab: Path) -> None:
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "STATE": str(state), "LUSTRE_FSTAB": str(fstab)}
+    result = node_files.run(SCRIPT, node_files.split(script, SCRIPT), env)
+    assert result.returncode == 0, result.stderr
 
 
 @pytest.fixture
@@ -40,12 +48,10 @@ def host(tmp_path):
 def test_mounts_once_and_a_second_run_changes_nothing(host):
     tmp, bindir, state = host
     fstab, mount_point = tmp / "fstab", tmp / "fsx"
-    script = "\n".join(mount_commands("amazon-linux", "fs-1.fsx.us-west-2.amazonaws.com", "abcd",
-                                      mount_point=str(mount_point)))
-    script = script.replace("/etc/fstab", str(fstab))  # the one host file substituted
+    script = mount_script("amazon-linux", "fs-1.fsx.us-west-2.amazonaws.com", "abcd", mount_point=str(mount_point))
     fstab.write_text("")
-    _run(script, state, bindir)
-    _run(script, state, bindir)
+    _run(script, state, bindir, fstab)
+    _run(script, state, bindir, fstab)
     assert fstab.read_text().splitlines() == [
         f"fs-1.fsx.us-west-2.amazonaws.com@tcp:/abcd {mount_point} lustre {FSTAB_OPTIONS} 0 0"
     ]
@@ -53,14 +59,29 @@ def test_mounts_once_and_a_second_run_changes_nothing(host):
     assert mount_point.is_dir() and "flock" in FSTAB_OPTIONS
 
 
-def test_ubuntu_installs_the_modules_of_the_running_kernel():
-    text = "\n".join(mount_commands("ubuntu", "dns", "mnt"))
-    assert "lustre-client-modules-$(uname -r)" in text and "dnf" not in text
+def test_ubuntu_takes_the_fsx_repository_and_amazon_linux_dnf(host):
+    """Which install each family runs on a host without the client. The Ubuntu run stops at its key (the gpg
+    stand-in fails): it writes nothing of this machine's /etc/apt, which tests may run as root beside."""
+    tmp, bindir, state = host
+    for name, code in (("wget", 0), ("gpg", 1)):
+        (bindir / name).write_text(f'#!/bin/bash\necho "{name} $*" >> "$STATE/calls"\nexit {code}\n')
+        (bindir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "STATE": str(state),
+           "LUSTRE_FSTAB": str(tmp / "fstab")}
+    (tmp / "fstab").write_text("")
+    for family, call in (("ubuntu", "wget -qO - https://fsx-lustre-client-repo-public-keys"), ("amazon-linux", "dnf install")):
+        (state / "calls").unlink(missing_ok=True)
+        values = node_files.split(mount_script(family, "dns", "mnt", mount_point=str(tmp / "fsx")), SCRIPT)
+        result = node_files.run(SCRIPT, {**values, "LUSTRE_FSTAB": str(tmp / "fstab")}, env)
+        calls = (state / "calls").read_text()
+        assert call in calls and ("dnf" in calls) == (family == "amazon-linux"), family
+        assert result.returncode == (1 if family == "ubuntu" else 0), result.stderr
+    assert 'apt-get install -y "lustre-client-modules-$(uname -r)"' in (node_files.node.FOLDER / SCRIPT).read_text()
 
 
 def test_an_unknown_family_is_refused_by_name():
     with pytest.raises(ConfigError, match="family"):
-        mount_commands("windows", "dns", "mnt")
+        mount_script("windows", "dns", "mnt")
 
 
 GENERATOR = Path("/usr/lib/systemd/system-generators/systemd-fstab-generator")
@@ -72,11 +93,18 @@ def test_systemd_accepts_the_mount_and_starts_it_at_every_boot(tmp_path):
     """systemd's own fstab generator turns the line into units, and systemd-analyze verifies them. The old
     x-systemd.requires=network.service gave `Unit network.service not found` (no such unit on Ubuntu
     24.04 or AL2023), so /fsx did not come back after a stop/start or a reboot."""
-    script = "\n".join(mount_commands("ubuntu", "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com", "abcdefgh"))
+    script = mount_script("ubuntu", "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com", "abcdefgh")
     fstab = tmp_path / "fstab"
     fstab.write_text("# an older line of ours is replaced\nold@tcp:/x /fsx lustre defaults,_netdev 0 0\n")
-    lines = [line for line in script.splitlines() if "/etc/fstab" in line]
-    subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(lines).replace("/etc/fstab", str(fstab))], check=True)
+    # The script's fstab lines alone (the mount point exists and is mounted: stand-ins that do nothing).
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("modinfo", "mkdir", "mountpoint"):
+        (bindir / name).write_text("#!/bin/sh\nexit 0\n")
+        (bindir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "LUSTRE_FSTAB": str(fstab)}
+    result = node_files.run(SCRIPT, node_files.split(script, SCRIPT), env)
+    assert result.returncode == 0, result.stderr
     assert [line for line in fstab.read_text().splitlines() if " /fsx lustre " in line] == [
         f"fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com@tcp:/abcdefgh /fsx lustre {FSTAB_OPTIONS} 0 0"
     ]

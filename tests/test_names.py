@@ -71,7 +71,7 @@ def test_no_stray_copy_of_an_output_key():
     allowed = {
         ("constructs/observability.py", "ClusterName"), ("constructs/parallelcluster.py", "ClusterName"),
         ("constructs/observability.py", "FileSystemId"), ("parallelcluster/cluster_config.py", "FileSystemId"),
-        ("constructs/observability.py", "InstanceId"), ("neuron_metrics.py", "InstanceId"),
+        ("constructs/observability.py", "InstanceId"), ("node/neuron_metrics.py", "InstanceId"),
     }
     strays = [
         f"{path.relative_to(PACKAGE)}:{line} {text!r}" for path in _modules()

@@ -70,7 +70,7 @@ def _pins(name: str, config, app) -> dict[str, dict[str, str]]:
     container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
     (template,) = resources(batch, "AWS::EC2::LaunchTemplate").values()
     user_data = json.dumps(template["Properties"]["LaunchTemplateData"]["UserData"])
-    (driver,) = set(re.findall(r"aws-neuronx-dkms-([0-9.]+[0-9])", user_data))
+    (driver,) = set(re.findall(r"NEURON_DRIVER=([0-9.]+[0-9])", user_data))  # node/batch_node.sh's header
     # Both build the MLP example image on the track's training image (the tag is the build argument).
     assert "container-assets" in json.dumps(container["Image"])
     # (EKS also builds the BERT-large example image on the xla track, on the same training image.)

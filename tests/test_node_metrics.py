@@ -1,6 +1,6 @@
 """neuron-monitor into CloudWatch on AWS Batch and ParallelCluster nodes, the deployment's alarm and dashboard.
 
-The program the nodes run (trainium_cdk/neuron_metrics.py) is taken from the artefact itself (the Batch
+The program the nodes run (trainium_cdk/node/neuron_metrics.py) is taken from the artefact itself (the Batch
 launch template's user data; the ParallelCluster asset), installed with a stand-in ``systemctl``, and its
 systemd unit's ExecStart runs here with a stand-in ``neuron-monitor`` (printing reports in the documented
 format, tests/data/neuron_monitor_reports.jsonl) and a stand-in ``boto3`` that records put_metric_data.
@@ -21,11 +21,11 @@ import pytest
 from aws_cdk.assertions import Template
 
 from tests.helpers import config_with, nag_violations, resources, synth
-from trainium_cdk import neuron_metrics
+from trainium_cdk.node import neuron_metrics
 from trainium_cdk.catalog import DEFAULT_CATALOG
 from trainium_cdk.constructs.batch import NEURON_METRICS_END, node_user_data
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
-from trainium_cdk.neuron_metrics import (
+from trainium_cdk.node.neuron_metrics import (
     CORE_UTILIZATION, DEPLOYMENT_DIMENSION, DEVICE_MEMORY, HARDWARE_ERRORS, INSTANCE_DIMENSION, MONITOR_CONFIG,
     NAMESPACE, NODE_PATH,
 )

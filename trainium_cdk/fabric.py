@@ -2,10 +2,11 @@
 (``nccom-test``), its bus bandwidth set against the instance's EFA line rate from the catalog.
 
 The job runs the project's launcher like any training job (one process per node): the launcher derives
-node rank, count and the rendezvous address from the scheduler, torchrun starts :data:`PROGRAM` on every
-node. The nodes exchange their addresses over torch.distributed (gloo, no device needed); node 0 runs
-nccom-test, which drives the other hosts itself (``--hosts``, ``NEURON_RT_ROOT_COMM_ID``, as the Neuron
-nccom-test guide describes multi-instance runs). Pure Python: no CDK, no AWS.
+node rank, count and the rendezvous address from the scheduler, torchrun starts :data:`PROGRAM`
+(``trainium_cdk/node/fabric_check.py``) on every node. The nodes exchange their addresses over
+torch.distributed (gloo, no device needed); node 0 runs nccom-test, which drives the other hosts itself
+(``--hosts``, ``NEURON_RT_ROOT_COMM_ID``, as the Neuron nccom-test guide describes multi-instance runs).
+Here: the command, and the report read back from the job's log. Pure Python: no CDK, no AWS.
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from trainium_cdk import node
 from trainium_cdk.catalog import InstanceSpec
+from trainium_cdk.node.fabric_check import (
+    MULTI_HOST, NODE_REPORT, REPORT_BEGIN, REPORT_END, SINGLE_HOST, SINGLE_HOST_NOTE,
+)
 
 # A few message sizes: latency-bound, middle, bandwidth-bound (1 MiB, 32 MiB, 1 GiB).
 MIN_BYTES = "1MB"
@@ -24,68 +29,13 @@ ROOT_COMM_PORT = 45654
 # PASS when the best bus bandwidth reaches this fraction of the EFA line rate. The Neuron guide's own
 # 2 x trn1.32xlarge all-reduce peaks at 47.09 GB/s busbw, about 51% of 800 Gbps.
 DEFAULT_MIN_FRACTION = 0.4
-# Where no launch across hosts is verified (Batch, EKS: nccom-test's multi-host runs go through MPI, which
-# may need ssh between the nodes; the containers run none), each node measures its own all-reduce, and the
-# check says that EFA between the hosts was not measured.
-MULTI_HOST, SINGLE_HOST = "multi-host", "single-host"
-SINGLE_HOST_NOTE = (
-    "trainium-fabric: single-host: each node's all-reduce over its own NeuronCores; EFA between the hosts is "
-    "not measured here (nccom-test's multi-host launch needs MPI, and maybe ssh, between the nodes)"
-)
-NODE_REPORT = "trainium-fabric: node report"
-REPORT_BEGIN = "trainium-fabric: nccom-test report begins"
-REPORT_END = "trainium-fabric: nccom-test report ends"
 GIB = 1024**3
 
-PROGRAM = r'''
-import json, os, subprocess, sys
-import torch.distributed as dist
-expected, cores, port, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-sizes = sys.argv[5:]
-rank, nodes = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-try:
-    found = len(json.loads(subprocess.run(["neuron-ls", "--json-output"], capture_output=True, text=True, check=True).stdout))
-except Exception as error:
-    print(f"trainium-fabric: node {rank}: neuron-ls failed: {error}", flush=True)
-    found = 0
-address = next(a for a in subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
-               if not a.startswith("169.254.") and ":" not in a)
-print(f"trainium-fabric: node {rank} ({address}): {found} of {expected} Neuron devices", flush=True)
-dist.init_process_group("gloo")
-nodes_seen = [None] * nodes
-dist.all_gather_object(nodes_seen, (address, found))
-code = 0
-short = [f"node {i} ({a}): {f}" for i, (a, f) in enumerate(nodes_seen) if f != expected]
-if short:
-    if rank == 0:
-        print("trainium-fabric: FAIL devices: " + "; ".join(short), flush=True)
-    code = 1
-elif mode == "@SINGLE_HOST@":
-    # Each node's own all-reduce over its NeuronCores: no launch across hosts, so no MPI or ssh between them.
-    run = subprocess.run(["nccom-test", "-r", str(cores), "-N", "1", *sizes, "-d", "fp32", "allr"],
-                         capture_output=True, text=True)
-    reports = [None] * nodes
-    dist.all_gather_object(reports, (run.returncode, run.stdout))
-    if rank == 0:
-        print("@SINGLE_HOST_NOTE@", flush=True)
-        for i, (returncode, text) in enumerate(reports):
-            print(f"@NODE_REPORT@ {i} begins\n{text}@NODE_REPORT@ {i} ends", flush=True)
-        code = max(returncode for returncode, _ in reports)
-else:
-    if rank == 0:
-        hosts = [a for a, _ in nodes_seen]
-        env = dict(os.environ, NEURON_RT_ROOT_COMM_ID=f"{hosts[0]}:{port}")
-        argv = ["nccom-test", "-r", str(cores * nodes), "-N", str(nodes), *sizes, "-d", "fp32", "allr", "--hosts", *hosts]
-        print("trainium-fabric: " + " ".join(argv), flush=True)
-        run = subprocess.run(argv, env=env, capture_output=True, text=True)
-        print("''' + REPORT_BEGIN + r'''\n" + run.stdout + "''' + REPORT_END + r'''", flush=True)
-        code = run.returncode
-dist.barrier()
-dist.destroy_process_group()
-sys.exit(code)
-'''
-for _token, _value in (("@SINGLE_HOST@", SINGLE_HOST), ("@SINGLE_HOST_NOTE@", SINGLE_HOST_NOTE), ("@NODE_REPORT@", NODE_REPORT)):
-    PROGRAM = PROGRAM.replace(_token, _value)
+# The program every node runs (python3 -c), and the markers it frames its output with. Where no launch across
+# hosts is verified (Batch, EKS: nccom-test's multi-host runs go through MPI, which may need ssh between the
+# nodes; the containers run none), each node measures its own all-reduce, and the check says that EFA between
+# the hosts was not measured.
+PROGRAM = node.source("fabric_check.py")
 
 
 def fabric_command(spec: InstanceSpec, *, multi_host: bool = True) -> list[str]:

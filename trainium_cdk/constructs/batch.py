@@ -23,7 +23,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from trainium_cdk import neuron_metrics
+from trainium_cdk import node
+from trainium_cdk.node import neuron_metrics
 from trainium_cdk.catalog import InstanceSpec, check_ami_id
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.batch_roles import BatchRoles
@@ -31,10 +32,11 @@ from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.launcher import PEER_LOST_EXIT_CODE, launch_command, launch_environment
-from trainium_cdk.lustre_client import mount_commands as lustre_mount_commands
+from trainium_cdk.lustre_client import SCRIPT as LUSTRE_SCRIPT
+from trainium_cdk.lustre_client import mount_values as lustre_mount_values
 from trainium_cdk.names import CHECKPOINT_ROOT, SHARED_MOUNT
-from trainium_cdk.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
-from trainium_cdk.neuron_metrics import install_command as neuron_metrics_install
+from trainium_cdk.node.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
+from trainium_cdk.node.neuron_metrics import install_command as neuron_metrics_install
 from trainium_cdk.training_env import (
     CONTAINER_SOCKET_IFNAME, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
 )
@@ -83,7 +85,8 @@ HOST_FAILURE_STATUS_REASONS = ("Host EC2*",)
 HOST_FAILURE_REASONS = ("Cannot*",)
 HOST_FAILURE_EXIT_CODES = (str(PEER_LOST_EXIT_CODE),)
 MIME_BOUNDARY = "==TRAINIUM_CDK=="
-ECS_BLOCK_IMDS = "ECS_AWSVPC_BLOCK_IMDS=true"
+# What every Batch node runs first (trainium_cdk/node/batch_node.sh), then the Lustre client with storage.
+BATCH_NODE_SCRIPT = "batch_node.sh"
 # The metrics program the user data writes onto each node (a heredoc: its delimiter must not occur in it).
 NEURON_METRICS_SOURCE = Path(neuron_metrics.__file__)
 NEURON_METRICS_END = "TRAINIUM_NEURON_METRICS"
@@ -405,48 +408,15 @@ def node_user_data(
     """MIME multi-part user data (Batch merges it with its own): the Neuron driver of the track (installed
     when the AMI carries another version) and tools, the EFA kernel module, and the FSx mount, each only
     when the AMI does not already have it; with ``metrics_deployment``, neuron-monitor into CloudWatch
-    (trainium_cdk/neuron_metrics.py, started as a systemd service)."""
-    lines = [
-        "#!/bin/bash",
-        f"# trainium-cdk: Neuron driver {driver}, EFA and storage on an AWS Batch node ({spec.name}).",
-        "set -euxo pipefail",
-        # Multi-node tasks are awsvpc: the ECS agent keeps them from the instance metadata, so that a job
-        # cannot take the instance role (the node's, with ECS agent and ECR rights) from it.
-        f"grep -qx {ECS_BLOCK_IMDS} /etc/ecs/ecs.config 2>/dev/null || echo {ECS_BLOCK_IMDS} >> /etc/ecs/ecs.config",
-        "missing=''",
-        f'[ "$(rpm -q --qf \'%{{VERSION}}\' aws-neuronx-dkms 2>/dev/null || true)" = "{driver}" ] '
-        f'|| missing="aws-neuronx-dkms-{driver}"',
-        'rpm -q aws-neuronx-tools >/dev/null 2>&1 || missing="$missing aws-neuronx-tools"',
-        'if [ -n "$missing" ]; then',
-        "  cat > /etc/yum.repos.d/neuron.repo <<'EOF'",
-        "[neuron]",
-        "name=Neuron YUM Repository",
-        f"baseurl={NEURON_YUM_REPO}",
-        "enabled=1",
-        "metadata_expire=0",
-        "EOF",
-        f"  rpm --import {NEURON_YUM_REPO}/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB",
-        # A pinned version older than the AMI's needs a downgrade; the loaded module is then replaced.
-        '  dnf install -y "kernel-devel-uname-r == $(uname -r)" $missing || dnf downgrade -y $missing',
-        "  modprobe -r neuron || true",
-        "fi",
-        "modprobe neuron",
-    ]
+    (trainium_cdk/node/neuron_metrics.py, started as a systemd service)."""
+    values = {"NEURON_DRIVER": driver, "NEURON_YUM_REPO": NEURON_YUM_REPO}
     if spec.has_efa:
-        lines += [
-            "if [ ! -e /dev/infiniband/uverbs0 ]; then modprobe efa || true; modprobe ib_uverbs || true; fi",
-            "if [ ! -e /dev/infiniband/uverbs0 ]; then",
-            "  cd /tmp",
-            f"  curl -fsSLO {EFA_INSTALLER_URL}",
-            "  tar -xf aws-efa-installer-latest.tar.gz",
-            # Kernel module and rdma-core only: libfabric comes with the training image.
-            "  (cd aws-efa-installer && ./efa_installer.sh -y --minimal)",
-            "  modprobe efa",
-            "  modprobe ib_uverbs || true",
-            "fi",
-        ]
+        values["EFA_INSTALLER_URL"] = EFA_INSTALLER_URL
+    files = [BATCH_NODE_SCRIPT]
     if storage is not None:
-        lines += lustre_mount_commands("amazon-linux", storage.dns_name, storage.mount_name)  # ECS AL2023
+        values.update(lustre_mount_values("amazon-linux", storage.dns_name, storage.mount_name))  # ECS AL2023
+        files.append(LUSTRE_SCRIPT)
+    lines = [node.program(files, values, shebang="/bin/bash").rstrip("\n")]
     if metrics_deployment is not None:
         program = NEURON_METRICS_SOURCE.read_text().rstrip("\n")
         if NEURON_METRICS_END in program:

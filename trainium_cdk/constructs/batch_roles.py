@@ -14,7 +14,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from trainium_cdk.constructs.nag import acknowledge, nag_form
-from trainium_cdk.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
+from trainium_cdk.node.neuron_metrics import policy_statement
 
 # What the ECS agent on a Batch node calls (AmazonEC2ContainerServiceforEC2Role, without
 # ecs:CreateCluster, CloudWatch Logs and ECR on every repository): Batch owns the ECS cluster, logs go
@@ -37,11 +37,7 @@ BATCH_ECS_CLUSTERS = "AWSBatch-*"
 
 def neuron_metrics_statement() -> iam.PolicyStatement:
     """PutMetricData into the Neuron metrics namespace only (the action has no resource-level permissions)."""
-    return iam.PolicyStatement(
-        actions=["cloudwatch:PutMetricData"],
-        resources=["*"],
-        conditions={"StringEquals": {"cloudwatch:namespace": NEURON_METRICS_NAMESPACE}},
-    )
+    return iam.PolicyStatement.from_json(policy_statement())
 
 
 class BatchRoles(Construct):

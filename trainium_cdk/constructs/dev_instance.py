@@ -25,7 +25,7 @@ from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.session_manager import session_manager_role
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.errors import ConfigError, names_construct_path
-from trainium_cdk.lustre_client import mount_commands as lustre_mount_commands
+from trainium_cdk.lustre_client import mount_script as lustre_mount_script
 from trainium_cdk.names import CACHE_DIR_NAME, SHARED_MOUNT
 from trainium_cdk.versions import XLA_TRACK, AmiQuery, NeuronTrack
 
@@ -217,6 +217,6 @@ def _lustre_mount_commands(family: str, dns_name: str, mount_name: str) -> list[
     """Mount the file system at /fsx, and make the shared compile cache writable by every user."""
     return [
         "set -euxo pipefail",
-        *lustre_mount_commands(family, dns_name, mount_name),
+        lustre_mount_script(family, dns_name, mount_name).rstrip("\n"),
         f"install -d -m 1777 {SHARED_MOUNT}/{CACHE_DIR_NAME}",
     ]

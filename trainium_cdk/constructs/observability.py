@@ -13,7 +13,7 @@ Metric names and dimensions: the CloudWatch agent's Container Insights translato
 (aws/amazon-cloudwatch-agent, ``getNeuronMetricDeclarations`` / ``getEFAMetricDeclarations``).
 
 ``NeuronNodeMetrics`` is the same for AWS Batch and ParallelCluster nodes, which have no Container
-Insights: an alarm on Neuron hardware errors and a dashboard over what ``trainium_cdk/neuron_metrics.py``
+Insights: an alarm on Neuron hardware errors and a dashboard over what ``trainium_cdk/node/neuron_metrics.py``
 publishes from neuron-monitor on every node (its namespace, metric names and dimensions).
 """
 
@@ -29,7 +29,7 @@ from constructs import Construct, IConstruct
 
 from trainium_cdk.constructs.nag import acknowledge, nag_form
 from trainium_cdk.constructs.pod_identity import pod_identity_role
-from trainium_cdk.neuron_metrics import (
+from trainium_cdk.node.neuron_metrics import (
     CORE_UTILIZATION, DEPLOYMENT_DIMENSION, DEVICE_MEMORY, HARDWARE_ERRORS, INSTANCE_DIMENSION, NAMESPACE,
 )
 

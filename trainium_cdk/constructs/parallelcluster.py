@@ -24,7 +24,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from trainium_cdk import neuron_metrics
+from trainium_cdk.node import neuron_metrics
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 from trainium_cdk.parallelcluster.parts import (
@@ -68,7 +68,7 @@ class SlurmCluster(Construct):
     :param removal_policy: what deleting the stack does to the cluster: destroy (ParallelCluster's
         Delete) or retain; default destroy.
     :param metrics_deployment: the compute nodes publish neuron-monitor's metrics to CloudWatch
-        (trainium_cdk/neuron_metrics.py, uploaded as an asset, with a managed policy that allows
+        (trainium_cdk/node/neuron_metrics.py, uploaded as an asset, with a managed policy that allows
         PutMetricData in its namespace only) with this ``Deployment`` dimension; default none (no metrics).
     """
 

@@ -18,7 +18,7 @@ from trainium_cdk import envsubst
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.names import SHARED_MOUNT
-from trainium_cdk.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
+from trainium_cdk.node.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
 from trainium_cdk.parallelcluster.parts import (
     HEAD_NODE_SCRIPT_NAME, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, PROLOG_NAME, SETUP_SCRIPT_NAME,
     ClusterIds, NeuronMetrics, S3Object,

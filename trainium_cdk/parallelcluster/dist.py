@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from trainium_cdk import neuron_metrics
+from trainium_cdk.node import neuron_metrics
 from trainium_cdk.config import Config
 from trainium_cdk.parallelcluster.cluster_config import cluster_file_name, render_cluster_yaml
 from trainium_cdk.parallelcluster.health import render_prolog

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainium_cdk.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
+from trainium_cdk.node.neuron_metrics import policy_statement
 
 SETUP_SCRIPT_NAME = "neuron_setup.sh"
 # The head node's action: runs the queues' setup script with their arguments (see the script).
@@ -18,7 +18,7 @@ SETUP_SCRIPT = Path(__file__).resolve().parent / SETUP_SCRIPT_NAME
 HEAD_NODE_SCRIPT = Path(__file__).resolve().parent / HEAD_NODE_SCRIPT_NAME
 # The node health check (parallelcluster/health.py renders it).
 PROLOG_NAME = "50_trainium_neuron_devices.sh"
-# neuron-monitor into CloudWatch on the compute nodes (trainium_cdk/neuron_metrics.py).
+# neuron-monitor into CloudWatch on the compute nodes (trainium_cdk/node/neuron_metrics.py).
 NEURON_METRICS_NAME = "neuron_metrics.py"
 NEURON_METRICS_POLICY_NAME = "neuron-metrics-policy.json"
 
@@ -39,7 +39,7 @@ class S3Object:
 class NeuronMetrics:
     """neuron-monitor into CloudWatch on the compute nodes.
 
-    :param program: trainium_cdk/neuron_metrics.py, which the compute nodes copy and start.
+    :param program: trainium_cdk/node/neuron_metrics.py, which the compute nodes copy and start.
     :param policy_arn: a managed policy allowing cloudwatch:PutMetricData in its namespace only, attached
         to the compute nodes' role (ParallelCluster takes managed policies, not inline ones).
     :param deployment: the ``Deployment`` dimension the nodes publish with (the dashboard's filter).
@@ -52,13 +52,7 @@ class NeuronMetrics:
 
 def neuron_metrics_policy() -> dict[str, Any]:
     """The policy document of NeuronMetrics.policy_arn: PutMetricData in the Neuron metrics namespace only."""
-    return {
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Effect": "Allow", "Action": "cloudwatch:PutMetricData", "Resource": "*",
-            "Condition": {"StringEquals": {"cloudwatch:namespace": NEURON_METRICS_NAMESPACE}},
-        }],
-    }
+    return {"Version": "2012-10-17", "Statement": [policy_statement()]}
 
 
 @dataclass(frozen=True)

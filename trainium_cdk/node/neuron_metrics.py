@@ -56,6 +56,15 @@ MONITOR_CONFIG = {
 _ECC_UNCORRECTED = ("mem_ecc_uncorrected", "sram_ecc_uncorrected")
 
 
+def policy_statement(namespace: str = NAMESPACE) -> dict[str, Any]:
+    """The IAM statement the nodes' role needs: PutMetricData into ``namespace`` only (the action has no
+    resource-level permissions). Batch's instance role and ParallelCluster's managed policy both take it."""
+    return {
+        "Effect": "Allow", "Action": "cloudwatch:PutMetricData", "Resource": "*",
+        "Condition": {"StringEquals": {"cloudwatch:namespace": namespace}},
+    }
+
+
 def install_command(*, deployment: str, namespace: str = NAMESPACE, python: str = "python3") -> list[str]:
     """The argv that installs and starts the service on a node (this file at :data:`NODE_PATH`)."""
     return [python, NODE_PATH, "install", "--namespace", namespace, "--deployment", deployment]

@@ -1,0 +1,37 @@
+"""Run a node program (trainium_cdk/node/) as a generated text carries it: the file itself, from disk, with
+its header's values as environment variables (where a stand-in needs another path, the test adds a variable
+the program reads, or overrides a value), never an edited copy of the text."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Mapping
+
+from trainium_cdk import node
+
+
+def split(text: str, *names: str) -> dict[str, str]:
+    """The header values of a generated program, checked to be followed by the files ``names`` byte for byte
+    (before the header, at most a ``#!`` line; after the files, what the generator adds, such as the Batch
+    user data's neuron_metrics.py)."""
+    body = "".join(node.source(name) for name in names)
+    assert body in text, f"the generated text does not carry {names} as they are"
+    head = text[: text.index(body)].splitlines()
+    if head and head[0].startswith("#!"):
+        head = head[1:]
+    if not head:
+        return {}
+    assert head[0] == node.HEADER, head[0]
+    values = {}
+    for line in head[1:]:
+        name, _, value = line.partition("=")
+        (values[name],) = shlex.split(value)
+    return values
+
+
+def run(name: str, values: Mapping[str, str], env: Mapping[str, str], *, shell: str = "bash",
+        args: tuple[str, ...] = (), timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run node file ``name`` with ``values`` (a header's, possibly overridden) in its environment."""
+    return subprocess.run([shell, str(node.FOLDER / name), *args], env={**env, **values}, capture_output=True,
+                          text=True, timeout=timeout, check=False)

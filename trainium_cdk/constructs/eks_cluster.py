@@ -336,17 +336,8 @@ class TrainiumCluster(Construct):
         storage.allow_client(
             rules_scope or Stack.of(self), "LustreFromCluster", self.cluster.cluster_security_group
         )
-        props = FsxStorageProps(
-            subnet_id=subnet.subnet_id,
-            security_group_ids=[storage.security_group.security_group_id],
-            deployment_type=storage.deployment_type,
-            throughput_mb_per_tib=storage.throughput_mb_per_tib,
-            lustre_version=storage.lustre_version,
-            compression=storage.compression,
-            file_system_id=storage.file_system_id,
-            dns_name=storage.dns_name,
-            mount_name=storage.mount_name,
-            capacity_gib=storage.capacity_gib,
+        props = FsxStorageProps.of(
+            storage, subnet_id=subnet.subnet_id, security_group_id=storage.security_group.security_group_id
         )
         return self._add_chart(FsxStorage(cdk8s.App(), FSX_CHART_ID, **props.as_kwargs()))
 

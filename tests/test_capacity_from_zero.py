@@ -152,7 +152,7 @@ def test_ec2_node_class_has_every_efa_interface_the_placement_group_and_a_locked
         assert sorted(i["networkCardIndex"] for i in efa) == list(range(result.config.spec(group).efa_interfaces))
         assert {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"} in spec["networkInterfaces"]
         assert "PlacementGroup" in json.dumps(spec["placementGroupSelector"])
-        assert spec["amiSelectorTerms"] == [{"alias": versions.KARPENTER_AMI_ALIAS}]
+        assert spec["amiSelectorTerms"] == [{"alias": result.config.neuron_track.karpenter_ami_alias}]
         assert spec["metadataOptions"]["httpPutResponseHopLimit"] == 1
         assert spec["metadataOptions"]["httpTokens"] == "required"
         (root,) = spec["blockDeviceMappings"]

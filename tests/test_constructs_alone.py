@@ -19,7 +19,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
-from tests.helpers import CDK_CONTEXT, new_outdir, resources
+from tests.helpers import CDK_CONTEXT, config_with, new_outdir, resources
 from tests.test_package import readme_example
 from tests.test_toolchain import recommended_flags
 from trainium_cdk import (
@@ -28,6 +28,7 @@ from trainium_cdk import (
     SlurmCluster, TrainingNetwork, TrainingWorkloads, TrainingWorkloadsOptions, TrainiumBatch, TrainiumCluster,
     TrainiumNodeGroup, TrainiumNodePools,
 )
+from trainium_cdk.adapters.parallelcluster import cluster_settings
 from trainium_cdk.constructs.api_access import ApiAccessHost
 from trainium_cdk.constructs.dev_instance import DevInstance
 from trainium_cdk.constructs.network import ComputePlacement
@@ -246,9 +247,11 @@ def test_batch_task_rules_without_the_default_group_of_an_imported_vpc_names_the
 
 
 def test_slurm_cluster_alone():
+    # The typed settings as this app's adapter makes them, for one queue named as the app's compute subnet.
+    settings = cluster_settings(config_with(backends=["parallelcluster"], compute_groups=[
+        {"name": "pretrain", "instance_type": "trn1.32xlarge", "nodes": 2, "az_ids": "usw2-az4"}]))
     slurm, template = synth_alone(lambda stack, imported: SlurmCluster(
-        stack, "Hpc", cluster_name="their-slurm",
-        configuration=lambda ids: {"HeadNode": {"Networking": {"SubnetId": ids.head_node_subnet_id}}},
+        stack, "Hpc", cluster_name="their-slurm", settings=settings,
         head_node_subnet=imported.subnet, compute_subnets={"pretrain": imported.subnet},
         security_group=imported.efa_group,
     ))

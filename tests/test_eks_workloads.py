@@ -10,7 +10,7 @@ import pytest
 from tests.helpers import US_EAST_2, config_with, resources, synth
 from trainium_cdk import versions
 from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR
-from trainium_cdk.stacks._props import workloads_options
+from trainium_cdk.adapters.eks import workloads_options
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +129,7 @@ def test_training_image_repository(result):
 
 @pytest.fixture(scope="module")
 def bare():
+    import cdk8s
     from aws_cdk import App, RemovalPolicy, Stack
     from aws_cdk import aws_eks_v2 as eks
     from aws_cdk.assertions import Template
@@ -157,10 +158,11 @@ def bare():
     workloads = TrainingWorkloads(
         stack, "Workloads", cluster=cluster, volcano=add_volcano(cluster),
         options=TrainingWorkloadsOptions(
-            charts=charts, data_loader_bucket="bare-datasets", base_image_tag="2.0-test",
+            data_loader_bucket="bare-datasets", base_image_tag="2.0-test",
             repository_removal_policy=RemovalPolicy.DESTROY, images_kept=7,
         ),
     )
+    workloads.add_charts(charts(cdk8s.App(), workloads.image_uri))
     return stack, workloads, Template.from_stack(stack).to_json()
 
 

@@ -70,7 +70,7 @@ def test_no_stray_copy_of_an_output_key():
     # The same words as CloudWatch dimensions and ParallelCluster fields, not outputs.
     allowed = {
         ("constructs/observability.py", "ClusterName"), ("constructs/parallelcluster.py", "ClusterName"),
-        ("constructs/observability.py", "FileSystemId"), ("parallelcluster/cluster_config.py", "FileSystemId"),
+        ("constructs/observability.py", "FileSystemId"), ("parallelcluster/configuration.py", "FileSystemId"),
         ("constructs/observability.py", "InstanceId"), ("node/neuron_metrics.py", "InstanceId"),
     }
     strays = [

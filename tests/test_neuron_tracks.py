@@ -160,19 +160,41 @@ def test_eks_trainium_nodes_boot_the_tracks_pinned_ami_release(deployed):
     if config.eks.capacity == "managed":
         assert len(neuron_groups) == len(config.compute_groups) and not node_classes
         release = f"{versions.KUBERNETES_VERSION}.8-{track.eks_ami_release.removeprefix('v')}"
-        assert {g["ReleaseVersion"] for g in neuron_groups} == {release} == {versions.EKS_NODEGROUP_RELEASE_VERSION}
+        assert {g["ReleaseVersion"] for g in neuron_groups} == {release} == {track.eks_nodegroup_release_version}
     else:
         assert len(node_classes) == len(config.compute_groups) and not neuron_groups
         for node_class in node_classes:
             assert node_class["spec"]["amiSelectorTerms"] == [{"alias": f"al2023@{track.eks_ami_release}"}]
 
 
-def test_every_track_names_the_ami_release_the_eks_stack_deploys():
-    """The EKS stack reads the module pins: a track with another EKS AMI release would not get it."""
-    assert {t.eks_ami_release for t in NEURON_TRACKS.values()} == {versions.EKS_AL2023_AMI_RELEASE}
-    assert re.fullmatch(r"v20\d{6}", versions.EKS_AL2023_AMI_RELEASE)
-    assert re.fullmatch(r"\d+\.\d+\.\d+-20\d{6}", versions.EKS_NODEGROUP_RELEASE_VERSION)
-    assert versions.EKS_NODEGROUP_RELEASE_VERSION.startswith(versions.KUBERNETES_VERSION + ".")
+def test_every_track_names_a_dated_eks_ami_release():
+    for track in NEURON_TRACKS.values():
+        assert re.fullmatch(r"v20\d{6}", track.eks_ami_release), track.name
+        assert re.fullmatch(r"\d+\.\d+\.\d+-20\d{6}", track.eks_nodegroup_release_version), track.name
+        assert track.eks_nodegroup_release_version.startswith(versions.KUBERNETES_VERSION + ".")
+        assert track.karpenter_ami_alias == f"al2023@{track.eks_ami_release}"
+
+
+@pytest.mark.parametrize("capacity", ["karpenter", "managed"])
+def test_eks_nodes_take_the_configured_track_s_release_not_a_module_pin(capacity, monkeypatch):
+    """A track with an EKS AMI release of its own reaches every EKS node: the Karpenter EC2NodeClass alias,
+    the Trainium node groups' and the system nodes' releaseVersion (they read the module pin before)."""
+    from dataclasses import replace
+
+    track = replace(NEURON_TRACKS["xla"], eks_ami_release="v20991231")
+    monkeypatch.setitem(NEURON_TRACKS, "xla", track)
+    config = build_config({"backends": ["eks"], "eks": {"capacity": capacity}, "storage": {"enabled": False}})
+    assert config.neuron_track is track
+    template = synth(config, nag=False).template_json("eks")
+    releases = {r["Properties"].get("AmiType"): r["Properties"]["ReleaseVersion"]
+                for r in resources(template, "AWS::EKS::Nodegroup").values()}
+    node_classes = [o for o in _manifest_objects(template) if o.get("kind") == "EC2NodeClass"]
+    assert releases.pop("AL2023_x86_64_STANDARD") == f"{versions.KUBERNETES_VERSION}.8-20991231"
+    if capacity == "managed":
+        assert releases == {"AL2023_x86_64_NEURON": f"{versions.KUBERNETES_VERSION}.8-20991231"} and not node_classes
+    else:
+        assert not releases and node_classes
+        assert {json.dumps(c["spec"]["amiSelectorTerms"]) for c in node_classes} == {'[{"alias": "al2023@v20991231"}]'}
 
 
 @pytest.mark.parametrize("instance_type", ["trn1.32xlarge", "trn1n.32xlarge", "trn1.2xlarge"])

@@ -26,6 +26,7 @@ from trainium_cdk.constructs.storage import FILE_SYSTEM_LOGICAL_ID
 from trainium_cdk.parallelcluster import ClusterIds, S3Object, cluster_configuration, render_cluster_yaml, write_dist
 from trainium_cdk.parallelcluster.cluster_config import placeholder_names, read_access
 from trainium_cdk.launcher import LAUNCHER
+from trainium_cdk.parallelcluster.configuration import ClusterSettings, HeadNode, NewFileSystem, SlurmQueue
 from trainium_cdk.parallelcluster.parts import HEAD_NODE_SCRIPT, SETUP_SCRIPT
 from trainium_cdk.parallelcluster.sbatch import render_sbatch
 from trainium_cdk.versions import PARALLELCLUSTER_VERSION, XLA_TRACK
@@ -542,31 +543,25 @@ def test_a_failed_environment_build_says_what_failed():
 # -- the construct alone ---------------------------------------------------------------------------
 
 
+PRETRAIN = ClusterSettings(
+    region="us-east-2",
+    queues=(SlurmQueue(name="pretrain", instance_type="trn1.32xlarge", max_nodes=4, efa=True),),
+    head_node=HeadNode(instance_type="m7i.xlarge", root_volume_gib=200, ssh_allowed_cidr="10.0.0.0/16"),
+    new_file_system=NewFileSystem(capacity_gib=1200, deployment_type="PERSISTENT_2", throughput_mb_per_tib=250),
+    tags=(("project", "research"),),
+)
+
+
 def test_slurm_cluster_built_alone_from_props_in_a_bare_stack():
+    """Typed settings, no config: the construct renders the configuration with the ids it supplies."""
     stack = cdk.Stack(cdk.App(), "Bare", env=cdk.Environment(region="us-east-2"))
     vpc = ec2.Vpc(stack, "Vpc", max_azs=1)
     group = ec2.SecurityGroup(stack, "Efa", vpc=vpc)
-
-    def document(ids: ClusterIds) -> dict:
-        """A one-queue document by hand: what the construct needs is only what it renders."""
-        return {
-            "HeadNode": {"Networking": {"SubnetId": ids.head_node_subnet_id}},
-            "Scheduling": {"Scheduler": "slurm", "SlurmQueues": [{
-                "Name": "pretrain",
-                "Networking": {
-                    "SubnetIds": [ids.compute_subnet_ids["pretrain"]],
-                    "AdditionalSecurityGroups": [ids.efa_security_group_id],
-                },
-                "CustomActions": {"OnNodeConfigured": {"Script": ids.setup_script.url}},
-            }]},
-            "Scripts": sorted(ids.batch_scripts),
-        }
-
     slurm = SlurmCluster(
         stack,
         "Slurm",
         cluster_name="research",
-        configuration=document,
+        settings=PRETRAIN,
         head_node_subnet=vpc.public_subnets[0],
         compute_subnets={"pretrain": vpc.private_subnets[0]},
         security_group=group,
@@ -583,7 +578,8 @@ def test_slurm_cluster_built_alone_from_props_in_a_bare_stack():
     assert queue["Networking"]["AdditionalSecurityGroups"] == [stack.resolve(group.security_group_id)]
     assert configuration["HeadNode"]["Networking"]["SubnetId"] == stack.resolve(vpc.public_subnets[0].subnet_id)
     assert "cdk-hnb659fds-assets" in json.dumps(queue["CustomActions"]["OnNodeConfigured"]["Script"])
-    assert configuration["Scripts"] == ["train-pretrain.sbatch"]
+    assert '"train-pretrain.sbatch=' in json.dumps(configuration["HeadNode"]["CustomActions"]["OnNodeUpdated"]["Args"])
+    assert configuration["Tags"] == [{"Key": "project", "Value": "research"}]
     assert slurm.prolog is None and slurm.ids.file_system_id is None
 
 
@@ -593,7 +589,7 @@ def test_slurm_cluster_reads_its_scripts_by_key_prefix_or_warns(prefix):
     stack = cdk.Stack(cdk.App(), "Bare", env=cdk.Environment(region="us-east-2"), synthesizer=synthesizer)
     vpc = ec2.Vpc(stack, "Vpc", max_azs=1)
     ids = SlurmCluster(
-        stack, "Slurm", cluster_name="research", configuration=lambda ids: {}, head_node_subnet=vpc.public_subnets[0],
+        stack, "Slurm", cluster_name="research", settings=PRETRAIN, head_node_subnet=vpc.public_subnets[0],
         compute_subnets={"pretrain": vpc.private_subnets[0]}, security_group=ec2.SecurityGroup(stack, "Sg", vpc=vpc),
         batch_scripts={"train-pretrain.sbatch": "#!/bin/bash\n"},
     ).ids
@@ -612,7 +608,7 @@ def test_slurm_cluster_removal_policy_is_destroy_or_retain():
     vpc = ec2.Vpc(stack, "Vpc", max_azs=1)
     with pytest.raises(ConfigError, match="removal_policy"):
         SlurmCluster(
-            stack, "Slurm", cluster_name="c", configuration=lambda ids: {}, head_node_subnet=vpc.public_subnets[0],
+            stack, "Slurm", cluster_name="c", settings=PRETRAIN, head_node_subnet=vpc.public_subnets[0],
             compute_subnets={}, security_group=ec2.SecurityGroup(stack, "Sg", vpc=vpc),
             removal_policy=RemovalPolicy.SNAPSHOT,
         )

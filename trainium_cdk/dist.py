@@ -7,6 +7,7 @@ that fills exactly those (trainium_cdk/envsubst.py: a bare envsubst would empty 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import cdk8s
@@ -37,41 +38,31 @@ PLACEHOLDERS = {
 }
 
 
-def fsx_storage_props(
-    config: Config,
-    *,
-    subnet_id: str,
-    security_group_id: str,
-    file_system_id: str,
-    dns_name: str,
-    mount_name: str,
-) -> FsxStorageProps:
-    """The FSx chart's props from the config; ids are tokens in the stack, placeholders in dist/."""
-    storage = config.storage
-    return FsxStorageProps(
-        subnet_id=subnet_id,
-        security_group_ids=[security_group_id],
-        deployment_type=storage.deployment_type,
-        throughput_mb_per_tib=storage.throughput_mb_per_tib,
-        lustre_version=storage.lustre_version,
-        compression=storage.compression,
-        file_system_id=file_system_id,
-        dns_name=dns_name,
-        mount_name=mount_name,
-        capacity_gib=storage.capacity_gib,
-    )
+@dataclass(frozen=True)
+class PlannedFileSystem:
+    """The storage stack's file system as dist/ knows it: the config's settings, placeholders for its ids."""
+
+    deployment_type: str
+    throughput_mb_per_tib: int | None
+    lustre_version: str
+    compression: str
+    capacity_gib: int
+    file_system_id: str = placeholder("FSX_FILE_SYSTEM_ID")
+    dns_name: str = placeholder("FSX_DNS_NAME")
+    mount_name: str = placeholder("FSX_MOUNT_NAME")
 
 
 def dist_storage_props(config: Config) -> FsxStorageProps | None:
+    """The FSx chart's props in dist/ (the same mapping as the EKS stack's, FsxStorageProps.of)."""
     if not config.storage.enabled:
         return None
-    return fsx_storage_props(
-        config,
-        subnet_id=placeholder("COMPUTE_SUBNET_ID"),
-        security_group_id=placeholder("FSX_SECURITY_GROUP_ID"),
-        file_system_id=placeholder("FSX_FILE_SYSTEM_ID"),
-        dns_name=placeholder("FSX_DNS_NAME"),
-        mount_name=placeholder("FSX_MOUNT_NAME"),
+    storage = config.storage
+    planned = PlannedFileSystem(
+        deployment_type=storage.deployment_type, throughput_mb_per_tib=storage.throughput_mb_per_tib,
+        lustre_version=storage.lustre_version, compression=storage.compression, capacity_gib=storage.capacity_gib,
+    )
+    return FsxStorageProps.of(
+        planned, subnet_id=placeholder("COMPUTE_SUBNET_ID"), security_group_id=placeholder("FSX_SECURITY_GROUP_ID")
     )
 
 

@@ -12,12 +12,9 @@ from dataclasses import dataclass, field
 
 from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.launcher import launch_command, launch_environment
-from trainium_cdk.names import CHECKPOINT_ROOT, SHARED_MOUNT
+from trainium_cdk.launcher import launch_command
 from trainium_cdk.versions import NeuronTrack
-from trainium_cdk.training_env import (
-    CONTAINER_SOCKET_IFNAME, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
-)
+from trainium_cdk.training_env import HF_HOME, cache_dir, job_environment  # noqa: F401 (HF_HOME: its old home)
 
 # A cache set names one directory: no slashes, nothing that climbs out of the cache root.
 _CACHE_SET = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
@@ -25,8 +22,6 @@ _JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 # The Neuron docs: with autocast, XLA_USE_BF16 / XLA_DOWNCAST_BF16 override its per-operator precision.
 _AUTOCAST_FLAG = "--enable_pt_autocast"
 _BF16_VARIABLES = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
-# Hugging Face caches (hub, datasets) on shared storage, as the Neuron tutorials keep them.
-HF_HOME = f"{SHARED_MOUNT}/huggingface"
 JOB_NAME_VARIABLE = "TRN_JOB_NAME"
 
 
@@ -126,19 +121,13 @@ class JobSpec:
         return launch_command(self.command)
 
     def environment(self) -> dict[str, str]:
-        """Neuron runtime, EFA when the job spans nodes, what the launcher reads, and the job's own."""
-        env = neuron_environment()
-        if self.distributed:
-            env.update(efa_environment(self.instance), CCOM_SOCKET_IFNAME=CONTAINER_SOCKET_IFNAME)
-        env.update(
-            launch_environment(
-                processes=self.processes, master_port=MASTER_PORT, cache_dir=self.cache_dir, precompile=self.precompile,
-                checkpoint_root=CHECKPOINT_ROOT if self.shared_storage else None, track=self.neuron_track,
-            )
+        """Every backend's job environment (training_env.job_environment), the job's name, and its own."""
+        env = job_environment(
+            self.instance, processes=self.processes, cache_dir=self.cache_dir, multi_node=self.distributed,
+            container=True, shared_storage=self.shared_storage, track=self.neuron_track, precompile=self.precompile,
         )
-        if self.shared_storage:
-            env["HF_HOME"] = HF_HOME
-        # The checkpoint directory's name: a restarted (or resubmitted) job of this name resumes.
+        # The checkpoint directory's name: a restarted (or resubmitted) job of this name resumes. EKS only:
+        # Batch and Slurm give the job an id that outlives a retry (AWS_BATCH_JOB_ID, SLURM_JOB_ID), Kubernetes none.
         env[JOB_NAME_VARIABLE] = self.name
         env.update(self.env)
         return env

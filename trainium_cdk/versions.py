@@ -9,6 +9,8 @@ from typing import Any
 # Kubernetes version of the EKS cluster; the kubectl layer package aws-cdk.lambda-layer-kubectl-v35
 # in requirements.txt must match it, and manifests are validated against this version.
 KUBERNETES_VERSION = "1.35"
+# The Kubernetes patch of the EKS AL2023 AMI builds the tracks pin (see EKS_AL2023_AMI_RELEASE below).
+EKS_AL2023_KUBERNETES_PATCH = f"{KUBERNETES_VERSION}.8"
 
 # Neuron device plugin and scheduler extension (Neuron Helm chart 1.9.0 ships these tags).
 NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.31.0.0"
@@ -184,6 +186,16 @@ class NeuronTrack:
         return self.apt_packages["aws-neuronx-collectives"]
 
     @property
+    def karpenter_ami_alias(self) -> str:
+        """The Karpenter EC2NodeClass AMI alias of this track's EKS AMI release (``al2023@vYYYYMMDD``)."""
+        return f"al2023@{self.eks_ami_release}"
+
+    @property
+    def eks_nodegroup_release_version(self) -> str:
+        """A managed node group's releaseVersion of this track's EKS AMI release (``<Kubernetes patch>-<YYYYMMDD>``)."""
+        return f"{EKS_AL2023_KUBERNETES_PATCH}-{self.eks_ami_release.removeprefix('v')}"
+
+    @property
     def ecs_neuron_ami_parameter(self) -> str:
         """The public per-AMI-name SSM parameter of the Batch nodes' AMI (immutable: never moves)."""
         return ecs_neuron_ami_parameter(self.ecs_neuron_ami)
@@ -293,12 +305,12 @@ KARPENTER_IMAGE_REPOSITORY = "public.ecr.aws/karpenter/controller"
 # in /aws/service/eks/optimized-ami/<k8s>/amazon-linux-2023/x86_64/<variant>/recommended/release_version:
 # 1.35.8-20260930 is Kubernetes 1.35's build of release v20260930 (AMI amazon-eks-node-al2023-x86_64-
 # neuron-1.35-v20260930; the release version as public EKS configurations of 2026-10 pin it, after
-# 1.35.7-20260911 and 1.35.8-20260923). The EKS stack reads these module pins, so every
-# track must name the same release (tests/test_neuron_tracks.py) until a track needs its own.
+# 1.35.7-20260911 and 1.35.8-20260923). Each track names its release (NeuronTrack.eks_ami_release); the EKS
+# stack gives the nodes the configured track's (NeuronTrack.karpenter_ami_alias, .eks_nodegroup_release_version).
+# These module names are the default track's: the constructs' defaults.
 EKS_AL2023_AMI_RELEASE = XLA_TRACK.eks_ami_release
-EKS_AL2023_KUBERNETES_PATCH = f"{KUBERNETES_VERSION}.8"
-KARPENTER_AMI_ALIAS = f"al2023@{EKS_AL2023_AMI_RELEASE}"
-EKS_NODEGROUP_RELEASE_VERSION = f"{EKS_AL2023_KUBERNETES_PATCH}-{EKS_AL2023_AMI_RELEASE.removeprefix('v')}"
+KARPENTER_AMI_ALIAS = XLA_TRACK.karpenter_ami_alias
+EKS_NODEGROUP_RELEASE_VERSION = XLA_TRACK.eks_nodegroup_release_version
 
 # Cluster Autoscaler (eks.capacity: managed): the kubernetes/autoscaler chart 9.59.0, with the
 # autoscaler of the cluster's minor (an autoscaler newer than the cluster is unsupported upstream).

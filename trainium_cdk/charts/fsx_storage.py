@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Protocol
 
 from cdk8s import ApiObject, Chart
 from constructs import Construct
@@ -169,7 +169,8 @@ class FsxStorage(Chart):
 
 @dataclass(frozen=True)
 class FsxStorageProps:
-    """The props of :class:`FsxStorage`, for :func:`trainium_cdk.charts.cluster_charts`."""
+    """The props of :class:`FsxStorage`, for :func:`trainium_cdk.charts.cluster_charts`; :meth:`of` a file
+    system."""
 
     subnet_id: str
     security_group_ids: Sequence[str] | str
@@ -189,6 +190,45 @@ class FsxStorageProps:
 
     def as_kwargs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def of(cls, file_system: LustreFileSystem, *, subnet_id: str, security_group_id: str) -> FsxStorageProps:
+        """The props of one file system (a ``LustreStorage``, or what dist/ knows of it with placeholders for
+        its ids), its dynamic volumes in ``subnet_id``, reached through ``security_group_id``: the one mapping."""
+        return cls(
+            subnet_id=subnet_id,
+            security_group_ids=[security_group_id],
+            deployment_type=file_system.deployment_type,
+            throughput_mb_per_tib=file_system.throughput_mb_per_tib,
+            lustre_version=file_system.lustre_version,
+            compression=file_system.compression,
+            file_system_id=file_system.file_system_id,
+            dns_name=file_system.dns_name,
+            mount_name=file_system.mount_name,
+            capacity_gib=file_system.capacity_gib,
+        )
+
+
+class LustreFileSystem(Protocol):
+    """What the charts need to know of an FSx for Lustre file system (FSx API values; ids may be tokens or
+    placeholders). ``LustreStorage`` is one."""
+
+    @property
+    def deployment_type(self) -> str: ...
+    @property
+    def throughput_mb_per_tib(self) -> int | None: ...
+    @property
+    def lustre_version(self) -> str: ...
+    @property
+    def compression(self) -> str: ...
+    @property
+    def capacity_gib(self) -> int: ...
+    @property
+    def file_system_id(self) -> str: ...
+    @property
+    def dns_name(self) -> str: ...
+    @property
+    def mount_name(self) -> str: ...
 
 
 def _throughput(field: str, deployment_type: str, throughput: int | None) -> int | None:

@@ -28,6 +28,7 @@ from typing import Any
 from cdk8s import Chart
 from constructs import Construct
 
+from trainium_cdk import defaults
 from trainium_cdk.charts._k8s import CHART_LABELS, INSTANCE_TYPE_LABEL, api_object, check_name
 from trainium_cdk.names import GROUP_LABEL, NEURON_TAINT_KEY, NEURON_TAINT_VALUE, NODE_EFA_LABEL, NODE_INSTANCE_TYPE_LABEL
 from trainium_cdk.errors import ConfigError, one_of
@@ -93,7 +94,7 @@ class NodePoolProps:
     placement_group: str | None = None
     capacity: str = "on-demand"
     reservation_id: str | None = None
-    root_volume_gib: int = 512
+    root_volume_gib: int = defaults.ROOT_VOLUME_GIB
     consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER
     tags: Mapping[str, str] = field(default_factory=dict)
 

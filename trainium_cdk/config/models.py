@@ -32,6 +32,7 @@ from trainium_cdk.config.fields import (
     AZ_ID_RULE, S3_PREFIX, AccountId, AmiId, AzId, Image, LogRetentionDays, Name, RelativePath, S3Prefix, check_az_id,
 )
 from trainium_cdk import backends as backend_registry
+from trainium_cdk import defaults
 from trainium_cdk.config.validation import (
     check_backends, check_deployment, check_offerings_shape, check_single_node_types, check_track,
 )
@@ -43,7 +44,7 @@ from trainium_cdk.versions import DLAMI_FLAVOUR_RULE, NEURON_TRACKS, NeuronTrack
 BACKENDS = backend_registry.names()  # trainium_cdk/backends.py, in stack order
 # What `cdk destroy` may do to the file system: CloudFormation snapshots only volumes and databases,
 # not FSx (DeletionPolicy: Snapshot), so there is no snapshot policy; FSx backups are taken apart.
-REMOVAL_POLICIES = ("retain", "destroy")
+REMOVAL_POLICIES = defaults.REMOVAL_POLICIES
 
 
 class _Model(BaseModel):
@@ -100,7 +101,7 @@ class ComputeGroup(_Model):
         ("usw2-az4",), description="AZ ID(s) of the group. An EFA type takes exactly one: EFA needs one subnet."
     )
     capacity: Capacity = Field(default_factory=Capacity)
-    root_volume_gib: int = Field(512, description="Encrypted gp3 root volume of each node, GiB.")
+    root_volume_gib: int = Field(defaults.ROOT_VOLUME_GIB, description="Encrypted gp3 root volume of each node, GiB.")
 
     @field_validator("az_ids", mode="before")
     @classmethod
@@ -162,7 +163,7 @@ class NetworkSettings(_Model):
     interface_endpoints: bool = Field(
         False, description="Interface endpoints for ECR, STS, CloudWatch Logs and SSM (the S3 gateway is always on)."
     )
-    flow_log_retention_days: LogRetentionDays = Field(30, description="Retention of the VPC flow log group, days.")
+    flow_log_retention_days: LogRetentionDays = Field(defaults.LOG_RETENTION_DAYS, description="Retention of the VPC flow log group, days.")
 
     @model_validator(mode="after")
     def _fits(self) -> NetworkSettings:
@@ -256,11 +257,11 @@ class EksSettings(_Model):
         "forwards the API endpoint to the workstation."
     )
     system_instance_type: str = Field("m7i.large", description="Instance type of the system node group.")
-    system_nodes: int = Field(2, description="Nodes of the system node group (cluster add-ons).")
+    system_nodes: int = Field(defaults.SYSTEM_NODES, description="Nodes of the system node group (cluster add-ons).")
     neuron_scheduler_extension: bool = Field(False, description="Install the Neuron scheduler extension.")
     neuron_monitor: bool = Field(False, description="Install neuron-monitor with a Prometheus endpoint.")
     log_retention_days: LogRetentionDays = Field(
-        30, description="Retention of the control-plane log group and the kubectl provider's Lambda logs, days."
+        defaults.LOG_RETENTION_DAYS, description="Retention of the control-plane log group and the kubectl provider's Lambda logs, days."
     )
     capacity: Literal["karpenter", "managed"] = Field(
         "karpenter", description="How Trainium nodes come and go: karpenter (a NodePool per compute group, "
@@ -307,8 +308,8 @@ class EksSettings(_Model):
     @field_validator("system_nodes")
     @classmethod
     def _system_nodes(cls, value: int) -> int:
-        if not 1 <= value <= 10:
-            raise ValueError("between 1 and 10")
+        if not 1 <= value <= defaults.MAX_SYSTEM_NODES:
+            raise ValueError(f"between 1 and {defaults.MAX_SYSTEM_NODES}")
         return value
 
 
@@ -328,8 +329,12 @@ class BatchSettings(_Model):
         "infrastructure update (a Neuron pin, the AMI) running jobs go on this long, at most 360 (AWS Batch's "
         "limit), then stop and retry from their checkpoint."
     )
-    retry_attempts: int = Field(2, description="Attempts of a job (1 to 10).")
-    log_retention_days: LogRetentionDays = Field(30, description="Retention of the job log group, days.")
+    retry_attempts: int = Field(
+        defaults.BATCH_RETRY_ATTEMPTS, description=f"Attempts of a job (1 to {BATCH_MAX_ATTEMPTS})."
+    )
+    log_retention_days: LogRetentionDays = Field(
+        defaults.LOG_RETENTION_DAYS, description="Retention of the job log group, days."
+    )
     ami_id: AmiId | None = Field(
         None,
         description="AMI of the nodes (ECS-optimized, with the Neuron driver); default: the track's ECS-optimized "
@@ -427,7 +432,9 @@ class InstanceSettings(_Model):
 
     instance_type: str = Field("trn1.2xlarge", description="An instance type of the catalog.")
     az_id: AzId | None = Field(None, description="AZ ID; default: the first VPC AZ known to offer the type.")
-    root_volume_gib: int = Field(512, description="Encrypted gp3 root volume, GiB (Neuron asks for 512 or more).")
+    root_volume_gib: int = Field(
+        defaults.ROOT_VOLUME_GIB, description="Encrypted gp3 root volume, GiB (Neuron asks for 512 or more)."
+    )
     dlami: str | None = Field(
         None,
         description="Neuron DLAMI flavour such as multi-framework/ubuntu-24.04 or base/amazon-linux-2023; its image "
@@ -448,8 +455,9 @@ class InstanceSettings(_Model):
     @field_validator("root_volume_gib")
     @classmethod
     def _root_volume(cls, value: int) -> int:
-        if not 512 <= value <= GP3_MAX_GIB:
-            raise ValueError(f"between 512 and {GP3_MAX_GIB} GiB (the Neuron setup guides ask for at least 512 GiB)")
+        low = defaults.ROOT_VOLUME_GIB
+        if not low <= value <= GP3_MAX_GIB:
+            raise ValueError(f"between {low} and {GP3_MAX_GIB} GiB (the Neuron setup guides ask for at least {low} GiB)")
         return value
 
     @field_validator("dlami")

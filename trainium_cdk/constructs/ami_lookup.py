@@ -19,6 +19,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from trainium_cdk.constructs.defaults import LOG_RETENTION
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.lambdas import ami_lookup as handler_package
 from trainium_cdk.versions import AmiQuery
@@ -28,7 +29,6 @@ HANDLER_DIR = Path(handler_package.__file__).resolve().parent
 # cdk-nag's AwsSolutions-L1 asks for the newest runtime of the family aws-cdk-lib knows.
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 TIMEOUT = Duration.seconds(60)
-LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 PROVIDER_ID = "TrainiumAmiLookupProvider"
 # Compiled files change the asset's hash (and the template) without changing the code.
 ASSET_EXCLUDE = ["__pycache__", "*.pyc"]

@@ -23,23 +23,21 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from trainium_cdk import node
+from trainium_cdk import defaults, node
+from trainium_cdk.catalog import BATCH_MAX_ATTEMPTS, InstanceSpec, check_ami_id
 from trainium_cdk.node import neuron_metrics
-from trainium_cdk.catalog import InstanceSpec, check_ami_id
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.batch_roles import BatchRoles
-from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.defaults import LOG_RETENTION
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.errors import ConfigError, names_construct_path
-from trainium_cdk.launcher import PEER_LOST_EXIT_CODE, launch_command, launch_environment
+from trainium_cdk.launcher import PEER_LOST_EXIT_CODE, launch_command
 from trainium_cdk.lustre_client import SCRIPT as LUSTRE_SCRIPT
 from trainium_cdk.lustre_client import mount_values as lustre_mount_values
-from trainium_cdk.names import CHECKPOINT_ROOT, SHARED_MOUNT
+from trainium_cdk.names import SHARED_MOUNT
 from trainium_cdk.node.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
 from trainium_cdk.node.neuron_metrics import install_command as neuron_metrics_install
-from trainium_cdk.training_env import (
-    CONTAINER_SOCKET_IFNAME, MASTER_PORT, cache_dir, efa_environment, neuron_environment,
-)
+from trainium_cdk.training_env import cache_dir, job_environment
 from trainium_cdk.versions import XLA_TRACK, NeuronTrack
 
 # The nodes run the "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, pinned by AMI name
@@ -61,20 +59,20 @@ EXAMPLE_SCRIPT = "/opt/trainium-cdk/examples/mlp/train.py"
 DEFAULT_SCRIPT_WITHOUT_STORAGE = "train.py"
 JOB_QUEUE_PRIORITY = 1
 DEFAULT_NODES = 2
-DEFAULT_ROOT_VOLUME_GIB = 512
+DEFAULT_ROOT_VOLUME_GIB = defaults.ROOT_VOLUME_GIB
 # Pre-training runs for days: an attempt stops after a week unless the config says otherwise (a host failure
 # retries before that, and resumes from the newest checkpoint).
 DEFAULT_JOB_TIMEOUT = Duration.days(7)
 # How long running jobs may go on after an infrastructure update (AWS Batch UpdatePolicy
 # jobExecutionTimeoutMinutes, 1 to 360): a job that needs longer is stopped then and retried from its checkpoint.
 MAX_UPDATE_TIMEOUT_MINUTES = 360
-DEFAULT_RETRY_ATTEMPTS = 2
-DEFAULT_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+DEFAULT_RETRY_ATTEMPTS = defaults.BATCH_RETRY_ATTEMPTS
+DEFAULT_LOG_RETENTION = LOG_RETENTION
 # Job logs are not the training record (checkpoints and metrics live on FSx or S3): they go with the stack.
 DEFAULT_LOG_REMOVAL_POLICY = RemovalPolicy.DESTROY
 # AWS Batch limits.
 MAX_SECURITY_GROUPS = 5
-RETRY_ATTEMPTS_RANGE = (1, 10)
+RETRY_ATTEMPTS_RANGE = (1, BATCH_MAX_ATTEMPTS)
 # Retry what the host or the platform broke, never what the job did (AWS Batch "Automated job retries":
 # evaluateOnExit, first match wins, at most 5 conditions, a pattern may end in * only). The main node's host
 # dying ends the job with a status reason "Host EC2 (instance i-...) terminated."; a child's host dying
@@ -329,17 +327,11 @@ class TrainiumBatch(Construct):
 
     @property
     def environment(self) -> dict[str, str]:
-        """The job's environment: the Neuron runtime, EFA across nodes, what the launcher reads."""
-        env = neuron_environment()
-        if self.multi_node:
-            env.update(efa_environment(self.spec), CCOM_SOCKET_IFNAME=CONTAINER_SOCKET_IFNAME)
-        env.update(
-            launch_environment(
-                processes=self.spec.neuron_cores, master_port=MASTER_PORT, cache_dir=self.cache_dir,
-                checkpoint_root=CHECKPOINT_ROOT if self._shared_storage else None, track=self.track,
-            )
+        """The job's environment: every backend's (training_env.job_environment), on all NeuronCores."""
+        return job_environment(
+            self.spec, processes=self.spec.neuron_cores, cache_dir=self.cache_dir, multi_node=self.multi_node,
+            container=True, shared_storage=self._shared_storage, track=self.track,
         )
-        return env
 
     def _grant_pull(self, role: iam.Role) -> None:
         """Pull the training image: the example image's asset repository, or the one ECR repository of the

@@ -18,6 +18,7 @@ from pathlib import Path
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
+from trainium_cdk import defaults
 from trainium_cdk.catalog import InstanceSpec, check_ami_id
 from trainium_cdk.constructs.ami_lookup import AmiLookup, ImageIdImage
 from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT
@@ -33,7 +34,7 @@ from trainium_cdk.versions import XLA_TRACK, AmiQuery, NeuronTrack
 EXAMPLE_SOURCE = Path(__file__).resolve().parent.parent / "examples" / "mlp" / "train.py"
 EXAMPLE_PATH = "/opt/trainium-cdk/examples/mlp/train.py"
 # The Neuron setup guides ask for at least 512 GiB.
-DEFAULT_ROOT_VOLUME_GIB = 512
+DEFAULT_ROOT_VOLUME_GIB = defaults.ROOT_VOLUME_GIB
 SSH_PORT = 22
 # The root device of the AMI: Ubuntu images boot from /dev/sda1, Amazon Linux from /dev/xvda.
 ROOT_DEVICE = {"ubuntu": "/dev/sda1", "amazon-linux": "/dev/xvda"}

@@ -20,8 +20,10 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
+from trainium_cdk import defaults
 from trainium_cdk.catalog import DEFAULT_CATALOG, Catalog
 from trainium_cdk.charts import FSX_CHART_ID, NAMESPACE_CHART_ID, FsxStorage, FsxStorageProps, cluster_charts
+from trainium_cdk.constructs.defaults import LOG_RETENTION
 from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT, ROOT_DEVICE_NAME
 from trainium_cdk.constructs.eks_nodegroup import CNI_POLICY, NODE_MANAGED_POLICIES, without_cni_policy
 from trainium_cdk.constructs.nag import acknowledge, nag_form
@@ -29,7 +31,7 @@ from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.constructs.storage import ILustreStorage
 from trainium_cdk.constructs.volcano import add_volcano
 from trainium_cdk.errors import ConfigError, names_construct_path
-from trainium_cdk.names import NEURON_TAINT_KEY, SYSTEM_NODE_LABELS
+from trainium_cdk.names import NEURON_TAINT_KEY, SYSTEM_NODE_DISK_GIB, SYSTEM_NODE_LABELS
 from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION, KUBERNETES_VERSION
 
 # The kubectl layer above must match this version: both move together (see versions.py).
@@ -50,11 +52,11 @@ ADDON_CONFIGURATION = {"vpc-cni": {"enableNetworkPolicy": "true"}}
 # They wait for the system node group; the DaemonSet-only ones report ACTIVE with no nodes.
 ADDONS_NEEDING_NODES = ("coredns", FSX_CSI_ADDON)
 DEFAULT_SYSTEM_INSTANCE_TYPE = ec2.InstanceType("m7i.large")
-DEFAULT_SYSTEM_NODES = 2
+DEFAULT_SYSTEM_NODES = defaults.SYSTEM_NODES
 # EKS's default disk size for a node group without a launch template.
-SYSTEM_ROOT_VOLUME_GIB = 20
-MAX_SYSTEM_NODES = 10
-DEFAULT_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+SYSTEM_ROOT_VOLUME_GIB = SYSTEM_NODE_DISK_GIB
+MAX_SYSTEM_NODES = defaults.MAX_SYSTEM_NODES
+DEFAULT_LOG_RETENTION = LOG_RETENTION
 
 # The FSx CSI controller tags every file system it creates with CSIVolumeName (aws-fsx-csi-driver
 # pkg/cloud): it may create only file systems so tagged, and update or delete only those, never the
@@ -342,17 +344,8 @@ class TrainiumCluster(Construct):
         storage.allow_client(
             rules_scope or Stack.of(self), "LustreFromCluster", self.cluster.cluster_security_group
         )
-        props = FsxStorageProps(
-            subnet_id=subnet.subnet_id,
-            security_group_ids=[storage.security_group.security_group_id],
-            deployment_type=storage.deployment_type,
-            throughput_mb_per_tib=storage.throughput_mb_per_tib,
-            lustre_version=storage.lustre_version,
-            compression=storage.compression,
-            file_system_id=storage.file_system_id,
-            dns_name=storage.dns_name,
-            mount_name=storage.mount_name,
-            capacity_gib=storage.capacity_gib,
+        props = FsxStorageProps.of(
+            storage, subnet_id=subnet.subnet_id, security_group_id=storage.security_group.security_group_id
         )
         return self._add_chart(FsxStorage(cdk8s.App(), FSX_CHART_ID, **props.as_kwargs()))
 

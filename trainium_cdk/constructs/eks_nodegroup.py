@@ -15,6 +15,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
+from trainium_cdk import defaults
 from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.charts.karpenter import compute_node_labels
 from trainium_cdk.constructs.cluster_autoscaler import node_template_tags
@@ -41,7 +42,7 @@ def without_cni_policy(role: iam.IRole, cni_association: IConstruct) -> None:
     role.node.add_dependency(cni_association)
 
 DEFAULT_MIN_NODES = 0  # no idle Trainium node unless asked: Cluster Autoscaler scales up from zero
-DEFAULT_ROOT_VOLUME_GIB = 512
+DEFAULT_ROOT_VOLUME_GIB = defaults.ROOT_VOLUME_GIB
 # The EKS-optimized Neuron AMI release of the default Neuron track (versions.py): never "latest".
 DEFAULT_RELEASE_VERSION = EKS_NODEGROUP_RELEASE_VERSION
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,20 +29,12 @@ IMAGES_KEPT = 100
 DEFAULT_BASE_IMAGE_TAG = versions.NEURON_TRAINING_IMAGE_TAG
 # Where teams push their own training images; kept on destroy, like any artifact store.
 DEFAULT_REPOSITORY_REMOVAL_POLICY = RemovalPolicy.RETAIN
-# Builds the workload charts into a cdk8s App given the default training image (the example image's
-# URI, a token), by chart id; see TrainingWorkloadsOptions.charts.
-ChartBuilder = Callable[[cdk8s.App, str], Mapping[str, cdk8s.Chart]]
 
 
 @dataclass(frozen=True)
 class TrainingWorkloadsOptions:
     """What :class:`TrainingWorkloads` installs.
 
-    :param charts: builds the workload charts (jobs, data loader, shell, TensorBoard) into the cdk8s
-        App it is given, with the default training image it is given, by chart id; each becomes a
-        manifest of the cluster. ``volcano-queue`` (``QUEUE_CHART_ID``) and ``job-*`` charts are
-        applied after Volcano, jobs after the queue. A Python callable: Python apps only (jsii, which
-        carries CDK constructs to TypeScript, Java and Go, passes no functions). Default: none.
     :param data_loader_bucket: a bucket the data loader's service account may read (EKS Pod
         Identity). Default: none (no role).
     :param namespace: namespace of the data loader's service account. Default: ``training``.
@@ -57,7 +49,6 @@ class TrainingWorkloadsOptions:
     :param images_kept: images the repository keeps (the oldest expire). Default: 100.
     """
 
-    charts: ChartBuilder | None = None
     data_loader_bucket: str | None = None
     namespace: str = TRAINING_NAMESPACE
     data_loader_service_account: str = DATA_LOADER_SERVICE_ACCOUNT
@@ -83,11 +74,11 @@ class TrainingWorkloads(Construct):
       folder: no Docker needed to synthesize), the default image of every job, and an ECR repository
       for your own training images (scanned on push, immutable tags, retained by default);
     - with ``bert_image_directory``, the BERT-large example image, built the same way (``bert_image``);
-    - the workload charts (queue, jobs, data loader, shell pod, TensorBoard), applied after ``after``;
-      the data loader's service account reads its bucket through EKS Pod Identity.
+    - the workload charts given to :meth:`add_charts` (queue, jobs, data loader, shell pod, TensorBoard),
+      applied after ``after``; the data loader's service account reads its bucket through EKS Pod Identity.
 
     :param cluster: the EKS cluster.
-    :param options: what to install. Default: Volcano and the example image, no workload charts.
+    :param options: what to install. Default: the example image and the repository.
     :param after: manifests the workloads need first (the namespace, the FSx volume and claim).
         Default: none.
     :param volcano: the cluster's Volcano (``TrainiumCluster.volcano``): the queue and jobs need its
@@ -150,19 +141,36 @@ class TrainingWorkloads(Construct):
                  f"Resource::arn:<AWS::Partition>:s3:::{bucket.bucket_name}/*"],
                 "Reading a whole dataset prefix: every object of the bucket the config names, read only.",
             )
-        self.charts: dict[str, cdk8s.Chart] = (
-            dict(options.charts(cdk8s.App(), self.image.image_uri)) if options.charts is not None else {}
-        )
+        self._cluster = cluster
+        self._after = tuple(after)
+        self.charts: dict[str, cdk8s.Chart] = {}
         self.manifests: dict[str, eks.KubernetesManifest] = {}
-        for chart_id, chart in self.charts.items():
-            manifest = cluster.add_cdk8s_chart(chart_id, chart)
-            for dependency in after:
+
+    def add_charts(self, charts: Mapping[str, cdk8s.Chart]) -> dict[str, eks.KubernetesManifest]:
+        """Apply workload charts (jobs, data loader, shell, TensorBoard), by chart id, each as a manifest
+        of the cluster after ``after``; build them with ``image_uri`` as the default training image.
+        ``volcano-queue`` (``QUEUE_CHART_ID``) and ``job-*`` charts are applied after Volcano, jobs after
+        the queue. Returns the new manifests by chart id."""
+        added: dict[str, eks.KubernetesManifest] = {}
+        for chart_id, chart in charts.items():
+            if chart_id in self.charts:
+                raise ConfigError("charts", chart_id, "a chart id not added before")
+            manifest = self._cluster.add_cdk8s_chart(chart_id, chart)
+            for dependency in self._after:
                 manifest.node.add_dependency(dependency)
             # Volcano's CRDs must exist before its queue and jobs.
             if self.volcano is not None and (chart_id == QUEUE_CHART_ID or chart_id.startswith(JOB_CHART_PREFIX)):
                 manifest.node.add_dependency(self.volcano)
-            self.manifests[chart_id] = manifest
+            self.charts[chart_id] = chart
+            self.manifests[chart_id] = added[chart_id] = manifest
         if QUEUE_CHART_ID in self.manifests:
+            queue = self.manifests[QUEUE_CHART_ID]
             for chart_id, manifest in self.manifests.items():
-                if chart_id.startswith(JOB_CHART_PREFIX):
-                    manifest.node.add_dependency(self.manifests[QUEUE_CHART_ID])
+                if chart_id.startswith(JOB_CHART_PREFIX) and (chart_id in added or QUEUE_CHART_ID in added):
+                    manifest.node.add_dependency(queue)
+        return added
+
+    @property
+    def image_uri(self) -> str:
+        """The example image's URI (a token): the default training image of the charts given to add_charts."""
+        return self.image.image_uri

@@ -17,13 +17,14 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from trainium_cdk.addressing import check_subnets_fit, check_vpc_cidr
+from trainium_cdk.constructs.defaults import LOG_RETENTION
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 
 DEFAULT_CIDR = "10.0.0.0/16"
 DEFAULT_PUBLIC_SUBNET_MASK = 24
 DEFAULT_PRIVATE_SUBNET_MASK = 18  # pods take one IP each: EKS nodes need large private subnets
 DEFAULT_NAT_GATEWAYS = 1
-DEFAULT_FLOW_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+DEFAULT_FLOW_LOG_RETENTION = LOG_RETENTION
 
 PUBLIC_SUBNET_GROUP = "public"
 PRIVATE_SUBNET_GROUP = "private"

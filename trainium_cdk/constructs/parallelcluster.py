@@ -3,8 +3,8 @@
 ParallelCluster creates its clusters itself (its own stack, launch templates, Slurm daemons); its
 official CloudFormation custom resource drives that from a template. We deploy the provider it
 publishes per version and region as a nested stack and declare one ``Custom::PclusterCluster``
-whose ``ClusterConfiguration`` is the document the ``configuration`` prop renders (the stack renders
-it with :func:`trainium_cdk.parallelcluster.cluster_configuration`, the same function that writes the
+whose ``ClusterConfiguration`` is the document ``parallelcluster.configuration.render_configuration``
+renders from the ``settings`` prop and the ids this construct supplies (the same function writes the
 YAML for pcluster CLI users). The Neuron setup script and the batch scripts ship as S3 assets the
 nodes may read: under the key prefix of the stack's assets (``DefaultStackSynthesizer(bucket_prefix=...)``,
 as ParallelClusterStack sets it), the nodes read that prefix and nothing else of the asset bucket.
@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
 from aws_cdk import Annotations, Aws, CfnStack, CustomResource, RemovalPolicy, Stack, Stage
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -27,6 +25,7 @@ from constructs import Construct
 from trainium_cdk.node import neuron_metrics
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
+from trainium_cdk.parallelcluster.configuration import ClusterSettings, render_configuration
 from trainium_cdk.parallelcluster.parts import (
     HEAD_NODE_SCRIPT, PROLOG_NAME, SETUP_SCRIPT, ClusterIds, NeuronMetrics, S3Object, neuron_metrics_policy,
 )
@@ -39,19 +38,15 @@ CLUSTER_RESOURCE_TYPE = "Custom::PclusterCluster"
 DELETION_POLICIES = {RemovalPolicy.DESTROY: "Delete", RemovalPolicy.RETAIN: "Retain"}
 DEFAULT_REMOVAL_POLICY = RemovalPolicy.DESTROY
 
-# Renders the ParallelCluster 3 cluster configuration from what the cluster refers to: the ids of the
-# subnets, the security group and the file system, and the S3 objects of the scripts uploaded here.
-ClusterConfigurationRenderer = Callable[[ClusterIds], Mapping[str, Any]]
-
 
 class SlurmCluster(Construct):
     """A ParallelCluster Slurm cluster: a head node and one queue per compute group, with the scripts
     its nodes run uploaded as assets.
 
     :param cluster_name: the cluster's name (it must differ from every stack name).
-    :param configuration: renders the cluster configuration document from the ids this construct
-        supplies, such as ``functools.partial(cluster_configuration, config)``. A Python callable: Python
-        apps only (jsii, which carries CDK constructs to TypeScript, Java and Go, passes no functions).
+    :param settings: what the cluster configuration says besides the ids this construct supplies: the
+        region, a queue per compute group, the head node, the Neuron track, tags
+        (``trainium_cdk.adapters.parallelcluster.cluster_settings`` maps a config to them).
     :param head_node_subnet: the head node's subnet.
     :param compute_subnets: queue (compute group) name -> its one compute subnet.
     :param security_group: the group of every node (the EFA group, also the one FSx accepts clients from).
@@ -79,7 +74,7 @@ class SlurmCluster(Construct):
         construct_id: str,
         *,
         cluster_name: str,
-        configuration: ClusterConfigurationRenderer,
+        settings: ClusterSettings,
         head_node_subnet: ec2.ISubnet,
         compute_subnets: Mapping[str, ec2.ISubnet],
         security_group: ec2.ISecurityGroup,
@@ -155,7 +150,8 @@ class SlurmCluster(Construct):
                 "The scripts are at the asset bucket's root: every queue's S3Access lists each of them, so the "
                 "configuration grows with queues x scripts. Give the stack DefaultStackSynthesizer(bucket_prefix=...).",
             )
-        self.configuration = configuration(self.ids)
+        self.settings = settings
+        self.configuration = render_configuration(settings, self.ids)
 
         # L1: ParallelCluster publishes the provider as a plain template at an S3 URL; NestedStack is
         # for stacks written in CDK, and including the template would copy it into ours at synth.

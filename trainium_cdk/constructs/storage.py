@@ -17,6 +17,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from trainium_cdk.catalog import LUSTRE_MIN_CAPACITY_GIB, check_lustre
+from trainium_cdk.constructs import defaults as cdk_defaults
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 
 # Lustre network (LNET) ports: clients connect to 988; 1018-1023 are the reserved ports of both ends.
@@ -39,7 +40,7 @@ DEFAULT_REMOVAL_POLICY = RemovalPolicy.RETAIN
 DEFAULT_BACKUP_RETENTION_DAYS = 7
 MAX_BACKUP_RETENTION_DAYS = 90
 # CloudFormation cannot snapshot an FSx file system on delete (DeletionPolicy: Snapshot).
-REMOVAL_POLICIES = (RemovalPolicy.RETAIN, RemovalPolicy.DESTROY)
+REMOVAL_POLICIES = tuple(cdk_defaults.REMOVAL_POLICIES.values())
 _S3_EVENTS = ["NEW", "CHANGED", "DELETED"]
 
 

@@ -24,10 +24,10 @@ from pathlib import Path
 
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.fabric import fabric_command
-from trainium_cdk.launcher import LAUNCHER, LAUNCHER_NAME, SHELL, launch_environment
+from trainium_cdk.launcher import LAUNCHER, LAUNCHER_NAME, SHELL
 from trainium_cdk.parallelcluster.cluster_config import EXAMPLE_SCRIPT_NAME, VENV, batch_script_name, queue_name
-from trainium_cdk.names import CHECKPOINT_ROOT, NEURON_BIN
-from trainium_cdk.training_env import MASTER_PORT, cache_dir, efa_environment, neuron_environment
+from trainium_cdk.names import NEURON_BIN
+from trainium_cdk.training_env import cache_dir, job_environment
 
 # Heredoc delimiter of the launcher inside the script (quoted: nothing in it is expanded).
 _LAUNCHER_END = "TRAINIUM_LAUNCHER"
@@ -58,16 +58,12 @@ def render_sbatch(config: Config, group: ComputeGroup, *, job_name: str | None =
     """The batch script of ``group``: by default ``group.nodes`` nodes, all NeuronCores of each."""
     spec = config.spec(group)
     name = job_name or f"{config.project}-{group.name}"
-    env = {
-        **efa_environment(spec),
-        **neuron_environment(),
-        **launch_environment(
-            processes=spec.neuron_cores, master_port=MASTER_PORT, cache_dir=cache_dir(group.name),
-            checkpoint_root=CHECKPOINT_ROOT, track=config.neuron_track,
-        ),
-    }
-    # On a host udev names the primary interface (ens5) and the Neuron runtime finds it itself; pods
-    # set CCOM_SOCKET_IFNAME=eth0.
+    # Every backend's job environment: on a host (no CCOM_SOCKET_IFNAME), with /fsx always mounted (the
+    # cluster's SharedStorage), across nodes on an EFA type (sbatch -N chooses the count).
+    env = job_environment(
+        spec, processes=spec.neuron_cores, cache_dir=cache_dir(group.name), multi_node=spec.has_efa,
+        container=False, shared_storage=True, track=config.neuron_track,
+    )
     exports = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     lines = [
         "#!/bin/bash",
@@ -103,13 +99,11 @@ def render_fabric_sbatch(config: Config, group: ComputeGroup) -> str:
     spec = config.spec(group)
     program, *program_args = fabric_command(spec)
     flag, code, *args = program_args
-    env = {
-        **efa_environment(spec),
-        **neuron_environment(),
-        **launch_environment(
-            processes=FABRIC_PROCESSES_PER_NODE, master_port=MASTER_PORT, cache_dir=cache_dir(group.name),
-        ),
-    }
+    # Not a training job: no checkpoints, no Hugging Face caches, no track pins to compare.
+    env = job_environment(
+        spec, processes=FABRIC_PROCESSES_PER_NODE, cache_dir=cache_dir(group.name), multi_node=True,
+        container=False, shared_storage=False,
+    )
     nodes = max(group.nodes, FABRIC_MIN_NODES)
     lines = [
         "#!/bin/bash",

@@ -21,7 +21,7 @@ from trainium_cdk.constructs.batch_tasks import BatchTaskRules
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.constructs.storage import LustreStorage
-from trainium_cdk.stacks._props import batch_props
+from trainium_cdk.adapters.batch import batch_props
 from trainium_cdk.names import (
     BATCH_JOB_DEFINITION_ARN, BATCH_JOB_DEFINITION_NAME, BATCH_JOB_QUEUE_ARN, BATCH_JOB_QUEUE_NAME,
     BATCH_LOG_GROUP_NAME, BATCH_SUBMIT_JOB, OUTPUT_BATCH_GROUPS, OUTPUT_DASHBOARD_NAME,
@@ -101,6 +101,8 @@ def _training(
     roles: BatchRoles,
 ) -> TrainiumBatch:
     """One compute group's TrainiumBatch, on the network and file system, its props mapped from the config."""
+    props = batch_props(config, group)
+    nodes = props.nodes
     return TrainiumBatch(
         scope,
         f"Batch-{group.name}",
@@ -112,7 +114,21 @@ def _training(
         name_prefix=name_prefix,
         metrics_deployment=name_prefix,
         roles=roles,
-        **batch_props(config, group),
+        group_name=nodes.group_name,
+        spec=nodes.spec,
+        max_nodes=nodes.max_nodes,
+        root_volume_gib=nodes.root_volume_gib,
+        capacity_reservation_id=nodes.capacity_reservation_id,
+        capacity_block=nodes.capacity_block,
+        nodes=props.job_nodes,
+        image_uri=props.image_uri,
+        command=props.command,
+        job_timeout=props.job_timeout,
+        retry_attempts=props.retry_attempts,
+        log_retention=props.log_retention,
+        log_removal_policy=props.log_removal_policy,
+        track=props.track,
+        ami_id=props.ami_id,
     )
 
 

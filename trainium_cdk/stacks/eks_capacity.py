@@ -10,8 +10,9 @@ from __future__ import annotations
 import cdk8s
 from constructs import Construct
 
-from trainium_cdk import versions
-from trainium_cdk.charts.karpenter import NODE_POOLS_CHART_ID, NodePoolProps, TrainiumNodePools
+from trainium_cdk.adapters.eks import cluster_name as eks_cluster_name
+from trainium_cdk.adapters.eks import node_pool_props
+from trainium_cdk.charts.karpenter import NODE_POOLS_CHART_ID, TrainiumNodePools
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerOptions
 from trainium_cdk.constructs.eks_cluster import TrainiumCluster
@@ -25,7 +26,7 @@ def trainium_capacity(
 ) -> Construct:
     """The autoscaler of ``config.eks.capacity``; with Karpenter, its node pools too (``.node_pools``)."""
     cluster = training.cluster
-    cluster_name = config.stack_name("eks")
+    cluster_name = eks_cluster_name(config)
     after = [training.system_nodes, training.addons["eks-pod-identity-agent"]]
     if config.eks.capacity == "managed":
         return ClusterAutoscaler(
@@ -41,23 +42,13 @@ def trainium_capacity(
     )
     pools = []
     for group in config.compute_groups:
-        spec = config.spec(group)
         placement_group = network.placement_group(group.name)
-        pools.append(NodePoolProps(
-            name=group.name,
-            instance_type=spec.name,
-            efa_interfaces=spec.efa_interfaces,
-            vcpus=spec.vcpus,
-            max_nodes=group.maximum,
+        pools.append(node_pool_props(
+            config, group,
             node_role=karpenter.node_role.role_name,
             subnet_ids=[s.subnet_id for s in network.compute_subnets(group.name)],
             security_group_ids=[network.efa_security_group.security_group_id, cluster.cluster_security_group_id],
             placement_group=placement_group.placement_group_name if placement_group is not None else None,
-            capacity=group.capacity.type,
-            reservation_id=group.capacity.reservation_id,
-            root_volume_gib=group.root_volume_gib,
-            ami_alias=versions.KARPENTER_AMI_ALIAS,
-            consolidate_after=config.eks.consolidate_after,
         ))
     chart = TrainiumNodePools(cdk8s.App(), NODE_POOLS_CHART_ID, pools=pools)
     # The CRDs come with the Karpenter chart; its webhook-free v1 API takes the objects once installed.

@@ -15,7 +15,7 @@ from trainium_cdk.stacks.eks_capacity import trainium_capacity
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import ClusterObservability
 from trainium_cdk.constructs.storage import LustreStorage
-from trainium_cdk.stacks._props import cluster_props, node_group_props, workloads_options
+from trainium_cdk.adapters import eks as adapter
 from trainium_cdk.names import (
     OUTPUT_ACCESS_HOST_ID, OUTPUT_BERT_IMAGE_URI, OUTPUT_CLUSTER_NAME, OUTPUT_DASHBOARD_NAME, OUTPUT_EXAMPLE_IMAGE_URI,
     OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, OUTPUT_UPDATE_KUBECONFIG,
@@ -34,8 +34,23 @@ class EksStack(Stack):
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, description="trainium-cdk: EKS cluster with Trainium node groups", **kwargs)
+        props = adapter.cluster_props(config)
         self.training = TrainiumCluster(
-            self, "Eks", vpc=network.vpc, subnets=network.private_subnets, **cluster_props(config)
+            self,
+            "Eks",
+            vpc=network.vpc,
+            subnets=network.private_subnets,
+            cluster_name=props.cluster_name,
+            public_access_cidrs=props.public_access_cidrs,
+            admin_role_arns=props.admin_role_arns,
+            system_instance_type=props.system_instance_type,
+            system_nodes=props.system_nodes,
+            log_retention=props.log_retention,
+            catalog=props.catalog,
+            neuron_scheduler_extension=props.neuron_scheduler_extension,
+            neuron_monitor=props.neuron_monitor,
+            volcano=props.volcano,
+            system_release_version=props.system_release_version,
         )
         cluster = self.training.cluster
         self.access_host: ApiAccessHost | None = None
@@ -45,8 +60,10 @@ class EksStack(Stack):
         self.node_groups: dict[str, TrainiumNodeGroup] = {}
         self.capacity = trainium_capacity(self, config=config, network=network, training=self.training)
         if config.eks.capacity == "managed":
-            self.node_groups = {
-                group.name: TrainiumNodeGroup(
+            for group in config.compute_groups:
+                group_props = adapter.node_group_props(config, group)
+                nodes = group_props.nodes
+                self.node_groups[group.name] = TrainiumNodeGroup(
                     self,
                     f"NodeGroup-{group.name}",
                     cluster=cluster,
@@ -54,10 +71,15 @@ class EksStack(Stack):
                     security_groups=[network.efa_security_group],
                     placement_group=network.placement_group(group.name),
                     cni_association=self.training.cni_association,
-                    **node_group_props(config, group),
+                    group_name=nodes.group_name,
+                    spec=nodes.spec,
+                    max_nodes=nodes.max_nodes,
+                    min_nodes=group_props.min_nodes,
+                    root_volume_gib=nodes.root_volume_gib,
+                    capacity_reservation_id=nodes.capacity_reservation_id,
+                    capacity_block=nodes.capacity_block,
+                    release_version=group_props.release_version,
                 )
-                for group in config.compute_groups
-            }
         if storage is not None:
             # The data pods (loader, shell, TensorBoard) run on the system nodes, which carry only the
             # cluster security group: Lustre opens to that group rather than pin them to Trainium nodes
@@ -70,12 +92,13 @@ class EksStack(Stack):
             self,
             "Workloads",
             cluster=cluster,
-            options=workloads_options(config),
+            options=adapter.workloads_options(config),
             after=[namespace, *([self.manifests[FSX_CHART_ID]] if FSX_CHART_ID in self.manifests else [])],
             volcano=self.training.volcano,
         )
+        self.workloads.add_charts(adapter.workloads(config, image=self.workloads.image_uri))
         self.observability = ClusterObservability(
-            self, "Observability", cluster=cluster, cluster_name=config.stack_name("eks"),
+            self, "Observability", cluster=cluster, cluster_name=adapter.cluster_name(config),
             after=[self.training.system_nodes, *self.manifests.values()],
             file_system_id=storage.file_system_id if storage is not None else None,
         )

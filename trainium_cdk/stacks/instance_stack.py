@@ -6,6 +6,7 @@ from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
+from trainium_cdk.adapters.instance import dev_instance_props
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.dev_instance import DevInstance
 from trainium_cdk.constructs.network import TrainingNetwork
@@ -25,24 +26,23 @@ class InstanceStack(Stack):
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, description="trainium-cdk: Neuron development instance", **kwargs)
-        settings = config.instance
-        mount = storage if settings.mount_storage else None
+        props = dev_instance_props(config)
+        mount = storage if props.mount_storage else None
         self.dev = DevInstance(
             self,
             "Dev",
             vpc=network.vpc,
-            spec=config.catalog.get(settings.instance_type, field="instance.instance_type"),
-            # The config checked that the AZ is one of the VPC's and offers the type.
+            spec=props.spec,
             vpc_subnets=ec2.SubnetSelection(
-                subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[config.dev_instance_az_id()]
+                subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[props.az_id]
             ),
-            dlami=settings.dlami,
-            root_volume_gib=settings.root_volume_gib,
-            instance_connect_endpoint=settings.instance_connect_endpoint,
+            dlami=props.dlami,
+            root_volume_gib=props.root_volume_gib,
+            instance_connect_endpoint=props.instance_connect_endpoint,
             storage=mount,
             storage_client_group=network.efa_security_group if mount is not None else None,
-            track=config.neuron_track,
-            ami_id=settings.ami_id,
+            track=props.track,
+            ami_id=props.ami_id,
         )
         instance_id = self.dev.instance_id
         CfnOutput(self, OUTPUT_INSTANCE_ID, value=instance_id)

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from functools import partial
-
-from aws_cdk import CfnOutput, DefaultStackSynthesizer, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, DefaultStackSynthesizer, Stack
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
-from trainium_cdk.constructs.parallelcluster import SlurmCluster
+from trainium_cdk.adapters.parallelcluster import cluster_name, cluster_settings
+from trainium_cdk.constructs.parallelcluster import DELETION_POLICIES, SlurmCluster
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError, one_of
-from trainium_cdk.parallelcluster.cluster_config import cluster_configuration, cluster_name
 from trainium_cdk.parallelcluster.health import render_prolog
 from trainium_cdk.parallelcluster.sbatch import head_node_files
 from trainium_cdk.names import (
@@ -22,7 +20,8 @@ from trainium_cdk.names import (
     OUTPUT_VALIDATION_MESSAGES,
 )
 
-REMOVAL_POLICIES = {"Delete": RemovalPolicy.DESTROY, "Retain": RemovalPolicy.RETAIN}
+# ParallelCluster's DeletionPolicy (the config's words) -> the construct's removal policy.
+REMOVAL_POLICIES = {deletion: removal for removal, deletion in DELETION_POLICIES.items()}
 
 
 class ParallelClusterStack(Stack):
@@ -48,7 +47,7 @@ class ParallelClusterStack(Stack):
             self,
             "Slurm",
             cluster_name=cluster_name(config),
-            configuration=partial(cluster_configuration, config),
+            settings=cluster_settings(config),
             head_node_subnet=head_node_subnet(config, network),
             compute_subnets={g.name: network.compute_subnet(g.name) for g in config.compute_groups},
             security_group=network.efa_security_group,

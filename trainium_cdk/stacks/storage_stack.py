@@ -8,7 +8,7 @@ from constructs import Construct
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.storage import LustreStorage
-from trainium_cdk.stacks._props import storage_props
+from trainium_cdk.adapters.storage import storage_props
 from trainium_cdk.names import (
     OUTPUT_DATA_BUCKET_NAME, OUTPUT_FILE_SYSTEM_DNS_NAME, OUTPUT_FILE_SYSTEM_ID, OUTPUT_FILE_SYSTEM_MOUNT_NAME,
     OUTPUT_FILE_SYSTEM_SECURITY_GROUP_ID,
@@ -22,13 +22,21 @@ class StorageStack(Stack):
         super().__init__(
             scope, construct_id, description="trainium-cdk: FSx for Lustre shared storage (stateful)", **kwargs
         )
+        props = storage_props(config)
         self.storage = LustreStorage(
             self,
             "Storage",
             vpc=network.vpc,
             subnet=network.compute_subnet(config.storage_group.name),
             clients=[network.efa_security_group],
-            **storage_props(config),
+            capacity_gib=props.capacity_gib,
+            deployment_type=props.deployment_type,
+            throughput_mb_per_tib=props.throughput_mb_per_tib,
+            compression=props.compression,
+            file_system_type_version=props.file_system_type_version,
+            removal_policy=props.removal_policy,
+            backup_retention_days=props.backup_retention_days,
+            data_repository=props.data_repository,
         )
         self.file_system_output = CfnOutput(self, OUTPUT_FILE_SYSTEM_ID, value=self.storage.file_system_id)
         CfnOutput(self, OUTPUT_FILE_SYSTEM_DNS_NAME, value=self.storage.dns_name)

@@ -1,0 +1,22 @@
+"""Defaults a user would pick, each written once: the config's fields, the constructs' props and the
+charts' props read them from here (AWS limits live in the catalog, pinned versions in versions.py).
+
+Plain values, no CDK: the config and the charts load this module too. The constructs' CDK forms of
+them (a RetentionDays, a RemovalPolicy) are in trainium_cdk/constructs/defaults.py.
+"""
+
+from __future__ import annotations
+
+# Encrypted gp3 root volume of a Trainium node or the development instance, GiB: the Neuron setup guides
+# ask for at least 512 GiB (the DLAMI, the compile cache and container images share it).
+ROOT_VOLUME_GIB = 512
+# Retention of every log group of ours (flow logs, job logs, control plane, Lambda functions), days.
+LOG_RETENTION_DAYS = 30
+# What `cdk destroy` may do to a stateful resource, in the config's words (CloudFormation snapshots only
+# volumes and databases, not FSx: there is no snapshot policy).
+REMOVAL_POLICIES = ("retain", "destroy")
+# The EKS system node group (cluster add-ons, Karpenter, the data pods): its default and most nodes.
+SYSTEM_NODES = 2
+MAX_SYSTEM_NODES = 10
+# Attempts of an AWS Batch job: a host failure retries once (AWS's limit is catalog.BATCH_MAX_ATTEMPTS).
+BATCH_RETRY_ATTEMPTS = 2

@@ -184,14 +184,17 @@ class TrainiumBatch(Construct):
         self.multi_node = spec.has_efa
         # Without an image of the user's, the job runs the MLP example from its image: nothing to copy to /fsx
         # before the first job (a bare Neuron container would need the script put on the file system first).
-        self.example_image = None if image_uri is not None else ecr_assets.DockerImageAsset(
-            self,
-            "ExampleImage",
-            directory=str(EXAMPLE_DIR),
-            platform=ecr_assets.Platform.LINUX_AMD64,
-            build_args={"BASE_TAG": track.training_image_tag},
-        )
-        self.image = image_uri or self.example_image.image_uri
+        self.example_image: ecr_assets.DockerImageAsset | None = None
+        if image_uri is None:
+            self.example_image = ecr_assets.DockerImageAsset(
+                self,
+                "ExampleImage",
+                directory=str(EXAMPLE_DIR),
+                platform=ecr_assets.Platform.LINUX_AMD64,
+                build_args={"BASE_TAG": track.training_image_tag},
+            )
+            image_uri = self.example_image.image_uri
+        self.image = image_uri
         self.cache_dir = cache_dir(group_name, shared=storage is not None)
         self._shared_storage = storage is not None
         if capacity_block:

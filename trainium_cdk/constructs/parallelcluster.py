@@ -192,7 +192,9 @@ class SlurmCluster(Construct):
     def _stage(self, file_name: str, text: str) -> Path:
         # Rendered files need a path for an asset: stage them in the cloud assembly, by content.
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-        path = Path(Stage.of(self).asset_outdir) / "trainium-cdk-sources" / digest / file_name
+        stage = Stage.of(self)
+        assert stage is not None  # a construct of an app: the app is a stage
+        path = Path(stage.asset_outdir) / "trainium-cdk-sources" / digest / file_name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         return path

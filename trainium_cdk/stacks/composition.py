@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aws_cdk import App, Environment, Stack, Tags
+from aws_cdk import Environment, Stack, Stage, Tags
 
 from trainium_cdk import backends as backend_registry
 from trainium_cdk.config import Config
@@ -25,7 +25,7 @@ class TrainingApp:
         return [self.network, *([self.storage] if self.storage else []), *self.backends.values()]
 
 
-def compose(app: App, config: Config) -> TrainingApp:
+def compose(app: Stage, config: Config) -> TrainingApp:
     """Add every stack the config asks for to ``app``.
 
     Stacks name a region but no account: synth stays offline (no lookups), and `cdk deploy` takes

@@ -25,7 +25,7 @@ def trainium_capacity(
     scope: Construct, *, config: Config, network: TrainingNetwork, training: TrainiumCluster
 ) -> Construct:
     """The autoscaler of ``config.eks.capacity``; with Karpenter, its node pools too (``.node_pools``)."""
-    cluster = training.cluster
+    cluster = training.cluster_ref
     cluster_name = eks_cluster_name(config)
     after = [training.system_nodes, training.addons["eks-pod-identity-agent"]]
     if config.eks.capacity == "managed":

@@ -52,7 +52,7 @@ class EksStack(Stack):
             volcano=props.volcano,
             system_release_version=props.system_release_version,
         )
-        cluster = self.training.cluster
+        cluster = self.training.cluster_ref
         self.access_host: ApiAccessHost | None = None
         if config.eks.access_host_deployed:
             self.access_host = ApiAccessHost(self, "AccessHost", vpc=network.vpc, subnets=network.private_subnets,

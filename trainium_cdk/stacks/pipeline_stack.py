@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shlex
 
-from aws_cdk import Aws, Environment, Stack, Stage
+from aws_cdk import Aws, CfnElement, Environment, Stack, Stage
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_codepipeline as codepipeline
 from aws_cdk import aws_iam as iam
@@ -211,7 +211,9 @@ class PipelineStack(Stack):
             for c in self.pipeline.node.find_all()
             if isinstance(c, codebuild.CfnProject)
         ]
-        bucket = self.resolve(self.get_logical_id(artifacts.node.default_child))
+        bucket_resource = artifacts.node.default_child
+        assert isinstance(bucket_resource, CfnElement)  # the bucket's CfnBucket
+        bucket = self.resolve(self.get_logical_id(bucket_resource))
         region = self.region
         findings = [
             f"Resource::<{bucket}.Arn>/*",

@@ -103,7 +103,7 @@ def test_the_walk_sees_a_config_or_a_callable_however_deep():
 
     assert _bad_types(Config, "c", set()) == ["c: trainium_cdk.config.models.Config"]
     assert _bad_types(_Options, "o", set()) == [
-        "o.inner.settings: trainium_cdk.config.models.BatchSettings",
+        "o.inner.settings: trainium_cdk.config.backend_settings.BatchSettings",
         "o.build: a callable (collections.abc.Callable[[str], str])",
     ]
     assert _bad_types(types.SimpleNamespace, "n", set()) == []

@@ -6,30 +6,23 @@ checks several fields share in :mod:`.fields`.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from trainium_cdk.addressing import check_ingress_cidr, check_subnets_fit, check_vpc_cidr
+from trainium_cdk.addressing import check_subnets_fit, check_vpc_cidr
 from trainium_cdk.catalog import (
-    AZ_ID,
-    BATCH_MAX_ATTEMPTS,
-    BUILTIN_INSTANCE_TYPES,
-    GP3_MAX_GIB,
-    LUSTRE_COMPRESSION_TYPES,
-    LUSTRE_VERSIONS,
-    Catalog,
-    InstanceSpec,
-    LustreCompression,
-    LustreDeploymentType,
-    LustreVersion,
-    check_lustre,
+    AZ_ID, BUILTIN_INSTANCE_TYPES, GP3_MAX_GIB, LUSTRE_COMPRESSION_TYPES, LUSTRE_VERSIONS, Catalog, InstanceSpec,
+    LustreCompression, LustreDeploymentType, LustreVersion, check_lustre,
 )
-from trainium_cdk.config.fields import (
-    AZ_ID_RULE, S3_PREFIX, AccountId, AmiId, AzId, Image, LogRetentionDays, Name, RelativePath, S3Prefix, check_az_id,
+# The sections of the backends and of what runs have modules of their own; their names stay importable here.
+from trainium_cdk.config.backend_settings import BatchSettings, EksSettings, InstanceSettings, ParallelClusterSettings
+from trainium_cdk.config.base import _Model
+from trainium_cdk.config.fields import AZ_ID_RULE, AzId, LogRetentionDays, Name, S3Prefix
+from trainium_cdk.config.workload_settings import (
+    EXAMPLE_COMMAND, DataLoaderSettings, PipelineEnvironment, PipelineSettings, TrainingJobSettings, WorkloadSettings,
 )
 from trainium_cdk import backends as backend_registry
 from trainium_cdk import defaults
@@ -38,17 +31,12 @@ from trainium_cdk.config.validation import (
 )
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.jobs import JobSpec
-from trainium_cdk.names import QUEUE_NAME
-from trainium_cdk.versions import DLAMI_FLAVOUR_RULE, NEURON_TRACKS, NeuronTrack, dlami_name
+from trainium_cdk.versions import NEURON_TRACKS, NeuronTrack
 
 BACKENDS = backend_registry.names()  # trainium_cdk/backends.py, in stack order
 # What `cdk destroy` may do to the file system: CloudFormation snapshots only volumes and databases,
 # not FSx (DeletionPolicy: Snapshot), so there is no snapshot policy; FSx backups are taken apart.
 REMOVAL_POLICIES = defaults.REMOVAL_POLICIES
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Capacity(_Model):
@@ -238,236 +226,6 @@ class StorageSettings(_Model):
         return self
 
 
-class EksSettings(_Model):
-    """The EKS backend: cluster, system nodes and the software on the cluster."""
-
-    endpoint_access: Literal["public-and-private", "private"] = Field(
-        "private", description="API server endpoint: private only (reach it from the VPC, a VPN or SSM), or "
-        "public and private with public_access_cidrs."
-    )
-    public_access_cidrs: tuple[str, ...] = Field(
-        (), description="IPv4 CIDRs allowed to reach a public endpoint (required with public-and-private)."
-    )
-    admin_role_arns: tuple[str, ...] = Field(
-        (), description="IAM roles given cluster admin through access entries: yours, to use kubectl and trn "
-        "(the stack is created by CloudFormation's role, which is the only admin otherwise)."
-    )
-    access_host: bool = Field(
-        True, description="With a private endpoint: a t4g.nano reached by SSM only, through which `trn connect` "
-        "forwards the API endpoint to the workstation."
-    )
-    system_instance_type: str = Field("m7i.large", description="Instance type of the system node group.")
-    system_nodes: int = Field(defaults.SYSTEM_NODES, description="Nodes of the system node group (cluster add-ons).")
-    neuron_scheduler_extension: bool = Field(False, description="Install the Neuron scheduler extension.")
-    neuron_monitor: bool = Field(False, description="Install neuron-monitor with a Prometheus endpoint.")
-    log_retention_days: LogRetentionDays = Field(
-        defaults.LOG_RETENTION_DAYS, description="Retention of the control-plane log group and the kubectl provider's Lambda logs, days."
-    )
-    capacity: Literal["karpenter", "managed"] = Field(
-        "karpenter", description="How Trainium nodes come and go: karpenter (a NodePool per compute group, "
-        "nodes launched for pending pods), or managed (a managed node group per group, scaled by Cluster "
-        "Autoscaler). Both start at zero nodes."
-    )
-    consolidate_after: str = Field(
-        "10m", description="How long a Trainium node stays empty before it is removed (Karpenter "
-        "consolidateAfter, Cluster Autoscaler scale-down-unneeded-time), such as 10m or 1h."
-    )
-
-    @field_validator("consolidate_after")
-    @classmethod
-    def _consolidate_after(cls, value: str) -> str:
-        if not re.fullmatch(r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$", value) or not value:
-            raise ValueError("a duration such as 30s, 10m or 1h30m")
-        return value
-
-    @field_validator("admin_role_arns")
-    @classmethod
-    def _roles(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for arn in value:
-            if not re.fullmatch(r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$", arn):
-                raise ValueError(f"{arn!r} is not an IAM role ARN (arn:aws:iam::123456789012:role/name)")
-        return value
-
-    @model_validator(mode="after")
-    def _endpoint(self) -> EksSettings:
-        for i, cidr in enumerate(self.public_access_cidrs):
-            check_ingress_cidr(f"public_access_cidrs[{i}]", cidr, example="203.0.113.0/24")
-        if self.endpoint_access == "public-and-private" and not self.public_access_cidrs:
-            raise ConfigError(
-                "public_access_cidrs", [], "the CIDRs allowed to reach the public endpoint (or endpoint_access: private)"
-            )
-        if self.endpoint_access == "private" and self.public_access_cidrs:
-            raise ConfigError("public_access_cidrs", list(self.public_access_cidrs), "only with endpoint_access: public-and-private")
-        return self
-
-    @property
-    def access_host_deployed(self) -> bool:
-        """The API access host exists: with a private endpoint, unless ``access_host`` turns it off."""
-        return self.endpoint_access == "private" and self.access_host
-
-    @field_validator("system_nodes")
-    @classmethod
-    def _system_nodes(cls, value: int) -> int:
-        if not 1 <= value <= defaults.MAX_SYSTEM_NODES:
-            raise ValueError(f"between 1 and {defaults.MAX_SYSTEM_NODES}")
-        return value
-
-
-class BatchSettings(_Model):
-    """The AWS Batch backend: multi-node parallel jobs on the compute groups."""
-
-    image_uri: Image | None = Field(
-        None, description="Training image; default: the MLP example image, built at deploy time (Docker) on the "
-        "track's AWS Neuron PyTorch training container (versions.py)."
-    )
-    command: tuple[str, ...] | None = Field(
-        None, description="Command of each node; default: torchrun of the job definition's script parameter (the "
-        "example's train.py in the example image, else /fsx/code/train.py) on all NeuronCores."
-    )
-    job_timeout_minutes: int = Field(
-        10080, description="A job attempt is stopped after this many minutes (default 7 days). After an "
-        "infrastructure update (a Neuron pin, the AMI) running jobs go on this long, at most 360 (AWS Batch's "
-        "limit), then stop and retry from their checkpoint."
-    )
-    retry_attempts: int = Field(
-        defaults.BATCH_RETRY_ATTEMPTS, description=f"Attempts of a job (1 to {BATCH_MAX_ATTEMPTS})."
-    )
-    log_retention_days: LogRetentionDays = Field(
-        defaults.LOG_RETENTION_DAYS, description="Retention of the job log group, days."
-    )
-    ami_id: AmiId | None = Field(
-        None,
-        description="AMI of the nodes (ECS-optimized, with the Neuron driver); default: the track's ECS-optimized "
-        "AL2023 Neuron AMI, read from AWS's public per-AMI-name parameter (versions.py).",
-    )
-
-    @field_validator("retry_attempts")
-    @classmethod
-    def _attempts(cls, value: int) -> int:
-        if not 1 <= value <= BATCH_MAX_ATTEMPTS:
-            raise ValueError(f"between 1 and {BATCH_MAX_ATTEMPTS} (AWS Batch limit)")
-        return value
-
-    @field_validator("job_timeout_minutes")
-    @classmethod
-    def _timeout(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("at least 1 minute")
-        return value
-
-    @field_validator("command")
-    @classmethod
-    def _command(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        if value is not None and not value:
-            raise ValueError("the training script and its arguments, or leave it out")
-        return value
-
-
-class ParallelClusterSettings(_Model):
-    """The AWS ParallelCluster (Slurm) backend: one Slurm queue per compute group."""
-
-    head_node_instance_type: str = Field("m7i.xlarge", description="Instance type of the Slurm head node.")
-    head_node_subnet: Literal["public", "private"] = Field(
-        "private", description="Head node in a public subnet, or a private one reached with SSM."
-    )
-    ssh_key_name: str | None = Field(None, description="EC2 key pair for SSH; default none (SSM only).")
-    ssh_allowed_cidr: str | None = Field(
-        None, description="IPv4 CIDR allowed to SSH to the head node; default: the VPC CIDR (never the internet)."
-    )
-    head_node_root_volume_gib: int = Field(200, description="Encrypted gp3 root volume of the head node, GiB.")
-    deletion_policy: Literal["Delete", "Retain"] = Field(
-        "Delete", description="What deleting the stack does to the cluster (ParallelCluster's DeletionPolicy)."
-    )
-    custom_ami: str | None = Field(
-        None,
-        description=(
-            "AMI of the compute nodes, built with `pcluster build-image` from "
-            "`dist/parallelcluster/<project>-image.yaml`: the Neuron driver is built into it, so scale-up installs "
-            "nothing. Default none: ParallelCluster's official AMI, on which every new compute node installs the "
-            "Neuron packages and builds the driver (DKMS)."
-        ),
-    )
-
-    @field_validator("custom_ami")
-    @classmethod
-    def _custom_ami(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"ami-(?:[0-9a-f]{8}|[0-9a-f]{17})", value):
-            raise ValueError(f"{value!r} is not an AMI id such as ami-0123456789abcdef0")
-        return value
-
-    @field_validator("head_node_instance_type")
-    @classmethod
-    def _head_node_type(cls, value: str) -> str:
-        if not re.fullmatch(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$", value):
-            raise ValueError("an EC2 instance type such as m7i.xlarge")
-        return value
-
-    @field_validator("ssh_key_name")
-    @classmethod
-    def _key_name(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,255}", value):
-            raise ValueError("an EC2 key pair name: 1 to 255 letters, digits, '.', '_' and '-'")
-        return value
-
-    @field_validator("ssh_allowed_cidr")
-    @classmethod
-    def _ssh_cidr(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                check_ingress_cidr("ssh_allowed_cidr", value, example="203.0.113.0/24")
-            except ConfigError as error:
-                raise ValueError(error.allowed) from None  # pydantic names the field
-        return value
-
-    @field_validator("head_node_root_volume_gib")
-    @classmethod
-    def _head_root(cls, value: int) -> int:
-        if not 40 <= value <= GP3_MAX_GIB:
-            raise ValueError(f"between 40 and {GP3_MAX_GIB} GiB (gp3; the ParallelCluster AMI needs 40)")
-        return value
-
-
-class InstanceSettings(_Model):
-    """The single development instance."""
-
-    instance_type: str = Field("trn1.2xlarge", description="An instance type of the catalog.")
-    az_id: AzId | None = Field(None, description="AZ ID; default: the first VPC AZ known to offer the type.")
-    root_volume_gib: int = Field(
-        defaults.ROOT_VOLUME_GIB, description="Encrypted gp3 root volume, GiB (Neuron asks for 512 or more)."
-    )
-    dlami: str | None = Field(
-        None,
-        description="Neuron DLAMI flavour such as multi-framework/ubuntu-24.04 or base/amazon-linux-2023; its image "
-        "of the track's Neuron SDK release is found at deploy (by name and description) and kept. Default: the "
-        "track's DLAMI (versions.py).",
-    )
-    ami_id: AmiId | None = Field(
-        None, description="AMI to boot instead (of the same OS as dlami); default: the DLAMI found at deploy."
-    )
-    instance_connect_endpoint: bool = Field(False, description="Add an EC2 Instance Connect endpoint.")
-    mount_storage: bool = Field(True, description="Mount the FSx file system at /fsx when storage is deployed.")
-
-    @field_validator("az_id")
-    @classmethod
-    def _az_id(cls, value: str | None) -> str | None:
-        return value if value is None else check_az_id(value)
-
-    @field_validator("root_volume_gib")
-    @classmethod
-    def _root_volume(cls, value: int) -> int:
-        low = defaults.ROOT_VOLUME_GIB
-        if not low <= value <= GP3_MAX_GIB:
-            raise ValueError(f"between {low} and {GP3_MAX_GIB} GiB (the Neuron setup guides ask for at least {low} GiB)")
-        return value
-
-    @field_validator("dlami")
-    @classmethod
-    def _dlami(cls, value: str | None) -> str | None:
-        if value is not None and dlami_name(value) is None:
-            raise ValueError(DLAMI_FLAVOUR_RULE)
-        return value
-
-
 class NeuronSettings(_Model):
     """The Neuron software track of every backend (versions.py holds one table per track)."""
 
@@ -475,104 +233,6 @@ class NeuronSettings(_Model):
         "xla",
         description="xla: Neuron 2.29.1, PyTorch/XLA (trn1, trn1n, trn2); native: Neuron 2.33.0, TorchNeuron beta (trn2).",
     )
-
-
-# The example image's script; torchrun runs it with python (a command starting with python3 works too).
-EXAMPLE_COMMAND = ("/opt/trainium-cdk/examples/mlp/train.py",)
-
-
-class TrainingJobSettings(_Model):
-    """A training job the EKS stack runs (and `make synth` writes to dist/eks/workloads)."""
-
-    name: str = Field(description="Job name, a DNS label of at most 40 characters.")
-    group: str | None = Field(None, description="Compute group it runs on; default: the first.")
-    nodes: int | None = Field(None, description="Nodes; default: the group's nodes. Above 1: a gang-scheduled job.")
-    processes_per_node: int | None = Field(None, description="Processes per node; default: every NeuronCore.")
-    command: tuple[str, ...] = Field(
-        EXAMPLE_COMMAND, description="Program and arguments as one process runs them (train.py ...); the launcher "
-        "runs them under torchrun on every node."
-    )
-    image: Image | None = Field(None, description="Image; default: workloads.image.")
-    cache_set: str | None = Field(
-        None, description="Neuron compile cache directory /fsx/neuron-cache/<cache_set>; default: the group's name."
-    )
-    precompile: bool = Field(False, description="Run under neuron_parallel_compile first, then train.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment.")
-    retries: int = Field(3, description="Restarts of the whole job after a failure.")
-
-
-class DataLoaderSettings(_Model):
-    """A Job that copies an S3 prefix into the file system (for file systems without a data repository)."""
-
-    s3_uri: str = Field(description="s3://bucket/prefix to copy.")
-    path: RelativePath = Field("datasets", description="Directory under /fsx.")
-
-    @field_validator("s3_uri")
-    @classmethod
-    def _uri(cls, value: str) -> str:
-        bucket, _, prefix = value.removeprefix("s3://").partition("/")
-        if not (value.startswith("s3://") and re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket)
-                and S3_PREFIX.fullmatch(prefix)):
-            raise ValueError("an S3 URI such as s3://my-bucket/datasets/ (the prefix in S3's safe characters)")
-        return value
-
-    @property
-    def bucket(self) -> str:
-        return self.s3_uri.removeprefix("s3://").split("/", 1)[0]
-
-
-class WorkloadSettings(_Model):
-    """What runs on the EKS cluster beyond the device plugins."""
-
-    image: Image | None = Field(
-        None, description="Training image; default: the MLP example image the EKS stack builds (dist/: ${TRAINING_IMAGE})."
-    )
-    jobs: tuple[TrainingJobSettings, ...] = Field((), description="Training jobs the stack runs on deploy.")
-    volcano: bool = Field(True, description="Install Volcano (gang scheduling, needed by multi-node jobs) and its queue.")
-    queue: str = Field(QUEUE_NAME, description="The Volcano queue.")
-    data_loader: DataLoaderSettings | None = Field(None, description="Copy an S3 prefix into /fsx.")
-    tensorboard: bool = Field(False, description="TensorBoard on the file system's runs/ directory (ClusterIP).")
-    shell: bool = Field(False, description="An interactive pod with /fsx mounted.")
-
-
-class PipelineEnvironment(_Model):
-    """One deployment target of the pipeline: an account in the config's region."""
-
-    name: Name = Field(description="Stage name, such as dev or prod.")
-    account: AccountId = Field(description="12-digit AWS account id, bootstrapped to trust the pipeline account.")
-    manual_approval: bool = Field(False, description="Wait for a manual approval in the pipeline before this stage.")
-
-
-class PipelineSettings(_Model):
-    """CDK Pipelines deployment (`cdk synth -c pipeline=true`): a self-mutating pipeline in CodePipeline."""
-
-    repository: str = Field(description="Source repository as owner/name.")
-    account: AccountId = Field(description="12-digit AWS account id of the pipeline itself (stages trust it).")
-    branch: str = Field("main", description="Branch that triggers the pipeline.")
-    connection_arn: str = Field(description="ARN of the CodeConnections connection to the repository.")
-    environments: tuple[PipelineEnvironment, ...] = Field(description="Stages in order, each an account.")
-
-    @field_validator("repository")
-    @classmethod
-    def _repo(cls, value: str) -> str:
-        if not re.fullmatch(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", value):
-            raise ValueError("owner/name of the repository")
-        return value
-
-    @field_validator("connection_arn")
-    @classmethod
-    def _connection(cls, value: str) -> str:
-        if not re.fullmatch(r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):[a-z0-9-]+:[0-9]{12}:connection/.+$", value):
-            raise ValueError("a CodeConnections connection ARN (arn:aws:codeconnections:REGION:ACCOUNT:connection/ID)")
-        return value
-
-    @field_validator("environments")
-    @classmethod
-    def _environments(cls, value: tuple[PipelineEnvironment, ...]) -> tuple[PipelineEnvironment, ...]:
-        names = [e.name for e in value]
-        if not value or len(set(names)) != len(names):
-            raise ValueError("at least one environment, each name once")
-        return value
 
 
 class CustomInstanceType(_Model):

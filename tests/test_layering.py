@@ -131,3 +131,39 @@ def test_the_static_walk_finds_at_least_what_an_interpreter_loads():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     ours = {m for m in done.stdout.split() if _is(m, "trainium_cdk")}
     assert len(ours) > 10 and ours <= loaded_by(module), sorted(ours - loaded_by(module))
+
+
+MAX_MODULE_LINES = 500
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """This package's modules a module's own file names (a package's __init__ for ``from package import name``)."""
+    found = set()
+    for name in imported_modules(path):
+        if _path_of(name) is not None and _path_of(name) != path:
+            found.add(name)
+        elif _path_of(name.rsplit(".", 1)[0]) not in (None, path):
+            found.add(name.rsplit(".", 1)[0])
+    return found
+
+
+def test_no_module_is_over_500_lines():
+    lines = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    long = {name: n for name, n in lines.items() if n > MAX_MODULE_LINES}
+    assert not long, f"split these (at most {MAX_MODULE_LINES} lines): {long}"
+
+
+def test_no_two_modules_import_each_other():
+    """A package's __init__ importing its modules is how packages are built; any other pair is a cycle."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    imports = {name: {m for m in _runtime_imports(path) if m in modules} for name, path in modules.items()}
+    cycles = sorted(
+        (a, b) for a, targets in imports.items() for b in targets
+        if a < b and a in imports.get(b, set()) and not (_is(a, b) or _is(b, a))
+    )
+    assert not cycles, cycles

@@ -23,7 +23,7 @@ from aws_cdk.assertions import Template
 from tests.helpers import config_with, nag_violations, resources, synth
 from trainium_cdk.node import neuron_metrics
 from trainium_cdk.catalog import DEFAULT_CATALOG
-from trainium_cdk.constructs.batch import NEURON_METRICS_END, node_user_data
+from trainium_cdk.constructs.batch_node import NEURON_METRICS_END, node_user_data
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.node.neuron_metrics import (
     CORE_UTILIZATION, DEPLOYMENT_DIMENSION, DEVICE_MEMORY, HARDWARE_ERRORS, INSTANCE_DIMENSION, MONITOR_CONFIG,

@@ -10,9 +10,8 @@ train across nodes, so it gets a single-node container job definition instead.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from aws_cdk import Annotations, Duration, RemovalPolicy, Size, Stack, Token
 from aws_cdk import aws_batch as batch
@@ -23,29 +22,19 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from trainium_cdk import defaults, node
+from trainium_cdk import defaults
 from trainium_cdk.catalog import BATCH_MAX_ATTEMPTS, InstanceSpec, check_ami_id
-from trainium_cdk.node import neuron_metrics
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
+from trainium_cdk.constructs.batch_node import node_user_data
 from trainium_cdk.constructs.batch_roles import BatchRoles
 from trainium_cdk.constructs.defaults import LOG_RETENTION
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.launcher import PEER_LOST_EXIT_CODE, launch_command
-from trainium_cdk.lustre_client import SCRIPT as LUSTRE_SCRIPT
-from trainium_cdk.lustre_client import mount_values as lustre_mount_values
 from trainium_cdk.names import SHARED_MOUNT
-from trainium_cdk.node.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
-from trainium_cdk.node.neuron_metrics import install_command as neuron_metrics_install
 from trainium_cdk.training_env import cache_dir, job_environment
 from trainium_cdk.versions import XLA_TRACK, NeuronTrack
 
-# The nodes run the "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, pinned by AMI name
-# through AWS's immutable per-AMI-name public parameter (versions.py: never ECS's `recommended`, which
-# moves under a running compute environment). The user data then installs the track's driver version
-# if the AMI carries another one, so that driver and container agree whatever AMI build is pinned.
-NEURON_YUM_REPO = "https://yum.repos.neuron.amazonaws.com"
-EFA_INSTALLER_URL = "https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz"
 # The ECS agent registers less memory than the instance has (kernel, agent): a job asking for all of
 # it would never be placed. Docker's 64 MiB /dev/shm is too small for data loader workers.
 CONTAINER_MEMORY_FRACTION = 0.9
@@ -82,12 +71,6 @@ RETRY_ATTEMPTS_RANGE = (1, BATCH_MAX_ATTEMPTS)
 HOST_FAILURE_STATUS_REASONS = ("Host EC2*",)
 HOST_FAILURE_REASONS = ("Cannot*",)
 HOST_FAILURE_EXIT_CODES = (str(PEER_LOST_EXIT_CODE),)
-MIME_BOUNDARY = "==TRAINIUM_CDK=="
-# What every Batch node runs first (trainium_cdk/node/batch_node.sh), then the Lustre client with storage.
-BATCH_NODE_SCRIPT = "batch_node.sh"
-# The metrics program the user data writes onto each node (a heredoc: its delimiter must not occur in it).
-NEURON_METRICS_SOURCE = Path(neuron_metrics.__file__)
-NEURON_METRICS_END = "TRAINIUM_NEURON_METRICS"
 
 ECR_PULL_ACTIONS = ("ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage")
 _ECR_IMAGE = re.compile(
@@ -391,54 +374,6 @@ class TrainiumBatch(Construct):
             logging=ecs.LogDriver.aws_logs(stream_prefix=self.group_name, log_group=self.log_group),
             volumes=volumes,
         )
-
-
-def node_user_data(
-    spec: InstanceSpec,
-    storage: LustreMount | None,
-    *,
-    driver: str = XLA_TRACK.driver,
-    metrics_deployment: str | None = None,
-) -> str:
-    """MIME multi-part user data (Batch merges it with its own): the Neuron driver of the track (installed
-    when the AMI carries another version) and tools, the EFA kernel module, and the FSx mount, each only
-    when the AMI does not already have it; with ``metrics_deployment``, neuron-monitor into CloudWatch
-    (trainium_cdk/node/neuron_metrics.py, started as a systemd service)."""
-    values = {"NEURON_DRIVER": driver, "NEURON_YUM_REPO": NEURON_YUM_REPO}
-    if spec.has_efa:
-        values["EFA_INSTALLER_URL"] = EFA_INSTALLER_URL
-    files = [BATCH_NODE_SCRIPT]
-    if storage is not None:
-        values.update(lustre_mount_values("amazon-linux", storage.dns_name, storage.mount_name))  # ECS AL2023
-        files.append(LUSTRE_SCRIPT)
-    lines = [node.program(files, values, shebang="/bin/bash").rstrip("\n")]
-    if metrics_deployment is not None:
-        program = NEURON_METRICS_SOURCE.read_text().rstrip("\n")
-        if NEURON_METRICS_END in program:
-            raise ConfigError("neuron_metrics.py", NEURON_METRICS_END, "a program without its heredoc delimiter")
-        lines += [
-            "rpm -q python3-boto3 >/dev/null 2>&1 || dnf install -y python3-boto3",
-            f"mkdir -p {shlex.quote(str(PurePosixPath(NEURON_METRICS_PATH).parent))}",
-            f"cat > {NEURON_METRICS_PATH} <<'{NEURON_METRICS_END}'",
-            program,
-            NEURON_METRICS_END,
-            shlex.join(neuron_metrics_install(deployment=metrics_deployment)),
-        ]
-    script = "\n".join(lines)
-    return "\n".join(
-        [
-            "MIME-Version: 1.0",
-            f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"',
-            "",
-            f"--{MIME_BOUNDARY}",
-            'Content-Type: text/x-shellscript; charset="us-ascii"',
-            "",
-            script,
-            "",
-            f"--{MIME_BOUNDARY}--",
-            "",
-        ]
-    )
 
 
 def infrastructure_update_timeout(job_timeout: Duration) -> Duration:

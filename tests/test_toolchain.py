@@ -261,3 +261,16 @@ def test_readme_troubleshooting_quotes_what_trn_prints_and_names_real_commands()
     makefile = (ROOT / "Makefile").read_text()
     for target in re.findall(r"`make (\w+)", section):
         assert re.search(rf"^{target}:", makefile, re.M), target
+
+
+def test_make_bench_configs_are_valid(tmp_path):
+    """make bench is not a test, but what it synthesizes must be a config the app accepts (its eight groups
+    once gave trn1.2xlarge two nodes, which the config refuses)."""
+    import yaml
+
+    from tools import bench
+    from trainium_cdk.config import build_config
+
+    path = tmp_path / "eight.yaml"
+    bench.eight_group_config(path)
+    assert len(build_config(yaml.safe_load(path.read_text())).compute_groups) == 8

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -88,8 +89,6 @@ SCALE_SIZES = (1, 10, 25, 50)
 
 def synth_in_process(raw: dict, outdir: Path) -> list[dict]:
     """Every template of the app ``raw`` describes (nested stacks included), as CDK writes them."""
-    import json
-
     import aws_cdk as cdk
 
     from trainium_cdk.config import build_config

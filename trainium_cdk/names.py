@@ -79,8 +79,8 @@ OUTPUT_ACCESS_HOST_ID = "AccessHostId"
 # The instance type of the EKS API access host (constructs/api_access.py; priced by cost.py).
 ACCESS_HOST_INSTANCE_TYPE = "t4g.nano"
 ACCESS_HOST_ROOT_VOLUME_GIB = 8
-# The EKS system node group's volumes: EKS's default DiskSize, which the node group leaves unset (it is
-# create-only: setting it now would replace the node group). Priced by cost.py.
+# The EKS system node group's root volumes, set by its launch template at the size EKS gives a node group
+# without one (DiskSize 20). Priced by cost.py.
 SYSTEM_NODE_DISK_GIB = 20
 # batch: one output for every compute group, a JSON object of group name -> {field: value} with the
 # BATCH_* fields below. An output per group and field (six a group) would reach CloudFormation's 200

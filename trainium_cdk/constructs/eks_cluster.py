@@ -53,8 +53,6 @@ ADDON_CONFIGURATION = {"vpc-cni": {"enableNetworkPolicy": "true"}}
 ADDONS_NEEDING_NODES = ("coredns", FSX_CSI_ADDON)
 DEFAULT_SYSTEM_INSTANCE_TYPE = ec2.InstanceType("m7i.large")
 DEFAULT_SYSTEM_NODES = defaults.SYSTEM_NODES
-# EKS's default disk size for a node group without a launch template.
-SYSTEM_ROOT_VOLUME_GIB = SYSTEM_NODE_DISK_GIB
 MAX_SYSTEM_NODES = defaults.MAX_SYSTEM_NODES
 DEFAULT_LOG_RETENTION = LOG_RETENTION
 
@@ -206,7 +204,7 @@ class TrainiumCluster(Construct):
             http_put_response_hop_limit=METADATA_HOP_LIMIT,
             block_devices=[ec2.BlockDevice(
                 device_name=ROOT_DEVICE_NAME,
-                volume=ec2.BlockDeviceVolume.ebs(SYSTEM_ROOT_VOLUME_GIB, volume_type=ec2.EbsDeviceVolumeType.GP3, encrypted=True),
+                volume=ec2.BlockDeviceVolume.ebs(SYSTEM_NODE_DISK_GIB, volume_type=ec2.EbsDeviceVolumeType.GP3, encrypted=True),
             )],
         )
         self.system_nodes = eks.Nodegroup(

@@ -107,7 +107,7 @@ def metric_data(report: dict[str, Any], deployment: str) -> tuple[str | None, li
 def run(namespace: str, deployment: str) -> int:
     import boto3
 
-    clients: dict[str, Any] = {}
+    clients: dict[str | None, Any] = {}  # by region; None: boto3's own default
     for line in sys.stdin:
         try:
             report = json.loads(line)
@@ -115,9 +115,9 @@ def run(namespace: str, deployment: str) -> int:
             print(f"neuron_metrics: not a report: {error}", file=sys.stderr, flush=True)
             continue
         region, data = metric_data(report, deployment)
-        region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or ""
-        if region not in clients:  # "": boto3's own default, the instance's region
-            clients[region] = boto3.client("cloudwatch", region_name=region or None)
+        region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if region not in clients:
+            clients[region] = boto3.client("cloudwatch", region_name=region)
         try:
             clients[region].put_metric_data(Namespace=namespace, MetricData=data)
         except Exception as error:  # noqa: BLE001 - a failed minute must not stop the next one

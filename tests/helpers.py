@@ -137,3 +137,13 @@ def cfn_lint_errors(path: Path, region: str) -> list[str]:
 
 def resources(template: dict[str, Any], type_name: str) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in template["Resources"].items() if v["Type"] == type_name}
+
+
+def template_text(value: Any) -> str:
+    """A template value as text: an Fn::Join's parts joined, any other token as "<token>"."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return separator.join(template_text(p) for p in parts)
+    return "<token>"

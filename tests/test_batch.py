@@ -11,7 +11,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from aws_cdk.assertions import Template
 
-from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, resources, synth
+from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, resources, synth, template_text
 from trainium_cdk import versions
 from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.constructs.batch import (
@@ -115,17 +115,7 @@ class Group:
 
     @property
     def user_data(self) -> str:
-        return _text(self.launch_template["UserData"]["Fn::Base64"])
-
-
-def _text(value: Any) -> str:
-    """The literal text of a string or an Fn::Join; other tokens as <token>."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and "Fn::Join" in value:
-        separator, parts = value["Fn::Join"]
-        return separator.join(_text(p) for p in parts)
-    return "<token>"
+        return template_text(self.launch_template["UserData"]["Fn::Base64"])
 
 
 def _name(instance_type: str) -> str:
@@ -437,7 +427,7 @@ def test_every_group_shares_one_set_of_roles_and_one_instance_profile(every_type
 
 def _batch_groups(result) -> dict[str, dict[str, str]]:
     """The one JSON output of every group, its tokens as "<token>"."""
-    return json.loads(_text(result.template_json("batch")["Outputs"]["BatchGroups"]["Value"]))
+    return json.loads(template_text(result.template_json("batch")["Outputs"]["BatchGroups"]["Value"]))
 
 
 def test_one_output_names_queues_definitions_and_the_submit_command(every_type):

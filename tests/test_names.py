@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.apps import synthesized
+from tests.helpers import template_text
 from trainium_cdk import names
 
 PACKAGE = Path(__file__).resolve().parent.parent / "trainium_cdk"
@@ -42,16 +43,6 @@ SHARED = {
     "the shared mount": names.SHARED_MOUNT,
 }
 OUTPUT_IDS = sorted(v for k, v in vars(names).items() if k.startswith("OUTPUT_"))
-
-
-def _literal(value) -> str:
-    """A template value as text: an Fn::Join's parts joined, any other token as "<token>"."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and "Fn::Join" in value:
-        separator, parts = value["Fn::Join"]
-        return separator.join(_literal(p) for p in parts)
-    return "<token>"
 
 
 @pytest.mark.parametrize("what", sorted(SHARED))
@@ -97,7 +88,7 @@ def test_the_cli_reads_the_keys_the_synthesized_stacks_declare():
 
     app = synthesized("trn1n.32xlarge+trn1.2xlarge")  # two groups, one of them named like a prefix
     outputs = app.template_json("batch")["Outputs"]
-    groups = json.loads(_literal(outputs[names.output_key(names.OUTPUT_BATCH_GROUPS)]["Value"]))
+    groups = json.loads(template_text(outputs[names.output_key(names.OUTPUT_BATCH_GROUPS)]["Value"]))
     assert sorted(groups) == sorted(g.name for g in app.config.compute_groups)
     for group in app.config.compute_groups:
         for field in (names.BATCH_JOB_QUEUE_ARN, names.BATCH_JOB_DEFINITION_ARN, names.BATCH_LOG_GROUP_NAME):

@@ -10,7 +10,10 @@ Read from the synthesized templates before and after the change (never from the 
   replaces the environment (CloudFormation), and its jobs with it.
 - **EKS managed node groups** (user guide, "Update a managed node group"): a new launch template version,
   or any update of the node group but its scaling, rolls the nodes: each is drained, its pods evicted
-  (forced after the update's timeout). Running pods are stopped.
+  (forced after the update's timeout). Running pods are stopped. What an update cannot do at all
+  (AWS::EKS::Nodegroup, CloudFormation reference): use a launch template unless the node group was created
+  with one, and then another launch template than that one; CloudFormation updates the node group in
+  place (LaunchTemplate is not create-only), so EKS refuses the update and the stack rolls back.
 - **Karpenter** (docs, "Disruption"): a NodePool or EC2NodeClass change drifts the nodes; drift is a
   voluntary disruption, which a pod annotated ``karpenter.sh/do-not-disrupt`` blocks for as long as the
   pool sets no terminationGracePeriod, and ``expireAfter: Never`` leaves no forced expiry. Then the node
@@ -116,6 +119,25 @@ def managed_nodegroup_effects(before: dict[str, Any], after: dict[str, Any]) -> 
         if changed:
             effects.append(Effect("eks", logical, True, f"node group update ({', '.join(changed)}): nodes drained"))
     return effects
+
+
+def nodegroup_update_refusals(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The node groups, kept under their logical ids, whose update EKS refuses: a launch template given to a
+    node group created without one, or another launch template than the one it was created with (a new
+    version of the same one is an update). A node group under a new logical id is a new one: CloudFormation
+    creates it, then deletes the old."""
+    refusals = []
+    new_groups = _resources(after, "AWS::EKS::Nodegroup")
+    for logical, resource in _resources(before, "AWS::EKS::Nodegroup").items():
+        if logical not in new_groups:
+            continue
+        old = resource["Properties"].get("LaunchTemplate")
+        new = new_groups[logical]["Properties"].get("LaunchTemplate")
+        if new is not None and old is None:
+            refusals.append(f"{logical}: a launch template for a node group created without one")
+        elif new is not None and old is not None and new.get("Id") != old.get("Id"):
+            refusals.append(f"{logical}: another launch template than the one it was created with")
+    return refusals
 
 
 def karpenter_effects(after_manifests: list[dict[str, Any]], job_pod_annotations: list[dict[str, str]]) -> list[Effect]:

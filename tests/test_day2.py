@@ -213,6 +213,39 @@ def test_node_groups_roll_instead_of_being_replaced(base, after, change):
         }
 
 
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_eks_accepts_every_node_group_update(base, after, change):
+    from tests.lifecycle import nodegroup_update_refusals
+
+    assert nodegroup_update_refusals(base.template_json("eks"), after[change].template_json("eks")) == []
+
+
+# The system node group as every release before its launch template deployed it: this logical id, no
+# LaunchTemplate (EKS's own then, which allows two metadata hops).
+SYSTEM_NODES_WITHOUT_LAUNCH_TEMPLATE = "EksSystemNodes99733415"
+
+
+def test_a_cluster_deployed_before_the_system_nodes_launch_template_updates(base):
+    """EKS refuses a launch template for a node group created without one: the system node group gets a new
+    logical id, which CloudFormation creates before it deletes the old one (their pods move)."""
+    from tests.lifecycle import nodegroup_update_refusals
+
+    now = base.template_json("eks")
+    (system,) = [k for k, v in resources(now, "AWS::EKS::Nodegroup").items()
+                 if "trainium-cdk/compute-group" not in v["Properties"].get("Labels", {})]
+    deployed = json.loads(json.dumps(now))
+    old = deployed["Resources"].pop(system)
+    del old["Properties"]["LaunchTemplate"]
+    deployed["Resources"][SYSTEM_NODES_WITHOUT_LAUNCH_TEMPLATE] = old
+    assert system != SYSTEM_NODES_WITHOUT_LAUNCH_TEMPLATE
+    assert nodegroup_update_refusals(deployed, now) == []
+    # The rule itself: the same update under the old logical id is refused.
+    kept = json.loads(json.dumps(now))
+    kept["Resources"][SYSTEM_NODES_WITHOUT_LAUNCH_TEMPLATE] = kept["Resources"].pop(system)
+    assert nodegroup_update_refusals(deployed, kept) == [
+        f"{SYSTEM_NODES_WITHOUT_LAUNCH_TEMPLATE}: a launch template for a node group created without one"]
+
+
 def test_an_instance_type_change_is_a_new_launch_template_version(base, after):
     (lt_id,) = {p["LaunchTemplate"]["Id"]["Ref"] for p in _nodegroups(base).values()}
     old = base.template_json("eks")["Resources"][lt_id]["Properties"]["LaunchTemplateData"]

@@ -207,9 +207,12 @@ class TrainiumCluster(Construct):
                 volume=ec2.BlockDeviceVolume.ebs(SYSTEM_NODE_DISK_GIB, volume_type=ec2.EbsDeviceVolumeType.GP3, encrypted=True),
             )],
         )
+        # "SystemNodeGroup", not the "SystemNodes" of releases without the launch template: EKS refuses a launch
+        # template for a node group created without one, so the group is a new one (CloudFormation creates it,
+        # then deletes the old; their pods move).
         self.system_nodes = eks.Nodegroup(
             self,
-            "SystemNodes",
+            "SystemNodeGroup",
             cluster=self.cluster_ref,
             launch_template_spec=eks.LaunchTemplateSpec(
                 id=self.system_launch_template.launch_template_id or "",

@@ -1,0 +1,281 @@
+"""The machine a rehearsed job runs on: a shared folder for /fsx, stand-ins on PATH, N nodes on loopback."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainium_cdk.names import NEURON_BIN, SHARED_MOUNT
+
+EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
+# Where the example images hold the MLP example (examples/mlp/Dockerfile); the rehearsal runs this package's copy.
+IMAGE_EXAMPLE_DIR = "/opt/trainium-cdk/examples/mlp/"
+PROCESSES_PER_NODE = 2
+LOOPBACK = "127.0.0.1"
+TIMEOUT_S = 300
+MAIN_EXIT_GRACE_S = 30  # ECS's default stop timeout: what a Batch child gets after the main node exits
+# The variable the launcher changes into before torchrun (the job's code directory); here: where trn runs.
+WORKDIR_VARIABLE = "TRN_WORKDIR"
+
+_HOSTNAME = f"""#!/bin/sh
+# hostname stand-in: the node's own address is loopback here.
+case "$1" in -I|--all-ip-addresses) echo "{LOOPBACK}" ;; *) echo localhost ;; esac
+"""
+_SCONTROL = f"""#!{sys.executable}
+# scontrol stand-in: `scontrol show hostnames LIST` prints one line per host, every host mapped to loopback.
+import re, sys
+assert sys.argv[1:3] == ["show", "hostnames"], sys.argv
+hosts = []
+for part in re.findall(r"[^,\\[]+(?:\\[[^\\]]*\\])?", sys.argv[3]):
+    m = re.match(r"(.*)\\[(.*)\\]$", part)
+    for r in (m.group(2).split(",") if m else [None]):
+        if r is None:
+            hosts.append(part)
+        else:
+            lo, _, hi = r.partition("-")
+            hosts += [m.group(1) + str(i) for i in range(int(lo), int(hi or lo) + 1)]
+print("\\n".join("{LOOPBACK}" for _ in hosts))
+"""
+_SRUN = f"""#!{sys.executable}
+# srun stand-in: the command once per node of the allocation (--ntasks-per-node=1), each in its own
+# process group with the variables srun sets; with --label, each line prefixed by the task id, as srun does;
+# exit 1 if any node fails (--kill-on-bad-exit).
+import os, subprocess, sys, threading
+args = sys.argv[1:]
+label = False
+while args and args[0].startswith("-"):
+    label = label or args[0] in ("--label", "-l")
+    args.pop(0)
+nodes = int(os.environ["SLURM_JOB_NUM_NODES"])
+log = os.environ["REHEARSAL_LOG"]
+procs, pumps = [], []
+for i in range(nodes):
+    env = dict(os.environ, SLURM_NODEID=str(i), SLURM_PROCID=str(i), SLURM_LOCALID="0", SLURM_STEP_ID="0")
+    out = open(f"{{log}}.{{i}}", "w")
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            text=True)
+    def pump(proc=proc, out=out, i=i):
+        for line in proc.stdout:
+            out.write(f"{{i}}: {{line}}" if label else line)
+            out.flush()
+    pumps.append(threading.Thread(target=pump))
+    pumps[-1].start()
+    procs.append(proc)
+codes = [p.wait() for p in procs]
+for t in pumps:
+    t.join()
+sys.exit(0 if all(c == 0 for c in codes) else 1)
+"""
+_SYSTEMD_RUN = f"""#!{sys.executable}
+# systemd-run stand-in: the unit's command in the foreground, with its --setenv variables and
+# --working-directory; the unit's name, user and properties are recorded in $REHEARSAL_LOG.units.
+import json, os, sys
+args = sys.argv[1:]
+env, cwd, unit = {{}}, None, {{"properties": []}}
+while args and args[0].startswith("-"):
+    option = args.pop(0)
+    name, eq, value = option.partition("=")
+    if not eq and name in ("--unit", "--uid", "--setenv", "--working-directory", "-p", "--property"):
+        value = args.pop(0)
+    if name == "--setenv":
+        key, _, val = value.partition("=")
+        env[key] = val
+    elif name == "--working-directory":
+        cwd = value
+    elif name in ("-p", "--property"):
+        unit["properties"].append(value)
+    else:
+        unit[name.lstrip("-")] = value or True
+with open(os.environ["REHEARSAL_LOG"] + ".units", "a") as log:
+    log.write(json.dumps({{**unit, "argv": args}}) + "\\n")
+os.chdir(cwd or os.getcwd())
+os.execvpe(args[0], args, {{**os.environ, **env}})
+"""
+STAND_INS = {"hostname": _HOSTNAME, "scontrol": _SCONTROL, "srun": _SRUN, "systemd-run": _SYSTEMD_RUN}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def write_tool(bin_dir: Path, name: str, text: str) -> Path:
+    path = bin_dir / name
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+@dataclass
+class Stage:
+    """The machine the job runs on: the shared folder, the stand-ins on PATH, the substitutions.
+
+    :param root: a folder of the stage's own (stand-ins, the venv stand-in, HOME).
+    :param fsx: what stands for /fsx; default ``root/fsx``.
+    :param workdir: what stands for the job's ``TRN_WORKDIR``; default ``root``.
+    :param processes_per_node: what stands for the NeuronCores of a node.
+    """
+
+    root: Path
+    port: int = field(default_factory=free_port)
+    fsx: Path = None  # type: ignore[assignment]  # set in __post_init__
+    workdir: Path | None = None
+    processes_per_node: int = PROCESSES_PER_NODE
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.fsx is None:
+            self.fsx = self.root / "fsx"
+        self.fsx.mkdir(parents=True, exist_ok=True)
+        self.bin = self.root / "bin"
+        self.bin.mkdir(exist_ok=True)
+        for name, text in STAND_INS.items():
+            write_tool(self.bin, name, text)
+        # The host's Neuron tools: only what a script puts on PATH finds them.
+        self.neuron_bin = self.root / "opt-aws-neuron-bin"
+        self.neuron_bin.mkdir(exist_ok=True)
+        self.venv = self.root / "neuron-venv"
+        (self.venv / "bin").mkdir(parents=True, exist_ok=True)
+        (self.venv / "bin" / "activate").write_text("# stand-in: torch is already on PATH\n")
+
+    @property
+    def substitutions(self) -> dict[str, str]:
+        from trainium_cdk.parallelcluster.cluster_config import VENV
+
+        return {
+            IMAGE_EXAMPLE_DIR: f"{EXAMPLE_DIR}/",
+            VENV: str(self.venv),
+            NEURON_BIN: str(self.neuron_bin),
+            SHARED_MOUNT: str(self.fsx),
+        }
+
+    def substitute(self, text: str) -> str:
+        for old, new in self.substitutions.items():
+            text = text.replace(old, new)
+        return text
+
+    def substitute_script(self, text: str, *, processes_per_node: int | None = None) -> str:
+        """A script that exports the job's variables itself (the Slurm batch script): the same
+        substitutions as :meth:`environment`, made in its text (``processes_per_node``: a job's own count
+        that is not the NeuronCores, such as the fabric check's 1, stays as it is)."""
+        processes = processes_per_node if processes_per_node is not None else self.processes_per_node
+        text = re.sub(r"^export NPROC_PER_NODE=.*$", f"export NPROC_PER_NODE={processes}", text, flags=re.M)
+        text = re.sub(r"^export MASTER_PORT=.*$", f"export MASTER_PORT={self.port}", text, flags=re.M)
+        return self.substitute(text)
+
+    def base_environment(self) -> dict[str, str]:
+        """What a node starts with: the stand-ins and this Python (torch, torchrun) on PATH, and nothing else."""
+        return {
+            "PATH": f"{self.bin}:{Path(sys.executable).parent}:/usr/bin:/bin",
+            "HOME": str(self.root),
+            "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": "1",
+        }
+
+    def environment(self, job_env: Mapping[str, str]) -> dict[str, str]:
+        """A node's environment: a clean base, the job's own variables (substituted), and the numbers and
+        directories that cannot be the same here."""
+        env = {**self.base_environment(), **{k: self.substitute(v) for k, v in job_env.items()}}
+        if "NPROC_PER_NODE" in env:
+            env["NPROC_PER_NODE"] = str(self.processes_per_node)
+        if "MASTER_PORT" in env:
+            env["MASTER_PORT"] = str(self.port)
+        if WORKDIR_VARIABLE in env:
+            env[WORKDIR_VARIABLE] = str(self.workdir or self.root)
+        env["TRN_HEARTBEAT_S"] = "1"
+        return env
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (torchrun starts its workers in sessions of their own, so a signal
+    to the node's process group misses them)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_node(proc: subprocess.Popen) -> None:
+    """SIGKILL a node: its process group and every process it started, as when its host dies."""
+    for pid in [proc.pid, *_descendants(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@dataclass
+class NodeResult:
+    rank: int
+    code: int
+    output: str
+
+
+def run_nodes(
+    argvs: Sequence[Sequence[str]],
+    envs: Sequence[Mapping[str, str]],
+    *,
+    cwd: Path,
+    kill: tuple[int, Callable[[], bool]] | None = None,
+    main_decides: bool = False,
+    timeout: float = TIMEOUT_S,
+) -> list[NodeResult]:
+    """Start every node at once, each in its own process group, and wait for all. A node that fails
+    ends the others (as a gang scheduler would); so does the time limit. With ``main_decides`` (an AWS Batch
+    multi-node job) only node 0's exit ends the others: a child that fails leaves the job running.
+    ``kill=(node, when)``: once ``when()`` is true, SIGKILL every process of that node (its host dies mid-run)."""
+    logs = [tempfile.TemporaryFile(mode="w+") for _ in argvs]
+    procs = [
+        subprocess.Popen(
+            list(argv), env=dict(env), cwd=cwd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        for argv, env, log in zip(argvs, envs, logs, strict=True)
+    ]
+    deadline = time.monotonic() + timeout
+    try:
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            if kill is not None and kill[1]():
+                kill_node(procs[kill[0]])
+                kill = None
+            if main_decides:
+                # The main node's exit ends the job: Batch stops the others (docker stop: SIGTERM, then a grace).
+                if procs[0].poll() is not None:
+                    deadline = min(deadline, time.monotonic() + MAIN_EXIT_GRACE_S)
+            elif any(p.returncode not in (None, 0) for p in procs):
+                time.sleep(2)  # let the others report the failure too
+                break
+            time.sleep(0.2)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                kill_node(proc)
+                proc.wait()
+    results = []
+    for rank, (proc, log) in enumerate(zip(procs, logs, strict=True)):
+        log.seek(0)
+        results.append(NodeResult(rank, proc.returncode, log.read()))
+        log.close()
+    return results

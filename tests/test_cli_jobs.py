@@ -160,13 +160,16 @@ def test_submit_defaults_nodes_and_name_from_the_group(aws, batch, config):
     assert request["jobName"].startswith("trainium-train-")
 
 
-def test_submit_dry_run_prints_the_request_and_submits_nothing(aws, batch, config):
+def test_submit_dry_run_prints_the_request_and_asks_aws_nothing(aws, batch, config):
+    """A dry run needs no credentials and no deployed stack: the queue and definition by the names the stack
+    gives them (submit sends their ARNs from its output), and no AWS call at all."""
+    before = len(aws.calls)
     result = run_cli("submit", "--config", str(config), "--nodes", "4", "--name", "x", "--dry-run")
     assert result.code == 0, result.err
-    assert submitted(aws) == []
-    body = json.loads(result.out.split("\n", 1)[1])
-    assert body == {"jobName": "x", "jobQueue": batch[QUEUE],
-                    "jobDefinition": batch[DEFINITION], "nodeOverrides": {"numNodes": 4}}
+    assert aws.calls[before:] == []
+    body = json.loads(result.out.split("SubmitJob:\n", 1)[1])
+    assert body == {"jobName": "x", "jobQueue": "trainium-batch-train",
+                    "jobDefinition": "trainium-batch-train", "nodeOverrides": {"numNodes": 4}}
 
 
 def test_submit_to_a_single_node_definition_sends_no_node_overrides(aws, batch, config):
@@ -189,8 +192,8 @@ def test_submit_to_a_single_node_definition_sends_no_node_overrides(aws, batch, 
         (("--group", "big"), ("--group", "allowed: train")),
         (("--name", "bad name!"), ("--name", "Batch job name")),
         (("-c", "nodes=lots"), ("configuration error", "nodes")),
-        (("--image", "example.com/x:1"), ("--image", "the job definition holds the image")),
-        (("--job", "bert-large-phase1"), ("--job", "the job definition holds the command")),
+        (("--image", "example.com/x y"), ("--image", "image URI")),
+        (("--job", "bert-large-phase1"), ("--job", "give your command after --")),
     ],
 )
 def test_submit_rejects_bad_input_in_one_line(aws, batch, config, argv, words):
@@ -548,10 +551,15 @@ def test_eks_submit_namespace_kubeconfig_and_context_flags(aws, eks_stack, kube,
     assert body == _in_namespace(expected_job(config, name="demo", nodes=None), "team")
 
 
-def test_eks_submit_dry_run_renders_without_a_cluster(aws, eks_stack, kube, config):
+def test_eks_submit_dry_run_renders_without_a_cluster_or_the_stack(aws, eks_stack, kube, config):
+    """Without --image, the stack's image is the dist/ placeholder: a dry run asks neither AWS nor the cluster."""
+    before = len(aws.calls)
     result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "demo", "--dry-run")
     assert result.code == 0, result.err
-    assert [o for o in yaml.safe_load_all(result.out) if o] == [expected_job(config, name="demo", nodes=None)]
+    expected = expected_job(config, name="demo", nodes=None, image="${TRAINING_IMAGE}")
+    assert [o for o in yaml.safe_load_all(result.out) if o] == [expected]
+    assert "# ${TRAINING_IMAGE}: the eks stack's image output at submit time (or pass --image)" in result.out
+    assert aws.calls[before:] == []
     kube.load.assert_not_called()
     kube.dyn.create.assert_not_called()
 
@@ -565,10 +573,11 @@ def test_eks_submit_bert_runs_in_the_stacks_bert_image(aws, eks_stack, kube, con
         raw["workloads"] = {"image": "example.com/team/train:7"}
         config.write_text(yaml.safe_dump(raw, sort_keys=False))
     result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "bert", "--job",
-                     "bert-large-phase1", "--dry-run")
+                     "bert-large-phase1")
     assert result.code == 0, result.err
-    (body,) = [o for o in yaml.safe_load_all(result.out) if o]
-    assert body == expected_job(config, name="bert", nodes=None, image=BERT_IMAGE, job="bert-large-phase1")
+    body = kube.dyn.create.call_args.kwargs["body"]
+    expected = expected_job(config, name="bert", nodes=None, image=BERT_IMAGE, job="bert-large-phase1")
+    assert body == _in_namespace(expected, NAMESPACE)
     tasks = body["spec"]["tasks"]
     assert {t["template"]["spec"]["containers"][0]["image"] for t in tasks} == {BERT_IMAGE}
     command = tasks[0]["template"]["spec"]["containers"][0]["command"]

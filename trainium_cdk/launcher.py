@@ -46,6 +46,8 @@ SHELL = "/bin/sh"
 LEADER_TASK = "leader"
 WORKER_TASK = "worker"
 RANK_OFFSET_VARIABLE = "TRN_NODE_RANK_OFFSET"
+# The job's code directory: the launcher changes into it before torchrun (`trn submit --workdir`).
+WORKDIR_VARIABLE = "TRN_WORKDIR"
 # The main node of a Batch multi-node job exits with this when a peer's host is gone (EX_TEMPFAIL): the job
 # definition retries it (constructs/batch.py), where the program's own errors are not retried.
 PEER_LOST_EXIT_CODE = 75

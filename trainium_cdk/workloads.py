@@ -11,6 +11,7 @@ examples to dist/ only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import cdk8s
@@ -85,6 +86,8 @@ def render_job(
     group: str | None = None,
     nodes: int | None = None,
     job: str | None = None,
+    command: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The Kubernetes objects of one training job, as dicts, for `trn submit --backend eks`.
 
@@ -93,21 +96,33 @@ def render_job(
         ``workloads.image`` that names its own wins. For the BERT-large example, the image it runs in
         (the stack's BERT image, or the user's): that example names no image of its own here.
     :param job: the workload it runs: a job of ``workloads.jobs`` or an example (``mlp``,
-        ``mlp-distributed``, ``bert-large-phase1``). Default: the first configured job, else ``mlp``.
+        ``mlp-distributed``, ``bert-large-phase1``). Default: ``command``'s job, else the first configured
+        job, else ``mlp``.
+    :param command: the user's own command (``train.py --lr 3e-4``), as one process runs it, instead of a
+        workload: a job of that command on ``group`` with every default (its compile cache: the group's).
+    :param env: environment added to the workload's (the user's wins).
     :param group: compute group; default: the workload's.
     :param nodes: nodes; default: the workload's. Above 1 it becomes a gang-scheduled Volcano job.
     """
-    workloads = {s.name: s for s in (*config.workloads.jobs, *example_settings(config, bert_image=image))}
-    chosen = job or (config.workloads.jobs[0].name if config.workloads.jobs else "mlp")
-    if chosen not in workloads:
-        raise ConfigError("--job", chosen, "a job of workloads.jobs or an example; " + one_of(workloads))
     update: dict[str, Any] = {"name": name}
+    if command:
+        if job is not None:
+            raise ConfigError("--job", job, "left out when a command is given: one or the other")
+        settings = TrainingJobSettings(name=name, group=group, command=tuple(command))
+    else:
+        workloads = {s.name: s for s in (*config.workloads.jobs, *example_settings(config, bert_image=image))}
+        chosen = job or (config.workloads.jobs[0].name if config.workloads.jobs else "mlp")
+        if chosen not in workloads:
+            raise ConfigError("--job", chosen, "a job of workloads.jobs or an example; " + one_of(workloads))
+        settings = workloads[chosen]
     if group is not None:
         update["group"] = group
     if nodes is not None:
         update["nodes"] = nodes
+    if env:
+        update["env"] = {**settings.env, **env}
     try:
-        spec = config.job_spec(workloads[chosen].model_copy(update=update), image=image)
+        spec = config.job_spec(settings.model_copy(update=update), image=image)
     except ConfigError as err:
         field = {"nodes": "--nodes", "name": "--name"}.get(err.field, err.field)
         raise ConfigError(field, err.value, err.allowed) from None

@@ -23,13 +23,17 @@ from trainium_cdk.cli.jobs import (
     TERMINAL,
     Clock,
     JobState,
-    check_nodes,
+    UserJob,
     default_name,
-    group_of,
     same_job_flags,
+    user_job,
     watch,
 )
-from trainium_cdk.config import Config
+from trainium_cdk.batch_job import (
+    BASED_ON_TAG, BatchSubmission, images_of, register_request, resource_name, same_but_image,
+)
+from trainium_cdk.config import ComputeGroup, Config
+from trainium_cdk.config.fields import IMAGE
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.names import (
     BATCH_JOB_DEFINITION_ARN, BATCH_JOB_QUEUE_ARN, BATCH_LOG_GROUP_NAME, OUTPUT_BATCH_GROUPS, output_key,
@@ -80,59 +84,43 @@ def group_output_value(outputs: Mapping[str, str], field: str, *, group: str, st
         ) from None
 
 
-def job_definition_type(batch: Any, definition: str) -> str | None:
-    """'multinode' or 'container' for the definition named by an output (ARN, name:revision or name)."""
-    if definition.startswith("arn:") or ":" in definition:
-        found = batch.describe_job_definitions(jobDefinitions=[definition]).get("jobDefinitions", [])
-    else:
-        found = batch.describe_job_definitions(jobDefinitionName=definition, status="ACTIVE").get("jobDefinitions", [])
-    if not found:
-        return None
-    return max(found, key=lambda d: d.get("revision", 0)).get("type")
-
-
 # -- submit ------------------------------------------------------------------------------------------
 
 
-def submit_request(*, name: str, queue: str, definition: str, nodes: int, multinode: bool) -> dict[str, Any]:
-    request: dict[str, Any] = {"jobName": name, "jobQueue": queue, "jobDefinition": definition}
-    if multinode:
-        request["nodeOverrides"] = {"numNodes": nodes}
-    return request
-
-
 def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -> int:
-    group = group_of(config, args.group)
-    nodes = check_nodes(config, group, args.nodes)
-    if args.image is not None:
+    job = user_job(args, config)
+    if job.job is not None:
         raise ConfigError(
-            "--image", args.image, "left out for Batch: the job definition holds the image (set batch.image_uri and "
-            "redeploy the batch stack)"
+            "--job", job.job, "left out for Batch: give your command after -- (trn submit -- train.py ...), or "
+            "set batch.command in the config"
         )
-    if args.job is not None:
-        raise ConfigError("--job", args.job, "left out for Batch: the job definition holds the command (batch.command)")
+    group = job.group
+    nodes = job.nodes or group.nodes
     name = args.name or f"{config.project}-{default_name(group)}"
     if not _BATCH_JOB_NAME.fullmatch(name):
         raise ConfigError(
             "--name", name, "a Batch job name: up to 128 letters, digits, '-' and '_', starting alphanumeric"
         )
+    if args.image is not None and (not IMAGE.fullmatch(args.image) or "${" in args.image):
+        raise ConfigError("--image", args.image, "an image URI such as 123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1")
+    if args.dry_run:
+        return _dry_run(config, group, job, name=name, nodes=nodes, image=args.image, out=out)
     sess = session(config.region)
     stack = config.stack_name(STACK_PART)
     outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend="batch")
     queue = group_output_value(outputs, BATCH_JOB_QUEUE_ARN, group=group.name, stack=stack)
     definition = group_output_value(outputs, BATCH_JOB_DEFINITION_ARN, group=group.name, stack=stack)
     batch = client(sess, "batch")
-    kind = job_definition_type(batch, definition)
-    if kind is None:
-        raise CliError(f"job definition {definition} (output of {stack}) does not exist: redeploy {stack}")
-    multinode = kind != "container"
+    described = describe_definition(batch, definition)
+    if described is None:
+        raise CliError(f"job definition {definition} (output of {stack}) does not exist: redeploy it (make deploy)")
+    multinode = described.get("type") != "container"
     if not multinode and nodes > 1:
         raise ConfigError("--nodes", nodes, f"1: job definition {definition} is a single-node (container) job")
-    request = submit_request(name=name, queue=queue, definition=definition, nodes=nodes, multinode=multinode)
-    if args.dry_run:
-        out.write(f"dry run: would submit to AWS Batch in {config.region}:\n{json.dumps(request, indent=2)}\n")
-        return 0
-    response = batch.submit_job(**request)
+    if args.image is not None and args.image not in images_of(described):
+        definition = revision_for_image(batch, described, args.image, out)
+    submission = BatchSubmission(name=name, nodes=nodes, multinode=multinode, program=job.program, env=job.env)
+    response = batch.submit_job(**submission.request(queue=queue, definition=definition))
     job_id = response["jobId"]
     out.write(
         f"submitted {response.get('jobName', name)}: job id {job_id} "
@@ -141,6 +129,50 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
     flags = same_job_flags(args, "batch")
     out.write(f"  trn status {job_id} {flags} --wait\n  trn logs {job_id} {flags} --follow\n")
     return 0
+
+
+def _dry_run(config: Config, group: ComputeGroup, job: UserJob, *, name: str, nodes: int, image: str | None,
+             out: TextIO) -> int:
+    """What submit would send, from the config alone (no AWS call): the queue and job definition by name (at
+    submit time, the ARNs of the stack's output), and, for a new image, the revision it would register."""
+    resource = resource_name(config, group)
+    multinode = config.spec(group).has_efa
+    submission = BatchSubmission(name=name, nodes=nodes, multinode=multinode, program=job.program, env=job.env)
+    out.write(f"dry run: would send to AWS Batch in {config.region} (no AWS call made):\n")
+    if image is not None:
+        out.write(
+            f"RegisterJobDefinition, unless an ACTIVE revision of {resource} already runs this image: the deployed "
+            f"revision's properties, with image {image} on every container, tagged {BASED_ON_TAG}=<that revision's "
+            f"ARN>; the job then runs on the new revision\n"
+        )
+    request = submission.request(queue=resource, definition=resource)
+    out.write(f"SubmitJob:\n{json.dumps(request, indent=2)}\n")
+    return 0
+
+
+def describe_definition(batch: Any, definition: str) -> dict[str, Any] | None:
+    """The job definition an output names (ARN, name:revision, or a name: its newest ACTIVE revision)."""
+    if definition.startswith("arn:") or ":" in definition:
+        found = batch.describe_job_definitions(jobDefinitions=[definition]).get("jobDefinitions", [])
+    else:
+        found = batch.describe_job_definitions(jobDefinitionName=definition, status="ACTIVE").get("jobDefinitions", [])
+    return max(found, key=lambda d: d.get("revision", 0)) if found else None
+
+
+def revision_for_image(batch: Any, deployed: dict[str, Any], image: str, out: TextIO) -> str:
+    """The ARN of a revision of the deployed job definition that runs ``image``: one registered before for the
+    same deployed revision and image, else a new one (multi-node node overrides cannot change the image)."""
+    revisions = batch.describe_job_definitions(
+        jobDefinitionName=deployed["jobDefinitionName"], status="ACTIVE"
+    ).get("jobDefinitions", [])
+    for revision in sorted(revisions, key=lambda d: d.get("revision", 0), reverse=True):
+        if ((revision.get("tags") or {}).get(BASED_ON_TAG) == deployed["jobDefinitionArn"]
+                and images_of(revision) == {image} and same_but_image(revision, deployed)):
+            out.write(f"job definition {revision['jobDefinitionName']}:{revision['revision']} runs {image}: reused\n")
+            return str(revision["jobDefinitionArn"])
+    registered = batch.register_job_definition(**register_request(deployed, image=image))
+    out.write(f"registered job definition {registered['jobDefinitionName']}:{registered['revision']} with image {image}\n")
+    return str(registered["jobDefinitionArn"])
 
 
 # -- status ------------------------------------------------------------------------------------------
@@ -212,14 +244,22 @@ def cancel(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
 # -- logs --------------------------------------------------------------------------------------------
 
 
-def log_target(batch: Any, job: dict[str, Any], outputs: Callable[[], Mapping[str, str]]) -> tuple[str, str | None]:
-    """(log group, log stream of rank 0 or None before it starts) of a job."""
+def log_target(
+    batch: Any, job: dict[str, Any], outputs: Callable[[], Mapping[str, str]], rank: int = 0
+) -> tuple[str, str | None]:
+    """(log group, log stream of node ``rank`` or None before it starts) of a job."""
     job_id = job["jobId"]
     node_props = job.get("nodeProperties") or {}
     sources = []
     if node_props:
-        sources += describe(batch, [f"{job_id}#{node_props.get('mainNode', 0)}"])
-    sources.append(job)
+        nodes = int(node_props.get("numNodes") or 1)
+        if not 0 <= rank < nodes:
+            raise ConfigError("--rank", rank, f"a node of job {job_id}: 0 to {nodes - 1}")
+        sources += describe(batch, [f"{job_id}#{rank}"])
+    elif rank != 0:
+        raise ConfigError("--rank", rank, f"0: job {job_id} is a single-node job")
+    if not node_props or rank == int(node_props.get("mainNode", 0)):
+        sources.append(job)
     stream = group = None
     for source in sources:
         attempts = reversed(source.get("attempts") or [])
@@ -270,7 +310,7 @@ def logs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clo
     announced = False
     while True:
         job = describe_one(batch, args.job, config.region)
-        group, stream = log_target(batch, job, outputs)
+        group, stream = log_target(batch, job, outputs, args.rank)
         if stream:
             break
         if job.get("status") in (SUCCEEDED, FAILED):
@@ -325,3 +365,45 @@ def logs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clo
             continue
         clock.sleep(delay)
         delay = min(POLL_MAX_S, delay * POLL_FACTOR)
+
+
+# -- jobs --------------------------------------------------------------------------------------------
+
+# Every state a Batch job can be in; ListJobs without a filter lists only RUNNING ones.
+JOB_STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", SUCCEEDED, FAILED)
+
+
+def list_jobs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -> int:
+    """The jobs of the group's queue Batch still knows (about 7 days after they end), newest first."""
+    import datetime as dt
+
+    from trainium_cdk.cli._common import table
+    from trainium_cdk.cli.jobs import group_of
+
+    group = group_of(config, args.group)
+    sess = session(config.region)
+    stack = config.stack_name(STACK_PART)
+    outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend="batch")
+    queue = group_output_value(outputs, BATCH_JOB_QUEUE_ARN, group=group.name, stack=stack)
+    batch = client(sess, "batch")
+    summaries = []
+    for status_ in JOB_STATUSES:
+        request: dict[str, Any] = {"jobQueue": queue, "jobStatus": status_}
+        while True:
+            page = batch.list_jobs(**request)
+            summaries += page.get("jobSummaryList", [])
+            if not page.get("nextToken"):
+                break
+            request["nextToken"] = page["nextToken"]
+    summaries.sort(key=lambda s: s.get("createdAt", 0), reverse=True)
+    if not summaries:
+        out.write(f"no jobs in queue {queue.rsplit('/', 1)[-1]} (group {group.name})\n")
+        return 0
+    rows = []
+    for s in summaries[: args.limit]:
+        created = dt.datetime.fromtimestamp(s["createdAt"] / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S") if s.get(
+            "createdAt") else ""
+        nodes = str((s.get("nodeProperties") or {}).get("numNodes") or 1)
+        rows.append((s["jobId"], s.get("jobName", ""), s.get("status", ""), nodes, created))
+    table(rows, ["JOB ID", "NAME", "STATE", "NODES", "SUBMITTED (UTC)"], out)
+    return 0

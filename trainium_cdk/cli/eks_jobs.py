@@ -22,16 +22,17 @@ from trainium_cdk.cli.jobs import (
     SUCCEEDED,
     Clock,
     JobState,
-    check_nodes,
+    UserJob,
     default_name,
-    group_of,
     same_job_flags,
+    user_job,
     watch,
 )
 from trainium_cdk.config import Config
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.launcher import WORKER_TASK
 from trainium_cdk.names import (
-    BERT_EXAMPLE_JOB, JOB_LABEL, OUTPUT_BERT_IMAGE_URI, OUTPUT_EXAMPLE_IMAGE_URI, RANK_LABEL, TRAINING_NAMESPACE,
+    BERT_EXAMPLE_JOB, GROUP_LABEL, JOB_LABEL, OUTPUT_BERT_IMAGE_URI, OUTPUT_EXAMPLE_IMAGE_URI, RANK_LABEL, TRAINING_NAMESPACE,
     output_key,
 )
 
@@ -95,14 +96,22 @@ def _api_exception() -> type[Exception]:
 # -- submit ------------------------------------------------------------------------------------------
 
 
-def training_image(args: argparse.Namespace, config: Config) -> str:
-    """--image, else the config's workloads.image, else the deployed EKS stack's example image. The
-    BERT-large example: --image, else the stack's BERT image (a general workloads.image lacks its script)."""
+# What --dry-run shows for the stack's image when it may not ask the stack (the dist/ placeholder's name).
+IMAGE_PLACEHOLDER = "${TRAINING_IMAGE}"
+BERT_IMAGE_PLACEHOLDER = "${BERT_IMAGE}"
+
+
+def training_image(args: argparse.Namespace, config: Config, *, dry_run: bool = False) -> str:
+    """--image, else the config's workloads.image, else the deployed EKS stack's example image (with
+    ``dry_run``, its placeholder: a dry run needs no credentials). The BERT-large example: --image, else the
+    stack's BERT image (a general workloads.image lacks its script)."""
     bert = getattr(args, "job", None) == BERT_EXAMPLE_JOB
     if args.image:
         image = args.image
     elif config.workloads.image and not bert:
         image = config.workloads.image
+    elif dry_run:
+        return BERT_IMAGE_PLACEHOLDER if bert else IMAGE_PLACEHOLDER
     else:
         stack = config.stack_name(STACK_PART)
         outputs = stack_outputs(client(session(config.region), "cloudformation"), stack, config.region, backend="eks")
@@ -115,26 +124,27 @@ def training_image(args: argparse.Namespace, config: Config) -> str:
     return image
 
 
-def render(
-    config: Config, *, group: str, name: str, nodes: int | None, image: str, job: str | None = None
-) -> list[dict[str, Any]]:
+def render(config: Config, job: UserJob, *, name: str, image: str) -> list[dict[str, Any]]:
     from trainium_cdk.workloads import render_job
 
-    objects = render_job(config, group=group, name=name, nodes=nodes, job=job, image=image)
+    objects = render_job(
+        config, group=job.group.name, name=name, nodes=job.nodes, job=job.job, image=image,
+        command=job.program, env=job.env,
+    )
     if not objects:
-        raise CliError(f"the training job chart rendered no objects for group {group}")
+        raise CliError(f"the training job chart rendered no objects for group {job.group.name}")
     return list(objects)
 
 
 def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -> int:
-    group = group_of(config, args.group)
-    if args.nodes is not None:
-        check_nodes(config, group, args.nodes)
-    name = args.name or default_name(group)
-    image = training_image(args, config)
-    objects = render(config, group=group.name, name=name, nodes=args.nodes, job=args.job, image=image)
+    job = user_job(args, config)
+    name = args.name or default_name(job.group)
+    image = training_image(args, config, dry_run=args.dry_run)
+    objects = render(config, job, name=name, image=image)
     if args.dry_run:
         out.write(f"# dry run: would create {len(objects)} object(s) in the cluster of your kubeconfig\n")
+        if image in (IMAGE_PLACEHOLDER, BERT_IMAGE_PLACEHOLDER):
+            out.write(f"# {image}: the {STACK_PART} stack's image output at submit time (or pass --image)\n")
         out.write(yaml.safe_dump_all(objects, sort_keys=False))
         return 0
     kube = Kube(args)
@@ -336,8 +346,16 @@ def cancel(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
 # -- logs --------------------------------------------------------------------------------------------
 
 
-def rank0_pod(kube: Kube, name: str) -> tuple[str, Any | None]:
-    selector, pods = _pods(kube, name, rank="0")
+def rank_pod(kube: Kube, name: str, rank: int = 0) -> tuple[str, Any | None]:
+    """The pod of node rank ``rank`` of job ``name``: the leader (labelled rank 0), or Volcano's worker pod
+    ``<job>-worker-<rank - 1>`` (the launcher's node rank is the task index plus one there)."""
+    if rank == 0:
+        selector, pods = _pods(kube, name, rank="0")
+    else:
+        selector, found = _pods(kube, name)
+        worker = f"{name}-{WORKER_TASK}-{rank - 1}"
+        pods = [p for p in found if p.metadata.name == worker]
+        selector = f"pod {worker} ({selector})"
     # A restarted job leaves older rank-0 pods behind: the newest one is the one running.
     newest = max(pods, key=lambda p: str(getattr(p.metadata, "creation_timestamp", "") or ""), default=None)
     return selector, newest
@@ -348,7 +366,7 @@ def logs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clo
     delay = POLL_FIRST_S
     announced = False
     while True:
-        selector, pod = rank0_pod(kube, args.job)
+        selector, pod = rank_pod(kube, args.job, args.rank)
         phase = getattr(getattr(pod, "status", None), "phase", None) if pod is not None else None
         if pod is not None and phase not in (None, "Pending"):
             break
@@ -358,9 +376,11 @@ def logs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clo
                     f"no pod labelled {selector} in namespace {kube.namespace}: "
                     "check the job name and --namespace; `--follow` waits for the pod"
                 )
-            raise CliError(f"rank-0 pod {pod.metadata.name} is Pending: no logs yet; `--follow` waits for it", code=1)
+            raise CliError(
+                f"rank-{args.rank} pod {pod.metadata.name} is Pending: no logs yet; `--follow` waits for it", code=1
+            )
         if not announced:
-            err.write(f"waiting for the rank-0 pod of {args.job} to start...\n")
+            err.write(f"waiting for the rank-{args.rank} pod of {args.job} to start...\n")
             announced = True
         clock.sleep(delay)
         delay = min(POLL_MAX_S, delay * POLL_FACTOR)
@@ -385,3 +405,51 @@ def logs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clo
     phase = getattr(final.status, "phase", None)
     err.write(f"pod {pod_name} {phase}\n")
     return 1 if phase == "Failed" else 0
+
+
+# -- jobs --------------------------------------------------------------------------------------------
+
+
+def _selected_group(template_spec: Any) -> str | None:
+    return ((template_spec or {}).get("nodeSelector") or {}).get(GROUP_LABEL)
+
+
+def list_jobs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -> int:
+    """The training jobs of a group in the namespace (batch/v1 and Volcano), newest first."""
+    from trainium_cdk.cli._common import table
+    from trainium_cdk.cli.jobs import group_of
+
+    group = group_of(config, args.group)
+    kube = Kube(args)
+    api = kube.api
+    rows = []
+    for job in kube.batch.list_namespaced_job(kube.namespace, label_selector=JOB_LABEL).items or []:
+        raw = api.sanitize_for_serialization(job)
+        if _selected_group(raw["spec"]["template"].get("spec")) != group.name:
+            continue
+        state = (_batch_job_state(job) or ("ACTIVE" if (job.status.active or 0) else "PENDING", ""))[0]
+        rows.append((raw["metadata"].get("creationTimestamp", ""), raw["metadata"]["name"], state, "1"))
+    group_, version, plural = VOLCANO_JOB
+    api_exception = _api_exception()
+    try:
+        volcano = kube.custom.list_namespaced_custom_object(
+            group_, version, kube.namespace, plural, label_selector=JOB_LABEL
+        ).get("items", [])
+    except api_exception as error:
+        if getattr(error, "status", None) != 404:  # Volcano not installed: no such jobs
+            raise
+        volcano = []
+    for job in volcano:
+        tasks = job.get("spec", {}).get("tasks", [])
+        if not tasks or _selected_group(tasks[0]["template"].get("spec")) != group.name:
+            continue
+        state = (_volcano_job_state(job) or ("PENDING", ""))[0]
+        nodes = sum(int(t.get("replicas", 0)) for t in tasks)
+        rows.append((job["metadata"].get("creationTimestamp", ""), job["metadata"]["name"], state, str(nodes)))
+    rows.sort(key=lambda r: str(r[0]), reverse=True)
+    if not rows:
+        out.write(f"no jobs of group {group.name} in namespace {kube.namespace}\n")
+        return 0
+    table([(name, state, nodes, str(created)) for created, name, state, nodes in rows[: args.limit]],
+          ["JOB", "STATE", "NODES", "SUBMITTED"], out)
+    return 0

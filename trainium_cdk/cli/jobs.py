@@ -10,15 +10,17 @@ import argparse
 import datetime as dt
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from trainium_cdk import backends as backend_registry
 from trainium_cdk.cli._common import CliError, is_interactive, parse_overrides, read_config
 from trainium_cdk.config import ComputeGroup, Config
+from trainium_cdk.config.fields import check_environment_name
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.jobs import check_node_count
+from trainium_cdk.launcher import WORKDIR_VARIABLE
 
 JOB_BACKENDS = backend_registry.job_backends()  # the backends with a job client (trainium_cdk/backends.py)
 SUCCEEDED, FAILED = "SUCCEEDED", "FAILED"
@@ -30,6 +32,7 @@ POLL_FACTOR = 1.5
 POLL_MAX_S = 30.0
 HEARTBEAT_S = 300.0
 CANCEL_REASON = "cancelled with trn cancel"
+JOBS_LIMIT = 20
 
 
 @dataclass
@@ -87,53 +90,89 @@ def _common(p: argparse.ArgumentParser) -> None:
     k.add_argument("--context", help="kubeconfig context (default: the current one)")
 
 
-def add_parsers(sub: Any) -> None:
-    p = sub.add_parser(
-        "submit", help="submit a training job to a compute group",
-        description="Submit a training job. Batch: a multi-node parallel job on the queue and job definition of "
-        "the deployed <project>-batch stack. EKS: the objects of the training job chart, through your kubeconfig.",
-    )
+def add_job_arguments(p: argparse.ArgumentParser) -> None:
+    """What a job is, as `trn submit` and `trn rehearse` both take it: the group, the nodes, the user's command
+    (after ``--``) or a workload (``--job``), and its environment."""
     p.add_argument("--group", metavar="NAME", help="compute group (default: the first one of the config)")
     p.add_argument("--nodes", type=int, metavar="N", help="nodes of the job (default: the group's nodes)")
-    p.add_argument("--name", help="job name (default: <group>-<date>-<time>)")
     p.add_argument(
         "--job", metavar="WORKLOAD",
-        help="EKS: the workload to run, a job of workloads.jobs or an example (mlp, mlp-distributed, "
-        "bert-large-phase1); default: the first configured job, else mlp",
+        help="a configured workload instead of a command: EKS, a job of workloads.jobs or an example (mlp, "
+        "mlp-distributed, bert-large-phase1)",
     )
     p.add_argument(
-        "--image", metavar="URI",
-        help="EKS: training image (default: workloads.image of the config, else the EKS stack's ExampleImageUri "
-        "output; for --job bert-large-phase1 its BertImageUri output); Batch takes the job definition's",
+        "--env", action="append", default=[], metavar="KEY=VALUE",
+        help="environment of the job (repeatable); wins over the job definition's own",
     )
-    p.add_argument("--dry-run", action="store_true", help="print what would be submitted, submit nothing")
+    p.add_argument(
+        "--workdir", metavar="DIR",
+        help="directory on the nodes the command runs in, such as /fsx/s3/code/myproj (default: the image's)",
+    )
+    p.add_argument(
+        "program", nargs=argparse.REMAINDER, metavar="-- SCRIPT [ARGS...]",
+        help="your training command, as one process runs it (train.py --lr 3e-4): torchrun runs it on every "
+        "NeuronCore of every node",
+    )
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser(
+        "submit", help="submit a training job (your command after --) to a compute group",
+        description="Submit a training job: your command after -- (trn submit -- train.py --lr 3e-4), or a "
+        "configured workload (--job). EKS: the training job chart's objects, through your kubeconfig. Batch: a "
+        "job on the group's queue, your command and environment as overrides (a new job definition revision for "
+        "a new --image). ParallelCluster: sbatch on the head node through SSM Run Command. Development "
+        "instance: a systemd unit through SSM Run Command.",
+    )
+    add_job_arguments(p)
+    p.add_argument("--name", help="job name (default: <group>-<date>-<time>)")
+    p.add_argument(
+        "--image", metavar="URI",
+        help="training image (EKS and Batch; `trn image push` builds yours). EKS default: workloads.image, else "
+        "the stack's example image; Batch default: the job definition's",
+    )
+    p.add_argument("--dry-run", action="store_true",
+                   help="print exactly what would be sent (no AWS credentials needed), send nothing")
     _common(p)
     p.set_defaults(func=submit)
 
     p = sub.add_parser("status", help="state of a job; --wait follows it to SUCCEEDED or FAILED",
-                       description="Print the state of a job (Batch job id, or EKS job name). Exit 1 if it FAILED.")
-    p.add_argument("job", help="Batch job id, or EKS job name")
+                       description="Print the state of a job (its id or name, as `trn submit` printed it). "
+                       "Exit 1 if it FAILED.")
+    p.add_argument("job", help="the job: Batch and Slurm job id, EKS and development instance job name")
     p.add_argument("--wait", action="store_true", help="poll (with backoff) until SUCCEEDED or FAILED")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="with --wait: give up after this long (exit 1)")
     _common(p)
     p.set_defaults(func=status)
 
-    p = sub.add_parser("logs", help="logs of the job's rank-0 node (Batch main node, EKS rank-0 pod)",
-                       description="Print the logs of rank 0: the Batch main node's CloudWatch log stream, or the "
-                       "EKS pod labelled trainium-cdk/rank=0. --follow streams until the job ends.")
-    p.add_argument("job", help="Batch job id, or EKS job name")
+    p = sub.add_parser("logs", help="logs of one node of a job (default: node rank 0)",
+                       description="Print the logs of one node of a job, with every process torchrun runs there: "
+                       "--rank N picks node rank N (default 0). Batch: the node's CloudWatch log stream; EKS: its "
+                       "pod; Slurm: its lines of the job's output file; development instance: the job's log. "
+                       "--follow streams until the job ends.")
+    p.add_argument("job", help="the job: Batch and Slurm job id, EKS and development instance job name")
+    p.add_argument("--rank", type=int, default=0, metavar="N", help="node rank (0 .. nodes-1; default 0)")
     p.add_argument("--follow", "-f", action="store_true", help="keep streaming until the job ends")
     p.add_argument("--container", help="EKS: container of the pod (default: its first)")
     _common(p)
     p.set_defaults(func=logs)
 
-    p = sub.add_parser("cancel", help="stop a job: Batch terminate_job, EKS delete the Job and its pods",
+    p = sub.add_parser("cancel", help="stop a job and every node of it",
                        description="Stop a job. Batch: TerminateJob (running nodes are stopped, queued jobs "
-                       "cancelled). EKS: delete the batch/v1 Job or Volcano Job and, with it, its pods.")
-    p.add_argument("job", help="Batch job id, or EKS job name")
+                       "cancelled). EKS: delete the batch/v1 Job or Volcano Job and, with it, its pods. Slurm: "
+                       "scancel. Development instance: stop its unit.")
+    p.add_argument("job", help="the job: Batch and Slurm job id, EKS and development instance job name")
     p.add_argument("--reason", default=CANCEL_REASON, help=f"Batch: the status reason (default: {CANCEL_REASON!r})")
     _common(p)
     p.set_defaults(func=cancel)
+
+    p = sub.add_parser("jobs", help="recent jobs of a compute group, newest first",
+                       description="List a compute group's recent jobs, newest first: id or name, state, nodes, "
+                       "when it was submitted.")
+    p.add_argument("--group", metavar="NAME", help="compute group (default: the first one of the config)")
+    p.add_argument("--limit", type=int, default=JOBS_LIMIT, metavar="N", help=f"at most N jobs (default {JOBS_LIMIT})")
+    _common(p)
+    p.set_defaults(func=list_jobs)
 
 
 # -- shared ------------------------------------------------------------------------------------------
@@ -170,6 +209,60 @@ def check_nodes(config: Config, group: ComputeGroup, nodes: int | None) -> int:
     if nodes is None:
         return group.nodes
     return check_node_count("--nodes", nodes, maximum=group.maximum, instance=config.spec(group), group=group.name)
+
+
+@dataclass(frozen=True)
+class UserJob:
+    """What the user asked to run, before any backend shapes it: the group, the nodes (None: the backend's or
+    the workload's default), the command after ``--`` (empty: a workload or the backend's default), the
+    workload (``--job``), the environment (``--env``, and ``--workdir`` as the launcher's TRN_WORKDIR)."""
+
+    group: ComputeGroup
+    nodes: int | None
+    program: tuple[str, ...]
+    job: str | None
+    env: dict[str, str]
+
+
+def user_job(args: argparse.Namespace, config: Config) -> UserJob:
+    """The job of `trn submit` / `trn rehearse` arguments, every part checked (one line for each mistake)."""
+    group = group_of(config, args.group)
+    nodes = None if args.nodes is None else check_nodes(config, group, args.nodes)
+    program = tuple(args.program[1:] if args.program[:1] == ["--"] else args.program)
+    if program and args.job:
+        raise ConfigError("--job", args.job, f"left out when a command follows -- ({shlex.join(program)}): one or the other")
+    if program and not program[0].strip():
+        raise ConfigError("command", shlex.join(program), "a program or script first, such as train.py")
+    if any("\0" in word for word in program):
+        raise ConfigError("command", shlex.join(program), "words without NUL characters")
+    env = parse_env(args.env)
+    if args.workdir is not None:
+        workdir = args.workdir
+        if not workdir.startswith("/") or "\n" in workdir or "\0" in workdir:
+            raise ConfigError("--workdir", workdir, "an absolute directory on the nodes, such as /fsx/s3/code/myproj")
+        if WORKDIR_VARIABLE in env:
+            raise ConfigError("--env", f"{WORKDIR_VARIABLE}={env[WORKDIR_VARIABLE]}", "left out with --workdir")
+        env[WORKDIR_VARIABLE] = workdir
+    return UserJob(group=group, nodes=nodes, program=program, job=args.job, env=env)
+
+
+def parse_env(pairs: Sequence[str] | None) -> dict[str, str]:
+    """``--env KEY=VALUE`` pairs: each KEY an environment variable name, once; values of one line."""
+    env: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        try:
+            check_environment_name(key)
+        except ValueError as error:
+            raise ConfigError("--env", pair, f"KEY=VALUE, KEY {error}") from None
+        if not sep:
+            raise ConfigError("--env", pair, f"KEY=VALUE (for an empty value: {key}=)")
+        if "\n" in value or "\0" in value:
+            raise ConfigError("--env", pair, "a value of one line (no newline or NUL)")
+        if key in env:
+            raise ConfigError("--env", key, "each KEY once")
+        env[key] = value
+    return env
 
 
 def default_name(group: ComputeGroup, clock: Clock = CLOCK) -> str:
@@ -256,3 +349,10 @@ def logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config, backend = load(args)
     return _client(backend).cancel(args, config, out, err)
+
+
+def list_jobs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    config, backend = load(args)
+    if args.limit < 1:
+        raise ConfigError("--limit", args.limit, "1 or more")
+    return _client(backend).list_jobs(args, config, out, err)

@@ -100,6 +100,16 @@ def check_relative_path(value: str) -> str:
     return value
 
 
+# An environment variable's name as shells and Kubernetes take it (POSIX: letters, digits, '_', no leading digit).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_environment_name(name: str) -> str:
+    if not ENV_NAME.fullmatch(name):
+        raise ValueError("an environment variable name: letters, digits and '_', not starting with a digit")
+    return name
+
+
 Name = Annotated[str, AfterValidator(check_name)]
 AzId = Annotated[str, AfterValidator(check_az_id)]
 S3Prefix = Annotated[str, AfterValidator(check_s3_prefix)]

@@ -23,6 +23,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from trainium_cdk import defaults
+from trainium_cdk.batch_job import ALL_NODES, SCRIPT_PARAMETER, default_script
 from trainium_cdk.catalog import BATCH_MAX_ATTEMPTS, InstanceSpec, check_ami_id
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.batch_node import node_user_data
@@ -39,13 +40,9 @@ from trainium_cdk.versions import XLA_TRACK, NeuronTrack
 # it would never be placed. Docker's 64 MiB /dev/shm is too small for data loader workers.
 CONTAINER_MEMORY_FRACTION = 0.9
 SHARED_MEMORY_FRACTION = 0.25
-# Job definition parameter naming the training script when no command is configured.
-SCRIPT_PARAMETER = "script"
-DEFAULT_SCRIPT = f"{SHARED_MOUNT}/code/train.py"
-# The MLP example's build context and its script's path in the image (the EKS stack builds the same image).
+# The MLP example's build context (the EKS stack builds the same image); its script's path in the image,
+# the job definition's script parameter and its defaults are batch_job's (what `trn` submits and rehearses).
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
-EXAMPLE_SCRIPT = "/opt/trainium-cdk/examples/mlp/train.py"
-DEFAULT_SCRIPT_WITHOUT_STORAGE = "train.py"
 JOB_QUEUE_PRIORITY = 1
 DEFAULT_NODES = 2
 DEFAULT_ROOT_VOLUME_GIB = defaults.ROOT_VOLUME_GIB
@@ -272,8 +269,8 @@ class TrainiumBatch(Construct):
             "@aws-cdk/aws-ecs:ecrImageRequiresPolicy",
             "The instance and execution roles are granted pulls from the training image's repository.",
         )
-        default_script = EXAMPLE_SCRIPT if self.example_image is not None else _default_script(storage)
-        parameters = None if command else {SCRIPT_PARAMETER: default_script}
+        script = default_script(example_image=self.example_image is not None, shared_storage=storage is not None)
+        parameters = None if command else {SCRIPT_PARAMETER: script}
         self.job_definition: batch.MultiNodeJobDefinition | batch.EcsJobDefinition
         if self.multi_node:
             self.job_definition = batch.MultiNodeJobDefinition(
@@ -293,7 +290,7 @@ class TrainiumBatch(Construct):
             # submit-time numNodes override reach every node (escape hatch: the L2 has no open range).
             cfn_definition = self.job_definition.node.default_child
             assert isinstance(cfn_definition, batch.CfnJobDefinition)
-            cfn_definition.add_property_override("NodeProperties.NodeRangeProperties.0.TargetNodes", "0:")
+            cfn_definition.add_property_override("NodeProperties.NodeRangeProperties.0.TargetNodes", ALL_NODES)
         else:
             self.job_definition = batch.EcsJobDefinition(
                 self,
@@ -400,10 +397,6 @@ def ecr_repository_arn(image: str, *, partition: str = "aws") -> str | None:
     if match is None:
         return None
     return f"arn:{partition}:ecr:{match['region']}:{match['account']}:repository/{match['repo']}"
-
-
-def _default_script(storage: LustreMount | None) -> str:
-    return DEFAULT_SCRIPT if storage is not None else DEFAULT_SCRIPT_WITHOUT_STORAGE
 
 
 def _check(

@@ -55,6 +55,10 @@ if [ -n "${TRN_CHECKPOINT_ROOT:-}" ]; then
   export TRN_CHECKPOINT_DIR="${TRN_CHECKPOINT_DIR:-$TRN_CHECKPOINT_ROOT/$job}"
   mkdir -p "$TRN_CHECKPOINT_DIR"
 fi
+# The job's code directory (`trn submit --workdir`): a relative script path is read from there.
+if [ -n "${TRN_WORKDIR:-}" ]; then
+  cd "$TRN_WORKDIR" || fail "$scheduler: no directory $TRN_WORKDIR (TRN_WORKDIR)"
+fi
 case "$1" in *.py) ;; *) set -- --no-python "$@" ;; esac
 say "$scheduler: node $NODE_RANK of $NNODES, $NPROC_PER_NODE processes, rendezvous $MASTER_ADDR:$MASTER_PORT"
 # Version preflight: the driver this node has loaded and the runtime the image carries, next to the

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainium_cdk.launcher import WORKDIR_VARIABLE
 from trainium_cdk.names import NEURON_BIN, SHARED_MOUNT
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
@@ -23,8 +24,6 @@ PROCESSES_PER_NODE = 2
 LOOPBACK = "127.0.0.1"
 TIMEOUT_S = 300
 MAIN_EXIT_GRACE_S = 30  # ECS's default stop timeout: what a Batch child gets after the main node exits
-# The variable the launcher changes into before torchrun (the job's code directory); here: where trn runs.
-WORKDIR_VARIABLE = "TRN_WORKDIR"
 
 _HOSTNAME = f"""#!/bin/sh
 # hostname stand-in: the node's own address is loopback here.

@@ -31,8 +31,9 @@ class Backend:
         LustreStorage or None).
     :param dist: ``module:function`` writing its plain files into ``dist/<name>/``:
         ``function(config, outdir) -> list[Path]`` (no CDK). Default: none.
-    :param jobs: ``module`` of its job client, with ``submit``, ``status``, ``logs`` and ``cancel``, each
-        ``(args, config, out, err) -> int``. Default: none (no `trn submit` for it).
+    :param jobs: ``module`` of its job client, with ``submit``, ``status``, ``logs``, ``cancel`` and
+        ``list_jobs``, each ``(args, config, out, err) -> int``, and ``rehearsal(args, config)`` (what `trn
+        rehearse` runs). Default: none (no `trn submit` for it).
     :param check: ``module:function(config)`` raising ConfigError for what it cannot deploy. Default: none.
     :param idle_cost: ``module:function(config, region) -> list`` of `trn cost` lines billed while no job
         runs. Default: none.
@@ -149,6 +150,7 @@ register(Backend(
     summary="AWS ParallelCluster (Slurm), one queue per compute group",
     stack="trainium_cdk.stacks.parallelcluster_stack:ParallelClusterStack",
     dist="trainium_cdk.parallelcluster.dist:write_dist",
+    jobs="trainium_cdk.cli.slurm_jobs",
     check="trainium_cdk.config.validation:check_parallelcluster",
     idle_cost="trainium_cdk.cost:parallelcluster_idle",
 ))
@@ -156,6 +158,7 @@ register(Backend(
     name="instance",
     summary="one Trainium development instance on a Neuron DLAMI",
     stack="trainium_cdk.stacks.instance_stack:InstanceStack",
+    jobs="trainium_cdk.cli.instance_jobs",
     check="trainium_cdk.config.validation:check_instance",
     idle_cost="trainium_cdk.cost:instance_idle",
 ))

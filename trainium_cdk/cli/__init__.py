@@ -3,10 +3,13 @@
     trn azs --instance-type trn1.32xlarge --region us-west-2 [--write] [--dry-run]
     trn doctor [--config PATH] [-c key=value ...]
     trn connect [--port 8443] [--stop]
-    trn submit [--backend batch|eks] [--group NAME] [--nodes N] [--name NAME] [--dry-run]
+    trn submit [--backend B] [--group G] [--nodes N] [--name NAME] [--image URI] [--env K=V]... [--dry-run]
+               [-- SCRIPT [ARGS...] | --job WORKLOAD]
+    trn rehearse [--backend B] [--nodes N] [--procs-per-node P] [--env K=V]... [-- SCRIPT [ARGS...] | --job NAME]
     trn status JOB [--wait]
-    trn logs JOB [--follow]
+    trn logs JOB [--rank N] [--follow]
     trn cancel JOB
+    trn jobs [--group G]
     trn cost [--config PATH] [--region REGION]
     trn check fabric --nodes N [--backend batch|eks] [--min-fraction F] [--report LOG]
     trn --version
@@ -28,7 +31,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trainium_cdk.cli import azs, check, connect, cost, doctor, jobs
+    from trainium_cdk.cli import azs, check, connect, cost, doctor, jobs, rehearse
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -40,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_parser(sub)
     connect.add_parser(sub)
     jobs.add_parsers(sub)
+    rehearse.add_parser(sub)
     cost.add_parser(sub)
     check.add_parser(sub)
     return parser

@@ -427,14 +427,16 @@ def list_jobs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO
         raw = api.sanitize_for_serialization(job)
         if _selected_group(raw["spec"]["template"].get("spec")) != group.name:
             continue
-        state = (_batch_job_state(job) or ("ACTIVE" if (job.status.active or 0) else "PENDING", ""))[0]
+        active = getattr(job.status, "active", None) or 0
+        state = (_batch_job_state(job) or ("RUNNING" if active else "PENDING", ""))[0]
         rows.append((raw["metadata"].get("creationTimestamp", ""), raw["metadata"]["name"], state, "1"))
     group_, version, plural = VOLCANO_JOB
     api_exception = _api_exception()
     try:
-        volcano = kube.custom.list_namespaced_custom_object(
+        listed: Any = kube.custom.list_namespaced_custom_object(
             group_, version, kube.namespace, plural, label_selector=JOB_LABEL
-        ).get("items", [])
+        )
+        volcano = listed.get("items", [])
     except api_exception as error:
         if getattr(error, "status", None) != 404:  # Volcano not installed: no such jobs
             raise

@@ -106,7 +106,10 @@ class DevInstance(Construct):
         else:
             machine_image = ImageIdImage(ami_id)
 
-        self.role = session_manager_role(self, "Role", description="Development instance: SSM Session Manager only")
+        # Run Command too: `trn submit --backend instance` starts jobs through it.
+        self.role = session_manager_role(
+            self, "Role", description="Development instance: SSM Session Manager and Run Command only", run_command=True
+        )
         self.security_group = ec2.SecurityGroup(
             self,
             "SecurityGroup",

@@ -120,11 +120,13 @@ class SlurmCluster(Construct):
                 program=self._object(self.metrics_program), policy_arn=self.metrics_policy.managed_policy_arn,
                 deployment=metrics_deployment,
             )
-        # Session Manager for the head node (the README reaches it with `aws ssm start-session`): the minimal
-        # instance policy, as a managed policy because ParallelCluster attaches managed policies only.
+        # Session Manager for the head node (the README reaches it with `aws ssm start-session`) and Run Command
+        # (`trn submit` runs sbatch through it): the minimal instance policy, as a managed policy because
+        # ParallelCluster attaches managed policies only.
         self.session_manager_policy = iam.ManagedPolicy(
-            self, "SessionManagerPolicy", description="Head node: SSM Session Manager only (no parameter reads)",
-            document=iam.PolicyDocument.from_json(session_manager_policy(Stack.of(self).partition)),
+            self, "SessionManagerPolicy",
+            description="Head node: SSM Session Manager and Run Command only (no parameter reads)",
+            document=iam.PolicyDocument.from_json(session_manager_policy(Stack.of(self).partition, run_command=True)),
         )
         acknowledge(
             self.session_manager_policy, "AwsSolutions-IAM5",

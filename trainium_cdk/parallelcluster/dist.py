@@ -42,7 +42,7 @@ def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
         **head_node_files(config), PROLOG_NAME: render_prolog(config),
         NEURON_METRICS_NAME: Path(neuron_metrics.__file__).read_text(),
         NEURON_METRICS_POLICY_NAME: json.dumps(neuron_metrics_policy(), indent=2) + "\n",
-        SESSION_MANAGER_POLICY_FILE: json.dumps(session_manager_policy(), indent=2) + "\n",
+        SESSION_MANAGER_POLICY_FILE: json.dumps(session_manager_policy(run_command=True), indent=2) + "\n",
         image_file_name(config): render_image_yaml(config),
         COMPONENT_SCRIPT_NAME: render_component_script(config),
     }

@@ -50,6 +50,28 @@ _ENVIRONMENT = [
 ]
 
 
+# The submitter's environment of the job (`trn submit --env`): lines KEY=VALUE in JOB_ENV_VARIABLE, which sbatch
+# passes on with the rest of the submitter's environment (its default, --export=ALL). They come after the
+# script's own exports, so they win; `export "$line"` assigns without evaluating anything in the value.
+JOB_ENV_VARIABLE = "TRN_JOB_ENV"
+_JOB_ENVIRONMENT = [
+    f'if [[ -n "${{{JOB_ENV_VARIABLE}:-}}" ]]; then',
+    f'  while IFS= read -r assignment; do [[ -z "$assignment" ]] || export "$assignment"; done <<< "${JOB_ENV_VARIABLE}"',
+    "fi",
+]
+# Every node's lines in the output file carry its node rank (srun --label: the task id, one task per node), so
+# `trn logs --rank N` can pick one node. The job's exit code and partition go beside its output file
+# (<name>-<id>.exit): `trn status` and `trn jobs` read it once Slurm has forgotten the job (MinJobAge, 300 s by
+# default; ParallelCluster keeps no accounting database unless configured with one).
+EXIT_RECORD_SUFFIX = ".exit"
+_RUN_AND_RECORD = [
+    "code=0",
+    f'srun --kill-on-bad-exit=1 --label {SHELL} -c "$TRN_LAUNCHER" {LAUNCHER_NAME} "$@" || code=$?',
+    f'echo "$code ${{SLURM_JOB_PARTITION:-}}" > "${{SLURM_SUBMIT_DIR:-.}}/${{SLURM_JOB_NAME}}-${{SLURM_JOB_ID}}{EXIT_RECORD_SUFFIX}"',
+    'exit "$code"',
+]
+
+
 def fabric_script_name(group: ComputeGroup) -> str:
     return f"fabric-{group.name}.sbatch"
 
@@ -84,12 +106,13 @@ def render_sbatch(config: Config, group: ComputeGroup, *, job_name: str | None =
         *_ENVIRONMENT,
         *exports,
         'export TRN_PRECOMPILE="${PRECOMPILE:-0}"',
+        *_JOB_ENVIRONMENT,
         "",
         f"TRN_LAUNCHER=$(cat <<'{_LAUNCHER_END}'",
         LAUNCHER.rstrip("\n"),
         _LAUNCHER_END,
         ")",
-        f'srun --kill-on-bad-exit=1 {SHELL} -c "$TRN_LAUNCHER" {LAUNCHER_NAME} "$@"',
+        *_RUN_AND_RECORD,
     ]
     return "\n".join(lines) + "\n"
 

@@ -97,22 +97,33 @@ def run_batch_node_properties(
 
 def run_slurm_script(
     stage: Stage, script: str, nodes: int, *args: str, env: Mapping[str, str] | None = None,
-    cwd: Path | None = None, job_id: str = "42", timeout: float | None = None, **substitute: Any,
+    cwd: Path | None = None, job_id: str = "42", job_name: str = "rehearsal", partition: str = "train",
+    timeout: float | None = None, **substitute: Any,
 ) -> list[NodeResult]:
     """`sbatch -N nodes script args`: the batch step on the first node; srun starts one task per node.
-    ``env``: the submitter's environment that sbatch passes on (its default, --export=ALL)."""
+    ``env``: the submitter's environment that sbatch passes on (its default, --export=ALL); the job's own
+    variables in it (``TRN_JOB_ENV`` lines) get the stage's values."""
+    from trainium_cdk.parallelcluster.sbatch import JOB_ENV_VARIABLE
+
     path = stage.root / f"job-{job_id}.sbatch"
     path.write_text(stage.substitute_script(script, **substitute))
     log = stage.root / f"slurm-{job_id}-node"
+    submitter = dict(env or {})
+    job_env = submitter.pop(JOB_ENV_VARIABLE, None)
+    work = cwd or stage.root
     node_env = stage.environment({
-        **(env or {}),
-        "SLURM_JOB_ID": job_id, "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NNODES": str(nodes),
+        **submitter,
+        "SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": job_name, "SLURM_JOB_PARTITION": partition,
+        "SLURM_SUBMIT_DIR": str(work), "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NNODES": str(nodes),
         "SLURM_JOB_NODELIST": f"train-st-trn1-32xlarge-[1-{nodes}]", "SLURM_NODEID": "0",
         "REHEARSAL_LOG": str(log),
     })
-    run = {"timeout": timeout} if timeout is not None else {}
-    (batch_step,) = run_nodes([["bash", str(path), *(stage.substitute(a) for a in args)]], [node_env],
-                              cwd=cwd or stage.root, **run)
+    if job_env is not None:  # each KEY=VALUE line with the stage's value (substituted once)
+        pairs = (line.partition("=") for line in job_env.splitlines() if line)
+        node_env[JOB_ENV_VARIABLE] = "\n".join(f"{k}={stage.value(k, v)}" for k, _, v in pairs)
+    argv = ["bash", str(path), *(stage.substitute(a) for a in args)]
+    (batch_step,) = (run_nodes([argv], [node_env], cwd=work, timeout=timeout) if timeout is not None
+                     else run_nodes([argv], [node_env], cwd=work))
     nodes_out = [Path(f"{log}.{i}").read_text() if Path(f"{log}.{i}").exists() else "" for i in range(nodes)]
     batch_step.output += "".join(nodes_out)
     return [batch_step]

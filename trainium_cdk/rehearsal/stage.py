@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -163,13 +164,33 @@ class Stage:
             text = text.replace(old, new)
         return text
 
+    def value(self, key: str, value: str) -> str:
+        """A job variable's value here: the counts, port and directory that cannot be the same, the rest with
+        the paths substituted."""
+        if key == "NPROC_PER_NODE":
+            return str(self.processes_per_node)
+        if key == "MASTER_PORT":
+            return str(self.port)
+        if key == WORKDIR_VARIABLE:
+            return str(self.workdir or self.root)
+        return self.substitute(value)
+
     def substitute_script(self, text: str, *, processes_per_node: int | None = None) -> str:
-        """A script that exports the job's variables itself (the Slurm batch script): the same
-        substitutions as :meth:`environment`, made in its text (``processes_per_node``: a job's own count
-        that is not the NeuronCores, such as the fabric check's 1, stays as it is)."""
-        processes = processes_per_node if processes_per_node is not None else self.processes_per_node
-        text = re.sub(r"^export NPROC_PER_NODE=.*$", f"export NPROC_PER_NODE={processes}", text, flags=re.M)
-        text = re.sub(r"^export MASTER_PORT=.*$", f"export MASTER_PORT={self.port}", text, flags=re.M)
+        """A script that exports the job's variables itself (the Slurm batch script, the development instance's
+        run script): the same substitutions as :meth:`environment`, made in its ``export KEY=VALUE`` lines and
+        its text (``processes_per_node``: a job's own count that is not the NeuronCores, such as the fabric
+        check's 1, stays as it is)."""
+
+        def export(match: re.Match[str]) -> str:
+            key, raw = match.group(1), match.group(2)
+            words = shlex.split(raw) if raw else [""]
+            if key == "NPROC_PER_NODE" and processes_per_node is not None:
+                return f"export {key}={processes_per_node}"
+            if key in ("NPROC_PER_NODE", "MASTER_PORT", WORKDIR_VARIABLE) and len(words) == 1:
+                return f"export {key}={shlex.quote(self.value(key, words[0]))}"
+            return match.group(0)
+
+        text = re.sub(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(.*)$", export, text, flags=re.M)
         return self.substitute(text)
 
     def base_environment(self) -> dict[str, str]:
@@ -184,13 +205,7 @@ class Stage:
     def environment(self, job_env: Mapping[str, str]) -> dict[str, str]:
         """A node's environment: a clean base, the job's own variables (substituted), and the numbers and
         directories that cannot be the same here."""
-        env = {**self.base_environment(), **{k: self.substitute(v) for k, v in job_env.items()}}
-        if "NPROC_PER_NODE" in env:
-            env["NPROC_PER_NODE"] = str(self.processes_per_node)
-        if "MASTER_PORT" in env:
-            env["MASTER_PORT"] = str(self.port)
-        if WORKDIR_VARIABLE in env:
-            env[WORKDIR_VARIABLE] = str(self.workdir or self.root)
+        env = {**self.base_environment(), **{k: self.value(k, v) for k, v in job_env.items()}}
         env["TRN_HEARTBEAT_S"] = "1"
         return env
 

@@ -1,0 +1,196 @@
+"""`trn rehearse`: your job, as a backend would run it, on this machine's CPU before you pay for Trainium.
+
+The same artefact `trn submit` sends (the EKS job chart's objects, the Batch job definition's container with
+the submit's overrides, the Slurm batch script with sbatch's arguments and environment, the development
+instance's run script) runs as N nodes x P processes on loopback through the launch rehearsal
+(:mod:`trainium_cdk.rehearsal`), with the CPU build of torch (gloo) in place of Neuron. What differs from a
+node is substituted, and printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from trainium_cdk.cli._common import CliError
+from trainium_cdk.cli.jobs import _common, add_job_arguments, load, user_job
+from trainium_cdk.config import Config
+from trainium_cdk.errors import ConfigError
+from trainium_cdk.rehearsal import PROCESSES_PER_NODE, TIMEOUT_S, NodeResult, Stage
+from trainium_cdk.rehearsal.stage import EXAMPLE_DIR, IMAGE_EXAMPLE_DIR
+
+DEFAULT_NODES = 2
+DEFAULT_FSX = Path(".trn-rehearse", "fsx")
+JOB_NAME = "rehearsal"
+# What an image would be: the rehearsal runs this Python instead (the EKS chart needs a name to render).
+IMAGE_STAND_IN = "rehearsal.invalid/this-machine:python"
+TORCH_HOW_TO = (
+    "trn rehearse runs your job on this machine's CPU with PyTorch, which is not installed in the Python trn runs "
+    f"in ({sys.executable}): `{sys.executable} -m pip install torch==2.13.0` (or any CPU build: "
+    "`pip install torch --index-url https://download.pytorch.org/whl/cpu`)"
+)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "rehearse", help="run a job as a backend would, on this machine's CPU (N nodes x P processes on loopback)",
+        description="Run your job (a command after --, or --job) exactly as the chosen backend would launch it: the "
+        "same launcher, environment and argv, N nodes x P processes on loopback, with the CPU build of torch "
+        "(gloo) for Neuron and a local folder for /fsx. Prints what was substituted and where outputs went.",
+    )
+    add_job_arguments(p)
+    p.add_argument("--procs-per-node", type=int, default=PROCESSES_PER_NODE, metavar="P",
+                   help=f"processes per node, for the NeuronCores (default {PROCESSES_PER_NODE})")
+    p.add_argument("--fsx", metavar="DIR", help=f"the folder that stands for /fsx (default ./{DEFAULT_FSX})")
+    p.add_argument("--image", metavar="URI", help="EKS: the image named in the manifest (the rehearsal runs this Python)")
+    p.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="SECONDS",
+                   help=f"stop every node after this long (default {TIMEOUT_S:.0f})")
+    _common(p)
+    p.set_defaults(func=rehearse)
+
+
+def _nodes(config: Config, args: argparse.Namespace, backend: str) -> int | None:
+    """--nodes, else 2 where the group can run 2 (a type with EFA), else 1 (the development instance: 1); a
+    workload's own count stays."""
+    if args.nodes is not None or args.job is not None:
+        return args.nodes
+    if backend == "instance":
+        return 1
+    group = next((g for g in config.compute_groups if g.name == args.group), config.compute_groups[0])
+    return DEFAULT_NODES if config.spec(group).has_efa and group.maximum >= DEFAULT_NODES else 1
+
+
+def _check_torch() -> None:
+    if importlib.util.find_spec("torch") is None or not (Path(sys.executable).parent / "torchrun").exists():
+        raise CliError(TORCH_HOW_TO)
+
+
+def rehearse(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    config, backend = load(args)
+    if args.procs_per_node < 1:
+        raise ConfigError("--procs-per-node", args.procs_per_node, "1 or more")
+    args.nodes = _nodes(config, args, backend)
+    args.name = JOB_NAME
+    args.dry_run = False
+    user_job(args, config)  # every argument checked before anything runs
+    _check_torch()
+    fsx = Path(args.fsx) if args.fsx else DEFAULT_FSX
+    fsx.mkdir(parents=True, exist_ok=True)
+    cwd = Path.cwd()
+    with tempfile.TemporaryDirectory(prefix="trn-rehearse-") as root:
+        stage = Stage(Path(root), fsx=fsx.resolve(), workdir=cwd, processes_per_node=args.procs_per_node)
+        run = RUNNERS[backend]
+        started = time.monotonic()
+        label, results = run(args, config, stage, cwd)
+        took = time.monotonic() - started
+        for result in results:
+            out.write(result.output if result.output.endswith("\n") or not result.output else result.output + "\n")
+        _report(label, results, stage, took=took, backend=backend, out=out)
+        shutil.rmtree(Path(root) / "bin", ignore_errors=True)
+    return 0 if all(r.code == 0 for r in results) else 1
+
+
+def _report(label: str, results: list[NodeResult], stage: Stage, *, took: float, backend: str, out: TextIO) -> None:
+    import torch
+
+    out.write(f"\nrehearsed {label} on {backend} in {took:.1f}s: "
+              + ", ".join(f"node {r.rank} exit {r.code}" for r in results) + "\n")
+    out.write("substituted (what a node has -> here):\n")
+    rows = [
+        ("/fsx", str(stage.fsx)),
+        ("NeuronCores of a node (NPROC_PER_NODE)", f"{stage.processes_per_node} processes on the CPU (gloo)"),
+        ("the image's Python, torch-neuronx", f"{sys.executable}, torch {torch.__version__}"),
+        ("node addresses, rendezvous port 29500", f"127.0.0.1, port {stage.port}"),
+        ("the directory the job starts in (or TRN_WORKDIR)", f"{stage.workdir}"),
+        (IMAGE_EXAMPLE_DIR, f"{EXAMPLE_DIR}/"),
+    ]
+    for what, here in rows:
+        out.write(f"  {what} -> {here}\n")
+    out.write(f"outputs: {stage.fsx} (checkpoints in checkpoints/, the compile cache in neuron-cache/)\n")
+
+
+# -- what each backend runs ------------------------------------------------------------------------------
+
+
+def _eks(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> tuple[str, list[NodeResult]]:
+    from trainium_cdk.cli.eks_jobs import render
+    from trainium_cdk.rehearsal import run_kubernetes_job, run_volcano_job
+
+    job = user_job(args, config)
+    objects = render(config, job, name=JOB_NAME, image=args.image or IMAGE_STAND_IN)
+    (training,) = [o for o in objects if o.get("kind") == "Job"]
+    timeout = {"timeout": args.timeout}
+    if training["apiVersion"].startswith("batch.volcano.sh"):
+        nodes = sum(t["replicas"] for t in training["spec"]["tasks"])
+        return f"a Volcano job of {nodes} nodes", run_volcano_job(stage, training, cwd=cwd, **timeout)
+    return "a Kubernetes Job (1 node)", run_kubernetes_job(stage, training, cwd=cwd, **timeout)
+
+
+def _batch(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> tuple[str, list[NodeResult]]:
+    from trainium_cdk.batch_job import BatchSubmission, definition_container
+    from trainium_cdk.rehearsal import run_batch_node_properties
+
+    job = user_job(args, config)
+    if job.job is not None:
+        raise ConfigError("--job", job.job, "left out for Batch: give your command after --")
+    container = definition_container(config, job.group)
+    nodes = job.nodes or 1
+    submission = BatchSubmission(name=JOB_NAME, nodes=nodes, multinode=container.multinode, program=job.program,
+                                 env=job.env)
+    runs = submission.applied_to(container)
+    kind = "a multi-node parallel job" if runs.multinode else "a container job"
+    return f"{kind} of {nodes} node(s)", run_batch_node_properties(
+        stage, command=runs.command, environment=runs.environment, parameters=runs.parameters, nodes=nodes,
+        multinode=runs.multinode, cwd=cwd, timeout=args.timeout,
+    )
+
+
+def _slurm(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> tuple[str, list[NodeResult]]:
+    from trainium_cdk.cli.slurm_jobs import submission
+    from trainium_cdk.parallelcluster.cluster_config import queue_name
+    from trainium_cdk.parallelcluster.sbatch import head_node_files
+    from trainium_cdk.parallelcluster.submit import SCRIPTS_DIR
+    from trainium_cdk.rehearsal import run_slurm_script
+
+    sub = submission(args, config)
+    group = user_job(args, config).group
+    # ~/trainium as the head node has it: the batch scripts and the MLP example.
+    scripts = stage.root / SCRIPTS_DIR
+    scripts.mkdir(exist_ok=True)
+    for name, text in head_node_files(config).items():
+        (scripts / name).write_text(text)
+    words = [str(stage.root / w[2:]) if w.startswith("~/") else w for w in sub.program]
+    results = run_slurm_script(
+        stage, (scripts / sub.script).read_text(), sub.nodes, *words, env=sub.sbatch_environment(), cwd=cwd,
+        job_name=sub.name, partition=queue_name(group), timeout=args.timeout,
+    )
+    return f"sbatch --nodes={sub.nodes} {sub.script}", results
+
+
+def _instance(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> tuple[str, list[NodeResult]]:
+    from trainium_cdk.cli.instance_jobs import submission
+    from trainium_cdk.instance_job import EXIT_RECORD, LAUNCH_SCRIPT, OUTPUT_LOG, RUN_SCRIPT
+    from trainium_cdk.launcher import LAUNCHER
+    from trainium_cdk.rehearsal import run_nodes
+
+    sub = submission(args, config)
+    folder = stage.root / "job"
+    folder.mkdir()
+    (folder / LAUNCH_SCRIPT).write_text(LAUNCHER)
+    (folder / RUN_SCRIPT).write_text(stage.substitute_script(sub.run_script()))
+    (result,) = run_nodes([["/bin/bash", str(folder / RUN_SCRIPT)]], [stage.environment({})], cwd=cwd,
+                          timeout=args.timeout)
+    log = folder / OUTPUT_LOG
+    result.output += log.read_text() if log.exists() else ""
+    if not (folder / EXIT_RECORD).exists():
+        result.output += "trn rehearse: the run script left no exit record\n"
+    return f"unit {sub.unit} (1 node)", [result]
+
+
+RUNNERS = {"eks": _eks, "batch": _batch, "parallelcluster": _slurm, "instance": _instance}

@@ -57,8 +57,10 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _selector(text: str) -> dict[str, str]:
-    return dict(part.split("=", 1) for part in text.split(",") if part) if text else {}
+def _selector(text: str) -> dict[str, str | None]:
+    """A label selector's terms: ``key=value``, or ``key`` alone (the label exists: value None)."""
+    terms = (part.partition("=") for part in text.split(",") if part) if text else ()
+    return {key: value if eq else None for key, eq, value in terms}
 
 
 @dataclass
@@ -121,12 +123,15 @@ class FakeCluster:
 
     # -- objects -----------------------------------------------------------------------------------
 
-    def list(self, group: str, version: str, plural: str, namespace: str, labels: dict[str, str]) -> list[dict]:
+    def list(self, group: str, version: str, plural: str, namespace: str, labels: dict[str, str | None]) -> list[dict]:
+        def matches(obj: dict[str, Any]) -> bool:
+            have = obj["metadata"].get("labels") or {}
+            return all(k in have if val is None else have.get(k) == val for k, val in labels.items())
+
         with self.lock:
             return [
                 o for (g, v, p, ns, _), o in self.objects.items()
-                if (g, v, p) == (group, version, plural) and (not namespace or ns == namespace)
-                and all((o["metadata"].get("labels") or {}).get(k) == val for k, val in labels.items())
+                if (g, v, p) == (group, version, plural) and (not namespace or ns == namespace) and matches(o)
             ]
 
     def create(self, group: str, version: str, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:

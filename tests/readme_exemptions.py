@@ -58,7 +58,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import sys
 import time
@@ -184,7 +183,7 @@ def head_node(walk: Walkthrough) -> tuple[Path, dict[str, str]]:
         for q in queues for r in q["ComputeResources"]
     ]
     (spool / "partitions.json").write_text(json.dumps(partitions))
-    for tool in ("sbatch", "squeue", "sinfo"):
+    for tool in ("sbatch", "squeue", "sinfo", "scontrol", "scancel"):
         path = tools / tool
         path.write_text(f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec "{sys.executable}" -m tests.slurm_standin {tool} "$@"\n')
         path.chmod(0o755)
@@ -228,25 +227,11 @@ def dev_instance(walk: Walkthrough) -> tuple[Path, dict[str, str]]:
 def run_spooled_slurm_jobs(walk: Walkthrough) -> None:
     """Each job sbatch queued: its batch script through the rehearsal (srun over loopback), its output in
     the file `#SBATCH --output` names, in the directory it was submitted from."""
-    from tests.rehearsal import run_slurm_script
+    from tests.slurm_standin import run_spooled
 
-    spool = walk.tmp / "head-node" / "spool"
-    for path in sorted(spool.glob("job-*.json")):
-        job = json.loads(path.read_text())
-        if (spool / f"done-{job['id']}").exists():
-            continue
-        script = Path(job["script"]).read_text()
-
-        def directive(name: str, text: str = script) -> str:
-            return re.search(rf"^#SBATCH --{name}=(\S+)", text, re.M).group(1)
-
-        nodes = job["nodes"] or int(directive("nodes"))
-        results = run_slurm_script(walk.stage(), script, nodes, *job["args"])
-        name = directive("job-name")
-        output = Path(job["cwd"]) / directive("output").replace("%x", name).replace("%j", str(job["id"]))
-        output.write_text(results[0].output)
-        (spool / f"done-{job['id']}").touch()
-        walk.rehearsals.append({"backend": "slurm", "job": f"{name}-{job['id']}", "results": results})
+    for ran in run_spooled(walk.tmp / "head-node" / "spool", walk.stage()):
+        job = ran["job"]
+        walk.rehearsals.append({"backend": "slurm", "job": f"{job['name']}-{job['id']}", "results": ran["results"]})
 
 
 # -- substitutes -------------------------------------------------------------------------------------------

@@ -34,8 +34,9 @@ def test_rendering_an_eks_job_loads_no_cdk():
         "from trainium_cdk.cli.eks_jobs import render\n"
         "from trainium_cdk.config import load_config\n"
         "config = load_config(None)\n"
-        "objects = render(config, group=config.compute_groups[0].name, name='demo', nodes=None,\n"
-        "                 image='123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1')\n"
+        "from trainium_cdk.cli.jobs import UserJob\n"
+        "job = UserJob(group=config.compute_groups[0], nodes=None, program=('train.py',), job=None, env={})\n"
+        "objects = render(config, job, name='demo', image='123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1')\n"
         "print(json.dumps([len(objects), sorted(m for m in sys.modules if m.split('.')[0] == 'aws_cdk')]))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120, check=True)

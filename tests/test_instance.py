@@ -14,7 +14,7 @@ from trainium_cdk import node
 from trainium_cdk.config import ConfigError
 from trainium_cdk.catalog import DEFAULT_CATALOG
 from trainium_cdk.constructs.dev_instance import DevInstance
-from trainium_cdk.constructs.session_manager import SESSION_MANAGER_ACTIONS
+from trainium_cdk.constructs.session_manager import RUN_COMMAND_ACTIONS, SESSION_MANAGER_ACTIONS
 
 SSM_AMI_TYPE = "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
 OPEN = ("0.0.0.0/0", "::/0")
@@ -108,9 +108,10 @@ def test_instance_type_and_private_subnet_of_the_chosen_az(default, variant):
         assert "NetworkInterfaces" not in props  # no public address
 
 
-def test_role_is_session_manager_only(default):
-    """Session Manager's minimal instance policy, not AmazonSSMManagedInstanceCore (ssm:GetParameter* on every
-    parameter of the account: anything running on the instance could read them)."""
+def test_role_is_session_manager_and_run_command_only(default):
+    """Session Manager's minimal instance policy and Run Command's message channels (`trn submit --backend
+    instance`), not AmazonSSMManagedInstanceCore (ssm:GetParameter* on every parameter of the account: anything
+    running on the instance could read them)."""
     template = default.template_json("instance")
     (role_id, role), = [
         (k, r) for k, r in resources(template, "AWS::IAM::Role").items()
@@ -119,12 +120,13 @@ def test_role_is_session_manager_only(default):
     assert "ManagedPolicyArns" not in role["Properties"] and "Policies" not in role["Properties"]
     (policy,) = [p for p in resources(template, "AWS::IAM::Policy").values() if {"Ref": role_id} in p["Properties"]["Roles"]]
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
-    assert_session_manager_only(statements)
+    assert_session_manager_only(statements, run_command=True)
 
 
-def assert_session_manager_only(statements: list) -> None:
+def assert_session_manager_only(statements: list, *, run_command: bool = False) -> None:
     actions = [a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
-    assert sorted(actions) == sorted(SESSION_MANAGER_ACTIONS) and all(s["Effect"] == "Allow" for s in statements)
+    allowed = [*SESSION_MANAGER_ACTIONS, *(RUN_COMMAND_ACTIONS if run_command else ())]
+    assert sorted(actions) == sorted(allowed) and all(s["Effect"] == "Allow" for s in statements)
     (register,) = [s for s in statements if s["Action"] == "ssm:UpdateInstanceInformation"]
     assert json.dumps(register["Resource"]).endswith(':instance/*"]]}')  # its own kind of resource only
 

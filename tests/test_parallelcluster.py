@@ -494,7 +494,7 @@ def test_batch_script_runs_torchrun_on_every_neuroncore_of_every_node(instance_t
     assert ("FI_EFA_USE_DEVICE_RDMA=1" in text) == spec.has_efa
     assert f"export TRN_CACHE_DIR=/fsx/neuron-cache/{group.name}\n" in text  # one layout on every backend
     assert LAUNCHER in text
-    assert text.rstrip().endswith('srun --kill-on-bad-exit=1 /bin/sh -c "$TRN_LAUNCHER" trainium-launch "$@"')
+    assert 'srun --kill-on-bad-exit=1 --label /bin/sh -c "$TRN_LAUNCHER" trainium-launch "$@" || code=$?' in text
     path = tmp_path / "train.sbatch"
     path.write_text(text)
     subprocess.run(["bash", "-n", str(path)], check=True)

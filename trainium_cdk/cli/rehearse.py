@@ -22,6 +22,7 @@ from trainium_cdk.cli._common import CliError
 from trainium_cdk.cli.jobs import _common, add_job_arguments, load, user_job
 from trainium_cdk.config import Config
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.names import SHARED_MOUNT
 from trainium_cdk.rehearsal import PROCESSES_PER_NODE, TIMEOUT_S, NodeResult, Stage
 from trainium_cdk.rehearsal.stage import EXAMPLE_DIR, IMAGE_EXAMPLE_DIR
 
@@ -103,7 +104,7 @@ def _report(label: str, results: list[NodeResult], stage: Stage, *, took: float,
               + ", ".join(f"node {r.rank} exit {r.code}" for r in results) + "\n")
     out.write("substituted (what a node has -> here):\n")
     rows = [
-        ("/fsx", str(stage.fsx)),
+        (SHARED_MOUNT, str(stage.fsx)),
         ("NeuronCores of a node (NPROC_PER_NODE)", f"{stage.processes_per_node} processes on the CPU (gloo)"),
         ("the image's Python, torch-neuronx", f"{sys.executable}, torch {torch.__version__}"),
         ("node addresses, rendezvous port 29500", f"127.0.0.1, port {stage.port}"),

@@ -122,7 +122,8 @@ class Stage:
 
     :param root: a folder of the stage's own (stand-ins, the venv stand-in, HOME).
     :param fsx: what stands for /fsx; default ``root/fsx``.
-    :param workdir: what stands for the job's ``TRN_WORKDIR``; default ``root``.
+    :param workdir: what stands for the job's ``TRN_WORKDIR`` (`trn rehearse`: where your code is); default: its
+        path, substituted as any other (a job's code on the stand-in /fsx).
     :param processes_per_node: what stands for the NeuronCores of a node.
     """
 
@@ -160,8 +161,11 @@ class Stage:
         }
 
     def substitute(self, text: str) -> str:
+        """Each path of :attr:`substitutions` where it starts a path (never inside another path, so that a
+        text substituted once stays as it is: a value may pass through more than one stand-in)."""
         for old, new in self.substitutions.items():
-            text = text.replace(old, new)
+            pattern = r"(?<![\w./-])" + re.escape(old) + ("" if old.endswith("/") else r"(?![\w.-])")
+            text = re.sub(pattern, lambda _: new, text)
         return text
 
     def value(self, key: str, value: str) -> str:
@@ -171,8 +175,8 @@ class Stage:
             return str(self.processes_per_node)
         if key == "MASTER_PORT":
             return str(self.port)
-        if key == WORKDIR_VARIABLE:
-            return str(self.workdir or self.root)
+        if key == WORKDIR_VARIABLE and self.workdir is not None:
+            return str(self.workdir)
         return self.substitute(value)
 
     def substitute_script(self, text: str, *, processes_per_node: int | None = None) -> str:
@@ -183,12 +187,12 @@ class Stage:
 
         def export(match: re.Match[str]) -> str:
             key, raw = match.group(1), match.group(2)
-            words = shlex.split(raw) if raw else [""]
             if key == "NPROC_PER_NODE" and processes_per_node is not None:
                 return f"export {key}={processes_per_node}"
-            if key in ("NPROC_PER_NODE", "MASTER_PORT", WORKDIR_VARIABLE) and len(words) == 1:
-                return f"export {key}={shlex.quote(self.value(key, words[0]))}"
-            return match.group(0)
+            if key not in ("NPROC_PER_NODE", "MASTER_PORT", WORKDIR_VARIABLE):
+                return match.group(0)
+            words = shlex.split(raw) if raw else [""]
+            return f"export {key}={shlex.quote(self.value(key, words[0]))}" if len(words) == 1 else match.group(0)
 
         text = re.sub(r"^export ([A-Za-z_][A-Za-z0-9_]*)=(.*)$", export, text, flags=re.M)
         return self.substitute(text)

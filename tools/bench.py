@@ -6,6 +6,8 @@
 2. Templates per backend as compute groups are added (1, 10, 25, 50 identical trn1.32xlarge groups,
    synthesized in this process): templates, resources, outputs and bytes of the app (nested stacks
    included), its largest template, and what each extra group costs between 10 and 25 and 25 and 50.
+3. `trn rehearse` of a user's 2 nodes x 2 processes job (an all-reduce over every rank) on each backend,
+   through the installed `trn`, median wall time of 3 (the budget: 60 s on 2 idle cores).
 """
 
 from __future__ import annotations
@@ -124,7 +126,51 @@ def scale(backend: str) -> None:
         for a, b in steps))
 
 
+REHEARSE_BACKENDS = ("eks", "batch", "parallelcluster")
+REHEARSE_BUDGET_S = 60.0
+# A user's job: its own argument, a collective over every rank.
+REHEARSE_SCRIPT = """import argparse, torch, torch.distributed as dist
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", type=float, required=True)
+parser.parse_args()
+dist.init_process_group("gloo")
+total = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(total)
+assert total.item() == dist.get_world_size() * (dist.get_world_size() + 1) / 2
+dist.destroy_process_group()
+"""
+
+
+def rehearse_times() -> dict[str, list[float]]:
+    """Wall seconds of each `trn rehearse` run (2 nodes x 2 processes), per backend."""
+    times: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "train.py").write_text(REHEARSE_SCRIPT)
+        for backend in REHEARSE_BACKENDS:
+            for _ in range(RUNS):
+                start = time.perf_counter()
+                done = subprocess.run(
+                    [str(ROOT / ".venv/bin/trn"), "rehearse", "--config", str(ROOT / "config/default.yaml"),
+                     "--backend", backend, "--nodes", "2", "--procs-per-node", "2", "--", "train.py", "--lr", "3e-4"],
+                    cwd=tmp, capture_output=True, text=True, check=False,
+                )
+                if done.returncode != 0:
+                    sys.exit(f"trn rehearse --backend {backend} failed:\n{done.stdout[-3000:]}{done.stderr}")
+                times.setdefault(backend, []).append(time.perf_counter() - start)
+    return times
+
+
+def rehearse() -> None:
+    print(f"`trn rehearse` of a 2 nodes x 2 processes job, median of {RUNS}, {os.cpu_count()} cores "
+          f"(budget {REHEARSE_BUDGET_S:.0f} s)")
+    for backend, runs in rehearse_times().items():
+        median = statistics.median(runs)
+        verdict = "within budget" if median <= REHEARSE_BUDGET_S else "OVER BUDGET"
+        print(f"  {backend:<16} wall {median:5.1f} s  {verdict}  (runs: " + ", ".join(f"{r:.1f}s" for r in runs) + ")")
+
+
 def main() -> None:
+    rehearse()
     print(f"templates as compute groups are added (in-process synth, {os.cpu_count()} cores)")
     for backend in SCALE_BACKENDS:
         scale(backend)

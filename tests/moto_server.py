@@ -1,6 +1,7 @@
-"""moto's server on loopback, as the README walkthroughs' AWS (``python -m tests.moto_server PORT CA_FILE ENDPOINT SESSIONS``).
+"""moto's server on loopback, as the README walkthroughs' AWS (``python -m tests.moto_server PORT CA_FILE ENDPOINT
+SESSIONS HOSTS SUBMITS``).
 
-Two changes to moto, the only ones:
+The changes to moto, the only ones:
 
 - an EKS cluster's endpoint and certificate authority are ENDPOINT (a private endpoint's name, which
   resolves nowhere here) and the CA (read from CA_FILE) of the walkthrough's Kubernetes API stand-in
@@ -8,7 +9,12 @@ Two changes to moto, the only ones:
 - Session Manager's StartSession and TerminateSession, which moto does not serve: a session to an instance
   moto runs is granted, and each request is appended, as the API received it, to SESSIONS (JSON lines),
   for the test to assert in full. What a session carries is the session-manager-plugin stand-in's
-  (tests/ssm_plugin_standin.py).
+  (tests/ssm_plugin_standin.py);
+- Run Command's SendCommand to an instance HOSTS (a JSON file: instance id -> host) names runs the command on
+  that host stand-in (tests/ssm_host.py, in a process of its own) before it answers; GetCommandInvocation
+  returns what it printed. Other instances get moto's own answers;
+- every SubmitJob request is appended, as the API received it, to SUBMITS (JSON lines): moto keeps a job's
+  numNodes but not its node property overrides, which the harness runs.
 
 Batch jobs do not run in Docker (there is none here): the harness runs each submitted job through the
 launch rehearsal.
@@ -22,7 +28,11 @@ import sys
 from pathlib import Path
 
 
-def main(port: int, ca_file: Path, endpoint: str, sessions: Path) -> None:
+def main(port: int, ca_file: Path, endpoint: str, sessions: Path, hosts: Path, submits: Path) -> None:
+    import subprocess
+    import uuid
+
+    from moto.batch.responses import BatchResponse
     from moto.core.models import default_user_config
     from moto.core.responses import ActionResult
     from moto.ec2.models import ec2_backends
@@ -58,6 +68,46 @@ def main(port: int, ca_file: Path, endpoint: str, sessions: Path) -> None:
 
     SimpleSystemManagerResponse.start_session = start_session  # type: ignore[attr-defined]
     SimpleSystemManagerResponse.terminate_session = terminate_session  # type: ignore[attr-defined]
+
+    invocations: dict[str, dict] = {}
+    moto_send, moto_invocation = SimpleSystemManagerResponse.send_command, SimpleSystemManagerResponse.get_command_invocation
+
+    def send_command(self):  # type: ignore[no-untyped-def]
+        request = json.loads(self.body)
+        known = json.loads(hosts.read_text()) if hosts.exists() else {}
+        (instance,) = request.get("InstanceIds") or [None]
+        if instance not in known:
+            return moto_send(self)
+        script = "\n".join(request["Parameters"]["commands"])
+        done = subprocess.run([sys.executable, "-m", "tests.ssm_host", json.dumps(known[instance])], input=script,
+                              capture_output=True, text=True, check=True)
+        ran = json.loads(done.stdout)
+        command_id = str(uuid.uuid4())
+        invocations[command_id] = {
+            "CommandId": command_id, "InstanceId": instance, "DocumentName": request["DocumentName"],
+            "Status": "Success" if ran["code"] == 0 else "Failed", "ResponseCode": ran["code"],
+            "StandardOutputContent": ran["out"][:24000], "StandardErrorContent": ran["err"][:8000],
+        }
+        return ActionResult({"Command": {"CommandId": command_id, "DocumentName": request["DocumentName"],
+                                         "InstanceIds": [instance], "Status": "Pending"}})
+
+    def get_command_invocation(self):  # type: ignore[no-untyped-def]
+        request = json.loads(self.body)
+        if request.get("CommandId") in invocations:
+            return ActionResult(invocations[request["CommandId"]])
+        return moto_invocation(self)
+
+    SimpleSystemManagerResponse.send_command = send_command  # type: ignore[method-assign]
+    SimpleSystemManagerResponse.get_command_invocation = get_command_invocation  # type: ignore[method-assign]
+
+    moto_submit = BatchResponse.submitjob
+
+    def submit_job(self):  # type: ignore[no-untyped-def]
+        with submits.open("a") as log:
+            log.write(json.dumps(json.loads(self.body)) + "\n")
+        return moto_submit(self)
+
+    BatchResponse.submitjob = submit_job  # type: ignore[method-assign]
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
     print(f"moto listening on {port}", flush=True)
@@ -68,4 +118,4 @@ def main(port: int, ca_file: Path, endpoint: str, sessions: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))
+    main(int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), Path(sys.argv[5]), Path(sys.argv[6]))

@@ -160,36 +160,64 @@ def host_environment(walk: Walkthrough, host: str) -> tuple[Path, dict[str, str]
     raise AssertionError(f"no stand-in for host {host!r} (README marker `on: {host}`); {node_bin}")
 
 
-def head_node(walk: Walkthrough) -> tuple[Path, dict[str, str]]:
-    """The Slurm head node after `sudo -iu ubuntu`: ~/trainium holds the batch scripts and the MLP example the
-    cluster installs (dist/parallelcluster's, checked byte for byte against the deployed assets of cdk.out), and sbatch,
-    squeue and sinfo are tests/slurm_standin.py."""
+def head_node_host(walk: Walkthrough) -> Any:
+    """The Slurm head node (tests/ssm_host.py's host, which Run Command reaches too): ~/trainium holds the batch
+    scripts and the MLP example the cluster installs (dist/parallelcluster's, checked byte for byte against the
+    deployed assets of cdk.out); Slurm's commands are tests/slurm_standin.py. Made once a walkthrough."""
     import yaml
 
-    root = walk.tmp / "head-node"
-    home, spool, tools = root / "home" / "ubuntu", root / "spool", root / "bin"
-    for folder in (home / "trainium", spool, tools):
-        folder.mkdir(parents=True)
+    from tests.ssm_host import Host
+
+    if "head-node" in walk.hosts_made:
+        return walk.hosts_made["head-node"]
+    host = Host(walk.tmp / "head-node", walk.stage())
+    (host.home / "trainium").mkdir()
     deployed = {p.read_bytes() for p in (walk.sandbox / "cdk.out").glob("asset.*.sbatch")}
     dist = walk.sandbox / "dist" / "parallelcluster"
     deployed |= {p.read_bytes() for p in (walk.sandbox / "cdk.out").glob("asset.*.py")}
     for script in sorted([*dist.glob("*.sbatch"), dist / "mlp_train.py"]):
         assert script.read_bytes() in deployed, f"dist/parallelcluster/{script.name} is not the deployed file"
-        shutil.copy(script, home / "trainium" / script.name)
+        shutil.copy(script, host.home / "trainium" / script.name)
     (cluster,) = dist.glob("*-cluster.yaml")
     queues = yaml.safe_load(cluster.read_text())["Scheduling"]["SlurmQueues"]
     partitions = [
         (q["Name"], r["MaxCount"], f"{q['Name']}-dy-{r['Name']}-[1-{r['MaxCount']}]")
         for q in queues for r in q["ComputeResources"]
     ]
-    (spool / "partitions.json").write_text(json.dumps(partitions))
-    for tool in ("sbatch", "squeue", "sinfo", "scontrol", "scancel"):
-        path = tools / tool
-        path.write_text(f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec "{sys.executable}" -m tests.slurm_standin {tool} "$@"\n')
-        path.chmod(0o755)
-    env = {"HOME": str(home), "USER": "ubuntu", "LANG": "C.UTF-8", "TERM": "dumb",
-           "PATH": f"{tools}:/usr/bin:/bin", "HARNESS_SLURM_SPOOL": str(spool)}
-    return home, env
+    (host.spool / "partitions.json").write_text(json.dumps(partitions))
+    walk.hosts_made["head-node"] = host
+    return host
+
+
+def head_node(walk: Walkthrough) -> tuple[Path, dict[str, str]]:
+    """The head node's shell after `sudo -iu ubuntu`."""
+    host = head_node_host(walk)
+    env = {"HOME": str(host.home), "USER": "ubuntu", "LANG": "C.UTF-8", "TERM": "dumb",
+           "PATH": f"{host.bin}:/usr/bin:/bin", "HARNESS_SLURM_SPOOL": str(host.spool)}
+    return host.home, env
+
+
+def dev_instance_host(walk: Walkthrough) -> Any:
+    """The development instance as Run Command reaches it (`trn submit --backend instance`): the AMI's default
+    user's home; the systemd-run and systemctl stand-ins. Made once a walkthrough."""
+    from tests.ssm_host import Host
+
+    if "dev-instance" not in walk.hosts_made:
+        walk.hosts_made["dev-instance"] = Host(walk.tmp / "dev-instance", walk.stage())
+    return walk.hosts_made["dev-instance"]
+
+
+def register_ssm_hosts(walk: Walkthrough) -> None:
+    """After a deploy: the instances Run Command reaches, by the instance ids the stacks' outputs name."""
+    from tests.ssm_host import describe
+
+    hosts = {}
+    for stack, outputs in walk.outputs.items():
+        if stack.endswith("-parallelcluster") and outputs.get("HeadNodeInstanceId"):
+            hosts[outputs["HeadNodeInstanceId"]] = describe(head_node_host(walk))
+        if stack.endswith("-instance") and outputs.get("InstanceId"):
+            hosts[outputs["InstanceId"]] = describe(dev_instance_host(walk))
+    walk.ssm_hosts.write_text(json.dumps(hosts))
 
 
 # The Neuron DLAMI's PyTorch venv (its name carries the framework version), under the stand-in's own /opt.
@@ -269,6 +297,7 @@ def deploy(walk: Walkthrough, command: Command) -> str:
         walk.account.deploy_stack(name, template)
         lines.append(f"{name}: CREATE_COMPLETE (harness: made in moto from cdk.out)")
         walk.outputs[name] = outputs_of(walk, name)
+    register_ssm_hosts(walk)
     return out + "\n".join(lines)
 
 
@@ -388,9 +417,9 @@ def exemption_for(text: str) -> Exemption | None:
 
 def after_command(walk: Walkthrough, ran: Ran) -> None:
     text = ran.command.text
-    if ("trn submit" in text and "batch" in text) or text.startswith("aws batch submit-job"):
+    if "trn submit" in text or text.startswith("aws batch submit-job"):
         run_submitted_batch_jobs(walk)
-    if ran.host == "head-node" and "sbatch" in text:
+    if (ran.host == "head-node" and "sbatch" in text) or ("trn submit" in text and "head-node" in walk.hosts_made):
         run_spooled_slurm_jobs(walk)
     if ran.host == "dev-instance" and "torchrun" in text:
         from tests.rehearsal import NodeResult
@@ -401,7 +430,7 @@ def after_command(walk: Walkthrough, ran: Ran) -> None:
 
 def run_submitted_batch_jobs(walk: Walkthrough) -> None:
     """Each Batch job moto holds that has not run: its definition from the template, through the rehearsal."""
-    from tests.rehearsal import run_batch_job
+    from tests.rehearsal import run_batch_node_properties
 
     batch, logs = walk.boto3("batch"), walk.boto3("logs")
     jobs = [j for status in ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED")
@@ -412,14 +441,19 @@ def run_submitted_batch_jobs(walk: Walkthrough) -> None:
             continue
         walk.batch_jobs_seen.add(summary["jobId"])
         (job,) = batch.describe_jobs(jobs=[summary["jobId"]])["jobs"]
-        definition, log_group = _template_definition(walk, job["jobDefinition"])
+        definition, log_group = _template_definition(walk, _deployed_revision(walk, job["jobDefinition"]))
         nodes = int((job.get("nodeProperties") or {}).get("numNodes") or 1)
         props = definition["Properties"]
         parameters = {**props.get("Parameters", {}), **(job.get("parameters") or {})}
-        stage = walk.stage()
-        for value in parameters.values():
-            _stage_code(stage, value)
-        results = run_batch_job(stage, {**definition, "Properties": {**props, "Parameters": parameters}}, nodes)
+        node_props = props.get("NodeProperties")
+        container = node_props["NodeRangeProperties"][0]["Container"] if node_props else props["ContainerProperties"]
+        overrides = _overrides(walk, job["jobName"])
+        environment = {e["Name"]: e["Value"] for e in container.get("Environment", [])}
+        environment.update({e["name"]: e["value"] for e in overrides.get("environment", [])})
+        results = run_batch_node_properties(
+            walk.stage(), command=overrides.get("command") or container["Command"], environment=environment,
+            parameters=parameters, nodes=nodes, multinode=node_props is not None,
+        )
         walk.rehearsals.append({"backend": "batch", "job": job["jobName"], "results": results})
         # The awslogs driver's stream of a Batch job: <job definition name>/default/<task id> (moto: the job id).
         definition_name = job["jobDefinition"].rsplit("/", 1)[-1].rsplit(":", 1)[0]
@@ -443,8 +477,23 @@ def _template_definition(walk: Walkthrough, arn: str) -> tuple[dict[str, Any], s
     raise AssertionError(f"job definition {arn} is not one the deployed templates registered")
 
 
-def _stage_code(stage: Any, value: str) -> None:
-    """A /fsx path the job reads that the README puts there (none yet): left to fail visibly if absent."""
+def _deployed_revision(walk: Walkthrough, arn: str) -> str:
+    """The deployed job definition a revision copies (`trn submit --image` tags its revisions with it), or itself."""
+    from trainium_cdk.batch_job import BASED_ON_TAG
+
+    (found,) = walk.boto3("batch").describe_job_definitions(jobDefinitions=[arn])["jobDefinitions"]
+    return str((found.get("tags") or {}).get(BASED_ON_TAG, arn))
+
+
+def _overrides(walk: Walkthrough, name: str) -> dict[str, Any]:
+    """The container overrides the newest SubmitJob of job ``name`` carried (moto keeps none of a multi-node job's)."""
+    requests = [json.loads(line) for line in walk.batch_submits.read_text().splitlines()]
+    (request, *_) = [r for r in reversed(requests) if r["jobName"] == name] or [{}]
+    if "containerOverrides" in request:
+        return dict(request["containerOverrides"])
+    for node in (request.get("nodeOverrides") or {}).get("nodePropertyOverrides", []):
+        return dict(node.get("containerOverrides") or {})
+    return {}
 
 
 def rehearse_kubernetes_job(walk: Walkthrough, job: dict[str, Any]) -> list[tuple[int, str]]:

@@ -175,3 +175,17 @@ def serve_run_command(aws: Any, hosts: dict[str, Host]) -> dict[str, dict[str, A
 
 def run_command_requests(aws: Any) -> list[dict[str, Any]]:
     return [json.loads(json.dumps(p)) for p in aws.of("SendCommand")]
+
+
+def host_from(spec: dict[str, str]) -> Host:
+    """A host from its JSON description (the README walkthroughs' moto server runs commands in a process of its own)."""
+    return Host(Path(spec["root"]), Stage(Path(spec["stage"]), fsx=Path(spec["fsx"])), user=spec["user"])
+
+
+def describe(host: Host) -> dict[str, str]:
+    return {"root": str(host.root), "stage": str(host.stage.root), "fsx": str(host.stage.fsx), "user": host.user}
+
+
+if __name__ == "__main__":  # python -m tests.ssm_host HOST_JSON < script: run it there, print {code, out, err}
+    code, out, err = host_from(json.loads(sys.argv[1])).run(sys.stdin.read())
+    print(json.dumps({"code": code, "out": out, "err": err}))

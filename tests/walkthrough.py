@@ -161,6 +161,9 @@ class Walkthrough:
         self.destroyed: list[list[str]] = []  # the stacks each `make destroy` deleted
         # host -> how a command typed there is rewritten (paths that stand for the host's own; exemptions)
         self.typed_on: dict[str, Any] = {}
+        self.hosts_made: dict[str, Any] = {}  # host -> tests.ssm_host.Host (the head node, the dev instance)
+        self.ssm_hosts = self.tmp / "ssm-hosts.json"
+        self.batch_submits = self.tmp / "batch-submits.jsonl"
         self._stage: Any = None
         exemptions.install_tools(self)
 
@@ -192,9 +195,11 @@ class Walkthrough:
         self.sessions_log.touch()
         exemptions.install_session_manager_plugin(self, api_port)
         self.moto_port = free_port()
+        self.batch_submits.touch()  # every SubmitJob request, as sent (ssm_hosts: instance id -> host stand-in)
         self._moto = subprocess.Popen(
             [sys.executable, "-m", "tests.moto_server", str(self.moto_port), str(ca_file),
-             f"https://{exemptions.PRIVATE_ENDPOINT_HOST}", str(self.sessions_log)],
+             f"https://{exemptions.PRIVATE_ENDPOINT_HOST}", str(self.sessions_log), str(self.ssm_hosts),
+             str(self.batch_submits)],
             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )
         assert self._moto.stdout is not None

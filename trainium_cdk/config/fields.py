@@ -6,6 +6,7 @@ A field takes one as its type (``name: Name``). CIDR checks are in trainium_cdk.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator
@@ -125,11 +126,20 @@ def check_environment_name(name: str) -> str:
     return name
 
 
-# AWS tags (the tag restrictions of the AWS Batch, ECS and EC2 user guides, which CloudFormation applies):
-# keys of 1 to 128 characters, values of at most 256, of letters, digits, spaces and + - = . _ : / @; a key or
-# value starting with aws: (in any case) is reserved for AWS, and CloudFormation refuses such a key at deploy.
+# AWS tags (the tag restrictions of the AWS Batch, ECS and EC2 user guides): keys of 1 to 128 characters,
+# values of at most 256, of letters, digits, spaces and + - = . _ : / @ (CloudFormation's pattern for a tag,
+# which CDK checks at synth with a traceback: ^[\p{L}\p{Z}\p{N}_.:/=+\-@]*$); a key or value starting with aws:
+# (in any case) is reserved for AWS, and CloudFormation refuses such a key at deploy.
 TAG_KEY_MAX, TAG_VALUE_MAX = 128, 256
-TAG_TEXT = re.compile(r"[\w +\-=.:/@]*")
+TAG_SYMBOLS = "_.:/=+-@"
+
+
+def _tag_text(text: str) -> bool:
+    """Every character a letter (\\p{L}), a number (\\p{N}), a separator (\\p{Z}: spaces) or one of TAG_SYMBOLS."""
+    return all(c.isalpha() or c.isnumeric() or unicodedata.category(c).startswith("Z") or c in TAG_SYMBOLS
+               for c in text)
+
+
 # 50 tags per resource; ParallelCluster keeps 10 of them for its own (pcluster/constants.py MAX_TAGS_COUNT).
 MAX_TAGS = 40
 TAG_CHARACTERS = "letters, digits, spaces and + - = . _ : / @"
@@ -145,7 +155,7 @@ def check_tags(tags: dict[str, str]) -> dict[str, str]:
                 why = "reserved for AWS: CloudFormation refuses such a key at deploy" if what == "key" else "reserved for AWS"
                 raise ConfigError(f"tags.{key}" if what == "value" else "tags", text,
                                   f"a tag {what} not starting with aws: ({why})")
-            if not low <= len(text) <= high or not TAG_TEXT.fullmatch(text):
+            if not low <= len(text) <= high or not _tag_text(text):
                 raise ConfigError(f"tags.{key}" if what == "value" else "tags", text,
                                   f"a tag {what} of {low} to {high} characters: {TAG_CHARACTERS}")
     return tags

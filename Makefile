@@ -23,7 +23,7 @@ SHELL := /bin/bash
 PIP_INSTALL = PYTHONUNBUFFERED=1 $(PIP) install --progress-bar off --no-compile
 PROGRESS = 2>&1 | { grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR)' || true; } | sed -u 's/^/  /'
 
-.PHONY: help setup setup-dev synth plan test test-e2e bootstrap pcluster-schema checkov-env docs bench deploy destroy destroy-kept diff lock clean
+.PHONY: help setup setup-dev synth plan test test-e2e bootstrap pcluster-schema checkov-env docs bench deploy destroy destroy-kept destroy-removed diff lock clean
 .DEFAULT_GOAL := help
 
 ## help: this list
@@ -98,7 +98,7 @@ bootstrap: setup
 
 # deploy, diff and destroy act on the cloud assembly of the last `make synth` (cdk.out), never on a new
 # synth: what was planned is what is deployed. ARGS passes CDK CLI options (--require-approval, stack names).
-ASSEMBLY = @$(PY) tools/assembly.py $(ARGS)
+ASSEMBLY = @$(PY) tools/assembly.py --target=$@ $(ARGS)
 
 ## deploy: cdk deploy --all of the last `make synth` (cdk.out; needs AWS credentials)
 deploy: setup
@@ -110,17 +110,27 @@ diff: setup
 	$(ASSEMBLY)
 	$(CDK) diff --app cdk.out $(ARGS)
 
-## destroy: cdk destroy of the last `make synth`'s stacks, but those a retained file system still uses (tools/destroy.py)
+# The CDK CLI asks before it destroys; without a terminal (CI, a script) it cannot, and stops: ARGS=--force
+# destroys without asking. After a failed destroy, DESTROY_FAILED says so when that was the reason.
+DESTROY_FAILED = $(PY) tools/destroy.py failed $@ $(ARGS)
+
+## destroy: cdk destroy of the last `make synth`'s stacks, but those a retained file system still uses (tools/destroy.py); without a terminal: make destroy ARGS=--force
 destroy: setup
 	$(ASSEMBLY)
 	@$(PY) tools/destroy.py kept > cdk.out/trainium-cdk-kept.txt
-	$(CDK) destroy --app cdk.out $$($(PY) tools/destroy.py plan) $(ARGS)
+	$(CDK) destroy --app cdk.out $$($(PY) tools/destroy.py plan) $(ARGS) || $(DESTROY_FAILED)
 	@cat cdk.out/trainium-cdk-kept.txt
 
 ## destroy-kept: the stacks `make destroy` kept (the network), once the retained file system and its group are deleted
 destroy-kept: setup
 	$(ASSEMBLY)
-	$(CDK) destroy --app cdk.out $$($(PY) tools/destroy.py kept-stacks) $(ARGS)
+	$(CDK) destroy --app cdk.out $$($(PY) tools/destroy.py kept-stacks) $(ARGS) || $(DESTROY_FAILED)
+
+## destroy-removed: the stacks the last `make synth` dropped (a backend switched off; `make plan` names them), from cdk.out.prev
+destroy-removed: setup
+	$(ASSEMBLY)
+	@$(PY) tools/destroy.py removed > /dev/null
+	$(CDK) destroy --app cdk.out.prev --exclusively $$($(PY) tools/destroy.py removed) $(ARGS) || $(DESTROY_FAILED)
 
 ## lock: regenerate constraints.txt from a fresh install of the pinned requirements
 lock:

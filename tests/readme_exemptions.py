@@ -417,6 +417,7 @@ def exemption_for(text: str) -> Exemption | None:
 
 def after_command(walk: Walkthrough, ran: Ran) -> None:
     text = ran.command.text
+    # Any submit: `trn submit` names no backend in the walkthroughs (it takes the last synth's context).
     if "trn submit" in text or text.startswith("aws batch submit-job"):
         run_submitted_batch_jobs(walk)
     if (ran.host == "head-node" and "sbatch" in text) or ("trn submit" in text and "head-node" in walk.hosts_made):

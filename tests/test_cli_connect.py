@@ -37,20 +37,20 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def deployed(aws: AwsCalls, *, access_host: bool) -> dict[str, Any]:
+def deployed(aws: AwsCalls, *, access_host: bool, stack: str = EKS_STACK, cluster_name: str = EKS_STACK) -> dict[str, Any]:
     """The EKS stack's outputs (DescribeStacks) and its cluster (moto's EKS)."""
     iam = boto3.client("iam", region_name=REGION)
     role = iam.create_role(RoleName="cluster", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
     cluster = boto3.client("eks", region_name=REGION).create_cluster(
-        name=EKS_STACK, roleArn=role, resourcesVpcConfig={"subnetIds": []})["cluster"]
-    outputs = [{"OutputKey": "ClusterName", "OutputValue": EKS_STACK}]
+        name=cluster_name, roleArn=role, resourcesVpcConfig={"subnetIds": []})["cluster"]
+    outputs = [{"OutputKey": "ClusterName", "OutputValue": cluster_name}]
     if access_host:
         outputs.append({"OutputKey": "AccessHostId", "OutputValue": HOST})
 
     def answer(params: dict[str, Any]) -> Any:
-        if params["StackName"] != EKS_STACK:
+        if params["StackName"] != stack:
             return client_error("ValidationError", "DescribeStacks", f"Stack with id {params['StackName']} does not exist")
-        return {"Stacks": [{"StackName": EKS_STACK, "StackStatus": "CREATE_COMPLETE",
+        return {"Stacks": [{"StackName": stack, "StackStatus": "CREATE_COMPLETE",
                             "CreationTime": dt.datetime(2026, 11, 1), "Outputs": outputs}]}
 
     aws.fake("DescribeStacks", answer)
@@ -163,3 +163,43 @@ def test_a_job_command_that_cannot_reach_the_api_server_says_to_connect(aws, hom
     result = run_cli("status", "first-mlp", "--backend", "eks", "--kubeconfig", str(kubeconfig),
                      "--config", str(copy_default_config(tmp_path)))
     assert_one_clean_line(result, "cannot reach the Kubernetes API server", "run `trn connect`")
+
+
+# -- a cluster of one's own CDK app (the README's own-app example: TrainiumCluster and ApiAccessHost) -------
+
+OWN_STACK, OWN_CLUSTER = "MyTraining", "MyTrainingEksCluster1234"
+
+
+def test_the_cluster_of_ones_own_app_by_its_stack_reads_no_config(aws, home, tmp_path, monkeypatch):
+    cluster = deployed(aws, access_host=False, stack=OWN_STACK, cluster_name=OWN_CLUSTER)
+    tools(tmp_path, monkeypatch)
+    result = run_cli("connect", "--stack", OWN_STACK, "--region", REGION)  # no config anywhere (aws_env's tmp dir)
+    assert result.code == 0, result.err
+    doc = yaml.safe_load((home / ".kube" / "config").read_text())
+    assert doc["current-context"] == cluster["arn"]
+    (user,) = doc["users"]
+    assert user["user"]["exec"]["args"] == ["--region", REGION, "eks", "get-token", "--cluster-name", OWN_CLUSTER,
+                                            "--output", "json"]
+    assert aws.of("DescribeStacks") == [{"StackName": OWN_STACK}]
+    assert aws.of("DescribeCluster") == [{"name": OWN_CLUSTER}]
+
+
+def test_the_private_endpoint_of_ones_own_app_is_forwarded_through_its_access_host(aws, home, tmp_path, monkeypatch):
+    deployed(aws, access_host=True, stack=OWN_STACK, cluster_name=OWN_CLUSTER)
+    argv = tmp_path / "argv"
+    tools(tmp_path, monkeypatch, session_manager_plugin="echo 1.2.707.0",
+          aws=f'printf "%s\\n" "$@" > {argv}; echo "TargetNotConnected" >&2; exit 254')
+    result = run_cli("connect", "--stack", OWN_STACK, "--region", REGION)
+    assert_one_clean_line(result, f"through {HOST} did not start")
+    sent = argv.read_text().splitlines()
+    assert sent[:7] == ["ssm", "start-session", "--region", REGION, "--target", HOST, "--document-name"]
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (("--stack", "Missing", "--region", REGION), "stack Missing does not exist in us-west-2: deploy your app first"),
+    (("--region", REGION), "--region goes with --stack"),
+    (("--stack", OWN_STACK, "-c", "backends=eks"), "--stack reads no config"),
+])
+def test_what_stack_mode_refuses(aws, home, tmp_path, argv, words):
+    deployed(aws, access_host=False, stack=OWN_STACK, cluster_name=OWN_CLUSTER)
+    assert_one_clean_line(run_cli("connect", *argv), words)

@@ -18,6 +18,7 @@ from typing import Any
 import boto3
 import pytest
 import yaml
+from botocore.exceptions import ClientError
 
 from tests.test_cli_support import (
     ACCOUNT,
@@ -165,7 +166,7 @@ def test_fail_when_the_type_is_not_offered_in_the_group_az(ready, tmp_path):
     assert "trn1.32xlarge is not offered in usw2-az3" in line(result, "FAIL", "offering train")
     fix = fix_after(result, "FAIL", "offering train")
     assert "usw2-az1, usw2-az4" in fix and "trn azs --instance-type trn1.32xlarge --region us-west-2 --write" in fix
-    assert "fix every FAIL before `cdk deploy`" in result.out
+    assert "fix every FAIL before `make deploy`" in result.out
 
 
 def test_fail_when_the_quota_is_below_the_need(ready, tmp_path):
@@ -282,7 +283,8 @@ def test_fail_when_not_bootstrapped(aws, tmp_path):
     result = doctor(config_file(tmp_path))
     assert result.code == 1
     assert "us-west-2 is not bootstrapped" in line(result, "FAIL", "CDK bootstrap")
-    assert f"cdk bootstrap aws://{ACCOUNT}/us-west-2" in fix_after(result, "FAIL", "CDK bootstrap")
+    fix = fix_after(result, "FAIL", "CDK bootstrap")
+    assert "run `make bootstrap` in the project directory" in fix and f"cdk bootstrap aws://{ACCOUNT}/us-west-2" in fix
 
 
 def test_fail_when_bootstrap_is_too_old(ready, tmp_path):
@@ -310,10 +312,80 @@ def test_no_credentials_fails_the_first_check_and_skips_the_rest(no_credentials,
     assert "skipped" in line(result, "WARN", "other checks")
 
 
-def test_throttling_is_one_line_exit_2(ready, tmp_path):
-    ready.fake("DescribeInstanceTypeOfferings", client_error("RequestLimitExceeded", "DescribeInstanceTypeOfferings"))
+# -- an API error a check did not expect: that check's line, and every other check still runs -------------
+
+# Every check's line after the credentials, on the ready account (the default config: EKS, on demand).
+LATER_CHECKS = ("availability zones", "offering train", "quota L-2C3B7624", "capacity train", "CDK bootstrap",
+                "container engine", "cluster access", "session manager plugin")
+
+
+def server_error(code: str, operation: str, status: int = 500) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": "We encountered an internal error. Please try again."},
+                        "ResponseMetadata": {"HTTPStatusCode": status}}, operation)
+
+
+def assert_every_check_printed(result: Result, *, but: str) -> None:
+    names = [ln[6:].split("  ")[0].strip() for ln in result.out.splitlines() if ln[:4] in ("PASS", "WARN", "FAIL")]
+    assert [n for n in LATER_CHECKS if n != but and not any(x.startswith(n) for x in names)] == [], result.out
+    assert "Traceback" not in result.out + result.err and result.err == "", result.err
+
+
+def test_list_service_quotas_answering_500_is_the_quota_checks_warning_and_the_rest_still_run(ready, tmp_path):
+    """The run that ended the old doctor: GetServiceQuota knows no such code, the fallback ListServiceQuotas
+    answers HTTP 500 (as moto's server does), and nothing after the quota check printed."""
+    del ready.fakes["GetServiceQuota"]  # moto: NoSuchResourceException for every ec2 quota
+    ready.fake("ListServiceQuotas", server_error("ServiceException", "ListServiceQuotas"))
     result = doctor(config_file(tmp_path))
-    assert_one_clean_line(result, "throttled DescribeInstanceTypeOfferings", "wait a minute")
+    warned = line(result, "WARN", "vCPU quota")
+    assert "ListServiceQuotas" in warned and "ServiceException" in warned
+    fix = fix_after(result, "WARN", "vCPU quota")
+    assert "failed on AWS's side (HTTP 500)" in fix and "run `trn doctor` again" in fix
+    assert_every_check_printed(result, but="quota L-2C3B7624")
+    assert "PASS  CDK bootstrap" in result.out and result.out.rstrip().endswith("1 WARN, 8 PASS: ready to deploy (read the WARN lines)")
+    assert result.code == 0
+
+
+@pytest.mark.parametrize(
+    ("operation", "error", "check", "instead_of", "words"),
+    [
+        ("DescribeAvailabilityZones", server_error("InternalError", "DescribeAvailabilityZones"), "availability zones",
+         "availability zones", "failed on AWS's side (HTTP 500)"),
+        ("DescribeInstanceTypeOfferings", client_error("RequestLimitExceeded", "DescribeInstanceTypeOfferings"),
+         "instance offerings", "offering train", "AWS throttled DescribeInstanceTypeOfferings after retries"),
+        ("GetParameter", client_error("ValidationException", "GetParameter"), "CDK bootstrap", "CDK bootstrap",
+         "check that ssm:GetParameter works for this identity"),
+    ],
+    ids=["500", "throttled", "unexpected code"],
+)
+def test_an_unexpected_api_error_fails_its_check_naming_the_api_and_the_code(
+    ready, tmp_path, operation, error, check, instead_of, words
+):
+    ready.fake(operation, error)
+    result = doctor(config_file(tmp_path))
+    assert result.code == 1
+    failed = line(result, "FAIL", check)
+    assert failed.split(check, 1)[1].strip().startswith("could not check: ")
+    assert operation in failed and error.response["Error"]["Code"] in failed
+    assert words in fix_after(result, "FAIL", check)
+    assert_every_check_printed(result, but=instead_of)
+    assert "fix every FAIL before `make deploy`" in result.out
+
+
+def test_an_access_denied_anywhere_in_the_quota_check_is_its_warning(ready, tmp_path):
+    del ready.fakes["GetServiceQuota"]
+    ready.fake("ListServiceQuotas", client_error("AccessDeniedException", "ListServiceQuotas"))
+    result = doctor(config_file(tmp_path))
+    assert "ListServiceQuotas was denied (AccessDeniedException)" in line(result, "WARN", "vCPU quota")
+    assert_every_check_printed(result, but="quota L-2C3B7624")
+    assert result.code == 0
+
+
+def test_sts_answering_500_fails_the_credentials_check_and_the_others_still_run(ready, tmp_path):
+    ready.fake("GetCallerIdentity", server_error("InternalFailure", "GetCallerIdentity", 503))
+    result = doctor(config_file(tmp_path))
+    assert "GetCallerIdentity failed (InternalFailure" in line(result, "FAIL", "credentials")
+    assert "PASS  availability zones" in result.out and "skipped" not in result.out
+    assert result.code == 1
 
 
 def test_invalid_config_is_one_line_exit_2(aws, tmp_path):

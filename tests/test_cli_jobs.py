@@ -206,7 +206,7 @@ def test_submit_without_the_stack_says_to_deploy_it(aws, config):
     missing = client_error("ValidationError", "DescribeStacks", f"Stack with id {STACK} does not exist")
     aws.fake("DescribeStacks", missing)
     result = run_cli("submit", "--config", str(config))
-    assert_one_clean_line(result, f"stack {STACK} does not exist in us-west-2", "cdk deploy")
+    assert_one_clean_line(result, f"stack {STACK} does not exist in us-west-2", "then `make plan` and `make deploy`")
 
 
 # -- Batch: finding the outputs -----------------------------------------------------------------------
@@ -621,7 +621,7 @@ def test_eks_submit_bad_input_is_one_line_and_sends_nothing(aws, eks_stack, kube
 def test_eks_submit_without_the_stack_says_to_deploy_it_or_pass_an_image(aws, kube, config):
     aws.fake("DescribeStacks", client_error("ValidationError", "DescribeStacks", f"Stack with id {EKS_STACK} does not exist"))
     result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "demo")
-    assert_one_clean_line(result, f"stack {EKS_STACK} does not exist in us-west-2", "cdk deploy")
+    assert_one_clean_line(result, f"stack {EKS_STACK} does not exist in us-west-2", "then `make plan` and `make deploy`")
     kube.dyn.create.assert_not_called()
 
 

@@ -41,6 +41,8 @@ FULL: dict[str, Any] = {
         "jobs": [{"name": "pretrain", "command": ["train.py", "--lr", "1e-4"], "cache_set": "pretrain"}],
         "data_loader": {"s3_uri": "s3://my-training-data/datasets/", "path": "datasets"},
     },
+    # Tags reach every resource and ParallelCluster's and Image Builder's configurations (AWS's tag characters only).
+    "tags": {"team": "ml-platform"},
 }
 HOSTILE = {
     "newline": lambda v: v + "\n",

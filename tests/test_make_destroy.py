@@ -11,6 +11,8 @@ the destroy: the plan is judged, not restated.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,3 +118,38 @@ def test_make_destroy_runs_the_plan_and_prints_what_stays():
     recipe = makefile.split("\ndestroy: setup\n", 1)[1].split("\n\n", 1)[0]
     assert "tools/destroy.py kept > cdk.out/trainium-cdk-kept.txt" in recipe
     assert "destroy --app cdk.out $$($(PY) tools/destroy.py plan)" in recipe and "--all" not in recipe
+
+
+@pytest.mark.e2e
+def test_make_destroy_without_a_terminal_says_how_and_runs_with_force(tmp_path):
+    """The CDK CLI asks "Are you sure?" and, with no terminal to answer (CI, a script), stops: `make destroy`
+    failed with only the CLI's own words. ARGS=--force (aws-cdk's destroy option) destroys without asking."""
+    from tests.walkthrough import make_sandbox
+
+    root = make_sandbox(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(HOME=str(tmp_path), AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=os.devnull,
+               AWS_SHARED_CREDENTIALS_FILE=os.devnull)
+
+    def make(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["make", *args], cwd=root, env=env, capture_output=True, text=True, timeout=600,
+                              stdin=subprocess.DEVNULL)
+
+    assert make("synth").returncode == 0
+    asked = make("destroy")
+    assert asked.returncode != 0
+    assert "terminal (TTY) is not attached" in asked.stdout + asked.stderr
+    assert "make: the CDK CLI asks to confirm a destroy and there is no terminal to answer: `make destroy " \
+           "ARGS=--force` destroys without asking" in asked.stderr
+    forced = make("destroy", "ARGS=--force")
+    assert forced.returncode != 0  # no AWS account here: the destroy itself is what fails
+    assert "trainium-batch" not in forced.stdout and "trainium-eks: destroying..." in forced.stdout + forced.stderr
+    assert "Unable to resolve AWS account" in forced.stdout + forced.stderr
+    assert "TTY" not in forced.stdout + forced.stderr and "no terminal to answer" not in forced.stderr
+
+
+def test_the_non_interactive_destroy_is_documented():
+    readme = (ROOT / "README.md").read_text()
+    assert "make destroy ARGS=--force" in readme
+    done = subprocess.run(["make", "help"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "without a terminal: make destroy ARGS=--force" in done.stdout

@@ -125,3 +125,52 @@ def test_make_diff_and_deploy_leave_the_last_synth_as_it_was(tmp_path):
     assert deploy.returncode == 2
     assert "the last `make synth` had -c instance_type=trn1n.32xlarge" in deploy.stderr
     assert (_digest(root / "cdk.out"), _digest(root / "dist")) == before
+
+
+def test_after_a_backend_switch_the_plan_says_the_stack_left_out_stays_and_how_to_delete_it(tmp_path):
+    """`make deploy` deploys the stacks of cdk.out and never deletes one: the EKS stack of the synth before a
+    switch to Batch stays deployed, and billed. The old plan said it was removed, every resource deleted."""
+    from tests.walkthrough import make_sandbox
+
+    root = make_sandbox(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(HOME=str(tmp_path), AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=os.devnull,
+               AWS_SHARED_CREDENTIALS_FILE=os.devnull)
+
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=600,
+                              stdin=subprocess.DEVNULL)
+
+    assert run("make", "synth").returncode == 0
+    assert run("make", "synth", "ARGS=-c backends=batch").returncode == 0
+    done = run("make", "plan")
+    assert done.returncode == 0, done.stderr
+    changes = done.stdout.split("Changes since the synth before", 1)[1].splitlines()
+    eks = [ln for ln in changes if ln.startswith("trainium-eks")]
+    assert eks == ["trainium-eks: not in this synth: STAYS deployed (if it was), and billed: `make deploy` deploys "
+                   "the stacks of cdk.out and deletes none"], changes
+    said = "\n".join(changes[changes.index(eks[0]):])
+    # The batch synth no longer exports the second private subnet and the file system's group, which EKS imports.
+    assert "while it is deployed, `make deploy` fails: this synth drops 2 export(s) of trainium-network, " \
+           "trainium-storage that it imports" in said
+    assert "to delete it, before `make deploy`: `make destroy-removed`" in said
+    assert "`aws cloudformation delete-stack --stack-name trainium-eks --region us-west-2`" in said
+    assert "(AWS::ECR::Repository)" in said.split("what it retains stays after it", 1)[1]
+    assert "every resource of it is deleted" not in done.stdout
+    # `make destroy-removed` hands the CDK CLI exactly that stack, from the synth before; here it gets as far as
+    # the account (no credentials on this machine).
+    removed = run("make", "destroy-removed", "ARGS=--force")
+    assert removed.returncode != 0
+    assert "cdk destroy --app cdk.out.prev --exclusively $(.venv/bin/python tools/destroy.py removed) --force" in removed.stdout
+    assert "trainium-eks: destroying... [1/1]" in removed.stdout + removed.stderr
+    assert "Unable to resolve AWS account" in removed.stdout + removed.stderr
+    # `make deploy` says it too, before the CDK CLI runs.
+    deploy = run("make", "deploy")
+    assert deploy.stderr.startswith("make: note: the last `make synth` dropped trainium-eks: `make deploy` leaves it "
+                                    "deployed (if deployed), and billed"), deploy.stderr
+    # And `trn` takes that synth's context: a plain `trn cost` prices Batch, with no EKS control plane.
+    cost = run(".venv/bin/trn", "cost")
+    assert cost.returncode == 0, cost.stderr
+    assert cost.stderr.startswith("trn: using the context of the last `make synth` (cdk.out/trainium-cdk-synth.json): "
+                                  "-c backends=batch;")
+    assert "EKS control plane" not in cost.stdout

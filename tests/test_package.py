@@ -98,6 +98,12 @@ def test_a_separate_cdk_app_imports_and_synthesizes_the_constructs(installed):
     ])
     for name in ("neuron-device-plugin", "aws-efa-k8s-device-plugin", "fsx-lustre"):
         assert name in manifests, name
+    # And someone can reach it: an admin's access entry, and the access host `trn connect --stack` forwards through.
+    entries = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::EKS::AccessEntry"]
+    assert "arn:aws:iam::111122223333:role/Admin" in [e["PrincipalArn"] for e in entries]
+    assert {"ClusterName", "AccessHostId"} <= set(template["Outputs"])
+    host = template["Outputs"]["AccessHostId"]["Value"]["Ref"]
+    assert template["Resources"][host]["Type"] == "AWS::EC2::Instance"
 
 
 INSTALLED_DEFAULTS = textwrap.dedent(

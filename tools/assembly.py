@@ -1,10 +1,11 @@
 """`make deploy|diff|destroy` act on the assembly of the last `make synth`: refuse what would not.
 
-    python tools/assembly.py [ARGS of the make target]
+    python tools/assembly.py [--target=TARGET] [ARGS of the make target]
 
 Exit 2, with one line saying what to do, when there is no cdk.out, or when ARGS carries `-c` context other
 than the last synth's: the CDK CLI ignores context with `--app cdk.out`, so that deploy would silently
-deploy something else than what the user asked for.
+deploy something else than what the user asked for. When the last synth dropped stacks of the one before
+(a backend switched off), one line says that deploy and destroy leave them deployed (`make plan` says more).
 """
 
 from __future__ import annotations
@@ -45,8 +46,28 @@ def check(args: Sequence[str], out: Path = OUT) -> str | None:
     return None
 
 
+def dropped(target: str, out: Path = OUT) -> str | None:
+    """The note for deploy, diff and destroy when the last synth dropped stacks of the one before."""
+    from plan import PREVIOUS, removed  # tools/ is this script's sys.path[0]
+
+    previous = out.with_name(PREVIOUS)
+    if target not in ("deploy", "destroy", "destroy-kept") or not (previous / "manifest.json").is_file():
+        return None
+    gone = removed(previous, out)
+    if not gone:
+        return None
+    them = "it" if len(gone) == 1 else "them"
+    return (f"the last `make synth` dropped {', '.join(gone)}: `make {target}` leaves {them} deployed (if deployed), "
+            f"and billed; `make plan` says how to delete {them} (`make destroy-removed`)")
+
+
 if __name__ == "__main__":
-    reason = check(sys.argv[1:])
+    args = sys.argv[1:]
+    target = args.pop(0).split("=", 1)[1] if args[:1] and args[0].startswith("--target=") else "deploy"
+    reason = check(args)
     if reason:
         print(f"make: {reason}", file=sys.stderr)
         sys.exit(2)
+    note = dropped(target)
+    if note:
+        print(f"make: note: {note}", file=sys.stderr)

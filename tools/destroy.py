@@ -3,6 +3,12 @@
     python tools/destroy.py plan          # the stacks `make destroy` deletes, on one line
     python tools/destroy.py kept          # what stays and how to remove it (nothing when nothing stays)
     python tools/destroy.py kept-stacks   # the stacks it keeps (`make destroy-kept`, once their users are gone)
+    python tools/destroy.py removed       # the stacks the last synth dropped (`make destroy-removed`); exit 2: none
+    python tools/destroy.py failed TARGET [ARGS]   # after a failed `cdk destroy`: the non-interactive form; exit 1
+
+`make deploy` never deletes a stack: one that the last synth dropped (a backend switched off) stays deployed
+until `make destroy-removed` deletes it with the CDK CLI from the synth before (cdk.out.prev), which still
+has it (`--exclusively`: the stacks that used it in that synth are not its to delete).
 
 A resource with ``DeletionPolicy: Retain`` (the file system and its security group with
 ``storage.removal_policy: retain``) outlives its stack, and whatever it uses cannot be deleted while it
@@ -14,24 +20,13 @@ from it (and so, in turn, what a kept stack imports from). Read offline from cdk
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 # Stack display name (what `cdk destroy` takes) -> template, in deploy order (tools/ is this script's sys.path[0]).
+from plan import PREVIOUS, removed
+from plan import imports as _imports
 from plan import templates as stacks
-
-
-def _imports(value: Any) -> Iterator[str]:
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            if key == "Fn::ImportValue" and isinstance(inner, str):
-                yield inner
-            else:
-                yield from _imports(inner)
-    elif isinstance(value, list):
-        for inner in value:
-            yield from _imports(inner)
 
 
 def retained(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -101,9 +96,39 @@ def kept_message(out: Path, ids=physical_ids) -> str:
     return "\n".join(lines)
 
 
+# The CDK CLI's options that answer its "Are you sure you want to delete" prompt (aws-cdk 2.1148: destroy's
+# --force, and the global --yes); without one and without a terminal it stops with "TTY is not attached".
+NO_PROMPT = ("--force", "-f", "--yes", "-y")
+
+
+def removed_stacks(out: Path) -> tuple[list[str], str]:
+    """(the stacks of cdk.out.prev absent from cdk.out, why there are none)."""
+    previous = out.with_name(PREVIOUS)
+    if not (previous / "manifest.json").is_file():
+        return [], f"no {previous}: the synth before the last one is gone, and with it the stacks it had"
+    gone = removed(previous, out)
+    return gone, "" if gone else f"the last `make synth` dropped no stack of the one before ({previous})"
+
+
+def failed(target: str, args: list[str], *, terminal: bool) -> int:
+    """After `cdk destroy` failed: without a terminal, the CDK CLI could not ask to confirm; say how not to ask."""
+    if not terminal and not any(a in NO_PROMPT for a in args):
+        print(f"make: the CDK CLI asks to confirm a destroy and there is no terminal to answer: `make {target} "
+              "ARGS=--force` destroys without asking", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str]) -> int:
     out = Path("cdk.out")
-    if argv[:1] == ["plan"]:
+    if argv[:1] == ["removed"]:
+        gone, why = removed_stacks(out)
+        if not gone:
+            print(f"make: nothing to destroy: {why}", file=sys.stderr)
+            return 2
+        print(" ".join(gone))
+    elif argv[:1] == ["failed"] and len(argv) > 1:
+        return failed(argv[1], argv[2:], terminal=sys.stdout.isatty())
+    elif argv[:1] == ["plan"]:
         print(" ".join(plan(out)))
     elif argv[:1] == ["kept-stacks"]:
         print(" ".join(kept_stacks(stacks(out))))

@@ -6,6 +6,11 @@ removed, changed (each changed value, also inside the Kubernetes manifests the E
 replaced, judged by CloudFormation's own rule: a change to a create-only property of the resource type
 (tools/create_only.json, from the resource schemas cfn-lint ships; tests/test_make_plan.py keeps it in
 step). On an account where the stacks already exist `make diff` compares with them (it needs credentials).
+
+A stack of the synth before that this synth no longer has (a backend switched off) is not deleted by
+`make deploy`, which deploys the stacks of cdk.out and never deletes one: the plan says it stays, deployed
+and billed, whether it blocks the deploy (an export of a kept stack it imports, which this synth drops:
+CloudFormation refuses to delete an export in use), and how to delete it (`make destroy-removed`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import json
 import re
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +82,70 @@ def templates(out: Path) -> dict[str, dict[str, Any]]:
         artifacts[name].get("displayName", name): json.loads((out / artifacts[name]["properties"]["templateFile"]).read_text())
         for name in deploy_order(manifest)
     }
+
+
+def regions(out: Path) -> dict[str, str]:
+    """Stack display name -> its region (the manifest's environment aws://account/region)."""
+    artifacts = json.loads((out / "manifest.json").read_text())["artifacts"]
+    return {a.get("displayName", name): a.get("environment", "").rsplit("/", 1)[-1]
+            for name, a in artifacts.items() if a.get("type") == STACK}
+
+
+def imports(value: Any) -> Iterator[str]:
+    """The export names a template value imports (Fn::ImportValue of a literal name)."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key == "Fn::ImportValue" and isinstance(inner, str):
+                yield inner
+            else:
+                yield from imports(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from imports(inner)
+
+
+def exports(template: dict[str, Any]) -> set[str]:
+    return {o["Export"]["Name"] for o in template.get("Outputs", {}).values()
+            if isinstance(o.get("Export", {}).get("Name"), str)}
+
+
+def removed(previous: Path, current: Path) -> list[str]:
+    """The stacks of the synth before that this one no longer has, in the order of the synth before."""
+    new = templates(current)
+    return [name for name in templates(previous) if name not in new]
+
+
+def staying(previous: Path, current: Path) -> dict[str, list[str]]:
+    """Per stack that this synth dropped: what `make deploy` does to it (nothing), and how to delete it."""
+    old, new = templates(previous), templates(current)
+    gone = removed(previous, current)
+    dropped = set().union(*map(exports, old.values())) - set().union(*map(exports, new.values()))
+    lines: dict[str, list[str]] = {}
+    for name in gone:
+        template = old[name]
+        blocking = sorted(set(imports(template.get("Resources", {}))) & dropped)
+        exported = exports(template)
+        users = sorted(s for s in new if s in old and exported & set(imports(old[s].get("Resources", {}))))
+        kept = [f"{k} ({r['Type']})" for k, r in template.get("Resources", {}).items() if r.get("DeletionPolicy") == "Retain"]
+        said = [f"{name}: not in this synth: STAYS deployed (if it was), and billed: `make deploy` deploys the stacks "
+                "of cdk.out and deletes none"]
+        if blocking:
+            owners = ", ".join(dict.fromkeys(b.split(":", 1)[0] for b in blocking))
+            said.append(f"  while it is deployed, `make deploy` fails: this synth drops {len(blocking)} export(s) of "
+                        f"{owners} that it imports (CloudFormation refuses to delete an export in use)")
+        if users:
+            said.append(f"  the deployed {', '.join(users)} import(s) its exports until `make deploy` updates them")
+        when = {(True, False): ", before `make deploy`", (False, True): ", after `make deploy`",
+                (True, True): " (each order meets an import above)", (False, False): ""}[(bool(blocking), bool(users))]
+        said.append(f"  to delete it{when}: `make destroy-removed` (the stacks the last synth dropped, from "
+                    f"cdk.out.prev, which the next `make synth` replaces), or `aws cloudformation delete-stack "
+                    f"--stack-name {name} --region {regions(previous).get(name) or 'REGION'}`")
+        if kept:
+            said.append(f"  what it retains stays after it (DeletionPolicy Retain): {', '.join(kept)}")
+        said.append("  to keep it instead: `make synth` with what made it (its backend in backends; storage.enabled "
+                    "for the storage stack)")
+        lines[name] = said
+    return lines
 
 
 def _token(value: Any) -> str:
@@ -153,10 +223,11 @@ def _summarized(changed: list[str], a: dict[str, Any], b: dict[str, Any]) -> lis
 def changes(previous: Path, current: Path) -> list[str]:
     """What changed between two assemblies, stack by stack."""
     old, new = templates(previous), templates(current)
+    stays = staying(previous, current)
     lines: list[str] = []
     for stack in [*new, *(s for s in old if s not in new)]:
         if stack not in new:
-            lines.append(f"{stack}: removed (every resource of it is deleted, unless retained)")
+            lines += stays[stack]
             continue
         if stack not in old:
             lines.append(f"{stack}: new stack")

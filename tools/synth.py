@@ -28,7 +28,7 @@ APP_ERROR = "trainium-cdk: "
 EXIT_CONFIG = 2
 # CLI lines that say nothing the summary does not.
 NOISE = ("Successfully synthesized to ", "Supply a stack id ")
-RECORD = "trainium-cdk-synth.json"  # tools/assembly.py reads it
+RECORD = "trainium-cdk-synth.json"  # tools/assembly.py reads it, and `trn` (cli/_common.py SYNTH_RECORD)
 BILL_FILE = "bill.txt"  # trainium_cdk.cost.BILL_FILE (tools/ imports nothing of the package)
 
 

@@ -47,6 +47,7 @@ _PUBLIC = {
     "LustreMount": "trainium_cdk.constructs.storage",
     "EfaLaunchTemplate": "trainium_cdk.constructs.efa_launch_template",
     "TrainiumCluster": "trainium_cdk.constructs.eks_cluster",
+    "ApiAccessHost": "trainium_cdk.constructs.api_access",
     "TrainiumNodeGroup": "trainium_cdk.constructs.eks_nodegroup",
     "KarpenterController": "trainium_cdk.constructs.karpenter",
     "KarpenterOptions": "trainium_cdk.constructs.karpenter",
@@ -112,6 +113,7 @@ if TYPE_CHECKING:  # static type checkers see the real names
     from trainium_cdk.charts.fsx_storage import FsxStorageProps
     from trainium_cdk.charts.karpenter import NodePoolProps, TrainiumNodePools
     from trainium_cdk.charts.namespace import TrainingNamespace
+    from trainium_cdk.constructs.api_access import ApiAccessHost
     from trainium_cdk.constructs.batch_tasks import BatchTaskRules
     from trainium_cdk.constructs.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerOptions
     from trainium_cdk.constructs.eks_workloads import TrainingWorkloadsOptions

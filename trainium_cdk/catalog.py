@@ -296,6 +296,15 @@ BATCH_MAX_ATTEMPTS = 10
 BATCH_MAX_JOB_QUEUES = 50
 BATCH_MAX_COMPUTE_ENVIRONMENTS = 50
 BATCH_MAX_COMPUTE_GROUPS = min(BATCH_MAX_JOB_QUEUES, BATCH_MAX_COMPUTE_ENVIRONMENTS)
+# The most nodes one compute group may reach (nodes, max_nodes): what the largest of the backends' services
+# takes. EKS: clusters of up to 100,000 nodes ("Amazon EKS enables ultra scale AI/ML workloads with support for
+# 100K nodes per cluster", AWS Containers blog, 2025-07-16), above managed node groups' 450-node default quota
+# ("Amazon EKS service quotas", adjustable) and Karpenter's NodePool limits (cpu and memory, unbounded by
+# default). AWS Batch: 1,000 nodes per multi-node parallel job by default, the instances of an ECS cluster,
+# adjustable ("Node groups", AWS Batch User Guide). ParallelCluster: MaxCount has no upper bound in its schema
+# (pcluster/schemas/cluster_schema.py of the pinned version: Range(min=1)). No service takes a group above this;
+# a larger number is a typo, not a plan (1,000,000,000 trn1.32xlarge: $21.5 billion an hour).
+MAX_NODES_PER_GROUP = 100_000
 
 
 def check_lustre(deployment_type: str, capacity_gib: int, throughput_mb_per_tib: int | None, *, prefix: str = "") -> None:

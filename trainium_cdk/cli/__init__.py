@@ -63,12 +63,14 @@ def version() -> str:
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run the CLI; return the exit code (0 ok, 1 a check or job failed, 2 a usage or environment error)."""
+    from trainium_cdk.cli._common import notices_to
     from trainium_cdk.cli._errors import explain
     from trainium_cdk.node_runtime import use_bundled_node
 
     use_bundled_node()  # EKS jobs render with cdk8s (jsii): Node 24, no end-of-life banner
     out = out or sys.stdout
     err = err or sys.stderr
+    notices_to(err)
     parser = build_parser()
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)

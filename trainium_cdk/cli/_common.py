@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import sys
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -80,8 +83,100 @@ def parse_overrides(pairs: Sequence[str] | None) -> dict[str, str]:
     return overrides
 
 
+# What tools/synth.py records of the last `make synth`, in the project directory: {"args": [cdk synth arguments]}.
+SYNTH_RECORD = Path("cdk.out", "trainium-cdk-synth.json")
+
+
+@dataclass(frozen=True)
+class SynthContext:
+    """The `-c` context of the last `make synth` in a project directory: its config and its overrides."""
+
+    config: str | None
+    overrides: dict[str, str]
+    pairs: tuple[str, ...]
+
+
+def _context_pairs(args: Sequence[str]) -> list[str]:
+    """The `-c key=value` pairs of a CDK command line (-c, --context, -c=..., --context=...), in order."""
+    found, rest = [], list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg in ("-c", "--context") and rest:
+            found.append(rest.pop(0))
+        elif arg.startswith(("-c=", "--context=")):
+            found.append(arg.split("=", 1)[1])
+    return found
+
+
+def last_synth(cwd: Path | None = None) -> SynthContext | None:
+    """The context of the last `make synth` of ``cwd`` (a project directory: its cdk.json and cdk.out), when it
+    had `-c config=PATH` or overrides; None otherwise."""
+    cwd = cwd or Path.cwd()
+    if not (cwd / "cdk.json").is_file():
+        return None
+    try:
+        args = json.loads((cwd / SYNTH_RECORD).read_text(encoding="utf-8"))["args"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(args, list):
+        return None
+    config, overrides, pairs = None, {}, []
+    for pair in _context_pairs([str(a) for a in args]):
+        key, _, value = pair.partition("=")
+        if key == "config":
+            config = value if value == BUILTIN_DEFAULTS or Path(value).is_absolute() else str(cwd / value)
+        elif key in OVERRIDES:
+            overrides[key] = value
+        else:
+            continue  # pipeline=true, CDK feature flags: not a setting of the deployment
+        pairs.append(pair)
+    return SynthContext(config, overrides, tuple(pairs)) if pairs else None
+
+
+class _Notices:
+    """Lines `trn` says once a run, on the stream main() gives it (stderr)."""
+
+    stream: TextIO | None = None
+    said: set[str] = set()
+
+    @classmethod
+    def reset(cls, stream: TextIO) -> None:
+        cls.stream, cls.said = stream, set()
+
+    @classmethod
+    def once(cls, line: str) -> None:
+        if line not in cls.said:
+            cls.said.add(line)
+            stream = cls.stream or sys.stderr
+            stream.write(line + "\n")
+            stream.flush()
+
+
+def notices_to(stream: TextIO) -> None:
+    """Where this run's notices go (main(): its stderr), each said once."""
+    _Notices.reset(stream)
+
+
 def read_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> Config:
+    """The config ``path`` with ``overrides``. Given neither (nor $TRN_CONFIG), in a project directory: the
+    config and `-c` overrides of its last `make synth`, said in one line, so that `trn submit` after
+    `make synth ARGS="-c backends=batch"` targets what that synth (and `make deploy`) made."""
+    synth = synth_context(path, overrides)
+    if synth is not None:
+        return load_config(synth.config or default_config_path(), synth.overrides)
     return load_config(path or default_config_path(), overrides)
+
+
+def synth_context(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> SynthContext | None:
+    """The last `make synth`'s context when the user gave no --config, no -c and no $TRN_CONFIG (said once)."""
+    if path is not None or overrides or os.environ.get(CONFIG_ENV):
+        return None
+    synth = last_synth()
+    if synth is not None:
+        given = " ".join(f"-c {shlex.quote(pair)}" for pair in synth.pairs)
+        _Notices.once(f"{PROG}: using the context of the last `make synth` ({SYNTH_RECORD}): {given}; "
+                      "-c or --config of your own replace it")
+    return synth
 
 
 def session(region: str | None):
@@ -147,17 +242,22 @@ def is_interactive(stream: TextIO) -> bool:
         return False
 
 
-def stack_outputs(cfn: Any, stack: str, region: str, *, backend: str) -> dict[str, str]:
-    """The outputs of a deployed stack by key; a stack that is missing or broken is the user's to fix."""
+def stack_outputs(cfn: Any, stack: str, region: str, *, backend: str, own: bool = False) -> dict[str, str]:
+    """The outputs of a deployed stack by key; a stack that is missing or broken is the user's to fix.
+    ``own``: a stack of the user's own CDK app (not this project's `make deploy`)."""
     from botocore.exceptions import ClientError
 
     try:
         stacks = cfn.describe_stacks(StackName=stack)["Stacks"]
     except ClientError as error:
+        if error_code(error) == "ValidationError" and "does not exist" in str(error) and own:
+            raise CliError(f"stack {stack} does not exist in {region}: deploy your app first, or pass --region") from None
         if error_code(error) == "ValidationError" and "does not exist" in str(error):
             raise CliError(
                 f"stack {stack} does not exist in {region}: deploy the {backend} backend first "
-                f"(`cdk deploy {stack} -c backends={backend}`), or pass -c region=R / --config for another deployment"
+                f"(`make synth` with it in backends, e.g. ARGS=\"-c backends={backend}\", then `make plan` and "
+                "`make deploy`), or pass "
+                "-c region=R / --config for another deployment"
             ) from None
         raise
     status = stacks[0].get("StackStatus", "")

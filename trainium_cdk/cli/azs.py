@@ -12,8 +12,10 @@ from typing import Any, TextIO
 
 from trainium_cdk.catalog import DEFAULT_CATALOG
 from trainium_cdk.cli import yaml_edit
-from trainium_cdk.cli._common import NO_CONFIG, CliError, client, find_config_path, natural_az_key, session, table
-from trainium_cdk.config import az_id_prefix, load_config
+from trainium_cdk.cli._common import (
+    NO_CONFIG, CliError, client, find_config_path, natural_az_key, session, synth_context, table,
+)
+from trainium_cdk.config import BUILTIN_DEFAULTS, az_id_prefix, load_config
 from trainium_cdk.errors import ConfigError
 
 
@@ -60,10 +62,16 @@ def _config_region(path: Path) -> str | None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    path = Path(args.config) if args.config else find_config_path()
+    synth = synth_context(args.config)
+    if args.config:
+        path: Path | None = Path(args.config)
+    elif synth is not None and synth.config not in (None, BUILTIN_DEFAULTS):
+        path = Path(str(synth.config))
+    else:
+        path = find_config_path()
     if path is None and args.write:
         raise CliError(NO_CONFIG)
-    region = args.region or (_config_region(path) if path else None)
+    region = args.region or (synth.overrides.get("region") if synth else None) or (_config_region(path) if path else None)
     if not region:
         raise ConfigError("--region", None, f"a region such as us-west-2 (none given and none in {path or 'a config'})")
     az_id_prefix(region)  # a typo in the region fails here, not as a connection error

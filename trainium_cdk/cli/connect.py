@@ -10,6 +10,8 @@ identity (``aws eks get-token``), like `aws eks update-kubeconfig`. A public end
 context with the endpoint itself as the server, and no forwarding.
 
 ``trn connect --stop`` ends the forwarding. Needs the AWS CLI and the Session Manager plugin on PATH.
+``--stack NAME`` reaches the cluster of a stack of your own CDK app instead (its outputs ``ClusterName``
+and, with a private endpoint, ``AccessHostId``): no config is read.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from typing import Any, TextIO
 from urllib.parse import urlparse
 
 from trainium_cdk.cli._common import CliError, client, parse_overrides, read_config, session, stack_outputs
-from trainium_cdk.config import Config
 from trainium_cdk.names import OUTPUT_ACCESS_HOST_ID, OUTPUT_CLUSTER_NAME, TRAINING_NAMESPACE
 
 DEFAULT_PORT = 8443
@@ -52,14 +53,34 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--config", metavar="PATH", help="config YAML (default: config/default.yaml)")
     p.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE", default=[],
                    help="override like `cdk synth -c` (region, backends, ...); repeatable")
+    p.add_argument("--stack", metavar="NAME", help=f"a stack of your own CDK app with the outputs {OUTPUT_CLUSTER_NAME} "
+                   f"and, for a private endpoint, {OUTPUT_ACCESS_HOST_ID} (TrainiumCluster, ApiAccessHost); no config")
+    p.add_argument("--region", metavar="REGION", help="with --stack: the stack's region (default: the AWS CLI's)")
     p.set_defaults(func=run)
 
 
+def _target(args: argparse.Namespace) -> tuple[str, str]:
+    """(the stack with the cluster's outputs, its region): the config's EKS stack, or --stack."""
+    if args.stack is None:
+        if args.region is not None:
+            raise CliError("--region goes with --stack; the config names the region of its stacks (-c region=R)")
+        config = read_config(args.config, parse_overrides(args.overrides))
+        if "eks" not in config.backends:
+            raise CliError(
+                f"the config deploys no EKS backend (backends: {', '.join(config.backends)}): nothing to connect to"
+            )
+        return config.stack_name("eks"), config.region
+    if args.config or args.overrides:
+        raise CliError("--stack reads no config: leave out --config and -c")
+    region = args.region or session(None).region_name
+    if not region:
+        raise CliError(f"no region for stack {args.stack}: pass --region (or set AWS_REGION)")
+    return args.stack, region
+
+
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    config = read_config(args.config, parse_overrides(args.overrides))
-    if "eks" not in config.backends:
-        raise CliError(f"the config deploys no EKS backend (backends: {', '.join(config.backends)}): nothing to connect to")
-    state = _state_dir() / f"connect-{config.stack_name('eks')}.json"
+    stack, region = _target(args)
+    state = _state_dir() / f"connect-{stack}.json"
     if args.stop:
         stopped = _stop(state)
         out.write(f"stopped the port forwarding (pid {stopped})\n" if stopped else "no port forwarding was running\n")
@@ -67,22 +88,25 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not 1024 <= args.port <= 65535:
         raise CliError(f"--port {args.port}: a port between 1024 and 65535")
 
-    sess = session(config.region)
-    outputs = stack_outputs(client(sess, "cloudformation"), config.stack_name("eks"), config.region, backend="eks")
-    name = outputs.get(OUTPUT_CLUSTER_NAME) or config.stack_name("eks")
+    sess = session(region)
+    outputs = stack_outputs(client(sess, "cloudformation"), stack, region, backend="eks", own=args.stack is not None)
+    if args.stack is not None and OUTPUT_CLUSTER_NAME not in outputs:
+        raise CliError(f"stack {stack} has no output {OUTPUT_CLUSTER_NAME}: add `cdk.CfnOutput(stack, "
+                       f"\"{OUTPUT_CLUSTER_NAME}\", value=cluster.cluster_name)` to your app and deploy it")
+    name = outputs.get(OUTPUT_CLUSTER_NAME) or stack
     cluster = client(sess, "eks").describe_cluster(name=name)["cluster"]
     endpoint = urlparse(cluster["endpoint"]).netloc.rsplit(":", 1)[0]  # as EKS spells it (upper case)
     host = outputs.get(OUTPUT_ACCESS_HOST_ID)
     if host:
-        _forward(config, state, host=host, endpoint=endpoint, port=args.port, out=out)
+        _forward(region, state, host=host, endpoint=endpoint, port=args.port, out=out)
         server = f"https://localhost:{args.port}"
     else:
         server = cluster["endpoint"]
     path = Path(args.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or Path.home() / ".kube" / "config")
     context = write_kubeconfig(path, cluster=cluster, server=server, tls_server_name=endpoint if host else None,
-                               region=config.region)
+                               region=region)
     out.write(f"kubeconfig {path}: context {context} (current, namespace {TRAINING_NAMESPACE}) -> {server}\n")
-    for line in _access_warnings(sess, cluster):
+    for line in _access_warnings(sess, cluster, own=args.stack is not None):
         err.write(f"warning: {line}\n")
     if host:
         out.write("the forwarding runs in the background until `trn connect --stop` (or the session's idle timeout; "
@@ -111,7 +135,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _forward(config: Config, state: Path, *, host: str, endpoint: str, port: int, out: TextIO) -> None:
+def _forward(region: str, state: Path, *, host: str, endpoint: str, port: int, out: TextIO) -> None:
     """Start `aws ssm start-session` port forwarding in the background (or keep the one running)."""
     if state.exists():
         previous = json.loads(state.read_text())
@@ -125,7 +149,7 @@ def _forward(config: Config, state: Path, *, host: str, endpoint: str, port: int
         if shutil.which(tool) is None:
             raise CliError(f"`{tool}` is not on PATH, and port forwarding through Session Manager needs it: {fix}")
     command = [
-        "aws", "ssm", "start-session", "--region", config.region, "--target", host,
+        "aws", "ssm", "start-session", "--region", region, "--target", host,
         "--document-name", PORT_FORWARD_DOCUMENT,
         "--parameters", json.dumps({"host": [endpoint], "portNumber": ["443"], "localPortNumber": [str(port)]}),
     ]
@@ -211,7 +235,7 @@ def caller_role_among(caller: str, role_arns: Iterable[str]) -> tuple[str, str, 
     return principal, name, any(arn.rsplit("/", 1)[-1] == name for arn in role_arns)
 
 
-def _access_warnings(sess: Any, cluster: dict[str, Any]) -> list[str]:
+def _access_warnings(sess: Any, cluster: dict[str, Any], *, own: bool = False) -> list[str]:
     """A line when the caller has no access entry on the cluster (kubectl would get 401)."""
     from botocore.exceptions import ClientError
 
@@ -223,8 +247,9 @@ def _access_warnings(sess: Any, cluster: dict[str, Any]) -> list[str]:
     principal, name, listed = caller_role_among(caller, entries)
     if listed:
         return []
+    where = ("admin_role_arns of your app's TrainiumCluster, then deploy it" if own else
+             "eks.admin_role_arns in the config, then `make synth` and `make deploy`")
     return [
         f"{principal} has no access entry on {cluster['name']}, so the API server will refuse it: add the role's ARN "
-        f"(`aws iam get-role --role-name {name} --query Role.Arn`) to eks.admin_role_arns in the config, then "
-        "`make synth` and `make deploy`"
+        f"(`aws iam get-role --role-name {name} --query Role.Arn`) to {where}"
     ]

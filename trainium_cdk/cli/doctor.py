@@ -1,8 +1,9 @@
-"""`trn doctor`: what would stop a deploy, checked against the account before `cdk deploy`.
+"""`trn doctor`: what would stop a deploy, checked against the account before `make deploy`.
 
 Each check prints PASS, WARN or FAIL and, unless it passed, what to do. Exit code 1 when any check
 FAILs. A check whose API call is denied becomes a WARN naming the IAM action: doctor should run with
-read-only permissions.
+read-only permissions. Any other API error a check meets is that check's FAIL line (WARN where the check is
+advisory), naming the API and the error code (doctor_errors.py): every check runs.
 
 On a Trainium node (or the development instance), doctor also compares the Neuron software the machine
 has with the pins of the configured track (versions.py): driver, runtime and collectives packages, and
@@ -33,6 +34,7 @@ from trainium_cdk.cli._common import (
 )
 from trainium_cdk.cli._errors import CREDENTIALS_HINT
 from trainium_cdk.cli.doctor_amis import amis
+from trainium_cdk.cli.doctor_errors import is_api_error, unexpected
 from trainium_cdk.cli.doctor_local import (
     FAIL, PASS, WARN, Check, CommandRunner, container_engine, neuron_versions, run_command, session_manager_plugin,
 )
@@ -53,7 +55,7 @@ def add_parser(sub: Any) -> None:
         "doctor",
         help="preflight before a deploy: credentials, AZ offerings, vCPU quota, reservations, CDK bootstrap, AMIs, "
         "container engine",
-        description="Check the account against the config before `cdk deploy`. Exit code 1 when a check FAILs.",
+        description="Check the account against the config before `make deploy`. Exit code 1 when a check FAILs.",
     )
     p.add_argument("--config", metavar="PATH", help="config YAML (default: config/default.yaml)")
     p.add_argument(
@@ -71,7 +73,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     counts = {s: sum(c.status == s for c in checks) for s in (FAIL, WARN, PASS)}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
     if counts[FAIL]:
-        out.write(f"{summary}: fix every FAIL before `cdk deploy`\n")
+        out.write(f"{summary}: fix every FAIL before `make deploy`\n")
         return 1
     out.write(f"{summary}: ready to deploy" + (" (read the WARN lines)" if counts[WARN] else "") + "\n")
     return 0
@@ -98,6 +100,7 @@ class Doctor:
         self._now = now or (lambda: dt.datetime.now(dt.UTC))
         self._run = runner or run_command
         self._clients: dict[str, Any] = {}
+        self.no_credentials = False  # set by credentials(): the checks that call AWS are skipped
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
@@ -113,18 +116,20 @@ class Doctor:
                 report(item)
 
         emit([self.credentials()])
-        if checks[-1].status == FAIL:
+        if self.no_credentials:
             emit([Check(WARN, "other checks", "skipped: they need working credentials", "fix the credentials first")])
         else:
-            for name, action, check in (
-                ("availability zones", "ec2:DescribeAvailabilityZones", self.availability_zones),
-                ("instance offerings", "ec2:DescribeInstanceTypeOfferings", self.offerings),
-                ("vCPU quota", "servicequotas:GetServiceQuota", self.quotas),
-                ("capacity", "ec2:DescribeCapacityReservations", self.capacity),
-                ("CDK bootstrap", "ssm:GetParameter", self.bootstrap),
-                ("AMI", "ssm:GetParameter and ec2:DescribeImages", self.amis),
+            # Advisory: an unknown quota, or reservations listed for an on-demand group, stop no deploy.
+            reserved = any(g.capacity.reserved for g in self.config.compute_groups)
+            for name, action, check, advisory in (
+                ("availability zones", "ec2:DescribeAvailabilityZones", self.availability_zones, False),
+                ("instance offerings", "ec2:DescribeInstanceTypeOfferings", self.offerings, False),
+                ("vCPU quota", "servicequotas:GetServiceQuota and ListServiceQuotas", self.quotas, True),
+                ("capacity", "ec2:DescribeCapacityReservations", self.capacity, not reserved),
+                ("CDK bootstrap", "ssm:GetParameter", self.bootstrap, False),
+                ("AMI", "ssm:GetParameter and ec2:DescribeImages", self.amis, False),
             ):
-                emit(self._guard(name, action, check))
+                emit(self._guard(name, action, check, advisory=advisory))
             emit(self.cluster_access())
         # Local: need no credentials (a compute node often has none of the deployer's).
         emit(container_engine(self.config, self._run))
@@ -132,18 +137,14 @@ class Doctor:
         emit(neuron_versions(self.config.neuron_track, self._run))
         return checks
 
-    def _guard(self, name: str, action: str, check: Callable[[], list[Check]]) -> list[Check]:
-        from botocore.exceptions import ClientError
-
+    @staticmethod
+    def _guard(name: str, action: str, check: Callable[[], list[Check]], *, advisory: bool) -> list[Check]:
         try:
             return check()
-        except ClientError as error:
-            if not is_denied(error):
+        except Exception as error:  # noqa: BLE001 - an API error is this check's line; anything else is a bug
+            if not is_api_error(error):
                 raise
-            return [Check(
-                WARN, name, f"could not check: {error.operation_name} was denied ({error_code(error)})",
-                f"allow {action} (read-only) for this identity, or ask an administrator to run `trn doctor`",
-            )]
+            return [unexpected(name, action, error, advisory=advisory)]
 
     # -- checks ------------------------------------------------------------------------------------
 
@@ -153,12 +154,19 @@ class Doctor:
         try:
             identity = self.client("sts").get_caller_identity()
         except (NoCredentialsError, PartialCredentialsError) as error:
+            self.no_credentials = True
             return Check(FAIL, "credentials", f"no AWS credentials ({error})", CREDENTIALS_HINT)
         except ClientError as error:
             if error_code(error) not in BAD_CREDENTIAL_CODES and not is_denied(error):
-                raise
+                return unexpected("credentials", "sts:GetCallerIdentity", error)  # the other checks may still work
+            self.no_credentials = True
             detail = f"rejected: {error_code(error)}: {error_message(error)}"
             return Check(FAIL, "credentials", detail, CREDENTIALS_HINT)
+        except Exception as error:  # noqa: BLE001 - no answer at all (network, SSO token): nothing else can run
+            if not is_api_error(error):
+                raise
+            self.no_credentials = True
+            return unexpected("credentials", "sts:GetCallerIdentity", error)
         self.account = identity["Account"]
         self.caller = identity["Arn"]
         return Check(PASS, "credentials", f"account {identity['Account']} as {identity['Arn']}")
@@ -417,7 +425,7 @@ class Doctor:
         qualifier = bootstrap_qualifier()
         parameter = f"/cdk-bootstrap/{qualifier}/version"
         target = f"aws://{self.account or 'ACCOUNT'}/{self.config.region}"
-        fix = f"run `cdk bootstrap {target}` (the CDK CLI of this project: `make setup`, then node_modules/.bin/cdk)"
+        fix = f"run `make bootstrap` in the project directory (the project's CDK CLI: cdk bootstrap {target})"
         try:
             value = self.client("ssm").get_parameter(Name=parameter)["Parameter"]["Value"]
         except ClientError as error:

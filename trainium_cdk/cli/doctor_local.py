@@ -74,7 +74,7 @@ def container_engine(config: Config, run: CommandRunner) -> list[Check]:
     engine = os.environ.get(CDK_DOCKER, "docker")
     why = "; ".join(f"the {name} stack builds {what}" for name, what in builds)
     fix = (f"start Docker, or install Finch and `export {CDK_DOCKER}=finch` (`finch vm start`); the engine "
-           "must answer `docker version` before `cdk deploy`")
+           "must answer `docker version` before `make deploy`")
     answer = run([engine, "version"])
     if answer is None:
         return [Check(FAIL, "container engine", f"{engine} not found ({CDK_DOCKER}={engine}); {why}", fix)]

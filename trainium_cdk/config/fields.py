@@ -6,12 +6,13 @@ A field takes one as its type (``name: Name``). CIDR checks are in trainium_cdk.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator
 
 from trainium_cdk.catalog import AMI_ID, AMI_ID_RULE, AZ_ID, LOG_RETENTION_DAYS
-from trainium_cdk.errors import one_of
+from trainium_cdk.errors import ConfigError, one_of
 
 # A name that goes into resource names, Kubernetes labels and Slurm queues: a project, a compute
 # group, a pipeline stage. 23 characters leave room for the suffixes stack and resource names add.
@@ -100,16 +101,6 @@ def check_relative_path(value: str) -> str:
     return value
 
 
-# An environment variable's name as shells and Kubernetes take it (POSIX: letters, digits, '_', no leading digit).
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def check_environment_name(name: str) -> str:
-    if not ENV_NAME.fullmatch(name):
-        raise ValueError("an environment variable name: letters, digits and '_', not starting with a digit")
-    return name
-
-
 Name = Annotated[str, AfterValidator(check_name)]
 AzId = Annotated[str, AfterValidator(check_az_id)]
 S3Prefix = Annotated[str, AfterValidator(check_s3_prefix)]
@@ -118,3 +109,53 @@ RelativePath = Annotated[str, AfterValidator(check_relative_path)]
 AmiId = Annotated[str, AfterValidator(check_ami)]
 LogRetentionDays = Annotated[int, AfterValidator(check_log_retention)]
 AccountId = Annotated[str, BeforeValidator(unquoted_account_id), AfterValidator(check_account_id)]
+
+
+# An environment variable name as POSIX defines the portable ones (XBD 8.1: letters, digits and '_', not
+# starting with a digit): the launcher and the Slurm scripts export a job's variables through the shell,
+# whose `export A=B=x` means something else, and an empty name is no variable at all.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_NAME_RULE = "an environment variable name: letters, digits and '_', not starting with a digit"
+
+
+def check_environment_name(name: str) -> str:
+    """``name`` when it is an environment variable name (ENV_NAME), else ValueError stating the rule; used by
+    the config's job env and by the CLI's ``--env KEY=VALUE``."""
+    if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+        raise ValueError(ENV_NAME_RULE)
+    return name
+
+
+# AWS tags (the tag restrictions of the AWS Batch, ECS and EC2 user guides): keys of 1 to 128 characters,
+# values of at most 256, of letters, digits, spaces and + - = . _ : / @ (CloudFormation's pattern for a tag,
+# which CDK checks at synth with a traceback: ^[\p{L}\p{Z}\p{N}_.:/=+\-@]*$); a key or value starting with aws:
+# (in any case) is reserved for AWS, and CloudFormation refuses such a key at deploy.
+TAG_KEY_MAX, TAG_VALUE_MAX = 128, 256
+TAG_SYMBOLS = "_.:/=+-@"
+
+
+def _tag_text(text: str) -> bool:
+    """Every character a letter (\\p{L}), a number (\\p{N}), a separator (\\p{Z}: spaces) or one of TAG_SYMBOLS."""
+    return all(c.isalpha() or c.isnumeric() or unicodedata.category(c).startswith("Z") or c in TAG_SYMBOLS
+               for c in text)
+
+
+# 50 tags per resource; ParallelCluster keeps 10 of them for its own (pcluster/constants.py MAX_TAGS_COUNT).
+MAX_TAGS = 40
+TAG_CHARACTERS = "letters, digits, spaces and + - = . _ : / @"
+
+
+def check_tags(tags: dict[str, str]) -> dict[str, str]:
+    """Tags CloudFormation and every tagged service accept; else a ConfigError naming the key or value."""
+    if len(tags) > MAX_TAGS:
+        raise ConfigError("tags", len(tags), f"at most {MAX_TAGS} tags (50 per resource; ParallelCluster keeps 10)")
+    for key, value in tags.items():
+        for what, text, low, high in (("key", key, 1, TAG_KEY_MAX), ("value", value, 0, TAG_VALUE_MAX)):
+            if text.lower().startswith("aws:"):
+                why = "reserved for AWS: CloudFormation refuses such a key at deploy" if what == "key" else "reserved for AWS"
+                raise ConfigError(f"tags.{key}" if what == "value" else "tags", text,
+                                  f"a tag {what} not starting with aws: ({why})")
+            if not low <= len(text) <= high or not _tag_text(text):
+                raise ConfigError(f"tags.{key}" if what == "value" else "tags", text,
+                                  f"a tag {what} of {low} to {high} characters: {TAG_CHARACTERS}")
+    return tags

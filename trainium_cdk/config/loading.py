@@ -65,6 +65,8 @@ def format_validation_error(err: ValidationError) -> ConfigError:
 
 def _int(name: str, value: Any) -> int:
     try:
+        if isinstance(value, bool):  # cdk.json's "nodes": true is not one node
+            raise TypeError(value)
         return int(value)
     except (TypeError, ValueError):
         raise ConfigError(name, value, "a whole number of nodes, at least 1") from None

@@ -14,13 +14,13 @@ from pydantic import Field, field_validator, model_validator
 
 from trainium_cdk.addressing import check_subnets_fit, check_vpc_cidr
 from trainium_cdk.catalog import (
-    AZ_ID, BUILTIN_INSTANCE_TYPES, GP3_MAX_GIB, LUSTRE_COMPRESSION_TYPES, LUSTRE_VERSIONS, Catalog, InstanceSpec,
-    LustreCompression, LustreDeploymentType, LustreVersion, check_lustre,
+    AZ_ID, BUILTIN_INSTANCE_TYPES, GP3_MAX_GIB, LUSTRE_COMPRESSION_TYPES, LUSTRE_VERSIONS, MAX_NODES_PER_GROUP, Catalog,
+    InstanceSpec, LustreCompression, LustreDeploymentType, LustreVersion, check_lustre,
 )
 # The sections of the backends and of what runs have modules of their own; their names stay importable here.
 from trainium_cdk.config.backend_settings import BatchSettings, EksSettings, InstanceSettings, ParallelClusterSettings
 from trainium_cdk.config.base import _Model
-from trainium_cdk.config.fields import AZ_ID_RULE, AzId, LogRetentionDays, Name, S3Prefix
+from trainium_cdk.config.fields import AZ_ID_RULE, AzId, LogRetentionDays, Name, S3Prefix, check_tags
 from trainium_cdk.config.workload_settings import (
     EXAMPLE_COMMAND, DataLoaderSettings, PipelineEnvironment, PipelineSettings, TrainingJobSettings, WorkloadSettings,
 )
@@ -107,6 +107,12 @@ class ComputeGroup(_Model):
     def _sizes(self) -> ComputeGroup:
         if self.max_nodes is not None and self.max_nodes < 1:
             raise ConfigError("max_nodes", self.max_nodes, "at least 1")
+        if self.maximum > MAX_NODES_PER_GROUP:
+            raise ConfigError(
+                "max_nodes" if self.max_nodes is not None else "nodes", self.maximum,
+                f"at most {MAX_NODES_PER_GROUP:,} nodes a group, the most any backend's service takes (EKS clusters "
+                "of up to 100,000 nodes; an AWS Batch multi-node job 1,000 by default)",
+            )
         if self.nodes < 1 or self.nodes > self.maximum:
             raise ConfigError(
                 "nodes", self.nodes,
@@ -261,7 +267,7 @@ class Config(_Model):
     project: Name = Field("trainium", description="Prefix of every stack name.")
     region: str = Field("us-west-2", description="AWS region of every stack.")
     backends: tuple[str, ...] = Field(
-        ("eks",), description="Compute backends to deploy: " + ", ".join(BACKENDS) + "."
+        ("eks",), description="Compute backends to deploy, at least one: " + ", ".join(BACKENDS) + "."
     )
     network: NetworkSettings = Field(default_factory=NetworkSettings)
     compute_groups: tuple[ComputeGroup, ...] = Field((ComputeGroup(),), description="At least one compute group.")
@@ -281,7 +287,10 @@ class Config(_Model):
     custom_instance_types: tuple[CustomInstanceType, ...] = Field(
         (), description="Instance types the catalog does not know."
     )
-    tags: dict[str, str] = Field(default_factory=dict, description="Tags on every resource.")
+    tags: dict[str, str] = Field(
+        default_factory=dict, description="Tags on every resource: at most 40, keys of 1-128 and values of at most 256 "
+        "letters, digits, spaces and + - = . _ : / @, neither starting with aws: (reserved)."
+    )
 
     @field_validator("instance_offerings", mode="before")
     @classmethod
@@ -296,6 +305,9 @@ class Config(_Model):
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
         registered = backend_registry.names()
+        if not value:
+            # `-c backends=` (empty) deployed the network and storage only, without a word.
+            raise ValueError("at least one compute backend; " + one_of(registered))
         for item in value:
             if item not in registered:
                 raise ValueError(f"unknown backend {item!r}; " + one_of(registered))
@@ -306,6 +318,7 @@ class Config(_Model):
     @model_validator(mode="after")
     def _whole(self) -> Config:
         # Once every section is valid on its own: the checks across sections (validation.py).
+        check_tags(self.tags)
         check_deployment(self)
         check_backends(self)
         check_track(self)

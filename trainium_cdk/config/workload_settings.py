@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from trainium_cdk.config.base import _Model
-from trainium_cdk.config.fields import S3_PREFIX, AccountId, Image, Name, RelativePath
+from trainium_cdk.config.fields import S3_PREFIX, AccountId, Image, Name, RelativePath, check_environment_name
+from trainium_cdk.errors import ConfigError
 from trainium_cdk.names import QUEUE_NAME
 
 
@@ -32,8 +33,20 @@ class TrainingJobSettings(_Model):
         None, description="Neuron compile cache directory /fsx/neuron-cache/<cache_set>; default: the group's name."
     )
     precompile: bool = Field(False, description="Run under neuron_parallel_compile first, then train.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment.")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment: names of letters, digits and '_', not starting with a digit."
+    )
     retries: int = Field(3, description="Restarts of the whole job after a failure.")
+
+    @model_validator(mode="after")
+    def _env_names(self) -> TrainingJobSettings:
+        # Refused here, not at deploy (Kubernetes) or when the launcher's shell exports them.
+        for name in self.env:
+            try:
+                check_environment_name(name)
+            except ValueError as err:
+                raise ConfigError("env", name, str(err)) from None
+        return self
 
 
 class DataLoaderSettings(_Model):

@@ -90,8 +90,9 @@ class TrainiumCluster(Construct):
         the construct's path. Changing it replaces the cluster.
     :param public_access_cidrs: IPv4 CIDRs allowed to reach a public API endpoint. Default: none,
         the endpoint is private (reach it from the VPC, a VPN or SSM).
-    :param admin_role_arns: IAM roles given cluster admin through access entries (the deploying
-        identity always is). Default: none.
+    :param admin_role_arns: IAM roles given cluster admin through access entries: the cluster's only admins
+        besides the role CloudFormation deploys with (which creates it), so list the role you work as.
+        Default: none.
     :param system_instance_type: instance type of the system node group. Default: m7i.large.
     :param system_nodes: nodes of the system node group, 1 to 10. Default: 2.
     :param log_retention: retention of the control-plane and kubectl provider logs. Default: one month.

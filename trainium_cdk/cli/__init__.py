@@ -9,6 +9,8 @@
     trn cancel JOB
     trn cost [--config PATH] [--region REGION]
     trn check fabric --nodes N [--backend batch|eks] [--min-fraction F] [--report LOG]
+    trn image init [DIR]
+    trn image push [--dockerfile PATH] [--context DIR] [--tag TAG] [--backend eks|batch] [--dry-run]
     trn --version
 
 Import has no side effects and makes no AWS call; the synth path (app.py, trainium_cdk.stacks) never
@@ -28,7 +30,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trainium_cdk.cli import azs, check, connect, cost, doctor, jobs
+    from trainium_cdk.cli import azs, check, connect, cost, doctor, image, jobs
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -42,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_parsers(sub)
     cost.add_parser(sub)
     check.add_parser(sub)
+    image.add_parser(sub)
     return parser
 
 

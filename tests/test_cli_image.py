@@ -274,3 +274,31 @@ def test_a_config_without_a_repository_backend_points_at_sync(aws, log, tmp_path
     config = _config(tmp_path, ["parallelcluster", "instance"])
     result = run_cli("image", "push", "--config", str(config))
     assert_one_clean_line(result, "no backend with a training image repository", "trn sync")
+
+
+# -- the README's transcript is what the CLI prints -------------------------------------------------
+
+README_REPOSITORY = "trainium-batch-trainingimagerepository-x1y2z3a4b5c6"
+ENGINE_OUTPUT = "[docker's output]"
+
+
+def test_readme_transcript_is_what_the_cli_prints(aws, log, tmp_path, monkeypatch):
+    from tests.test_cli_support import readme_transcript, run_transcript
+
+    ecr = boto3.client("ecr", region_name=REGION)
+    uri = ecr.create_repository(repositoryName=README_REPOSITORY)["repository"]["repositoryUri"]
+    aws.fake("DescribeStacks", _stacks({"trainium-batch": uri}))
+    times = iter([NOW, NOW + dt.timedelta(seconds=50)])
+    monkeypatch.setattr(image, "NOW", lambda: next(times))
+
+    def printed(result: Any) -> list[str]:
+        lines = (result.err + result.out).splitlines()
+        return [ENGINE_OUTPUT if line.endswith(": done (stand-in)") else line for line in lines]
+
+    steps = readme_transcript("$ trn image init my-job")
+    assert [command.split()[:3] for command, _ in steps] == [
+        ["trn", "image", "init"], ["echo", "\"print('training')\"", ">"], ["trn", "image", "push"],
+        ["trn", "image", "push"]]
+    monkeypatch.setenv("TRN_CONFIG", str(_config(tmp_path, ["eks", "batch"])))
+    run_transcript(steps, printed)
+    assert [call["argv"][0] for call in engine.calls(log)] == ["build", "login", "push"]

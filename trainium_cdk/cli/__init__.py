@@ -11,6 +11,7 @@
     trn check fabric --nodes N [--backend batch|eks] [--min-fraction F] [--report LOG]
     trn image init [DIR]
     trn image push [--dockerfile PATH] [--context DIR] [--tag TAG] [--backend eks|batch] [--dry-run]
+    trn sync LOCAL_DIR [--to PREFIX] [--dry-run]
     trn --version
 
 Import has no side effects and makes no AWS call; the synth path (app.py, trainium_cdk.stacks) never
@@ -30,7 +31,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trainium_cdk.cli import azs, check, connect, cost, doctor, image, jobs
+    from trainium_cdk.cli import azs, check, connect, cost, doctor, image, jobs, sync
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_parser(sub)
     check.add_parser(sub)
     image.add_parser(sub)
+    sync.add_parser(sub)
     return parser
 
 

@@ -147,17 +147,19 @@ def is_interactive(stream: TextIO) -> bool:
         return False
 
 
-def stack_outputs(cfn: Any, stack: str, region: str, *, backend: str) -> dict[str, str]:
-    """The outputs of a deployed stack by key; a stack that is missing or broken is the user's to fix."""
+def stack_outputs(cfn: Any, stack: str, region: str, *, backend: str, deploy: str | None = None) -> dict[str, str]:
+    """The outputs of a deployed stack by key; a stack that is missing or broken is the user's to fix.
+    ``deploy`` says how to deploy a stack that is not a backend's (default: the backend's `cdk deploy`)."""
     from botocore.exceptions import ClientError
 
     try:
         stacks = cfn.describe_stacks(StackName=stack)["Stacks"]
     except ClientError as error:
         if error_code(error) == "ValidationError" and "does not exist" in str(error):
+            deploy = deploy or f"deploy the {backend} backend first (`cdk deploy {stack} -c backends={backend}`)"
             raise CliError(
-                f"stack {stack} does not exist in {region}: deploy the {backend} backend first "
-                f"(`cdk deploy {stack} -c backends={backend}`), or pass -c region=R / --config for another deployment"
+                f"stack {stack} does not exist in {region}: {deploy}, or pass -c region=R / --config for another "
+                "deployment"
             ) from None
         raise
     status = stacks[0].get("StackStatus", "")

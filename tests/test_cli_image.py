@@ -149,7 +149,7 @@ def test_push_builds_on_the_pinned_image_logs_in_on_stdin_and_pushes(aws, reposi
         f"trn image push: pushing {pushed}\n"
         "docker push: done (stand-in)\n"
         f"pushed {pushed}\n"
-        f"  trn submit --backend batch --image {pushed}\n"
+        f"  trn submit --backend batch --config {batch_config} --image {pushed}\n"
     )
     assert [(op, params) for _, op, params in aws.calls] == [
         ("DescribeStacks", {"StackName": "trainium-batch"}),
@@ -170,7 +170,7 @@ def test_push_goes_to_the_eks_repository_with_finch(aws, repositories, log, tmp_
     assert result.out == pushed + "\n"
     assert [(c["program"], c["argv"][0], c["argv"][-1]) for c in engine.calls(log)] == [
         ("finch", "build", "src"), ("finch", "login", REGISTRY), ("finch", "push", pushed)]
-    assert result.err.endswith(f"  trn submit --backend eks --image {pushed}\n")
+    assert result.err.endswith(f"  trn submit --backend eks --config {config} --image {pushed}\n")
 
 
 def test_an_example_dockerfile_gets_its_base_tag(aws, repositories, log, batch_config, tmp_path):
@@ -194,7 +194,7 @@ def test_a_dockerfile_on_another_base_is_built_with_a_warning(aws, repositories,
     assert "--build-arg" not in build["argv"]
     assert result.err.splitlines()[0] == (
         "trn image push: warning: Dockerfile declares no ARG NEURON_BASE_IMAGE (nor BASE_TAG): it is not built on the "
-        f"xla track's Neuron image ({BASE}); `trn image init` writes a Dockerfile that is"
+        f"xla track's Neuron image ({BASE}), as the Dockerfile `trn image init` writes is"
     )
 
 

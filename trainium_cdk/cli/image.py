@@ -136,8 +136,8 @@ def push(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not build_args:
         err.write(
             f"trn image push: warning: {dockerfile} declares no ARG {BASE_IMAGE_BUILD_ARG} (nor {BASE_TAG_BUILD_ARG}): "
-            f"it is not built on the {track.name} track's Neuron image ({base}); `trn image init` writes a Dockerfile "
-            "that is\n"
+            f"it is not built on the {track.name} track's Neuron image ({base}), as the Dockerfile `trn image init` "
+            "writes is\n"
         )
 
     engine = os.environ.get(CDK_DOCKER) or "docker"
@@ -176,7 +176,8 @@ def push(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
          stdin=password)
     err.write(f"trn image push: pushing {image}\n")
     _run(publish, err, what=f"`{engine} push`", code=1)
-    err.write(f"pushed {image}\n  trn submit --backend {backend} --image {image}\n")
+    same = [*(["--config", args.config] if args.config else []), *(f for o in args.overrides for f in ("-c", o))]
+    err.write(f"pushed {image}\n  {shlex.join(['trn', 'submit', '--backend', backend, *same, '--image', image])}\n")
     out.write(image + "\n")
     return 0
 

@@ -20,7 +20,11 @@ def _group(name: str, instance_type: str, az_id: str = "usw2-az4", nodes: int = 
 
 
 VARIANTS: dict[str, dict[str, Any]] = {
-    "trn1.32xlarge": {"backends": ALL_BACKENDS, "compute_groups": [_group("train", "trn1.32xlarge")]},
+    "trn1.32xlarge": {
+        "backends": ALL_BACKENDS, "compute_groups": [_group("train", "trn1.32xlarge")],
+        # The default config's data repository (config/default.yaml): a created bucket linked to /s3.
+        "storage": {"data_repository": {"file_system_path": "/s3"}},
+    },
     "trn1n.32xlarge+trn1.2xlarge": {
         "backends": ["eks", "batch", "parallelcluster"],
         # The managed node group path (Cluster Autoscaler); the other variants use Karpenter, the default.

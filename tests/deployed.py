@@ -12,7 +12,9 @@ real in moto from their template properties:
   definition (as registered from the template's properties) that ``trn submit --backend batch`` uses; the
   compute environment is UNMANAGED here (moto would otherwise validate subnets it does not have);
 - ``AWS::Logs::LogGroup`` -> the log group (``trn logs``, ``aws logs tail``);
-- ``AWS::EC2::Instance`` -> an instance of that type (on an image moto has: ``aws ec2 stop-instances``).
+- ``AWS::EC2::Instance`` -> an instance of that type (on an image moto has: ``aws ec2 stop-instances``);
+- ``AWS::ECR::Repository`` -> the repository (``trn image push``), ``AWS::S3::Bucket`` -> the bucket (``trn
+  sync``), each under CloudFormation's lower-case name form when the template names none.
 
 Every other resource gets a deterministic physical id of its type's form (``subnet-…``, ``fs-…``).
 """
@@ -35,6 +37,8 @@ _ID_FORMS = {
     "AWS::EC2::Instance": ("i-", 17), "AWS::FSx::FileSystem": ("fs-", 17), "AWS::EC2::LaunchTemplate": ("lt-", 17),
     "AWS::EC2::PlacementGroup": ("", 0),
 }
+# Types whose generated names CloudFormation writes in lower case (their services refuse upper case).
+_LOWER_CASE_NAMES = {"AWS::ECR::Repository", "AWS::S3::Bucket"}
 # Maps whose keys are the user's, not CloudFormation property names: kept as they are when converting.
 _OPAQUE = {"Parameters", "Options", "Tags", "DockerLabels"}
 
@@ -192,7 +196,10 @@ class Account:
         prefix, length = _ID_FORMS.get(kind, (f"{stack.name}-{logical}-", 12))
         if not length:
             return f"{stack.name}-{logical}-{stable(logical, length=8)}"
-        return prefix + stable(stack.name, logical, length=length)
+        suffix = stable(stack.name, logical, length=length)
+        if kind in _LOWER_CASE_NAMES:  # <stack>-<logical id>-<suffix>, lower case (and S3's 63 characters at most)
+            prefix = prefix.lower()[: 63 - len(suffix)]
+        return prefix + suffix
 
     def _make(self, stack: Stack, logical: str, resource: dict[str, Any]) -> None:
         kind = resource["Type"]
@@ -212,6 +219,11 @@ class Account:
             image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
             answer = ec2.run_instances(ImageId=image, InstanceType=props["InstanceType"], MinCount=1, MaxCount=1)
             stack.physical[logical] = answer["Instances"][0]["InstanceId"]
+        elif kind == "AWS::ECR::Repository":
+            self.client("ecr").create_repository(
+                repositoryName=physical, imageTagMutability=props.get("ImageTagMutability", "MUTABLE"))
+        elif kind == "AWS::S3::Bucket":
+            self.client("s3").create_bucket(Bucket=physical, CreateBucketConfiguration={"LocationConstraint": self.region})
         elif kind == "AWS::Logs::LogGroup":
             self.client("logs").create_log_group(logGroupName=physical)
         elif kind == "AWS::Batch::ComputeEnvironment":

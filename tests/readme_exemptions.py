@@ -37,6 +37,9 @@ the development instance                   after `aws ssm start-session`: ssm-us
 ``sbatch``, ``squeue``, ``sinfo``           tests/slurm_standin.py on the head node: the batch script runs
                                            through the rehearsal's srun; ~/trainium holds dist/'s scripts,
                                            checked against the deployed assets
+``docker`` (``trn image push``)            no Docker engine here: tests/container_engine_standin.py records
+                                           each build, login (the password it read on stdin) and push in
+                                           $CONTAINER_ENGINE_LOG; nothing is built or pushed
 ``kubectl``                                tests/kubectl_standin.py: the subcommands the README uses, over
                                            the real Kubernetes client, validating what it applies
 the EKS API server                         tests/fake_kube.py on loopback; moto's cluster endpoint is a
@@ -89,7 +92,10 @@ class Exemption:
 
 
 def install_tools(walk: Walkthrough) -> None:
-    """The workstation's PATH: the AWS CLI, envsubst and the kubectl stand-in (and the system's tools)."""
+    """The workstation's PATH: the AWS CLI, envsubst, the kubectl and docker stand-ins (and the system's tools)."""
+    from tests import container_engine_standin
+
+    container_engine_standin.install(walk.bin, "docker")
     venv_bin = ROOT / ".venv" / "bin"
     (walk.bin / "aws").symlink_to(venv_bin / "aws")
     kubectl = walk.bin / "kubectl"
@@ -149,6 +155,7 @@ def host_environment(walk: Walkthrough, host: str) -> tuple[Path, dict[str, str]
     base = {
         "HOME": str(walk.home), "LANG": "C.UTF-8", "TERM": "dumb", "USER": "user",
         "PATH": f"{walk.bin}:/usr/local/bin:/usr/bin:/bin",
+        "CONTAINER_ENGINE_LOG": str(walk.tmp / "container-engine.log"),
         **aws_environment(walk),
     }
     if host == "workstation":

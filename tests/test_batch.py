@@ -432,7 +432,7 @@ def _batch_groups(result) -> dict[str, dict[str, str]]:
 
 def test_one_output_names_queues_definitions_and_the_submit_command(every_type):
     outputs = every_type.template_json("batch")["Outputs"]
-    assert sorted(outputs) == ["BatchGroups", "DashboardName"]  # not six per group
+    assert sorted(outputs) == ["BatchGroups", "DashboardName", "TrainingImageRepositoryUri"]  # not six per group
     groups = _batch_groups(every_type)
     assert sorted(groups) == sorted(g.name for g in every_type.config.compute_groups)
     values = groups["trn1-32xlarge"]

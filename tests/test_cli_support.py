@@ -126,6 +126,35 @@ def write_config(tmp_path: Path, text: str, name: str = "config.yaml") -> Path:
     return path
 
 
+def readme_transcript(first: str) -> list[tuple[str, list[str]]]:
+    """(command, printed lines) of each `$ ...` line of the README's console block that starts with ``first``."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split(f"```console\n{first}\n", 1)[1].split("```", 1)[0]
+    steps: list[tuple[str, list[str]]] = [(first.removeprefix("$ "), [])]
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            steps.append((line.removeprefix("$ "), []))
+        elif line:
+            steps[-1][1].append(line)
+    return steps
+
+
+def run_transcript(steps: list[tuple[str, list[str]]], printed: Callable[[Result], list[str]]) -> None:
+    """Run each step as typed (a `trn` command in process, any other in bash) and compare what it printed, as
+    ``printed`` reads a result, with the transcript. The test sets TRN_CONFIG, as a reader's checkout has it."""
+    import shlex
+    import subprocess
+
+    for command, expected in steps:
+        if command.startswith("trn "):
+            result = run_cli(*shlex.split(command)[1:])
+            assert result.code == 0, (command, result)
+            assert printed(result) == expected, command
+        else:
+            done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True)
+            assert done.stdout.splitlines() == expected, command
+
+
 def assert_one_clean_line(result: Result, *words: str) -> None:
     """A user error: exit 2, one line on stderr naming the problem, no traceback."""
     assert result.code == 2, result

@@ -25,8 +25,8 @@ from tests.test_toolchain import recommended_flags
 from trainium_cdk import (
     DEFAULT_CATALOG, BatchRoles, BatchTaskRules, ClusterAutoscaler, ClusterAutoscalerOptions, ClusterObservability,
     ConfigError, EfaLaunchTemplate, KarpenterController, KarpenterOptions, LustreStorage, NodePoolProps,
-    SlurmCluster, TrainingNetwork, TrainingWorkloads, TrainingWorkloadsOptions, TrainiumBatch, TrainiumCluster,
-    TrainiumNodeGroup, TrainiumNodePools,
+    SlurmCluster, TrainingImageRepository, TrainingNetwork, TrainingWorkloads, TrainingWorkloadsOptions, TrainiumBatch,
+    TrainiumCluster, TrainiumNodeGroup, TrainiumNodePools,
 )
 from trainium_cdk.adapters.parallelcluster import cluster_settings
 from trainium_cdk.constructs.api_access import ApiAccessHost
@@ -230,6 +230,15 @@ def test_batch_roles_alone():
     assert len(resources(template, "AWS::IAM::InstanceProfile")) == 1
 
 
+def test_training_image_repository_alone():
+    _, template = synth_alone(lambda stack, _: TrainingImageRepository(stack, "TheirImages", images_kept=10))
+    (repository,) = resources(template, "AWS::ECR::Repository").values()
+    assert repository["Properties"]["ImageTagMutability"] == "IMMUTABLE"
+    assert repository["Properties"]["ImageScanningConfiguration"] == {"ScanOnPush": True}
+    assert '"countNumber":10' in repository["Properties"]["LifecyclePolicy"]["LifecyclePolicyText"]
+    assert repository["DeletionPolicy"] == "Retain"
+
+
 def test_batch_task_rules_alone_on_an_imported_vpc():
     """An imported VPC has no default security group attribute: the construct takes its id."""
     _, template = synth_alone(lambda stack, imported: BatchTaskRules(
@@ -301,6 +310,7 @@ def test_trainium_node_pools_alone():
      "Alone/Pretrain/LaunchTemplate.capacity_reservation_id"),
     (lambda s, i: LustreStorage(s, "Datasets", vpc=i.vpc, subnet=i.subnet, clients=[], capacity_gib=1000),
      "Alone/Datasets.capacity_gib"),
+    (lambda s, i: TrainingImageRepository(s, "Images", images_kept=0), "Alone/Images.images_kept"),
 ])
 def test_errors_name_the_construct_path(build, path):
     stack = cdk.Stack(cdk.App(), STACK, env=ENV)

@@ -41,6 +41,8 @@ SHARED = {
     "the claim": names.CLAIM_NAME,
     "the static volume": names.VOLUME_NAME,
     "the shared mount": names.SHARED_MOUNT,
+    "the base image build argument": names.BASE_IMAGE_BUILD_ARG,
+    "the examples' base tag build argument": names.BASE_TAG_BUILD_ARG,
 }
 OUTPUT_IDS = sorted(v for k, v in vars(names).items() if k.startswith("OUTPUT_"))
 

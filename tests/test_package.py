@@ -49,6 +49,8 @@ def test_wheel_carries_the_package_data(installed):
     for relative in (
         "py.typed", "parallelcluster/neuron_setup.sh", "parallelcluster/head_node_setup.sh",
         "examples/mlp/Dockerfile", "examples/mlp/train.py", "examples/bert/Dockerfile", "config/default.yaml",
+        # `trn image init`'s starter files
+        "examples/starter/Dockerfile", "examples/starter/requirements.txt", "examples/starter/dockerignore",
         # What runs on nodes and in pods: every file of the folder, read at synth time from the package.
         *(f"node/{p.name}" for p in (ROOT / "trainium_cdk" / "node").iterdir() if p.suffix in (".sh", ".py")),
     ):

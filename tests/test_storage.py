@@ -25,6 +25,12 @@ def with_repository():
 
 
 @pytest.fixture(scope="module")
+def linked():
+    """The data repository of config/default.yaml: a created bucket linked to /s3."""
+    return synth(config_with(storage={"data_repository": {"file_system_path": "/s3"}}))
+
+
+@pytest.fixture(scope="module")
 def scratch_existing_bucket():
     return synth(
         config_with(
@@ -143,6 +149,29 @@ def test_scratch_with_existing_bucket(scratch_existing_bucket):
     assert dra["Properties"]["DataRepositoryPath"] == "s3://my-datasets/"
     assert dra["Properties"]["FileSystemPath"] == "/datasets"
     assert "AutoExportPolicy" not in dra["Properties"]["S3"]
+
+
+def test_the_default_config_links_a_created_bucket_to_s3():
+    """`trn sync` works out of the box: config/default.yaml has a data repository (a bucket it creates)."""
+    from tests.helpers import ROOT
+    from trainium_cdk.config import DataRepository, load_config
+
+    assert load_config(ROOT / "config" / "default.yaml").storage.data_repository == DataRepository(file_system_path="/s3")
+
+
+def test_adding_a_data_repository_to_a_deployed_file_system_only_adds(default, linked):
+    """A deployment from before the default config had a data repository, judged by `make plan`'s own rule
+    (tools/plan.py: create-only properties from CloudFormation's resource schemas): the deploy adds the bucket,
+    its policy and the association; the file system and every other resource of every stack stay as they are."""
+    from tools.plan import changes
+
+    (policy,) = resources(linked.template_json("storage"), "AWS::S3::BucketPolicy")
+    assert changes(default.outdir, linked.outdir) == [
+        "t-storage:",
+        f"  + {BUCKET_LOGICAL_ID} (AWS::S3::Bucket)",
+        f"  + {policy} (AWS::S3::BucketPolicy)",
+        f"  + {ASSOCIATION_LOGICAL_ID} (AWS::FSx::DataRepositoryAssociation)",
+    ]
 
 
 def test_outputs_name_the_file_system(default):

@@ -56,6 +56,7 @@ _PUBLIC = {
     "ClusterObservability": "trainium_cdk.constructs.observability",
     "TrainingWorkloads": "trainium_cdk.constructs.eks_workloads",
     "TrainingWorkloadsOptions": "trainium_cdk.constructs.eks_workloads",
+    "TrainingImageRepository": "trainium_cdk.constructs.training_images",
     "TrainiumBatch": "trainium_cdk.constructs.batch",
     "BatchRoles": "trainium_cdk.constructs.batch_roles",
     "BatchTaskRules": "trainium_cdk.constructs.batch_tasks",
@@ -138,6 +139,7 @@ if TYPE_CHECKING:  # static type checkers see the real names
     from trainium_cdk.constructs.network import ComputePlacement, TrainingNetwork
     from trainium_cdk.constructs.parallelcluster import SlurmCluster
     from trainium_cdk.constructs.storage import DataRepositoryProps, ILustreStorage, LustreMount, LustreStorage
+    from trainium_cdk.constructs.training_images import TrainingImageRepository
     from trainium_cdk.errors import ConfigError
     from trainium_cdk.jobs import JobSpec
     from trainium_cdk.stacks.batch_stack import BatchStack

@@ -53,6 +53,14 @@ NEURON_BIN = "/opt/aws/neuron/bin"
 # the Slurm job id, the Batch job id): all stay the same when the scheduler restarts the job.
 CHECKPOINT_ROOT = f"{SHARED_MOUNT}/checkpoints"
 
+# -- Training images ----------------------------------------------------------------------------------
+
+# The build argument that names a training image's base, the Neuron training image of the deployment's track:
+# `trn image push` passes it, and the starter Dockerfile (`trn image init`) builds FROM it.
+BASE_IMAGE_BUILD_ARG = "NEURON_BASE_IMAGE"
+# The example images' build argument: the tag of that image (their FROM line names its public repository).
+BASE_TAG_BUILD_ARG = "BASE_TAG"
+
 # -- Stack outputs ------------------------------------------------------------------------------------
 # The construct id of each CfnOutput; CloudFormation shows it as :func:`output_key` (CDK drops the
 # characters a logical id cannot hold). Per-group outputs are ``<kind>-<group>`` (:func:`group_output`).
@@ -73,6 +81,7 @@ OUTPUT_CLUSTER_NAME = "ClusterName"
 OUTPUT_DASHBOARD_NAME = "DashboardName"
 OUTPUT_EXAMPLE_IMAGE_URI = "ExampleImageUri"
 OUTPUT_BERT_IMAGE_URI = "BertImageUri"
+# eks and batch: the repository of the team's own training images (`trn image push`)
 OUTPUT_TRAINING_IMAGE_REPOSITORY_URI = "TrainingImageRepositoryUri"
 OUTPUT_UPDATE_KUBECONFIG = "UpdateKubeconfig"
 OUTPUT_ACCESS_HOST_ID = "AccessHostId"

@@ -12,6 +12,9 @@
     trn jobs [--group G]
     trn cost [--config PATH] [--region REGION]
     trn check fabric --nodes N [--backend batch|eks] [--min-fraction F] [--report LOG]
+    trn image init [DIR]
+    trn image push [--dockerfile PATH] [--context DIR] [--tag TAG] [--backend eks|batch] [--dry-run]
+    trn sync LOCAL_DIR [--to PREFIX] [--dry-run]
     trn --version
 
 Import has no side effects and makes no AWS call; the synth path (app.py, trainium_cdk.stacks) never
@@ -31,7 +34,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trainium_cdk.cli import azs, check, connect, cost, doctor, jobs, rehearse
+    from trainium_cdk.cli import azs, check, connect, cost, doctor, image, jobs, rehearse, sync
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -46,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     rehearse.add_parser(sub)
     cost.add_parser(sub)
     check.add_parser(sub)
+    image.add_parser(sub)
+    sync.add_parser(sub)
     return parser
 
 

@@ -242,9 +242,12 @@ def is_interactive(stream: TextIO) -> bool:
         return False
 
 
-def stack_outputs(cfn: Any, stack: str, region: str, *, backend: str, own: bool = False) -> dict[str, str]:
+def stack_outputs(
+    cfn: Any, stack: str, region: str, *, backend: str, own: bool = False, deploy: str | None = None
+) -> dict[str, str]:
     """The outputs of a deployed stack by key; a stack that is missing or broken is the user's to fix.
-    ``own``: a stack of the user's own CDK app (not this project's `make deploy`)."""
+    ``own``: a stack of the user's own CDK app (not this project's `make deploy`); ``deploy`` says how to deploy a
+    stack that is not a backend's (default: the backend's `make synth`, `make plan`, `make deploy`)."""
     from botocore.exceptions import ClientError
 
     try:
@@ -253,11 +256,13 @@ def stack_outputs(cfn: Any, stack: str, region: str, *, backend: str, own: bool 
         if error_code(error) == "ValidationError" and "does not exist" in str(error) and own:
             raise CliError(f"stack {stack} does not exist in {region}: deploy your app first, or pass --region") from None
         if error_code(error) == "ValidationError" and "does not exist" in str(error):
+            deploy = deploy or (
+                f"deploy the {backend} backend first (`make synth` with it in backends, e.g. "
+                f"ARGS=\"-c backends={backend}\", then `make plan` and `make deploy`)"
+            )
             raise CliError(
-                f"stack {stack} does not exist in {region}: deploy the {backend} backend first "
-                f"(`make synth` with it in backends, e.g. ARGS=\"-c backends={backend}\", then `make plan` and "
-                "`make deploy`), or pass "
-                "-c region=R / --config for another deployment"
+                f"stack {stack} does not exist in {region}: {deploy}, or pass -c region=R / --config for another "
+                "deployment"
             ) from None
         raise
     status = stacks[0].get("StackStatus", "")

@@ -32,7 +32,7 @@ from trainium_cdk.constructs.defaults import LOG_RETENTION
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.launcher import PEER_LOST_EXIT_CODE, launch_command
-from trainium_cdk.names import SHARED_MOUNT
+from trainium_cdk.names import BASE_TAG_BUILD_ARG, SHARED_MOUNT
 from trainium_cdk.training_env import cache_dir, job_environment
 from trainium_cdk.versions import XLA_TRACK, NeuronTrack
 
@@ -171,7 +171,7 @@ class TrainiumBatch(Construct):
                 "ExampleImage",
                 directory=str(EXAMPLE_DIR),
                 platform=ecr_assets.Platform.LINUX_AMD64,
-                build_args={"BASE_TAG": track.training_image_tag},
+                build_args={BASE_TAG_BUILD_ARG: track.training_image_tag},
             )
             image_uri = self.example_image.image_uri
         self.image = image_uri

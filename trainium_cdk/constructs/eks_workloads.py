@@ -8,7 +8,6 @@ from pathlib import Path
 
 import cdk8s
 from aws_cdk import RemovalPolicy
-from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_s3 as s3
@@ -18,17 +17,16 @@ from trainium_cdk import versions
 from trainium_cdk.charts.training import JOB_CHART_PREFIX, QUEUE_CHART_ID
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.pod_identity import pod_identity_role
+from trainium_cdk.constructs.training_images import DEFAULT_REMOVAL_POLICY, IMAGES_KEPT, TrainingImageRepository
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.names import TRAINING_NAMESPACE
+from trainium_cdk.names import BASE_TAG_BUILD_ARG, TRAINING_NAMESPACE
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
 # The BERT-large example image's build context: a Dockerfile that fetches the pinned sample script.
 BERT_EXAMPLE_DIR = EXAMPLE_DIR.parent / "bert"
 DATA_LOADER_SERVICE_ACCOUNT = "data-loader"
-IMAGES_KEPT = 100
 DEFAULT_BASE_IMAGE_TAG = versions.NEURON_TRAINING_IMAGE_TAG
-# Where teams push their own training images; kept on destroy, like any artifact store.
-DEFAULT_REPOSITORY_REMOVAL_POLICY = RemovalPolicy.RETAIN
+DEFAULT_REPOSITORY_REMOVAL_POLICY = DEFAULT_REMOVAL_POLICY
 
 
 @dataclass(frozen=True)
@@ -97,22 +95,15 @@ class TrainingWorkloads(Construct):
     ) -> None:
         options = options or TrainingWorkloadsOptions()
         super().__init__(scope, construct_id)
-        self.repository = ecr.Repository(
-            self,
-            "TrainingImages",
-            image_scan_on_push=True,
-            image_tag_mutability=ecr.TagMutability.IMMUTABLE,
-            lifecycle_rules=[
-                ecr.LifecycleRule(max_image_count=options.images_kept, description="keep the newest images")
-            ],
-            removal_policy=options.repository_removal_policy,
+        self.repository = TrainingImageRepository(
+            self, "TrainingImages", images_kept=options.images_kept, removal_policy=options.repository_removal_policy
         )
         self.image = ecr_assets.DockerImageAsset(
             self,
             "ExampleImage",
             directory=str(options.image_directory),
             platform=ecr_assets.Platform.LINUX_AMD64,
-            build_args={"BASE_TAG": options.base_image_tag},
+            build_args={BASE_TAG_BUILD_ARG: options.base_image_tag},
         )
         # On the same base as the example image: a deploy pushes only the layers the base lacks.
         self.bert_image = None if options.bert_image_directory is None else ecr_assets.DockerImageAsset(
@@ -120,7 +111,7 @@ class TrainingWorkloads(Construct):
             "BertImage",
             directory=str(options.bert_image_directory),
             platform=ecr_assets.Platform.LINUX_AMD64,
-            build_args={"BASE_TAG": options.base_image_tag},
+            build_args={BASE_TAG_BUILD_ARG: options.base_image_tag},
         )
         self.volcano = volcano
         if options.data_loader_bucket is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 
 from aws_cdk import CfnOutput, NestedStack, Stack
+from aws_cdk import aws_ecr as ecr
 from constructs import Construct
 
 from trainium_cdk.config import ComputeGroup, Config
@@ -21,14 +22,19 @@ from trainium_cdk.constructs.batch_tasks import BatchTaskRules
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.constructs.training_images import TrainingImageRepository
 from trainium_cdk.adapters.batch import batch_props
 from trainium_cdk.names import (
     BATCH_JOB_DEFINITION_ARN, BATCH_JOB_DEFINITION_NAME, BATCH_JOB_QUEUE_ARN, BATCH_JOB_QUEUE_NAME,
     BATCH_LOG_GROUP_NAME, BATCH_SUBMIT_JOB, OUTPUT_BATCH_GROUPS, OUTPUT_DASHBOARD_NAME,
+    OUTPUT_TRAINING_IMAGE_REPOSITORY_URI,
 )
 
 # Groups per template: 25 x 33 KiB and the shared resources stay well under 1 MB (tests/test_scale_batch.py).
 GROUPS_PER_TEMPLATE = 25
+# The logical id of the repository of the team's own training images: pinned, because a new id would make
+# CloudFormation create a second repository and leave the first (retained) with every image in it.
+TRAINING_IMAGES_LOGICAL_ID = "TrainingImageRepository"
 
 
 class BatchStack(Stack):
@@ -51,6 +57,15 @@ class BatchStack(Stack):
         # One set of roles for every group (the same agent, the same kind of job): what differs by group (its
         # log group) is named in their policies.
         self.roles = BatchRoles(self, "Roles", description=f"every compute group of {construct_id}", metrics=True)
+        # The team's own images (`trn image push --backend batch`): every group's nodes and jobs may pull them, so
+        # that a job definition revision with such an image (`trn submit --backend batch --image`) runs.
+        self.training_images = TrainingImageRepository(self, "TrainingImages")
+        repository = self.training_images.node.default_child
+        assert isinstance(repository, ecr.CfnRepository)
+        repository.override_logical_id(TRAINING_IMAGES_LOGICAL_ID)
+        # Depending on its configuration the ECS agent pulls with the execution or the instance role: both may.
+        self.training_images.grant_pull(self.roles.instance_role)
+        self.training_images.grant_pull(self.roles.execution_role)
         self.group_stacks: list[NestedStack] = []
         self.groups = {
             group.name: _training(
@@ -67,6 +82,10 @@ class BatchStack(Stack):
             file_system_id=storage.file_system_id if storage is not None else None,
         )
         CfnOutput(self, OUTPUT_DASHBOARD_NAME, value=self.metrics.dashboard.dashboard_name)
+        CfnOutput(
+            self, OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, value=self.training_images.repository_uri,
+            description="Your training images: `trn image push --backend batch` pushes here",
+        )
         # One output for every group (names.OUTPUT_BATCH_GROUPS): six per group would stop at 33 groups.
         CfnOutput(
             self, OUTPUT_BATCH_GROUPS,

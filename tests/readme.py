@@ -5,11 +5,12 @@ Markers (HTML comments, invisible on GitHub) on the lines right before a block's
 - ``<!-- session: NAME -->``: the block runs in the session NAME, after the session's earlier blocks, in
   the same shell (variables, functions, the working directory) and against the same stand-ins (the AWS
   state, the cluster). A walkthrough is one session. A block without a marker runs in a session of its
-  own.
+  own. ``session: A,B`` (a file block shared by walkthroughs): the block runs in each of them.
 - ``<!-- on: HOST -->``: the block is typed on a remote host the session opened (``head-node`` after
   ``aws ssm start-session`` to the Slurm head node, ``dev-instance`` on the development instance).
 - ``<!-- file: NAME -->`` on a block of another language (with a session): a file the reader writes, such
-  as their ``app.py``; the session writes it, byte for byte, as NAME in its current directory.
+  as their ``app.py``; the session writes it, byte for byte, as NAME (a relative path, its folders made) in
+  its current directory.
 
 A command is what bash reads as one: backslash continuations, heredocs and multi-line compound commands
 stay together (bash itself decides, with ``bash -n``). Blank and comment-only lines between commands
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 SHELLS = ("sh", "bash")
 _FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[A-Za-z0-9_+-]*)\s*$")
-_MARKER = re.compile(r"^\s*<!--\s*(?P<key>session|on|file):\s*(?P<value>[a-z0-9][a-z0-9._-]*)\s*-->\s*$")
+_MARKER = re.compile(r"^\s*<!--\s*(?P<key>session|on|file):\s*(?P<value>[a-z0-9][a-z0-9._/,-]*)\s*-->\s*$")
 # Ends the heredoc that writes a file block (a line the README never holds).
 FILE_END = "TRAINIUM_CDK_README_FILE_END"
 
@@ -120,14 +121,17 @@ def blocks(text: str) -> list[Block]:
 def write_file(name: str, content: str) -> str:
     """The command that writes ``content`` to ``name`` as it is (a quoted heredoc expands nothing)."""
     assert FILE_END not in content
-    return f"cat > {name} <<'{FILE_END}'\n{content}{FILE_END}"
+    assert ".." not in name.split("/") and not name.startswith("/"), f"a file block's name is a relative path: {name}"
+    folder = f"mkdir -p {name.rsplit('/', 1)[0]} && " if "/" in name else ""
+    return f"{folder}cat > {name} <<'{FILE_END}'\n{content}{FILE_END}"
 
 
 def sessions(text: str) -> dict[str, list[Block]]:
     """Blocks grouped by session, in README order; an unmarked block is a session of its own (``line-N``)."""
     grouped: dict[str, list[Block]] = {}
     for block in blocks(text):
-        grouped.setdefault(block.session or f"line-{block.line}", []).append(block)
+        for name in (block.session or f"line-{block.line}").split(","):
+            grouped.setdefault(name, []).append(block)
     return grouped
 
 

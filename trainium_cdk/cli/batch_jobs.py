@@ -24,6 +24,8 @@ from trainium_cdk.cli.jobs import (
     Clock,
     JobState,
     UserJob,
+    announce,
+    chatter,
     default_name,
     same_job_flags,
     user_job,
@@ -118,16 +120,13 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
     if not multinode and nodes > 1:
         raise ConfigError("--nodes", nodes, f"1: job definition {definition} is a single-node (container) job")
     if args.image is not None and args.image not in images_of(described):
-        definition = revision_for_image(batch, described, args.image, out)
+        definition = revision_for_image(batch, described, args.image, chatter(args, out, err))
     submission = BatchSubmission(name=name, nodes=nodes, multinode=multinode, program=job.program, env=job.env)
     response = batch.submit_job(**submission.request(queue=queue, definition=definition))
     job_id = response["jobId"]
-    out.write(
-        f"submitted {response.get('jobName', name)}: job id {job_id} "
-        f"({nodes} x {group.instance_type}, group {group.name})\n"
-    )
-    flags = same_job_flags(args, "batch")
-    out.write(f"  trn status {job_id} {flags} --wait\n  trn logs {job_id} {flags} --follow\n")
+    summary = (f"submitted {response.get('jobName', name)}: job id {job_id} ({nodes} x {group.instance_type}, "
+               f"group {group.name})")
+    announce(args, out, err, job=job_id, summary=summary, backend="batch")
     return 0
 
 

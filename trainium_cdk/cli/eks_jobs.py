@@ -23,6 +23,8 @@ from trainium_cdk.cli.jobs import (
     Clock,
     JobState,
     UserJob,
+    announce,
+    chatter,
     default_name,
     same_job_flags,
     user_job,
@@ -148,12 +150,9 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
         out.write(yaml.safe_dump_all(objects, sort_keys=False))
         return 0
     kube = Kube(args)
-    create(kube, objects, name=name, out=out)
+    create(kube, objects, name=name, out=chatter(args, out, err))
     ns = kube.namespace
-    out.write(f"submitted {name} to namespace {ns}\n")
-    flags = same_job_flags(args, "eks", namespace=ns)
-    out.write(f"  trn status {name} {flags} --wait\n")
-    out.write(f"  trn logs {name} {flags} --follow\n")
+    announce(args, out, err, job=name, summary=f"submitted {name} to namespace {ns}", backend="eks", namespace=ns)
     return 0
 
 

@@ -79,8 +79,8 @@ def add_parser(sub: Any) -> None:
         "push to the TrainingImageRepositoryUri output of the EKS or Batch stack. Docker, or the engine CDK_DOCKER "
         "names (finch). Prints the image URI on stdout.",
     )
-    q.add_argument("--dockerfile", metavar="PATH", default=DEFAULT_DOCKERFILE,
-                   help=f"the Dockerfile (default: ./{DEFAULT_DOCKERFILE})")
+    q.add_argument("--dockerfile", metavar="PATH",
+                   help=f"the Dockerfile (default: {DEFAULT_DOCKERFILE} of --context, else ./{DEFAULT_DOCKERFILE})")
     q.add_argument("--context", metavar="DIR", help="build context (default: the Dockerfile's directory)")
     q.add_argument("--tag", help="image tag (default: <context directory>-<UTC time>, new on every push; the "
                    "repository's tags are immutable)")
@@ -120,7 +120,12 @@ def init(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def push(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = read_config(args.config, parse_overrides(args.overrides))
     backend = image_backend(config, args.backend)
-    dockerfile = Path(args.dockerfile)
+    if args.context and not Path(args.context).is_dir():
+        raise ConfigError("--context", args.context, "a directory (the build context)")
+    if args.dockerfile:
+        dockerfile = Path(args.dockerfile)
+    else:
+        dockerfile = Path(args.context) / DEFAULT_DOCKERFILE if args.context else Path(DEFAULT_DOCKERFILE)
     if not dockerfile.is_file():
         raise ConfigError("--dockerfile", str(dockerfile), "a Dockerfile (`trn image init` writes a starter one)")
     context = Path(args.context) if args.context else dockerfile.parent

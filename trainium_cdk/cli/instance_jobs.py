@@ -12,7 +12,7 @@ from typing import TextIO
 
 from trainium_cdk.cli._common import CliError, client, session, stack_outputs, table
 from trainium_cdk.cli.jobs import (
-    CLOCK, FAILED, SUCCEEDED, Clock, JobState, default_name, same_job_flags, user_job, watch,
+    CLOCK, FAILED, SUCCEEDED, Clock, JobState, announce, default_name, user_job, watch,
 )
 from trainium_cdk.cli.ssm_run import LineFilter, checked, parse_chunk, print_log, run, send_request
 from trainium_cdk.config import Config
@@ -77,9 +77,8 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
                   f"call made):\n{script}SendCommand:\n{json.dumps(request, indent=2)}\n")
         return 0
     _run(config, script, comment=f"trn submit {sub.name}", doing="starting the job")
-    out.write(f"submitted {sub.name}: unit {sub.unit} on the development instance ({config.instance.instance_type})\n")
-    flags = same_job_flags(args, BACKEND)
-    out.write(f"  trn status {sub.name} {flags} --wait\n  trn logs {sub.name} {flags} --follow\n")
+    summary = f"submitted {sub.name}: unit {sub.unit} on the development instance ({config.instance.instance_type})"
+    announce(args, out, err, job=sub.name, summary=summary, backend=BACKEND)
     return 0
 
 

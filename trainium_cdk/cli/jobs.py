@@ -133,6 +133,8 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("--dry-run", action="store_true",
                    help="print exactly what would be sent (no AWS credentials needed), send nothing")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="print only the job's id (or name) on stdout, for JOB=$(trn submit -q ...); the rest on stderr")
     _common(p)
     p.set_defaults(func=submit)
 
@@ -263,6 +265,23 @@ def parse_env(pairs: Sequence[str] | None) -> dict[str, str]:
             raise ConfigError("--env", key, "each KEY once")
         env[key] = value
     return env
+
+
+def chatter(args: argparse.Namespace, out: TextIO, err: TextIO) -> TextIO:
+    """Where submit's progress lines go: stdout, or stderr with --quiet (stdout then holds the job's id alone)."""
+    return err if getattr(args, "quiet", False) else out
+
+
+def announce(args: argparse.Namespace, out: TextIO, err: TextIO, *, job: str, summary: str, backend: str,
+             namespace: str | None = None) -> None:
+    """What submit prints once the job is in: a summary and the commands that follow it, or with --quiet the
+    job's id alone on stdout (the summary on stderr)."""
+    if getattr(args, "quiet", False):
+        err.write(summary + "\n")
+        out.write(job + "\n")
+        return
+    flags = same_job_flags(args, backend, namespace=namespace)
+    out.write(f"{summary}\n  trn status {job} {flags} --wait\n  trn logs {job} {flags} --follow\n")
 
 
 def default_name(group: ComputeGroup, clock: Clock = CLOCK) -> str:

@@ -48,6 +48,9 @@ def add_parser(sub: Any) -> None:
     add_job_arguments(p)
     p.add_argument("--procs-per-node", type=int, default=PROCESSES_PER_NODE, metavar="P",
                    help=f"processes per node, for the NeuronCores (default {PROCESSES_PER_NODE})")
+    p.add_argument("--code", metavar="DIR",
+                   help="where your code is, standing for the job's working directory on the nodes (the image's "
+                   "WORKDIR, or --workdir): the command runs there (default: the current directory)")
     p.add_argument("--fsx", metavar="DIR", help=f"the folder that stands for /fsx (default ./{DEFAULT_FSX})")
     p.add_argument("--image", metavar="URI", help="EKS: the image named in the manifest (the rehearsal runs this Python)")
     p.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="SECONDS",
@@ -81,9 +84,11 @@ def rehearse(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     args.dry_run = False
     user_job(args, config)  # every argument checked before anything runs
     _check_torch()
+    cwd = Path(args.code).resolve() if args.code else Path.cwd()
+    if not cwd.is_dir():
+        raise ConfigError("--code", args.code, "a directory of your code")
     fsx = Path(args.fsx) if args.fsx else DEFAULT_FSX
     fsx.mkdir(parents=True, exist_ok=True)
-    cwd = Path.cwd()
     with tempfile.TemporaryDirectory(prefix="trn-rehearse-") as root:
         stage = Stage(Path(root), fsx=fsx.resolve(), workdir=cwd, processes_per_node=args.procs_per_node)
         run = RUNNERS[backend]

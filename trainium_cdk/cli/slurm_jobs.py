@@ -13,7 +13,8 @@ from typing import Any, TextIO
 
 from trainium_cdk.cli._common import CliError, client, session, stack_outputs, table
 from trainium_cdk.cli.jobs import (
-    CLOCK, FAILED, SUCCEEDED, Clock, JobState, default_name, group_of, same_job_flags, user_job, watch,
+    CLOCK, FAILED, SUCCEEDED, Clock, JobState, announce, default_name, group_of, same_job_flags, user_job,
+    watch,
 )
 from trainium_cdk.cli.ssm_run import LineFilter, checked, parse_chunk, print_log, run, send_request
 from trainium_cdk.config import Config
@@ -99,10 +100,8 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
     job_id = lines[-1].split(PARSABLE_SEPARATOR)[0].strip() if lines else ""
     if not _JOB_ID.fullmatch(job_id):
         raise CliError(f"sbatch printed no job id: {said.strip()[-300:] or 'nothing'}", code=1)
-    out.write(f"submitted {sub.name}: Slurm job {job_id} ({sub.nodes} x {group.instance_type}, queue "
-              f"{queue_name(group)})\n")
-    flags = same_job_flags(args, BACKEND)
-    out.write(f"  trn status {job_id} {flags} --wait\n  trn logs {job_id} {flags} --follow\n")
+    summary = f"submitted {sub.name}: Slurm job {job_id} ({sub.nodes} x {group.instance_type}, queue {queue_name(group)})"
+    announce(args, out, err, job=job_id, summary=summary, backend=BACKEND)
     return 0
 
 

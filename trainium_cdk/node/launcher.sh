@@ -2,6 +2,8 @@
 # trainium-launch: torchrun on every node of a job, wired at run time (trainium_cdk/launcher.py).
 set -eu
 : "${PEER_LOST_EXIT:?the header sets PEER_LOST_EXIT}"
+: "${DEFAULT_OPEN_FILES:?the header sets DEFAULT_OPEN_FILES}"
+: "${DEFAULT_PRECOMPILE_STEPS:?the header sets DEFAULT_PRECOMPILE_STEPS}"
 say() { echo "trainium-launch: $*" >&2; }
 fail() { say "$*"; exit 2; }
 self_address() {
@@ -46,7 +48,12 @@ NPROC_PER_NODE="${NPROC_PER_NODE:?the job definition sets NPROC_PER_NODE}"
 export MASTER_ADDR MASTER_PORT NODE_RANK NNODES NPROC_PER_NODE
 if [ -n "${TRN_CACHE_DIR:-}" ]; then
   mkdir -p "$TRN_CACHE_DIR"
-  export NEURON_CC_FLAGS="--cache_dir=$TRN_CACHE_DIR${NEURON_CC_FLAGS:+ $NEURON_CC_FLAGS}"
+  # The cache goes before the job's own compiler flags (the track's, or the job's env), which stay as they
+  # are; flags that name a cache of their own keep it.
+  case " ${NEURON_CC_FLAGS:-} " in
+    *" --cache_dir="*) say "NEURON_CC_FLAGS names its own --cache_dir: TRN_CACHE_DIR ($TRN_CACHE_DIR) is not used" ;;
+    *) export NEURON_CC_FLAGS="--cache_dir=$TRN_CACHE_DIR${NEURON_CC_FLAGS:+ $NEURON_CC_FLAGS}" ;;
+  esac
 fi
 if [ -n "${TRN_CHECKPOINT_ROOT:-}" ]; then
   job="${TRN_JOB_NAME:-${SLURM_JOB_ID:-${AWS_BATCH_JOB_ID:-}}}"
@@ -70,11 +77,37 @@ if [ -r "$version_file" ]; then
 else
   say "no Neuron driver loaded here: version preflight skipped"
 fi
+# Open files: the soft limit up to TRN_OPEN_FILES (Neuron's `ulimit -n 65535`), within the hard limit, which
+# only the scheduler's daemon (slurmd, containerd) or the job definition (Batch's nofile ulimit) can raise.
+# (ulimit -S/-H -n: dash, bash and BusyBox ash all have them.)
+want="${TRN_OPEN_FILES:-$DEFAULT_OPEN_FILES}"
+case "$want" in ''|*[!0-9]*) fail "TRN_OPEN_FILES=$want: a number of open files" ;; esac
+# shellcheck disable=SC3045
+soft="$(ulimit -Sn)" hard="$(ulimit -Hn)"
+if [ "$hard" != unlimited ] && [ "$hard" -lt "$want" ]; then
+  say "WARNING: the hard limit of open files here is $hard, under the $want asked for: the soft limit goes to $hard"
+  want="$hard"
+fi
+if [ "$soft" != unlimited ] && [ "$soft" -lt "$want" ]; then
+  # shellcheck disable=SC3045
+  if ulimit -Sn "$want"; then soft="$want"; else say "WARNING: the soft limit of open files stays $soft"; fi
+fi
+say "open files: soft limit $soft, hard limit $hard"
 set -- --nnodes="$NNODES" --node_rank="$NODE_RANK" --nproc_per_node="$NPROC_PER_NODE" \
   --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" "$@"
 if [ "${TRN_PRECOMPILE:-0}" = 1 ]; then
-  say "precompiling the graphs into the cache with neuron_parallel_compile"
-  neuron_parallel_compile torchrun "$@"
+  # Neuron's graph extraction: neuron_parallel_compile runs the same command with NEURON_EXTRACT_GRAPHS_ONLY=1
+  # (no real execution, outputs not real), then compiles every graph it saw into the cache. The trial run
+  # should be a few steps (Neuron's guide): the script stops after TRN_PRECOMPILE_STEPS. It gets no
+  # checkpoint directory, so it can neither resume from the run's checkpoints nor write over them.
+  steps="${TRN_PRECOMPILE_STEPS:-$DEFAULT_PRECOMPILE_STEPS}"
+  case "$steps" in ''|*[!0-9]*) fail "TRN_PRECOMPILE_STEPS=$steps: the steps of the trial run, 1 or more" ;; esac
+  [ "$steps" -ge 1 ] || fail "TRN_PRECOMPILE_STEPS=$steps: the steps of the trial run, 1 or more"
+  command -v neuron_parallel_compile >/dev/null 2>&1 \
+    || fail "TRN_PRECOMPILE=1, but there is no neuron_parallel_compile here (torch-neuronx's PyTorch/XLA training tool)"
+  say "precompile: graph extraction over $steps steps (NEURON_EXTRACT_GRAPHS_ONLY=1, TRN_PRECOMPILE_STEPS=$steps, no TRN_CHECKPOINT_DIR), compiled into the cache by neuron_parallel_compile; then the run"
+  ( unset TRN_CHECKPOINT_DIR; TRN_PRECOMPILE_STEPS="$steps"; export TRN_PRECOMPILE_STEPS; exec neuron_parallel_compile torchrun "$@" )
+  say "precompile: done; the run starts"
 fi
 if [ "$scheduler" != batch ] || [ "$NNODES" -lt 2 ] || [ -z "${TRN_CHECKPOINT_DIR:-}" ]; then
   exec torchrun "$@"

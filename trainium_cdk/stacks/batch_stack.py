@@ -128,6 +128,7 @@ def _training(
         log_retention=props.log_retention,
         log_removal_policy=props.log_removal_policy,
         track=props.track,
+        precompile_steps=props.precompile_steps,
         ami_id=props.ami_id,
     )
 

@@ -73,7 +73,6 @@ LAUNCHER = node.program(
 # The variables a job (or its config) sets to change what the launcher does.
 PRECOMPILE_VARIABLE = "TRN_PRECOMPILE"
 PRECOMPILE_STEPS_VARIABLE = "TRN_PRECOMPILE_STEPS"
-OPEN_FILES_VARIABLE = "TRN_OPEN_FILES"
 
 
 def launch_command(program: Sequence[str]) -> list[str]:

@@ -71,7 +71,7 @@ def test_the_soft_limit_of_open_files_is_raised_to_neurons_65535_or_the_hard_lim
     assert defaults.OPEN_FILES == 65535 and int(run["open_files"]) == expected > NODE_SOFT_LIMIT
     assert f"trainium-launch: open files: soft limit {expected}, hard limit {HARD}" in result.stderr
     # A hard limit under Neuron's number (this machine's may be): said, and the soft limit goes up to it.
-    assert ("WARNING: the hard limit of open files here is" in result.stderr) == (HARD < defaults.OPEN_FILES)
+    assert ("WARNING: open files: hard limit" in result.stderr) == (HARD < defaults.OPEN_FILES)
 
 
 def test_a_job_asks_for_its_own_number_of_open_files(bin_dir):
@@ -87,7 +87,7 @@ def test_a_soft_limit_above_the_one_asked_for_is_never_lowered(bin_dir):
 def test_a_number_of_open_files_that_is_not_a_number_stops_the_job(bin_dir):
     result = launch(bin_dir, {"TRN_OPEN_FILES": "lots"})
     assert result.returncode != 0 and "torchrun" not in result.stdout
-    assert "TRN_OPEN_FILES=lots: a number of open files" in result.stderr
+    assert "TRN_OPEN_FILES=lots: a number" in result.stderr
 
 
 # -- compiler flags ------------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ def test_compiler_flags_that_name_their_own_cache_keep_it(bin_dir, tmp_path):
     env = {"TRN_CACHE_DIR": str(tmp_path / "cache"), "NEURON_CC_FLAGS": "-O1 --cache_dir=/mine"}
     result = launch(bin_dir, env)
     assert "cc_flags=-O1 --cache_dir=/mine ckpt=" in result.stdout
-    assert "NEURON_CC_FLAGS names its own --cache_dir" in result.stderr
+    assert "NEURON_CC_FLAGS has a --cache_dir: TRN_CACHE_DIR unused" in result.stderr
 
 
 # -- precompile ----------------------------------------------------------------------------------------
@@ -133,21 +133,21 @@ def test_precompile_steps_default_to_neurons_few(bin_dir):
     assert extraction["steps"] == str(defaults.PRECOMPILE_STEPS) == "10"
 
 
-@pytest.mark.parametrize("steps", ["0", "ten", ""])
+@pytest.mark.parametrize("steps", ["0", "010", "ten", ""])
 def test_a_step_cap_that_is_not_a_positive_number_stops_the_job(bin_dir, steps):
     result = launch(bin_dir, {"TRN_PRECOMPILE": "1", "TRN_PRECOMPILE_STEPS": steps})
     if steps == "":  # empty: the default
         assert result.returncode == 0, result.stderr
         return
     assert result.returncode != 0 and result.stdout == ""
-    assert f"TRN_PRECOMPILE_STEPS={steps}: the steps of the trial run, 1 or more" in result.stderr
+    assert f"TRN_PRECOMPILE_STEPS={steps}: 1 or more steps" in result.stderr
 
 
 def test_precompile_without_neuron_parallel_compile_says_so(bin_dir):
     (bin_dir / "neuron_parallel_compile").unlink()  # the native track's image: torch-xla's tool is not there
     result = launch(bin_dir, {"TRN_PRECOMPILE": "1"})
     assert result.returncode != 0 and result.stdout == ""
-    assert "TRN_PRECOMPILE=1, but there is no neuron_parallel_compile here" in result.stderr
+    assert "TRN_PRECOMPILE=1: no neuron_parallel_compile" in result.stderr
 
 
 def test_a_failed_extraction_stops_the_job_before_the_run(bin_dir):

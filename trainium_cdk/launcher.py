@@ -34,10 +34,21 @@ compiles every graph it saw into the cache. During it ``TRN_CHECKPOINT_DIR`` is 
 the run's checkpoints, and ``TRN_PRECOMPILE_STEPS`` (default :data:`~trainium_cdk.defaults.PRECOMPILE_STEPS`)
 is the number of steps after which the script should stop: Neuron's guide limits the trial run to a few
 steps, and only the script knows its steps. Then the real run, with the checkpoint directory.
+
 Optionally the track's pins (``TRN_NEURON_RELEASE``, ``_DRIVER``, ``_RUNTIME``, ``_FRAMEWORK``): before
 torchrun, every node prints the Neuron driver it has loaded and the image's runtime next to them (one
-line; skipped where no Neuron driver is loaded), and warns when the driver is not the pinned one. (Under
+line; skipped where no Neuron driver is loaded), and warns when the driver is not the pinned one: a runtime
+newer than the driver fails later, in nrt_init. (Under
 stand-ins, ``TRN_NEURON_VERSION_FILE`` names another file than ``/sys/module/neuron/version``.)
+
+A Batch multi-node job is retried when the main node's host fails, not a child's: then torchrun on the main node
+fails like the program's own error would. So on Batch every node beats on shared storage
+(``<checkpoint dir>/.nodes/attempt-<n>``) and leaves its exit code when torchrun ends; a peer whose beat stopped
+(older than 4 intervals, or none 10 intervals after the start) without an exit code lost its host, and the main
+node ends with ``PEER_LOST_EXIT``, which the job definition retries.
+
+``launcher.sh`` keeps its comments short and points here: every Batch group's job definition carries the whole
+program, and 25 groups share one template of at most 1 MB (stacks/batch_stack.py).
 
 The training command follows the launcher's name. torchrun runs ``python -u <first word>``: a command
 that starts with a ``.py`` script is handed over as it is; any other command (``python3 train.py``,

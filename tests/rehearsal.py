@@ -8,12 +8,15 @@ add to a stage, beside that table's:
 ``neuron-ls --json-output``            prints N devices (:func:`neuron_ls`): the health and fabric checks
 ``nccom-test``                         prints a captured real report (:func:`nccom_test`): fabric check
 ``scontrol update``                    records its arguments (:func:`scontrol_recorder`): health prolog
+``neuron_parallel_compile``            runs its command with ``NEURON_EXTRACT_GRAPHS_ONLY=1`` and records what it
+                                       saw, compiling nothing (:func:`neuron_parallel_compile`): precompile
 =====================================  ==========================================================
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -54,6 +57,21 @@ def nccom_test(bin_dir: Path, report: Path, log: Path) -> Path:
 def scontrol_recorder(bin_dir: Path, log: Path) -> Path:
     """scontrol stand-in for the prolog: records ``update`` calls."""
     return _tool(bin_dir, "scontrol", f"#!/bin/sh\necho \"$*\" >> '{log}'\n")
+
+
+def neuron_parallel_compile(bin_dir: Path, log: Path) -> Path:
+    """neuron_parallel_compile stand-in, as Neuron documents the tool ("PyTorch NeuronX neuron_parallel_compile
+    CLI"): it runs its command with ``NEURON_EXTRACT_GRAPHS_ONLY=1`` (graph extraction) and exits as the command
+    does; the compiling of the extracted graphs is left out. Each call appends a JSON line to ``log``: its
+    arguments and the variables its command gets that precompile is about."""
+    seen = ("TRN_CHECKPOINT_DIR", "TRN_PRECOMPILE_STEPS", "NEURON_CC_FLAGS", "NODE_RANK")
+    return _tool(bin_dir, "neuron_parallel_compile", f"""#!{sys.executable}
+import json, os, subprocess, sys
+env = dict(os.environ, NEURON_EXTRACT_GRAPHS_ONLY="1")
+with open({str(log)!r}, "a") as log:
+    log.write(json.dumps({{"argv": sys.argv[1:], "env": {{k: env.get(k) for k in {seen!r}}}}}) + "\\n")
+sys.exit(subprocess.run(sys.argv[1:], env=env).returncode)
+""")
 
 
 def losses(outputs: Sequence[str]) -> list[float]:

@@ -279,10 +279,14 @@ def test_container_devices_equal_the_catalog(every_type, instance_type):
 
 
 @pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
-def test_container_unlimited_memlock_not_privileged_whole_node(every_type, instance_type):
+def test_container_unlimited_memlock_neurons_open_files_not_privileged_whole_node(every_type, instance_type):
     group = Group(every_type, _name(instance_type))
     container = group.container
-    assert container["Ulimits"] == [{"HardLimit": -1, "Name": "memlock", "SoftLimit": -1}]
+    # nofile was Docker's default: Neuron's training scripts run `ulimit -n 65535` first.
+    assert container["Ulimits"] == [
+        {"HardLimit": -1, "Name": "memlock", "SoftLimit": -1},
+        {"HardLimit": 65535, "Name": "nofile", "SoftLimit": 65535},
+    ]
     assert container.get("Privileged") in (None, False)
     requirements = {r["Type"]: r["Value"] for r in container["ResourceRequirements"]}
     assert requirements["VCPU"] == str(group.spec.vcpus)

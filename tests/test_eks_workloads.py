@@ -19,7 +19,7 @@ def result():
         config_with(
             workloads={
                 "jobs": [
-                    {"name": "bert", "cache_set": "bert", "precompile": True},
+                    {"name": "bert", "cache_set": "bert", "precompile": True, "precompile_steps": 4},
                     {"name": "mlp", "nodes": 1, "cache_set": "mlp"},
                 ],
                 "data_loader": {"s3_uri": "s3://my-datasets/wiki/"},
@@ -66,6 +66,9 @@ def test_jobs_use_the_example_image_asset(result):
     text = json.dumps([m for k, m in _manifests(template).items() if "jobbert" in k])
     assert "cdk-hnb659fds-container-assets" in text  # the asset's repository, resolved at deploy
     assert re.search(r'TRN_PRECOMPILE\W+value\W+1\W', text)  # precompile asked of the launcher
+    assert re.search(r'TRN_PRECOMPILE_STEPS\W+value\W+4\W', text)  # over the job's own step cap
+    mlp = json.dumps([m for k, m in _manifests(template).items() if "jobmlp" in k])
+    assert re.search(r'TRN_PRECOMPILE_STEPS\W+value\W+10\W', mlp)  # neuron.precompile_steps, by default
     assert "ExampleImageUri" in template["Outputs"]
 
 

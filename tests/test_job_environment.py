@@ -5,13 +5,15 @@ dist/, the synthesized Batch job definition, the batch script the head node gets
 They differ only where the backend does (training_env.job_environment): CCOM_SOCKET_IFNAME in containers
 (a host's runtime finds its interface), TRN_JOB_NAME on EKS (Batch and Slurm give a job an id of their
 own), the compile cache's set (an EKS job names its own, Batch and Slurm use the group's) and
-TRN_PRECOMPILE, which Slurm takes at submit time (``PRECOMPILE=1 sbatch``).
+TRN_PRECOMPILE, which Slurm takes at submit time (``PRECOMPILE=1 sbatch``). Neuron's large-model settings are
+in all three, and a job's own value of each wins on every backend.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from typing import Any
 
 import pytest
@@ -20,8 +22,10 @@ import yaml
 from tests.apps import synthesized
 from tests.helpers import resources
 from trainium_cdk.dist import write_dist
+from trainium_cdk.launcher import PRECOMPILE_STEPS_VARIABLE
 from trainium_cdk.names import CACHE_DIR_NAME, SHARED_MOUNT
 from trainium_cdk.parallelcluster.cluster_config import batch_script_name
+from trainium_cdk.training_env import LARGE_MODEL_ENVIRONMENT
 
 CONTAINER_ONLY = {"CCOM_SOCKET_IFNAME"}
 EKS_ONLY = {"TRN_JOB_NAME"}
@@ -52,13 +56,18 @@ def environments(tmp_path_factory) -> dict[str, dict[str, str]]:
     (node_range,) = definition["Properties"]["NodeProperties"]["NodeRangeProperties"]
     batch = {e["Name"]: e["Value"] for e in node_range["Container"]["Environment"]}
     script = (dist / "parallelcluster" / batch_script_name(group)).read_text()
-    slurm = {}
+    return {"eks": eks_envs[0], "batch": batch, "slurm": script_environment(script)}
+
+
+def script_environment(script: str) -> dict[str, str]:
+    """What a batch script exports (``export NAME=value``) and defaults (``default NAME value``)."""
+    found = {}
     for line in script.splitlines():
-        match = re.fullmatch(r"export ([A-Z_][A-Z0-9_]*)=(.*)", line)
+        match = re.fullmatch(r"export ([A-Z_][A-Z0-9_]*)=(.*)", line) or re.fullmatch(r"default ([A-Z_][A-Z0-9_]*) (.*)", line)
         if match:
             (value,) = shlex.split(match[2])
-            slurm[match[1]] = value
-    return {"eks": eks_envs[0], "batch": batch, "slurm": slurm}
+            found[match[1]] = value
+    return found
 
 
 def _shared(env: dict[str, str], *, drop: set[str]) -> dict[str, Any]:
@@ -78,3 +87,35 @@ def test_hugging_face_caches_are_on_the_shared_file_system_everywhere(environmen
     assert {name: env.get("HF_HOME") for name, env in environments.items()} == dict.fromkeys(
         environments, f"{SHARED_MOUNT}/huggingface"
     )
+
+
+def test_neurons_large_model_settings_reach_every_backends_jobs(environments):
+    """They were on no backend: a Llama-class job ran with glibc's malloc arenas and no compiler mode."""
+    expected = {
+        "MALLOC_ARENA_MAX": "64", "NEURON_CC_FLAGS": "--model-type transformer", "NEURON_FUSE_SOFTMAX": "1",
+        "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS": "3", "NEURON_NUM_RECENT_MODELS_TO_KEEP": "4",
+        PRECOMPILE_STEPS_VARIABLE: "10",
+    }
+    assert {**LARGE_MODEL_ENVIRONMENT["xla"], PRECOMPILE_STEPS_VARIABLE: "10"} == expected  # the default track's
+    for name, env in environments.items():
+        assert {k: env.get(k) for k in expected} == expected, name
+
+
+def test_a_slurm_job_keeps_its_own_value_given_to_sbatch(tmp_path):
+    """sbatch passes the caller's environment to the batch step: `MALLOC_ARENA_MAX=128 sbatch ...` must reach
+    the training processes, as a job's env does on EKS and Batch (the script exported its own over it)."""
+    result = synthesized("trn1.32xlarge")
+    write_dist(result.config, tmp_path)
+    script = (tmp_path / "parallelcluster" / batch_script_name(result.config.compute_groups[0])).read_text()
+    # The script's environment part, run as the batch step runs it (bash), with what the caller set.
+    part = script[script.index("set -euo pipefail"):script.index("TRN_LAUNCHER=")]
+    part = "\n".join(line for line in part.splitlines() if "venv" not in line)  # the host's Neuron venv: not here
+    caller = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "MALLOC_ARENA_MAX": "128", "NEURON_CC_FLAGS": "-O1",
+              PRECOMPILE_STEPS_VARIABLE: "3", "HF_HOME": "/home/me/.cache"}
+    done = subprocess.run(["bash", "-c", part + "\nenv", "sbatch-script", "train.py"], env=caller, capture_output=True,
+                          text=True, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    env = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    assert (env["MALLOC_ARENA_MAX"], env["NEURON_CC_FLAGS"], env[PRECOMPILE_STEPS_VARIABLE]) == ("128", "-O1", "3")
+    assert env["NEURON_FUSE_SOFTMAX"] == "1"  # not given: the script's
+    assert env["HF_HOME"] == f"{SHARED_MOUNT}/huggingface"  # not a large-model setting: the group's, as before

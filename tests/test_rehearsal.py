@@ -9,8 +9,11 @@ tests/rehearsal.py, and nowhere else. A test passes only when every node exits 0
 
 from __future__ import annotations
 
+import copy
 import json
+import resource
 import shutil
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -22,11 +25,13 @@ from tests.rehearsal import (
     Stage,
     assert_trained,
     container_env,
+    neuron_parallel_compile,
     run_batch_job,
     run_kubernetes_job,
     run_slurm_script,
     run_volcano_job,
 )
+from trainium_cdk import defaults
 from trainium_cdk.config import EXAMPLE_COMMAND, build_config
 from trainium_cdk.dist import write_dist
 from trainium_cdk.parallelcluster.sbatch import render_sbatch
@@ -72,6 +77,28 @@ def stage(tmp_path) -> Stage:
     return Stage(tmp_path)
 
 
+@pytest.fixture
+def node_limits() -> Iterator[int]:
+    """Each node starts as a process of slurmd, containerd or the ECS agent's Docker may: with systemd's default
+    soft limit of 1024 open files (under this machine's hard limit). Yields the soft limit the launcher must
+    give the training processes: Neuron's 65535, or the hard limit where that is lower (as here, maybe)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))  # the nodes (child processes) inherit it
+    try:
+        yield min(defaults.OPEN_FILES, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def assert_open_files(results: list, expected: int) -> None:
+    """Every training process that printed the example's preflight had ``expected`` as its soft limit."""
+    found = [
+        json.loads(line[line.index("{"):])["preflight"]["open_files"][0]
+        for r in results for line in r.output.splitlines() if '"preflight"' in line
+    ]
+    assert found and set(found) == {expected}, found
+
+
 def _template_objects(template: dict[str, Any]) -> list[dict[str, Any]]:
     """The Kubernetes objects the EKS stack applies (tokens such as the image URI left as text)."""
     objects = []
@@ -94,12 +121,13 @@ def test_eks_single_node_job_of_dist_trains(stage, dist):
     assert (stage.fsx / "neuron-cache" / "mlp").is_dir()  # the launcher made the job's compile cache
 
 
-def test_eks_volcano_job_of_dist_trains_across_two_nodes(stage, dist):
+def test_eks_volcano_job_of_dist_trains_across_two_nodes(stage, dist, node_limits):
     (job,) = dist["job-mlp-distributed.k8s.yaml"]
     assert sum(t["replicas"] for t in job["spec"]["tasks"]) == NODES
     results = run_volcano_job(stage, job)
     assert_trained(results)
     assert "volcano: node 0 of 2" in results[0].output and "volcano: node 1 of 2" in results[1].output
+    assert_open_files(results, node_limits)  # a pod gets containerd's limits: the launcher raises the soft one
 
 
 def test_eks_jobs_of_the_stack_template_train(stage, app):
@@ -130,6 +158,72 @@ def test_batch_multinode_job_definition_trains(stage, app):
     assert_trained(results)
     assert "batch: node 0 of 2" in results[0].output and "batch: node 1 of 2" in results[1].output
     assert (stage.fsx / "neuron-cache" / "train").is_dir()
+
+
+# -- precompile: Neuron's graph extraction over a few steps, then the run ------------------------------
+# neuron_parallel_compile (a stand-in that sets NEURON_EXTRACT_GRAPHS_ONLY=1, as Neuron documents the tool)
+# runs the job's command; the MLP example stops at TRN_PRECOMPILE_STEPS and writes no checkpoint, as a
+# user's script should. The old launcher traced the whole run and gave it the run's checkpoint directory: the
+# real run then "resumed" from the trial's checkpoints (outputs that are not real) and trained nothing.
+PRECOMPILE_STEPS = 3
+
+
+def submitted_to_batch(definition: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """The job definition as a job submitted with ``containerOverrides.environment`` runs it: AWS Batch adds
+    those variables and overrides the definition's of the same name (SubmitJob, ContainerOverrides)."""
+    submitted = copy.deepcopy(definition)
+    container = submitted["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
+    kept = [e for e in container["Environment"] if e["Name"] not in env]
+    container["Environment"] = kept + [{"Name": k, "Value": v} for k, v in env.items()]
+    return submitted
+
+
+def called_with(script: str, env: Mapping[str, str]) -> str:
+    """A batch script as `K=V sbatch script` runs it: sbatch passes the caller's environment to the batch step
+    (--export=ALL), which here is the same as exporting it at the top of the script."""
+    shebang, rest = script.split("\n", 1)
+    return "\n".join([shebang, *(f"export {k}={v}" for k, v in env.items()), rest])
+
+
+def assert_extracted_then_trained(results: list, log, checkpoints) -> None:
+    """Graph extraction ran on every node over PRECOMPILE_STEPS steps, with no checkpoint directory; then the
+    real run trained from the start and left its checkpoints, the only ones there."""
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(calls) == NODES, calls
+    for call in calls:
+        assert call["argv"][0] == "torchrun" and call["argv"][-1].endswith("/examples/mlp/train.py"), call
+        assert call["env"]["TRN_CHECKPOINT_DIR"] is None, call  # nothing to resume from, nothing to write over
+        assert call["env"]["TRN_PRECOMPILE_STEPS"] == str(PRECOMPILE_STEPS), call
+    extracted = [
+        json.loads(line[line.index("{"):])["graph_extraction"]
+        for r in results for line in r.output.splitlines() if '"graph_extraction"' in line
+    ]
+    assert sorted(e["rank"] for e in extracted) == list(range(NODES * 2)), extracted  # every rank of the trial
+    assert {e["steps"] for e in extracted} == {PRECOMPILE_STEPS}  # stopped at the cap (an epoch is 32 steps)
+    history = assert_trained(results)
+    assert len(history) == 4  # every epoch trained by the real run, from the start
+    assert not any('"resumed_from"' in r.output for r in results)
+    assert sorted(p.name for p in checkpoints.glob("epoch-*.pt")) == ["epoch-00002.pt", "epoch-00003.pt"]
+
+
+def test_batch_job_precompiles_a_few_steps_then_trains(stage, app, node_limits):
+    (definition,) = resources(app.template_json("batch"), "AWS::Batch::JobDefinition").values()
+    log = stage.root / "parallel-compile.log"
+    neuron_parallel_compile(stage.bin, log)  # the training image carries the Neuron tools on its PATH
+    submitted = submitted_to_batch(definition, {"TRN_PRECOMPILE": "1", "TRN_PRECOMPILE_STEPS": str(PRECOMPILE_STEPS)})
+    results = run_batch_job(stage, submitted, NODES)
+    assert_extracted_then_trained(results, log, stage.fsx / "checkpoints" / "rehearsal")
+    assert_open_files(results, node_limits)  # the job definition's nofile ulimit, and the launcher
+
+
+def test_slurm_job_precompiles_a_few_steps_then_trains(stage, node_limits):
+    config = build_config({**RAW, "neuron": {"precompile_steps": PRECOMPILE_STEPS}})  # the config's knob
+    script = called_with(render_sbatch(config, config.compute_groups[0]), {"PRECOMPILE": "1"})
+    log = stage.root / "parallel-compile.log"
+    neuron_parallel_compile(stage.bin, log)  # with torchrun (the venv's torch-neuronx brings both)
+    results = run_slurm_script(stage, script, NODES, "/opt/trainium-cdk/examples/mlp/train.py")
+    assert_extracted_then_trained(results, log, stage.fsx / "checkpoints" / "42")
+    assert_open_files(results, node_limits)  # slurmd's limits: the launcher raises the soft one
 
 
 # -- Slurm (ParallelCluster) -------------------------------------------------------------------------

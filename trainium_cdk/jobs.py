@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from trainium_cdk import defaults
 from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.launcher import launch_command
@@ -35,6 +36,13 @@ def check_node_count(field_name: str, nodes: int, *, maximum: int, instance: Ins
     return nodes
 
 
+def check_precompile_steps(field_name: str, steps: int) -> int:
+    """The one rule for precompile's step cap, wherever it is set (the neuron section, a job)."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError(field_name, steps, "a whole number of training steps, 1 or more (Neuron's guide: a few, such as 10)")
+    return steps
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One training job.
@@ -49,7 +57,9 @@ class JobSpec:
     :param processes_per_node: default: every NeuronCore of the instance.
     :param cache_set: the Neuron compile cache directory (``/fsx/neuron-cache/<cache_set>``): jobs that
         run at the same time must not share one.
-    :param precompile: run the same command under neuron_parallel_compile first, then for real.
+    :param precompile: first extract the command's graphs with neuron_parallel_compile over a few steps and
+        compile them into the cache, then run it for real (see :mod:`trainium_cdk.launcher`).
+    :param precompile_steps: the steps of that trial run (``TRN_PRECOMPILE_STEPS``, for the script to read).
     :param env: extra environment.
     :param retries: restarts of the whole job after a failure.
     :param group: the compute group whose nodes run it.
@@ -69,6 +79,7 @@ class JobSpec:
     processes_per_node: int | None = None
     cache_set: str = "default"
     precompile: bool = False
+    precompile_steps: int = defaults.PRECOMPILE_STEPS
     env: Mapping[str, str] = field(default_factory=dict)
     retries: int = 3
     group: str | None = None
@@ -96,6 +107,7 @@ class JobSpec:
             )
         if self.retries < 0:
             raise ConfigError("retries", self.retries, "0 or more")
+        check_precompile_steps("precompile_steps", self.precompile_steps)
         if _AUTOCAST_FLAG in self.command:
             for variable in _BF16_VARIABLES:
                 if self.env.get(variable, "0") not in ("", "0"):
@@ -125,6 +137,7 @@ class JobSpec:
         env = job_environment(
             self.instance, processes=self.processes, cache_dir=self.cache_dir, multi_node=self.distributed,
             container=True, shared_storage=self.shared_storage, track=self.neuron_track, precompile=self.precompile,
+            precompile_steps=self.precompile_steps,
         )
         # The checkpoint directory's name: a restarted (or resubmitted) job of this name resumes. EKS only:
         # Batch and Slurm give the job an id that outlives a retry (AWS_BATCH_JOB_ID, SLURM_JOB_ID), Kubernetes none.

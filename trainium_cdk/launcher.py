@@ -18,14 +18,37 @@ none       0                                   1                                
 =========  ==================================  ================================  ====================================
 
 What the job definition sets at synth: ``NPROC_PER_NODE`` (NeuronCores of the instance type),
-``MASTER_PORT``, ``TRN_CACHE_DIR`` (the Neuron compile cache, created if missing) and optionally
-``TRN_PRECOMPILE=1`` (run the command under ``neuron_parallel_compile`` first), and with shared storage
+``MASTER_PORT``, ``TRN_CACHE_DIR`` (the Neuron compile cache, created if missing; the launcher puts
+``--cache_dir=<it>`` before the job's own ``NEURON_CC_FLAGS`` unless those name a cache already),
+``TRN_PRECOMPILE_STEPS`` and optionally ``TRN_PRECOMPILE=1`` (see below), and with shared storage
 ``TRN_CHECKPOINT_ROOT``: the launcher exports ``TRN_CHECKPOINT_DIR=<root>/<job>``, the job being
 ``TRN_JOB_NAME`` (EKS), the Slurm job id or the Batch job id, which a retry or requeue keeps.
+
+Open files: every node raises its soft ``RLIMIT_NOFILE`` to ``TRN_OPEN_FILES`` (default
+:data:`~trainium_cdk.defaults.OPEN_FILES`, Neuron's ``ulimit -n 65535``), or to the hard limit when that is
+lower (a process may not pass it: a warning names it), before torchrun; never lower.
+
+Precompile (``TRN_PRECOMPILE=1``): first ``neuron_parallel_compile torchrun <the same command>``, Neuron's
+graph extraction: it runs the command with ``NEURON_EXTRACT_GRAPHS_ONLY=1`` (outputs are not real), then
+compiles every graph it saw into the cache. During it ``TRN_CHECKPOINT_DIR`` is unset, so nothing reaches
+the run's checkpoints, and ``TRN_PRECOMPILE_STEPS`` (default :data:`~trainium_cdk.defaults.PRECOMPILE_STEPS`)
+is the number of steps after which the script should stop: Neuron's guide limits the trial run to a few
+steps, and only the script knows its steps. Then the real run, with the checkpoint directory.
+
 Optionally the track's pins (``TRN_NEURON_RELEASE``, ``_DRIVER``, ``_RUNTIME``, ``_FRAMEWORK``): before
 torchrun, every node prints the Neuron driver it has loaded and the image's runtime next to them (one
-line; skipped where no Neuron driver is loaded), and warns when the driver is not the pinned one. (Under
+line; skipped where no Neuron driver is loaded), and warns when the driver is not the pinned one: a runtime
+newer than the driver fails later, in nrt_init. (Under
 stand-ins, ``TRN_NEURON_VERSION_FILE`` names another file than ``/sys/module/neuron/version``.)
+
+A Batch multi-node job is retried when the main node's host fails, not a child's: then torchrun on the main node
+fails like the program's own error would. So on Batch every node beats on shared storage
+(``<checkpoint dir>/.nodes/attempt-<n>``) and leaves its exit code when torchrun ends; a peer whose beat stopped
+(older than 4 intervals, or none 10 intervals after the start) without an exit code lost its host, and the main
+node ends with ``PEER_LOST_EXIT``, which the job definition retries.
+
+``launcher.sh`` keeps its comments short and points here: every Batch group's job definition carries the whole
+program, and 25 groups share one template of at most 1 MB (stacks/batch_stack.py).
 
 The training command follows the launcher's name. torchrun runs ``python -u <first word>``: a command
 that starts with a ``.py`` script is handed over as it is; any other command (``python3 train.py``,
@@ -36,7 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trainium_cdk import node
+from trainium_cdk import defaults, node
 from trainium_cdk.versions import NeuronTrack
 
 LAUNCHER_NAME = "trainium-launch"
@@ -52,7 +75,17 @@ WORKDIR_VARIABLE = "TRN_WORKDIR"
 # definition retries it (constructs/batch.py), where the program's own errors are not retried.
 PEER_LOST_EXIT_CODE = 75
 
-LAUNCHER = node.program("launcher.sh", {"PEER_LOST_EXIT": PEER_LOST_EXIT_CODE})
+LAUNCHER = node.program(
+    "launcher.sh",
+    {
+        "PEER_LOST_EXIT": PEER_LOST_EXIT_CODE,
+        "DEFAULT_OPEN_FILES": defaults.OPEN_FILES,
+        "DEFAULT_PRECOMPILE_STEPS": defaults.PRECOMPILE_STEPS,
+    },
+)
+# The variables a job (or its config) sets to change what the launcher does.
+PRECOMPILE_VARIABLE = "TRN_PRECOMPILE"
+PRECOMPILE_STEPS_VARIABLE = "TRN_PRECOMPILE_STEPS"
 
 
 def launch_command(program: Sequence[str]) -> list[str]:
@@ -62,13 +95,16 @@ def launch_command(program: Sequence[str]) -> list[str]:
 
 def launch_environment(
     *, processes: int, master_port: int, cache_dir: str, precompile: bool = False,
-    checkpoint_root: str | None = None, track: NeuronTrack | None = None,
+    precompile_steps: int = defaults.PRECOMPILE_STEPS, checkpoint_root: str | None = None,
+    track: NeuronTrack | None = None,
 ) -> dict[str, str]:
     """What the launcher reads from the job definition (everything else comes from the scheduler).
+    ``precompile_steps``: the step cap of precompile's graph extraction, for the script to read.
     ``track``: the Neuron track whose pins the preflight prints beside the node's versions; default none."""
     env = {"NPROC_PER_NODE": str(processes), "MASTER_PORT": str(master_port), "TRN_CACHE_DIR": cache_dir}
     if precompile:
-        env["TRN_PRECOMPILE"] = "1"
+        env[PRECOMPILE_VARIABLE] = "1"
+    env[PRECOMPILE_STEPS_VARIABLE] = str(precompile_steps)
     if checkpoint_root is not None:
         env["TRN_CHECKPOINT_ROOT"] = checkpoint_root
     if track is not None:

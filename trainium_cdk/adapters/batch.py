@@ -28,6 +28,7 @@ class BatchGroupProps:
     log_retention: logs.RetentionDays
     log_removal_policy: RemovalPolicy
     track: NeuronTrack
+    precompile_steps: int
     ami_id: str | None
 
 
@@ -43,5 +44,6 @@ def batch_props(config: Config, group: ComputeGroup) -> BatchGroupProps:
         log_retention=retention(settings.log_retention_days),
         log_removal_policy=DEFAULT_LOG_REMOVAL_POLICY,
         track=config.neuron_track,
+        precompile_steps=config.neuron.precompile_steps,
         ami_id=settings.ami_id,
     )

@@ -233,12 +233,24 @@ class StorageSettings(_Model):
 
 
 class NeuronSettings(_Model):
-    """The Neuron software track of every backend (versions.py holds one table per track)."""
+    """The Neuron software of every backend: its track (versions.py holds one table per track), and precompile."""
 
     track: Literal["xla", "native"] = Field(
         "xla",
         description="xla: Neuron 2.29.1, PyTorch/XLA (trn1, trn1n, trn2); native: Neuron 2.33.0, TorchNeuron beta (trn2).",
     )
+    precompile_steps: int = Field(
+        defaults.PRECOMPILE_STEPS, strict=True,
+        description="Steps of precompile's graph extraction (neuron_parallel_compile): every job gets it as "
+        "TRN_PRECOMPILE_STEPS, for the training script to stop at; a job's env or precompile_steps overrides it.",
+    )
+
+    @field_validator("precompile_steps")
+    @classmethod
+    def _steps(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("a whole number of training steps, 1 or more (Neuron's guide: a few, such as 10)")
+        return value
 
 
 class CustomInstanceType(_Model):
@@ -407,6 +419,7 @@ class Config(_Model):
             processes_per_node=job.processes_per_node,
             cache_set=job.cache_set or group.name,
             precompile=job.precompile,
+            precompile_steps=job.precompile_steps if job.precompile_steps is not None else self.neuron.precompile_steps,
             env=job.env,
             retries=job.retries,
             shared_storage=self.storage.enabled,

@@ -32,7 +32,14 @@ class TrainingJobSettings(_Model):
     cache_set: str | None = Field(
         None, description="Neuron compile cache directory /fsx/neuron-cache/<cache_set>; default: the group's name."
     )
-    precompile: bool = Field(False, description="Run under neuron_parallel_compile first, then train.")
+    precompile: bool = Field(
+        False, description="First extract and compile the job's graphs (neuron_parallel_compile over "
+        "precompile_steps steps, no checkpoint directory), then train."
+    )
+    precompile_steps: int | None = Field(
+        None, strict=True, description="Steps of that graph extraction (TRN_PRECOMPILE_STEPS); default: "
+        "neuron.precompile_steps."
+    )
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment: names of letters, digits and '_', not starting with a digit."
     )

@@ -31,6 +31,7 @@ from trainium_cdk.constructs.batch_roles import BatchRoles
 from trainium_cdk.constructs.defaults import LOG_RETENTION
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.errors import ConfigError, names_construct_path
+from trainium_cdk.jobs import check_precompile_steps
 from trainium_cdk.launcher import PEER_LOST_EXIT_CODE, launch_command
 from trainium_cdk.names import BASE_TAG_BUILD_ARG, SHARED_MOUNT
 from trainium_cdk.training_env import cache_dir, job_environment
@@ -105,6 +106,8 @@ class TrainiumBatch(Construct):
     :param log_removal_policy: what deleting the stack does to the job log group; default destroy.
     :param track: the Neuron track (versions.py): the default image, the node AMI and the driver
         version; default: the XLA track.
+    :param precompile_steps: the steps of precompile's graph extraction (``TRN_PRECOMPILE_STEPS`` in the job's
+        environment; a job submitted with ``TRN_PRECOMPILE=1`` precompiles first); default 10.
     :param ami_id: the nodes' AMI (an ECS-optimized AMI with the Neuron driver, such as one you built);
         default: the track's ECS-optimized AL2023 Neuron AMI, through AWS's public per-AMI-name parameter.
     :param storage: the FSx for Lustre file system, mounted at /fsx on the nodes and in the jobs;
@@ -142,6 +145,7 @@ class TrainiumBatch(Construct):
         log_retention: logs.RetentionDays = DEFAULT_LOG_RETENTION,
         log_removal_policy: RemovalPolicy = DEFAULT_LOG_REMOVAL_POLICY,
         track: NeuronTrack = XLA_TRACK,
+        precompile_steps: int = defaults.PRECOMPILE_STEPS,
         storage: LustreMount | None = None,
         name_prefix: str | None = None,
         metrics_deployment: str | None = None,
@@ -157,6 +161,7 @@ class TrainiumBatch(Construct):
         if ami_id is not None:
             check_ami_id(ami_id)
         self.track = track
+        self.precompile_steps = check_precompile_steps("precompile_steps", precompile_steps)
         self.group_name = group_name
         self.spec = spec
         self.nodes = nodes
@@ -314,6 +319,7 @@ class TrainiumBatch(Construct):
         return job_environment(
             self.spec, processes=self.spec.neuron_cores, cache_dir=self.cache_dir, multi_node=self.multi_node,
             container=True, shared_storage=self._shared_storage, track=self.track,
+            precompile_steps=self.precompile_steps,
         )
 
     def _grant_pull(self, role: iam.Role) -> None:
@@ -365,8 +371,13 @@ class TrainiumBatch(Construct):
             job_role=self.job_role,
             execution_role=self.execution_role,
             linux_parameters=linux,
-            # EFA registers memory with the device: the container may lock as much as it needs.
-            ulimits=[batch.Ulimit(name=batch.UlimitName.MEMLOCK, soft_limit=-1, hard_limit=-1)],
+            # EFA registers memory with the device: the container may lock as much as it needs. Open files:
+            # Neuron's 65535 (defaults.OPEN_FILES) as soft and hard limit, not the Docker daemon's default; the
+            # launcher raises the soft limit to it on every backend.
+            ulimits=[
+                batch.Ulimit(name=batch.UlimitName.MEMLOCK, soft_limit=-1, hard_limit=-1),
+                batch.Ulimit(name=batch.UlimitName.NOFILE, soft_limit=defaults.OPEN_FILES, hard_limit=defaults.OPEN_FILES),
+            ],
             privileged=False,
             logging=ecs.LogDriver.aws_logs(stream_prefix=self.group_name, log_group=self.log_group),
             volumes=volumes,

@@ -5,8 +5,7 @@ set -eu
 say() { echo "trainium-launch: $*" >&2; }
 fail() { say "$*"; exit 2; }
 self_address() {
-  # The node's first IPv4 address that is not link-local (awsvpc's ecs-eth0 is 169.254.x; hostname -I
-  # never lists loopback).
+  # The first IPv4 address not link-local (awsvpc's ecs-eth0); hostname -I lists no loopback.
   for a in $(hostname -I); do
     case "$a" in 169.254.*|*:*) ;; *) echo "$a"; return 0 ;; esac
   done
@@ -46,7 +45,11 @@ NPROC_PER_NODE="${NPROC_PER_NODE:?the job definition sets NPROC_PER_NODE}"
 export MASTER_ADDR MASTER_PORT NODE_RANK NNODES NPROC_PER_NODE
 if [ -n "${TRN_CACHE_DIR:-}" ]; then
   mkdir -p "$TRN_CACHE_DIR"
-  export NEURON_CC_FLAGS="--cache_dir=$TRN_CACHE_DIR${NEURON_CC_FLAGS:+ $NEURON_CC_FLAGS}"
+  # Before the job's own compiler flags, unless they name a cache.
+  case " ${NEURON_CC_FLAGS:-} " in
+    *" --cache_dir="*) say "NEURON_CC_FLAGS has a --cache_dir: TRN_CACHE_DIR unused" ;;
+    *) export NEURON_CC_FLAGS="--cache_dir=$TRN_CACHE_DIR${NEURON_CC_FLAGS:+ $NEURON_CC_FLAGS}" ;;
+  esac
 fi
 if [ -n "${TRN_CHECKPOINT_ROOT:-}" ]; then
   job="${TRN_JOB_NAME:-${SLURM_JOB_ID:-${AWS_BATCH_JOB_ID:-}}}"
@@ -61,8 +64,7 @@ if [ -n "${TRN_WORKDIR:-}" ]; then
 fi
 case "$1" in *.py) ;; *) set -- --no-python "$@" ;; esac
 say "$scheduler: node $NODE_RANK of $NNODES, $NPROC_PER_NODE processes, rendezvous $MASTER_ADDR:$MASTER_PORT"
-# Version preflight: the driver this node has loaded and the runtime the image carries, next to the
-# job's pins (TRN_NEURON_*) when it has them. A runtime newer than the driver fails later in nrt_init.
+# Version preflight: a runtime newer than the driver fails later in nrt_init (launcher.py).
 version_file="${TRN_NEURON_VERSION_FILE:-/sys/module/neuron/version}"  # another only under stand-ins
 if [ -r "$version_file" ]; then
   read -r driver < "$version_file" || true
@@ -74,19 +76,29 @@ if [ -r "$version_file" ]; then
 else
   say "no Neuron driver loaded here: version preflight skipped"
 fi
+# Open files: Neuron's ulimit -n 65535, within the hard limit (launcher.py).
+want="${TRN_OPEN_FILES:-$DEFAULT_OPEN_FILES}"
+case "$want" in ''|*[!0-9]*) fail "TRN_OPEN_FILES=$want: a number" ;; esac
+# shellcheck disable=SC3045
+soft="$(ulimit -Sn)" hard="$(ulimit -Hn)"
+if [ "$hard" != unlimited ] && [ "$hard" -lt "$want" ]; then say "WARNING: open files: hard limit $hard < $want"; want="$hard"; fi
+# shellcheck disable=SC3045
+if [ "$soft" != unlimited ] && [ "$soft" -lt "$want" ] && ulimit -Sn "$want"; then soft="$want"; fi
+say "open files: soft limit $soft, hard limit $hard"
 set -- --nnodes="$NNODES" --node_rank="$NODE_RANK" --nproc_per_node="$NPROC_PER_NODE" \
   --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" "$@"
 if [ "${TRN_PRECOMPILE:-0}" = 1 ]; then
-  say "precompiling the graphs into the cache with neuron_parallel_compile"
-  neuron_parallel_compile torchrun "$@"
+  # Neuron's graph extraction over a few steps, no checkpoint directory; then the run (launcher.py).
+  steps="${TRN_PRECOMPILE_STEPS:-$DEFAULT_PRECOMPILE_STEPS}"
+  case "$steps" in ''|0*|*[!0-9]*) fail "TRN_PRECOMPILE_STEPS=$steps: 1 or more steps" ;; esac
+  command -v neuron_parallel_compile >/dev/null || fail "TRN_PRECOMPILE=1: no neuron_parallel_compile (torch-neuronx XLA)"
+  say "precompile: graph extraction over $steps steps, no TRN_CHECKPOINT_DIR"
+  ( unset TRN_CHECKPOINT_DIR; export TRN_PRECOMPILE_STEPS="$steps"; exec neuron_parallel_compile torchrun "$@" )
 fi
 if [ "$scheduler" != batch ] || [ "$NNODES" -lt 2 ] || [ -z "${TRN_CHECKPOINT_DIR:-}" ]; then
   exec torchrun "$@"
 fi
-# Batch retries a multi-node job when the main node's host fails, not a child's: then torchrun on the main
-# node fails like the program's own error would. Every node beats on shared storage and leaves its exit code
-# when torchrun ends; a peer whose beat stopped without an exit code lost its host, and the main node ends
-# with PEER_LOST_EXIT, which the job definition retries.
+# Batch retries a multi-node job on the main node's host loss only: peers' heartbeats (launcher.py).
 beats="$TRN_CHECKPOINT_DIR/.nodes/attempt-${AWS_BATCH_JOB_ATTEMPT:-1}"
 interval="${TRN_HEARTBEAT_S:-30}"
 mkdir -p "$beats"
@@ -94,8 +106,7 @@ started=$(date +%s)
 ( while :; do touch "$beats/node-$NODE_RANK"; sleep "$interval"; done ) &
 beating=$!
 peers() {
-  # pending: peers that left no exit code yet; lost: those of them whose beat is older than 4 intervals
-  # (or never came, 10 intervals after start).
+  # pending: no exit code yet; lost: of those, beat older than 4 intervals (or none after 10).
   now=$(date +%s)
   pending=""
   lost=""

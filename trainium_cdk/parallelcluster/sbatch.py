@@ -7,8 +7,11 @@ node::
     sbatch ~/trainium/train-<group>.sbatch ~/trainium/mlp_train.py --your --args   # the MLP example
     sbatch -N 4 ~/trainium/train-<group>.sbatch /fsx/code/your_train.py
 
-``PRECOMPILE=1 sbatch ...`` runs the command under ``neuron_parallel_compile`` first, filling the
-group's compile cache on FSx (``/fsx/neuron-cache/<group>``, as on every backend).
+``PRECOMPILE=1 sbatch ...`` first extracts the command's graphs with ``neuron_parallel_compile`` over
+``TRN_PRECOMPILE_STEPS`` steps (no checkpoint directory) and compiles them into the group's cache on FSx
+(``/fsx/neuron-cache/<group>``, as on every backend), then trains. Neuron's large-model settings and the
+step cap are defaults: a variable given to sbatch (``MALLOC_ARENA_MAX=128 sbatch ...``; sbatch passes the
+caller's environment on) keeps its value.
 
 Each group with EFA also gets the fabric check (``trainium_cdk.fabric``) through the same launcher, one
 process per node::
@@ -24,10 +27,10 @@ from pathlib import Path
 
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.fabric import fabric_command
-from trainium_cdk.launcher import LAUNCHER, LAUNCHER_NAME, SHELL
+from trainium_cdk.launcher import LAUNCHER, LAUNCHER_NAME, PRECOMPILE_STEPS_VARIABLE, SHELL
 from trainium_cdk.parallelcluster.cluster_config import EXAMPLE_SCRIPT_NAME, VENV, batch_script_name, queue_name
 from trainium_cdk.names import NEURON_BIN
-from trainium_cdk.training_env import cache_dir, job_environment
+from trainium_cdk.training_env import cache_dir, job_environment, large_model_environment
 
 # Heredoc delimiter of the launcher inside the script (quoted: nothing in it is expanded).
 _LAUNCHER_END = "TRAINIUM_LAUNCHER"
@@ -70,6 +73,10 @@ _RUN_AND_RECORD = [
     f'echo "$code ${{SLURM_JOB_PARTITION:-}}" > "${{SLURM_SUBMIT_DIR:-.}}/${{SLURM_JOB_NAME}}-${{SLURM_JOB_ID}}{EXIT_RECORD_SUFFIX}"',
     'exit "$code"',
 ]
+# A batch script's default for a variable the job may set itself: sbatch passes the caller's environment on
+# (--export=ALL), so `NAME=value sbatch ...` reaches the batch step, which keeps it.
+_DEFAULT = "default"
+_DEFAULT_FUNCTION = f'{_DEFAULT}() {{ [[ -v "$1" ]] || export "$1=$2"; }}'
 
 
 def fabric_script_name(group: ComputeGroup) -> str:
@@ -82,15 +89,21 @@ def render_sbatch(config: Config, group: ComputeGroup, *, job_name: str | None =
     name = job_name or f"{config.project}-{group.name}"
     # Every backend's job environment: on a host (no CCOM_SOCKET_IFNAME), with /fsx always mounted (the
     # cluster's SharedStorage), across nodes on an EFA type (sbatch -N chooses the count).
+    track = config.neuron_track
     env = job_environment(
         spec, processes=spec.neuron_cores, cache_dir=cache_dir(group.name), multi_node=spec.has_efa,
-        container=False, shared_storage=True, track=config.neuron_track,
+        container=False, shared_storage=True, track=track, precompile_steps=config.neuron.precompile_steps,
     )
-    exports = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    # A job's own value of these wins, as a job's env does on EKS and Batch.
+    own = {*large_model_environment(track), PRECOMPILE_STEPS_VARIABLE}
+    exports = [f"export {k}={shlex.quote(v)}" for k, v in env.items() if k not in own]
+    exports += [_DEFAULT_FUNCTION] + [f"{_DEFAULT} {k} {shlex.quote(v)}" for k, v in env.items() if k in own]
     lines = [
         "#!/bin/bash",
         f"# trainium-cdk: {group.nodes} x {spec.name} ({spec.neuron_cores} NeuronCores each), queue {queue_name(group)}.",
-        "# Usage: sbatch [-N NODES] $0 TRAIN_SCRIPT [ARGS...]; PRECOMPILE=1 runs neuron_parallel_compile first.",
+        "# Usage: sbatch [-N NODES] $0 TRAIN_SCRIPT [ARGS...]; PRECOMPILE=1 extracts and compiles the graphs of",
+        "# TRN_PRECOMPILE_STEPS steps first (neuron_parallel_compile). A variable below set with `default` keeps",
+        "# the value given to sbatch (MALLOC_ARENA_MAX=128 sbatch ...).",
         f"#SBATCH --job-name={name}",
         f"#SBATCH --partition={queue_name(group)}",
         f"#SBATCH --nodes={group.nodes}",

@@ -1,7 +1,7 @@
 """The AWS Batch backend stack: per compute group a compute environment, a job queue, a job definition.
 
-A group takes up to about 33 KiB of template (trn2.48xlarge: 16 EFA interfaces in its launch template,
-its devices and the launcher in its job definition), so CloudFormation's 1 MB template holds about 30:
+A group takes up to about 40 KiB of template (trn2.48xlarge: 16 EFA interfaces in its launch template,
+its devices and the launcher in its job definition), so CloudFormation's 1 MB template holds about 25:
 the stack keeps its first GROUPS_PER_TEMPLATE groups, and each further GROUPS_PER_TEMPLATE go in a nested
 stack, up to AWS Batch's own limit of 50 job queues (config validation). The first groups never move: a
 group's named job queue cannot move between templates in one deploy.
@@ -30,7 +30,8 @@ from trainium_cdk.names import (
     OUTPUT_TRAINING_IMAGE_REPOSITORY_URI,
 )
 
-# Groups per template: 25 x 33 KiB and the shared resources stay well under 1 MB (tests/test_scale_batch.py).
+# Groups per template: 25 trn2.48xlarge groups and the shared resources come to about 1,016 KiB, under 1 MB
+# (tests/test_scale_batch.py); every byte of the launcher costs 25 in the largest template.
 GROUPS_PER_TEMPLATE = 25
 # The logical id of the repository of the team's own training images: pinned, because a new id would make
 # CloudFormation create a second repository and leave the first (retained) with every image in it.
@@ -147,6 +148,7 @@ def _training(
         log_retention=props.log_retention,
         log_removal_policy=props.log_removal_policy,
         track=props.track,
+        precompile_steps=props.precompile_steps,
         ami_id=props.ami_id,
     )
 

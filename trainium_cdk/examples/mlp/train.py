@@ -12,6 +12,11 @@ data-parallel. Rank 0 first prints the Neuron versions the node has next to the 
 Checkpoints: rank 0 saves one after every epoch into ``--checkpoint-dir`` (default: ``$TRN_CHECKPOINT_DIR``,
 which the launcher sets to ``/fsx/checkpoints/<job>`` on every backend), and every rank starts from the
 newest one there, so a job the scheduler restarts after a failure resumes instead of starting over.
+
+Precompile (``TRN_PRECOMPILE=1``): the launcher first runs the command under ``neuron_parallel_compile``,
+which sets ``NEURON_EXTRACT_GRAPHS_ONLY=1``: graphs are traced, not executed, and every output is invalid.
+Then this script stops after ``TRN_PRECOMPILE_STEPS`` optimizer steps, neither loads nor saves a
+checkpoint and writes no metrics, as Neuron's guide asks of a script; the launcher then runs it for real.
 """
 
 from __future__ import annotations
@@ -35,6 +40,17 @@ except ImportError:  # native track or CPU
 
 # Pins a job may carry (the project's versions.py), printed beside what the node has.
 PIN_VARIABLES = ("TRN_NEURON_RELEASE", "TRN_NEURON_DRIVER", "TRN_NEURON_RUNTIME", "TRN_NEURON_FRAMEWORK")
+# Graph extraction: neuron_parallel_compile sets the first; the launcher gives the step cap in the second.
+EXTRACTION_ENV = "NEURON_EXTRACT_GRAPHS_ONLY"
+EXTRACTION_STEPS_ENV = "TRN_PRECOMPILE_STEPS"
+EXTRACTION_STEPS_DEFAULT = 10  # Neuron's guide: "a few steps (eg.10-15)"
+
+
+def extraction_steps() -> int | None:
+    """Under neuron_parallel_compile's graph extraction, the steps to trace; None in a real run."""
+    if os.environ.get(EXTRACTION_ENV, "0").strip() in ("", "0"):
+        return None
+    return max(1, int(os.environ.get(EXTRACTION_STEPS_ENV) or EXTRACTION_STEPS_DEFAULT))
 
 
 def native_neuron() -> bool:
@@ -74,9 +90,12 @@ def node_versions() -> dict[str, str | None]:
 
 
 def preflight() -> dict[str, object]:
-    """What the node has next to the job's pins (printed by rank 0 before training)."""
+    """What the node has next to the job's pins (printed by rank 0 before training), and this process's
+    limit of open files (soft, hard), which the launcher raises."""
+    import resource
+
     pins = {k.removeprefix("TRN_NEURON_").lower(): os.environ[k] for k in PIN_VARIABLES if k in os.environ}
-    return {"node": node_versions(), "pins": pins}
+    return {"node": node_versions(), "pins": pins, "open_files": list(resource.getrlimit(resource.RLIMIT_NOFILE))}
 
 
 def synthetic_dataset(samples: int, features: int, classes: int, seed: int = 0) -> TensorDataset:
@@ -149,9 +168,11 @@ def train(
     classes: int = 4,
     seed: int = 0,
     checkpoint_dir: Path | None = None,
+    max_steps: int | None = None,
 ) -> list[float]:
     """Train and return the mean loss of each epoch (on this process's shard), from the newest
-    checkpoint in ``checkpoint_dir`` when there is one (its epochs' losses included)."""
+    checkpoint in ``checkpoint_dir`` when there is one (its epochs' losses included). With ``max_steps``
+    (graph extraction), stop after that many optimizer steps and print how many were taken."""
     torch.manual_seed(seed)
     native = native_neuron()
     device = xm.xla_device() if xm is not None else torch.device("neuron" if native else "cpu")
@@ -177,11 +198,16 @@ def train(
         model = nn.parallel.DistributedDataParallel(model)
     loss_fn = nn.CrossEntropyLoss()
     rank = int(os.environ.get("RANK", "0"))
+    steps = 0
     for epoch in range(start, epochs):
+        if max_steps is not None and steps >= max_steps:
+            break
         if sampler is not None:
             sampler.set_epoch(epoch)
         total, batches = torch.zeros((), device=device), 0
         for inputs, labels in loader:
+            if max_steps is not None and steps >= max_steps:
+                break
             inputs, labels = inputs.to(device), labels.to(device)
             optimizer.zero_grad()
             loss = loss_fn(model(inputs), labels)
@@ -192,11 +218,14 @@ def train(
                 optimizer.step()
             total += loss.detach()
             batches += 1
+            steps += 1
         history.append(float(total.cpu()) / batches)
         if checkpoint_dir is not None and rank == 0:
             state = {"epoch": epoch, "model": plain.state_dict(), "optimizer": optimizer.state_dict(), "history": history}
             save_checkpoint(checkpoint_dir, _on_cpu(state))
             print(json.dumps({"checkpoint": epoch}), flush=True)
+    if max_steps is not None:
+        print(json.dumps({"graph_extraction": {"rank": rank, "steps": steps}}), flush=True)
     return history
 
 
@@ -212,14 +241,16 @@ def main(argv: list[str] | None = None) -> None:
         help=f"save each epoch here and resume from the newest (default: ${CHECKPOINT_ENV}; none: no checkpoints)",
     )
     args = parser.parse_args(argv)
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(json.dumps({"preflight": preflight()}), flush=True)
-    history = train(
-        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, samples=args.samples,
-        checkpoint_dir=args.checkpoint_dir,
-    )
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0:
+        print(json.dumps({"preflight": preflight()}), flush=True)
+    extracting = extraction_steps()
+    history = train(
+        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, samples=args.samples,
+        # Graph extraction: outputs are not real, so no checkpoint is read or written, and a few steps suffice.
+        checkpoint_dir=None if extracting else args.checkpoint_dir, max_steps=extracting,
+    )
+    if not extracting and rank == 0:
         print(json.dumps({"loss_per_epoch": history}))
         if args.output_dir is not None:
             args.output_dir.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,12 @@ The changes to moto, the only ones:
   that host stand-in (tests/ssm_host.py, in a process of its own) before it answers; GetCommandInvocation
   returns what it printed. Other instances get moto's own answers;
 - every SubmitJob request is appended, as the API received it, to SUBMITS (JSON lines): moto keeps a job's
-  numNodes but not its node property overrides, which the harness runs.
+  numNodes but not its node property overrides, which the harness runs;
+- DescribeJobDefinitions of a multi-node job definition includes its nodeProperties, as Batch's does (moto
+  5.2.5 leaves them out; `trn submit --image` copies them into the revision it registers);
+- DescribeJobs of a multi-node job's node (``<job id>#<index>``), which moto does not model, answers as Batch
+  does: the job's description with that node's details and its own log stream
+  (:func:`node_stream`, where the harness puts that node's output).
 
 Batch jobs do not run in Docker (there is none here): the harness runs each submitted job through the
 launch rehearsal.
@@ -26,6 +31,13 @@ import base64
 import json
 import sys
 from pathlib import Path
+
+
+def node_stream(definition_arn: str, job_id: str, index: int) -> str:
+    """The log stream of node ``index`` of a multi-node job: the awslogs driver's form, <definition>/default/<task>
+    (the task named after the job and the node here)."""
+    definition = definition_arn.rsplit("/", 1)[-1].rsplit(":", 1)[0]
+    return f"{definition}/default/{job_id}-node{index}"
 
 
 def main(port: int, ca_file: Path, endpoint: str, sessions: Path, hosts: Path, submits: Path) -> None:
@@ -108,6 +120,38 @@ def main(port: int, ca_file: Path, endpoint: str, sessions: Path, hosts: Path, s
         return moto_submit(self)
 
     BatchResponse.submitjob = submit_job  # type: ignore[method-assign]
+
+    def describe_jobs(self):  # type: ignore[no-untyped-def]
+        wanted = self._get_param("jobs") or []
+        parents = {j["jobId"]: j for j in self.batch_backend.describe_jobs([w.split("#")[0] for w in wanted])}
+        found = []
+        for job_id in wanted:
+            parent_id, _, index = job_id.partition("#")
+            parent = parents.get(parent_id)
+            if parent is None:
+                continue
+            if not index:
+                found.append(parent)
+                continue
+            container = dict(parent.get("container") or {})
+            container["logStreamName"] = node_stream(parent["jobDefinition"], parent_id, int(index))
+            found.append({**parent, "jobId": job_id, "container": container,
+                          "nodeDetails": {"nodeIndex": int(index), "isMainNode": index == "0"}})
+        return json.dumps({"jobs": found})
+
+    BatchResponse.describejobs = describe_jobs  # type: ignore[method-assign]
+
+    from moto.batch.models import JobDefinition
+
+    moto_definition = JobDefinition.describe
+
+    def describe_definition(self):  # type: ignore[no-untyped-def]
+        result = moto_definition(self)
+        if self.node_properties:
+            result["nodeProperties"] = self.node_properties
+        return result
+
+    JobDefinition.describe = describe_definition  # type: ignore[method-assign]
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
     print(f"moto listening on {port}", flush=True)

@@ -50,9 +50,18 @@ Session Manager (``trn connect``)          moto's StartSession is added (tests/m
                                            tests/ssm_plugin_standin.py: port forwarding to the private
                                            endpoint's name on 443 reaches the API server stand-in
 a Batch job's run                          moto does not run jobs (no Docker): after a submit, the job
-                                           definition of the template, with the submitted node count and
-                                           parameters, runs through the rehearsal and its output is put in
-                                           the job's log group, as the awslogs driver would
+                                           definition of the template (for a revision `trn submit --image`
+                                           registered, the deployed one it copies), with the submitted node
+                                           count, parameters and overrides (tests/moto_server.py logs each
+                                           SubmitJob), runs through the rehearsal; each node's output is put
+                                           in its log stream, as the awslogs driver would
+Run Command (``trn submit`` to Slurm and   moto runs no command: SendCommand to the head node or the
+the development instance)                  development instance runs the script on its stand-in
+                                           (tests/ssm_host.py: sudo, systemd-run, systemctl, Slurm's commands)
+FSx's import from the data repository      after `trn sync`, the data bucket's objects are copied under the
+                                           walkthrough's /fsx at the association's path (/fsx/s3)
+an image's WORKDIR (``trn image push``)    a job in an image the walkthrough pushed starts in that image's
+                                           build context (the starter Dockerfile copies it to its WORKDIR)
 =========================================  ===============================================================
 """
 
@@ -425,6 +434,8 @@ def exemption_for(text: str) -> Exemption | None:
 def after_command(walk: Walkthrough, ran: Ran) -> None:
     text = ran.command.text
     # Any submit: `trn submit` names no backend in the walkthroughs (it takes the last synth's context).
+    if "trn sync" in text:
+        mirror_data_repository(walk)
     if "trn submit" in text or text.startswith("aws batch submit-job"):
         run_submitted_batch_jobs(walk)
     if (ran.host == "head-node" and "sbatch" in text) or ("trn submit" in text and "head-node" in walk.hosts_made):
@@ -461,16 +472,23 @@ def run_submitted_batch_jobs(walk: Walkthrough) -> None:
         results = run_batch_node_properties(
             walk.stage(), command=overrides.get("command") or container["Command"], environment=environment,
             parameters=parameters, nodes=nodes, multinode=node_props is not None,
+            cwd=_image_workdir(walk, _images(batch, job["jobDefinition"])),
         )
         walk.rehearsals.append({"backend": "batch", "job": job["jobName"], "results": results})
-        # The awslogs driver's stream of a Batch job: <job definition name>/default/<task id> (moto: the job id).
+        # The awslogs driver's stream of a Batch job: <job definition name>/default/<task id> (moto: the job id),
+        # and of each node of a multi-node job (tests/moto_server.py answers DescribeJobs of <id>#<node> with it).
+        from tests.moto_server import node_stream
+
         definition_name = job["jobDefinition"].rsplit("/", 1)[-1].rsplit(":", 1)[0]
-        stream = f"{definition_name}/default/{summary['jobId']}"
-        logs.create_log_stream(logGroupName=log_group, logStreamName=stream)
+        streams = [(f"{definition_name}/default/{summary['jobId']}", results[0])]
+        if node_props is not None:
+            streams += [(node_stream(job["jobDefinition"], summary["jobId"], r.rank), r) for r in results]
         now = int(time.time() * 1000)
-        events = [{"timestamp": now, "message": line} for line in results[0].output.splitlines() if line]
-        if events:
-            logs.put_log_events(logGroupName=log_group, logStreamName=stream, logEvents=events)
+        for stream, result in streams:
+            logs.create_log_stream(logGroupName=log_group, logStreamName=stream)
+            events = [{"timestamp": now, "message": line} for line in result.output.splitlines() if line]
+            if events:
+                logs.put_log_events(logGroupName=log_group, logStreamName=stream, logEvents=events)
 
 
 def _template_definition(walk: Walkthrough, arn: str) -> tuple[dict[str, Any], str]:
@@ -483,6 +501,52 @@ def _template_definition(walk: Walkthrough, arn: str) -> tuple[dict[str, Any], s
                     "LogConfiguration", {}).get("Options", {})
                 return resolved, options.get("awslogs-group", "")
     raise AssertionError(f"job definition {arn} is not one the deployed templates registered")
+
+
+def _images(batch: Any, arn: str) -> set[str]:
+    from trainium_cdk.batch_job import images_of
+
+    (found,) = batch.describe_job_definitions(jobDefinitions=[arn])["jobDefinitions"]
+    return images_of(found)
+
+
+def pushed_images(walk: Walkthrough) -> dict[str, Path]:
+    """Image URI -> its build context, of each image `trn image push` built (the container engine's log)."""
+    from tests.container_engine_standin import calls
+
+    images = {}
+    for call in calls(walk.tmp / "container-engine.log"):
+        argv = call["argv"]
+        if argv[:1] == ["build"] and "--tag" in argv:
+            context = Path(argv[-1])
+            images[argv[argv.index("--tag") + 1]] = context if context.is_absolute() else walk.sandbox / context
+    return images
+
+
+def _image_workdir(walk: Walkthrough, images: set[str]) -> Path | None:
+    """Where a job in an image `trn image push` built starts: the image's WORKDIR holds the build context
+    (the starter Dockerfile's COPY . /opt/app, WORKDIR /opt/app), which is its folder here."""
+    pushed = pushed_images(walk)
+    return next((pushed[i] for i in images if i in pushed), None)
+
+
+def mirror_data_repository(walk: Walkthrough) -> None:
+    """FSx's automatic import, for the walkthrough's /fsx: every object of the storage stack's data bucket under
+    the association's path (the default config's: /fsx/s3), as the file system shows it after `trn sync`."""
+    from trainium_cdk.config import load_config
+
+    config = load_config(walk.sandbox / "config" / "default.yaml")
+    repository = config.storage.data_repository
+    bucket = walk.outputs.get(config.stack_name("storage"), {}).get("DataBucketName")
+    if repository is None or not bucket:
+        return
+    s3 = walk.boto3("s3")
+    root = walk.stage().fsx / repository.file_system_path.strip("/")
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=repository.s3_prefix):
+        for item in page.get("Contents", []):
+            target = root / item["Key"][len(repository.s3_prefix):]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read())
 
 
 def _deployed_revision(walk: Walkthrough, arn: str) -> str:
@@ -508,10 +572,13 @@ def rehearse_kubernetes_job(walk: Walkthrough, job: dict[str, Any]) -> list[tupl
     from tests.rehearsal import run_kubernetes_job, run_volcano_job
 
     stage = walk.stage()
+    templates = [t["template"] for t in job["spec"]["tasks"]] if "tasks" in job["spec"] else [job["spec"]["template"]]
+    images = {c["image"] for t in templates for c in t["spec"]["containers"]}
+    cwd = _image_workdir(walk, images)
     if job["apiVersion"].startswith("batch.volcano.sh"):
-        results = run_volcano_job(stage, job)
+        results = run_volcano_job(stage, job, cwd=cwd)
     else:
-        results = run_kubernetes_job(stage, job)
+        results = run_kubernetes_job(stage, job, cwd=cwd)
     walk.rehearsals.append({"backend": "eks", "job": job["metadata"]["name"], "results": results})
     return [(r.code, r.output) for r in results]
 

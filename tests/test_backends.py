@@ -15,7 +15,7 @@ from trainium_cdk.backends import Backend
 
 def test_the_built_in_backends_in_stack_order():
     assert backends.names() == ("eks", "batch", "parallelcluster", "instance")
-    assert backends.job_backends() == ("eks", "batch")
+    assert backends.job_backends() == ("eks", "batch", "parallelcluster", "instance")
 
 
 @pytest.mark.parametrize("name", backends.names())
@@ -25,7 +25,7 @@ def test_every_part_of_an_entry_resolves(name):
     assert set(inspect.signature(entry.load_stack().__init__).parameters) >= {"scope", "construct_id", "config", "network", "storage"}
     if entry.jobs:
         client = entry.job_client()
-        for command in ("submit", "status", "logs", "cancel"):
+        for command in ("submit", "status", "logs", "cancel", "list_jobs"):
             assert list(inspect.signature(getattr(client, command)).parameters)[:4] == ["args", "config", "out", "err"]
     for ref in (entry.dist, entry.check, entry.idle_cost):
         if ref:

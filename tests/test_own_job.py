@@ -249,3 +249,11 @@ def test_batch_image_of_the_deployed_definition_registers_nothing(aws, definitio
     assert result.code == 0, result.err
     assert aws.of("RegisterJobDefinition") == []
     assert aws.of("SubmitJob")[0]["jobDefinition"] == definitions[DEFINITION]
+
+
+def test_every_job_backend_can_be_rehearsed():
+    """`trn rehearse --backend B` for every backend `trn submit` takes."""
+    from trainium_cdk import backends
+    from trainium_cdk.cli.rehearse import RUNNERS
+
+    assert set(RUNNERS) == set(backends.job_backends())

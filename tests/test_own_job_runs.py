@@ -20,7 +20,8 @@ import yaml
 
 from tests.rehearsal import Stage
 from tests.ssm_host import Host, serve_run_command
-from tests.test_cli_support import DEFAULT_YAML, client_error, run_cli
+from tests.test_cli_support import client_error, run_cli
+from tests.test_own_job import config  # noqa: F401 (the fixture: the default config with every backend)
 from trainium_cdk.parallelcluster.sbatch import head_node_files
 
 pytestmark = pytest.mark.e2e
@@ -58,15 +59,6 @@ def assert_every_rank(text: str, *, world: int, lr: float = 3e-4, tag: str = "mi
     expected_sum = world * (world + 1) / 2
     for r in found:
         assert (r["world"], r["lr"], r["tag"], r["team"], r["sum"]) == (world, lr, tag, team, expected_sum), r
-
-
-@pytest.fixture
-def config(tmp_path: Path) -> Path:
-    raw = yaml.safe_load(DEFAULT_YAML.read_text())
-    raw["backends"] = ["eks", "batch", "parallelcluster", "instance"]
-    path = tmp_path / "all.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
 
 
 # -- trn rehearse: 2 nodes x 2 processes, as each backend launches it --------------------------------------

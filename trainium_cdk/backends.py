@@ -32,8 +32,8 @@ class Backend:
     :param dist: ``module:function`` writing its plain files into ``dist/<name>/``:
         ``function(config, outdir) -> list[Path]`` (no CDK). Default: none.
     :param jobs: ``module`` of its job client, with ``submit``, ``status``, ``logs``, ``cancel`` and
-        ``list_jobs``, each ``(args, config, out, err) -> int``, and ``rehearsal(args, config)`` (what `trn
-        rehearse` runs). Default: none (no `trn submit` for it).
+        ``list_jobs`` (`trn jobs`), each ``(args, config, out, err) -> int``; `trn rehearse` runs what its submit
+        sends through a runner of ``trainium_cdk.cli.rehearse``. Default: none (no `trn submit` for it).
     :param check: ``module:function(config)`` raising ConfigError for what it cannot deploy. Default: none.
     :param idle_cost: ``module:function(config, region) -> list`` of `trn cost` lines billed while no job
         runs. Default: none.

@@ -269,3 +269,16 @@ def stack_outputs(
     if status.endswith("_FAILED") or status.startswith("DELETE") or status == "ROLLBACK_COMPLETE":
         raise CliError(f"stack {stack} is {status}: fix and redeploy it before submitting jobs")
     return {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", []) if "OutputKey" in o}
+
+
+def deployed_output(config: Config, part: str, output_id: str) -> str:
+    """One output of the deployed ``<project>-<part>`` stack (``output_id``: its names.OUTPUT_* id), or one line
+    saying to redeploy a stack that lacks it."""
+    from trainium_cdk.names import output_key
+
+    stack = config.stack_name(part)
+    outputs = stack_outputs(client(session(config.region), "cloudformation"), stack, config.region, backend=part)
+    key = output_key(output_id)
+    if key not in outputs:
+        raise CliError(f"stack {stack} has no {key} output: redeploy it (make deploy)")
+    return outputs[key]

@@ -10,7 +10,7 @@ import json
 import re
 from typing import TextIO
 
-from trainium_cdk.cli._common import CliError, client, session, stack_outputs, table
+from trainium_cdk.cli._common import CliError, client, deployed_output, session, table
 from trainium_cdk.cli.jobs import (
     CLOCK, FAILED, SUCCEEDED, Clock, JobState, announce, default_name, user_job, watch,
 )
@@ -31,12 +31,7 @@ RUNNING_UNIT_STATES = ("activating", "active", "reloading", "deactivating")
 
 
 def instance_id(config: Config) -> str:
-    stack = config.stack_name(STACK_PART)
-    outputs = stack_outputs(client(session(config.region), "cloudformation"), stack, config.region, backend=BACKEND)
-    key = output_key(OUTPUT_INSTANCE_ID)
-    if key not in outputs:
-        raise CliError(f"stack {stack} has no {key} output: redeploy it (make deploy)")
-    return outputs[key]
+    return deployed_output(config, STACK_PART, OUTPUT_INSTANCE_ID)
 
 
 def _run(config: Config, script: str, *, comment: str, doing: str, clock: Clock = CLOCK) -> str:

@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any, TextIO
 
-from trainium_cdk.cli._common import CliError, client, session, stack_outputs, table
+from trainium_cdk.cli._common import CliError, client, deployed_output, session, table
 from trainium_cdk.cli.jobs import (
     CLOCK, FAILED, SUCCEEDED, Clock, JobState, announce, default_name, group_of, same_job_flags, user_job,
     watch,
@@ -40,12 +40,7 @@ SLURM_STATES = {
 
 
 def head_node(config: Config) -> str:
-    stack = config.stack_name(STACK_PART)
-    outputs = stack_outputs(client(session(config.region), "cloudformation"), stack, config.region, backend=BACKEND)
-    key = output_key(OUTPUT_HEAD_NODE_INSTANCE_ID)
-    if key not in outputs:
-        raise CliError(f"stack {stack} has no {key} output: redeploy it (make deploy)")
-    return outputs[key]
+    return deployed_output(config, STACK_PART, OUTPUT_HEAD_NODE_INSTANCE_ID)
 
 
 def _run(config: Config, script: str, *, comment: str, doing: str, clock: Clock = CLOCK) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,8 @@ DEV_INSTANCE = "i-0fedcba9876543210"
 
 
 def reports(text: str) -> list[dict[str, Any]]:
-    return [json.loads(line.split("REPORT ", 1)[1]) for line in text.splitlines() if "REPORT {" in line]
+    """Every rank's report. The processes of a node share its output stream: two reports may share a line."""
+    return [json.loads(found) for found in re.findall(r"REPORT (\{[^{}]*\})", text)]
 
 
 def assert_every_rank(text: str, *, world: int, lr: float = 3e-4, tag: str = "mine", team: str = "vision") -> None:

@@ -302,3 +302,26 @@ def test_readme_transcript_is_what_the_cli_prints(aws, log, tmp_path, monkeypatc
     monkeypatch.setenv("TRN_CONFIG", str(_config(tmp_path, ["eks", "batch"])))
     run_transcript(steps, printed)
     assert [call["argv"][0] for call in engine.calls(log)] == ["build", "login", "push"]
+
+
+def test_push_of_a_recipe_builds_its_folder_under_a_recipe_tag(aws, repositories, log, batch_config, tmp_path):
+    """`trn image push --recipe NAME`: the recipe's folder is the Dockerfile's and the context; the tag
+    recipe-NAME-<time> is what `trn submit --job NAME` looks for."""
+    from trainium_cdk import recipes
+    from trainium_cdk.config import TrainingJobSettings
+
+    folder = tmp_path / "toy_recipe"
+    folder.mkdir()
+    (folder / "Dockerfile").write_text("ARG NEURON_BASE_IMAGE\nFROM ${NEURON_BASE_IMAGE}\nCOPY . /opt/trainium-cdk/recipes/toy_recipe/\n")
+    recipes.register(recipes.Recipe(name="toy", summary="toy", tracks=("xla",), folder=folder,
+                                    job=lambda ctx: TrainingJobSettings(name="toy", command=("x.py",))))
+    try:
+        result = run_cli("image", "push", "--config", str(batch_config), "--recipe", "toy")
+    finally:
+        recipes.unregister("toy")
+    assert result.code == 0, result.err
+    (build, *_) = engine.calls(log)
+    image = f"{repositories['trainium-batch']}:recipe-toy-20261126-153012"
+    assert build["argv"][-3:] == ["--tag", image, str(folder)]
+    assert build["argv"][build["argv"].index("--file") + 1] == str(folder / "Dockerfile")
+    assert result.out == image + "\n"

@@ -17,6 +17,7 @@ from typing import Any
 import cdk8s
 from constructs import Construct
 
+from trainium_cdk import recipes
 from trainium_cdk.charts.training import (
     JOB_CHART_PREFIX, QUEUE_CHART_ID, DataLoaderJob, ShellPod, TensorBoard, VolcanoQueue, training_job,
 )
@@ -95,9 +96,9 @@ def render_job(
     :param image: the default training image (the EKS stack's image, or the user's); a job or
         ``workloads.image`` that names its own wins. For the BERT-large example, the image it runs in
         (the stack's BERT image, or the user's): that example names no image of its own here.
-    :param job: the workload it runs: a job of ``workloads.jobs`` or an example (``mlp``,
-        ``mlp-distributed``, ``bert-large-phase1``). Default: ``command``'s job, else the first configured
-        job, else ``mlp``.
+    :param job: the workload it runs: a job of ``workloads.jobs``, an example (``mlp``, ``mlp-distributed``,
+        ``bert-large-phase1``) or a recipe (trainium_cdk.recipes; ``image`` is then its image). Default: the
+        first configured job, else ``mlp``.
     :param command: the user's own command (``train.py --lr 3e-4``), as one process runs it, instead of a
         workload: a job of that command on ``group`` with every default (its compile cache: the group's).
     :param env: environment added to the workload's (the user's wins).
@@ -112,9 +113,14 @@ def render_job(
     else:
         workloads = {s.name: s for s in (*config.workloads.jobs, *example_settings(config, bert_image=image))}
         chosen = job or (config.workloads.jobs[0].name if config.workloads.jobs else "mlp")
-        if chosen not in workloads:
-            raise ConfigError("--job", chosen, "a job of workloads.jobs or an example; " + one_of(workloads))
-        settings = workloads[chosen]
+        if chosen in workloads:
+            settings = workloads[chosen]
+        elif recipes.find(chosen) is not None:
+            settings = recipes.job(config, chosen, group=config.group(group), backend="eks", nodes=nodes)
+            update["image"] = image  # the recipe's own image, whatever workloads.image says
+        else:
+            offered = [*workloads, *(r.name for r in recipes.available(config, "eks"))]
+            raise ConfigError("--job", chosen, "a job of workloads.jobs, an example or a recipe; " + one_of(offered))
     if group is not None:
         update["group"] = group
     if nodes is not None:

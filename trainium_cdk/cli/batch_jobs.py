@@ -89,13 +89,33 @@ def group_output_value(outputs: Mapping[str, str], field: str, *, group: str, st
 # -- submit ------------------------------------------------------------------------------------------
 
 
+def recipe_job(config: Config, job: UserJob) -> UserJob:
+    """A job of a recipe (``--job NAME``) as Batch runs it: the recipe's command, and the environment in which
+    the recipe's job differs from the job definition's (its compile cache set, its precompile steps, its own
+    variables), the user's --env last."""
+    from trainium_cdk import recipes
+    from trainium_cdk.batch_job import definition_container
+    from trainium_cdk.jobs import JOB_NAME_VARIABLE
+
+    assert job.job is not None
+    settings = recipes.job(config, job.job, group=job.group, backend="batch", nodes=job.nodes)
+    nodes = job.nodes or settings.nodes or job.group.nodes
+    wanted = config.job_spec(settings.model_copy(update={"nodes": nodes}), image="recipe").environment()
+    deployed = definition_container(config, job.group).environment
+    env = {k: v for k, v in wanted.items() if deployed.get(k) != v and k != JOB_NAME_VARIABLE}
+    return UserJob(group=job.group, nodes=nodes, program=tuple(settings.command), job=job.job, env={**env, **job.env})
+
+
 def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -> int:
     job = user_job(args, config)
+    image = args.image
     if job.job is not None:
-        raise ConfigError(
-            "--job", job.job, "left out for Batch: give your command after -- (trn submit -- train.py ...), or "
-            "set batch.command in the config"
-        )
+        from trainium_cdk import recipes
+        from trainium_cdk.cli.recipe_images import recipe_image
+
+        recipe = recipes.recipe_for(config, job.job, STACK_PART)
+        job = recipe_job(config, job)
+        image = recipe_image(config, recipe, STACK_PART, given=args.image, dry_run=args.dry_run)
     group = job.group
     nodes = job.nodes or group.nodes
     name = args.name or f"{config.project}-{default_name(group)}"
@@ -106,7 +126,7 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
     if args.image is not None and (not IMAGE.fullmatch(args.image) or "${" in args.image):
         raise ConfigError("--image", args.image, "an image URI such as 123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1")
     if args.dry_run:
-        return _dry_run(config, group, job, name=name, nodes=nodes, image=args.image, out=out)
+        return _dry_run(config, group, job, name=name, nodes=nodes, image=image, out=out)
     sess = session(config.region)
     stack = config.stack_name(STACK_PART)
     outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend="batch")
@@ -119,8 +139,8 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
     multinode = described.get("type") != "container"
     if not multinode and nodes > 1:
         raise ConfigError("--nodes", nodes, f"1: job definition {definition} is a single-node (container) job")
-    if args.image is not None and args.image not in images_of(described):
-        definition = revision_for_image(batch, described, args.image, chatter(args, out, err))
+    if image is not None and image not in images_of(described):
+        definition = revision_for_image(batch, described, image, chatter(args, out, err))
     submission = BatchSubmission(name=name, nodes=nodes, multinode=multinode, program=job.program, env=job.env)
     response = batch.submit_job(**submission.request(queue=queue, definition=definition))
     job_id = response["jobId"]

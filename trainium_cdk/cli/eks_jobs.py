@@ -108,6 +108,11 @@ def training_image(args: argparse.Namespace, config: Config, *, dry_run: bool = 
     ``dry_run``, its placeholder: a dry run needs no credentials). The BERT-large example: --image, else the
     stack's BERT image (a general workloads.image lacks its script)."""
     bert = getattr(args, "job", None) == BERT_EXAMPLE_JOB
+    recipe = _recipe(config, getattr(args, "job", None))
+    if recipe is not None:
+        from trainium_cdk.cli.recipe_images import recipe_image
+
+        return recipe_image(config, recipe, STACK_PART, given=args.image, dry_run=dry_run)
     if args.image:
         image = args.image
     elif config.workloads.image and not bert:
@@ -124,6 +129,16 @@ def training_image(args: argparse.Namespace, config: Config, *, dry_run: bool = 
     if "${" in image or not image.strip():
         raise ConfigError("--image", image, "a real image URI such as 123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1")
     return image
+
+
+def _recipe(config: Config, name: str | None) -> Any:
+    """The recipe ``--job`` names, unless a configured job or an example has that name (they come first)."""
+    from trainium_cdk import recipes
+    from trainium_cdk.workloads import example_settings
+
+    if name is None or name in {s.name for s in (*config.workloads.jobs, *example_settings(config))}:
+        return None
+    return recipes.recipe_for(config, name, STACK_PART) if recipes.find(name) is not None else None
 
 
 def render(config: Config, job: UserJob, *, name: str, image: str) -> list[dict[str, Any]]:

@@ -82,6 +82,9 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--dockerfile", metavar="PATH",
                    help=f"the Dockerfile (default: {DEFAULT_DOCKERFILE} of --context, else ./{DEFAULT_DOCKERFILE})")
     q.add_argument("--context", metavar="DIR", help="build context (default: the Dockerfile's directory)")
+    q.add_argument("--recipe", metavar="NAME",
+                   help="a recipe's image (its folder of trainium_cdk/recipes, tagged recipe-NAME-<time>), which "
+                   "`trn submit --job NAME` then finds")
     q.add_argument("--tag", help="image tag (default: <context directory>-<UTC time>, new on every push; the "
                    "repository's tags are immutable)")
     q.add_argument("--backend", choices=IMAGE_BACKENDS,
@@ -120,6 +123,15 @@ def init(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def push(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = read_config(args.config, parse_overrides(args.overrides))
     backend = image_backend(config, args.backend)
+    recipe_tag = None
+    if args.recipe is not None:
+        from trainium_cdk import recipes
+
+        if args.context or args.dockerfile:
+            raise ConfigError("--recipe", args.recipe, "without --context or --dockerfile: the recipe's folder is both")
+        recipe = recipes.recipe_for(config, args.recipe, backend, field_name="--recipe")
+        args.context = str(recipe.folder)
+        recipe_tag = f"{recipe.image_tag_prefix}{NOW():%Y%m%d-%H%M%S}"
     if args.context and not Path(args.context).is_dir():
         raise ConfigError("--context", args.context, "a directory (the build context)")
     if args.dockerfile:
@@ -131,7 +143,7 @@ def push(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     context = Path(args.context) if args.context else dockerfile.parent
     if not context.is_dir():
         raise ConfigError("--context", str(context), "a directory (the build context)")
-    tag = args.tag or default_tag(context)
+    tag = args.tag or recipe_tag or default_tag(context)
     if not _TAG.fullmatch(tag):
         raise ConfigError("--tag", tag, "an image tag: up to 128 letters, digits, '_', '.' and '-', not starting "
                           "with '.' or '-'")

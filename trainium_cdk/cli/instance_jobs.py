@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from dataclasses import replace
 from typing import TextIO
 
 from trainium_cdk.cli._common import CliError, client, deployed_output, session, table
@@ -53,8 +54,11 @@ def submission(args: argparse.Namespace, config: Config) -> InstanceSubmission:
     if getattr(args, "image", None):
         raise ConfigError("--image", args.image, "left out for the development instance: jobs run in the DLAMI's "
                           "Neuron venv, not in a container")
-    if job.job is not None:
-        raise ConfigError("--job", job.job, "left out for the development instance: give your command after --")
+    if job.job is not None:  # a recipe that runs on the development instance (its code on /fsx)
+        from trainium_cdk import recipes
+
+        settings = recipes.job(config, job.job, group=job.group, backend=BACKEND, nodes=job.nodes)
+        job = replace(job, program=tuple(settings.command), env={**settings.env, **job.env})
     if (job.nodes or 1) != 1:
         raise ConfigError("--nodes", job.nodes, "1: the development instance is one node")
     name = _check_name(getattr(args, "name", None) or default_name(job.group), "--name")

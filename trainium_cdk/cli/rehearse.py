@@ -144,7 +144,9 @@ def _batch(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) ->
 
     job = user_job(args, config)
     if job.job is not None:
-        raise ConfigError("--job", job.job, "left out for Batch: give your command after --")
+        from trainium_cdk.cli.batch_jobs import recipe_job
+
+        job = recipe_job(config, job)
     container = definition_container(config, job.group)
     nodes = job.nodes or 1
     submission = BatchSubmission(name=JOB_NAME, nodes=nodes, multinode=container.multinode, program=job.program,

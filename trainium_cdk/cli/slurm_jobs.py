@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from dataclasses import replace
 from typing import Any, TextIO
 
 from trainium_cdk.cli._common import CliError, client, deployed_output, session, table
@@ -67,8 +68,12 @@ def submission(args: argparse.Namespace, config: Config) -> SlurmSubmission:
             "--image", args.image, "left out for ParallelCluster: Slurm jobs run in the nodes' Neuron venv, not in "
             "a container; put your code on /fsx (trn sync) and point --workdir or the script's path at it",
         )
-    if job.job is not None:
-        raise ConfigError("--job", job.job, "left out for ParallelCluster: give your command after -- (trn submit -- train.py ...)")
+    if job.job is not None:  # a recipe that runs on Slurm: its command from ~/trainium/recipes, its environment
+        from trainium_cdk import recipes
+
+        settings = recipes.job(config, job.job, group=job.group, backend=BACKEND, nodes=job.nodes)
+        job = replace(job, nodes=job.nodes or settings.nodes, program=tuple(settings.command),
+                      env={**settings.env, **job.env})
     group = job.group
     name = getattr(args, "name", None) or default_name(group)
     if not _JOB_NAME.fullmatch(name):

@@ -11,6 +11,9 @@ differs from what the scheduler runs on a node:
 what the artefact says                 what runs here, and why
 =====================================  ==========================================================
 ``/opt/trainium-cdk/examples/mlp/``    this package's ``trainium_cdk/examples/mlp/`` (the image's copy of it)
+a recipe's folder (its image's           this package's ``trainium_cdk/recipes/<recipe>/`` (what both copy)
+``/opt/trainium-cdk/recipes/``, the
+head node's ``~/trainium/recipes/``)
 ``/fsx`` (the shared file system)      one local folder that every node of the job shares (``--fsx``)
 ``TRN_WORKDIR`` (the job's directory)  the directory ``trn rehearse`` runs in (your code is here, not on /fsx)
 ParallelCluster's Neuron venv          a folder whose ``bin/activate`` does nothing (torch is on PATH)

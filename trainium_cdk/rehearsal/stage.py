@@ -151,10 +151,17 @@ class Stage:
 
     @property
     def substitutions(self) -> dict[str, str]:
+        from trainium_cdk import recipes
         from trainium_cdk.parallelcluster.cluster_config import VENV
 
+        # A recipe's folder, where its image and the Slurm head node have it: the package's copy.
+        recipe_folders = {
+            f"{root}/{r.folder.name}/": f"{r.folder}/"
+            for r in recipes.all_recipes() for root in (recipes.IMAGE_ROOT, recipes.HEAD_NODE_ROOT)
+        }
         return {
             IMAGE_EXAMPLE_DIR: f"{EXAMPLE_DIR}/",
+            **recipe_folders,
             VENV: str(self.venv),
             NEURON_BIN: str(self.neuron_bin),
             SHARED_MOUNT: str(self.fsx),

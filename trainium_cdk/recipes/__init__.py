@@ -1,0 +1,149 @@
+"""Training recipes the project ships: a job a team runs as it is (`--job NAME` of `trn submit` and `trn rehearse`)
+on every backend its Neuron track runs on, or copies as the start of its own.
+
+A recipe is a folder beside this file (``trainium_cdk/recipes/<name>/``: its code, its Dockerfile, its data
+preparation) and one :func:`register` call. Its code reaches the nodes in its image, which ``trn image push
+--recipe NAME`` builds from that folder on the track's Neuron image (EKS, Batch), or in the files the Slurm
+head node copies to ``~/trainium/recipes/<name>/`` (ParallelCluster, the xla track), or on /fsx through
+``trn sync`` (the development instance). :func:`job` gives the job of a recipe on a compute group, as every
+backend's job client and the launch rehearsal take it: the command, its environment, the node count, the
+compile cache set and the precompile step cap.
+
+Pure Python: the `trn` CLI and the Slurm batch scripts read it without the CDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from trainium_cdk.errors import ConfigError, one_of
+
+if TYPE_CHECKING:
+    from trainium_cdk.config import ComputeGroup, Config, TrainingJobSettings
+
+FOLDER = Path(__file__).resolve().parent
+# Where a recipe's folder is on the nodes: in its image, and on the Slurm head node (its home, shared with every
+# compute node; cluster_config's OS user's).
+IMAGE_ROOT = "/opt/trainium-cdk/recipes"
+HEAD_NODE_ROOT = "/home/ubuntu/trainium/recipes"
+# The tag prefix of a recipe's image in a stack's training image repository (`trn image push --recipe NAME`).
+IMAGE_TAG_PREFIX = "recipe-"
+# Where a recipe runs unless it says more: the backends whose jobs run in its image. Slurm (the xla track) needs
+# its code in the head node's files; the development instance, on /fsx.
+IMAGE_BACKENDS = ("eks", "batch")
+
+
+@dataclass(frozen=True)
+class RecipeContext:
+    """What a recipe's job depends on: the deployment, the compute group it runs on, the node count asked for
+    (None: the recipe's own default), and where the recipe's folder is on those nodes."""
+
+    config: Config
+    group: ComputeGroup
+    nodes: int | None
+    code: str
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A shipped workload.
+
+    :param name: what ``--job`` takes; a DNS label (it names jobs, cache sets and image tags).
+    :param summary: one line for the README and ``trn rehearse --help``.
+    :param tracks: the Neuron tracks (versions.NEURON_TRACKS) whose images and nodes run it.
+    :param job: the job on a group (a TrainingJobSettings: command, env, nodes, cache set, precompile steps).
+    :param backends: where it runs (a Slurm recipe needs the xla track: the config refuses native with Slurm).
+    :param data_prep: the recipe that prepares its data (tokenizer and dataset onto /fsx), if any.
+    :param folder: its code and Dockerfile; default: ``trainium_cdk/recipes/<name with _ for ->``.
+    """
+
+    name: str
+    summary: str
+    tracks: tuple[str, ...]
+    job: Callable[[RecipeContext], TrainingJobSettings]
+    backends: tuple[str, ...] = IMAGE_BACKENDS
+    data_prep: str | None = None
+    folder: Path = field(default=None)  # type: ignore[assignment]  # set in __post_init__
+
+    def __post_init__(self) -> None:
+        if self.folder is None:  # a recipe of this package: its folder beside this file
+            object.__setattr__(self, "folder", FOLDER / self.name.replace("-", "_"))
+
+    def code_on(self, backend: str) -> str:
+        """The recipe's folder on the nodes of ``backend`` (named as in the package)."""
+        root = HEAD_NODE_ROOT if backend == "parallelcluster" else IMAGE_ROOT
+        return f"{root}/{self.folder.name}"
+
+    @property
+    def image_tag_prefix(self) -> str:
+        return f"{IMAGE_TAG_PREFIX}{self.name}-"
+
+
+_REGISTRY: dict[str, Recipe] = {}
+
+
+def register(recipe: Recipe) -> Recipe:
+    if recipe.name in _REGISTRY:
+        raise ValueError(f"recipe {recipe.name!r} is registered twice")
+    _REGISTRY[recipe.name] = recipe
+    return recipe
+
+
+def unregister(name: str) -> None:
+    """(Tests register toy recipes and take them away again.)"""
+    _REGISTRY.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def all_recipes() -> tuple[Recipe, ...]:
+    return tuple(_REGISTRY.values())
+
+
+def find(name: str) -> Recipe | None:
+    return _REGISTRY.get(name)
+
+
+def available(config: Config, backend: str) -> list[Recipe]:
+    """The recipes the config's track and ``backend`` run."""
+    return [r for r in _REGISTRY.values() if config.neuron.track in r.tracks and backend in r.backends]
+
+
+def recipe_for(config: Config, name: str, backend: str, *, field_name: str = "--job") -> Recipe:
+    """The recipe ``name`` where it runs; one line naming what is offered otherwise."""
+    recipe = _REGISTRY.get(name)
+    offered = [r.name for r in available(config, backend)]
+    if recipe is None:
+        raise ConfigError(field_name, name, "a recipe; " + (one_of(offered) if offered else f"none runs on {backend} "
+                          f"with neuron.track {config.neuron.track}"))
+    if config.neuron.track not in recipe.tracks:
+        raise ConfigError(field_name, name, f"a recipe of neuron.track {config.neuron.track}: {name} runs on "
+                          f"{' or '.join(recipe.tracks)}" + (f"; {one_of(offered)}" if offered else ""))
+    if backend not in recipe.backends:
+        raise ConfigError(field_name, name, f"a recipe that runs on {backend}: {name} runs on "
+                          f"{', '.join(recipe.backends)}")
+    return recipe
+
+
+def job(config: Config, name: str, *, group: ComputeGroup, backend: str, nodes: int | None = None) -> TrainingJobSettings:
+    """The job of recipe ``name`` on ``group``, with its code where ``backend`` has it."""
+    recipe = recipe_for(config, name, backend)
+    return recipe.job(RecipeContext(config=config, group=group, nodes=nodes, code=recipe.code_on(backend)))
+
+
+def _load_builtin() -> None:
+    """The recipes this package ships register themselves on import (each a module of this package)."""
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.iter_modules([str(FOLDER)]):
+        if module.ispkg:
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+_load_builtin()

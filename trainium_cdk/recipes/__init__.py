@@ -119,8 +119,8 @@ def recipe_for(config: Config, name: str, backend: str, *, field_name: str = "--
     recipe = _REGISTRY.get(name)
     offered = [r.name for r in available(config, backend)]
     if recipe is None:
-        raise ConfigError(field_name, name, "a recipe; " + (one_of(offered) if offered else f"none runs on {backend} "
-                          f"with neuron.track {config.neuron.track}"))
+        runs = one_of(offered) if offered else f"none runs on {backend} with neuron.track {config.neuron.track}"
+        raise ConfigError(field_name, name, f"a recipe ({runs}); for your own script, give your command after --")
     if config.neuron.track not in recipe.tracks:
         raise ConfigError(field_name, name, f"a recipe of neuron.track {config.neuron.track}: {name} runs on "
                           f"{' or '.join(recipe.tracks)}" + (f"; {one_of(offered)}" if offered else ""))

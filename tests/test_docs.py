@@ -29,3 +29,20 @@ def test_readme_architecture_is_generated_from_the_app():
     # Every backend's stack is in the picture, and each depends on the network.
     for stack in ("trainium-eks", "trainium-batch", "trainium-parallelcluster", "trainium-instance"):
         assert f"{stack.replace('-', '_')} --> trainium_network" in generated
+
+
+def test_no_file_in_the_tree_keeps_a_merge_conflict():
+    """A merge that kept both sides of a conflict must not keep its markers (the CHANGELOG once did)."""
+    import subprocess
+
+    root = README.parent
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    marked = []
+    for name in tracked:
+        path = root / name
+        if path.is_symlink() or not path.is_file() or path.suffix not in {".md", ".py", ".yaml", ".yml", ".toml", ".txt", ".sh", ".json", ".cfg"}:
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if line.startswith(("<<<<<<< ", ">>>>>>> ")) or line == "=======":
+                marked.append(f"{name}:{number}")
+    assert not marked, marked

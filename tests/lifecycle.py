@@ -19,6 +19,12 @@ Read from the synthesized templates before and after the change (never from the 
   pool sets no terminationGracePeriod, and ``expireAfter: Never`` leaves no forced expiry. Then the node
   is replaced after its job.
 
+- **EC2 instances** (the development instance; AWS::EC2::Instance, CloudFormation reference): a change of a
+  create-only property (ImageId, SubnetId, ...) replaces the instance, and its root volume with it
+  (DeleteOnTermination). An ImageId read from a custom resource (the DLAMI lookup) changes when that resource's
+  properties (its query) change: CloudFormation updates the resource, which answers the newest image of the new
+  query, and then replaces the instance.
+
 ParallelCluster's update policies come from its own package (tests/pcluster_schema.py), not from here.
 """
 
@@ -152,4 +158,25 @@ def karpenter_effects(after_manifests: list[dict[str, Any]], job_pod_annotations
             "eks", f"nodepool/{pool['metadata']['name']}", stops,
             "drift replaces a node " + ("while its job runs" if stops else "after its job (do-not-disrupt pods)"),
         ))
+    return effects
+
+
+def instance_effects(before: dict[str, Any], after: dict[str, Any]) -> list[Effect]:
+    """The EC2 instances of ``before`` that deploying ``after`` replaces or deletes: their running jobs stop."""
+    effects = []
+    new_instances = _resources(after, "AWS::EC2::Instance")
+    for logical, resource in _resources(before, "AWS::EC2::Instance").items():
+        old = resource["Properties"]
+        new = new_instances.get(logical, {}).get("Properties")
+        if new is None:
+            effects.append(Effect("instance", logical, True, "the instance is deleted"))
+            continue
+        replaced = _create_only_changes("AWS::EC2::Instance", old, new)
+        source = old.get("ImageId", {}).get("Fn::GetAtt", [None])[0] if isinstance(old.get("ImageId"), dict) else None
+        if source is not None and "ImageId" not in replaced:
+            lookup_old, lookup_new = before["Resources"].get(source), after["Resources"].get(source)
+            if lookup_new is None or lookup_old["Properties"] != lookup_new["Properties"]:
+                replaced.append(f"ImageId (from {source}, whose query changes)")
+        if replaced:
+            effects.append(Effect("instance", logical, True, f"replaced ({', '.join(replaced)} changes)"))
     return effects

@@ -521,9 +521,9 @@ def test_native_track_pins_are_the_ones_compared(machine):
         "torch-neuronx": WARN, "torch": WARN,
     }
     by_name = {c.name: c.detail for c in checks}
-    assert by_name["torch"] == "torch 2.9.0, but the native track pins 2.14.* (Neuron 2.33.0)"
+    assert by_name["torch"] == f"torch 2.9.0, but the native track pins 2.14.* (Neuron {NATIVE_TRACK.neuron_release})"
     assert by_name["torch-neuronx"].endswith(f"native track pins {NATIVE_TRACK.pip_packages['torch-neuronx']} "
-                                             "(Neuron 2.33.0)")
+                                             f"(Neuron {NATIVE_TRACK.neuron_release})")
 
 
 def test_doctor_on_the_default_machine_prints_the_skip_line_outside_the_summary(ready, tmp_path):

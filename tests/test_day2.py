@@ -67,6 +67,8 @@ def _neuron_pin() -> Iterator[None]:
         # launch template (the driver in the user data, the AMI as a parameter).
         driver=old.driver.rsplit(".", 1)[0] + ".9",
         ecs_neuron_ami=old.ecs_neuron_ami.replace("2023.0.2", "2023.0.3", 1),
+        # And the development instance's DLAMI of that release (the lookup's query names it).
+        dlami=versions.AmiQuery(old.dlami.name, "*Neuron SDK 2.29.2*"),
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(versions.NEURON_TRACKS, "xla", new)
@@ -344,7 +346,8 @@ def test_the_day2_table_says_where_a_change_stops_running_jobs(base, after, poli
              for e in _running_jobs_effects(base, after[change]) if e.stops_jobs}
     if any(c.running != "SUCCEEDED" for c in policies[change]):
         model.add("parallelcluster")
-    assert set(row.stops) == model, (change, [e for e in _running_jobs_effects(base, after[change]) if e.stops_jobs])
+    # The development instance's column: test_the_day2_table_says_where_a_change_replaces_the_development_instance.
+    assert set(row.stops) - {"instance"} == model, (change, [e for e in _running_jobs_effects(base, after[change]) if e.stops_jobs])
 
 
 def test_the_readme_holds_the_generated_day2_table():
@@ -397,3 +400,117 @@ def test_karpenter_drift_waits_for_the_job_on_the_default_app():
     effects = karpenter_effects(objects, pods)
     assert effects and not any(e.stops_jobs for e in effects), effects
     assert karpenter_effects(objects, [{}])[0].stops_jobs  # a pod without the annotation would be drained
+
+
+# -- the development instance: a deployment of it alone (network, storage, instance), before and after each change --
+
+
+@pytest.fixture(scope="module")
+def instance_pairs() -> dict[str, tuple[Synthesized, Synthesized]]:
+    """Each change on a deployment with the development instance (adding it is the change of backend_added)."""
+    def only_instance(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+        def edit(raw: dict[str, Any]) -> None:
+            change(raw)
+            raw["backends"] = ["instance"]
+        return edit
+
+    before = synth(_config(only_instance(lambda raw: None)), nag=False)
+    pairs = {}
+    for name, (change, context) in CHANGES.items():
+        if name == "backend_added":
+            continue
+        with context():
+            pairs[name] = (before, synth(_config(only_instance(change)), nag=False))
+    return pairs
+
+
+@pytest.mark.parametrize("change", sorted(set(CHANGES) - {"backend_added"}))
+def test_the_day2_table_says_where_a_change_replaces_the_development_instance(instance_pairs, change):
+    """A pin change makes the DLAMI lookup run again (another SDK release in its query): the instance gets
+    another ImageId, which CloudFormation applies by replacing it (tests/lifecycle.py). Nothing else does."""
+    from tests.lifecycle import instance_effects
+    from trainium_cdk import day2
+
+    before, now = instance_pairs[change]
+    effects = instance_effects(before.template_json("instance"), now.template_json("instance"))
+    (row,) = [c for c in day2.CHANGES if c.key == change]
+    assert ("instance" in row.stops) == any(e.stops_jobs for e in effects), (change, effects)
+    assert row.instance.startswith("replaced") == bool(effects), (change, row.instance)
+    if change == "neuron_pin":
+        (effect,) = effects
+        assert effect.why.startswith("replaced (ImageId (from ") and "whose query changes" in effect.why
+
+
+def test_the_instance_model_sees_a_create_only_change_and_ignores_the_rest(instance_pairs):
+    from tests.lifecycle import instance_effects
+
+    before, _ = instance_pairs["nodes"]
+    template = before.template_json("instance")
+    moved = json.loads(json.dumps(template))
+    (instance,) = resources(moved, "AWS::EC2::Instance").values()
+    instance["Properties"]["SubnetId"] = "subnet-other"
+    instance["Properties"].setdefault("Tags", []).append({"Key": "k", "Value": "v"})  # updated in place
+    (effect,) = instance_effects(template, moved)
+    assert effect.stops_jobs and effect.why == "replaced (SubnetId changes)"
+    assert instance_effects(template, template) == []
+
+
+# -- the native track's move to Neuron 2.33.1, as it happens on a native deployment ------------------------------
+
+NATIVE: dict[str, Any] = {
+    "project": "t",
+    "region": "us-east-2",
+    "backends": ["eks", "batch", "instance"],
+    "neuron": {"track": "native"},
+    "network": {"az_ids": ["use2-az3", "use2-az2"]},
+    "instance_offerings": {"trn2.48xlarge": {"us-east-2": ["use2-az3", "use2-az2"]}},
+    "compute_groups": [{"name": "train", "instance_type": "trn2.48xlarge", "nodes": 2, "az_ids": "use2-az3"}],
+    "instance": {"instance_type": "trn2.48xlarge"},
+}
+
+
+def _native_2_33_0() -> versions.NeuronTrack:
+    """The native track's table before Neuron 2.33.1 (its pins as this project shipped them)."""
+    return dataclasses.replace(
+        versions.NATIVE_TRACK, neuron_release="2.33.0", released="2026-10-19", driver="2.31.7.0",
+        apt_packages={"aws-neuronx-dkms": "2.31.7.0", "aws-neuronx-collectives": "2.35.43.0",
+                      "aws-neuronx-runtime-lib": "2.35.30.0", "aws-neuronx-tools": "2.33.38.0"},
+        pip_packages={"neuronx-cc": "2.28.7631.0", "torch-neuronx": "2.14.3.0.*", "nki": "0.7.0"},
+        training_image_tag="2.14.0-neuronx-py314-sdk2.33.0-ubuntu26.04",
+        dlami=versions.AmiQuery(versions.NATIVE_TRACK.dlami.name, "*Neuron SDK 2.33.0*"),
+    )
+
+
+@pytest.fixture(scope="module")
+def native_patch() -> tuple[Synthesized, Synthesized]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(versions.NEURON_TRACKS, "native", _native_2_33_0())
+        before = synth(build_config(json.loads(json.dumps(NATIVE))), nag=False)
+    return before, synth(build_config(json.loads(json.dumps(NATIVE))), nag=False)
+
+
+def _example_image_tags(result: Synthesized, backend: str) -> set[str]:
+    assets = json.loads((result.outdir / f"{result.stacks.backends[backend].artifact_id}.assets.json").read_text())
+    return {image["source"]["dockerBuildArgs"]["BASE_TAG"] for image in assets["dockerImages"].values()}
+
+
+def test_the_native_track_s_patch_release_on_every_backend(native_patch):
+    """2.33.0 -> 2.33.1 on eks (Karpenter), batch and the development instance: Batch gets a new launch template
+    version (the driver is in its user data), an infrastructure update that stops running jobs after its
+    UpdatePolicy's timeout; EKS nodes do not drift (the EKS AMI release did not move), only the example image is
+    rebuilt; the development instance is replaced (a new DLAMI). Nothing stateful is replaced."""
+    from tests.lifecycle import batch_effects, instance_effects, karpenter_effects
+    from tests.test_neuron_tracks import _manifest_objects
+
+    before, now = native_patch
+    assert replaced(before, now) == []
+    (batch,) = batch_effects(before.template_json("batch"), now.template_json("batch"))
+    assert batch.stops_jobs and "LaunchTemplate (a new version)" in batch.why
+    node_classes = [[o["spec"] for o in _manifest_objects(r.template_json("eks")) if o.get("kind") == "EC2NodeClass"]
+                    for r in (before, now)]
+    assert node_classes[0] and node_classes[0] == node_classes[1]  # no drift: Karpenter replaces no node
+    assert karpenter_effects([], []) == []
+    assert (_example_image_tags(before, "eks"), _example_image_tags(now, "eks")) == (
+        {"2.14.0-neuronx-py314-sdk2.33.0-ubuntu26.04"}, {versions.NATIVE_TRACK.training_image_tag})
+    (instance,) = instance_effects(before.template_json("instance"), now.template_json("instance"))
+    assert instance.stops_jobs and "whose query changes" in instance.why

@@ -242,17 +242,48 @@ def test_every_backend_s_jobs_carry_the_track_s_pins():
         assert shlex.split(exported) == [value], (key, exported)
 
 
-def test_the_xla_tracks_pins_are_its_releases_packages():
-    """Every package the xla track pins is the version Neuron's own release manifest lists for 2.29.1
-    (tests/data/neuron-release-2.29.1.json, from aws-neuron-sdk's n2-manifest.json; the commit is in the
-    file). aws-neuronx-tools was 2.29.18.0, Neuron 2.29.0's."""
+# Each track's release, as vendored under tests/data with its source: the xla track's from Neuron's release
+# manifest (aws-neuron-sdk src/helperscripts/n2-manifest.json, the commit in the file); the native track's from
+# the 2.33.1 release notes and 2.33.0's component notes, because no commit of the manifest that lists 2.33.1 was
+# reachable (the file says so; replace it with the manifest's entry when one is).
+RELEASE_FILES = {"xla": "neuron-release-2.29.1.json", "native": "neuron-release-2.33.1.json"}
+
+
+def _release(track: str) -> dict[str, Any]:
+    return json.loads((ROOT / "tests" / "data" / RELEASE_FILES[track]).read_text())
+
+
+@pytest.mark.parametrize("name", sorted(NEURON_TRACKS))
+def test_every_pin_of_a_track_is_its_releases_package(name):
+    """Every package a track pins (apt and pip, and the driver) is the version its vendored release lists.
+    The xla track's aws-neuronx-tools was 2.29.18.0, Neuron 2.29.0's; the native track's were 2.33.0's."""
     import fnmatch
 
-    from trainium_cdk.versions import XLA_TRACK
+    track = NEURON_TRACKS[name]
+    release = _release(name)
+    assert release["neuron_version"] == track.neuron_release
+    assert "source" in release and release["source"]
+    pins = {**track.apt_packages, **track.pip_packages}
+    for package, pinned in pins.items():
+        assert package in release["packages"], (package, "not in the vendored release")
+        assert fnmatch.fnmatchcase(release["packages"][package], pinned), (package, pinned, release["packages"][package])
+    assert track.driver == release["packages"]["aws-neuronx-dkms"]
 
-    release = json.loads((ROOT / "tests" / "data" / "neuron-release-2.29.1.json").read_text())
-    assert release["neuron_version"] == XLA_TRACK.neuron_release
-    pins = {**XLA_TRACK.apt_packages, **XLA_TRACK.pip_packages}
-    for name, pinned in pins.items():
-        assert fnmatch.fnmatchcase(release["packages"][name], pinned), (name, pinned, release["packages"][name])
-    assert XLA_TRACK.driver == release["packages"]["aws-neuronx-dkms"]
+
+def test_the_native_track_is_neurons_2_33_1_patch():
+    """What moved from 2.33.0 (its table before this release): driver, runtime, collectives, the image and the
+    DLAMI lookup; compiler, tools, NKI and torch-neuronx did not (2.33.1 release notes)."""
+    track = NEURON_TRACKS["native"]
+    release = _release("native")
+    assert (track.neuron_release, track.released) == ("2.33.1", release["released"])
+    assert (track.driver, track.runtime, track.collectives) == ("2.31.8.0", "2.35.33.0", "2.35.49.0")
+    assert {k: v for k, v in track.pip_packages.items() if k != "torch-neuronx"} == {"neuronx-cc": "2.28.7631.0", "nki": "0.7.0"}
+    assert track.apt_packages["aws-neuronx-tools"] == "2.33.38.0"
+    assert "sdk2.33.1" in track.training_image_tag and track.dlami.description == "*Neuron SDK 2.33.1*"
+
+
+def test_a_pin_that_is_not_the_releases_fails_the_check():
+    """The check is not vacuous: 2.33.0's driver under the 2.33.1 release."""
+    import fnmatch
+
+    assert not fnmatch.fnmatchcase(_release("native")["packages"]["aws-neuronx-dkms"], "2.31.7.0")

@@ -35,6 +35,7 @@ from trainium_cdk import defaults
 from trainium_cdk.config import EXAMPLE_COMMAND, build_config
 from trainium_cdk.dist import write_dist
 from trainium_cdk.parallelcluster.sbatch import render_sbatch
+from trainium_cdk.versions import NATIVE_TRACK
 
 # End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
 pytestmark = pytest.mark.e2e
@@ -267,7 +268,7 @@ def test_native_track_batch_job_definition_trains(stage):
     container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
     assets = json.loads((native.outdir / f"{native.stacks.backends['batch'].artifact_id}.assets.json").read_text())
     (image,) = assets["dockerImages"].values()
-    assert "sdk2.33.0" in image["source"]["dockerBuildArgs"]["BASE_TAG"]  # the example image on the native track's
+    assert f"sdk{NATIVE_TRACK.neuron_release}" in image["source"]["dockerBuildArgs"]["BASE_TAG"]  # the example image on the native track's
     results = run_batch_job(stage, definition, NODES)
     assert_trained(results)
     assert '"preflight"' in results[0].output

@@ -13,7 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # Where a running job can be stopped: the backends, EKS split by capacity mode.
-STOPPER_NAMES = {"eks-managed": "EKS with `eks.capacity: managed`", "batch": "Batch", "parallelcluster": "ParallelCluster"}
+STOPPER_NAMES = {
+    "eks-managed": "EKS with `eks.capacity: managed`", "batch": "Batch", "parallelcluster": "ParallelCluster",
+    "instance": "the development instance",
+}
 BEGIN = "<!-- day2:begin (generated from trainium_cdk/day2.py by `make docs`; tests/test_day2.py checks it) -->"
 END = "<!-- day2:end -->"
 
@@ -25,6 +28,7 @@ class Change:
     eks: str
     batch: str
     parallelcluster: str
+    instance: str = "unchanged"  # the development instance
     stops: Mapping[str, str] = field(default_factory=dict)  # stopper -> how its running jobs are stopped
     running: str = "keep running"  # what happens to the jobs that are not stopped
 
@@ -67,7 +71,9 @@ CHANGES: tuple[Change, ...] = (
         "Neuron packages once its jobs end; the head node builds the new pins' venv beside the one in use "
         "(`~/neuron-venv-<release>-<hash>`), then switches the link `~/neuron-venv` that batch scripts activate; "
         "an old venv is removed once no job Slurm knows started from it",
-        stops={"batch": BATCH_STOPS},
+        instance="replaced: the DLAMI lookup runs again for the new release and answers another AMI, which a new "
+        "instance boots (the root volume goes with the old one; /fsx stays)",
+        stops={"batch": BATCH_STOPS, "instance": "ended with the instance"},
         running="keep running (on ParallelCluster in the venv they started with); let them end before starting new "
         "ones (a node not yet replaced has the old driver, a new job the new venv)",
     ),
@@ -79,7 +85,7 @@ CHANGES: tuple[Change, ...] = (
     ),
     Change(
         "backend_added", "backend added",
-        eks="new stack; existing stacks unchanged", batch="", parallelcluster="",
+        eks="new stack; existing stacks unchanged", batch="", parallelcluster="", instance="",
     ),
     Change(
         "instance_type", "instance type changed",
@@ -105,9 +111,10 @@ def running_cell(change: Change) -> str:
 
 
 def table() -> str:
-    rows = ["| Change | EKS | AWS Batch | ParallelCluster | Running jobs |", "|---|---|---|---|---|"]
+    rows = ["| Change | EKS | AWS Batch | ParallelCluster | Development instance | Running jobs |",
+            "|---|---|---|---|---|---|"]
     for c in CHANGES:
-        rows.append(f"| {c.label} | {c.eks} | {c.batch} | {c.parallelcluster} | {running_cell(c)} |")
+        rows.append(f"| {c.label} | {c.eks} | {c.batch} | {c.parallelcluster} | {c.instance} | {running_cell(c)} |")
     return "\n".join(rows)
 
 

@@ -242,29 +242,35 @@ XLA_TRACK = NeuronTrack(
     python="3.12",
 )
 
-# Native track: Neuron 2.33.0 (2026-10-19), TorchNeuron public beta (torch-neuronx 2.14.3.0, PyTorch
-# 2.14: the `neuron` device, DDP/FSDP/DTensor, torch.compile), Trn2 and Trn3 only, Ubuntu 24.04/26.04
-# (release-notes/components/torchneuron). Neuron 2.33 DLCs are Ubuntu 26.04 / Python 3.14 only
-# (setup/pytorch/update-dlc, 2.33.0). The training tag follows the DLC naming of that release; check it
-# against the DLC release list before the first deploy (README, "Neuron tracks").
+# Native track: Neuron 2.33.1 (2026-11-11), the patch of 2.33.0 (2026-10-19): TorchNeuron public beta
+# (torch-neuronx 2.14.3.0, PyTorch 2.14: the `neuron` device, DDP/FSDP/DTensor, torch.compile), Trn2 and Trn3
+# only, Ubuntu 24.04/26.04 (release-notes/components/torchneuron). 2.33.1 fixes a runtime race between HWDGE
+# DMA and collectives' transpose DMA that can hang the fabric (release-notes/2.33.1): new driver, runtime,
+# collectives; compiler, tools, NKI and torch-neuronx are 2.33.0's. tests/data/neuron-release-2.33.1.json holds
+# the release's packages and says where each comes from (Neuron's manifest with 2.33.1 was not reachable).
+# Neuron 2.33 DLCs are Ubuntu 26.04 / Python 3.14 only (setup/pytorch/update-dlc, 2.33.0); the training tag
+# follows the DLC naming of that release and is not checked against a published tag list (README, "Neuron
+# tracks"). The EKS AMI release stays v20260930: no release note in reach says which EKS AMI carries driver
+# 2.31.8.0 (the launcher's preflight warns on the nodes when the driver differs).
 NATIVE_TRACK = NeuronTrack(
     name="native",
-    neuron_release="2.33.0",
-    released="2026-10-19",
+    neuron_release="2.33.1",
+    released="2026-11-11",
     support="public beta (TorchNeuron), Trn2 and Trn3 only",
     instance_families=("trn2", "trn2u"),
-    driver="2.31.7.0",
+    driver="2.31.8.0",
     apt_packages={
-        "aws-neuronx-dkms": "2.31.7.0",
-        "aws-neuronx-collectives": "2.35.43.0",
-        "aws-neuronx-runtime-lib": "2.35.30.0",
+        "aws-neuronx-dkms": "2.31.8.0",
+        "aws-neuronx-collectives": "2.35.49.0",
+        "aws-neuronx-runtime-lib": "2.35.33.0",
         "aws-neuronx-tools": "2.33.38.0",
     },
-    pip_packages={"neuronx-cc": "2.28.7631.0", "torch-neuronx": "2.14.3.0.*", "nki": "0.7.0"},
+    # torch-neuronx: the release notes give 2.14.3.0 with no build suffix; the glob takes one if a wheel has it.
+    pip_packages={"neuronx-cc": "2.28.7631.0", "torch-neuronx": "2.14.3.0*", "nki": "0.7.0"},
     framework="torch-neuronx 2.14 (TorchNeuron, native PyTorch)",
-    training_image_tag="2.14.0-neuronx-py314-sdk2.33.0-ubuntu26.04",
+    training_image_tag="2.14.0-neuronx-py314-sdk2.33.1-ubuntu26.04",
     # "Deep Learning AMI Neuron torch-neuronx 2.14.0" (Ubuntu 24.04 and 26.04; setup/pytorch/update-dlami, 2.33.0).
-    dlami=AmiQuery("Deep Learning AMI Neuron torch-neuronx 2.14.0 (Ubuntu 24.04)*", "*Neuron SDK 2.33.0*"),
+    dlami=AmiQuery("Deep Learning AMI Neuron torch-neuronx 2.14.0 (Ubuntu 24.04)*", "*Neuron SDK 2.33.1*"),
     ecs_neuron_ami=ECS_NEURON_AMI_NAME,
     eks_ami_release="v20260930",
     parallelcluster_os="ubuntu2404",

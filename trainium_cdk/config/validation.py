@@ -221,6 +221,6 @@ def check_track(config: Config) -> None:
         # notes), and ParallelCluster 3.16 offers no Ubuntu 26.04: the shared venv cannot be built.
         raise ConfigError(
             "neuron.track", track.name,
-            "xla with the parallelcluster backend (TorchNeuron 2.33.0 wheels are for Ubuntu 26.04 only, "
+            "xla with the parallelcluster backend (TorchNeuron 2.33 wheels are for Ubuntu 26.04 only, "
             "which ParallelCluster does not offer); use eks or batch for the native track",
         )

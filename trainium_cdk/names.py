@@ -53,6 +53,14 @@ NEURON_BIN = "/opt/aws/neuron/bin"
 # the Slurm job id, the Batch job id): all stay the same when the scheduler restarts the job.
 CHECKPOINT_ROOT = f"{SHARED_MOUNT}/checkpoints"
 
+# Where a TorchNeuron recipe runs, as its job says it (recipes on the native track): the torch device, the process
+# group backend and the torch.compile backend (empty: eager). The launch rehearsal gives the CPU's instead
+# (trainium_cdk/rehearsal: its substitution table), the one place a recipe's Neuron-only part is replaced.
+TORCH_DEVICE_VARIABLE = "TRN_TORCH_DEVICE"
+DIST_BACKEND_VARIABLE = "TRN_DIST_BACKEND"
+COMPILE_BACKEND_VARIABLE = "TRN_COMPILE_BACKEND"
+NEURON_DEVICE = "neuron"  # TorchNeuron's device, process group backend and torch.compile backend
+
 # -- Training images ----------------------------------------------------------------------------------
 
 # The build argument that names a training image's base, the Neuron training image of the deployment's track:

@@ -6,6 +6,7 @@ image), not on every deploy: a recipe's image is large and most deployments run 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from trainium_cdk.cli._common import CliError, client, deployed_output, session
@@ -15,6 +16,9 @@ from trainium_cdk.recipes import Recipe
 
 # What a dry run shows for a recipe's image it did not look up (it asks AWS nothing).
 PLACEHOLDER = "${RECIPE_IMAGE}"
+# The time `trn image push --recipe` appends to the prefix (image.py): recipe-hf-lora-<this> is hf-lora's, never
+# recipe-hf-lora-data-<...> (another recipe's name that starts with it).
+PUSHED_AT = re.compile(r"\d{8}-\d{6}")
 
 
 def recipe_image(config: Config, recipe: Recipe, backend: str, *, given: str | None, dry_run: bool) -> str:
@@ -26,19 +30,21 @@ def recipe_image(config: Config, recipe: Recipe, backend: str, *, given: str | N
     repository = deployed_output(config, backend, OUTPUT_TRAINING_IMAGE_REPOSITORY_URI)
     tag = newest_tag(client(session(config.region), "ecr"), repository.split("/", 1)[1], recipe.image_tag_prefix)
     if tag is None:
+        builds = recipe.image_from or recipe.name
         raise CliError(
-            f"no image of recipe {recipe.name} in {repository}: `trn image push --recipe {recipe.name}` builds and "
-            "pushes it (on the track's Neuron image), or pass --image"
+            f"no image of recipe {recipe.name} in {repository}: `trn image push --recipe {builds}` builds and pushes it "
+            "(on the track's Neuron image), or pass --image"
         )
     return f"{repository}:{tag}"
 
 
 def newest_tag(ecr: Any, repository: str, prefix: str) -> str | None:
-    """The tag starting with ``prefix`` of the image pushed last, or None."""
+    """The tag ``<prefix><time pushed>`` of the image pushed last, or None."""
     newest: tuple[Any, str] | None = None
     for page in ecr.get_paginator("describe_images").paginate(repositoryName=repository, filter={"tagStatus": "TAGGED"}):
         for image in page.get("imageDetails", []):
             for tag in image.get("imageTags") or []:
-                if tag.startswith(prefix) and (newest is None or image["imagePushedAt"] > newest[0]):
+                pushed = tag.startswith(prefix) and PUSHED_AT.fullmatch(tag[len(prefix):])
+                if pushed and (newest is None or image["imagePushedAt"] > newest[0]):
                     newest = (image["imagePushedAt"], tag)
     return newest[1] if newest else None

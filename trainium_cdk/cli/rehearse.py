@@ -24,7 +24,7 @@ from trainium_cdk.config import Config
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.names import SHARED_MOUNT
 from trainium_cdk.rehearsal import PROCESSES_PER_NODE, TIMEOUT_S, NodeResult, Stage
-from trainium_cdk.rehearsal.stage import EXAMPLE_DIR, IMAGE_EXAMPLE_DIR
+from trainium_cdk.rehearsal.stage import CPU_FOR_NEURON, EXAMPLE_DIR, IMAGE_EXAMPLE_DIR
 
 DEFAULT_NODES = 2
 DEFAULT_FSX = Path(".trn-rehearse", "fsx")
@@ -112,6 +112,7 @@ def _report(label: str, results: list[NodeResult], stage: Stage, *, took: float,
         (SHARED_MOUNT, str(stage.fsx)),
         ("NeuronCores of a node (NPROC_PER_NODE)", f"{stage.processes_per_node} processes on the CPU (gloo)"),
         ("the image's Python, torch-neuronx", f"{sys.executable}, torch {torch.__version__}"),
+        ("a recipe's neuron device, process group, compile backend", ", ".join(CPU_FOR_NEURON.values())),
         ("node addresses, rendezvous port 29500", f"127.0.0.1, port {stage.port}"),
         ("the directory the job starts in (or TRN_WORKDIR)", f"{stage.workdir}"),
         (IMAGE_EXAMPLE_DIR, f"{EXAMPLE_DIR}/"),

@@ -253,6 +253,23 @@ class NeuronSettings(_Model):
         return value
 
 
+class HuggingFaceSettings(_Model):
+    """The Hugging Face hub as jobs use it: a token for gated models and datasets, kept in Secrets Manager."""
+
+    token_secret: str | None = Field(
+        None, description="Name of a Secrets Manager secret (in the config's region) holding a Hugging Face token: "
+        "the jobs' role may read that secret only, and the recipes' data jobs read it at run time; default: none.",
+    )
+
+    @field_validator("token_secret")
+    @classmethod
+    def _secret_name(cls, value: str | None) -> str | None:
+        # Secrets Manager's CreateSecret rule for Name: 1 to 512 of these characters.
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9/_+=.@-]{1,512}", value):
+            raise ValueError("a Secrets Manager secret name: 1 to 512 letters, digits and /_+=.@- (not an ARN)")
+        return value
+
+
 class CustomInstanceType(_Model):
     """An instance type the catalog does not know, with the facts the constructs need."""
 
@@ -290,6 +307,7 @@ class Config(_Model):
     instance: InstanceSettings = Field(default_factory=InstanceSettings)
     workloads: WorkloadSettings = Field(default_factory=WorkloadSettings)
     neuron: NeuronSettings = Field(default_factory=NeuronSettings)
+    hugging_face: HuggingFaceSettings = Field(default_factory=HuggingFaceSettings)
     pipeline: PipelineSettings | None = Field(None, description="CDK Pipelines deployment; synthesized with -c pipeline=true.")
     instance_offerings: dict[str, dict[str, tuple[str, ...]]] = Field(
         default_factory=dict,

@@ -58,6 +58,8 @@ class Recipe:
     :param backends: where it runs (a Slurm recipe needs the xla track: the config refuses native with Slurm).
     :param data_prep: the recipe that prepares its data (tokenizer and dataset onto /fsx), if any.
     :param folder: its code and Dockerfile; default: ``trainium_cdk/recipes/<name with _ for ->``.
+    :param image_from: the recipe whose image it runs in (a data preparation in its training recipe's image, from
+        the same folder: one `trn image push --recipe`); default: its own.
     """
 
     name: str
@@ -66,6 +68,7 @@ class Recipe:
     job: Callable[[RecipeContext], TrainingJobSettings]
     backends: tuple[str, ...] = IMAGE_BACKENDS
     data_prep: str | None = None
+    image_from: str | None = None
     folder: Path = field(default=None)  # type: ignore[assignment]  # set in __post_init__
 
     def __post_init__(self) -> None:
@@ -79,7 +82,7 @@ class Recipe:
 
     @property
     def image_tag_prefix(self) -> str:
-        return f"{IMAGE_TAG_PREFIX}{self.name}-"
+        return f"{IMAGE_TAG_PREFIX}{self.image_from or self.name}-"
 
 
 _REGISTRY: dict[str, Recipe] = {}

@@ -23,6 +23,9 @@ host names and node addresses          127.0.0.1 (``hostname``, ``scontrol`` sta
 ``srun``                               starts the command once per node, each with its SLURM_NODEID
 ``systemd-run`` (dev instance)         runs the unit's command in the foreground, with its --setenv values
 Neuron and EFA devices, torch-neuronx  absent: the CPU build of torch (gloo) trains instead
+a TorchNeuron recipe's ``neuron``      ``cpu``, ``gloo`` and TorchDynamo's ``eager`` (``Stage.value``,
+device, process group and compile      ``CPU_FOR_NEURON``): TRN_TORCH_DEVICE, TRN_DIST_BACKEND and
+backend                                TRN_COMPILE_BACKEND, as the recipe's job sets them
 the image (EKS, Batch)                 this machine's Python, the one ``trn`` runs in: torch must be there
 ``/opt/aws/neuron/bin`` (Neuron tools)  a folder of the stage (``Stage.neuron_bin``), not on the PATH a node
                                        gets: a Slurm script must put it there itself, as on a host. EKS and

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainium_cdk.launcher import WORKDIR_VARIABLE
-from trainium_cdk.names import NEURON_BIN, SHARED_MOUNT
+from trainium_cdk.names import (
+    COMPILE_BACKEND_VARIABLE, DIST_BACKEND_VARIABLE, NEURON_BIN, NEURON_DEVICE, SHARED_MOUNT, TORCH_DEVICE_VARIABLE,
+)
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
 # Where the example images hold the MLP example (examples/mlp/Dockerfile); the rehearsal runs this package's copy.
@@ -25,6 +27,11 @@ PROCESSES_PER_NODE = 2
 LOOPBACK = "127.0.0.1"
 TIMEOUT_S = 300
 MAIN_EXIT_GRACE_S = 30  # ECS's default stop timeout: what a Batch child gets after the main node exits
+# A TorchNeuron recipe's `neuron` device, process group backend and torch.compile backend, here: the CPU, gloo, and
+# TorchDynamo's "eager" backend (the graph is captured as on Neuron, then run by PyTorch, not compiled). Neuron's
+# own distributed tutorial runs its CPU comparison the same way (torch/tutorials/tutorial-torch-distributed:
+# "Change --device and --backend between runs").
+CPU_FOR_NEURON = {TORCH_DEVICE_VARIABLE: "cpu", DIST_BACKEND_VARIABLE: "gloo", COMPILE_BACKEND_VARIABLE: "eager"}
 
 _HOSTNAME = f"""#!/bin/sh
 # hostname stand-in: the node's own address is loopback here.
@@ -184,6 +191,8 @@ class Stage:
             return str(self.port)
         if key == WORKDIR_VARIABLE and self.workdir is not None:
             return str(self.workdir)
+        if key in CPU_FOR_NEURON and value == NEURON_DEVICE:
+            return CPU_FOR_NEURON[key]
         return self.substitute(value)
 
     def substitute_script(self, text: str, *, processes_per_node: int | None = None) -> str:

@@ -132,6 +132,38 @@ def test_a_child_nodes_host_loss_ends_in_a_retry_that_resumes(stage, app):
     assert _resumed(second) >= 2
 
 
+def test_a_child_that_starts_late_is_not_lost(stage, app):
+    """Batch starts a child node only once the main node runs, with no timing guarantee, and a fresh host pulls
+    a multi-GB image first: a child whose first beat comes late has not lost its host. (The launcher once counted
+    every child from the main node's start and ended such a job with PEER_LOST_EXIT_CODE, using up a retry.)"""
+    definition, _ = _longer_batch_definition(app)
+    container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
+    container["Environment"].append({"Name": "TRN_HEARTBEAT_S", "Value": "1"})
+    (stage.fsx / "code").mkdir()
+    shutil.copy(EXAMPLE_DIR / "train.py", stage.fsx / "code" / "train.py")
+    # 10 intervals is when the old launcher gave up on a child it had not heard from yet.
+    results = run_batch_job(stage, definition, 2, start_after={1: 14})
+    main = results[0]
+    assert main.code == 0, main.output[-3000:]
+    assert "a host is gone" not in main.output
+    assert len(assert_trained(results)) == EPOCHS
+
+
+def test_a_child_that_never_starts_ends_in_a_retry(stage, app):
+    """A child whose host never comes up never beats: after TRN_PEER_START_S from the main node's start, that is
+    a host lost, which the job definition retries, not the program's error."""
+    definition, strategy = _longer_batch_definition(app)
+    container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
+    container["Environment"] += [{"Name": "TRN_HEARTBEAT_S", "Value": "1"}, {"Name": "TRN_PEER_START_S", "Value": "8"}]
+    (stage.fsx / "code").mkdir()
+    shutil.copy(EXAMPLE_DIR / "train.py", stage.fsx / "code" / "train.py")
+    results = run_batch_job(stage, definition, 2, start_after={1: 10_000})
+    main = results[0]
+    assert main.code == PEER_LOST_EXIT_CODE, main.output[-3000:]
+    assert "node(s) 1 never started" in main.output
+    assert batch_retry_action(strategy, exit_code=main.code) == "RETRY"
+
+
 def test_the_programs_own_error_on_every_node_is_not_retried(stage, app):
     definition, strategy = _longer_batch_definition(app, "--no-such-option")
     (stage.fsx / "code").mkdir()

@@ -44,8 +44,10 @@ stand-ins, ``TRN_NEURON_VERSION_FILE`` names another file than ``/sys/module/neu
 A Batch multi-node job is retried when the main node's host fails, not a child's: then torchrun on the main node
 fails like the program's own error would. So on Batch every node beats on shared storage
 (``<checkpoint dir>/.nodes/attempt-<n>``) and leaves its exit code when torchrun ends; a peer whose beat stopped
-(older than 4 intervals, or none 10 intervals after the start) without an exit code lost its host, and the main
-node ends with ``PEER_LOST_EXIT``, which the job definition retries.
+(older than 4 intervals) without an exit code lost its host, and the main node ends with ``PEER_LOST_EXIT``, which
+the job definition retries. A peer's beats count from its own start: Batch starts the children only once the main
+node runs, each when its host is ready (a fresh one pulls the image first), so a peer that has not beaten yet is
+lost only ``TRN_PEER_START_S`` (default 1800) after the main node's start.
 
 ``launcher.sh`` keeps its comments short and points here: every Batch group's job definition carries the whole
 program, and 25 groups share one template of at most 1 MB (stacks/batch_stack.py).

@@ -101,29 +101,35 @@ fi
 # Batch retries a multi-node job on the main node's host loss only: peers' heartbeats (launcher.py).
 beats="$TRN_CHECKPOINT_DIR/.nodes/attempt-${AWS_BATCH_JOB_ATTEMPT:-1}"
 interval="${TRN_HEARTBEAT_S:-30}"
+start_limit="${TRN_PEER_START_S:-1800}"
 mkdir -p "$beats"
 started=$(date +%s)
 ( while :; do touch "$beats/node-$NODE_RANK"; sleep "$interval"; done ) &
 beating=$!
 peers() {
-  # pending: no exit code yet; lost: of those, beat older than 4 intervals (or none after 10).
+  # pending: no exit code yet; lost: of those, beat older than 4 intervals, or none start_limit after our start.
   now=$(date +%s)
   pending=""
   lost=""
+  never=""
   i=0
   while [ "$i" -lt "$NNODES" ]; do
     if [ "$i" != "$NODE_RANK" ] && [ ! -e "$beats/node-$i.exit" ]; then
       pending="$pending $i"
       if [ -e "$beats/node-$i" ]; then
         [ $(( now - $(stat -c %Y "$beats/node-$i") )) -le $(( 4 * interval )) ] || lost="$lost $i"
-      elif [ $(( now - started )) -gt $(( 10 * interval )) ]; then
+      elif [ $(( now - started )) -gt "$start_limit" ]; then
         lost="$lost $i"
+        never="$never $i"
       fi
     fi
     i=$(( i + 1 ))
   done
 }
 peer_lost() {
+  if [ -n "$never" ]; then
+    say "node(s)$never never started (no beat ${start_limit}s after this node's start): a host is gone"
+  fi
   say "node(s)$lost stopped without an exit: a host is gone; exit $PEER_LOST_EXIT, which the job retries"
   kill "$beating" 2>/dev/null || true
   exit "$PEER_LOST_EXIT"

@@ -276,40 +276,54 @@ def run_nodes(
     kill: tuple[int, Callable[[], bool]] | None = None,
     main_decides: bool = False,
     timeout: float = TIMEOUT_S,
+    start_after: Mapping[int, float] | None = None,
 ) -> list[NodeResult]:
     """Start every node at once, each in its own process group, and wait for all. A node that fails
     ends the others (as a gang scheduler would); so does the time limit. With ``main_decides`` (an AWS Batch
     multi-node job) only node 0's exit ends the others: a child that fails leaves the job running.
-    ``kill=(node, when)``: once ``when()`` is true, SIGKILL every process of that node (its host dies mid-run)."""
+    ``kill=(node, when)``: once ``when()`` is true, SIGKILL every process of that node (its host dies mid-run).
+    ``start_after={node: seconds}``: that node starts late (Batch starts the children once the main node runs,
+    each as its own host is ready, a fresh one after pulling the image)."""
     logs = [tempfile.TemporaryFile(mode="w+") for _ in argvs]
-    procs = [
-        subprocess.Popen(
-            list(argv), env=dict(env), cwd=cwd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    started = time.monotonic()
+    late = dict(start_after or {})
+
+    def start(index: int) -> subprocess.Popen:
+        return subprocess.Popen(
+            list(argvs[index]), env=dict(envs[index]), cwd=cwd, stdout=logs[index], stderr=subprocess.STDOUT,
+            text=True, start_new_session=True,
         )
-        for argv, env, log in zip(argvs, envs, logs, strict=True)
-    ]
-    deadline = time.monotonic() + timeout
+
+    procs: list[subprocess.Popen | None] = [None if i in late else start(i) for i in range(len(argvs))]
+    deadline = started + timeout
     try:
-        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-            if kill is not None and kill[1]():
-                kill_node(procs[kill[0]])
+        while (late or any(p.poll() is None for p in procs if p is not None)) and time.monotonic() < deadline:
+            for index, delay in list(late.items()):
+                if time.monotonic() - started >= delay:
+                    procs[index] = start(index)
+                    del late[index]
+            victim = procs[kill[0]] if kill is not None else None
+            if kill is not None and victim is not None and kill[1]():
+                kill_node(victim)
                 kill = None
+            first = procs[0]
             if main_decides:
                 # The main node's exit ends the job: Batch stops the others (docker stop: SIGTERM, then a grace).
-                if procs[0].poll() is not None:
+                if first is not None and first.poll() is not None:
                     deadline = min(deadline, time.monotonic() + MAIN_EXIT_GRACE_S)
-            elif any(p.returncode not in (None, 0) for p in procs):
+                    late.clear()  # a child not started by then never starts
+            elif any(p is not None and p.returncode not in (None, 0) for p in procs):
                 time.sleep(2)  # let the others report the failure too
                 break
             time.sleep(0.2)
     finally:
         for proc in procs:
-            if proc.poll() is None:
+            if proc is not None and proc.poll() is None:
                 kill_node(proc)
                 proc.wait()
     results = []
     for rank, (proc, log) in enumerate(zip(procs, logs, strict=True)):
         log.seek(0)
-        results.append(NodeResult(rank, proc.returncode, log.read()))
+        results.append(NodeResult(rank, proc.returncode if proc is not None else -1, log.read()))
         log.close()
     return results

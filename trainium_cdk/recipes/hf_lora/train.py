@@ -43,6 +43,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import knobs
 import torch
@@ -204,7 +205,7 @@ def train() -> None:
         scheduler.load_state_dict(state["scheduler"])
         start, history = state["step"], list(state["history"])
         say(resumed_from=str(resume), step=start, loss=history[-1]["loss"] if history else None)
-    runner: torch.nn.Module = model
+    runner: Any = model  # a Module, or what torch.compile returns for one
     if world > 1:
         runner = torch.nn.parallel.DistributedDataParallel(model)
     if compile_backend:

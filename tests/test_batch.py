@@ -331,10 +331,10 @@ def test_image_retries_timeout_and_logs_defaults(every_type):
     assert group.job_definition["RetryStrategy"]["Attempts"] == 2  # which exits retry: tests/test_resume.py
     # A week per attempt: pre-training runs for days (the old 24 hours stopped every longer run).
     assert group.job_definition["Timeout"] == {"AttemptDurationSeconds": 7 * 24 * 3600}
-    # An infrastructure update (a pin, the AMI) lets running jobs go on as long as Batch allows (the
-    # default was 30 minutes), and never terminates them at once.
+    # An infrastructure update (a pin, the AMI) lets running jobs go on as long as Batch allows, 5 days (the
+    # default was 30 minutes; then 360, an old copy of Batch's limit), and never terminates them at once.
     assert group.properties(group.construct.compute_environment)["UpdatePolicy"] == {
-        "JobExecutionTimeoutMinutes": 360, "TerminateJobsOnUpdate": False}
+        "JobExecutionTimeoutMinutes": 7200, "TerminateJobsOnUpdate": False}
     logging = group.container["LogConfiguration"]
     assert logging["LogDriver"] == "awslogs"
     assert logging["Options"]["awslogs-group"] == {"Ref": group.logical_id(group.construct.log_group)}
@@ -621,3 +621,20 @@ def test_tasks_cannot_reach_the_instance_metadata(every_type, tmp_path):
             result = node_files.run("batch_node.sh", values, env)
             assert result.returncode == 0, result.stderr
         assert config.read_text() == "ECS_CLUSTER=batch-cluster\nECS_AWSVPC_BLOCK_IMDS=true\n"
+
+
+def test_the_update_timeout_is_the_job_timeout_up_to_batchs_limit_or_what_the_config_says():
+    """Batch lets running jobs go on up to 7200 minutes after an infrastructure update (API reference,
+    UpdatePolicy); the construct once capped them at 360, stopping every multi-day job 6 hours into an update."""
+    from aws_cdk import Duration
+
+    from trainium_cdk.adapters.batch import batch_props
+    from trainium_cdk.constructs.batch import infrastructure_update_timeout
+
+    assert infrastructure_update_timeout(Duration.days(7)).to_minutes() == 7200
+    assert infrastructure_update_timeout(Duration.hours(2)).to_minutes() == 120
+    config = config_with(batch={"update_timeout_minutes": 2880})
+    props = batch_props(config, config.compute_groups[0])
+    assert infrastructure_update_timeout(props.job_timeout, props.update_timeout).to_minutes() == 2880
+    with pytest.raises(ConfigError, match="update_timeout.*1 to 7200 minutes"):
+        infrastructure_update_timeout(Duration.days(7), Duration.days(6))

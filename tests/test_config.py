@@ -239,6 +239,10 @@ BAD_INPUT: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, ...]]] = {
         ]), {},
         ("compute_groups = 51", "at most 50 groups with the batch backend", "per account and region"),
     ),
+    "a Batch update timeout beyond Batch's limit": (
+        _raw(batch={"update_timeout_minutes": 9000}), {},
+        ("batch.update_timeout_minutes", "9000", "1 to 7200 minutes"),
+    ),
     "public endpoint without CIDRs": (
         _raw(eks={"endpoint_access": "public-and-private"}), {}, ("eks.public_access_cidrs", "[]", "endpoint_access: private"),
     ),

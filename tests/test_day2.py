@@ -360,12 +360,13 @@ def test_the_readme_holds_the_generated_day2_table():
     assert sorted(c.key for c in day2.CHANGES) == sorted(CHANGES)
 
 
-def test_a_pin_change_lets_batch_jobs_run_six_hours_then_stops_them(base, after):
+def test_a_pin_change_lets_batch_jobs_run_five_days_then_stops_them(base, after):
     """The pin is in the launch template: an infrastructure update. Without an UpdatePolicy running jobs had
-    30 minutes; with it, the 360 Batch allows, still less than a week-long attempt."""
+    30 minutes; with it, the 7200 Batch allows (360 before: an old copy of the limit), still less than a
+    week-long attempt."""
     effects = [e for e in _running_jobs_effects(base, after["neuron_pin"]) if e.backend == "batch"]
     assert [e.why for e in effects] == [
-        "infrastructure update (LaunchTemplate (a new version)): running jobs go on 360 minutes, "
+        "infrastructure update (LaunchTemplate (a new version)): running jobs go on 7200 minutes, "
         "less than the job timeout (10080)"
     ]
     assert [e.backend for e in _running_jobs_effects(base, after["max_nodes"]) if e.stops_jobs] == []

@@ -290,6 +290,9 @@ SUBNET_MAX_PREFIX = 28
 GP3_MAX_GIB = 16384
 # AWS Batch retries a job at most 10 attempts (RetryStrategy.attempts).
 BATCH_MAX_ATTEMPTS = 10
+# How long running jobs may go on after a compute environment's infrastructure update, minutes (AWS Batch API
+# reference, UpdatePolicy jobExecutionTimeoutMinutes: 1 to 7200; older copies of the page say 360).
+BATCH_MAX_UPDATE_TIMEOUT_MINUTES = 7200
 # AWS Batch's quotas per account and region, which cannot be raised ("AWS Batch service quotas"): 50 job
 # queues and 50 compute environments (and 3 environments per queue: a group's queue has one). Each compute
 # group of the batch backend is one queue and one environment.

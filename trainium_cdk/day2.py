@@ -36,8 +36,8 @@ class Change:
 BATCH_UPDATE = (
     "compute environment infrastructure update (a new launch template version): Batch replaces the instances"
 )
-BATCH_STOPS = ("go on for `batch.job_timeout_minutes`, at most 6 hours (the compute environment's UpdatePolicy), "
-               "then stop and are retried from their checkpoint")
+BATCH_STOPS = ("go on for `batch.update_timeout_minutes` (default: `batch.job_timeout_minutes`, at most 5 days: the "
+               "compute environment's UpdatePolicy), then stop and are retried from their checkpoint")
 
 CHANGES: tuple[Change, ...] = (
     Change(

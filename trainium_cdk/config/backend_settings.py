@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from trainium_cdk.addressing import check_ingress_cidr
-from trainium_cdk.catalog import BATCH_MAX_ATTEMPTS, GP3_MAX_GIB
+from trainium_cdk.catalog import BATCH_MAX_ATTEMPTS, BATCH_MAX_UPDATE_TIMEOUT_MINUTES, GP3_MAX_GIB
 from trainium_cdk.config.base import _Model
 from trainium_cdk.config.fields import AmiId, AzId, Image, LogRetentionDays, check_az_id
 from trainium_cdk import defaults
@@ -103,9 +103,13 @@ class BatchSettings(_Model):
         "example's train.py in the example image, else /fsx/code/train.py) on all NeuronCores."
     )
     job_timeout_minutes: int = Field(
-        10080, description="A job attempt is stopped after this many minutes (default 7 days). After an "
-        "infrastructure update (a Neuron pin, the AMI) running jobs go on this long, at most 360 (AWS Batch's "
-        "limit), then stop and retry from their checkpoint."
+        10080, description="A job attempt is stopped after this many minutes (default 7 days)."
+    )
+    update_timeout_minutes: int | None = Field(
+        None, description="After an infrastructure update (a Neuron pin, the AMI) running jobs go on this many "
+        f"minutes, then stop and retry from their checkpoint on an updated host: 1 to {BATCH_MAX_UPDATE_TIMEOUT_MINUTES} "
+        "(AWS Batch's limit). Longer keeps unpatched hosts longer. Default: job_timeout_minutes, at most "
+        f"{BATCH_MAX_UPDATE_TIMEOUT_MINUTES}."
     )
     retry_attempts: int = Field(
         defaults.BATCH_RETRY_ATTEMPTS, description=f"Attempts of a job (1 to {BATCH_MAX_ATTEMPTS})."
@@ -131,6 +135,13 @@ class BatchSettings(_Model):
     def _timeout(cls, value: int) -> int:
         if value < 1:
             raise ValueError("at least 1 minute")
+        return value
+
+    @field_validator("update_timeout_minutes")
+    @classmethod
+    def _update_timeout(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= BATCH_MAX_UPDATE_TIMEOUT_MINUTES:
+            raise ValueError(f"1 to {BATCH_MAX_UPDATE_TIMEOUT_MINUTES} minutes (AWS Batch UpdatePolicy limit)")
         return value
 
     @field_validator("command")

@@ -24,7 +24,7 @@ from constructs import Construct
 
 from trainium_cdk import defaults
 from trainium_cdk.batch_job import ALL_NODES, SCRIPT_PARAMETER, default_script
-from trainium_cdk.catalog import BATCH_MAX_ATTEMPTS, InstanceSpec, check_ami_id
+from trainium_cdk.catalog import BATCH_MAX_ATTEMPTS, BATCH_MAX_UPDATE_TIMEOUT_MINUTES, InstanceSpec, check_ami_id
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.batch_node import node_user_data
 from trainium_cdk.constructs.batch_roles import BatchRoles
@@ -50,9 +50,11 @@ DEFAULT_ROOT_VOLUME_GIB = defaults.ROOT_VOLUME_GIB
 # Pre-training runs for days: an attempt stops after a week unless the config says otherwise (a host failure
 # retries before that, and resumes from the newest checkpoint).
 DEFAULT_JOB_TIMEOUT = Duration.days(7)
-# How long running jobs may go on after an infrastructure update (AWS Batch UpdatePolicy
-# jobExecutionTimeoutMinutes, 1 to 360): a job that needs longer is stopped then and retried from its checkpoint.
-MAX_UPDATE_TIMEOUT_MINUTES = 360
+# How long running jobs may go on after an infrastructure update (catalog.py). Longer delays replacing the hosts
+# with patched ones (the API reference's security note); a job that needs longer is stopped then, its host
+# replaced, and retried from its checkpoint (Batch documents no status reason for it: a terminated host reads
+# "Host EC2 (instance ...) terminated.", which the retry strategy's "Host EC2*" matches).
+MAX_UPDATE_TIMEOUT_MINUTES = BATCH_MAX_UPDATE_TIMEOUT_MINUTES
 DEFAULT_RETRY_ATTEMPTS = defaults.BATCH_RETRY_ATTEMPTS
 DEFAULT_LOG_RETENTION = LOG_RETENTION
 # Job logs are not the training record (checkpoints and metrics live on FSx or S3): they go with the stack.
@@ -99,8 +101,9 @@ class TrainiumBatch(Construct):
     :param command: the training script and its arguments, which every node runs under torchrun;
         default: the job definition's ``script`` parameter (the example's script in the example image,
         else ``/fsx/code/train.py``).
-    :param job_timeout: a job attempt is stopped after this long; default 7 days. Running jobs keep this long
-        (at most 6 hours, Batch's limit) after an infrastructure update before they are stopped (and retried).
+    :param job_timeout: a job attempt is stopped after this long; default 7 days.
+    :param update_timeout: how long running jobs go on after an infrastructure update before they are stopped (and
+        retried), 1 minute to 5 days (Batch's limit); default: the job timeout, at most 5 days.
     :param retry_attempts: attempts of a job, 1 to 10; default 2.
     :param log_retention: retention of the job log group; default one month.
     :param log_removal_policy: what deleting the stack does to the job log group; default destroy.
@@ -141,6 +144,7 @@ class TrainiumBatch(Construct):
         image_uri: str | None = None,
         command: Sequence[str] | None = None,
         job_timeout: Duration = DEFAULT_JOB_TIMEOUT,
+        update_timeout: Duration | None = None,
         retry_attempts: int = DEFAULT_RETRY_ATTEMPTS,
         log_retention: logs.RetentionDays = DEFAULT_LOG_RETENTION,
         log_removal_policy: RemovalPolicy = DEFAULT_LOG_REMOVAL_POLICY,
@@ -240,7 +244,7 @@ class TrainiumBatch(Construct):
             # An infrastructure update (a new launch template version: a Neuron pin, the AMI, the user data)
             # lets running jobs run as long as Batch allows, never kills them at once (default: 30 minutes).
             terminate_on_update=False,
-            update_timeout=infrastructure_update_timeout(job_timeout),
+            update_timeout=infrastructure_update_timeout(job_timeout, update_timeout),
         )
         cfn_ce = self.compute_environment.node.default_child
         assert isinstance(cfn_ce, batch.CfnComputeEnvironment)
@@ -384,9 +388,16 @@ class TrainiumBatch(Construct):
         )
 
 
-def infrastructure_update_timeout(job_timeout: Duration) -> Duration:
-    """What running jobs keep after an infrastructure update: the job's own timeout, at most what Batch allows."""
-    return Duration.minutes(min(job_timeout.to_minutes(), MAX_UPDATE_TIMEOUT_MINUTES))
+def infrastructure_update_timeout(job_timeout: Duration, update_timeout: Duration | None = None) -> Duration:
+    """What running jobs keep after an infrastructure update: ``update_timeout``, else the job's own timeout, at
+    most what Batch allows."""
+    if update_timeout is None:
+        return Duration.minutes(min(job_timeout.to_minutes(), MAX_UPDATE_TIMEOUT_MINUTES))
+    minutes = update_timeout.to_minutes()
+    if not 1 <= minutes <= MAX_UPDATE_TIMEOUT_MINUTES:
+        raise ConfigError("update_timeout", f"{minutes} minutes", f"1 to {MAX_UPDATE_TIMEOUT_MINUTES} minutes "
+                          "(AWS Batch UpdatePolicy jobExecutionTimeoutMinutes)")
+    return update_timeout
 
 
 def retry_strategies() -> list[batch.RetryStrategy]:

@@ -144,6 +144,7 @@ def _training(
         image_uri=props.image_uri,
         command=props.command,
         job_timeout=props.job_timeout,
+        update_timeout=props.update_timeout,
         retry_attempts=props.retry_attempts,
         log_retention=props.log_retention,
         log_removal_policy=props.log_removal_policy,

@@ -67,7 +67,7 @@ def reserved():
             storage={"enabled": False},
             batch={
                 "image_uri": CUSTOM_IMAGE, "command": CUSTOM_COMMAND, "job_timeout_minutes": 120,
-                "retry_attempts": 3, "log_retention_days": 7,
+                "retry_attempts": 3, "log_retention_days": 7, "runnable_timeout_minutes": 30,
             },
         )
     )
@@ -365,6 +365,21 @@ def test_one_job_queue_per_group_on_its_compute_environment(every_type):
                 "Order": 1,
             }
         ]
+        # A job its group cannot run yet (no capacity, too few instances) is cancelled after 4 hours with the
+        # reason, not left blocking the queue behind it forever (there was no action).
+        stuck = queue["JobStateTimeLimitActions"]
+        assert {a["Reason"] for a in stuck} == {
+            "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE",
+            "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT"}
+        assert {(a["Action"], a["State"], a["MaxTimeSeconds"]) for a in stuck} == {("CANCEL", "RUNNABLE", 4 * 3600)}
+
+
+def test_stuck_jobs_wait_as_configured_and_for_a_capacity_block(reserved):
+    queue = Group(reserved, "reserved").properties(Group(reserved, "reserved").construct.job_queue)
+    assert {a["MaxTimeSeconds"] for a in queue["JobStateTimeLimitActions"]} == {30 * 60}
+    # Jobs queued before a capacity block opens wait for it: Batch would call that insufficient capacity.
+    block = Group(reserved, "block")
+    assert "JobStateTimeLimitActions" not in block.properties(block.construct.job_queue)
 
 
 def _statements(group: Group, role) -> list[dict]:

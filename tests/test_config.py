@@ -239,6 +239,10 @@ BAD_INPUT: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, ...]]] = {
         ]), {},
         ("compute_groups = 51", "at most 50 groups with the batch backend", "per account and region"),
     ),
+    "a Batch stuck-job timeout below Batch's 10 minutes": (
+        _raw(batch={"runnable_timeout_minutes": 5}), {},
+        ("batch.runnable_timeout_minutes", "5", "10 to 1440 minutes"),
+    ),
     "a Batch update timeout beyond Batch's limit": (
         _raw(batch={"update_timeout_minutes": 9000}), {},
         ("batch.update_timeout_minutes", "9000", "1 to 7200 minutes"),

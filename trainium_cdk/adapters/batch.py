@@ -25,6 +25,7 @@ class BatchGroupProps:
     command: Sequence[str] | None
     job_timeout: Duration
     update_timeout: Duration | None
+    runnable_timeout: Duration | None
     retry_attempts: int
     log_retention: logs.RetentionDays
     log_removal_policy: RemovalPolicy
@@ -43,6 +44,8 @@ def batch_props(config: Config, group: ComputeGroup) -> BatchGroupProps:
         job_timeout=Duration.minutes(settings.job_timeout_minutes),
         update_timeout=(Duration.minutes(settings.update_timeout_minutes)
                         if settings.update_timeout_minutes is not None else None),
+        runnable_timeout=(Duration.minutes(settings.runnable_timeout_minutes)
+                          if settings.runnable_timeout_minutes is not None else None),
         retry_attempts=settings.retry_attempts,
         log_retention=retention(settings.log_retention_days),
         log_removal_policy=DEFAULT_LOG_REMOVAL_POLICY,

@@ -105,6 +105,11 @@ class BatchSettings(_Model):
     job_timeout_minutes: int = Field(
         10080, description="A job attempt is stopped after this many minutes (default 7 days)."
     )
+    runnable_timeout_minutes: int | None = Field(
+        240, description="A job that waits this long in RUNNABLE because its instances cannot be had (no capacity, "
+        "a group too small for it) is cancelled with that reason, so that the jobs behind it in its group's queue "
+        "start: 10 to 1440, or null to wait. Groups with a capacity block wait for it regardless."
+    )
     update_timeout_minutes: int | None = Field(
         None, description="After an infrastructure update (a Neuron pin, the AMI) running jobs go on this many "
         f"minutes, then stop and retry from their checkpoint on an updated host: 1 to {BATCH_MAX_UPDATE_TIMEOUT_MINUTES} "
@@ -135,6 +140,13 @@ class BatchSettings(_Model):
     def _timeout(cls, value: int) -> int:
         if value < 1:
             raise ValueError("at least 1 minute")
+        return value
+
+    @field_validator("runnable_timeout_minutes")
+    @classmethod
+    def _runnable_timeout(cls, value: int | None) -> int | None:
+        if value is not None and not 10 <= value <= 1440:
+            raise ValueError("10 to 1440 minutes (AWS Batch jobStateTimeLimitActions), or null to wait")
         return value
 
     @field_validator("update_timeout_minutes")

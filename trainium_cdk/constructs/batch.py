@@ -55,6 +55,17 @@ DEFAULT_JOB_TIMEOUT = Duration.days(7)
 # replaced, and retried from its checkpoint (Batch documents no status reason for it: a terminated host reads
 # "Host EC2 (instance ...) terminated.", which the retry strategy's "Host EC2*" matches).
 MAX_UPDATE_TIMEOUT_MINUTES = BATCH_MAX_UPDATE_TIMEOUT_MINUTES
+# A queue is first in, first out: a job that cannot get its instances (no capacity, a group too small for it)
+# blocks every job behind it. After this long in RUNNABLE for one of those reasons Batch cancels it, and the
+# reason is in its status ("Canceled by JobStateTimeLimit action due to reason: CAPACITY:..."; AWS Batch user
+# guide, "Jobs stuck in RUNNABLE", whose example waits 4 hours). Batch takes 10 minutes to 1 day.
+DEFAULT_RUNNABLE_TIMEOUT = Duration.hours(4)
+RUNNABLE_TIMEOUT_RANGE_MINUTES = (10, 1440)
+STUCK_REASONS = (
+    batch.JobStateTimeLimitActionsReason.INSUFFICIENT_INSTANCE_CAPACITY,
+    batch.JobStateTimeLimitActionsReason.COMPUTE_ENVIRONMENT_MAX_RESOURCE,
+    batch.JobStateTimeLimitActionsReason.JOB_RESOURCE_REQUIREMENT,
+)
 DEFAULT_RETRY_ATTEMPTS = defaults.BATCH_RETRY_ATTEMPTS
 DEFAULT_LOG_RETENTION = LOG_RETENTION
 # Job logs are not the training record (checkpoints and metrics live on FSx or S3): they go with the stack.
@@ -102,6 +113,10 @@ class TrainiumBatch(Construct):
         default: the job definition's ``script`` parameter (the example's script in the example image,
         else ``/fsx/code/train.py``).
     :param job_timeout: a job attempt is stopped after this long; default 7 days.
+    :param runnable_timeout: a job that waits this long in RUNNABLE because its instances cannot be had (no
+        capacity, a group or an instance type that cannot hold it) is cancelled, with that reason, so that the jobs
+        behind it in the queue can start; None: it waits. 10 minutes to 1 day; default 4 hours, and None with a
+        capacity block (jobs queued before the block opens wait for it).
     :param update_timeout: how long running jobs go on after an infrastructure update before they are stopped (and
         retried), 1 minute to 5 days (Batch's limit); default: the job timeout, at most 5 days.
     :param retry_attempts: attempts of a job, 1 to 10; default 2.
@@ -145,6 +160,7 @@ class TrainiumBatch(Construct):
         command: Sequence[str] | None = None,
         job_timeout: Duration = DEFAULT_JOB_TIMEOUT,
         update_timeout: Duration | None = None,
+        runnable_timeout: Duration | None = DEFAULT_RUNNABLE_TIMEOUT,
         retry_attempts: int = DEFAULT_RETRY_ATTEMPTS,
         log_retention: logs.RetentionDays = DEFAULT_LOG_RETENTION,
         log_removal_policy: RemovalPolicy = DEFAULT_LOG_REMOVAL_POLICY,
@@ -266,6 +282,7 @@ class TrainiumBatch(Construct):
             compute_environments=[
                 batch.OrderedComputeEnvironment(compute_environment=self.compute_environment, order=1)
             ],
+            job_state_time_limit_actions=_stuck_job_actions(None if capacity_block else runnable_timeout),
         )
         self.log_group = logs.LogGroup(
             self,
@@ -386,6 +403,23 @@ class TrainiumBatch(Construct):
             logging=ecs.LogDriver.aws_logs(stream_prefix=self.group_name, log_group=self.log_group),
             volumes=volumes,
         )
+
+
+def _stuck_job_actions(timeout: Duration | None) -> list[batch.JobStateTimeLimitAction] | None:
+    """Cancel a job stuck in RUNNABLE for ``timeout`` for want of instances (one action per reason)."""
+    if timeout is None:
+        return None
+    low, high = RUNNABLE_TIMEOUT_RANGE_MINUTES
+    if not low <= timeout.to_minutes() <= high:
+        raise ConfigError("runnable_timeout", f"{timeout.to_minutes()} minutes", f"{low} to {high} minutes "
+                          "(AWS Batch jobStateTimeLimitActions maxTimeSeconds), or None to wait")
+    return [
+        batch.JobStateTimeLimitAction(
+            action=batch.JobStateTimeLimitActionsAction.CANCEL, max_time=timeout, reason=reason,
+            state=batch.JobStateTimeLimitActionsState.RUNNABLE,
+        )
+        for reason in STUCK_REASONS
+    ]
 
 
 def infrastructure_update_timeout(job_timeout: Duration, update_timeout: Duration | None = None) -> Duration:

@@ -145,6 +145,7 @@ def _training(
         command=props.command,
         job_timeout=props.job_timeout,
         update_timeout=props.update_timeout,
+        runnable_timeout=props.runnable_timeout,
         retry_attempts=props.retry_attempts,
         log_retention=props.log_retention,
         log_removal_policy=props.log_removal_policy,

@@ -12,7 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainium_cdk.config import TrainingJobSettings
-from trainium_cdk.names import DIST_BACKEND_VARIABLE, NEURON_DEVICE, SHARED_MOUNT, TORCH_DEVICE_VARIABLE
+from trainium_cdk.names import (
+    DIST_BACKEND_VARIABLE, HF_TOKEN_SERVICE_ACCOUNT, NEURON_DEVICE, SHARED_MOUNT, TORCH_DEVICE_VARIABLE,
+)
 from trainium_cdk.recipes import Recipe, RecipeContext, register
 from trainium_cdk.recipes.hf_lora.knobs import DEFAULTS
 
@@ -53,6 +55,8 @@ def data_job(ctx: RecipeContext) -> TrainingJobSettings:
     return TrainingJobSettings(
         name=DATA_NAME, group=ctx.group.name, nodes=1, processes_per_node=1, command=(f"{ctx.code}/prepare.py",),
         cache_set=DATA_NAME, env=env,
+        # EKS: the service account whose role may read the secret (Batch: the job role may).
+        service_account=HF_TOKEN_SERVICE_ACCOUNT if secret else None,
     )
 
 

@@ -218,6 +218,9 @@ def train() -> None:
     autocast = dtype in (torch.bfloat16, torch.float16)
     runner.train()
     for step in range(start, max_steps):
+        # Dropout's random numbers, too, a function of the step (and rank): a resumed run draws what the run it
+        # continues would have drawn, so its losses are that run's.
+        torch.manual_seed(seed + step * world + rank)
         ids = blocks[batch_indices(len(blocks), step, world=world, rank=rank, batch=batch, seed=seed)]["input_ids"]
         ids = ids.to(device)
         with torch.autocast(device_type=device.type, dtype=dtype, enabled=autocast):

@@ -43,6 +43,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import cast
 
 import knobs
 import torch
@@ -208,7 +209,8 @@ def train() -> None:
     if world > 1:
         runner = torch.nn.parallel.DistributedDataParallel(model)
     if compile_backend:
-        runner = torch.compile(runner, backend=compile_backend)
+        # Of a Module, torch.compile returns an OptimizedModule (a Module); its annotation says only "a callable".
+        runner = cast(torch.nn.Module, torch.compile(runner, backend=compile_backend))
     batch, log_every = knobs.number("HF_LORA_BATCH_SIZE"), knobs.number("HF_LORA_LOG_EVERY")
     save_every = knobs.number("HF_LORA_SAVE_EVERY")
     say(start={"model": model_id, "blocks": len(blocks), "seq_len": made["seq_len"], "world": world,

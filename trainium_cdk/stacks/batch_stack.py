@@ -18,10 +18,10 @@ from constructs import Construct
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.constructs.batch import SCRIPT_PARAMETER, TrainiumBatch
 from trainium_cdk.constructs.batch_roles import BatchRoles
-from trainium_cdk.constructs.secrets import grant_secret_read
 from trainium_cdk.constructs.batch_tasks import BatchTaskRules
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
+from trainium_cdk.constructs.secrets import grant_secret_read
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.constructs.training_images import TrainingImageRepository
 from trainium_cdk.adapters.batch import batch_props

@@ -62,6 +62,10 @@ FSx's import from the data repository      after `trn sync`, the data bucket's o
                                            walkthrough's /fsx at the association's path (/fsx/s3)
 an image's WORKDIR (``trn image push``)    a job in an image the walkthrough pushed starts in that image's
                                            build context (the starter Dockerfile copies it to its WORKDIR)
+the Hugging Face hub (``trn rehearse       the hub is not reachable from the tests: the recipe's rehearsals
+--job hf-lora-data`` / ``hf-lora``)        run as typed, plus ``--env`` of a tiny Llama model and texts the
+                                           harness makes on the session's ./.trn-rehearse/fsx
+                                           (tests/tiny_llama.py) and 16-token blocks (listed in :data:`EXEMPT`)
 =========================================  ===============================================================
 """
 
@@ -373,6 +377,27 @@ def pip_install_checkout(walk: Walkthrough, command: Command) -> str:
     return out + f"(harness: {wheel.name} installed, and what it requires, from .venv)"
 
 
+def rehearse_a_tiny_model(walk: Walkthrough, command: Command) -> str:
+    """A recipe's `trn rehearse` as typed, on the tiny model and texts of tests/tiny_llama.py (made once, in
+    the /fsx of the session's rehearsals) in place of the hub's; the resumed run must say where it resumed."""
+    from tests import tiny_llama
+
+    shell = walk.shell("workstation")
+    code, cwd = shell.run("pwd")
+    assert code == 0, cwd
+    fsx = Path(cwd.strip().splitlines()[-1]) / ".trn-rehearse" / "fsx"
+    if not (fsx / tiny_llama.MODEL.removeprefix("/fsx/")).is_dir():
+        tiny_llama.make_all(fsx)
+    extra = f" --env HF_LORA_MODEL={tiny_llama.MODEL} --env HF_LORA_SEQ_LEN=16"
+    if "--job hf-lora-data" in command.text:
+        extra += f" --env HF_LORA_DATASET={tiny_llama.DATASET}"
+    code, out = shell.run(command.text + extra)
+    assert code == 0, f"README.md:{command.line}: `{command.text}` (on the tiny model) exited {code}:\n{out[-4000:]}"
+    if "HF_LORA_MAX_STEPS=12" in command.text:
+        assert '"resumed_from"' in out and '"step": 12' in out, f"README.md:{command.line}: no resume:\n{out[-4000:]}"
+    return out + "(harness: on a tiny Llama model and texts made on ./.trn-rehearse/fsx, not the hub's)"
+
+
 def suite(walk: Walkthrough, command: Command) -> str:
     return "(harness: the test suite is what runs this walkthrough)"
 
@@ -385,6 +410,8 @@ _PCLUSTER_BUILD = (
     "pcluster build-image runs EC2 Image Builder in the account (an hour of an m7i.2xlarge); the image "
     "configuration is validated by ParallelCluster's own schema in tests/test_parallelcluster_image.py"
 )
+_HUB = ("the Hugging Face hub is not reachable from the tests (and its model is large for a CPU): the rehearsal "
+        "runs as typed on a tiny Llama model and texts made on the session's /fsx")
 # Commands listed by their exact README text (a README edit that changes one makes it run again).
 EXEMPT: dict[str, Exemption] = {
     "NODE_GROUP=$(aws eks list-nodegroups --cluster-name trainium-eks --query 'nodegroups[0]' --output text)":
@@ -403,6 +430,9 @@ EXEMPT: dict[str, Exemption] = {
         "the dependencies would come from PyPI: the wheel is installed offline, with what it requires from .venv",
         pip_install_checkout,
     ),
+    **{f"trn rehearse --config config/native.yaml --job {job}": Exemption(_HUB, rehearse_a_tiny_model)
+       for job in ("hf-lora-data", "hf-lora --env HF_LORA_MAX_STEPS=6 --env HF_LORA_SAVE_EVERY=3",
+                   "hf-lora --env HF_LORA_MAX_STEPS=12 --env HF_LORA_SAVE_EVERY=3")},
     "trn doctor": Exemption(
         "moto answers Service Quotas' ListServiceQuotas with a 500 and this machine has no Docker; "
         "tests/test_cli_doctor.py runs every check against moto with the quota and engine answers stated",

@@ -68,6 +68,8 @@ class JobSpec:
     :param neuron_track: the Neuron track the image and nodes are on: its pins (``TRN_NEURON_*``) go
         into the environment, and the launcher's preflight prints them beside the node's versions.
         Default: none.
+    :param service_account: EKS: the service account its pods run as (AWS permissions through EKS Pod Identity);
+        default: none (the pods get no credentials and no Kubernetes API token).
     """
 
     name: str
@@ -85,6 +87,7 @@ class JobSpec:
     group: str | None = None
     shared_storage: bool = True
     neuron_track: NeuronTrack | None = None
+    service_account: str | None = None
 
     def __post_init__(self) -> None:
         if not _JOB_NAME.fullmatch(self.name):

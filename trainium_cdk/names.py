@@ -60,6 +60,9 @@ TORCH_DEVICE_VARIABLE = "TRN_TORCH_DEVICE"
 DIST_BACKEND_VARIABLE = "TRN_DIST_BACKEND"
 COMPILE_BACKEND_VARIABLE = "TRN_COMPILE_BACKEND"
 NEURON_DEVICE = "neuron"  # TorchNeuron's device, process group backend and torch.compile backend
+# EKS: the service account of the jobs that read the Hugging Face token's secret (hugging_face.token_secret): the
+# stack binds it to a role that may read that secret (EKS Pod Identity); the recipes' data jobs run as it.
+HF_TOKEN_SERVICE_ACCOUNT = "hf-token-reader"
 
 # -- Training images ----------------------------------------------------------------------------------
 

@@ -19,13 +19,14 @@ from constructs import Construct
 
 from trainium_cdk import recipes
 from trainium_cdk.charts.training import (
-    JOB_CHART_PREFIX, QUEUE_CHART_ID, DataLoaderJob, ShellPod, TensorBoard, VolcanoQueue, training_job,
+    JOB_CHART_PREFIX, QUEUE_CHART_ID, DataLoaderJob, ServiceAccountChart, ShellPod, TensorBoard, VolcanoQueue,
+    training_job,
 )
 from trainium_cdk.config import EXAMPLE_COMMAND, Config, TrainingJobSettings
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.examples import BERT_LARGE_PHASE1_COMMAND, offers_bert_example, offers_multi_node_examples
 from trainium_cdk.jobs import JobSpec
-from trainium_cdk.names import BERT_EXAMPLE_JOB, SHARED_MOUNT
+from trainium_cdk.names import BERT_EXAMPLE_JOB, HF_TOKEN_SERVICE_ACCOUNT, SHARED_MOUNT
 
 
 def workload_charts(app: Construct, config: Config, *, image: str) -> dict[str, cdk8s.Chart]:
@@ -47,6 +48,9 @@ def workload_charts(app: Construct, config: Config, *, image: str) -> dict[str, 
         charts["data-shell"] = ShellPod(app, "data-shell", image=workloads.image or image)
     if workloads.tensorboard:
         charts["tensorboard"] = TensorBoard(app, "tensorboard")
+    if config.hugging_face.token_secret:
+        # The service account the recipes' data jobs run as; the stack binds it to the role that reads the secret.
+        charts[HF_TOKEN_SERVICE_ACCOUNT] = ServiceAccountChart(app, HF_TOKEN_SERVICE_ACCOUNT, name=HF_TOKEN_SERVICE_ACCOUNT)
     return charts
 
 

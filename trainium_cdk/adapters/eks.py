@@ -107,12 +107,13 @@ def node_pool_props(
 
 def workloads_options(config: Config) -> TrainingWorkloadsOptions:
     """The example image on the configured Neuron track (and the BERT-large example's image where the
-    config offers that example) and the data loader's bucket."""
+    config offers that example), the data loader's bucket and the Hugging Face token's secret."""
     loader = config.workloads.data_loader
     return TrainingWorkloadsOptions(
         data_loader_bucket=loader.bucket if loader is not None else None,
         bert_image_directory=BERT_EXAMPLE_DIR if offers_bert_example(config) else None,
         base_image_tag=config.neuron_track.training_image_tag,
+        hf_token_secret=config.hugging_face.token_secret,
     )
 
 

@@ -20,7 +20,7 @@ from trainium_cdk import versions
 from trainium_cdk.catalog import EFA_RESOURCE, NEURON_RESOURCE
 from trainium_cdk.charts._k8s import (
     CHART_LABELS, INSTANCE_TYPE_LABEL, NEURON_NO_SCHEDULE, POD_SECURITY, api_object, check_name,
-    container_security, workload,
+    container_security, service_account, workload,
 )
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.jobs import JobSpec
@@ -83,6 +83,8 @@ def _data_mounts(claim_name: str | None) -> list[dict[str, Any]]:
 def training_pod_spec(job: JobSpec, *, env: Mapping[str, str], claim_name: str) -> dict[str, Any]:
     """The pod of one node of a job: all the node's devices, its group's nodes, the launcher, and the
     data volume when the job uses shared storage."""
+    if job.service_account:
+        check_name("job.service_account", job.service_account)
     limits = {NEURON_RESOURCE: str(job.instance.neuron_devices)}
     if job.distributed and job.instance.has_efa:
         limits[EFA_RESOURCE] = str(job.instance.efa_interfaces)
@@ -97,8 +99,10 @@ def training_pod_spec(job: JobSpec, *, env: Mapping[str, str], claim_name: str) 
     return {
         "restartPolicy": "Never",
         "securityContext": POD_SECURITY,
-        # Training talks to its peers, not to the Kubernetes API.
-        "automountServiceAccountToken": False,
+        # Training talks to its peers, not to the Kubernetes API; a job that calls AWS runs as its service account,
+        # whose role EKS Pod Identity hands the pod (as the archive loader's).
+        **({"serviceAccountName": job.service_account} if job.service_account
+           else {"automountServiceAccountToken": False}),
         "nodeSelector": selector,
         "tolerations": [NEURON_NO_SCHEDULE],
         "containers": [
@@ -203,6 +207,20 @@ class DistributedTrainingJob(Chart):
                 "spec": training_pod_spec(job, env=env, claim_name=claim_name),
             },
         }
+
+
+class ServiceAccountChart(Chart):
+    """A service account of the training namespace that a stack binds to an IAM role (EKS Pod Identity), for the
+    jobs that name it (``TrainingJobSettings.service_account``).
+
+    :param name: its name.
+    :param namespace: default ``training``.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, name: str, namespace: str = DEFAULT_NAMESPACE) -> None:
+        check_name("ServiceAccountChart.name", name)
+        super().__init__(scope, id, labels=CHART_LABELS)
+        self.service_account = service_account(self, "ServiceAccount", name=name, namespace=namespace)
 
 
 class VolcanoQueue(Chart):

@@ -442,6 +442,7 @@ class Config(_Model):
             retries=job.retries,
             shared_storage=self.storage.enabled,
             neuron_track=self.neuron_track,
+            service_account=job.service_account,
         )
 
     @property

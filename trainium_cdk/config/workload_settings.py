@@ -44,6 +44,10 @@ class TrainingJobSettings(_Model):
         default_factory=dict, description="Extra environment: names of letters, digits and '_', not starting with a digit."
     )
     retries: int = Field(3, description="Restarts of the whole job after a failure.")
+    service_account: str | None = Field(
+        None, description="EKS: the Kubernetes service account its pods run as (what it may call in AWS, through EKS "
+        "Pod Identity); default: none (no credentials, no API token)."
+    )
 
     @model_validator(mode="after")
     def _env_names(self) -> TrainingJobSettings:

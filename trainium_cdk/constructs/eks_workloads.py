@@ -10,6 +10,7 @@ import cdk8s
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -17,9 +18,10 @@ from trainium_cdk import versions
 from trainium_cdk.charts.training import JOB_CHART_PREFIX, QUEUE_CHART_ID
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.pod_identity import pod_identity_role
+from trainium_cdk.constructs.secrets import grant_secret_read
 from trainium_cdk.constructs.training_images import DEFAULT_REMOVAL_POLICY, IMAGES_KEPT, TrainingImageRepository
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.names import BASE_TAG_BUILD_ARG, TRAINING_NAMESPACE
+from trainium_cdk.names import BASE_TAG_BUILD_ARG, HF_TOKEN_SERVICE_ACCOUNT, TRAINING_NAMESPACE
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
 # The BERT-large example image's build context: a Dockerfile that fetches the pinned sample script.
@@ -45,6 +47,8 @@ class TrainingWorkloadsOptions:
     :param repository_removal_policy: what deleting the stack does to the ECR repository of training
         images. Default: ``RemovalPolicy.RETAIN``.
     :param images_kept: images the repository keeps (the oldest expire). Default: 100.
+    :param hf_token_secret: the name of a Secrets Manager secret holding a Hugging Face token: the service account
+        ``hf-token-reader`` of ``namespace`` may read it (EKS Pod Identity). Default: none (no role).
     """
 
     data_loader_bucket: str | None = None
@@ -55,6 +59,7 @@ class TrainingWorkloadsOptions:
     base_image_tag: str = DEFAULT_BASE_IMAGE_TAG
     repository_removal_policy: RemovalPolicy = DEFAULT_REPOSITORY_REMOVAL_POLICY
     images_kept: int = IMAGES_KEPT
+    hf_token_secret: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.images_kept, int) or self.images_kept < 1:
@@ -132,6 +137,15 @@ class TrainingWorkloads(Construct):
                  f"Resource::arn:<AWS::Partition>:s3:::{bucket.bucket_name}/*"],
                 "Reading a whole dataset prefix: every object of the bucket the config names, read only.",
             )
+        self.hf_token_role: iam.Role | None = None
+        if options.hf_token_secret is not None:
+            # The recipes' data jobs read the token at run time, by the secret's name; the stack's
+            # hf-token-reader chart creates the service account they run as.
+            self.hf_token_role, _ = pod_identity_role(
+                self, "HfToken", cluster=cluster, namespace=options.namespace, service_account=HF_TOKEN_SERVICE_ACCOUNT,
+                description="Reads the Hugging Face token's secret for the recipes' data jobs (EKS pod identity)",
+            )
+            grant_secret_read(self, self.hf_token_role, options.hf_token_secret)
         self._cluster = cluster
         self._after = tuple(after)
         self.charts: dict[str, cdk8s.Chart] = {}

@@ -21,6 +21,7 @@ from trainium_cdk.constructs.batch_roles import BatchRoles
 from trainium_cdk.constructs.batch_tasks import BatchTaskRules
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
+from trainium_cdk.constructs.secrets import grant_secret_read
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.constructs.training_images import TrainingImageRepository
 from trainium_cdk.adapters.batch import batch_props
@@ -58,6 +59,9 @@ class BatchStack(Stack):
         # One set of roles for every group (the same agent, the same kind of job): what differs by group (its
         # log group) is named in their policies.
         self.roles = BatchRoles(self, "Roles", description=f"every compute group of {construct_id}", metrics=True)
+        if config.hugging_face.token_secret:
+            # The recipes' data jobs read the Hugging Face token at run time, by the secret's name: this one only.
+            grant_secret_read(self, self.roles.job_role, config.hugging_face.token_secret)
         # The team's own images (`trn image push --backend batch`): every group's nodes and jobs may pull them, so
         # that a job definition revision with such an image (`trn submit --backend batch --image`) runs.
         self.training_images = TrainingImageRepository(self, "TrainingImages")

@@ -12,7 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainium_cdk.config import TrainingJobSettings
-from trainium_cdk.names import DIST_BACKEND_VARIABLE, NEURON_DEVICE, SHARED_MOUNT, TORCH_DEVICE_VARIABLE
+from trainium_cdk.names import (
+    DIST_BACKEND_VARIABLE, HF_TOKEN_SERVICE_ACCOUNT, NEURON_DEVICE, SHARED_MOUNT, TORCH_DEVICE_VARIABLE,
+)
 from trainium_cdk.recipes import Recipe, RecipeContext, register
 from trainium_cdk.recipes.hf_lora.knobs import DEFAULTS
 
@@ -45,14 +47,17 @@ def training_job(ctx: RecipeContext) -> TrainingJobSettings:
 def data_job(ctx: RecipeContext) -> TrainingJobSettings:
     """One process on one node: downloads and tokenizes (CPU work) before the training job's nodes start. The
     token's secret by name only (hugging_face.token_secret); the job's role may read that secret."""
-    env = _shared_env()
     secret = ctx.config.hugging_face.token_secret
+    # The stack's region for boto3 (the token's secret, an s3:// dataset): botocore reads AWS_DEFAULT_REGION, not
+    # AWS_REGION (botocore/configprovider.py, "region"), and a pod has neither of its own.
+    env = {**_shared_env(), "AWS_DEFAULT_REGION": ctx.config.region}
     if secret:
-        # boto3 in a pod finds no region of its own (Batch's containers get AWS_REGION from ECS).
-        env.update({"HF_TOKEN_SECRET": secret, "AWS_REGION": ctx.config.region})
+        env["HF_TOKEN_SECRET"] = secret
     return TrainingJobSettings(
         name=DATA_NAME, group=ctx.group.name, nodes=1, processes_per_node=1, command=(f"{ctx.code}/prepare.py",),
         cache_set=DATA_NAME, env=env,
+        # EKS: the service account whose role may read the secret (Batch: the job role may).
+        service_account=HF_TOKEN_SERVICE_ACCOUNT if secret else None,
     )
 
 

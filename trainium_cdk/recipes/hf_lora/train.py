@@ -43,7 +43,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import knobs
 import torch
@@ -205,11 +205,12 @@ def train() -> None:
         scheduler.load_state_dict(state["scheduler"])
         start, history = state["step"], list(state["history"])
         say(resumed_from=str(resume), step=start, loss=history[-1]["loss"] if history else None)
-    runner: Any = model  # a Module, or what torch.compile returns for one
+    runner: torch.nn.Module = model
     if world > 1:
         runner = torch.nn.parallel.DistributedDataParallel(model)
     if compile_backend:
-        runner = torch.compile(runner, backend=compile_backend)
+        # Of a Module, torch.compile returns an OptimizedModule (a Module); its annotation says only "a callable".
+        runner = cast(torch.nn.Module, torch.compile(runner, backend=compile_backend))
     batch, log_every = knobs.number("HF_LORA_BATCH_SIZE"), knobs.number("HF_LORA_LOG_EVERY")
     save_every = knobs.number("HF_LORA_SAVE_EVERY")
     say(start={"model": model_id, "blocks": len(blocks), "seq_len": made["seq_len"], "world": world,
@@ -219,6 +220,9 @@ def train() -> None:
     autocast = dtype in (torch.bfloat16, torch.float16)
     runner.train()
     for step in range(start, max_steps):
+        # Dropout's random numbers, too, a function of the step (and rank): a resumed run draws what the run it
+        # continues would have drawn, so its losses are that run's.
+        torch.manual_seed(seed + step * world + rank)
         ids = blocks[batch_indices(len(blocks), step, world=world, rank=rank, batch=batch, seed=seed)]["input_ids"]
         ids = ids.to(device)
         with torch.autocast(device_type=device.type, dtype=dtype, enabled=autocast):

@@ -62,6 +62,10 @@ FSx's import from the data repository      after `trn sync`, the data bucket's o
                                            walkthrough's /fsx at the association's path (/fsx/s3)
 an image's WORKDIR (``trn image push``)    a job in an image the walkthrough pushed starts in that image's
                                            build context (the starter Dockerfile copies it to its WORKDIR)
+the Hugging Face hub (``trn rehearse       the hub is not reachable from the tests (and the default
+--job titan-llama3-data``)                 tokenizer is gated): the rehearsal runs as typed, plus ``--env``
+                                           of a tokenizer and texts the harness makes on the session's
+                                           ./.trn-rehearse/fsx (tests/tiny_titan.py; in :data:`EXEMPT`)
 =========================================  ===============================================================
 """
 
@@ -373,6 +377,21 @@ def pip_install_checkout(walk: Walkthrough, command: Command) -> str:
     return out + f"(harness: {wheel.name} installed, and what it requires, from .venv)"
 
 
+def rehearse_titan_data(walk: Walkthrough, command: Command) -> str:
+    """`trn rehearse --job titan-llama3-data` as typed, on the tokenizer and texts of tests/tiny_titan.py (made
+    in the /fsx of the session's rehearsals) in place of the hub's."""
+    from tests import tiny_titan
+
+    shell = walk.shell("workstation")
+    code, cwd = shell.run("pwd")
+    assert code == 0, cwd
+    tokenizer, dataset = tiny_titan.make_tokenizer_and_texts(
+        Path(cwd.strip().splitlines()[-1]) / ".trn-rehearse" / "fsx" / "team")
+    code, out = shell.run(f"{command.text} --env TITAN_DATA_TOKENIZER={tokenizer} --env TITAN_DATA_DATASET={dataset}")
+    assert code == 0, f"README.md:{command.line}: `{command.text}` exited {code}:\n{out[-4000:]}"
+    return out + "(harness: a tokenizer and texts made on ./.trn-rehearse/fsx, not the hub's)"
+
+
 def suite(walk: Walkthrough, command: Command) -> str:
     return "(harness: the test suite is what runs this walkthrough)"
 
@@ -402,6 +421,10 @@ EXEMPT: dict[str, Exemption] = {
     "pip install ../trainium-cdk": Exemption(
         "the dependencies would come from PyPI: the wheel is installed offline, with what it requires from .venv",
         pip_install_checkout,
+    ),
+    "trn rehearse --config config/titan.yaml --job titan-llama3-data": Exemption(
+        "the Hugging Face hub is not reachable from the tests (and the default tokenizer is gated): the rehearsal "
+        "runs as typed on a tokenizer and texts made on the session's /fsx", rehearse_titan_data,
     ),
     "trn doctor": Exemption(
         "moto answers Service Quotas' ListServiceQuotas with a 500 and this machine has no Docker; "

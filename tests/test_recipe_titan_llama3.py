@@ -21,6 +21,7 @@ import yaml
 
 from tests.chart_helpers import validate_all
 from tests.test_cli_support import assert_one_clean_line, run_cli
+from tests.tiny_titan import WORDS, make_tokenizer_and_texts
 from trainium_cdk import versions
 from trainium_cdk.recipes.titan_llama3 import DATA_DIR, FOLDER, parallel_sizes
 
@@ -40,10 +41,6 @@ NATIVE = {
 TINY = ("--env", "TITAN_MODEL_FLAVOR=tiny", "--env", "TITAN_TRAINING_SEQ_LEN=32", "--env",
         "TITAN_TRAINING_LOCAL_BATCH_SIZE=2", "--env", "TITAN_TRAINING_LR=0.003", "--env",
         "TITAN_TRAINING_WARMUP_STEPS=2", "--env", "TITAN_CHECKPOINT_INTERVAL=3")
-WORDS = ("the model reads a token stream from the file system and learns which word comes next while every node "
-         "keeps a shard of the weights and the optimizer state").split()
-
-
 def _config(tmp_path: Path, **changes: Any) -> Path:
     path = tmp_path / "native.yaml"
     path.write_text(yaml.safe_dump({**NATIVE, **changes}, sort_keys=False))
@@ -53,22 +50,6 @@ def _config(tmp_path: Path, **changes: Any) -> Path:
 def records(text: str) -> list[dict[str, Any]]:
     """The recipe's reports (rank 0's), in order."""
     return [json.loads(line.split("TITAN ", 1)[1]) for line in text.splitlines() if "TITAN {" in line]
-
-
-def make_tokenizer_and_texts(folder: Path) -> tuple[Path, Path]:
-    """A word-level tokenizer.json (Hugging Face tokenizers' format, as Llama 3 ships its own) and a .jsonl of
-    texts, as a team would put them on /fsx."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    texts = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(5 + i % 11)) for i in range(600)]
-    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.train_from_iterator(texts, trainers.WordLevelTrainer(special_tokens=["[UNK]", "<|end_of_text|>"]))
-    (folder / "tokenizer").mkdir(parents=True)
-    tokenizer.save(str(folder / "tokenizer" / "tokenizer.json"))
-    dataset = folder / "texts.jsonl"
-    dataset.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    return folder / "tokenizer", dataset
 
 
 # -- trn rehearse: the recipe's code on the CPU, 2 nodes x 2 processes -----------------------------------

@@ -22,6 +22,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import knobs
 
@@ -38,7 +39,7 @@ def say(**record: object) -> None:
     print(PREFIX + json.dumps(record), flush=True)
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     print(f"titan-llama3-data: {message}", file=sys.stderr, flush=True)
     raise SystemExit(2)
 
@@ -93,7 +94,7 @@ def fetch_tokenizer(spec: str, into: Path, hub_token: str | None) -> Path:
             shutil.copy(hf_hub_download(spec, name, token=hub_token), into / name)
     for found in into.rglob("tokenizer.json"):
         return found
-    return fail(f"TITAN_DATA_TOKENIZER={spec}: no tokenizer.json there")  # type: ignore[func-returns-value]
+    fail(f"TITAN_DATA_TOKENIZER={spec}: no tokenizer.json there")
 
 
 def texts(spec: str, raw: Path, hub_token: str | None) -> Iterator[str]:

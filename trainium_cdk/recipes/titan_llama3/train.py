@@ -36,7 +36,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import knobs
 import torch
@@ -52,7 +52,7 @@ def say(**record: object) -> None:
         print(PREFIX + json.dumps(record), flush=True)
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     print(f"titan-llama3: {message}", file=sys.stderr, flush=True)
     raise SystemExit(2)
 
@@ -142,14 +142,14 @@ def _build_model_02(size: dict[str, Any], vocab_size: int, seq_len: int) -> torc
     return model
 
 
-def parallelize(model: torch.nn.Module, mesh, tp: int, compile_backend: str) -> torch.nn.Module:  # noqa: ANN001
+def parallelize(model: Any, mesh, tp: int, compile_backend: str) -> Any:  # noqa: ANN001 (TorchTitan's model, a DeviceMesh)
     """TP within a node (Megatron's split: q/k/v and w1/w3 by columns, wo and w2 by rows), then FSDP2 per block and
     for the root over the data-parallel dimension."""
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     # TorchTitan 0.3 names q/k/v attention.qkv_linear.w*; 0.2, attention.w*.
-    split = {"wq": ColwiseParallel, "wk": ColwiseParallel, "wv": ColwiseParallel, "wo": RowwiseParallel,
+    split: dict[str, Any] = {"wq": ColwiseParallel, "wk": ColwiseParallel, "wv": ColwiseParallel, "wo": RowwiseParallel,
              "w1": ColwiseParallel, "w3": ColwiseParallel, "w2": RowwiseParallel}
     for name, block in model.layers.items():
         if tp > 1:
@@ -177,7 +177,7 @@ def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: float) -> tor
             by_mesh.setdefault(p.grad.device_mesh if isinstance(p.grad, DTensor) else None, []).append(p)
     norms = []
     for params in by_mesh.values():
-        norm = torch.nn.utils.get_total_norm([p.grad for p in params], 2.0)
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None], 2.0)
         norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)
     total = torch.stack(norms).pow(2).sum().sqrt()
     for params in by_mesh.values():
@@ -254,7 +254,7 @@ def load(path: Path, model, optimizer) -> dict:  # noqa: ANN001
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizer)
-    state = {"model": model_state, "optimizer": optim_state}
+    state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     return json.loads((path / TRAINER_STATE).read_text())

@@ -144,7 +144,8 @@ def test_eks_renders_both_jobs_and_they_validate(no_credentials, tmp_path):
         assert container["command"][-1] == "/opt/trainium-cdk/recipes/titan_llama3/train.py"
         env = _container_env(container)
         assert (env["TRN_TORCH_DEVICE"], env["TRN_DIST_BACKEND"], env["TRN_COMPILE_BACKEND"]) == ("neuron",) * 3
-        assert env["TRN_CACHE_DIR"] == "/fsx/neuron-cache/titan-llama3"
+        # Its own compile cache set on /fsx, and precompile's graph extraction capped at the recipe's 3 steps.
+        assert (env["TRN_CACHE_DIR"], env["TRN_PRECOMPILE_STEPS"]) == ("/fsx/neuron-cache/titan-llama3", "3")
         # The launcher makes TRN_CHECKPOINT_DIR of the root and the job's name: /fsx/checkpoints/<job>.
         assert env["TRN_CHECKPOINT_ROOT"] == "/fsx/checkpoints"
         toml = tomllib.loads(env["TITAN_JOB_CONFIG"])
@@ -207,11 +208,20 @@ def test_the_xla_track_does_not_offer_it(no_credentials, tmp_path):
 # -- pieces the rehearsal does not reach ------------------------------------------------------------------
 
 
+def _recipe_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recipe's folder first on the path, and no other recipe's knobs or train module (hf_lora has both)."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(FOLDER))
+    for name in ("knobs", "train"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+
 def test_export_copies_a_checkpoint_folder_to_s3(aws_env, tmp_path, monkeypatch):
     import boto3
     from moto import mock_aws
 
-    monkeypatch.syspath_prepend(str(FOLDER))
+    _recipe_modules(monkeypatch)
     from train import export_to_s3  # the recipe's own module (its image runs it as a script)
 
     step = tmp_path / "step-00000500"
@@ -224,6 +234,18 @@ def test_export_copies_a_checkpoint_folder_to_s3(aws_env, tmp_path, monkeypatch)
         assert export_to_s3(step, "s3://team-ckpt/llama3/run-1/", client=s3) == 4
         keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="team-ckpt")["Contents"])
     assert keys == [f"llama3/run-1/step-00000500/{n}" for n in (".metadata", "__0_0.distcp", "sub/x", "trainer.json")]
+
+
+def test_under_graph_extraction_it_trains_the_capped_steps_without_checkpoints(monkeypatch):
+    _recipe_modules(monkeypatch)
+    import knobs
+
+    monkeypatch.delenv("NEURON_EXTRACT_GRAPHS_ONLY", raising=False)
+    assert knobs.extraction_steps() is None
+    # neuron_parallel_compile sets the first; the launcher gives the job's cap (TRN_PRECOMPILE_STEPS).
+    monkeypatch.setenv("NEURON_EXTRACT_GRAPHS_ONLY", "1")
+    monkeypatch.setenv("TRN_PRECOMPILE_STEPS", "3")
+    assert knobs.extraction_steps() == 3
 
 
 def test_the_image_and_versions_pin_the_same_torchtitan_neuron():

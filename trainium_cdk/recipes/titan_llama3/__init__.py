@@ -42,6 +42,11 @@ TENSOR_PARALLEL = 8
 # The job's settings besides the parallel sizes; each is a `--env TITAN_<SECTION>_<KEY>=...` away (knobs.py).
 TRAINING = {"dataset_path": DATA_DIR, "local_batch_size": 1, "seq_len": 8192, "steps": 1000, "lr": 3e-4,
             "warmup_steps": 200, "max_norm": 1.0, "seed": 0}
+# Precompile's graph extraction (a job with precompile: neuron_parallel_compile, TRN_PRECOMPILE_STEPS): every step
+# after the first runs the same graphs (the same shapes: fixed seq_len windows), so 3 steps trace them all; Neuron's
+# guide says to keep the trial run to a few steps. train.py trains those steps and neither reads nor writes a
+# checkpoint.
+PRECOMPILE_STEPS = 3
 CHECKPOINT = {"enable": True, "interval": 500, "keep_latest_k": 2, "export_s3": ""}
 
 
@@ -90,7 +95,7 @@ def training_job(ctx: RecipeContext) -> TrainingJobSettings:
     nodes = ctx.nodes or ctx.group.nodes
     return TrainingJobSettings(
         name=NAME, group=ctx.group.name, nodes=nodes, command=(f"{ctx.code}/train.py",), cache_set=NAME,
-        env={
+        precompile_steps=PRECOMPILE_STEPS, env={
             CONFIG_ENV: job_config(ctx.group.instance_type, nodes),
             TORCH_DEVICE_VARIABLE: NEURON_DEVICE, DIST_BACKEND_VARIABLE: NEURON_DEVICE,
             COMPILE_BACKEND_VARIABLE: NEURON_DEVICE,

@@ -38,9 +38,10 @@ $(RUNTIME): requirements.txt constraints.txt | $(PY)
 	@$(PIP_INSTALL) -r requirements.txt -c constraints.txt $(PROGRESS)
 	@touch $@
 
-$(DEV): requirements-dev.txt $(RUNTIME)
+$(DEV): requirements-dev.txt requirements-rehearsal.txt $(RUNTIME)
 	@echo "installing test tools (requirements-dev.txt) into $(VENV)..."
 	@$(PIP_INSTALL) -r requirements-dev.txt -c constraints.txt $(PROGRESS)
+	@$(PIP_INSTALL) --no-deps -r requirements-rehearsal.txt $(PROGRESS)
 	@touch $@
 
 node_modules/.installed: package.json package-lock.json | $(RUNTIME)

@@ -66,6 +66,10 @@ the Hugging Face hub (``trn rehearse       the hub is not reachable from the tes
 --job hf-lora-data`` / ``hf-lora``)        run as typed, plus ``--env`` of a tiny Llama model and texts the
                                            harness makes on the session's ./.trn-rehearse/fsx
                                            (tests/tiny_llama.py) and 16-token blocks (listed in :data:`EXEMPT`)
+the Hugging Face hub (``trn rehearse       the hub is not reachable from the tests (and the default
+--job titan-llama3-data``)                 tokenizer is gated): the rehearsal runs as typed, plus ``--env``
+                                           of a tokenizer and texts the harness makes on the session's
+                                           ./.trn-rehearse/fsx (tests/tiny_titan.py; in :data:`EXEMPT`)
 =========================================  ===============================================================
 """
 
@@ -398,6 +402,21 @@ def rehearse_a_tiny_model(walk: Walkthrough, command: Command) -> str:
     return out + "(harness: on a tiny Llama model and texts made on ./.trn-rehearse/fsx, not the hub's)"
 
 
+def rehearse_titan_data(walk: Walkthrough, command: Command) -> str:
+    """`trn rehearse --job titan-llama3-data` as typed, on the tokenizer and texts of tests/tiny_titan.py (made
+    in the /fsx of the session's rehearsals) in place of the hub's."""
+    from tests import tiny_titan
+
+    shell = walk.shell("workstation")
+    code, cwd = shell.run("pwd")
+    assert code == 0, cwd
+    tokenizer, dataset = tiny_titan.make_tokenizer_and_texts(
+        Path(cwd.strip().splitlines()[-1]) / ".trn-rehearse" / "fsx" / "team")
+    code, out = shell.run(f"{command.text} --env TITAN_DATA_TOKENIZER={tokenizer} --env TITAN_DATA_DATASET={dataset}")
+    assert code == 0, f"README.md:{command.line}: `{command.text}` exited {code}:\n{out[-4000:]}"
+    return out + "(harness: a tokenizer and texts made on ./.trn-rehearse/fsx, not the hub's)"
+
+
 def suite(walk: Walkthrough, command: Command) -> str:
     return "(harness: the test suite is what runs this walkthrough)"
 
@@ -433,6 +452,10 @@ EXEMPT: dict[str, Exemption] = {
     **{f"trn rehearse --config config/native.yaml --job {job}": Exemption(_HUB, rehearse_a_tiny_model)
        for job in ("hf-lora-data", "hf-lora --env HF_LORA_MAX_STEPS=6 --env HF_LORA_SAVE_EVERY=3",
                    "hf-lora --env HF_LORA_MAX_STEPS=12 --env HF_LORA_SAVE_EVERY=3")},
+    "trn rehearse --config config/titan.yaml --job titan-llama3-data": Exemption(
+        "the Hugging Face hub is not reachable from the tests (and the default tokenizer is gated): the rehearsal "
+        "runs as typed on a tokenizer and texts made on the session's /fsx", rehearse_titan_data,
+    ),
     "trn doctor": Exemption(
         "moto answers Service Quotas' ListServiceQuotas with a 500 and this machine has no Docker; "
         "tests/test_cli_doctor.py runs every check against moto with the quota and engine answers stated",

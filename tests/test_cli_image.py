@@ -325,3 +325,26 @@ def test_push_of_a_recipe_builds_its_folder_under_a_recipe_tag(aws, repositories
     assert build["argv"][-3:] == ["--tag", image, str(folder)]
     assert build["argv"][build["argv"].index("--file") + 1] == str(folder / "Dockerfile")
     assert result.out == image + "\n"
+
+
+def test_push_of_a_recipe_that_shares_files_builds_from_the_recipes_folder(aws, repositories, log, batch_config,
+                                                                             tmp_path):
+    """A recipe that imports another's file (titan-llama3 uses hf_lora/hf_token.py: one home, no copy) is built
+    with the package's recipes folder as the context and its own Dockerfile, which copies both folders."""
+    from trainium_cdk import recipes
+    from trainium_cdk.config import TrainingJobSettings
+
+    folder = tmp_path / "toy_recipe"
+    folder.mkdir()
+    (folder / "Dockerfile").write_text("ARG NEURON_BASE_IMAGE\nFROM ${NEURON_BASE_IMAGE}\n")
+    recipes.register(recipes.Recipe(name="toy", summary="toy", tracks=("xla",), folder=folder,
+                                    shares=(recipes.FOLDER / "hf_lora" / "hf_token.py",),
+                                    job=lambda ctx: TrainingJobSettings(name="toy", command=("x.py",))))
+    try:
+        result = run_cli("image", "push", "--config", str(batch_config), "--recipe", "toy")
+    finally:
+        recipes.unregister("toy")
+    assert result.code == 0, result.err
+    (build, *_) = engine.calls(log)
+    assert build["argv"][-1] == str(recipes.FOLDER)
+    assert build["argv"][build["argv"].index("--file") + 1] == str(folder / "Dockerfile")

@@ -53,6 +53,7 @@ def test_wheel_carries_the_package_data(installed):
         "examples/starter/Dockerfile", "examples/starter/requirements.txt", "examples/starter/dockerignore",
         # A recipe's image is built from its folder in the package (`trn image push --recipe hf-lora`).
         "recipes/hf_lora/Dockerfile", "recipes/hf_lora/requirements.txt", "recipes/hf_lora/train.py",
+        "recipes/titan_llama3/Dockerfile", "recipes/titan_llama3/requirements.txt", "recipes/titan_llama3/train.py",
         # What runs on nodes and in pods: every file of the folder, read at synth time from the package.
         *(f"node/{p.name}" for p in (ROOT / "trainium_cdk" / "node").iterdir() if p.suffix in (".sh", ".py")),
     ):

@@ -72,7 +72,7 @@ def test_notices_and_cli_telemetry_are_off():
 
 def make_dry(target: str, tmp_path: Path) -> str:
     """`make -n TARGET` in a copy of the set-up files with no .venv: what a fresh clone would run."""
-    for name in ("Makefile", "requirements.txt", "requirements-dev.txt", "constraints.txt", "package.json",
+    for name in ("Makefile", "requirements.txt", "requirements-dev.txt", "requirements-rehearsal.txt", "constraints.txt", "package.json",
                  "package-lock.json", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
     done = subprocess.run(["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, check=True)
@@ -91,7 +91,10 @@ def test_make_synth_installs_runtime_dependencies_only(tmp_path):
 
 def test_make_test_adds_the_dev_tools_on_top(tmp_path):
     installs = [line for line in make_dry("test", tmp_path).splitlines() if " install " in line and " -r " in line]
-    assert [re.search(r"-r (\S+)", line).group(1) for line in installs] == ["requirements.txt", "requirements-dev.txt"]
+    assert [re.search(r"-r (\S+)", line).group(1) for line in installs] == [
+        "requirements.txt", "requirements-dev.txt", "requirements-rehearsal.txt"]
+    # TorchTitan for the rehearsal, without the resolver: tyro asks for typeguard>=4, jsii pins 2.13.3.
+    assert "--no-deps -r requirements-rehearsal.txt" in installs[2]
     dev = (ROOT / "requirements-dev.txt").read_text()
     assert "-r requirements.txt" in dev
     runtime = (ROOT / "requirements.txt").read_text()

@@ -323,3 +323,10 @@ EKS_NODEGROUP_RELEASE_VERSION = XLA_TRACK.eks_nodegroup_release_version
 CLUSTER_AUTOSCALER_HELM_REPOSITORY = "https://kubernetes.github.io/autoscaler"
 CLUSTER_AUTOSCALER_CHART_VERSION = "9.59.0"
 CLUSTER_AUTOSCALER_IMAGE_TAG = f"v{KUBERNETES_VERSION}.2"
+
+# The titan-llama3 recipe (trainium_cdk/recipes/titan_llama3): TorchTitan Neuron, aws-neuron/torchtitan-neuron
+# 0.2.2+neuron.1 (beta, Neuron 2.33, torch-neuronx 2.14; Llama3, Qwen3, DeepSeek-V3, GPT-OSS with FSDP2/TP/CP/EP/PP)
+# on the native track's training image (NATIVE_TRACK.training_image_tag); its requirements.txt pins the same
+# (tests/test_recipe_titan_llama3.py checks). The CPU rehearsal runs PyPI's torchtitan (requirements-dev.txt).
+TORCHTITAN_NEURON_VERSION = "0.2.2+neuron.1"
+TORCHTITAN_REHEARSAL_VERSION = "0.3.0"

@@ -130,7 +130,8 @@ def push(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if args.context or args.dockerfile:
             raise ConfigError("--recipe", args.recipe, "without --context or --dockerfile: the recipe's folder is both")
         recipe = recipes.recipe_for(config, args.recipe, backend, field_name="--recipe")
-        args.context = str(recipe.folder)
+        args.context = str(recipe.build_context)
+        args.dockerfile = str(recipe.folder / DEFAULT_DOCKERFILE)
         recipe_tag = f"{recipe.image_tag_prefix}{NOW():%Y%m%d-%H%M%S}"
     if args.context and not Path(args.context).is_dir():
         raise ConfigError("--context", args.context, "a directory (the build context)")

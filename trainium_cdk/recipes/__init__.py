@@ -60,6 +60,8 @@ class Recipe:
     :param folder: its code and Dockerfile; default: ``trainium_cdk/recipes/<name with _ for ->``.
     :param image_from: the recipe whose image it runs in (a data preparation in its training recipe's image, from
         the same folder: one `trn image push --recipe`); default: its own.
+    :param shares: files of other recipes' folders its code imports (one home for each, not a copy): its image is
+        then built with this package's recipes folder as the context, and its Dockerfile copies them.
     """
 
     name: str
@@ -69,6 +71,7 @@ class Recipe:
     backends: tuple[str, ...] = IMAGE_BACKENDS
     data_prep: str | None = None
     image_from: str | None = None
+    shares: tuple[Path, ...] = ()
     folder: Path = field(default=None)  # type: ignore[assignment]  # set in __post_init__
 
     def __post_init__(self) -> None:
@@ -79,6 +82,11 @@ class Recipe:
         """The recipe's folder on the nodes of ``backend`` (named as in the package)."""
         root = HEAD_NODE_ROOT if backend == "parallelcluster" else IMAGE_ROOT
         return f"{root}/{self.folder.name}"
+
+    @property
+    def build_context(self) -> Path:
+        """What `trn image push --recipe` sends to the build: its folder, or all recipes' where it shares files."""
+        return FOLDER if self.shares else self.folder
 
     @property
     def image_tag_prefix(self) -> str:

@@ -34,7 +34,7 @@ apply() {
   done
   while read -r target source; do
     case "$LUSTRE_FILE_SYSTEM" in
-      /*) [ "$target" = "$LUSTRE_FILE_SYSTEM" ] || continue ;;
+      /*) [ "$target" = "$root$LUSTRE_FILE_SYSTEM" ] || continue ;;
       *) [ "${source##*:/}" = "$LUSTRE_FILE_SYSTEM" ] || continue ;;
     esac
     for dir in "${dirs[@]}"; do

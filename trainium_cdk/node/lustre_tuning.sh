@@ -82,7 +82,9 @@ install_tuning() {
   if [ "$LUSTRE_CLIENT_INSTALL" = amazon-linux ]; then
     command -v lctl >/dev/null || dnf install -y lustre-client
     # The CSI driver's mount.lustre runs in its container, where a modprobe reads the image's modprobe.d:
-    # loaded here first, the modules have this host's options (as the EKS user guide's FSx tuning does).
+    # loaded here first, the modules have this host's options. The EKS user guide's "Optimize Amazon FSx for
+    # Lustre performance on nodes (non-EFA)" does the same in launch template user data (install the client,
+    # module options, load the modules); it gives ptlrpcd_per_cpt_max=64, the FSx guide 32: we keep the FSx guide's.
     modprobe lustre
   fi
   declare -p LUSTRE_TUNING_PARAMS LUSTRE_STRIPE_LAYOUT LUSTRE_STRIPED_DIRS LUSTRE_FILE_SYSTEM > "$settings"

@@ -260,3 +260,23 @@ def test_another_file_system_is_not_tuned(tmp_path):
     other.mkdir()
     calls = _run_as_node(tmp_path, text, target=str(other), source="10.0.0.5@tcp:/abcdefgh", command=["apply"])
     assert not [c for c in calls if c.startswith("lfs")] and not (other / "checkpoints").exists()
+
+
+def test_without_storage_no_node_is_tuned():
+    """No file system, nothing to tune: no OnNodeStart on Slurm queues (as `trn` renders the cluster for the
+    pcluster CLI), no tuning in a Batch node's user data."""
+    import yaml
+
+    from tests.helpers import config_with
+    from trainium_cdk.catalog import DEFAULT_CATALOG
+    from trainium_cdk.constructs.batch_node import node_user_data as batch_user_data
+    from trainium_cdk.parallelcluster.cluster_config import render_cluster_yaml
+
+    config = config_with(backends=["parallelcluster"], storage={
+        "enabled": False, "deployment_type": "SCRATCH_2", "throughput_mb_per_tib": None, "capacity_gib": 2400})
+    queues = yaml.safe_load(render_cluster_yaml(config))["Scheduling"]["SlurmQueues"]
+    assert queues and all("OnNodeStart" not in q["CustomActions"] for q in queues)
+    with_storage = yaml.safe_load(render_cluster_yaml(config_with(backends=["parallelcluster"])))
+    (queue,) = with_storage["Scheduling"]["SlurmQueues"]
+    assert queue["CustomActions"]["OnNodeStart"]["Script"].endswith("/trainium/lustre_tuning.sh")
+    assert TUNER_PATH not in batch_user_data(DEFAULT_CATALOG.get("trn1.32xlarge"), None)

@@ -31,7 +31,8 @@ def cluster_settings(config: Config) -> ClusterSettings:
                 existing_placement_group=group.capacity.placement_group,
                 root_volume_gib=group.root_volume_gib,
                 custom_ami=settings.custom_ami,
-                lustre_tuning=tuple(lustre_tuning_args(config.spec(group))),
+                # Without storage, no Lustre mount to tune.
+                lustre_tuning=tuple(lustre_tuning_args(config.spec(group))) if config.storage.enabled else (),
             )
             for group in config.compute_groups
         ),

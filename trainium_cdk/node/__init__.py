@@ -39,19 +39,12 @@ def program(names: str | Sequence[str], values: Mapping[str, object] | None = No
     return start + header(values or {}) + "".join(source(name) for name in names)
 
 
-def multipart(script: str) -> str:
-    """``script`` as the one shell part of MIME multi-part user data: the form AWS Batch, EKS managed node groups
+def multipart(script: str, parts: Sequence[tuple[str, str]] = ()) -> str:
+    """``script`` as a shell part of MIME multi-part user data: the form AWS Batch, EKS managed node groups
     and Karpenter (AL2023) take, since each merges a part of its own (ECS agent configuration, nodeadm's
-    NodeConfig) into it."""
-    return "\n".join([
-        "MIME-Version: 1.0",
-        f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"',
-        "",
-        f"--{MIME_BOUNDARY}",
-        'Content-Type: text/x-shellscript; charset="us-ascii"',
-        "",
-        script.rstrip("\n"),
-        "",
-        f"--{MIME_BOUNDARY}--",
-        "",
-    ])
+    NodeConfig) into it. ``parts`` are (content type, body) parts that go before it, such as a nodeadm
+    NodeConfig (``application/node.eks.aws``)."""
+    lines = ["MIME-Version: 1.0", f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"', ""]
+    for content_type, body in [*parts, ('text/x-shellscript; charset="us-ascii"', script)]:
+        lines += [f"--{MIME_BOUNDARY}", f"Content-Type: {content_type}", "", body.rstrip("\n"), ""]
+    return "\n".join([*lines, f"--{MIME_BOUNDARY}--", ""])

@@ -51,7 +51,8 @@ class SlurmQueue:
     :param custom_ami: the compute nodes' AMI (``parallelcluster/image.py`` builds it). Default: none
         (ParallelCluster's official AMI).
     :param lustre_tuning: the arguments of the FSx client's tuning for the instance type
-        (``lustre_tuning.install_args``), run by OnNodeStart when the ids name the script. Default: none.
+        (``lustre_tuning.install_args``), run by OnNodeStart when the ids name the script. Default: none
+        (no OnNodeStart: a cluster without storage).
     """
 
     name: str
@@ -260,7 +261,7 @@ def _queue(
         "Iam": {"AdditionalIamPolicies": _compute_policies(ids), "S3Access": copy.deepcopy(s3_access)},
         "CustomActions": copy.deepcopy(action),
     }
-    if ids.lustre_tuning is not None:
+    if ids.lustre_tuning is not None and settings.lustre_tuning:
         # OnNodeStart runs "before any node deployment bootstrap actions are started" (ParallelCluster user
         # guide, Custom bootstrap actions): before the file system's mount loads the Lustre modules.
         queue["CustomActions"]["OnNodeStart"] = {"Script": ids.lustre_tuning.url, "Args": list(settings.lustre_tuning)}

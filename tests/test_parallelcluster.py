@@ -88,6 +88,8 @@ def concrete_ids(config, *, file_system: bool = True) -> ClusterIds:
         setup_script=S3Object(bucket, "t-cluster/" + "0" * 64 + ".sh"),
         head_node_script=S3Object(bucket, "t-cluster/" + "2" * 64 + ".sh"),
         batch_scripts={"train-x.sbatch": S3Object(bucket, "t-cluster/" + "1" * 64 + ".sbatch")},
+        # The queues' OnNodeStart with storage (tests/test_lustre_tuning.py), through the schema too.
+        lustre_tuning=S3Object(bucket, "t-cluster/" + "3" * 64 + ".sh"),
     )
 
 
@@ -404,6 +406,18 @@ def test_moving_the_scripts_under_the_key_prefix_needs_a_new_cluster(pcluster):
     refused = [c.path for c in changes if c.policy == "UNSUPPORTED"]
     assert refused == ["HeadNode.CustomActions.OnNodeConfigured.Script"]
     assert {c.policy for c in changes if ".Iam.S3Access" in c.path} == {"SUPPORTED"}
+
+
+def test_a_running_cluster_takes_the_lustre_tuning_as_an_update(pcluster):
+    """The queues' OnNodeStart (the FSx client's tuning) added to a cluster deployed without it: ParallelCluster
+    applies it, no change refused."""
+    ids = concrete_ids(EVERY_TYPE)
+    before = dataclasses.replace(ids, lustre_tuning=None)
+    pair = (cluster_configuration(EVERY_TYPE, before), cluster_configuration(EVERY_TYPE, ids))
+    assert "OnNodeStart" in json.dumps(pair[1]) and "OnNodeStart" not in json.dumps(pair[0])
+    changes = update_changes({"tuned": pair}, cluster_name="t-cluster")["tuned"]
+    assert any("OnNodeStart" in c.path for c in changes)
+    assert [c.path for c in changes if c.policy == "UNSUPPORTED"] == []
 
 
 def test_queues_update_by_draining(every_type):

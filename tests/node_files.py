@@ -13,12 +13,14 @@ from trainium_cdk import node
 
 def split(text: str, *names: str) -> dict[str, str]:
     """The header values of a generated program, checked to be followed by the files ``names`` byte for byte
-    (before the header, at most a ``#!`` line; after the files, what the generator adds, such as the Batch
-    user data's neuron_metrics.py)."""
+    (before the header, a ``#!`` line and what the generator runs first, such as the Lustre client's tuning in
+    user data; after the files, what the generator adds, such as the Batch user data's neuron_metrics.py)."""
     body = "".join(node.source(name) for name in names)
     assert body in text, f"the generated text does not carry {names} as they are"
     head = text[: text.index(body)].splitlines()
-    if head and head[0].startswith("#!"):
+    if node.HEADER in head:
+        head = head[head.index(node.HEADER):]
+    elif head and head[0].startswith("#!"):
         head = head[1:]
     if not head:
         return {}

@@ -9,6 +9,8 @@ format, tests/data/neuron_monitor_reports.jsonl) and a stand-in ``boto3`` that r
 from __future__ import annotations
 
 import ast
+import base64
+import gzip
 import json
 import shlex
 import subprocess
@@ -23,7 +25,7 @@ from aws_cdk.assertions import Template
 from tests.helpers import config_with, nag_violations, resources, synth
 from trainium_cdk.node import neuron_metrics
 from trainium_cdk.catalog import DEFAULT_CATALOG
-from trainium_cdk.constructs.batch_node import NEURON_METRICS_END, node_user_data
+from trainium_cdk.constructs.batch_node import node_user_data
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.node.neuron_metrics import (
     CORE_UTILIZATION, DEPLOYMENT_DIMENSION, DEVICE_MEMORY, HARDWARE_ERRORS, INSTANCE_DIMENSION, MONITOR_CONFIG,
@@ -119,13 +121,15 @@ def _script(user_data: str) -> str:
     return user_data.split('Content-Type: text/x-shellscript; charset="us-ascii"\n\n', 1)[1].rsplit("\n--", 1)[0]
 
 
-def _heredoc(script: str) -> str:
-    return script.split(f"<<'{NEURON_METRICS_END}'\n", 1)[1].split(f"\n{NEURON_METRICS_END}\n", 1)[0] + "\n"
+def _written(script: str) -> str:
+    """The program the user data writes to NODE_PATH (gzip, base64: every group's launch template carries it)."""
+    (line,) = [ln for ln in script.splitlines() if ln.endswith(f"| base64 -d | gunzip > {NODE_PATH}")]
+    return gzip.decompress(base64.b64decode(line.split()[1])).decode()
 
 
 def test_batch_user_data_starts_the_monitor_with_namespace_and_dimensions(tmp_path):
     script = _script(node_user_data(DEFAULT_CATALOG.get("trn1.32xlarge"), None, metrics_deployment="t-batch"))
-    program = _heredoc(script)
+    program = _written(script)
     assert program == Path(neuron_metrics.__file__).read_text()
     (install,) = [shlex.split(line) for line in script.splitlines() if f"{NODE_PATH} install" in line]
     assert install[3:] == ["--namespace", NAMESPACE, "--deployment", "t-batch"]

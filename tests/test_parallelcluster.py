@@ -88,6 +88,8 @@ def concrete_ids(config, *, file_system: bool = True) -> ClusterIds:
         setup_script=S3Object(bucket, "t-cluster/" + "0" * 64 + ".sh"),
         head_node_script=S3Object(bucket, "t-cluster/" + "2" * 64 + ".sh"),
         batch_scripts={"train-x.sbatch": S3Object(bucket, "t-cluster/" + "1" * 64 + ".sbatch")},
+        # The queues' OnNodeStart with storage (tests/test_lustre_tuning.py), through the schema too.
+        lustre_tuning=S3Object(bucket, "t-cluster/" + "3" * 64 + ".sh"),
     )
 
 
@@ -348,16 +350,20 @@ def test_setup_script_is_an_asset_nodes_may_read_and_only_the_clusters_assets(ev
     assert "cdk-hnb659fds-assets" in json.dumps(access["BucketName"])
     assert (access["KeyName"], access["EnableWriteAccess"]) == ("t-cluster/*", False)
     for queue in queues:
-        assert queue["CustomActions"] == queues[0]["CustomActions"]
+        # The same scripts; OnNodeStart's arguments are the queue's instance type's Lustre tuning
+        # (tests/test_lustre_tuning.py).
+        assert queue["CustomActions"]["OnNodeConfigured"] == queues[0]["CustomActions"]["OnNodeConfigured"]
+        assert queue["CustomActions"]["OnNodeStart"]["Script"] == queues[0]["CustomActions"]["OnNodeStart"]["Script"]
         assert queue["Iam"]["S3Access"] == [access]
     # Under the prefix: the batch scripts, the MLP example's train.py, the health prolog (tests/test_health.py),
-    # neuron_metrics.py (tests/test_node_metrics.py), the two setup scripts, and the stack's own template.
+    # neuron_metrics.py (tests/test_node_metrics.py), the two setup scripts, the Lustre tuning
+    # (tests/test_lustre_tuning.py), and the stack's own template.
     stack = every_type.stacks.backends["parallelcluster"]
     manifest = json.loads((every_type.outdir / f"{stack.artifact_id}.assets.json").read_text())
     keys = [d["objectKey"] for f in manifest["files"].values() for d in f["destinations"].values()]
     assert all(k.startswith("t-cluster/") for k in keys)
     kinds = sorted(k.rsplit(".", 1)[1] for k in keys)
-    assert kinds == ["json"] + ["py"] * 2 + ["sbatch"] * BATCH_SCRIPTS + ["sh"] * 3
+    assert kinds == ["json"] + ["py"] * 2 + ["sbatch"] * BATCH_SCRIPTS + ["sh"] * 4
     # The staged assets are the scripts from the source tree.
     for url, source in ((script_url, SETUP_SCRIPT), (head_url, HEAD_NODE_SCRIPT)):
         digest = url.split("/t-cluster/")[1][:64]
@@ -400,6 +406,18 @@ def test_moving_the_scripts_under_the_key_prefix_needs_a_new_cluster(pcluster):
     refused = [c.path for c in changes if c.policy == "UNSUPPORTED"]
     assert refused == ["HeadNode.CustomActions.OnNodeConfigured.Script"]
     assert {c.policy for c in changes if ".Iam.S3Access" in c.path} == {"SUPPORTED"}
+
+
+def test_a_running_cluster_takes_the_lustre_tuning_as_an_update(pcluster):
+    """The queues' OnNodeStart (the FSx client's tuning) added to a cluster deployed without it: ParallelCluster
+    applies it, no change refused."""
+    ids = concrete_ids(EVERY_TYPE)
+    before = dataclasses.replace(ids, lustre_tuning=None)
+    pair = (cluster_configuration(EVERY_TYPE, before), cluster_configuration(EVERY_TYPE, ids))
+    assert "OnNodeStart" in json.dumps(pair[1]) and "OnNodeStart" not in json.dumps(pair[0])
+    changes = update_changes({"tuned": pair}, cluster_name="t-cluster")["tuned"]
+    assert any("OnNodeStart" in c.path for c in changes)
+    assert [c.path for c in changes if c.policy == "UNSUPPORTED"] == []
 
 
 def test_queues_update_by_draining(every_type):
@@ -511,7 +529,7 @@ def test_write_dist_writes_the_cli_files(tmp_path):
          *(f"parallelcluster/fabric-{_name(t)}.sbatch" for t in EFA_TYPES),
          "parallelcluster/50_trainium_neuron_devices.sh", "parallelcluster/neuron_metrics.py",
          "parallelcluster/neuron-metrics-policy.json", "parallelcluster/session-manager-policy.json",
-         "parallelcluster/mlp_train.py",
+         "parallelcluster/mlp_train.py", "parallelcluster/lustre_tuning.sh",
          # The compute image for `pcluster build-image` (tests/test_parallelcluster_image.py).
          "parallelcluster/t-image.yaml", "parallelcluster/neuron-image-component.sh"]
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from trainium_cdk import backends as backend_registry
 from trainium_cdk import prices
 from trainium_cdk.config import Config
+from trainium_cdk.storage_sizing import checkpoint_note
 from trainium_cdk.names import ACCESS_HOST_INSTANCE_TYPE, ACCESS_HOST_ROOT_VOLUME_GIB, SYSTEM_NODE_DISK_GIB
 
 # Where the app writes the bill beside the templates (cdk.out/), for `make synth` to print.
@@ -76,7 +77,9 @@ def bill(config: Config, region: str | None = None) -> Bill:
         throughput = f", {storage.throughput_mb_per_tib} MB/s/TiB" if storage.throughput_mb_per_tib else ""
         hourly = _hourly(prices.LUSTRE_GB_MONTH[(storage.deployment_type, storage.throughput_mb_per_tib)])
         idle.append(_line(f"FSx for Lustre {storage.deployment_type} {storage.capacity_gib} GiB{throughput}",
-                          storage.capacity_gib, "GB", hourly, region, "billed per GB-month"))
+                          storage.capacity_gib, "GB", hourly, region,
+                          "; ".join(filter(None, ["billed per GB-month", checkpoint_note(
+                              storage.capacity_gib, storage.throughput_mb_per_tib)]))))
     for backend in backend_registry.deployed(config):
         idle += backend.idle_lines(config, region)
     groups = []

@@ -52,6 +52,9 @@ NEURON_BIN = "/opt/aws/neuron/bin"
 # Checkpoints: /fsx/checkpoints/<job> on every backend. The launcher appends the job (its name on EKS,
 # the Slurm job id, the Batch job id): all stay the same when the scheduler restarts the job.
 CHECKPOINT_ROOT = f"{SHARED_MOUNT}/checkpoints"
+# Datasets: /fsx/datasets, where the EKS data loader copies an S3 prefix by default. Both directories get a
+# stripe layout on every backend's nodes (lustre_tuning.py).
+DATASETS_DIR_NAME = "datasets"
 
 # Where a TorchNeuron recipe runs, as its job says it (recipes on the native track): the torch device, the process
 # group backend and the torch.compile backend (empty: eager). The launch rehearsal gives the CPU's instead

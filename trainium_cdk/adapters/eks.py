@@ -10,13 +10,16 @@ import cdk8s
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 
+from trainium_cdk import node
 from trainium_cdk.adapters.groups import GroupNodes, group_nodes
 from trainium_cdk.catalog import Catalog
 from trainium_cdk.charts.karpenter import NodePoolProps
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.constructs.defaults import retention
 from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR, TrainingWorkloadsOptions
+from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.examples import offers_bert_example
+from trainium_cdk.lustre_tuning import eks_node_script
 from trainium_cdk.workloads import workload_charts
 
 
@@ -44,6 +47,7 @@ class NodeGroupProps:
     nodes: GroupNodes
     min_nodes: int
     release_version: str
+    user_data: str | None
 
 
 def cluster_name(config: Config) -> str:
@@ -68,11 +72,20 @@ def cluster_props(config: Config) -> ClusterProps:
     )
 
 
-def node_group_props(config: Config, group: ComputeGroup) -> NodeGroupProps:
+def node_user_data(config: Config, group: ComputeGroup, storage: LustreMount | None) -> str | None:
+    """A group's Trainium nodes' user data (node groups and node pools alike): with storage, the FSx client's
+    tuning for its instance type and the stripe layout (lustre_tuning.py), before the CSI driver mounts."""
+    if storage is None:
+        return None
+    return node.multipart(eks_node_script(config.spec(group), storage.mount_name))
+
+
+def node_group_props(config: Config, group: ComputeGroup, storage: LustreMount | None = None) -> NodeGroupProps:
     return NodeGroupProps(
         nodes=group_nodes(config, group),
         min_nodes=group.min_nodes,
         release_version=config.neuron_track.eks_nodegroup_release_version,
+        user_data=node_user_data(config, group, storage),
     )
 
 
@@ -84,6 +97,7 @@ def node_pool_props(
     subnet_ids: Sequence[str],
     security_group_ids: Sequence[str],
     placement_group: str | None,
+    storage: LustreMount | None = None,
 ) -> NodePoolProps:
     """One compute group's Karpenter NodePool and EC2NodeClass; the ids are the stack's tokens."""
     nodes = group_nodes(config, group)
@@ -102,6 +116,7 @@ def node_pool_props(
         root_volume_gib=nodes.root_volume_gib,
         ami_alias=config.neuron_track.karpenter_ami_alias,
         consolidate_after=config.eks.consolidate_after,
+        user_data=node_user_data(config, group, storage),
     )
 
 

@@ -4,6 +4,7 @@ the SlurmCluster's props. No CDK: ``trn`` and dist/ render the pcluster CLI's YA
 from __future__ import annotations
 
 from trainium_cdk.config import Config
+from trainium_cdk.lustre_tuning import install_args as lustre_tuning_args
 from trainium_cdk.parallelcluster.configuration import ClusterSettings, HeadNode, NewFileSystem, SlurmQueue
 
 
@@ -30,6 +31,8 @@ def cluster_settings(config: Config) -> ClusterSettings:
                 existing_placement_group=group.capacity.placement_group,
                 root_volume_gib=group.root_volume_gib,
                 custom_ami=settings.custom_ami,
+                # Without storage, no Lustre mount to tune.
+                lustre_tuning=tuple(lustre_tuning_args(config.spec(group))) if config.storage.enabled else (),
             )
             for group in config.compute_groups
         ),

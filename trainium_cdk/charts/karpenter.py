@@ -80,6 +80,8 @@ class NodePoolProps:
     :param ami_alias: the EC2NodeClass AMI alias, such as al2023@v20260930.
     :param consolidate_after: how long a node stays empty before it goes. Default: 10m.
     :param tags: EC2 tags of the instances and volumes. Default: none.
+    :param user_data: the nodes' user data, MIME multi-part (Karpenter merges its NodeConfig into it; a token
+        works). Default: none.
     """
 
     name: str
@@ -97,6 +99,7 @@ class NodePoolProps:
     root_volume_gib: int = defaults.ROOT_VOLUME_GIB
     consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER
     tags: Mapping[str, str] = field(default_factory=dict)
+    user_data: str | None = None
 
     def __post_init__(self) -> None:
         check_name("NodePoolProps.name", self.name)
@@ -163,6 +166,8 @@ def ec2_node_class_spec(pool: NodePoolProps) -> dict[str, Any]:
         spec["capacityReservationSelectorTerms"] = [{"id": pool.reservation_id}]
     if pool.tags:
         spec["tags"] = dict(pool.tags)
+    if pool.user_data is not None:
+        spec["userData"] = pool.user_data
     return spec
 
 

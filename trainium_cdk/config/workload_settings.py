@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from trainium_cdk.config.base import _Model
 from trainium_cdk.config.fields import S3_PREFIX, AccountId, Image, Name, RelativePath, check_environment_name
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.names import QUEUE_NAME
+from trainium_cdk.names import DATASETS_DIR_NAME, QUEUE_NAME
 
 
 # The example image's script; torchrun runs it with python (a command starting with python3 works too).
@@ -64,7 +64,7 @@ class DataLoaderSettings(_Model):
     """A Job that copies an S3 prefix into the file system (for file systems without a data repository)."""
 
     s3_uri: str = Field(description="s3://bucket/prefix to copy.")
-    path: RelativePath = Field("datasets", description="Directory under /fsx.")
+    path: RelativePath = Field(DATASETS_DIR_NAME, description="Directory under /fsx.")
 
     @field_validator("s3_uri")
     @classmethod

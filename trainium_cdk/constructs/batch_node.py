@@ -1,18 +1,21 @@
 """The user data of a Batch compute environment's nodes: trainium_cdk/node/batch_node.sh (the track's Neuron
-driver and tools, the EFA kernel module), the Lustre client with storage, and the metrics program, in the MIME
-multi-part form Batch merges with its own."""
+driver and tools, the EFA kernel module), with storage the Lustre client's tuning (node/lustre_tuning.sh) and
+the client itself, and the metrics program, in the MIME multi-part form Batch merges with its own."""
 
 from __future__ import annotations
 
+import base64
+import gzip
 import shlex
 from pathlib import Path, PurePosixPath
 
 from trainium_cdk import node
 from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.constructs.storage import LustreMount
-from trainium_cdk.errors import ConfigError
 from trainium_cdk.lustre_client import SCRIPT as LUSTRE_SCRIPT
 from trainium_cdk.lustre_client import mount_values as lustre_mount_values
+from trainium_cdk.lustre_tuning import install_commands as lustre_tuning_commands
+from trainium_cdk.names import SHARED_MOUNT
 from trainium_cdk.node import neuron_metrics
 from trainium_cdk.node.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
 from trainium_cdk.node.neuron_metrics import install_command as neuron_metrics_install
@@ -24,12 +27,13 @@ from trainium_cdk.versions import XLA_TRACK
 # if the AMI carries another one, so that driver and container agree whatever AMI build is pinned.
 NEURON_YUM_REPO = "https://yum.repos.neuron.amazonaws.com"
 EFA_INSTALLER_URL = "https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz"
-MIME_BOUNDARY = "==TRAINIUM_CDK=="
-# What every Batch node runs first (trainium_cdk/node/batch_node.sh), then the Lustre client with storage.
+MIME_BOUNDARY = node.MIME_BOUNDARY
+# What every Batch node runs (trainium_cdk/node/batch_node.sh), then, with storage, the Lustre client; the
+# client's tuning goes first (lustre_tuning.py): its module options must be in place before the mount.
 BATCH_NODE_SCRIPT = "batch_node.sh"
-# The metrics program the user data writes onto each node (a heredoc: its delimiter must not occur in it).
+# The metrics program the user data writes onto each node, compressed: every group's launch template carries
+# it, and 25 trn2.48xlarge groups fill a template close to CloudFormation's 1 MB (stacks/batch_stack.py).
 NEURON_METRICS_SOURCE = Path(neuron_metrics.__file__)
-NEURON_METRICS_END = "TRAINIUM_NEURON_METRICS"
 
 
 def node_user_data(
@@ -40,41 +44,25 @@ def node_user_data(
     metrics_deployment: str | None = None,
 ) -> str:
     """MIME multi-part user data (Batch merges it with its own): the Neuron driver of the track (installed
-    when the AMI carries another version) and tools, the EFA kernel module, and the FSx mount, each only
-    when the AMI does not already have it; with ``metrics_deployment``, neuron-monitor into CloudWatch
-    (trainium_cdk/node/neuron_metrics.py, started as a systemd service)."""
+    when the AMI carries another version) and tools, the EFA kernel module, the FSx client's tuning for
+    ``spec`` and the mount, each only when the AMI does not already have it; with ``metrics_deployment``,
+    neuron-monitor into CloudWatch (trainium_cdk/node/neuron_metrics.py, started as a systemd service)."""
     values = {"NEURON_DRIVER": driver, "NEURON_YUM_REPO": NEURON_YUM_REPO}
     if spec.has_efa:
         values["EFA_INSTALLER_URL"] = EFA_INSTALLER_URL
     files = [BATCH_NODE_SCRIPT]
+    lines = ["#!/bin/bash"]
     if storage is not None:
         values.update(lustre_mount_values("amazon-linux", storage.dns_name, storage.mount_name))  # ECS AL2023
         files.append(LUSTRE_SCRIPT)
-    lines = [node.program(files, values, shebang="/bin/bash").rstrip("\n")]
+        lines += ["set -euo pipefail", *lustre_tuning_commands(spec, SHARED_MOUNT)]
+    lines.append(node.program(files, values).rstrip("\n"))
     if metrics_deployment is not None:
-        program = NEURON_METRICS_SOURCE.read_text().rstrip("\n")
-        if NEURON_METRICS_END in program:
-            raise ConfigError("neuron_metrics.py", NEURON_METRICS_END, "a program without its heredoc delimiter")
+        program = base64.b64encode(gzip.compress(NEURON_METRICS_SOURCE.read_bytes(), mtime=0)).decode()
         lines += [
             "rpm -q python3-boto3 >/dev/null 2>&1 || dnf install -y python3-boto3",
             f"mkdir -p {shlex.quote(str(PurePosixPath(NEURON_METRICS_PATH).parent))}",
-            f"cat > {NEURON_METRICS_PATH} <<'{NEURON_METRICS_END}'",
-            program,
-            NEURON_METRICS_END,
+            f"echo {program} | base64 -d | gunzip > {NEURON_METRICS_PATH}",
             shlex.join(neuron_metrics_install(deployment=metrics_deployment)),
         ]
-    script = "\n".join(lines)
-    return "\n".join(
-        [
-            "MIME-Version: 1.0",
-            f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"',
-            "",
-            f"--{MIME_BOUNDARY}",
-            'Content-Type: text/x-shellscript; charset="us-ascii"',
-            "",
-            script,
-            "",
-            f"--{MIME_BOUNDARY}--",
-            "",
-        ]
-    )
+    return node.multipart("\n".join(lines))

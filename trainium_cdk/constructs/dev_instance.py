@@ -27,6 +27,7 @@ from trainium_cdk.constructs.session_manager import session_manager_role
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.lustre_client import mount_script as lustre_mount_script
+from trainium_cdk.lustre_tuning import install_commands as lustre_tuning_commands
 from trainium_cdk.names import CACHE_DIR_NAME, SHARED_MOUNT
 from trainium_cdk.versions import XLA_TRACK, AmiQuery, NeuronTrack
 
@@ -120,7 +121,7 @@ class DevInstance(Construct):
 
         user_data = ec2.UserData.for_linux()
         if storage is not None:
-            user_data.add_commands(*_lustre_mount_commands(family, storage.dns_name, storage.mount_name))
+            user_data.add_commands(*_lustre_mount_commands(spec, family, storage.dns_name, storage.mount_name))
         user_data.add_commands(*example_commands())
 
         self.instance = ec2.Instance(
@@ -217,10 +218,12 @@ def _first_subnet(vpc: ec2.IVpc, selection: ec2.SubnetSelection) -> ec2.ISubnet:
     return subnets[0]
 
 
-def _lustre_mount_commands(family: str, dns_name: str, mount_name: str) -> list[str]:
-    """Mount the file system at /fsx, and make the shared compile cache writable by every user."""
+def _lustre_mount_commands(spec: InstanceSpec, family: str, dns_name: str, mount_name: str) -> list[str]:
+    """The client's tuning for ``spec`` (its module options before the mount loads the modules), the mount at
+    /fsx, and the shared compile cache writable by every user."""
     return [
         "set -euxo pipefail",
+        *lustre_tuning_commands(spec, SHARED_MOUNT),
         lustre_mount_script(family, dns_name, mount_name).rstrip("\n"),
         f"install -d -m 1777 {SHARED_MOUNT}/{CACHE_DIR_NAME}",
     ]

@@ -22,12 +22,13 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
+from trainium_cdk import node
 from trainium_cdk.node import neuron_metrics
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 from trainium_cdk.parallelcluster.configuration import ClusterSettings, render_configuration
 from trainium_cdk.parallelcluster.parts import (
-    HEAD_NODE_SCRIPT, PROLOG_NAME, SETUP_SCRIPT, ClusterIds, NeuronMetrics, S3Object, neuron_metrics_policy,
+    HEAD_NODE_SCRIPT, LUSTRE_TUNING_NAME, PROLOG_NAME, SETUP_SCRIPT, ClusterIds, NeuronMetrics, S3Object, neuron_metrics_policy,
 )
 from trainium_cdk.session_manager import session_manager_policy
 from trainium_cdk.versions import parallelcluster_provider_template_url
@@ -93,6 +94,8 @@ class SlurmCluster(Construct):
         self._buckets: dict[str, str] = {}
         self.setup_script = s3_assets.Asset(self, "NeuronSetupScript", path=str(setup_script))
         self.head_node_script = s3_assets.Asset(self, "HeadNodeSetupScript", path=str(head_node_script))
+        # The queues' OnNodeStart, with each queue's arguments (settings.queues[].lustre_tuning).
+        self.lustre_tuning = s3_assets.Asset(self, "LustreTuningScript", path=str(node.FOLDER / LUSTRE_TUNING_NAME))
         self.batch_scripts = {
             file_name: s3_assets.Asset(self, f"BatchScript-{file_name}", path=str(self._stage(file_name, text)))
             for file_name, text in (batch_scripts or {}).items()
@@ -145,6 +148,7 @@ class SlurmCluster(Construct):
             prologs={PROLOG_NAME: self._object(self.prolog)} if self.prolog is not None else {},
             neuron_metrics=metrics,
             session_manager_policy_arn=self.session_manager_policy.managed_policy_arn,
+            lustre_tuning=self._object(self.lustre_tuning),
         )
         if any("/" not in a.s3_object_key for a in self._assets()):
             Annotations.of(self).add_warning_v2(
@@ -183,7 +187,8 @@ class SlurmCluster(Construct):
 
     def _assets(self) -> list[s3_assets.Asset]:
         optional = [self.prolog, self.metrics_program]
-        return [self.setup_script, self.head_node_script, *self.batch_scripts.values(), *filter(None, optional)]
+        return [self.setup_script, self.head_node_script, self.lustre_tuning, *self.batch_scripts.values(),
+                *filter(None, optional)]
 
     def _object(self, asset: s3_assets.Asset) -> S3Object:
         # Each asset names its bucket with a token of its own: one token per bucket, so that the nodes' S3Access

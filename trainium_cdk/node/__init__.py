@@ -16,6 +16,7 @@ from pathlib import Path
 
 FOLDER = Path(__file__).resolve().parent
 HEADER = "# trainium-cdk: set at synth time; the program follows as it is in trainium_cdk/node/"
+MIME_BOUNDARY = "==TRAINIUM_CDK=="
 
 
 def source(name: str) -> str:
@@ -36,3 +37,14 @@ def program(names: str | Sequence[str], values: Mapping[str, object] | None = No
     names = [names] if isinstance(names, str) else list(names)
     start = f"#!{shebang}\n" if shebang else ""
     return start + header(values or {}) + "".join(source(name) for name in names)
+
+
+def multipart(script: str, parts: Sequence[tuple[str, str]] = ()) -> str:
+    """``script`` as a shell part of MIME multi-part user data: the form AWS Batch, EKS managed node groups
+    and Karpenter (AL2023) take, since each merges a part of its own (ECS agent configuration, nodeadm's
+    NodeConfig) into it. ``parts`` are (content type, body) parts that go before it, such as a nodeadm
+    NodeConfig (``application/node.eks.aws``)."""
+    lines = ["MIME-Version: 1.0", f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"', ""]
+    for content_type, body in [*parts, ('text/x-shellscript; charset="us-ascii"', script)]:
+        lines += [f"--{MIME_BOUNDARY}", f"Content-Type: {content_type}", "", body.rstrip("\n"), ""]
+    return "\n".join([*lines, f"--{MIME_BOUNDARY}--", ""])

@@ -22,7 +22,7 @@ from trainium_cdk.parallelcluster.configuration import (  # noqa: F401 (the name
     render_configuration, setup_args,
 )
 from trainium_cdk.parallelcluster.parts import (
-    HEAD_NODE_SCRIPT_NAME, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, PROLOG_NAME, SETUP_SCRIPT_NAME,
+    HEAD_NODE_SCRIPT_NAME, LUSTRE_TUNING_NAME, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, PROLOG_NAME, SETUP_SCRIPT_NAME,
     ClusterIds, NeuronMetrics, S3Object,
 )
 from trainium_cdk.session_manager import POLICY_FILE_NAME as SESSION_MANAGER_POLICY_FILE
@@ -108,6 +108,7 @@ def placeholder_ids(config: Config) -> ClusterIds:
             policy_arn=placeholder("NEURON_METRICS_POLICY_ARN"), deployment=cluster_name(config),
         ),
         session_manager_policy_arn=placeholder("SESSION_MANAGER_POLICY_ARN"),
+        lustre_tuning=S3Object(bucket, f"{SCRIPTS_PREFIX}/{LUSTRE_TUNING_NAME}"),
     )
 
 

@@ -50,6 +50,9 @@ class SlurmQueue:
     :param root_volume_gib: the encrypted gp3 root volume of each node. Default: 512.
     :param custom_ami: the compute nodes' AMI (``parallelcluster/image.py`` builds it). Default: none
         (ParallelCluster's official AMI).
+    :param lustre_tuning: the arguments of the FSx client's tuning for the instance type
+        (``lustre_tuning.install_args``), run by OnNodeStart when the ids name the script. Default: none
+        (no OnNodeStart: a cluster without storage).
     """
 
     name: str
@@ -62,6 +65,7 @@ class SlurmQueue:
     existing_placement_group: str | None = None
     root_volume_gib: int = defaults.ROOT_VOLUME_GIB
     custom_ami: str | None = None
+    lustre_tuning: tuple[str, ...] = ()
 
     @property
     def compute_resource_name(self) -> str:
@@ -179,6 +183,8 @@ def render_configuration(settings: ClusterSettings, ids: ClusterIds) -> dict[str
     scripts = [ids.setup_script, ids.head_node_script, *ids.batch_scripts.values(), *ids.prologs.values()]
     if ids.neuron_metrics is not None:
         scripts.append(ids.neuron_metrics.program)
+    if ids.lustre_tuning is not None:
+        scripts.append(ids.lustre_tuning)
     s3_access = read_access(scripts)
     track = settings.track
     action = {"OnNodeConfigured": {"Script": ids.setup_script.url,
@@ -255,6 +261,10 @@ def _queue(
         "Iam": {"AdditionalIamPolicies": _compute_policies(ids), "S3Access": copy.deepcopy(s3_access)},
         "CustomActions": copy.deepcopy(action),
     }
+    if ids.lustre_tuning is not None and settings.lustre_tuning:
+        # OnNodeStart runs "before any node deployment bootstrap actions are started" (ParallelCluster user
+        # guide, Custom bootstrap actions): before the file system's mount loads the Lustre modules.
+        queue["CustomActions"]["OnNodeStart"] = {"Script": ids.lustre_tuning.url, "Args": list(settings.lustre_tuning)}
     if settings.custom_ami is not None:
         # The compute nodes only (parallelcluster/image.py builds it): a queue's image is updated with the
         # queue update strategy (drained), while the cluster's and the head node's cannot be updated.

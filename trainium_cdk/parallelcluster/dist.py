@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+from trainium_cdk import node
 from trainium_cdk.node import neuron_metrics
 from trainium_cdk.config import Config
 from trainium_cdk.parallelcluster.cluster_config import cluster_file_name, render_cluster_yaml
@@ -15,7 +16,7 @@ from trainium_cdk.parallelcluster.image import (
     COMPONENT_SCRIPT_NAME, image_file_name, render_component_script, render_image_yaml,
 )
 from trainium_cdk.parallelcluster.parts import (
-    HEAD_NODE_SCRIPT, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, PROLOG_NAME, SETUP_SCRIPT, neuron_metrics_policy,
+    HEAD_NODE_SCRIPT, LUSTRE_TUNING_NAME, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, PROLOG_NAME, SETUP_SCRIPT, neuron_metrics_policy,
 )
 from trainium_cdk.parallelcluster.sbatch import head_node_files
 from trainium_cdk.session_manager import POLICY_FILE_NAME as SESSION_MANAGER_POLICY_FILE
@@ -25,7 +26,7 @@ from trainium_cdk.session_manager import session_manager_policy
 
 def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
     """Write ``outdir/parallelcluster/{<project>-cluster.yaml, neuron_setup.sh, head_node_setup.sh,
-    train-<group>.sbatch, the health prolog, neuron_metrics.py and its policy document, <project>-image.yaml
+    train-<group>.sbatch, the health prolog, lustre_tuning.sh, neuron_metrics.py and its policy document, <project>-image.yaml
     and its component script}`` (the ParallelCluster backend's ``dist`` in trainium_cdk/backends.py);
     return the paths written."""
     out = outdir / "parallelcluster"
@@ -33,7 +34,7 @@ def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
     cluster = out / cluster_file_name(config)
     cluster.write_text(render_cluster_yaml(config))
     written = [cluster]
-    for source in (SETUP_SCRIPT, HEAD_NODE_SCRIPT):
+    for source in (SETUP_SCRIPT, HEAD_NODE_SCRIPT, node.FOLDER / LUSTRE_TUNING_NAME):
         script = out / source.name
         shutil.copyfile(source, script)
         script.chmod(0o755)

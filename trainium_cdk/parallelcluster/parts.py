@@ -21,6 +21,9 @@ PROLOG_NAME = "50_trainium_neuron_devices.sh"
 # neuron-monitor into CloudWatch on the compute nodes (trainium_cdk/node/neuron_metrics.py).
 NEURON_METRICS_NAME = "neuron_metrics.py"
 NEURON_METRICS_POLICY_NAME = "neuron-metrics-policy.json"
+# The FSx client's tuning and the stripe layout (trainium_cdk/node/lustre_tuning.sh): the queues' OnNodeStart,
+# which runs before ParallelCluster mounts the file system, so that its module options are read at that mount.
+LUSTRE_TUNING_NAME = "lustre_tuning.sh"
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class ClusterIds:
     :param neuron_metrics: neuron-monitor into CloudWatch on the compute nodes; default none.
     :param session_manager_policy_arn: a managed policy with Session Manager's minimal instance actions
         (trainium_cdk/session_manager.py), for the head node; default none (no Session Manager).
+    :param lustre_tuning: trainium_cdk/node/lustre_tuning.sh, the queues' OnNodeStart with each queue's
+        arguments (SlurmQueue.lustre_tuning); default none (no tuning).
     """
 
     head_node_subnet_id: str
@@ -85,3 +90,4 @@ class ClusterIds:
     prologs: Mapping[str, S3Object] = field(default_factory=dict)
     neuron_metrics: NeuronMetrics | None = None
     session_manager_policy_arn: str | None = None
+    lustre_tuning: S3Object | None = None

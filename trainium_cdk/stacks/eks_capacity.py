@@ -19,10 +19,12 @@ from trainium_cdk.constructs.eks_cluster import TrainiumCluster
 from trainium_cdk.names import SYSTEM_NODE_LABELS
 from trainium_cdk.constructs.karpenter import KarpenterController, KarpenterOptions
 from trainium_cdk.constructs.network import TrainingNetwork
+from trainium_cdk.constructs.storage import LustreMount
 
 
 def trainium_capacity(
-    scope: Construct, *, config: Config, network: TrainingNetwork, training: TrainiumCluster
+    scope: Construct, *, config: Config, network: TrainingNetwork, training: TrainiumCluster,
+    storage: LustreMount | None = None,
 ) -> Construct:
     """The autoscaler of ``config.eks.capacity``; with Karpenter, its node pools too (``.node_pools``)."""
     cluster = training.cluster_ref
@@ -49,6 +51,7 @@ def trainium_capacity(
             subnet_ids=[s.subnet_id for s in network.compute_subnets(group.name)],
             security_group_ids=[network.efa_security_group.security_group_id, cluster.cluster_security_group_id],
             placement_group=placement_group.placement_group_name if placement_group is not None else None,
+            storage=storage,
         ))
     chart = TrainiumNodePools(cdk8s.App(), NODE_POOLS_CHART_ID, pools=pools)
     # The CRDs come with the Karpenter chart; its webhook-free v1 API takes the objects once installed.

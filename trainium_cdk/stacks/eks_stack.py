@@ -58,10 +58,11 @@ class EksStack(Stack):
             self.access_host = ApiAccessHost(self, "AccessHost", vpc=network.vpc, subnets=network.private_subnets,
                                              api=self.training.api_security_group)
         self.node_groups: dict[str, TrainiumNodeGroup] = {}
-        self.capacity = trainium_capacity(self, config=config, network=network, training=self.training)
+        self.capacity = trainium_capacity(self, config=config, network=network, training=self.training,
+                                          storage=storage)
         if config.eks.capacity == "managed":
             for group in config.compute_groups:
-                group_props = adapter.node_group_props(config, group)
+                group_props = adapter.node_group_props(config, group, storage)
                 nodes = group_props.nodes
                 self.node_groups[group.name] = TrainiumNodeGroup(
                     self,
@@ -79,6 +80,7 @@ class EksStack(Stack):
                     capacity_reservation_id=nodes.capacity_reservation_id,
                     capacity_block=nodes.capacity_block,
                     release_version=group_props.release_version,
+                    user_data=group_props.user_data,
                 )
         if storage is not None:
             # The data pods (loader, shell, TensorBoard) run on the system nodes, which carry only the

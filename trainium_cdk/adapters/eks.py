@@ -10,6 +10,7 @@ import cdk8s
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 
+from trainium_cdk import eks_user_data, versions
 from trainium_cdk.adapters.groups import GroupNodes, group_nodes
 from trainium_cdk.catalog import Catalog
 from trainium_cdk.charts.karpenter import NodePoolProps
@@ -44,6 +45,8 @@ class NodeGroupProps:
     nodes: GroupNodes
     min_nodes: int
     release_version: str
+    user_data: str | None
+    root_volume_throughput: int | None
 
 
 def cluster_name(config: Config) -> str:
@@ -73,7 +76,28 @@ def node_group_props(config: Config, group: ComputeGroup) -> NodeGroupProps:
         nodes=group_nodes(config, group),
         min_nodes=group.min_nodes,
         release_version=config.neuron_track.eks_nodegroup_release_version,
+        user_data=node_user_data(config),
+        root_volume_throughput=eks_user_data.root_volume_throughput(fast_image_pull=config.eks.fast_image_pull),
     )
+
+
+def node_user_data(config: Config) -> str | None:
+    """The Trainium nodes' user data (the same for Karpenter's EC2NodeClass and the node groups' launch templates):
+    each feature's MIME parts, joined once by ``eks_user_data.mime``."""
+    return eks_user_data.mime([
+        *eks_user_data.node_config_parts(fast_image_pull=config.eks.fast_image_pull),
+        *eks_user_data.prepull_parts(prepull_images(config) if config.eks.prepull_images else ()),
+    ])
+
+
+def prepull_images(config: Config) -> list[str]:
+    """The images Trainium nodes pull at boot: the track's Neuron training image (every image the project builds
+    starts FROM it: the examples, `trn image init`, the recipes; it is most of their size), then the images the
+    config names (workloads.image, each job's image), each once. The example images themselves are CDK assets
+    whose URI is known only at deploy; their own layers are small."""
+    named = [config.workloads.image, *(job.image for job in config.workloads.jobs)]
+    images = [versions.neuron_public_training_image(config.neuron_track.name), *(i for i in named if i)]
+    return list(dict.fromkeys(images))
 
 
 def node_pool_props(
@@ -102,6 +126,8 @@ def node_pool_props(
         root_volume_gib=nodes.root_volume_gib,
         ami_alias=config.neuron_track.karpenter_ami_alias,
         consolidate_after=config.eks.consolidate_after,
+        user_data=node_user_data(config),
+        root_volume_throughput=eks_user_data.root_volume_throughput(fast_image_pull=config.eks.fast_image_pull),
     )
 
 

@@ -70,6 +70,9 @@ the Hugging Face hub (``trn rehearse       the hub is not reachable from the tes
 --job titan-llama3-data``)                 tokenizer is gated): the rehearsal runs as typed, plus ``--env``
                                            of a tokenizer and texts the harness makes on the session's
                                            ./.trn-rehearse/fsx (tests/tiny_titan.py; in :data:`EXEMPT`)
+``neuron_parallel_compile`` (EKS jobs)     the training image's tool: tests/rehearsal.py's stand-in runs its
+                                           command with ``NEURON_EXTRACT_GRAPHS_ONLY=1`` and logs each call in
+                                           $tmp/neuron-parallel-compile.jsonl (nothing is compiled)
 =========================================  ===============================================================
 """
 
@@ -621,10 +624,18 @@ def _overrides(walk: Walkthrough, name: str) -> dict[str, Any]:
     return {}
 
 
+PRECOMPILE_LOG = "neuron-parallel-compile.jsonl"
+
+
 def rehearse_kubernetes_job(walk: Walkthrough, job: dict[str, Any]) -> list[tuple[int, str]]:
     from tests.rehearsal import run_kubernetes_job, run_volcano_job
 
+    from tests.rehearsal import neuron_parallel_compile
+
     stage = walk.stage()
+    # The training image (the XLA track's Neuron image) carries torch-neuronx's neuron_parallel_compile: the
+    # stand-in runs its command in graph-extraction mode and logs it (the warm-up before a capacity block).
+    neuron_parallel_compile(stage.bin, walk.tmp / PRECOMPILE_LOG)
     templates = [t["template"] for t in job["spec"]["tasks"]] if "tasks" in job["spec"] else [job["spec"]["template"]]
     images = {c["image"] for t in templates for c in t["spec"]["containers"]}
     cwd = _image_workdir(walk, images)

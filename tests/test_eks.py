@@ -10,6 +10,7 @@ import pytest
 
 from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, resources, synth
 from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
+from trainium_cdk.eks_user_data import FAST_IMAGE_PULL_ROOT_VOLUME_THROUGHPUT
 from tests.chart_helpers import affinity_types
 from trainium_cdk import versions
 from trainium_cdk.versions import KUBERNETES_VERSION
@@ -92,7 +93,9 @@ def test_node_group_one_subnet_neuron_ami_taint_and_sizes(every_type, instance_t
     assert nodegroup["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 4}
     assert data["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1, "HttpTokens": "required"}
     (root,) = data["BlockDeviceMappings"]
-    assert root["Ebs"] == {"DeleteOnTermination": True, "Encrypted": True, "VolumeSize": 300, "VolumeType": "gp3"}
+    # The throughput nodeadm's FastImagePull asks for (tests/test_fast_image_pull.py).
+    assert root["Ebs"] == {"DeleteOnTermination": True, "Encrypted": True, "VolumeSize": 300, "VolumeType": "gp3",
+                           "Throughput": FAST_IMAGE_PULL_ROOT_VOLUME_THROUGHPUT}
 
 
 @pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)

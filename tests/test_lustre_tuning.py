@@ -23,7 +23,7 @@ import pytest
 from tests.apps import VARIANTS, synthesized
 from tests.helpers import resources
 from tests.test_node_programs import shellcheck
-from trainium_cdk import node
+from trainium_cdk import eks_user_data, node
 from trainium_cdk.lustre_tuning import TUNER_PATH
 
 MODULE_OPTIONS = ["options ptlrpc ptlrpcd_per_cpt_max=32", "options ksocklnd credits=2560"]
@@ -54,11 +54,13 @@ def _joined(value: Any) -> str:
 
 
 def _shell_part(user_data: str) -> str:
-    """The shell text of user data: the one shell part of MIME multi-part user data, or the script itself."""
+    """The shell text of user data: the shell part of MIME multi-part user data that is not the image pre-pull
+    (EKS: eks_user_data), or the script itself."""
     if not user_data.startswith("MIME-Version"):
         return user_data
     boundary = user_data.split('boundary="', 1)[1].split('"', 1)[0]
-    parts = [p for p in user_data.split(f"--{boundary}") if "Content-Type: text/x-shellscript" in p]
+    parts = [p for p in user_data.split(f"--{boundary}")
+             if "Content-Type: text/x-shellscript" in p and eks_user_data.PREPULL_IMAGES_VARIABLE not in p]
     (part,) = parts
     return part.split("\n\n", 1)[1]
 
@@ -158,7 +160,8 @@ def test_every_trainium_node_of_every_backend_carries_the_tuning_of_its_instance
 
 def test_eks_user_data_is_mime_multipart_with_one_shell_part():
     """EKS (AL2023, nodeadm) merges its NodeConfig into MIME multi-part user data, in the launch template and
-    in the EC2NodeClass alike: the tuning is its one shell part."""
+    in the EC2NodeClass alike: the tuning is one shell part of it (beside the image pre-pull's), joined by
+    eks_user_data.mime."""
     for variant in ("trn1.32xlarge", "trn1n.32xlarge+trn1.2xlarge"):
         result = synthesized(variant)
         template = result.template_json("eks")
@@ -169,8 +172,9 @@ def test_eks_user_data_is_mime_multipart_with_one_shell_part():
                 datas.append(_joined(data["UserData"]))
         assert datas
         for data in datas:
-            assert data.startswith(f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{node.MIME_BOUNDARY}"')
-            assert data.endswith(f"--{node.MIME_BOUNDARY}--\n")
+            assert data.startswith(f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{eks_user_data.BOUNDARY}"')
+            assert data.endswith(f"--{eks_user_data.BOUNDARY}--\n")
+            assert _shell_part(data).startswith("#!")
 
 
 # -- the program as a node runs it ------------------------------------------------------------------------

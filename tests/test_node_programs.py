@@ -37,7 +37,8 @@ def dialect_of(text: str) -> str:
 
 
 def test_the_folder_has_the_programs():
-    assert {p.name for p in SCRIPTS} == {"launcher.sh", "lustre_client.sh", "lustre_tuning.sh", "slurm_prolog.sh", "batch_node.sh"}
+    assert {p.name for p in SCRIPTS} == {
+        "launcher.sh", "lustre_client.sh", "lustre_tuning.sh", "slurm_prolog.sh", "batch_node.sh", "prepull_images.sh"}
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)

@@ -10,6 +10,8 @@ those jobs exited 0 on every node and, where it trains, its loss fell.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests import readme, readme_exemptions
@@ -122,8 +124,24 @@ def test_readme_session_runs(name, tmp_path):
             if any('"loss_per_epoch"' in r.output for r in results):
                 assert_trained(results)
         assert_sessions_forward_the_private_endpoint(walk)
+        assert_the_warmup_filled_its_jobs_cache(walk)
     finally:
         walk.close()
+
+
+def assert_the_warmup_filled_its_jobs_cache(walk: Walkthrough) -> None:
+    """The warm-up before a capacity block (`trn submit ... --name warmup --env TRN_PRECOMPILE=1`): every node
+    ran neuron_parallel_compile over TRN_PRECOMPILE_STEPS steps, without a checkpoint directory, into the job's
+    own cache set, which the same job finds on another group."""
+    if not any(r.command.text.startswith("trn submit") and "--name warmup" in r.command.text for r in walk.ran):
+        return
+    log = walk.tmp / readme_exemptions.PRECOMPILE_LOG
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sorted(c["env"]["NODE_RANK"] for c in calls) == ["0", "1"], calls
+    for call in calls:
+        assert call["argv"][0] == "torchrun" and call["env"]["TRN_PRECOMPILE_STEPS"] == "10", call
+        assert call["env"]["TRN_CHECKPOINT_DIR"] is None, call
+        assert "neuron-cache/mlp-distributed" in call["env"]["NEURON_CC_FLAGS"], call
 
 
 def assert_sessions_forward_the_private_endpoint(walk: Walkthrough) -> None:

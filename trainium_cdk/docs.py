@@ -120,11 +120,12 @@ def _replace(text: str, begin: str, end: str, content: str) -> str:
 
 def write_readme(path: Path = README) -> None:
     """Replace the generated blocks in the README."""
-    from trainium_cdk import day2, storage_sizing
+    from trainium_cdk import day2, first_step, storage_sizing
 
     text = _replace(path.read_text(), BEGIN, END, block())
     text = _replace(text, day2.BEGIN, day2.END, day2.block())
     text = _replace(text, storage_sizing.BEGIN, storage_sizing.END, storage_sizing.block())
+    text = _replace(text, first_step.BEGIN, first_step.END, first_step.block())
     path.write_text(_replace(text, ARCH_BEGIN, ARCH_END, architecture_block()))
 
 

@@ -52,6 +52,12 @@ def neuron_training_image(region: str, track: str = "xla") -> str:
         f"{NEURON_TRAINING_IMAGE_REPOSITORY}:{NEURON_TRACKS[track].training_image_tag}"
     )
 
+
+def neuron_public_training_image(track: str = "xla") -> str:
+    """The Neuron PyTorch training container of ``track`` in the public ECR Gallery: the base every image the
+    project builds starts FROM (the examples, `trn image init`, the recipes)."""
+    return f"{NEURON_TRAINING_IMAGE_PUBLIC_REPOSITORY}:{NEURON_TRACKS[track].training_image_tag}"
+
 # The AWS CDK CLI the pipeline's synth runs: package.json pins the same for `make synth` (a test keeps
 # them equal); here so that an installed wheel, which carries no package.json, knows it too.
 CDK_CLI_VERSION = "2.1148.1"

@@ -10,7 +10,7 @@ import cdk8s
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 
-from trainium_cdk import node
+from trainium_cdk import eks_user_data, versions
 from trainium_cdk.adapters.groups import GroupNodes, group_nodes
 from trainium_cdk.catalog import Catalog
 from trainium_cdk.charts.karpenter import NodePoolProps
@@ -48,6 +48,7 @@ class NodeGroupProps:
     min_nodes: int
     release_version: str
     user_data: str | None
+    root_volume_throughput: int | None
 
 
 def cluster_name(config: Config) -> str:
@@ -72,21 +73,38 @@ def cluster_props(config: Config) -> ClusterProps:
     )
 
 
-def node_user_data(config: Config, group: ComputeGroup, storage: LustreMount | None) -> str | None:
-    """A group's Trainium nodes' user data (node groups and node pools alike): with storage, the FSx client's
-    tuning for its instance type and the stripe layout (lustre_tuning.py), before the CSI driver mounts."""
-    if storage is None:
-        return None
-    return node.multipart(eks_node_script(config.spec(group), storage.mount_name))
-
-
 def node_group_props(config: Config, group: ComputeGroup, storage: LustreMount | None = None) -> NodeGroupProps:
     return NodeGroupProps(
         nodes=group_nodes(config, group),
         min_nodes=group.min_nodes,
         release_version=config.neuron_track.eks_nodegroup_release_version,
         user_data=node_user_data(config, group, storage),
+        root_volume_throughput=eks_user_data.root_volume_throughput(fast_image_pull=config.eks.fast_image_pull),
     )
+
+
+def node_user_data(config: Config, group: ComputeGroup, storage: LustreMount | None) -> str | None:
+    """A group's Trainium nodes' user data (the same for Karpenter's EC2NodeClass and the node groups' launch
+    templates): each feature's MIME parts, joined once by ``eks_user_data.mime``: the NodeConfig (fast image
+    pull), with storage the FSx client's tuning for the instance type and the stripe layout (lustre_tuning.py,
+    before the CSI driver mounts), and the image pre-pull."""
+    tuning = ([(eks_user_data.SHELL_CONTENT_TYPE, eks_node_script(config.spec(group), storage.mount_name))]
+              if storage is not None else [])
+    return eks_user_data.mime([
+        *eks_user_data.node_config_parts(fast_image_pull=config.eks.fast_image_pull),
+        *tuning,
+        *eks_user_data.prepull_parts(prepull_images(config) if config.eks.prepull_images else ()),
+    ])
+
+
+def prepull_images(config: Config) -> list[str]:
+    """The images Trainium nodes pull at boot: the track's Neuron training image (every image the project builds
+    starts FROM it: the examples, `trn image init`, the recipes; it is most of their size), then the images the
+    config names (workloads.image, each job's image), each once. The example images themselves are CDK assets
+    whose URI is known only at deploy; their own layers are small."""
+    named = [config.workloads.image, *(job.image for job in config.workloads.jobs)]
+    images = [versions.neuron_public_training_image(config.neuron_track.name), *(i for i in named if i)]
+    return list(dict.fromkeys(images))
 
 
 def node_pool_props(
@@ -117,6 +135,7 @@ def node_pool_props(
         ami_alias=config.neuron_track.karpenter_ami_alias,
         consolidate_after=config.eks.consolidate_after,
         user_data=node_user_data(config, group, storage),
+        root_volume_throughput=eks_user_data.root_volume_throughput(fast_image_pull=config.eks.fast_image_pull),
     )
 
 

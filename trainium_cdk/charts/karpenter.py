@@ -80,8 +80,9 @@ class NodePoolProps:
     :param ami_alias: the EC2NodeClass AMI alias, such as al2023@v20260930.
     :param consolidate_after: how long a node stays empty before it goes. Default: 10m.
     :param tags: EC2 tags of the instances and volumes. Default: none.
-    :param user_data: the nodes' user data, MIME multi-part (Karpenter merges its NodeConfig into it; a token
-        works). Default: none.
+    :param user_data: the nodes' user data (MIME multi-part with NodeConfig parts, trainium_cdk.eks_user_data),
+        which Karpenter merges with its own. Default: none.
+    :param root_volume_throughput: the root volume's gp3 throughput, MiB/s. Default: gp3's baseline.
     """
 
     name: str
@@ -100,6 +101,7 @@ class NodePoolProps:
     consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER
     tags: Mapping[str, str] = field(default_factory=dict)
     user_data: str | None = None
+    root_volume_throughput: int | None = None
 
     def __post_init__(self) -> None:
         check_name("NodePoolProps.name", self.name)
@@ -153,10 +155,13 @@ def ec2_node_class_spec(pool: NodePoolProps) -> dict[str, Any]:
                 "ebs": {
                     "volumeSize": f"{pool.root_volume_gib}Gi", "volumeType": "gp3", "encrypted": True,
                     "deleteOnTermination": True,
+                    **({"throughput": pool.root_volume_throughput} if pool.root_volume_throughput else {}),
                 },
             }
         ],
     }
+    if pool.user_data is not None:
+        spec["userData"] = pool.user_data
     interfaces = network_interfaces(pool.efa_interfaces)
     if interfaces:
         spec["networkInterfaces"] = interfaces

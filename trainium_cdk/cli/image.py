@@ -149,7 +149,7 @@ def push(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise ConfigError("--tag", tag, "an image tag: up to 128 letters, digits, '_', '.' and '-', not starting "
                           "with '.' or '-'")
     track = config.neuron_track
-    base = f"{versions.NEURON_TRAINING_IMAGE_PUBLIC_REPOSITORY}:{track.training_image_tag}"
+    base = versions.neuron_public_training_image(track.name)
     build_args = base_build_args(dockerfile.read_text(errors="replace"), base=base, tag=track.training_image_tag)
     if not build_args:
         err.write(

@@ -50,6 +50,14 @@ class EksSettings(_Model):
         "10m", description="How long a Trainium node stays empty before it is removed (Karpenter "
         "consolidateAfter, Cluster Autoscaler scale-down-unneeded-time), such as 10m or 1h."
     )
+    fast_image_pull: bool = Field(
+        True, description="Trainium nodes pull images with nodeadm's FastImagePull (the SOCI snapshotter's parallel "
+        "pull and unpack) on a root volume of 600 MiB/s; false: containerd's default pull on gp3's baseline."
+    )
+    prepull_images: bool = Field(
+        True, description="Trainium nodes start pulling the training images at boot (the track's Neuron image, "
+        "base of the images the project builds, and workloads.image and the jobs' images), while they join."
+    )
 
     @field_validator("consolidate_after")
     @classmethod

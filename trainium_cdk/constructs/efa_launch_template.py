@@ -37,6 +37,7 @@ class EfaLaunchTemplate(Construct):
         the capacity-block market type); default false.
     :param image_id: an AMI; default none (EKS picks the AMI from the node group's AMI type).
     :param user_data: plain user data (base64-encoded here); default none.
+    :param root_volume_throughput: the root volume's gp3 throughput, MiB/s; default gp3's baseline.
     """
 
     @names_construct_path
@@ -53,6 +54,7 @@ class EfaLaunchTemplate(Construct):
         capacity_block: bool = False,
         image_id: str | None = None,
         user_data: str | None = None,
+        root_volume_throughput: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if capacity_block and capacity_reservation_id is None:
@@ -84,7 +86,8 @@ class EfaLaunchTemplate(Construct):
                 ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
                     device_name=ROOT_DEVICE_NAME,
                     ebs=ec2.CfnLaunchTemplate.EbsProperty(
-                        volume_size=root_volume_gib, volume_type="gp3", encrypted=True, delete_on_termination=True
+                        volume_size=root_volume_gib, volume_type="gp3", encrypted=True, delete_on_termination=True,
+                        throughput=root_volume_throughput,
                     ),
                 )
             ],

@@ -69,8 +69,9 @@ class TrainiumNodeGroup(Construct):
         release of the default Neuron track.
     :param cni_association: the VPC CNI's Pod Identity association (``TrainiumCluster.cni_association``):
         the node role then goes without the CNI policy. Default: None (the node role keeps it).
-    :param user_data: the nodes' user data in the launch template, MIME multi-part (EKS merges its NodeConfig
-        into it). Default: None.
+    :param user_data: the nodes' user data, MIME multi-part (EKS requires it in the launch template of a node
+        group with an AMI type, and merges its own NodeConfig: trainium_cdk.eks_user_data). Default: none.
+    :param root_volume_throughput: the root volume's gp3 throughput, MiB/s. Default: gp3's baseline.
     """
 
     @names_construct_path
@@ -93,6 +94,7 @@ class TrainiumNodeGroup(Construct):
         release_version: str = DEFAULT_RELEASE_VERSION,
         cni_association: IConstruct | None = None,
         user_data: str | None = None,
+        root_volume_throughput: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if not 0 <= min_nodes <= max_nodes or max_nodes < 1:
@@ -109,6 +111,7 @@ class TrainiumNodeGroup(Construct):
             capacity_reservation_id=capacity_reservation_id,
             capacity_block=capacity_block,
             user_data=user_data,
+            root_volume_throughput=root_volume_throughput,
         )
         self.labels = compute_node_labels(group_name, spec.name, spec.has_efa)
         self.nodegroup = eks.Nodegroup(

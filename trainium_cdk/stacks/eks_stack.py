@@ -81,6 +81,7 @@ class EksStack(Stack):
                     capacity_block=nodes.capacity_block,
                     release_version=group_props.release_version,
                     user_data=group_props.user_data,
+                    root_volume_throughput=group_props.root_volume_throughput,
                 )
         if storage is not None:
             # The data pods (loader, shell, TensorBoard) run on the system nodes, which carry only the

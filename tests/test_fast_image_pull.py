@@ -218,7 +218,7 @@ def test_the_prepull_hands_itself_to_systemd_after_nodeadm_run_and_pulls_where_k
     config = _config("xla")
     from trainium_cdk.adapters.eks import node_user_data
 
-    (script,) = [b for t, b in parts(node_user_data(config) or "") if t == eks_user_data.SHELL_CONTENT_TYPE]
+    (script,) = [b for t, b in parts(node_user_data(config, config.compute_groups[0], None) or "") if t == eks_user_data.SHELL_CONTENT_TYPE]
     # At boot (cloud-init): one transient unit after nodeadm's run phase, nothing pulled yet.
     (boot,) = _run(tmp_path, script, containerd="")
     assert boot.startswith("systemd-run --no-block --unit=trn-prepull-images ")

@@ -227,10 +227,12 @@ def test_the_prepull_hands_itself_to_systemd_after_nodeadm_run_and_pulls_where_k
     # a login for the private ECR registry only.
     calls = _run(tmp_path, script, "--pull", containerd='[plugins]\nsnapshotter = "soci"\n')
     base = versions.neuron_public_training_image("xla")
-    assert calls == [
+    # The login is a pipeline (aws ecr get-login-password | nerdctl login): its two commands start together.
+    assert [calls[0], sorted(calls[1:3]), calls[3]] == [
         f"nerdctl --namespace k8s.io pull --snapshotter soci --quiet {base}",
-        "aws ecr get-login-password --region us-west-2",
-        "nerdctl login --username AWS --password-stdin https://123456789012.dkr.ecr.us-west-2.amazonaws.com",
+        ["aws ecr get-login-password --region us-west-2",
+         "nerdctl login --username AWS --password-stdin https://123456789012.dkr.ecr.us-west-2.amazonaws.com"],
         f"nerdctl --namespace k8s.io pull --snapshotter soci --quiet {OWN_IMAGE}",
     ]
+    assert len(calls) == 4
     assert _run(tmp_path, script, "--pull", containerd="")[0].startswith("nerdctl --namespace k8s.io pull --snapshotter overlayfs ")

@@ -142,8 +142,9 @@ class KarpenterController(Construct):
             version=versions.KARPENTER_VERSION,
             namespace=KARPENTER_NAMESPACE,
             release="karpenter-crd",
-            wait=True,
-            timeout=HELM_WAIT,
+            # Definitions only, no pods to wait for: it needs no node, and the controller chart that follows
+            # waits for its own pods (by then the API server has established the CRDs).
+            wait=False,
         )
         self.chart = cluster.add_helm_chart(
             "Karpenter",

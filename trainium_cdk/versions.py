@@ -9,10 +9,39 @@ from typing import Any
 # Kubernetes version of the EKS cluster; the kubectl layer package aws-cdk.lambda-layer-kubectl-v35
 # in requirements.txt must match it, and manifests are validated against this version.
 KUBERNETES_VERSION = "1.35"
-# The Kubernetes patch of the EKS AL2023 AMI builds the tracks pin (see EKS_AL2023_AMI_RELEASE below).
-EKS_AL2023_KUBERNETES_PATCH = f"{KUBERNETES_VERSION}.8"
+# Every pin that follows the Kubernetes minor is a table keyed by the minor, never built from it by string
+# formatting: a patch or build that nobody checked exists must not appear when the minor moves. A minor the
+# project ships has a row in each table (tests/test_pins.py); `make pins` prints them with their sources.
+# The Kubernetes patch of the EKS AL2023 AMI builds the tracks pin (see EKS_AL2023_AMI_RELEASE below):
+# 1.35.8 is Kubernetes 1.35's build of release v20260930.
+EKS_AL2023_KUBERNETES_PATCHES: Mapping[str, str] = {"1.35": "1.35.8"}
+EKS_AL2023_KUBERNETES_PATCH = EKS_AL2023_KUBERNETES_PATCHES[KUBERNETES_VERSION]
 
-# Neuron device plugin and scheduler extension (Neuron Helm chart 1.9.0 ships these tags).
+# EKS managed add-ons, per Kubernetes minor. EKS does not update add-ons on a cluster version upgrade
+# ("Update an Amazon EKS add-on"): each is pinned here and moves with KUBERNETES_VERSION. Figures are the
+# Amazon EKS User Guide's tables of the latest version per minor (tests/data/upstream/eks-addon-versions.json
+# names each page); None where no page read gives one (the add-on then takes EKS's default for the minor,
+# and `make pins` and tests/test_pins.py say so).
+EKS_ADDON_VERSIONS: Mapping[str, Mapping[str, str | None]] = {
+    "1.35": {
+        "vpc-cni": None,
+        "coredns": "v1.14.3-eksbuild.3",
+        "kube-proxy": "v1.35.3-eksbuild.13",
+        "eks-pod-identity-agent": None,
+        "aws-fsx-csi-driver": None,
+        "eks-node-monitoring-agent": None,
+        "amazon-cloudwatch-observability": None,
+    },
+}
+
+
+def eks_addon_version(name: str, minor: str = KUBERNETES_VERSION) -> str | None:
+    """The pinned version of EKS add-on ``name`` for Kubernetes ``minor`` (None: no verified figure)."""
+    return EKS_ADDON_VERSIONS[minor][name]
+
+
+# Neuron device plugin and scheduler extension (Neuron Helm chart 1.9.0 ships these tags). Chart 1.10.0 exists,
+# but no upstream copy of it could be read (tests/data/upstream/device-plugins.json): the tags stay.
 NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.31.0.0"
 NEURON_SCHEDULER_IMAGE = "public.ecr.aws/neuron/neuron-scheduler:2.31.0.0"
 # neuron-monitor is versioned apart from the SDK; 1.3.0 is the tag AWS's Neuron operator pins.
@@ -20,11 +49,13 @@ NEURON_MONITOR_IMAGE = "public.ecr.aws/neuron/neuron-monitor:1.3.0"
 
 # The second kube-scheduler that consults the Neuron scheduler extension: same minor as the cluster,
 # or its informers may not know the cluster's API (upstream kube-scheduler, not a Neuron build).
-KUBE_SCHEDULER_IMAGE = f"registry.k8s.io/kube-scheduler:v{KUBERNETES_VERSION}.0"
+KUBE_SCHEDULER_TAGS: Mapping[str, str] = {"1.35": "v1.35.0"}
+KUBE_SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler:" + KUBE_SCHEDULER_TAGS[KUBERNETES_VERSION]
 
 # EFA device plugin (eks-charts aws-efa-k8s-device-plugin). EKS publishes its add-on images in one
 # ECR registry per region; a few opt-in regions use another account, none of them offers Trainium.
-EFA_DEVICE_PLUGIN_TAG = "v0.5.8"
+# v0.5.20: the image tag of aws/eks-charts' chart (v0.5.30) on 2026-08-03 (tests/data/upstream/device-plugins.json).
+EFA_DEVICE_PLUGIN_TAG = "v0.5.20"
 EKS_ADDON_REGISTRY_ACCOUNT = "602401143452"
 
 
@@ -292,8 +323,10 @@ NEURON_SDK_VERSION = XLA_TRACK.neuron_release
 
 
 # Volcano (gang scheduling for multi-node jobs), from its Helm repository, installed by the EKS stack.
+# Volcano's compatibility matrix (README, v1.15.1) rates 1.13 up to Kubernetes 1.33 and 1.15 up to 1.35;
+# 1.15.0 is the newest chart its Helm repository's index lists (tests/data/upstream/volcano-compatibility.json).
 VOLCANO_HELM_REPOSITORY = "https://volcano-sh.github.io/helm-charts"
-VOLCANO_CHART_VERSION = "1.13.0"
+VOLCANO_CHART_VERSION = "1.15.0"
 # Data loading and TensorBoard: small public images, pinned.
 AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.27.49"
 # Unpacking a dataset archive: the AWS CLI image (Amazon Linux 2, minimal) has no tar, and a container
@@ -308,6 +341,11 @@ TENSORBOARD_IMAGE = "docker.io/tensorflow/tensorflow:2.20.0"
 # The chart's version is the controller's; its image is pinned by tag below as well.
 KARPENTER_VERSION = "1.14.1"
 KARPENTER_HELM_REPOSITORY = "oci://public.ecr.aws/karpenter/karpenter"
+# Its CRDs, from their own chart at the same version: Helm installs a chart's crds/ once and never upgrades
+# them (Karpenter's upgrade guide, "CRD Upgrades"); every release publishes both charts
+# (hack/release/common.sh). Karpenter 1.15 is out, but its compatibility row could not be read here
+# (tests/data/upstream/karpenter-compatibility.json): 1.14.1 stays until it is.
+KARPENTER_CRD_HELM_REPOSITORY = "oci://public.ecr.aws/karpenter/karpenter-crd"
 KARPENTER_IMAGE_REPOSITORY = "public.ecr.aws/karpenter/controller"
 # The EKS AL2023 AMI release of the Trainium nodes (its Neuron variant carries the driver): a dated
 # release of awslabs/amazon-eks-ami, never `latest` (an alias al2023@latest, or a node group without
@@ -328,7 +366,8 @@ EKS_NODEGROUP_RELEASE_VERSION = XLA_TRACK.eks_nodegroup_release_version
 # autoscaler of the cluster's minor (an autoscaler newer than the cluster is unsupported upstream).
 CLUSTER_AUTOSCALER_HELM_REPOSITORY = "https://kubernetes.github.io/autoscaler"
 CLUSTER_AUTOSCALER_CHART_VERSION = "9.59.0"
-CLUSTER_AUTOSCALER_IMAGE_TAG = f"v{KUBERNETES_VERSION}.2"
+CLUSTER_AUTOSCALER_IMAGE_TAGS: Mapping[str, str] = {"1.35": "v1.35.2"}
+CLUSTER_AUTOSCALER_IMAGE_TAG = CLUSTER_AUTOSCALER_IMAGE_TAGS[KUBERNETES_VERSION]
 
 # The titan-llama3 recipe (trainium_cdk/recipes/titan_llama3): TorchTitan Neuron, aws-neuron/torchtitan-neuron
 # 0.2.2+neuron.1 (beta, Neuron 2.33, torch-neuronx 2.14; Llama3, Qwen3, DeepSeek-V3, GPT-OSS with FSDP2/TP/CP/EP/PP)

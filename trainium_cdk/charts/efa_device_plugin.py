@@ -70,7 +70,7 @@ class EfaDevicePlugin(Chart):
                     "image": image if image is not None else versions.efa_device_plugin_image(region),
                     "imagePullPolicy": "IfNotPresent",
                     "resources": {"requests": {"cpu": "10m", "memory": "20Mi"}},
-                    # Privileged as in the upstream eks-charts chart (v0.5.8): the plugin reads Neuron device
+                    # Privileged as in the upstream eks-charts chart (v0.5.8 to v0.5.20): the plugin reads Neuron device
                     # topology to hand out the EFA interfaces next to a pod's Neuron devices, which needs it.
                     "securityContext": {
                         "privileged": True, "allowPrivilegeEscalation": True, "runAsNonRoot": False, "runAsUser": 0,

@@ -32,7 +32,7 @@ from trainium_cdk.constructs.storage import ILustreStorage
 from trainium_cdk.constructs.volcano import add_volcano
 from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.names import NEURON_TAINT_KEY, SYSTEM_NODE_DISK_GIB, SYSTEM_NODE_LABELS
-from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION, KUBERNETES_VERSION
+from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION, KUBERNETES_VERSION, eks_addon_version
 
 # The kubectl layer above must match this version: both move together (see versions.py).
 _VERSION = eks.KubernetesVersion.of(KUBERNETES_VERSION)
@@ -42,8 +42,13 @@ FSX_CSI_ADDON = "aws-fsx-csi-driver"
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 # Services whose service-linked roles the FSx CSI controller may create (the second for S3 links).
 FSX_SERVICE_LINKED_ROLES = ("fsx.amazonaws.com", "s3.data-source.lustre.fsx.amazonaws.com")
-# Add-ons EKS manages for us; versions float with the cluster version (EKS picks the default).
+# Add-ons EKS manages for us, each at the version versions.EKS_ADDON_VERSIONS pins for the cluster's minor:
+# EKS does not move them when the cluster version changes ("Update an Amazon EKS add-on").
 ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
+# EKS installs a self-managed VPC CNI (the aws-node DaemonSet) with every cluster; the managed add-on takes
+# it over, and with the default (NONE) its creation fails on any field the two set differently. OVERWRITE
+# replaces the self-managed values with the add-on's ("Create the Amazon VPC CNI (Amazon EKS add-on)").
+ADDON_RESOLVE_CONFLICTS = {"vpc-cni": "OVERWRITE"}
 CNI_SERVICE_ACCOUNT = "aws-node"
 # The VPC CNI enforces NetworkPolicies (its network policy agent, eBPF): the training namespace's
 # (charts/namespace.py) keeps its pods from the instance metadata service.
@@ -239,9 +244,13 @@ class TrainiumCluster(Construct):
 
         self.addons = {
             name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster_ref, addon_name=name,
+                            addon_version=eks_addon_version(name),
                             configuration_values=ADDON_CONFIGURATION.get(name))
             for name in ADDONS
         }
+        for name, resolution in ADDON_RESOLVE_CONFLICTS.items():
+            # The L2 Addon has no prop for it: set on its CfnAddon.
+            cast(eks.CfnAddon, self.addons[name].node.default_child).resolve_conflicts = resolution
         self.fsx_csi_role, self.fsx_csi_association = pod_identity_role(
             self,
             "FsxCsi",
@@ -298,6 +307,7 @@ class TrainiumCluster(Construct):
             f"Addon-{FSX_CSI_ADDON}",
             cluster=self.cluster_ref,
             addon_name=FSX_CSI_ADDON,
+            addon_version=eks_addon_version(FSX_CSI_ADDON),
             # Trainium nodes carry the Neuron taint: the node DaemonSet must run there to mount Lustre.
             configuration_values={"node": {"tolerations": [NEURON_TOLERATION, CRITICAL_ADDONS_TOLERATION]}},
         )

@@ -133,6 +133,19 @@ class KarpenterController(Construct):
         self._grant(stack, cluster_name)
         self.queue.grant_consume_messages(self.role)
 
+        # The CRDs from their own chart, so that a Karpenter upgrade upgrades them too: Helm installs the
+        # controller chart's crds/ once and never again (Karpenter's upgrade guide, "CRD Upgrades").
+        self.crd_chart = cluster.add_helm_chart(
+            "KarpenterCrd",
+            chart="karpenter-crd",
+            repository=versions.KARPENTER_CRD_HELM_REPOSITORY,
+            version=versions.KARPENTER_VERSION,
+            namespace=KARPENTER_NAMESPACE,
+            release="karpenter-crd",
+            # Definitions only, no pods to wait for: it needs no node, and the controller chart that follows
+            # waits for its own pods (by then the API server has established the CRDs).
+            wait=False,
+        )
         self.chart = cluster.add_helm_chart(
             "Karpenter",
             chart="karpenter",
@@ -142,6 +155,8 @@ class KarpenterController(Construct):
             release="karpenter",
             wait=True,
             timeout=HELM_WAIT,
+            # Its crds/ are the karpenter-crd chart's, installed above.
+            skip_crds=True,
             values={
                 "serviceAccount": {"name": KARPENTER_SERVICE_ACCOUNT},
                 "replicas": options.replicas,
@@ -164,8 +179,8 @@ class KarpenterController(Construct):
                 },
             },
         )
-        self.chart.node.add_dependency(self.association, *after)
-        # The NodePools and EC2NodeClasses, applied after this chart (its CRDs): set by the stack.
+        self.chart.node.add_dependency(self.association, self.crd_chart, *after)
+        # The NodePools and EC2NodeClasses, applied after this chart (and so after the CRDs): set by the stack.
         self.node_pools: eks.KubernetesManifest | None = None
 
     def _grant(self, stack: Stack, cluster_name: str) -> None:

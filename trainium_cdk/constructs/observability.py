@@ -27,6 +27,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
+from trainium_cdk import versions
 from trainium_cdk.constructs.nag import acknowledge, nag_form
 from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.node.neuron_metrics import (
@@ -80,13 +81,15 @@ class ClusterObservability(Construct):
         file_system_id: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.node_monitoring = eks.Addon(self, "NodeMonitoringAgent", cluster=cluster, addon_name=NODE_MONITORING_ADDON)
+        self.node_monitoring = eks.Addon(self, "NodeMonitoringAgent", cluster=cluster, addon_name=NODE_MONITORING_ADDON,
+                                         addon_version=versions.eks_addon_version(NODE_MONITORING_ADDON))
         self.agent_role, association = pod_identity_role(
             self, "CloudWatchAgent", cluster=cluster, namespace=CLOUDWATCH_NAMESPACE,
             service_account=CLOUDWATCH_SERVICE_ACCOUNT, description="CloudWatch agent of Container Insights (EKS pod identity)",
         )
         self._grant_agent(cluster_name)
-        self.cloudwatch = eks.Addon(self, "CloudWatchObservability", cluster=cluster, addon_name=CLOUDWATCH_ADDON)
+        self.cloudwatch = eks.Addon(self, "CloudWatchObservability", cluster=cluster, addon_name=CLOUDWATCH_ADDON,
+                                    addon_version=versions.eks_addon_version(CLOUDWATCH_ADDON))
         self.cloudwatch.node.add_dependency(association, *after)
         self.node_monitoring.node.add_dependency(*after)
 

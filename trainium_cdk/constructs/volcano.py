@@ -12,7 +12,7 @@ VOLCANO_NAMESPACE = "volcano-system"
 # Volcano's install waits for its controllers and admission webhook (image pulls on fresh nodes):
 # more than Helm's 5 minute default, less than the 15 minutes the kubectl provider's Lambda may run.
 VOLCANO_WAIT = Duration.minutes(10)
-# Volcano's default scheduler configuration (chart config/volcano-scheduler.conf, 1.13) without the
+# Volcano's default scheduler configuration (chart config/volcano-scheduler.conf, the same in 1.13 and 1.15) without the
 # `enqueue` action: enqueue holds a gang's PodGroup Pending until the cluster has room, so its pods are
 # never created and no autoscaler sees them; without it, allocate moves the PodGroup to Inqueue at once
 # (pkg/scheduler/actions/allocate, "If not config enqueue action") and the pending pods ask Karpenter or

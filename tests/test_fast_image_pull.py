@@ -110,7 +110,7 @@ def _node_classes(config: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 @pytest.fixture(scope="module", params=["xla", "native"])
 def karpenter(request) -> tuple[str, Any, dict[str, Any], list[dict[str, Any]]]:
-    config = _config(request.param)
+    config = _config(request.param, prepull_images=True)
     return (request.param, config, *_node_classes(config))
 
 
@@ -150,7 +150,7 @@ def test_karpenter_nodes_without_either_cut_get_no_user_data_of_ours():
         spec = node_class["spec"]
         assert "userData" not in spec and "throughput" not in spec["blockDeviceMappings"][0]["ebs"]
     # Each cut alone: the other's part goes.
-    (node_class, *_) = _node_classes(_config("xla", prepull_images=False))[1]
+    (node_class, *_) = _node_classes(_config("xla"))[1]  # the pre-pull is opt-in (the default: off)
     assert prepulled(node_class["spec"]["userData"]) == [] and node_configs(node_class["spec"]["userData"])
 
 
@@ -215,7 +215,7 @@ def _run(tmp_path: Path, script: str, *args: str, containerd: str) -> list[str]:
 
 
 def test_the_prepull_hands_itself_to_systemd_after_nodeadm_run_and_pulls_where_kubelet_looks(tmp_path):
-    config = _config("xla")
+    config = _config("xla", prepull_images=True)
     from trainium_cdk.adapters.eks import node_user_data
 
     (script,) = [b for t, b in parts(node_user_data(config, config.compute_groups[0], None) or "") if t == eks_user_data.SHELL_CONTENT_TYPE]

@@ -79,7 +79,7 @@ def _modelled(node_class: dict[str, Any]) -> first_step.Startup:
 
 
 def test_the_pull_term_drops_when_the_synthesized_nodes_pull_at_boot():
-    (on, *_) = _eks_node_classes()
+    (on, *_) = _eks_node_classes(prepull_images=True)
     (off, *_) = _eks_node_classes(fast_image_pull=False, prepull_images=False)
     (fast_only, *_) = _eks_node_classes(prepull_images=False)
     cut, fast, neither = _modelled(on), _modelled(fast_only), _modelled(off)

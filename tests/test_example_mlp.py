@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -37,9 +36,9 @@ def test_loss_falls(example):
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    from trainium_cdk.rehearsal.stage import free_port  # below the ephemeral range (its comment says why)
+
+    return free_port()
 
 
 def test_data_parallel_under_torchrun(tmp_path):

@@ -257,3 +257,25 @@ def test_every_job_backend_can_be_rehearsed():
     from trainium_cdk.cli.rehearse import RUNNERS
 
     assert set(RUNNERS) == set(backends.job_backends())
+
+
+def test_a_rehearsals_rendezvous_port_is_one_no_outgoing_connection_can_take(monkeypatch, tmp_path):
+    """The rendezvous port was the kernel's pick in its ephemeral range, which outgoing connections of every other
+    process also take: in CI a concurrent rehearsal's connection took one before torchrun bound it ("Connection
+    reset by peer" at the store, node 1 killed). It now comes from below that range, and is free."""
+    import socket
+
+    from trainium_cdk.rehearsal import stage
+
+    low = stage.ephemeral_low()
+    ports = {stage.free_port() for _ in range(20)}
+    assert all(stage.PORT_FLOOR <= p < low for p in ports), (ports, low)
+    assert len(ports) > 1  # random: two rehearsals at once pick apart
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+    # A kernel whose range starts at the floor leaves no room: the kernel's pick, as before.
+    narrow = tmp_path / "range"
+    narrow.write_text(f"{stage.PORT_FLOOR + 10}\t60999\n")
+    monkeypatch.setattr(stage, "EPHEMERAL_RANGE", narrow)
+    assert stage.free_port() >= stage.PORT_FLOOR + 10

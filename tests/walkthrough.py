@@ -17,7 +17,6 @@ import json
 import os
 import select
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -43,9 +42,9 @@ SANDBOX_MTIME = 1_600_000_000
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    from trainium_cdk.rehearsal.stage import free_port as below_ephemeral  # its comment says why
+
+    return below_ephemeral()
 
 
 def make_sandbox(into: Path) -> Path:

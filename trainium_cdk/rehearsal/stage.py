@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import shlex
 import signal
@@ -110,8 +111,34 @@ os.execvpe(args[0], args, {{**os.environ, **env}})
 STAND_INS = {"hostname": _HOSTNAME, "scontrol": _SCONTROL, "srun": _SRUN, "systemd-run": _SYSTEMD_RUN}
 
 
+# Rendezvous ports come from below the kernel's ephemeral range: a port the kernel picked there (bind to 0) may be
+# handed to another process's outgoing connection (a concurrent rehearsal's gloo mesh, a test server's client)
+# before torchrun binds it, and torchrun's store then meets a stranger ("Connection reset by peer").
+PORT_FLOOR = 20000
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_low() -> int:
+    """The lowest port the kernel hands to outgoing connections (Linux's default range starts at 32768)."""
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
+    """A loopback port free now, below the ephemeral range (randomly: concurrent rehearsals pick apart)."""
+    low = ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(200) if low - PORT_FLOOR > 100 else ():
+        port = rng.randrange(PORT_FLOOR, low)
+        with socket.socket() as sock:
+            try:
+                sock.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # a kernel whose ephemeral range starts low: take what it gives
         sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
 

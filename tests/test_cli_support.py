@@ -163,3 +163,19 @@ def assert_one_clean_line(result: Result, *words: str) -> None:
     assert len(lines) == 1, result.err
     for word in words:
         assert word in lines[0], (word, lines[0])
+
+
+def batch_dry_run_request(config: str, job: str) -> tuple[dict[str, Any], str]:
+    """`trn submit --backend batch --job JOB --dry-run`: the SubmitJob request it prints, validated against Batch's
+    own API model (raises on a field or type Batch would refuse), and the whole output."""
+    import json
+
+    import botocore.session
+    from botocore.validate import validate_parameters
+
+    result = run_cli("submit", "--backend", "batch", "--config", config, "--job", job, "--dry-run")
+    assert result.code == 0, result.err
+    request = json.loads(result.out.split("SubmitJob:\n", 1)[1])
+    submit_job = botocore.session.get_session().get_service_model("batch").operation_model("SubmitJob")
+    validate_parameters(request, submit_job.input_shape)
+    return request, result.out

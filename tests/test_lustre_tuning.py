@@ -22,7 +22,8 @@ import pytest
 
 from tests.apps import VARIANTS, synthesized
 from tests.helpers import resources
-from tests.test_node_programs import shellcheck
+from tests.test_node_programs import TOKEN_TEXT as TOKEN
+from tests.test_node_programs import _joined, shellcheck
 from trainium_cdk import eks_user_data, node
 from trainium_cdk.lustre_tuning import TUNER_PATH
 
@@ -38,19 +39,6 @@ EXPECTED: dict[str, tuple[list[str], list[str]]] = {
     "trn2u.48xlarge": (MODULE_OPTIONS, ["ldlm.namespaces.*.lru_max_age=600000", "ldlm.namespaces.*.lru_size=19200", *RPCS]),
 }
 LAYOUT = ["-E", "100M", "-c", "1", "-E", "10G", "-c", "8", "-E", "-1", "-c", "-1"]
-TOKEN = "resolved-at-deploy"
-
-
-def _joined(value: Any) -> str:
-    """A template value as text, every token (Ref, Fn::GetAtt, ...) as one word."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and set(value) == {"Fn::Base64"}:
-        return _joined(value["Fn::Base64"])
-    if isinstance(value, dict) and set(value) == {"Fn::Join"}:
-        separator, parts = value["Fn::Join"]
-        return separator.join(_joined(part) for part in parts)
-    return TOKEN
 
 
 def _shell_part(user_data: str) -> str:

@@ -63,6 +63,9 @@ def test_the_slurm_prolog_as_the_head_node_installs_it_passes_shellcheck():
     assert shellcheck(render_prolog(config_with(backends=["parallelcluster"])), "bash") == ""
 
 
+TOKEN_TEXT = "resolved-at-deploy"
+
+
 def _joined(value: object) -> str:
     """A synthesized UserData's text, every token (Ref, Fn::ImportValue, ...) as a plain word."""
     if isinstance(value, str):
@@ -72,7 +75,7 @@ def _joined(value: object) -> str:
     if isinstance(value, dict) and set(value) == {"Fn::Join"}:
         separator, parts = value["Fn::Join"]
         return separator.join(_joined(part) for part in parts)
-    return "resolved-at-deploy"
+    return TOKEN_TEXT
 
 
 def _synthesized_user_data() -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.chart_helpers import validate_all
-from tests.test_cli_support import assert_one_clean_line, run_cli
+from tests.test_cli_support import assert_one_clean_line, batch_dry_run_request, run_cli
 from tests.tiny_llama import DATASET, MODEL, jsonl, make_all, make_tiny_model
 from trainium_cdk.names import HF_TOKEN_SERVICE_ACCOUNT
 from trainium_cdk.recipes.hf_lora import DATA_DIR, FOLDER
@@ -189,16 +189,9 @@ def test_eks_renders_both_jobs_and_they_validate(no_credentials, tmp_path):
 
 
 def test_batch_submits_both_jobs_as_batch_takes_them(no_credentials, tmp_path):
-    import botocore.session
-    from botocore.validate import validate_parameters
-
-    submit_job = botocore.session.get_session().get_service_model("batch").operation_model("SubmitJob")
     config = str(_config(tmp_path))
     for name, script, nodes in (("hf-lora", "train.py", 2), ("hf-lora-data", "prepare.py", 1)):
-        result = run_cli("submit", "--backend", "batch", "--config", config, "--job", name, "--dry-run")
-        assert result.code == 0, result.err
-        request = json.loads(result.out.split("SubmitJob:\n", 1)[1])
-        validate_parameters(request, submit_job.input_shape)  # raises on a field or type Batch would refuse
+        request, out = batch_dry_run_request(config, name)
         assert request["nodeOverrides"]["numNodes"] == nodes
         (node,) = request["nodeOverrides"]["nodePropertyOverrides"]
         overrides = node["containerOverrides"]
@@ -206,9 +199,9 @@ def test_batch_submits_both_jobs_as_batch_takes_them(no_credentials, tmp_path):
         env = {e["name"]: e["value"] for e in overrides["environment"]}
         assert env["TRN_CACHE_DIR"] == f"/fsx/neuron-cache/{name}"
         assert ("HF_TOKEN_SECRET" in env) == (name == "hf-lora-data")
-        assert TOKEN not in result.out
+        assert TOKEN not in out
         # The recipe's image, found at submit (`trn image push --recipe hf-lora` pushed it): both jobs run it.
-        assert "${RECIPE_IMAGE}" in result.out
+        assert "${RECIPE_IMAGE}" in out
 
 
 def test_slurm_is_not_a_backend_of_the_native_track(no_credentials, tmp_path):

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.chart_helpers import validate_all
-from tests.test_cli_support import assert_one_clean_line, run_cli
+from tests.test_cli_support import assert_one_clean_line, batch_dry_run_request, run_cli
 from tests.tiny_titan import WORDS, make_tokenizer_and_texts
 from trainium_cdk import versions
 from trainium_cdk.recipes.titan_llama3 import DATA_DIR, FOLDER, parallel_sizes
@@ -167,16 +167,9 @@ def test_eks_renders_both_jobs_and_they_validate(no_credentials, tmp_path):
 
 
 def test_batch_submits_both_jobs_as_batch_takes_them(no_credentials, tmp_path):
-    import botocore.session
-    from botocore.validate import validate_parameters
-
-    submit_job = botocore.session.get_session().get_service_model("batch").operation_model("SubmitJob")
     config = str(_config(tmp_path))
     for name, script, nodes in (("titan-llama3", "train.py", 2), ("titan-llama3-data", "prepare.py", 1)):
-        result = run_cli("submit", "--backend", "batch", "--config", config, "--job", name, "--dry-run")
-        assert result.code == 0, result.err
-        request = json.loads(result.out.split("SubmitJob:\n", 1)[1])
-        validate_parameters(request, submit_job.input_shape)  # raises on a field or type Batch would refuse
+        request, out = batch_dry_run_request(config, name)
         assert request["nodeOverrides"]["numNodes"] == nodes
         (node,) = request["nodeOverrides"]["nodePropertyOverrides"]
         overrides = node["containerOverrides"]
@@ -185,14 +178,12 @@ def test_batch_submits_both_jobs_as_batch_takes_them(no_credentials, tmp_path):
         assert env["TRN_CACHE_DIR"] == f"/fsx/neuron-cache/{name}"
         if name == "titan-llama3":
             assert tomllib.loads(env["TITAN_JOB_CONFIG"])["parallelism"]["data_parallel_shard_degree"] == 16
-        assert "${RECIPE_IMAGE}" in result.out
+        assert "${RECIPE_IMAGE}" in out
 
 
 def test_a_gated_tokenizer_token_is_read_by_secret_name_only(no_credentials, tmp_path):
     config = str(_config(tmp_path, hugging_face={"token_secret": "hf-token"}))
-    result = run_cli("submit", "--backend", "batch", "--config", config, "--job", "titan-llama3-data", "--dry-run")
-    assert result.code == 0, result.err
-    request = json.loads(result.out.split("SubmitJob:\n", 1)[1])
+    request, _ = batch_dry_run_request(config, "titan-llama3-data")
     (node,) = request["nodeOverrides"]["nodePropertyOverrides"]
     env = {e["name"]: e["value"] for e in node["containerOverrides"]["environment"]}
     assert env["HF_TOKEN_SECRET"] == "hf-token"

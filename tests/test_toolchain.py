@@ -192,7 +192,9 @@ def test_a_batch_only_synth_lists_no_stale_files(project, first_synth):
     assert done.returncode == 0, done.stderr
     listed, _, bill = done.stdout.partition("\n\n")
     assert listed.splitlines() == ["cdk.out/trainium-batch.template.json", "cdk.out/trainium-network.template.json",
-                                   "cdk.out/trainium-storage.template.json"]
+                                   "cdk.out/trainium-storage.template.json",
+                                   # the compute group's own template (stacks/batch_stack.py)
+                                   "cdk.out/trainiumbatchGrouptrainA1A79672.nested.template.json"]
     assert "total idle floor" in bill
     assert not (project / "dist").exists()
     assert not (project / "cdk.out" / "trainium-eks.template.json").exists()

@@ -3,7 +3,8 @@
 The upstream data are the project's transcriptions in tests/data/upstream/ (and the Neuron release files in
 tests/data/), each naming its source (repository, path and commit, or page) and the day it was read: Volcano's
 compatibility matrix, Karpenter's compatibility.yaml, the EKS add-on versions per Kubernetes minor, the EFA
-device plugin chart. Offline: nothing here calls AWS or the network.
+device plugin chart and the Neuron Helm chart's values, the ParallelCluster versions the package index serves.
+Offline: nothing here calls AWS or the network.
 
 Each pin gets one verdict:
   ok          the upstream data rate the combination the project ships (Kubernetes minor x the pin)
@@ -87,6 +88,8 @@ def karpenter(v: ModuleType) -> Iterator[Pin]:
         inside = _minor_key(low) <= _minor_key(k8s) <= _minor_key(high)
         verdict = OK if inside else OUTSIDE
         says = f"Karpenter {minor_of(version)}.x supports Kubernetes {low} to {high} ({where})"
+    if "newer" in src:
+        says += f"; {src['newer']}"
     yield Pin("KARPENTER_VERSION", version, VERSIONS_PY, verdict, says)
     crd = data["crd_chart"]
     yield Pin("KARPENTER_CRD_HELM_REPOSITORY", f"{v.KARPENTER_CRD_HELM_REPOSITORY}:{version}", VERSIONS_PY,
@@ -111,7 +114,9 @@ def eks_addons(v: ModuleType) -> Iterator[Pin]:
             reason = entry.get("missing", f"no figure for Kubernetes {k8s}")
             yield Pin(label, shown, VERSIONS_PY, UNVERIFIED, f"{reason} ({entry['page']})")
         elif value == upstream:
-            yield Pin(label, shown, VERSIONS_PY, OK, f"the latest for Kubernetes {k8s} ({entry['page']})")
+            # A figure is the User Guide's latest for the minor unless the entry says what else it is (and where from).
+            figure = entry.get("figure", f"the latest for Kubernetes {k8s}")
+            yield Pin(label, shown, VERSIONS_PY, OK, f"{figure} ({'; '.join(entry.get('sources', [entry['page']]))})")
         else:
             yield Pin(label, shown, VERSIONS_PY, OUTSIDE,
                       f"the page gives {upstream} for Kubernetes {k8s}, not {shown} ({entry['page']})")
@@ -126,11 +131,29 @@ def device_plugins(v: ModuleType) -> Iterator[Pin]:
     yield Pin("EFA_DEVICE_PLUGIN_TAG", tag, VERSIONS_PY, OK if tag == efa["image_tag"] else BEHIND,
               f"the eks-charts chart ships image tag {efa['image_tag']} ({where})")
     neuron = data["neuron_helm_chart"]
+    src = neuron["source"]
     for name in ("NEURON_DEVICE_PLUGIN_IMAGE", "NEURON_SCHEDULER_IMAGE"):
         image = getattr(v, name)
-        verdict = UNVERIFIED if image.endswith(":" + neuron["image_tag"]) else OUTSIDE
+        verdict = OK if image.endswith(":" + neuron["image_tag"]) else OUTSIDE
         yield Pin(name, image, VERSIONS_PY, verdict,
-                  f"Neuron Helm chart {neuron['chart']}'s tag {neuron['image_tag']}; {neuron['source']['note']}")
+                  f"the Neuron Helm chart {neuron['chart']} (digest {src['chart_digest'][:19]}...) pins tag "
+                  f"{neuron['image_tag']} ({src['what']}, {src['date']})")
+
+
+def parallelcluster(v: ModuleType) -> Iterator[Pin]:
+    """ParallelCluster moves only to a version the package index serves: its schema validates the cluster's config."""
+    data = load("parallelcluster.json")
+    src, released = data["source"], data["released"]
+    version = v.PARALLELCLUSTER_VERSION
+    if version not in src["served"]:
+        verdict, says = OUTSIDE, f"the package index does not serve aws-parallelcluster {version} (read {src['read']})"
+    elif version != released["version"]:
+        verdict = BEHIND
+        says = (f"{released['version']} released {released['date']}, but {released['not_served']}; newest served "
+                f"{src['served_newest']} (read {src['read']})")
+    else:
+        verdict, says = OK, f"the newest release, served by the package index (read {src['read']})"
+    yield Pin("PARALLELCLUSTER_VERSION", version, VERSIONS_PY, verdict, says)
 
 
 def per_minor_tables(v: ModuleType) -> Iterator[Pin]:
@@ -163,6 +186,7 @@ def neuron_tracks(v: ModuleType) -> Iterator[Pin]:
 
 
 CHECKED = ("KUBERNETES_VERSION", "VOLCANO_CHART_VERSION", "KARPENTER_VERSION", "KARPENTER_CRD_HELM_REPOSITORY", "EFA_DEVICE_PLUGIN_TAG",
+           "PARALLELCLUSTER_VERSION",
            "NEURON_DEVICE_PLUGIN_IMAGE", "NEURON_SCHEDULER_IMAGE", "EKS_AL2023_KUBERNETES_PATCH",
            "KUBE_SCHEDULER_IMAGE", "CLUSTER_AUTOSCALER_IMAGE_TAG")
 
@@ -182,8 +206,8 @@ def check(v: ModuleType | None = None) -> list[Pin]:
         from trainium_cdk import versions as v
     kubernetes = Pin("KUBERNETES_VERSION", v.KUBERNETES_VERSION, VERSIONS_PY, PINNED,
                      "the minor every per-minor table and compatibility check below is read at")
-    return [kubernetes, *volcano(v), *karpenter(v), *eks_addons(v), *device_plugins(v), *per_minor_tables(v),
-            *neuron_tracks(v), *other_pins(v)]
+    return [kubernetes, *volcano(v), *karpenter(v), *eks_addons(v), *device_plugins(v), *parallelcluster(v),
+            *per_minor_tables(v), *neuron_tracks(v), *other_pins(v)]
 
 
 def render(pins: list[Pin]) -> str:

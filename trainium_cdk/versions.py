@@ -19,17 +19,18 @@ EKS_AL2023_KUBERNETES_PATCH = EKS_AL2023_KUBERNETES_PATCHES[KUBERNETES_VERSION]
 
 # EKS managed add-ons, per Kubernetes minor. EKS does not update add-ons on a cluster version upgrade
 # ("Update an Amazon EKS add-on"): each is pinned here and moves with KUBERNETES_VERSION. Figures are the
-# Amazon EKS User Guide's tables of the latest version per minor (tests/data/upstream/eks-addon-versions.json
-# names each page); None where no page read gives one (the add-on then takes EKS's default for the minor,
-# and `make pins` and tests/test_pins.py say so).
+# Amazon EKS User Guide's tables of the latest version per minor where the Guide has one (coredns, kube-proxy);
+# the others, versions EKS lists for the minor as public configurations of clusters of that minor pin them
+# (tests/data/upstream/eks-addon-versions.json names each source and what kind of figure it is); None where no
+# source read gives one (the add-on then takes EKS's default for the minor, and `make pins` says so).
 EKS_ADDON_VERSIONS: Mapping[str, Mapping[str, str | None]] = {
     "1.35": {
-        "vpc-cni": None,
+        "vpc-cni": "v1.21.1-eksbuild.5",
         "coredns": "v1.14.3-eksbuild.3",
         "kube-proxy": "v1.35.3-eksbuild.13",
-        "eks-pod-identity-agent": None,
+        "eks-pod-identity-agent": "v1.3.10-eksbuild.2",
         "aws-fsx-csi-driver": None,
-        "eks-node-monitoring-agent": None,
+        "eks-node-monitoring-agent": "v1.6.2-eksbuild.1",
         "amazon-cloudwatch-observability": None,
     },
 }
@@ -40,10 +41,11 @@ def eks_addon_version(name: str, minor: str = KUBERNETES_VERSION) -> str | None:
     return EKS_ADDON_VERSIONS[minor][name]
 
 
-# Neuron device plugin and scheduler extension (Neuron Helm chart 1.9.0 ships these tags). Chart 1.10.0 exists,
-# but no upstream copy of it could be read (tests/data/upstream/device-plugins.json): the tags stay.
-NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.31.0.0"
-NEURON_SCHEDULER_IMAGE = "public.ecr.aws/neuron/neuron-scheduler:2.31.0.0"
+# Neuron device plugin and scheduler extension: the tags the Neuron Helm chart 1.10.0 pins (its `helm show values`,
+# transcribed with the chart's digest in tests/data/upstream/device-plugins.json, which also lists what of the chart's
+# DaemonSet and scheduler charts/neuron_device_plugin.py mirrors).
+NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.32.0.0"
+NEURON_SCHEDULER_IMAGE = "public.ecr.aws/neuron/neuron-scheduler:2.32.0.0"
 # neuron-monitor is versioned apart from the SDK; 1.3.0 is the tag AWS's Neuron operator pins.
 NEURON_MONITOR_IMAGE = "public.ecr.aws/neuron/neuron-monitor:1.3.0"
 

@@ -347,7 +347,8 @@ def test_no_parallelcluster_setting_unsupported_for_update_changes(policies, cha
 # Changes that ParallelCluster applies only with the compute fleet stopped (`pcluster update-compute-fleet
 # --status STOP_REQUESTED`): a new instance type is a new compute resource, and removing the old one
 # with running nodes needs QueueUpdateStrategy TERMINATE, which would kill running jobs.
-NEEDS_FLEET_STOPPED = {"instance_type": ["Scheduling.SlurmQueues[train].ComputeResources"]}
+NEEDS_FLEET_STOPPED = {"instance_type": ["Scheduling.SlurmQueues[train].ComputeResources"],
+                       "group_removed": ["Scheduling.SlurmQueues"]}
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))

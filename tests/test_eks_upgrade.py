@@ -90,12 +90,13 @@ def test_a_kubernetes_upgrade_moves_the_control_plane_first_then_each_pinned_add
     before, now = (r.template_json("eks") for r in karpenter_pairs["kubernetes_version"])
     update = control_plane_update(before, now)
     assert update is not None and (update.before, update.after, update.refused) == ("1.35", "1.36", None)
-    pins = {minor: versions.EKS_ADDON_VERSIONS[minor] for minor in ("1.35", "1.36")}
-    assert update.moved_addons == tuple(sorted(n for n, v in pins["1.36"].items() if v and v != pins["1.35"][n]
-                                               and n in (*update.moved_addons, *update.kept_addons)))
-    assert update.moved_addons == ("kube-proxy",) and update.kept_addons == ("coredns",)
+    old, new = (versions.EKS_ADDON_VERSIONS[minor] for minor in ("1.35", "1.36"))
+    installed = {*update.moved_addons, *update.kept_addons, *update.unpinned_addons}
+    assert update.moved_addons == tuple(sorted(n for n in installed if new[n] and new[n] != old[n]))
+    assert update.kept_addons == tuple(sorted(n for n in installed if new[n] and new[n] == old[n]))
+    assert (update.moved_addons, update.kept_addons) == (("kube-proxy",), ("coredns",))  # 2026-11-26's pins
     # The add-ons with no version read for 1.36 stay on what runs: told in the README's upgrade steps.
-    assert set(update.unpinned_addons) <= {n for n, v in pins["1.36"].items() if v is None}
+    assert update.unpinned_addons == tuple(sorted(n for n in installed if new[n] is None))
     assert update.after_control_plane
     for change in ("karpenter", "eks_ami_release", "device_plugin"):
         assert control_plane_update(*(r.template_json("eks") for r in karpenter_pairs[change])) is None
@@ -121,6 +122,33 @@ def test_the_system_nodes_roll_with_the_minor_and_the_ami_release_only(karpenter
     assert rolls == (["ReleaseVersion"] if change in moves else []), change
 
 
+def _changed_objects(before: Synthesized, now: Synthesized) -> list[str]:
+    old = {(o["kind"], o["metadata"]["name"]): o for o in _manifest_objects(before.template_json("eks"))}
+    new = {(o["kind"], o["metadata"]["name"]): o for o in _manifest_objects(now.template_json("eks"))}
+    return sorted(f"{kind}/{name}" for (kind, name) in {*old, *new} if old.get((kind, name)) != new.get((kind, name)))
+
+
+def _chart_versions(result: Synthesized) -> dict[str, str]:
+    from tests.helpers import resources
+
+    charts = resources(result.template_json("eks"), "Custom::AWSCDK-EKS-HelmChart").values()
+    return {c["Properties"]["Chart"]: c["Properties"].get("Version") for c in charts}
+
+
+def test_a_device_plugin_upgrade_changes_its_daemonset_only(karpenter_pairs):
+    from trainium_cdk.charts.neuron_device_plugin import DEVICE_PLUGIN_NAME
+
+    before, now = karpenter_pairs["device_plugin"]
+    assert _changed_objects(before, now) == [f"DaemonSet/{DEVICE_PLUGIN_NAME}"]
+
+
+def test_a_karpenter_upgrade_changes_its_two_charts_only(karpenter_pairs):
+    before, now = karpenter_pairs["karpenter"]
+    assert _changed_objects(before, now) == []
+    old, new = _chart_versions(before), _chart_versions(now)
+    assert {c for c in {*old, *new} if old.get(c) != new.get(c)} == {"karpenter", "karpenter-crd"}
+
+
 # -- which minors the app deploys -----------------------------------------------------------------------------
 
 def _rated(minor: str) -> list[str]:
@@ -133,7 +161,10 @@ def _rated(minor: str) -> list[str]:
     karpenter = json.loads((UPSTREAM / "karpenter-compatibility.json").read_text())["compatibility"]
     k_line = ".".join(versions.KARPENTER_VERSION.split(".")[:2]) + ".x"
     row = next((r for r in karpenter if r["appVersion"] == k_line), None)
-    if row is None or not (float(row["minK8sVersion"]) <= float(minor) <= float(row["maxK8sVersion"])):
+    def key(version: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in version.split("."))
+
+    if row is None or not key(row["minK8sVersion"]) <= key(minor) <= key(row["maxK8sVersion"]):
         why.append(f"Karpenter {versions.KARPENTER_VERSION} is not rated for {minor}")
     return why
 

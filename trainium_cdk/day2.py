@@ -109,9 +109,11 @@ CHANGES: tuple[Change, ...] = (
         eks="its NodePool and EC2NodeClass are deleted, and its nodes with them (managed: its node group and launch "
         "template); other groups unchanged",
         batch="its compute environment, job queue and job definition are deleted",
-        parallelcluster="its Slurm queue is removed",
+        parallelcluster="its Slurm queue is removed, which ParallelCluster does only with the compute fleet stopped: "
+        "`pcluster update-compute-fleet --status STOP_REQUESTED`, deploy, then `START_REQUESTED` (otherwise the "
+        "update fails and the stack rolls back)",
         stops={"eks-karpenter": "the group's, with its nodes", "eks-managed": "the group's, with its node group",
-               "batch": "the group's, with its compute environment"},
+               "batch": "the group's, with its compute environment", "parallelcluster": "every job, with the fleet"},
         running="the other groups' keep running; end or checkpoint the group's jobs first (`trn jobs`)",
     ),
     Change(

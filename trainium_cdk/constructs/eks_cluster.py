@@ -32,10 +32,9 @@ from trainium_cdk.constructs.storage import ILustreStorage
 from trainium_cdk.constructs.volcano import add_volcano
 from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.names import NEURON_TAINT_KEY, SYSTEM_NODE_DISK_GIB, SYSTEM_NODE_LABELS
-from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION, KUBERNETES_VERSION, eks_addon_version
+from trainium_cdk import versions
+from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION, eks_addon_version
 
-# The kubectl layer above must match this version: both move together (see versions.py).
-_VERSION = eks.KubernetesVersion.of(KUBERNETES_VERSION)
 NEURON_TOLERATION = {"key": NEURON_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
 CRITICAL_ADDONS_TOLERATION = {"key": "CriticalAddonsOnly", "operator": "Exists"}
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
@@ -161,7 +160,9 @@ class TrainiumCluster(Construct):
         self.cluster = eks.Cluster(
             self,
             "Cluster",
-            version=_VERSION,
+            # versions.KUBERNETES_VERSION, read here (a test moves it to model an upgrade). The kubectl layer is
+            # 1.35's: kubectl is supported within one minor of the API server (Kubernetes version skew policy).
+            version=eks.KubernetesVersion.of(versions.KUBERNETES_VERSION),
             cluster_name=cluster_name,
             vpc=vpc,
             vpc_subnets=[private],

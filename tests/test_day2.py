@@ -86,7 +86,7 @@ def _nothing() -> Iterator[None]:
 # Stand-ins for releases the project has not pinned yet: the model needs a next one, not its number.
 NEXT_EKS_AMI_RELEASE = "v20261015"
 NEXT_KARPENTER = "1.15.1"
-NEXT_NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.32.0.0"
+NEXT_NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.99.0.0"
 # The EKS AMI release's Kubernetes 1.36 build: v20260930's is not in the data read here (versions.py), so a stand-in.
 KUBERNETES_1_36_AMI_PATCH = "1.36.2"
 
@@ -117,6 +117,7 @@ def _karpenter() -> Iterator[None]:
 
 @contextmanager
 def _device_plugin() -> Iterator[None]:
+    assert versions.NEURON_DEVICE_PLUGIN_IMAGE != NEXT_NEURON_DEVICE_PLUGIN_IMAGE, "the stand-in must be a change"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(versions, "NEURON_DEVICE_PLUGIN_IMAGE", NEXT_NEURON_DEVICE_PLUGIN_IMAGE)
         yield

@@ -45,11 +45,15 @@ FABRIC_MIN_NODES = 2
 # /etc/profile.d/neuron.sh: the script sets it, and srun passes it on to every node. The batch step resolves the
 # link once, so every node of the job uses that venv even if the head node switches the link meanwhile, and
 # leaves the job id in it: the head node removes an old venv only when no job Slurm knows left its id there.
+# The venv is root's; its .jobs is sticky and writable by every user (neuron_setup.sh): a marker that exists
+# (a requeued job's own, or one another user left under this id) marks the venv as well as a new one would.
 _ENVIRONMENT = [
     f'export PATH="{NEURON_BIN}:$PATH"',
     f'venv="$(readlink -f {VENV})"',
     'source "$venv/bin/activate"',
-    'mkdir -p "$venv/.jobs" && touch "$venv/.jobs/$SLURM_JOB_ID"',
+    'marker="$venv/.jobs/$SLURM_JOB_ID"',
+    '[[ -e "$marker" ]] || touch "$marker" || { echo "trainium-cdk: cannot mark $venv in use by job $SLURM_JOB_ID:'
+    ' its .jobs must be a sticky directory every user may write (the head node\'s setup makes it)" >&2; exit 1; }',
 ]
 
 

@@ -6,6 +6,7 @@ node::
 
     sbatch ~/trainium/train-<group>.sbatch ~/trainium/mlp_train.py --your --args   # the MLP example
     sbatch -N 4 ~/trainium/train-<group>.sbatch /fsx/code/your_train.py
+    sbatch -N 4 /home/trainium-cdk/trainium/train-<group>.sbatch /fsx/code/your_train.py   # any other user
 
 ``PRECOMPILE=1 sbatch ...`` first extracts the command's graphs with ``neuron_parallel_compile`` over
 ``TRN_PRECOMPILE_STEPS`` steps (no checkpoint directory) and compiles them into the group's cache on FSx

@@ -6,7 +6,7 @@
 #   LUSTRE_SOURCE       <file system DNS name>@tcp:/<mount name>
 #   LUSTRE_MOUNT_POINT  where it is mounted
 #   LUSTRE_FSTAB        the fstab it writes (/etc/fstab; another only under stand-ins)
-#   LUSTRE_CLIENT_ROOT  prefixes the other paths it writes (/ on a host; another only under stand-ins)
+#   LUSTRE_CLIENT_ROOT  prefixes the other paths it writes (only under stand-ins)
 set -euo pipefail
 # flock: checkpoint writers and the Neuron compile cache take locks, which a Lustre client without it
 # fails. _netdev and the systemd options: mount once the network is online, on first access, at every boot.
@@ -15,7 +15,7 @@ set -euo pipefail
 lustre_options="defaults,relatime,flock,_netdev,x-systemd.automount"
 lustre_options="$lustre_options,x-systemd.requires=network-online.target,x-systemd.after=network-online.target"
 lustre_fstab="${LUSTRE_FSTAB:-/etc/fstab}"
-# The client for the running kernel (modinfo reads its modules); lustre_client_boot.sh runs it at every boot.
+# The client for the running kernel; lustre_client_boot.sh runs it at every boot.
 lustre_client_install() {
   local root="${LUSTRE_CLIENT_ROOT:-}"
   if modinfo lustre >/dev/null 2>&1; then return 0; fi

@@ -38,7 +38,7 @@ def dialect_of(text: str) -> str:
 
 def test_the_folder_has_the_programs():
     assert {p.name for p in SCRIPTS} == {
-        "launcher.sh", "lustre_client.sh", "lustre_tuning.sh", "slurm_prolog.sh", "batch_node.sh", "prepull_images.sh"}
+        "launcher.sh", "lustre_client.sh", "lustre_client_boot.sh", "lustre_tuning.sh", "slurm_prolog.sh", "batch_node.sh", "prepull_images.sh"}
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
@@ -54,9 +54,11 @@ def test_the_launcher_as_jobs_run_it_passes_shellcheck_and_dash_parses_it():
     assert subprocess.run(["sh", "-n", "-c", LAUNCHER], check=False).returncode == 0
 
 
+@pytest.mark.parametrize("at_boot", [False, True], ids=["batch", "development instance"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_the_lustre_client_as_user_data_carries_it_passes_shellcheck(family):
-    assert shellcheck(mount_script(family, "fs-0123.fsx.us-west-2.amazonaws.com", "abcd"), "bash") == ""
+def test_the_lustre_client_as_user_data_carries_it_passes_shellcheck(family, at_boot):
+    text = mount_script(family, "fs-0123.fsx.us-west-2.amazonaws.com", "abcd", at_boot=at_boot)
+    assert shellcheck(text, "bash") == ""
 
 
 def test_the_slurm_prolog_as_the_head_node_installs_it_passes_shellcheck():

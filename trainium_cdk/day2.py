@@ -73,7 +73,8 @@ CHANGES: tuple[Change, ...] = (
         f"template: {BATCH_UPDATE}",
         parallelcluster="the queues' setup arguments change: with `DRAIN`, each compute node is replaced with the new "
         "Neuron packages once its jobs end; the head node builds the new pins' venv beside the one in use "
-        "(`~/neuron-venv-<release>-<hash>`), then switches the link `~/neuron-venv` that batch scripts activate; "
+        "(`/home/trainium-cdk/neuron-venv-<release>-<hash>`), then switches the link `/home/trainium-cdk/neuron-venv` "
+        "that batch scripts activate; "
         "an old venv is removed once no job Slurm knows started from it",
         instance="replaced: the DLAMI lookup runs again for the new release and answers another AMI, which a new "
         "instance boots (the root volume goes with the old one; /fsx stays)",

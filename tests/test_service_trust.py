@@ -4,7 +4,7 @@ Walks every IAM role of every synthesized variant (tests/apps.py: every backend 
 pipeline app with its stages) and of an app with the EKS workloads that add roles (data loader, Hugging
 Face token reader). A statement trusting a service principal must carry ``aws:SourceAccount`` and the
 resource it acts for: ``aws:SourceArn``, or for EKS Pod Identity, which documents session tags instead,
-the cluster's ARN as ``aws:RequestTag/eks-cluster-arn``. The services exempted are listed in
+the cluster's ARN (which names the account) as ``aws:RequestTag/eks-cluster-arn``. The services exempted are listed in
 trainium_cdk/constructs/service_trust.py (UNCONDITIONED), each with its reason.
 """
 
@@ -79,8 +79,12 @@ def test_every_service_trust_names_its_account_and_resource(templates):
     for where, service, statement in _service_trusts(templates):
         if service in UNCONDITIONED:
             continue
+        if service == POD_IDENTITY_PRINCIPAL:
+            if _condition(statement, CLUSTER_ARN_TAG) is None:
+                missing.append(f"{where} ({service})")
+            continue
         account = _condition(statement, "aws:SourceAccount")
-        source = _condition(statement, CLUSTER_ARN_TAG if service == POD_IDENTITY_PRINCIPAL else "aws:SourceArn")
+        source = _condition(statement, "aws:SourceArn")
         if account != _own_account(where) or source is None:
             missing.append(f"{where} ({service})")
     assert missing == []

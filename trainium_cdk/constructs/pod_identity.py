@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -17,12 +16,13 @@ NAMESPACE_TAG = "aws:RequestTag/kubernetes-namespace"
 SERVICE_ACCOUNT_TAG = "aws:RequestTag/kubernetes-service-account"
 
 
-def pod_identity_conditions(account: str, cluster_arn: str, namespace: str, service_account: str) -> dict:
-    """The trust conditions of a Pod Identity role: its account (confused deputy: aws:SourceAccount, as
-    AWS's Pod Identity samples set it), its cluster and its one service account (session tags)."""
+def pod_identity_conditions(cluster_arn: str, namespace: str, service_account: str) -> dict:
+    """The trust conditions of a Pod Identity role: its cluster (whose ARN names the account) and its one
+    service account, as the session tags EKS Pod Identity documents. No ``aws:SourceAccount``: the EKS docs do
+    not say that Pod Identity sets it, and a condition on a key the request lacks denies every pod its
+    credentials (the VPC CNI's among them)."""
     return {
         "StringEquals": {
-            "aws:SourceAccount": account,
             NAMESPACE_TAG: namespace,
             SERVICE_ACCOUNT_TAG: service_account,
         },
@@ -44,7 +44,7 @@ def pod_identity_role(
     # Pod identity sessions are tagged: the trust policy must allow sts:TagSession too (one statement, so
     # that the conditions below hold for both actions).
     principal = iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL).with_conditions(
-        pod_identity_conditions(Stack.of(scope).account, cluster.cluster_arn, namespace, service_account)
+        pod_identity_conditions(cluster.cluster_arn, namespace, service_account)
     ).with_session_tags()
     role = iam.Role(scope, f"{name}Role", assumed_by=principal, description=description)
     # L1: the association binds the role to a service account that the add-on or a chart creates,

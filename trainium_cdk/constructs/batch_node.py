@@ -19,14 +19,13 @@ from trainium_cdk.names import SHARED_MOUNT
 from trainium_cdk.node import neuron_metrics
 from trainium_cdk.node.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
 from trainium_cdk.node.neuron_metrics import install_command as neuron_metrics_install
-from trainium_cdk.versions import XLA_TRACK
+from trainium_cdk.versions import EFA_INSTALLER_SHA256, EFA_INSTALLER_URL, XLA_TRACK
 
 # The nodes run the "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, pinned by AMI name
 # through AWS's immutable per-AMI-name public parameter (versions.py: never ECS's `recommended`, which
 # moves under a running compute environment). The user data then installs the track's driver version
 # if the AMI carries another one, so that driver and container agree whatever AMI build is pinned.
 NEURON_YUM_REPO = "https://yum.repos.neuron.amazonaws.com"
-EFA_INSTALLER_URL = "https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz"
 MIME_BOUNDARY = node.MIME_BOUNDARY
 # What every Batch node runs (trainium_cdk/node/batch_node.sh), then, with storage, the Lustre client; the
 # client's tuning goes first (lustre_tuning.py): its module options must be in place before the mount.
@@ -49,7 +48,7 @@ def node_user_data(
     neuron-monitor into CloudWatch (trainium_cdk/node/neuron_metrics.py, started as a systemd service)."""
     values = {"NEURON_DRIVER": driver, "NEURON_YUM_REPO": NEURON_YUM_REPO}
     if spec.has_efa:
-        values["EFA_INSTALLER_URL"] = EFA_INSTALLER_URL
+        values |= {"EFA_INSTALLER_URL": EFA_INSTALLER_URL, "EFA_INSTALLER_SHA256": EFA_INSTALLER_SHA256}
     files = [BATCH_NODE_SCRIPT]
     lines = ["#!/bin/bash"]
     if storage is not None:

@@ -4,8 +4,9 @@
 # AMI does not already have it.
 #   NEURON_DRIVER      the aws-neuronx-dkms version of the track
 #   NEURON_YUM_REPO    the Neuron yum repository
-#   EFA_INSTALLER_URL  the EFA installer, for a type with EFA; unset: no EFA
-#   ECS_CONFIG         the ECS agent's configuration (/etc/ecs/ecs.config; another only under stand-ins)
+#   EFA_INSTALLER_URL     the EFA installer of a pinned version, for a type with EFA; unset: no EFA
+#   EFA_INSTALLER_SHA256  its SHA-256 (versions.py): a download that differs is never extracted
+#   ECS_CONFIG            the ECS agent's configuration (/etc/ecs/ecs.config; another only under stand-ins)
 set -euxo pipefail
 # Multi-node tasks are awsvpc: the ECS agent keeps them from the instance metadata, so that a job
 # cannot take the instance role (the node's, with ECS agent and ECR rights) from it.
@@ -32,9 +33,12 @@ modprobe neuron
 if [ -n "${EFA_INSTALLER_URL:-}" ]; then
   if [ ! -e /dev/infiniband/uverbs0 ]; then modprobe efa || true; modprobe ib_uverbs || true; fi
   if [ ! -e /dev/infiniband/uverbs0 ]; then
-    cd /tmp
-    curl -fsSLO "$EFA_INSTALLER_URL"
-    tar -xf "${EFA_INSTALLER_URL##*/}"
+    download=$(mktemp -d)
+    cd "$download"
+    curl -fsSL -o efa-installer.tar.gz "$EFA_INSTALLER_URL"
+    # The pinned installer or nothing (EC2 user guide, "Verify the EFA installer using a checksum").
+    echo "${EFA_INSTALLER_SHA256:?}  efa-installer.tar.gz" | sha256sum --check --strict -
+    tar -xf efa-installer.tar.gz
     # Kernel module and rdma-core only: libfabric comes with the training image.
     (cd aws-efa-installer && ./efa_installer.sh -y --minimal)
     modprobe efa

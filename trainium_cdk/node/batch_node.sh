@@ -7,7 +7,34 @@
 #   EFA_INSTALLER_URL     the EFA installer of a pinned version, for a type with EFA; unset: no EFA
 #   EFA_INSTALLER_SHA256  its SHA-256 (versions.py): a download that differs is never extracted
 #   ECS_CONFIG            the ECS agent's configuration (/etc/ecs/ecs.config; another only under stand-ins)
+# A host whose setup failed never takes jobs: the ECS agent starts only when the whole user data exited 0;
+# otherwise it stays stopped and masked, and the instance shuts down, which terminates it.
 set -euxo pipefail
+# The ECS-optimized AMI starts the ECS agent after the user data: ecs.service is wanted by multi-user.target
+# and ordered After=cloud-final.service (aws/amazon-ecs-agent, packaging/amazon-linux-ami-integrated/
+# ecs.service), so its start job waits while this runs; without a failure path it started on a host whose
+# setup had failed, and jobs landed there without the Neuron module, EFA or /fsx. The stop below cancels that
+# queued start; the trap, run when the user data's shell exits (this file and what follows it), starts the
+# agent after a clean run (--no-block: a start ordered after cloud-final, asked for from inside cloud-final,
+# would wait for itself). On a failure the agent is masked, so nothing starts it later, and the instance
+# shuts down: the Batch launch template's InstanceInitiatedShutdownBehavior is terminate (constructs/batch.py;
+# not among the launch template parameters Batch ignores, Batch user guide "Launch template support"), the
+# instance never registers with the ECS cluster, and Batch launches another for the waiting jobs. The one-minute delay leaves the
+# failure in the console output (ec2 get-console-output) before the instance goes.
+finish_node_setup() {
+  local status=$?
+  set +e
+  if [ "$status" -eq 0 ] && systemctl start --no-block ecs.service; then
+    return 0
+  fi
+  echo "trainium-cdk: node setup failed (exit status $status): the ECS agent stays stopped, the instance terminates" >&2
+  systemctl stop --no-block ecs.service
+  systemctl mask ecs.service
+  shutdown -h +1 "trainium-cdk: node setup failed (exit status $status)"
+  exit $((status == 0 ? 1 : status))
+}
+trap finish_node_setup EXIT
+systemctl stop --no-block ecs.service
 # Multi-node tasks are awsvpc: the ECS agent keeps them from the instance metadata, so that a job
 # cannot take the instance role (the node's, with ECS agent and ECR rights) from it.
 ecs_config="${ECS_CONFIG:-/etc/ecs/ecs.config}"

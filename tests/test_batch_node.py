@@ -25,13 +25,10 @@ HELD, STARTED = "stop --no-block ecs.service", "start --no-block ecs.service"
 MASKED = "mask ecs.service"
 
 
-def _shell_part(user_data: str) -> str:
-    return user_data.split('Content-Type: text/x-shellscript; charset="us-ascii"\n\n', 1)[1].rsplit("\n\n--", 1)[0] + "\n"
-
-
 def _values(instance_type: str) -> dict[str, str]:
     """The header values of batch_node.sh in the user data of a group of ``instance_type`` (no storage)."""
-    return node_files.split(_shell_part(node_user_data(DEFAULT_CATALOG.get(instance_type), None)), "batch_node.sh")
+    user_data = node_user_data(DEFAULT_CATALOG.get(instance_type), None)
+    return node_files.split(node_files.shell_part(user_data), "batch_node.sh")
 
 
 def _installer(*, fails: bool = False) -> bytes:
@@ -163,7 +160,7 @@ def test_any_failing_step_keeps_the_agent_stopped_and_terminates_the_host(tmp_pa
 def test_a_step_after_the_program_in_the_user_data_that_fails_also_keeps_the_host_out(tmp_path):
     """The trap covers what the user data runs after batch_node.sh (here the metrics program's dependency,
     python3-boto3, which dnf cannot install): the whole user data exits 0 or the host never joins."""
-    text = _shell_part(node_user_data(DEFAULT_CATALOG.get("trn1.2xlarge"), None, metrics_deployment="dev"))
+    text = node_files.shell_part(node_user_data(DEFAULT_CATALOG.get("trn1.2xlarge"), None, metrics_deployment="dev"))
     host = Host(tmp_path, failing=("dnf",))
     result = host.run_text(text)
     assert result.returncode != 0

@@ -19,8 +19,8 @@ set -euxo pipefail
 # would wait for itself). On a failure the agent is masked, so nothing starts it later, and the instance
 # shuts down: the Batch launch template's InstanceInitiatedShutdownBehavior is terminate (constructs/batch.py;
 # not among the launch template parameters Batch ignores, Batch user guide "Launch template support"), the
-# instance never registers with the ECS cluster, and Batch launches another for the waiting jobs. The one-minute delay leaves the
-# failure in the console output (ec2 get-console-output) before the instance goes.
+# instance never registers with the ECS cluster, and Batch launches another for the waiting jobs. The
+# one-minute delay leaves the failure in the console output (ec2 get-console-output) before the instance goes.
 finish_node_setup() {
   local status=$?
   set +e

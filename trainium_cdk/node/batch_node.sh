@@ -7,20 +7,14 @@
 #   EFA_INSTALLER_URL     the EFA installer of a pinned version, for a type with EFA; unset: no EFA
 #   EFA_INSTALLER_SHA256  its SHA-256 (versions.py): a download that differs is never extracted
 #   ECS_CONFIG            the ECS agent's configuration (/etc/ecs/ecs.config; another only under stand-ins)
-# A host whose setup failed never takes jobs: the ECS agent starts only when the whole user data exited 0;
-# otherwise it stays stopped and masked, and the instance shuts down, which terminates it.
 set -euxo pipefail
-# The ECS-optimized AMI starts the ECS agent after the user data: ecs.service is wanted by multi-user.target
-# and ordered After=cloud-final.service (aws/amazon-ecs-agent, packaging/amazon-linux-ami-integrated/
-# ecs.service), so its start job waits while this runs; without a failure path it started on a host whose
-# setup had failed, and jobs landed there without the Neuron module, EFA or /fsx. The stop below cancels that
-# queued start; the trap, run when the user data's shell exits (this file and what follows it), starts the
-# agent after a clean run (--no-block: a start ordered after cloud-final, asked for from inside cloud-final,
-# would wait for itself). On a failure the agent is masked, so nothing starts it later, and the instance
-# shuts down: the Batch launch template's InstanceInitiatedShutdownBehavior is terminate (constructs/batch.py;
-# not among the launch template parameters Batch ignores, Batch user guide "Launch template support"), the
-# instance never registers with the ECS cluster, and Batch launches another for the waiting jobs. The
-# one-minute delay leaves the failure in the console output (ec2 get-console-output) before the instance goes.
+# A host whose setup failed never takes jobs (they would find no Neuron module, EFA or /fsx). ecs.service is
+# ordered After=cloud-final.service (aws/amazon-ecs-agent, packaging/amazon-linux-ami-integrated/ecs.service):
+# its queued start waits for the user data; the stop below cancels it and the EXIT trap (this file and what
+# the user data runs after it) starts the agent after a clean run (--no-block: a blocking start would wait for
+# cloud-final, which waits for this). On a failure: agent masked, host shut down, which the Batch launch
+# template's InstanceInitiatedShutdownBehavior turns into a termination (constructs/batch.py); the one-minute
+# delay leaves the reason in the console output (ec2 get-console-output).
 finish_node_setup() {
   local status=$?
   set +e

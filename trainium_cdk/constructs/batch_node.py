@@ -29,6 +29,26 @@ NEURON_YUM_REPO = "https://yum.repos.neuron.amazonaws.com"
 MIME_BOUNDARY = node.MIME_BOUNDARY
 # What every Batch node runs (trainium_cdk/node/batch_node.sh), then, with storage, the Lustre client; the
 # client's tuning goes first (lustre_tuning.py): its module options must be in place before the mount.
+# batch_node.sh's own comments are few: every group's launch template carries it, and 25 trn2.48xlarge groups
+# fill a template close to CloudFormation's 1 MB (tests/test_scale_batch.py). Its variables and reasons:
+#   NEURON_DRIVER, NEURON_YUM_REPO  the track's aws-neuronx-dkms version and Neuron's yum repository: the
+#       driver is installed (or downgraded: a pin older than the AMI's) when the AMI carries another version,
+#       and the loaded module is replaced; the tools when missing.
+#   EFA_INSTALLER_URL, EFA_INSTALLER_SHA256  for a type with EFA: the installer of the version versions.py
+#       pins, never aws-efa-installer-latest, run only when the AMI has no EFA module and only after sha256sum
+#       agrees with the published digest (EC2 user guide, "Verify the EFA installer using a checksum");
+#       --minimal: the kernel module and rdma-core, as libfabric comes with the training image.
+#   ECS_CONFIG  the ECS agent's configuration (/etc/ecs/ecs.config; another only under stand-ins). Multi-node
+#       tasks are awsvpc: ECS_AWSVPC_BLOCK_IMDS keeps them from the instance metadata, so that a job cannot
+#       take the instance role (the node's, with ECS agent and ECR rights).
+# A host whose setup failed never takes jobs (they would find no Neuron module, EFA or /fsx). The AMI's
+# ecs.service is wanted by multi-user.target and ordered After=cloud-final.service (aws/amazon-ecs-agent,
+# packaging/amazon-linux-ami-integrated/ecs.service): its start waits for the user data, then happened whatever
+# the outcome. The program stops that queued start first and, from its EXIT trap (so covering what the user data
+# runs after it), starts the agent after a clean run, --no-block (a blocking start would wait for cloud-final,
+# which waits for the user data). On any failure it masks the agent and shuts the host down in one minute
+# (the reason stays in `ec2 get-console-output`); the launch template's InstanceInitiatedShutdownBehavior
+# (constructs/batch.py) makes that a termination, so the instance never registers and Batch launches another.
 BATCH_NODE_SCRIPT = "batch_node.sh"
 # The metrics program the user data writes onto each node, compressed: every group's launch template carries
 # it, and 25 trn2.48xlarge groups fill a template close to CloudFormation's 1 MB (stacks/batch_stack.py).

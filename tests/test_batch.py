@@ -227,15 +227,17 @@ def test_user_data_is_mime_multipart_and_installs_what_is_missing(every_type, in
     driver = versions.XLA_TRACK.driver
     # The track's driver unless the AMI carries exactly that version; the tools when missing; EFA with EFA
     # (trainium_cdk/node/batch_node.sh, its values in the header; tests/test_node_programs.py runs it).
-    values = node_files.split(_shell_part(text), "batch_node.sh", "lustre_client.sh")
+    values = node_files.split(node_files.shell_part(text), "batch_node.sh", "lustre_client.sh")
     assert values["NEURON_DRIVER"] == driver and values["NEURON_YUM_REPO"] == "https://yum.repos.neuron.amazonaws.com"
-    assert ("EFA_INSTALLER_URL" in values) == group.spec.has_efa
+    assert ("EFA_INSTALLER_URL" in values) == ("EFA_INSTALLER_SHA256" in values) == group.spec.has_efa
     assert "@tcp:/" in values["LUSTRE_SOURCE"] and values["LUSTRE_MOUNT_POINT"] == "/fsx"
 
 
-def _shell_part(user_data: str) -> str:
-    """The shell script part of the MIME user data."""
-    return user_data.split('Content-Type: text/x-shellscript; charset="us-ascii"\n\n', 1)[1].rsplit("\n\n--", 1)[0] + "\n"
+def test_a_node_that_shuts_itself_down_is_terminated(every_type):
+    """node/batch_node.sh shuts down a host whose setup failed: EC2 then terminates it (the launch template's
+    InstanceInitiatedShutdownBehavior), so it leaves the compute environment instead of lingering stopped."""
+    for instance_type in SUPPORTED_TRAINING_TYPES:
+        assert Group(every_type, _name(instance_type)).launch_template["InstanceInitiatedShutdownBehavior"] == "terminate"
 
 
 def test_user_data_mounts_the_storage_stack_file_system(every_type):
@@ -623,10 +625,13 @@ def test_tasks_cannot_reach_the_instance_metadata(every_type, tmp_path):
     driver = versions.XLA_TRACK.driver
     (bindir / "rpm").write_text(f'#!/bin/sh\ncase "$*" in *aws-neuronx-dkms*) printf {driver} ;; esac\n')
     (bindir / "modprobe").write_text("#!/bin/sh\nexit 0\n")
+    # The program holds the ECS agent and lets it go at its end (tests/test_batch_node.py): never this machine's.
+    (bindir / "systemctl").write_text("#!/bin/sh\nexit 0\n")
+    (bindir / "shutdown").write_text("#!/bin/sh\nexit 0\n")
     for stand_in in bindir.iterdir():
         stand_in.chmod(0o755)
     for instance_type in SUPPORTED_TRAINING_TYPES:
-        values = node_files.split(_shell_part(Group(every_type, _name(instance_type)).user_data),
+        values = node_files.split(node_files.shell_part(Group(every_type, _name(instance_type)).user_data),
                                   "batch_node.sh", "lustre_client.sh")
         values = {k: v for k, v in values.items() if k != "EFA_INSTALLER_URL"}  # this machine has no EFA device
         config = tmp_path / "ecs.config"

@@ -216,6 +216,25 @@ def test_no_version_is_built_from_the_kubernetes_minor_by_formatting():
     assert not built, f"versions.py formats KUBERNETES_VERSION into a version at lines {built}"
 
 
+# -- the Batch nodes' EFA installer: a version and its published checksum ----------------------------------------
+
+def test_the_efa_installer_is_a_version_with_its_published_checksum():
+    version, digest = pins.efa_installer(versions)
+    assert version.name == "EFA_INSTALLER_VERSION" and version.verdict in (pins.OK, pins.BEHIND)
+    assert digest.name == "EFA_INSTALLER_SHA256" and digest.verdict == pins.OK
+    assert versions.EFA_INSTALLER_URL.endswith(f"/aws-efa-installer-{versions.EFA_INSTALLER_VERSION}.tar.gz")
+
+
+def test_an_efa_installer_checksum_or_url_that_is_not_the_published_one_fails():
+    [_, digest] = pins.efa_installer(_versions(EFA_INSTALLER_SHA256="0" * 64))
+    assert digest.verdict == pins.OUTSIDE and versions.EFA_INSTALLER_SHA256 in digest.upstream
+    latest = "https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz"
+    [url, _] = pins.efa_installer(_versions(EFA_INSTALLER_URL=latest))
+    assert url.verdict == pins.OUTSIDE
+    [_, unknown] = pins.efa_installer(_versions(EFA_INSTALLER_VERSION="1.99.0"))
+    assert unknown.verdict == pins.UNVERIFIED, "a version without a vendored checksum is never rated ok"
+
+
 # -- make pins -------------------------------------------------------------------------------------------------
 
 def test_make_pins_prints_every_pin_its_source_and_what_upstream_says():
@@ -228,6 +247,7 @@ def test_make_pins_prints_every_pin_its_source_and_what_upstream_says():
     assert rows["VOLCANO_CHART_VERSION"] == "ok" and rows["KARPENTER_VERSION"] == "ok"
     assert rows["EFA_DEVICE_PLUGIN_TAG"] == rows["NEURON_DEVICE_PLUGIN_IMAGE"] == rows["NEURON_SCHEDULER_IMAGE"] == "ok"
     assert rows["PARALLELCLUSTER_VERSION"] == "behind"
+    assert rows["EFA_INSTALLER_SHA256"] == "ok" and rows["EFA_INSTALLER_VERSION"] in ("ok", "behind")
     for name, version in versions.EKS_ADDON_VERSIONS[versions.KUBERNETES_VERSION].items():
         assert rows[f"EKS_ADDON_VERSIONS[{versions.KUBERNETES_VERSION}][{name}]"] == ("ok" if version else "unverified")
     assert "Volcano 1.15 is rated for Kubernetes 1.23 to 1.35 (github.com/volcano-sh/volcano" in out

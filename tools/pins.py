@@ -3,8 +3,8 @@
 The upstream data are the project's transcriptions in tests/data/upstream/ (and the Neuron release files in
 tests/data/), each naming its source (repository, path and commit, or page) and the day it was read: Volcano's
 compatibility matrix, Karpenter's compatibility.yaml, the EKS add-on versions per Kubernetes minor, the EFA
-device plugin chart and the Neuron Helm chart's values, the ParallelCluster versions the package index serves.
-Offline: nothing here calls AWS or the network.
+device plugin chart and the Neuron Helm chart's values, the ParallelCluster versions the package index serves,
+the EFA installer's published checksum. Offline: nothing here calls AWS or the network.
 
 Each pin gets one verdict:
   ok          the upstream data rate the combination the project ships (Kubernetes minor x the pin)
@@ -156,6 +156,33 @@ def parallelcluster(v: ModuleType) -> Iterator[Pin]:
     yield Pin("PARALLELCLUSTER_VERSION", version, VERSIONS_PY, verdict, says)
 
 
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def efa_installer(v: ModuleType) -> Iterator[Pin]:
+    """The Batch nodes' EFA installer: a version, never `latest`, and the SHA-256 AWS publishes for it."""
+    data = load("efa-installer.json")
+    src, newest = data["source"], data["newest"]
+    where = f"{src['repository']} {src['path']} ({src['commit'][:12]}, {src['date']})"
+    version, digest, url = v.EFA_INSTALLER_VERSION, v.EFA_INSTALLER_SHA256, v.EFA_INSTALLER_URL
+    if url != f"https://efa-installer.amazonaws.com/aws-efa-installer-{version}.tar.gz":
+        verdict, says = OUTSIDE, f"the installer URL {url} is not the one of version {version}"
+    elif _version_key(version) < _version_key(newest["version"]):
+        verdict, says = BEHIND, f"upstream ships {newest['version']}: {newest['what']}"
+    else:
+        verdict, says = OK, f"the newest known ({newest['what']})"
+    yield Pin("EFA_INSTALLER_VERSION", version, VERSIONS_PY, verdict, says)
+    published = data["checksums"].get(version)
+    if published is None:
+        verdict, says = UNVERIFIED, f"no published checksum of {version} vendored ({where})"
+    elif published == digest:
+        verdict, says = OK, f"the published SHA-256 of {version} ({where})"
+    else:
+        verdict, says = OUTSIDE, f"the published SHA-256 of {version} is {published}, not this ({where})"
+    yield Pin("EFA_INSTALLER_SHA256", digest, VERSIONS_PY, verdict, says)
+
+
 def per_minor_tables(v: ModuleType) -> Iterator[Pin]:
     """The pins that follow the Kubernetes minor: each a table keyed by the minor, read at the cluster's."""
     k8s = v.KUBERNETES_VERSION
@@ -188,7 +215,7 @@ def neuron_tracks(v: ModuleType) -> Iterator[Pin]:
 CHECKED = ("KUBERNETES_VERSION", "VOLCANO_CHART_VERSION", "KARPENTER_VERSION", "KARPENTER_CRD_HELM_REPOSITORY", "EFA_DEVICE_PLUGIN_TAG",
            "PARALLELCLUSTER_VERSION",
            "NEURON_DEVICE_PLUGIN_IMAGE", "NEURON_SCHEDULER_IMAGE", "EKS_AL2023_KUBERNETES_PATCH",
-           "KUBE_SCHEDULER_IMAGE", "CLUSTER_AUTOSCALER_IMAGE_TAG")
+           "KUBE_SCHEDULER_IMAGE", "CLUSTER_AUTOSCALER_IMAGE_TAG", "EFA_INSTALLER_VERSION")
 
 
 def other_pins(v: ModuleType) -> Iterator[Pin]:
@@ -207,7 +234,7 @@ def check(v: ModuleType | None = None) -> list[Pin]:
     kubernetes = Pin("KUBERNETES_VERSION", v.KUBERNETES_VERSION, VERSIONS_PY, PINNED,
                      "the minor every per-minor table and compatibility check below is read at")
     return [kubernetes, *volcano(v), *karpenter(v), *eks_addons(v), *device_plugins(v), *parallelcluster(v),
-            *per_minor_tables(v), *neuron_tracks(v), *other_pins(v)]
+            *efa_installer(v), *per_minor_tables(v), *neuron_tracks(v), *other_pins(v)]
 
 
 def render(pins: list[Pin]) -> str:

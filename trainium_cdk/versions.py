@@ -153,6 +153,19 @@ ECS_NEURON_AMI_PARAMETER_PREFIX = "/aws/service/ecs/optimized-ami/amazon-linux-2
 ECS_NEURON_AMI_NAME = "al2023-ami-ecs-neuron-hvm-2023.0.20260922-kernel-6.1-x86_64"
 
 
+# The EFA installer a Batch node runs when its AMI has no EFA kernel module (node/batch_node.sh): a version and
+# its SHA-256, never `aws-efa-installer-latest.tar.gz`, whose content moves under a running compute environment;
+# the node checks the digest before extracting and joins no cluster when it differs. 1.41.0 is the newest
+# version whose checksum could be cited on 2026-11-26: the SHA-256 below is the one AWS ParallelCluster pins
+# for it (aws/aws-parallelcluster-cookbook pull 2953, 2025-05-19, cookbooks/aws-parallelcluster-environment/
+# attributes/environment.rb), which that project copies from the EC2 user guide's table, "Verify the EFA
+# installer using a checksum" (efa-verify.html; pulls 1614 and 2396 say so). ParallelCluster 3.16.3 ships
+# 1.51.0, but no copy of that table or of its checksum was in reach (tests/data/upstream/efa-installer.json).
+EFA_INSTALLER_VERSION = "1.41.0"
+EFA_INSTALLER_SHA256 = "3506354cdfbe31ff552fe75f5d0d9bb7efd29cf79bd99457347d29c751c38f9f"
+EFA_INSTALLER_URL = f"https://efa-installer.amazonaws.com/aws-efa-installer-{EFA_INSTALLER_VERSION}.tar.gz"
+
+
 def ecs_neuron_ami_parameter(ami_name: str) -> str:
     """The public SSM parameter holding the image id of the ECS AL2023 Neuron AMI named ``ami_name``."""
     return f"{ECS_NEURON_AMI_PARAMETER_PREFIX}/{ami_name}/image_id"

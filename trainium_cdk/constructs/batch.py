@@ -224,6 +224,12 @@ class TrainiumBatch(Construct):
             image_id=image_id,
             user_data=node_user_data(spec, storage, driver=track.driver, metrics_deployment=metrics_deployment),
         )
+        # A node whose setup failed shuts itself down (node/batch_node.sh): terminated, not stopped, so that it
+        # leaves the compute environment. Batch ignores only a launch template's instance type, instance role,
+        # subnets, market options and API termination setting (Batch user guide, "Launch template support").
+        self.launch_template.resource.add_property_override(
+            "LaunchTemplateData.InstanceInitiatedShutdownBehavior", "terminate"
+        )
         self.metrics_deployment = metrics_deployment
         if roles is not None and metrics_deployment is not None and not roles.metrics:
             raise ConfigError("roles", roles.node.path, "roles made with metrics=True, as metrics_deployment is set")

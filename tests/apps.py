@@ -2,15 +2,21 @@
 
 Three apps cover every supported instance type once (trn2 types in us-east-2, where cfn-lint knows
 them) and every backend: EKS (Karpenter and managed node groups), Batch, ParallelCluster and the
-development instance.
+development instance. The pipeline app (a CDK Pipelines stack deploying the default app to two accounts)
+is synthesized once too, with cdk-nag's AwsSolutions pack (a finding not acknowledged fails its synth).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
-from tests.helpers import US_EAST_2, Synthesized, config_with, synth
+import aws_cdk as cdk
+import cdk_nag
+
+from tests.helpers import CDK_CONTEXT, US_EAST_2, Synthesized, config_with, new_outdir, synth
 
 ALL_BACKENDS = ["eks", "batch", "parallelcluster", "instance"]
 
@@ -45,3 +51,42 @@ VARIANTS: dict[str, dict[str, Any]] = {
 def synthesized(name: str) -> Synthesized:
     """The app of one variant, synthesized once per session (cdk-nag runs in test_quality)."""
     return synth(config_with(**VARIANTS[name]), nag=False)
+
+
+PIPELINE: dict[str, Any] = {
+    "repository": "my-org/ml-infra",
+    "account": "111111111111",
+    "connection_arn": "arn:aws:codeconnections:us-west-2:111111111111:connection/0a1b2c3d",
+    "environments": [
+        {"name": "dev", "account": "222222222222"},
+        {"name": "prod", "account": "333333333333", "manual_approval": True},
+    ],
+}
+PIPELINE_CONFIG_PATH = "config/ml-prod.yaml"
+
+
+@dataclass
+class SynthesizedPipeline:
+    stack: Any  # PipelineStack
+    assembly: cdk.cx_api.CloudAssembly
+    outdir: Path
+
+    def template_paths(self) -> list[Path]:
+        """The pipeline stack's template and every stage's (nested assemblies)."""
+        return sorted(self.outdir.rglob("*.template.json"))
+
+
+@cache
+def synthesized_pipeline() -> SynthesizedPipeline:
+    """The pipeline app, synthesized once per session with cdk-nag AwsSolutions."""
+    from trainium_cdk.stacks.pipeline_stack import PipelineStack
+
+    outdir = new_outdir()
+    app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
+    cdk.Validations.of(app).add_plugins(cdk_nag.AwsSolutionsChecks(app))  # raises on a finding
+    config = config_with(pipeline=PIPELINE)
+    stack = PipelineStack(
+        app, "t-pipeline", config=config, config_path=PIPELINE_CONFIG_PATH, overrides={"nodes": "4"},
+        env=cdk.Environment(region=config.region),
+    )
+    return SynthesizedPipeline(stack=stack, assembly=app.synth(), outdir=outdir)

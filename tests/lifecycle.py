@@ -19,6 +19,19 @@ Read from the synthesized templates before and after the change (never from the 
   pool sets no terminationGracePeriod, and ``expireAfter: Never`` leaves no forced expiry. Then the node
   is replaced after its job.
 
+- **EKS cluster version** (user guide, "Update existing cluster to new Kubernetes version"; AWS::EKS::Cluster
+  Version: "Update requires: No interruption"): the control plane moves one minor at a time, in place. EKS
+  moves nothing else: add-ons stay on the version they run ("Update an Amazon EKS add-on") unless their
+  AddonVersion moves, and managed node groups keep their release until it moves. CloudFormation updates a
+  resource after the resources it references, so add-ons and node groups that name the cluster move after the
+  control plane. The system node group holds no training job; rolling it moves Karpenter, Volcano and CoreDNS.
+- **Karpenter AMI aliases** (Karpenter docs, EC2NodeClass "amiSelectorTerms"; AL2023 alias resolution in
+  karpenter-provider-aws pkg/providers/amifamily): ``al2023@vYYYYMMDD`` resolves through the SSM parameter of
+  that release for the cluster's Kubernetes minor (``/aws/service/eks/optimized-ami/<minor>/amazon-linux-2023/
+  ...``): a new minor resolves another AMI with the same EC2NodeClass, and a node on an AMI its class no longer
+  resolves has drifted (docs, "Disruption": Drift). A deleted NodePool takes its NodeClaims, and their nodes,
+  with it (they are owned by the pool).
+
 - **EC2 instances** (the development instance; AWS::EC2::Instance, CloudFormation reference): a change of a
   create-only property (ImageId, SubnetId, ...) replaces the instance, and its root volume with it
   (DeleteOnTermination). An ImageId read from a custom resource (the DLAMI lookup) changes when that resource's
@@ -179,4 +192,111 @@ def instance_effects(before: dict[str, Any], after: dict[str, Any]) -> list[Effe
                 replaced.append(f"ImageId (from {source}, whose query changes)")
         if replaced:
             effects.append(Effect("instance", logical, True, f"replaced ({', '.join(replaced)} changes)"))
+    return effects
+
+
+# -- the cluster's own version: control plane, add-ons, system nodes, Karpenter's AMI resolution --------------
+
+
+@dataclass(frozen=True)
+class ControlPlaneUpdate:
+    before: str
+    after: str
+    refused: str | None  # why EKS refuses the update, if it does
+    moved_addons: tuple[str, ...]  # add-ons whose AddonVersion moves with it
+    kept_addons: tuple[str, ...]  # add-ons pinned to the same version for both minors
+    unpinned_addons: tuple[str, ...]  # add-ons without an AddonVersion: EKS leaves the old minor's build running
+    after_control_plane: bool  # every add-on and node group names the cluster: CloudFormation updates it after
+
+
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def _names(resource: dict[str, Any], logical: str) -> bool:
+    """Whether ``resource`` references ``logical`` (Ref, GetAtt or DependsOn): CloudFormation orders it after."""
+    depends = resource.get("DependsOn", [])
+    return logical in ([depends] if isinstance(depends, str) else depends) or (
+        f'"Ref": "{logical}"' in json.dumps(resource) or f'["{logical}",' in json.dumps(resource))
+
+
+def kubernetes_version(template: dict[str, Any]) -> str:
+    (cluster,) = _resources(template, "AWS::EKS::Cluster").values()
+    return str(cluster["Properties"]["Version"])
+
+
+def control_plane_update(before: dict[str, Any], after: dict[str, Any]) -> ControlPlaneUpdate | None:
+    """What deploying ``after`` does to the cluster of ``before``; None when its version does not move."""
+    (logical, _), = _resources(before, "AWS::EKS::Cluster").items()
+    old, new = kubernetes_version(before), kubernetes_version(after)
+    if old == new:
+        return None
+    (o_major, o_minor), (n_major, n_minor) = _minor(old), _minor(new)
+    refused = None
+    if (n_major, n_minor) < (o_major, o_minor):
+        refused = f"{old} -> {new}: EKS never downgrades a cluster"
+    elif n_major != o_major or n_minor - o_minor > 1:
+        refused = f"{old} -> {new}: EKS updates the control plane one minor at a time"
+    old_addons = {r["Properties"]["AddonName"]: r["Properties"] for r in _resources(before, "AWS::EKS::Addon").values()}
+    new_addons = {r["Properties"]["AddonName"]: r["Properties"] for r in _resources(after, "AWS::EKS::Addon").values()}
+    moved = tuple(sorted(n for n, p in new_addons.items() if p.get("AddonVersion")
+                         and p.get("AddonVersion") != old_addons.get(n, {}).get("AddonVersion")))
+    kept = tuple(sorted(n for n, p in new_addons.items() if n not in moved and p.get("AddonVersion")))
+    unpinned = tuple(sorted(n for n, p in new_addons.items() if not p.get("AddonVersion")))
+    dependents = [*_resources(after, "AWS::EKS::Addon").values(), *_resources(after, "AWS::EKS::Nodegroup").values()]
+    return ControlPlaneUpdate(old, new, refused, moved, kept, unpinned, all(_names(r, logical) for r in dependents))
+
+
+def system_nodegroup_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """What rolls the system node group (no training job; Karpenter, Volcano and CoreDNS move with it)."""
+    changed = []
+    new_groups = _resources(after, "AWS::EKS::Nodegroup")
+    for logical, resource in _resources(before, "AWS::EKS::Nodegroup").items():
+        old = resource["Properties"]
+        if "trainium-cdk/compute-group" in old.get("Labels", {}) or logical not in new_groups:
+            continue
+        new = new_groups[logical]["Properties"]
+        changed += sorted(k for k in {*old, *new} if k not in NODEGROUP_SCALING and old.get(k) != new.get(k))
+        if _lt_changed(before, after, old.get("LaunchTemplate", {}).get("Id")):
+            changed.append("LaunchTemplate (a new version)")
+    return changed
+
+
+def _karpenter_objects(manifests: list[dict[str, Any]]) -> dict[tuple[str, str], Any]:
+    """What drifts nodes: a NodePool's template (Karpenter hashes spec.template; its limits, weight and disruption
+    settings change nothing on the nodes: docs, "Disruption", Drift) and its EC2NodeClass."""
+    return {(o["kind"], o["metadata"]["name"]): o["spec"] for o in manifests if o.get("kind") in ("NodePool", "EC2NodeClass")}
+
+
+def _drifting(kind: str, spec: Any) -> Any:
+    return spec.get("template") if kind == "NodePool" and spec is not None else spec
+
+
+def karpenter_drift(
+    before: list[dict[str, Any]], after: list[dict[str, Any]], minors: tuple[str, str],
+    job_pod_annotations: list[dict[str, str]],
+) -> list[Effect]:
+    """The NodePools of ``before`` whose nodes a deploy of ``after`` drifts or deletes, on a cluster moving from
+    ``minors[0]`` to ``minors[1]``: a changed NodePool or EC2NodeClass, or an AMI alias that resolves per minor.
+    A drifted node waits for its job (karpenter_effects); a deleted pool's nodes go with it."""
+    old, new = _karpenter_objects(before), _karpenter_objects(after)
+    effects = []
+    for (kind, name), spec in old.items():
+        if kind != "NodePool":
+            continue
+        if ("NodePool", name) not in new:
+            effects.append(Effect("eks", f"nodepool/{name}", True, "the NodePool is deleted, and its nodes with it"))
+            continue
+        node_class = spec["template"]["spec"]["nodeClassRef"]["name"]
+        why = [k for k in (("NodePool", name), ("EC2NodeClass", node_class))
+               if _drifting(k[0], old.get(k)) != _drifting(k[0], new.get(k))]
+        aliases = [t["alias"] for t in old.get(("EC2NodeClass", node_class), {}).get("amiSelectorTerms", []) if "alias" in t]
+        if minors[0] != minors[1] and aliases and not why:
+            why.append(("AMI alias", f"{aliases[0]} resolves for Kubernetes {minors[1]}"))
+        if why:
+            (effect,) = karpenter_effects([o for o in after if o.get("kind") == "NodePool"
+                                           and o["metadata"]["name"] == name], job_pod_annotations)
+            effects.append(Effect("eks", effect.resource, effect.stops_jobs,
+                                  f"drift ({', '.join(k for k, _ in why)}): {effect.why}"))
     return effects

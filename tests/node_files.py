@@ -13,6 +13,12 @@ from pathlib import Path
 from trainium_cdk import node
 
 
+def shell_part(user_data: str) -> str:
+    """The shell script part of MIME multi-part user data (node.multipart's last part)."""
+    part = user_data.split('Content-Type: text/x-shellscript; charset="us-ascii"\n\n', 1)[1]
+    return part.rsplit("\n\n--", 1)[0] + "\n"
+
+
 def split(text: str, *names: str) -> dict[str, str]:
     """The header values of a generated program, checked to be followed by the files ``names`` byte for byte
     (before the header, a ``#!`` line and what the generator runs first, such as the Lustre client's tuning in

@@ -262,13 +262,15 @@ def test_user_data_is_mime_multipart_and_installs_what_is_missing(every_type, in
     values, program = group.setup
     assert node.source("batch_node.sh") + node.source("lustre_client.sh") in program
     assert values["NEURON_DRIVER"] == driver and values["NEURON_YUM_REPO"] == "https://yum.repos.neuron.amazonaws.com"
-    assert ("EFA_INSTALLER_URL" in values) == group.spec.has_efa
+    assert ("EFA_INSTALLER_URL" in values) == ("EFA_INSTALLER_SHA256" in values) == group.spec.has_efa
     assert "@tcp:/" in values["LUSTRE_SOURCE"] and values["LUSTRE_MOUNT_POINT"] == "/fsx"
 
 
-def _shell_part(user_data: str) -> str:
-    """The shell script part of the MIME user data."""
-    return user_data.split('Content-Type: text/x-shellscript; charset="us-ascii"\n\n', 1)[1].rsplit("\n\n--", 1)[0] + "\n"
+def test_a_node_that_shuts_itself_down_is_terminated(every_type):
+    """node/batch_node.sh shuts down a host whose setup failed: EC2 then terminates it (the launch template's
+    InstanceInitiatedShutdownBehavior), so it leaves the compute environment instead of lingering stopped."""
+    for instance_type in SUPPORTED_TRAINING_TYPES:
+        assert Group(every_type, _name(instance_type)).launch_template["InstanceInitiatedShutdownBehavior"] == "terminate"
 
 
 def test_user_data_mounts_the_storage_stack_file_system(every_type):
@@ -661,6 +663,9 @@ def test_tasks_cannot_reach_the_instance_metadata(every_type, tmp_path):
     driver = versions.XLA_TRACK.driver
     (bindir / "rpm").write_text(f'#!/bin/sh\ncase "$*" in *aws-neuronx-dkms*) printf {driver} ;; esac\n')
     (bindir / "modprobe").write_text("#!/bin/sh\nexit 0\n")
+    # The program holds the ECS agent and lets it go at its end (tests/test_batch_node.py): never this machine's.
+    (bindir / "systemctl").write_text("#!/bin/sh\nexit 0\n")
+    (bindir / "shutdown").write_text("#!/bin/sh\nexit 0\n")
     for stand_in in bindir.iterdir():
         stand_in.chmod(0o755)
     for instance_type in SUPPORTED_TRAINING_TYPES:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import cdk8s
 import pytest
 import yaml
@@ -16,6 +19,9 @@ from trainium_cdk.charts import NeuronDevicePlugin
 from trainium_cdk.errors import ConfigError
 
 NEURON_TOLERATIONS = [("CriticalAddonsOnly", "Exists", None), ("aws.amazon.com/neuron", "Exists", "NoSchedule")]
+# What the Neuron Helm chart pinned in versions.py deploys (its values, transcribed with their source).
+NEURON_HELM_CHART = json.loads(
+    (Path(__file__).parent / "data" / "upstream" / "device-plugins.json").read_text())["neuron_helm_chart"]
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +90,23 @@ def test_daemon_set(default):
     assert paths["/run"] == "/run"
     assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     assert set(c["resources"]["requests"]) == {"cpu", "memory"}
+
+
+def test_daemon_set_runs_what_the_neuron_helm_chart_runs(full):
+    """The image tags are the chart's, and the plugin gets the host paths, read-only mounts, priority and the
+    (non-SageMaker) tolerations the chart gives it; the scheduler extension listens where the chart's does."""
+    chart = NEURON_HELM_CHART
+    ds = one(full[1], "DaemonSet", "neuron-device-plugin")
+    assert container(ds)["image"] == chart["device_plugin"]["image"]
+    assert host_paths(ds) == chart["device_plugin"]["host_paths"]
+    read_only = {m["mountPath"] for m in container(ds)["volumeMounts"] if m.get("readOnly")}
+    assert read_only == set(chart["device_plugin"]["read_only"])
+    assert pod_spec(ds)["priorityClassName"] == chart["device_plugin"]["priority_class"]
+    upstream = [(t["key"], t["operator"], t.get("effect")) for t in chart["device_plugin"]["tolerations"]]
+    assert set(tolerations(ds)) == {t for t in upstream if not t[0].startswith("sagemaker.")}
+    extension = container(one(full[1], "Deployment", "k8s-neuron-scheduler"))
+    assert extension["image"] == chart["scheduler"]["image"]
+    assert {e["name"]: e["value"] for e in extension["env"]} == chart["scheduler"]["env"]
 
 
 def test_affinity_lists_the_catalog_neuron_types(default):

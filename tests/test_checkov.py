@@ -1,6 +1,7 @@
 """checkov (pinned in requirements-checkov.txt) over every synthesized template and every manifest in dist/.
 
-The apps of tests/apps.py (every backend, every supported instance type) and the dist/ each writes.
+The apps of tests/apps.py (every backend, every supported instance type, the pipeline app with its
+stages) and the dist/ each writes.
 A failed check must be fixed or waived in tests/checkov_waivers.yaml, with its resources and reason;
 a waiver that no longer matches anything fails too, so the file never outlives its findings.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.apps import VARIANTS, synthesized
+from tests.apps import VARIANTS, synthesized, synthesized_pipeline
 from tests.checkov_env import CheckovUnavailable, ensure_venv, scan
 from trainium_cdk.dist import write_dist
 
@@ -37,6 +38,9 @@ def report(tmp_path_factory):
         for path in result.template_paths():
             shutil.copy(path, root / "cfn" / f"{i}-{path.name}")
         write_dist(result.config, root / "dist" / str(i))
+    # The pipeline app: the pipeline stack and each stage's stacks (nested assemblies).
+    for path in synthesized_pipeline().template_paths():
+        shutil.copy(path, root / "cfn" / f"pipeline-{path.parent.name}-{path.name}")
     return {r["check_type"]: r for r in scan(root)}
 
 

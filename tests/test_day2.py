@@ -63,10 +63,13 @@ def _neuron_pin() -> Iterator[None]:
         training_image_tag="2.9.0-neuronx-py312-sdk2.29.2-ubuntu24.04",
         apt_packages={k: v.rsplit(".", 1)[0] + ".9" for k, v in old.apt_packages.items()},
         pip_packages={**old.pip_packages, "neuronx-cc": "2.24.9999.0"},
-        # A release brings its driver and the ECS Neuron AMI built with it: both are in the Batch nodes'
-        # launch template (the driver in the user data, the AMI as a parameter).
+        # A release brings its driver and the AMIs built with it, together: the ECS Neuron AMI and the driver are in
+        # the Batch nodes' launch template (the driver in the user data, the AMI as a parameter); on EKS the driver
+        # is the EKS AMI release's, so the release moves too (a stand-in date: which release carries a given driver
+        # is not in the data read here). Moving the runtime without it runs the new runtime on the old driver.
         driver=old.driver.rsplit(".", 1)[0] + ".9",
         ecs_neuron_ami=old.ecs_neuron_ami.replace("2023.0.2", "2023.0.3", 1),
+        eks_ami_release=NEXT_EKS_AMI_RELEASE,
         # And the development instance's DLAMI of that release (the lookup's query names it).
         dlami=versions.AmiQuery(old.dlami.name, "*Neuron SDK 2.29.2*"),
     )
@@ -78,6 +81,46 @@ def _neuron_pin() -> Iterator[None]:
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield
+
+
+# Stand-ins for releases the project has not pinned yet: the model needs a next one, not its number.
+NEXT_EKS_AMI_RELEASE = "v20261015"
+NEXT_KARPENTER = "1.15.1"
+NEXT_NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.99.0.0"
+# The EKS AMI release's Kubernetes 1.36 build: v20260930's is not in the data read here (versions.py), so a stand-in.
+KUBERNETES_1_36_AMI_PATCH = "1.36.2"
+
+
+@contextmanager
+def _kubernetes_1_36() -> Iterator[None]:
+    """The cluster's move from 1.35 to 1.36: versions.KUBERNETES_VERSION, which every per-minor table follows."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(versions, "KUBERNETES_VERSION", "1.36")
+        patch.setitem(versions.EKS_AL2023_KUBERNETES_PATCHES, "1.36", KUBERNETES_1_36_AMI_PATCH)  # type: ignore[index]
+        yield
+
+
+@contextmanager
+def _eks_ami_release() -> Iterator[None]:
+    """A new EKS AMI release for the track (the Trainium nodes' and the system nodes')."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(versions.NEURON_TRACKS, "xla", dataclasses.replace(versions.XLA_TRACK, eks_ami_release=NEXT_EKS_AMI_RELEASE))
+        yield
+
+
+@contextmanager
+def _karpenter() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(versions, "KARPENTER_VERSION", NEXT_KARPENTER)
+        yield
+
+
+@contextmanager
+def _device_plugin() -> Iterator[None]:
+    assert versions.NEURON_DEVICE_PLUGIN_IMAGE != NEXT_NEURON_DEVICE_PLUGIN_IMAGE, "the stand-in must be a change"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(versions, "NEURON_DEVICE_PLUGIN_IMAGE", NEXT_NEURON_DEVICE_PLUGIN_IMAGE)
+        yield
 
 
 def _add_group(raw: dict[str, Any]) -> None:
@@ -97,7 +140,15 @@ CHANGES: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[], Any]]] =
     "group_added": (_add_group, _nothing),
     "backend_added": (_add_backend, _nothing),
     "instance_type": (_changed(compute_groups__0__instance_type="trn1n.32xlarge"), _nothing),
+    "kubernetes_version": (lambda raw: None, _kubernetes_1_36),
+    "karpenter": (lambda raw: None, _karpenter),
+    "eks_ami_release": (lambda raw: None, _eks_ami_release),
+    "device_plugin": (lambda raw: None, _device_plugin),
+    # The reverse of group_added: deployed with the second group, then without it (pairs()).
+    "group_removed": (lambda raw: None, _nothing),
 }
+# Changes whose "before" is another change's "after".
+REVERSED = {"group_removed": "group_added"}
 
 # Stateful (or holding running jobs) resources and the properties whose change replaces them
 # (CloudFormation resource reference: "Update requires: Replacement"). A subnet, VPC or security
@@ -140,9 +191,19 @@ def base() -> Synthesized:
 def after() -> dict[str, Synthesized]:
     results = {}
     for name, (change, context) in CHANGES.items():
+        if name in REVERSED:
+            continue
         with context():
             results[name] = synth(_config(change), nag=False)
     return results
+
+
+@pytest.fixture(scope="module")
+def pairs(base, after) -> dict[str, tuple[Synthesized, Synthesized]]:
+    """Each change as (deployed, deployed after the change)."""
+    found = {name: (base, result) for name, result in after.items()}
+    found.update({name: (after[of], base) for name, of in REVERSED.items()})
+    return found
 
 
 def _get(properties: dict[str, Any], path: str) -> Any:
@@ -175,8 +236,8 @@ def replaced(before: Synthesized, now: Synthesized) -> list[str]:
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))
-def test_no_stateful_resource_is_replaced(base, after, change):
-    assert replaced(base, after[change]) == []
+def test_no_stateful_resource_is_replaced(pairs, change):
+    assert replaced(*pairs[change]) == []
 
 
 def test_the_replacement_check_sees_a_replacement(base):
@@ -203,8 +264,11 @@ def _nodegroups(result: Synthesized) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))
-def test_node_groups_roll_instead_of_being_replaced(base, after, change):
-    old, new = _nodegroups(base), _nodegroups(after[change])
+def test_node_groups_roll_instead_of_being_replaced(pairs, change):
+    old, new = (_nodegroups(r) for r in pairs[change])
+    if change == "group_removed":  # the removed group's node group goes; the other stays itself
+        assert len(set(old) - set(new)) == 1
+        old = {k: v for k, v in old.items() if k in new}
     assert set(old) <= set(new)
     for logical_id, props in old.items():
         for prop in NODEGROUP_REPLACED_BY:
@@ -216,10 +280,11 @@ def test_node_groups_roll_instead_of_being_replaced(base, after, change):
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))
-def test_eks_accepts_every_node_group_update(base, after, change):
+def test_eks_accepts_every_node_group_update(pairs, change):
     from tests.lifecycle import nodegroup_update_refusals
 
-    assert nodegroup_update_refusals(base.template_json("eks"), after[change].template_json("eks")) == []
+    before, now = pairs[change]
+    assert nodegroup_update_refusals(before.template_json("eks"), now.template_json("eks")) == []
 
 
 # The system node group as every release before its launch template deployed it: this logical id, no
@@ -269,9 +334,9 @@ def _cluster_configuration(result: Synthesized) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def policies(pcluster, base, after):
-    pairs = {name: (_cluster_configuration(base), _cluster_configuration(result)) for name, result in after.items()}
-    return update_changes(pairs, cluster_name="t-cluster")
+def policies(pcluster, pairs):
+    configurations = {name: (_cluster_configuration(b), _cluster_configuration(a)) for name, (b, a) in pairs.items()}
+    return update_changes(configurations, cluster_name="t-cluster")
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))
@@ -283,7 +348,8 @@ def test_no_parallelcluster_setting_unsupported_for_update_changes(policies, cha
 # Changes that ParallelCluster applies only with the compute fleet stopped (`pcluster update-compute-fleet
 # --status STOP_REQUESTED`): a new instance type is a new compute resource, and removing the old one
 # with running nodes needs QueueUpdateStrategy TERMINATE, which would kill running jobs.
-NEEDS_FLEET_STOPPED = {"instance_type": ["Scheduling.SlurmQueues[train].ComputeResources"]}
+NEEDS_FLEET_STOPPED = {"instance_type": ["Scheduling.SlurmQueues[train].ComputeResources"],
+                       "group_removed": ["Scheduling.SlurmQueues"]}
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))
@@ -317,6 +383,8 @@ def test_readme_tells_each_day2_change():
     words = {
         "nodes": "`nodes`", "max_nodes": "`max_nodes`", "image": "image", "neuron_pin": "Neuron pin",
         "group_added": "compute group added", "backend_added": "backend added", "instance_type": "instance type",
+        "kubernetes_version": "Kubernetes version", "karpenter": "Karpenter upgrade", "eks_ami_release": "EKS AMI release",
+        "device_plugin": "Neuron device plugin", "group_removed": "compute group removed",
     }
     assert sorted(words) == sorted(CHANGES)
     for change, word in words.items():
@@ -334,7 +402,7 @@ def _running_jobs_effects(base: Synthesized, now: Synthesized) -> list[Any]:
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))
-def test_the_day2_table_says_where_a_change_stops_running_jobs(base, after, policies, change):
+def test_the_day2_table_says_where_a_change_stops_running_jobs(pairs, policies, change):
     """The README's table (trainium_cdk/day2.py) against each service's rules on the templates: Batch
     infrastructure updates and managed node group rolls (tests/lifecycle.py), ParallelCluster's own update
     policies (a change it applies only with the compute fleet stopped). Karpenter waits for the job:
@@ -342,12 +410,13 @@ def test_the_day2_table_says_where_a_change_stops_running_jobs(base, after, poli
     from trainium_cdk import day2
 
     (row,) = [c for c in day2.CHANGES if c.key == change]
-    model = {"eks-managed" if e.backend == "eks" else e.backend
-             for e in _running_jobs_effects(base, after[change]) if e.stops_jobs}
+    effects = _running_jobs_effects(*pairs[change])
+    model = {"eks-managed" if e.backend == "eks" else e.backend for e in effects if e.stops_jobs}
     if any(c.running != "SUCCEEDED" for c in policies[change]):
         model.add("parallelcluster")
-    # The development instance's column: test_the_day2_table_says_where_a_change_replaces_the_development_instance.
-    assert set(row.stops) - {"instance"} == model, (change, [e for e in _running_jobs_effects(base, after[change]) if e.stops_jobs])
+    # The development instance's column: test_the_day2_table_says_where_a_change_replaces_the_development_instance;
+    # Karpenter's: test_the_day2_table_says_where_karpenter_stops_running_jobs.
+    assert set(row.stops) - {"instance", "eks-karpenter"} == model, (change, [e for e in effects if e.stops_jobs])
 
 
 def test_the_readme_holds_the_generated_day2_table():
@@ -358,6 +427,14 @@ def test_the_readme_holds_the_generated_day2_table():
     text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert day2.block() in text, "run: make docs"
     assert sorted(c.key for c in day2.CHANGES) == sorted(CHANGES)
+
+
+def test_the_lifecycle_model_sees_a_removed_group_stop_its_jobs(pairs):
+    """Removing a group deletes its managed node group and its Batch compute environment (their jobs stop); the
+    other group's resources stay as they are."""
+    effects = _running_jobs_effects(*pairs["group_removed"])
+    assert sorted((e.backend, e.why) for e in effects) == [
+        ("batch", "the compute environment is deleted"), ("eks", "the node group is deleted")]
 
 
 def test_a_pin_change_lets_batch_jobs_run_five_days_then_stops_them(base, after):
@@ -418,14 +495,14 @@ def instance_pairs() -> dict[str, tuple[Synthesized, Synthesized]]:
     before = synth(_config(only_instance(lambda raw: None)), nag=False)
     pairs = {}
     for name, (change, context) in CHANGES.items():
-        if name == "backend_added":
+        if name in ("backend_added", *REVERSED):  # a group's removal: group_added's pair, reversed
             continue
         with context():
             pairs[name] = (before, synth(_config(only_instance(change)), nag=False))
     return pairs
 
 
-@pytest.mark.parametrize("change", sorted(set(CHANGES) - {"backend_added"}))
+@pytest.mark.parametrize("change", sorted(set(CHANGES) - {"backend_added", *REVERSED}))
 def test_the_day2_table_says_where_a_change_replaces_the_development_instance(instance_pairs, change):
     """A pin change makes the DLAMI lookup run again (another SDK release in its query): the instance gets
     another ImageId, which CloudFormation applies by replacing it (tests/lifecycle.py). Nothing else does."""

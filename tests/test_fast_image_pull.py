@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import resources, synth
+from tests.helpers import resources, synth, template_text
 from tests.test_neuron_tracks import RAW as TRACK_RAW
 from tests.test_neuron_tracks import _manifest_objects
 from tests.test_node_programs import shellcheck
@@ -49,14 +49,25 @@ def node_configs(user_data: str) -> list[dict[str, Any]]:
     return found
 
 
-def prepulled(user_data: str) -> list[str]:
-    """The images the user data's pre-pull part pulls at boot (none without one)."""
+def prepulled(user_data: str, template: dict[str, Any] | None = None) -> list[str]:
+    """The images the user data's pre-pull part pulls at boot (none without one): it names an SSM parameter,
+    whose value in ``template`` lists them (the parameter's name when no template is given)."""
     found = []
     for content_type, body in parts(user_data):
         if content_type == eks_user_data.SHELL_CONTENT_TYPE and "trn-prepull-images" in body:
-            (line,) = [x for x in body.splitlines() if x.startswith(f"{eks_user_data.PREPULL_IMAGES_VARIABLE}=")]
-            found += shlex.split(line.split("=", 1)[1])[0].split()
+            (line,) = [x for x in body.splitlines() if x.startswith(f"{eks_user_data.PREPULL_PARAMETER_VARIABLE}=")]
+            name = shlex.split(line.split("=", 1)[1])[0]
+            if template is None:
+                found.append(name)
+                continue
+            (value,) = [r["Properties"]["Value"] for r in resources(template, "AWS::SSM::Parameter").values()
+                        if r["Properties"].get("Name") == name]
+            found += template_text(value).split()
     return found
+
+
+# The image URIs of CDK assets, known only at deploy (a token in the template).
+DEPLOY_TIME = "<token>"
 
 
 def _schema() -> dict[str, Any]:
@@ -88,7 +99,7 @@ def test_our_node_config_is_one_nodeadm_accepts():
 def test_parts_join_in_one_document_node_config_first():
     """Features add parts; mime() joins them, NodeConfig parts first (nodeadm merges them in order)."""
     assert eks_user_data.mime([]) is None
-    assert eks_user_data.node_config_parts(fast_image_pull=False) == [] == eks_user_data.prepull_parts([])
+    assert eks_user_data.node_config_parts(fast_image_pull=False) == [] == eks_user_data.prepull_parts(None)
     assert eks_user_data.root_volume_throughput(fast_image_pull=False) is None
     shell = (eks_user_data.SHELL_CONTENT_TYPE, "#!/bin/bash\necho tuned\n")
     text = eks_user_data.mime([shell, *eks_user_data.node_config_parts(fast_image_pull=True)]) or ""
@@ -129,16 +140,14 @@ def test_karpenter_nodes_pull_the_tracks_image_fast_from_boot(karpenter):
         assert node_config["spec"]["featureGates"] == {"FastImagePull": True}
         # The track's Neuron image, the base every image of the project is built FROM, then the config's own.
         image = f"public.ecr.aws/neuron/pytorch-training-neuronx:{versions.NEURON_TRACKS[track].training_image_tag}"
-        assert prepulled(spec["userData"]) == [image, OWN_IMAGE]
+        # Then the example images, CDK assets whose URIs are known at deploy: the list is a parameter's value.
+        (first, own, *examples) = prepulled(spec["userData"], template)
+        assert [first, own] == [image, OWN_IMAGE] and examples and set(examples) == {DEPLOY_TIME}
         assert config.neuron_track.name == track
         (script,) = [b for t, b in parts(spec["userData"]) if t == eks_user_data.SHELL_CONTENT_TYPE]
         assert shellcheck(script, "bash") == ""
     # The nodes may pull from ECR: the node role the node classes name carries the ECR read policy.
-    refs = {json.dumps(resource["Properties"]["Manifest"]) for resource in
-            resources(template, "Custom::AWSCDK-EKS-KubernetesResource").values()
-            if "EC2NodeClass" in json.dumps(resource["Properties"]["Manifest"])}
-    roles = [logical for logical, r in resources(template, "AWS::IAM::Role").items()
-             if any(f'"Ref": "{logical}"' in text for text in refs)]
+    roles = _node_class_roles(template)
     assert roles
     for logical in roles:
         assert ECR_READ in json.dumps(template["Resources"][logical]["Properties"]["ManagedPolicyArns"])
@@ -150,7 +159,7 @@ def test_karpenter_nodes_without_either_cut_get_no_user_data_of_ours():
         spec = node_class["spec"]
         assert "userData" not in spec and "throughput" not in spec["blockDeviceMappings"][0]["ebs"]
     # Each cut alone: the other's part goes.
-    (node_class, *_) = _node_classes(_config("xla"))[1]  # the pre-pull is opt-in (the default: off)
+    (node_class, *_) = _node_classes(_config("xla", prepull_images=False))[1]
     assert prepulled(node_class["spec"]["userData"]) == [] and node_configs(node_class["spec"]["userData"])
 
 
@@ -179,7 +188,7 @@ def test_managed_node_groups_pull_fast_from_boot(managed):
         assert isinstance(text, str), data["UserData"]
         (node_config,) = node_configs(text)
         validate_node_config(node_config)
-        assert prepulled(text) == [versions.neuron_public_training_image("xla"), OWN_IMAGE]
+        assert prepulled(text, template)[:2] == [versions.neuron_public_training_image("xla"), OWN_IMAGE]
         role = group["NodeRole"]["Fn::GetAtt"][0]
         assert ECR_READ in json.dumps(template["Resources"][role]["Properties"]["ManagedPolicyArns"])
 
@@ -197,10 +206,12 @@ def test_batch_nodes_keep_their_own_user_data_and_volume():
 
 # -- the pre-pull script, run against stand-ins ----------------------------------------------------------------
 
-STAND_IN = '#!/bin/bash\necho "$(basename "$0") $*" >> "$CALLS"\n[[ "$(basename "$0")" != aws ]] || echo secret\n'
+# aws answers the parameter's value for ssm get-parameter, a password for ecr get-login-password.
+STAND_IN = ('#!/bin/bash\necho "$(basename "$0") $*" >> "$CALLS"\n'
+            'if [[ "$(basename "$0")" == aws ]]; then [[ "$1" == ssm ]] && echo "$IMAGES" || echo secret; fi\n')
 
 
-def _run(tmp_path: Path, script: str, *args: str, containerd: str) -> list[str]:
+def _run(tmp_path: Path, script: str, *args: str, containerd: str, images: str = "") -> list[str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name in ("systemd-run", "aws", "nerdctl"):
@@ -210,7 +221,7 @@ def _run(tmp_path: Path, script: str, *args: str, containerd: str) -> list[str]:
     (tmp_path / "part").write_text(script)
     calls = tmp_path / "calls"
     calls.write_text("")
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls),
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls), "IMAGES": images,
            "TRN_CONTAINERD_CONFIG": str(tmp_path / "config.toml")}
     subprocess.run(["bash", str(tmp_path / "part"), *args], check=True, env=env, capture_output=True, text=True)
     return calls.read_text().splitlines()
@@ -227,9 +238,13 @@ def test_the_prepull_hands_itself_to_systemd_after_nodeadm_run_and_pulls_where_k
     assert "--property=After=nodeadm-run.service" in boot and boot.endswith(f"{tmp_path / 'part'} --pull")
     # In that unit: into containerd's k8s.io namespace (the CRI's) and the snapshotter nodeadm gave the CRI;
     # a login for the private ECR registry only.
-    calls = _run(tmp_path, script, "--pull", containerd='[plugins]\nsnapshotter = "soci"\n')
     base = versions.neuron_public_training_image("xla")
-    # The login is a pipeline (aws ecr get-login-password | nerdctl login): its two commands start together.
+    images = f"{base} {OWN_IMAGE}"
+    calls = _run(tmp_path, script, "--pull", containerd='[plugins]\nsnapshotter = "soci"\n', images=images)
+    # The images from the deployment's parameter, in its region; the login is a pipeline (aws ecr
+    # get-login-password | nerdctl login): its two commands start together.
+    assert calls.pop(0) == ("aws ssm get-parameter --region us-west-2 --name /trainium-eks/prepull-images "
+                            "--query Parameter.Value --output text")
     assert [calls[0], sorted(calls[1:3]), calls[3]] == [
         f"nerdctl --namespace k8s.io pull --snapshotter soci --quiet {base}",
         ["aws ecr get-login-password --region us-west-2",
@@ -237,4 +252,33 @@ def test_the_prepull_hands_itself_to_systemd_after_nodeadm_run_and_pulls_where_k
         f"nerdctl --namespace k8s.io pull --snapshotter soci --quiet {OWN_IMAGE}",
     ]
     assert len(calls) == 4
-    assert _run(tmp_path, script, "--pull", containerd="")[0].startswith("nerdctl --namespace k8s.io pull --snapshotter overlayfs ")
+    assert _run(tmp_path, script, "--pull", containerd="", images=images)[1].startswith(
+        "nerdctl --namespace k8s.io pull --snapshotter overlayfs ")
+
+
+def test_the_nodes_may_read_the_image_list_and_nothing_else_of_ssm(karpenter, managed):
+    """The pre-pull reads its list with the node's own role: every Trainium node role may get that one parameter."""
+    on, managed_template, groups = managed
+    for template, roles in [(karpenter[2], _node_class_roles(karpenter[2])),
+                            (managed_template, [g["NodeRole"]["Fn::GetAtt"][0] for g in groups] if on else [])]:
+        (parameter,) = [k for k, r in resources(template, "AWS::SSM::Parameter").items()
+                        if r["Properties"].get("Name") == "/trainium-eks/prepull-images"] if roles else [None]
+        for role in roles:
+            statements = [s for p in resources(template, "AWS::IAM::Policy").values()
+                          if {"Ref": role} in p["Properties"]["Roles"]
+                          for s in p["Properties"]["PolicyDocument"]["Statement"]
+                          if any(a.startswith("ssm:") for a in _list(s["Action"]))]
+            (statement,) = statements
+            assert "ssm:GetParameter" in statement["Action"] and statement["Effect"] == "Allow"
+            assert parameter in json.dumps(statement["Resource"])
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _node_class_roles(template: dict[str, Any]) -> list[str]:
+    refs = {json.dumps(resource["Properties"]["Manifest"]) for resource in
+            resources(template, "Custom::AWSCDK-EKS-KubernetesResource").values()
+            if "EC2NodeClass" in json.dumps(resource["Properties"]["Manifest"])}
+    return [logical for logical in resources(template, "AWS::IAM::Role") if any(f'"Ref": "{logical}"' in t for t in refs)]

@@ -4,6 +4,7 @@ generates from them, passes shellcheck; a generated text carries its files byte 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -39,8 +40,8 @@ def dialect_of(text: str) -> str:
 
 def test_the_folder_has_the_programs():
     assert {p.name for p in SCRIPTS} == {
-        "launcher.sh", "lustre_client.sh", "lustre_tuning.sh", "slurm_prolog.sh", "batch_node.sh", "prepull_images.sh",
-        "batch_bootstrap.sh"}
+        "launcher.sh", "lustre_client.sh", "lustre_client_boot.sh", "lustre_tuning.sh", "slurm_prolog.sh", "batch_node.sh",
+        "prepull_images.sh", "batch_bootstrap.sh"}
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
@@ -56,9 +57,11 @@ def test_the_launcher_as_jobs_run_it_passes_shellcheck_and_dash_parses_it():
     assert subprocess.run(["sh", "-n", "-c", LAUNCHER], check=False).returncode == 0
 
 
+@pytest.mark.parametrize("at_boot", [False, True], ids=["batch", "development instance"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_the_lustre_client_as_user_data_carries_it_passes_shellcheck(family):
-    assert shellcheck(mount_script(family, "fs-0123.fsx.us-west-2.amazonaws.com", "abcd"), "bash") == ""
+def test_the_lustre_client_as_user_data_carries_it_passes_shellcheck(family, at_boot):
+    text = mount_script(family, "fs-0123.fsx.us-west-2.amazonaws.com", "abcd", at_boot=at_boot)
+    assert shellcheck(text, "bash") == ""
 
 
 def test_the_slurm_prolog_as_the_head_node_installs_it_passes_shellcheck():
@@ -108,6 +111,31 @@ def test_the_user_data_as_synthesized_passes_shellcheck():
     assert any(name.endswith("/setup") for name, _ in checked) and any("/t-instance." in name for name, _ in checked)
     problems = {name: found for name, text in checked if (found := shellcheck(text, "bash"))}
     assert not problems, problems
+
+
+# What a node fetches by a moving name: a URL (http, https, s3) with "latest" in it, such as the EFA installer's
+# aws-efa-installer-latest.tar.gz, or an image's :latest tag. Its content changes under a running cluster, so
+# that two nodes of one group run different software (versions.py pins each by version instead). Documentation
+# pages (docs.aws.amazon.com/.../latest/...) are read by people, never fetched.
+LATEST_ARTEFACT = re.compile(
+    r"(?:https?|s3)://(?!docs\.aws\.amazon\.com/)[^\s\"'\\]*latest[^\s\"'\\]*|[\w.-]+(?:/[\w.-]+)+:latest\b", re.I
+)
+# Every program a node or a host runs at boot: the node folder, ParallelCluster's setup scripts.
+HOST_PROGRAMS = sorted({*node.FOLDER.glob("*.sh"), *node.FOLDER.glob("*.py"), *node.FOLDER.glob("*.yaml"),
+                        *(node.FOLDER.parent / "parallelcluster").glob("*.sh")})
+
+
+def test_no_user_data_or_node_program_of_any_backend_fetches_a_latest_artefact():
+    """Every template of every variant (the user data of Batch, EKS and development instances, the Karpenter node
+    classes, the ParallelCluster configuration) and every program a host runs."""
+    texts = {p.name: p.read_text() for p in HOST_PROGRAMS}
+    assert {"batch_node.sh", "neuron_setup.sh", "eks_node_config.yaml"} <= set(texts)
+    texts |= {f"{variant}/{path.name}": path.read_text() for variant in VARIANTS
+              for path in synthesized(variant).template_paths()}
+    found = {name: hits for name, text in texts.items() if (hits := LATEST_ARTEFACT.findall(text))}
+    assert not found, found
+    assert LATEST_ARTEFACT.findall("curl -fsSLO https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz")
+    assert LATEST_ARTEFACT.findall('"Image": "public.ecr.aws/neuron/neuron-monitor:latest"')
 
 
 def test_a_generated_program_is_its_header_then_the_files_byte_for_byte():

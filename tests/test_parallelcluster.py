@@ -420,6 +420,22 @@ def test_a_running_cluster_takes_the_lustre_tuning_as_an_update(pcluster):
     assert [c.path for c in changes if c.policy == "UNSUPPORTED"] == []
 
 
+def test_a_running_cluster_takes_the_shared_venv_and_the_cache_group_as_an_update(pcluster):
+    """Issue 32 moved the venv out of /home/ubuntu and gave the head node the compile cache's group: new setup
+    arguments for the head node's OnNodeUpdated and the queues' OnNodeConfigured (drained), none refused."""
+    from trainium_cdk.parallelcluster.configuration import VENV
+
+    ids = concrete_ids(EVERY_TYPE)
+    after = cluster_configuration(EVERY_TYPE, ids)
+    before = json.loads(json.dumps(after).replace(VENV, "/home/ubuntu/neuron-venv"))
+    head_args = before["HeadNode"]["CustomActions"]["OnNodeUpdated"]["Args"]
+    at = head_args.index("--cache-group")
+    del head_args[at:at + 2]
+    changes = update_changes({"moved": (before, after)}, cluster_name="t-cluster")["moved"]
+    assert any("OnNodeUpdated" in c.path for c in changes) and any("OnNodeConfigured" in c.path for c in changes)
+    assert [c.path for c in changes if c.policy == "UNSUPPORTED"] == []
+
+
 def test_queues_update_by_draining(every_type):
     scheduling = _cluster(every_type)["ClusterConfiguration"]["Scheduling"]
     assert scheduling["SlurmSettings"] == {"QueueUpdateStrategy": "DRAIN"}

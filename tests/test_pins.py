@@ -130,6 +130,23 @@ UNVERIFIED_ADDONS = sorted(
 )
 
 
+def test_addons_without_a_user_guide_row_carry_the_version_their_sources_give():
+    """The User Guide has no 1.35 row for vpc-cni and no table for the Pod Identity and node monitoring agents: their
+    1.35 pins are versions public 1.35 configurations pin (each named with what kind of figure it is); the FSx CSI
+    driver and CloudWatch observability have no source, so they stay unpinned and say why."""
+    assert {name: versions.eks_addon_version(name, "1.35") for name in
+            ("vpc-cni", "eks-pod-identity-agent", "eks-node-monitoring-agent")} == {
+        "vpc-cni": "v1.21.1-eksbuild.5", "eks-pod-identity-agent": "v1.3.10-eksbuild.2",
+        "eks-node-monitoring-agent": "v1.6.2-eksbuild.1"}
+    vendored = json.loads((UPSTREAM / "eks-addon-versions.json").read_text())["addons"]
+    for name, entry in vendored.items():
+        if any(v is None for v in entry["versions"].values()):
+            assert entry.get("missing"), name
+        if "figure" in entry:
+            assert entry["sources"] and all(entry["figure"] and source for source in entry["sources"]), name
+    assert UNVERIFIED_ADDONS == ["amazon-cloudwatch-observability", "aws-fsx-csi-driver"]
+
+
 @pytest.mark.xfail(bool(UNVERIFIED_ADDONS), strict=True,
                    reason=f"no upstream figure read for {', '.join(UNVERIFIED_ADDONS)} on Kubernetes "
                    f"{versions.KUBERNETES_VERSION} (tests/data/upstream/eks-addon-versions.json): they take EKS's default")
@@ -144,6 +161,26 @@ def test_vpc_cni_overwrites_the_self_managed_cni(templates):
               for r in resources(t, "AWS::EKS::Addon").values()}
     assert addons["vpc-cni"]["ResolveConflicts"] == "OVERWRITE"
     assert {n for n, a in addons.items() if "ResolveConflicts" in a} == {"vpc-cni"}
+
+
+# -- device plugins and ParallelCluster ----------------------------------------------------------------------------
+
+def test_neuron_images_are_the_tags_of_the_neuron_helm_chart():
+    """Chart 1.10.0 pins 2.32.0.0 for the device plugin and the scheduler extension; 1.9.0's 2.31.0.0 is not it."""
+    found = {p.name: p for p in pins.device_plugins(versions)}
+    for name in ("NEURON_DEVICE_PLUGIN_IMAGE", "NEURON_SCHEDULER_IMAGE"):
+        assert found[name].verdict == pins.OK, found[name]
+        assert found[name].value.endswith(":2.32.0.0") and "Neuron Helm chart 1.10.0" in found[name].upstream
+    old = _versions(NEURON_DEVICE_PLUGIN_IMAGE="public.ecr.aws/neuron/neuron-device-plugin:2.31.0.0")
+    assert {p.name: p.verdict for p in pins.device_plugins(old)}["NEURON_DEVICE_PLUGIN_IMAGE"] == pins.OUTSIDE
+
+
+def test_parallelcluster_moves_only_to_a_version_the_package_index_serves():
+    [pin] = pins.parallelcluster(versions)
+    assert (pin.value, pin.verdict) == ("3.16.1", pins.BEHIND)
+    assert "3.16.3 released 2026-11-17" in pin.upstream and "newest served 3.16.1" in pin.upstream
+    [unserved] = pins.parallelcluster(_versions(PARALLELCLUSTER_VERSION="3.16.3"))
+    assert unserved.verdict == pins.OUTSIDE, "a pin the index does not serve cannot install .venv-pcluster"
 
 
 # -- Karpenter's CRDs from their own chart ---------------------------------------------------------------------
@@ -179,6 +216,25 @@ def test_no_version_is_built_from_the_kubernetes_minor_by_formatting():
     assert not built, f"versions.py formats KUBERNETES_VERSION into a version at lines {built}"
 
 
+# -- the Batch nodes' EFA installer: a version and its published checksum ----------------------------------------
+
+def test_the_efa_installer_is_a_version_with_its_published_checksum():
+    version, digest = pins.efa_installer(versions)
+    assert version.name == "EFA_INSTALLER_VERSION" and version.verdict in (pins.OK, pins.BEHIND)
+    assert digest.name == "EFA_INSTALLER_SHA256" and digest.verdict == pins.OK
+    assert versions.EFA_INSTALLER_URL.endswith(f"/aws-efa-installer-{versions.EFA_INSTALLER_VERSION}.tar.gz")
+
+
+def test_an_efa_installer_checksum_or_url_that_is_not_the_published_one_fails():
+    [_, digest] = pins.efa_installer(_versions(EFA_INSTALLER_SHA256="0" * 64))
+    assert digest.verdict == pins.OUTSIDE and versions.EFA_INSTALLER_SHA256 in digest.upstream
+    latest = "https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz"
+    [url, _] = pins.efa_installer(_versions(EFA_INSTALLER_URL=latest))
+    assert url.verdict == pins.OUTSIDE
+    [_, unknown] = pins.efa_installer(_versions(EFA_INSTALLER_VERSION="1.99.0"))
+    assert unknown.verdict == pins.UNVERIFIED, "a version without a vendored checksum is never rated ok"
+
+
 # -- make pins -------------------------------------------------------------------------------------------------
 
 def test_make_pins_prints_every_pin_its_source_and_what_upstream_says():
@@ -189,12 +245,14 @@ def test_make_pins_prints_every_pin_its_source_and_what_upstream_says():
     rows = {line.split()[1]: line.split()[0] for line in out.splitlines() if line and not line.startswith(" ")
             and not line.startswith("pins:")}
     assert rows["VOLCANO_CHART_VERSION"] == "ok" and rows["KARPENTER_VERSION"] == "ok"
-    assert rows["EFA_DEVICE_PLUGIN_TAG"] == "ok"
+    assert rows["EFA_DEVICE_PLUGIN_TAG"] == rows["NEURON_DEVICE_PLUGIN_IMAGE"] == rows["NEURON_SCHEDULER_IMAGE"] == "ok"
+    assert rows["PARALLELCLUSTER_VERSION"] == "behind"
+    assert rows["EFA_INSTALLER_SHA256"] == "ok" and rows["EFA_INSTALLER_VERSION"] in ("ok", "behind")
     for name, version in versions.EKS_ADDON_VERSIONS[versions.KUBERNETES_VERSION].items():
         assert rows[f"EKS_ADDON_VERSIONS[{versions.KUBERNETES_VERSION}][{name}]"] == ("ok" if version else "unverified")
     assert "Volcano 1.15 is rated for Kubernetes 1.23 to 1.35 (github.com/volcano-sh/volcano" in out
     assert "[pinned in trainium_cdk/versions.py]" in out
-    assert {"CDK_CLI_VERSION", "PARALLELCLUSTER_VERSION", "KUBERNETES_VERSION"} <= set(rows)
+    assert {"CDK_CLI_VERSION", "KUBERNETES_VERSION"} <= set(rows)
     assert out.splitlines()[-1].startswith("pins: ") and " 0 OUTSIDE" in out.splitlines()[-1]
 
 

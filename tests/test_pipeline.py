@@ -6,37 +6,18 @@ import json
 from pathlib import Path
 
 import aws_cdk as cdk
-import cdk_nag
 import pytest
 
-from tests.helpers import CDK_CONTEXT, cfn_lint_errors, config_with, new_outdir, resources
+from tests.apps import PIPELINE, synthesized_pipeline
+from tests.helpers import cfn_lint_errors, config_with, resources
 from trainium_cdk.config import ConfigError
-from trainium_cdk.stacks.pipeline_stack import PipelineStack, cli_version
-
-PIPELINE = {
-    "repository": "my-org/ml-infra",
-    "account": "111111111111",
-    "connection_arn": "arn:aws:codeconnections:us-west-2:111111111111:connection/0a1b2c3d",
-    "environments": [
-        {"name": "dev", "account": "222222222222"},
-        {"name": "prod", "account": "333333333333", "manual_approval": True},
-    ],
-}
-CONFIG_PATH = "config/ml-prod.yaml"
+from trainium_cdk.stacks.pipeline_stack import cli_version
 
 
 @pytest.fixture(scope="module")
 def synthesized():
-    outdir = new_outdir()
-    app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
-    cdk.Validations.of(app).add_plugins(cdk_nag.AwsSolutionsChecks(app))  # raises on a finding
-    config = config_with(pipeline=PIPELINE)
-    stack = PipelineStack(
-        app, "t-pipeline", config=config, config_path=CONFIG_PATH, overrides={"nodes": "4"},
-        env=cdk.Environment(region=config.region),
-    )
-    assembly = app.synth()
-    return stack, assembly, outdir
+    result = synthesized_pipeline()
+    return result.stack, result.assembly, result.outdir
 
 
 def _template(assembly) -> dict:
@@ -110,7 +91,7 @@ def test_smoke_step_runs_in_the_stage_account(synthesized):
     # The step's own role may only assume those roles.
     policies = json.dumps(resources(template, "AWS::IAM::Policy"))
     assert "sts:AssumeRole" in policies and "ec2:DescribeVpcs" not in policies
-    # Each stage creates its role, trusting the pipeline account, with describe calls only.
+    # Each stage creates its role, trusting the smoke steps' role, with describe calls only.
     for name, account in (("dev", "222222222222"), ("prod", "333333333333")):
         stage_stack = stack.stages[name].smoke
         template = cdk.assertions.Template.from_stack(stage_stack).to_json()
@@ -163,3 +144,57 @@ def test_deploy_roles_are_the_target_accounts_bootstrap_roles(synthesized):
 def test_pipeline_needs_its_config_section():
     with pytest.raises(ConfigError, match="pipeline.environments"):
         config_with(pipeline={**PIPELINE, "environments": []})
+
+
+def _statements(template: dict) -> list[tuple[str, dict]]:
+    return [
+        (logical_id, statement)
+        for logical_id, policy in resources(template, "AWS::IAM::Policy").items()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_no_policy_starts_builds_outside_the_pipeline(synthesized):
+    """CDK Pipelines gives its asset roles codebuild:StartBuild on `*`: with a buildspec override, a build
+    would run as any project's role in the pipeline account. Every codebuild grant names the pipeline's
+    own projects."""
+    _, assembly, _ = synthesized
+    template = _template(assembly)
+    projects = {
+        json.dumps({"Fn::GetAtt": [logical_id, "Arn"]}) for logical_id in resources(template, "AWS::CodeBuild::Project")
+    }
+    starts = [(lid, s) for lid, s in _statements(template) if "codebuild:StartBuild" in json.dumps(s["Action"])]
+    assert {lid.split("DefaultPolicy")[0] for lid, _ in starts} >= {
+        "PipelineAssetsFileRole", "PipelineAssetsDockerRole", "PipelineCodeBuildActionRole",
+    }
+    for logical_id, statement in starts:
+        arns = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        assert arns and all(json.dumps(arn) in projects for arn in arns), (logical_id, statement["Resource"])
+    assert not [lid for lid, s in _statements(template) if s["Resource"] == "*" and "codebuild:" in json.dumps(s["Action"])]
+
+
+def test_each_smoke_role_trusts_only_the_smoke_steps_role(synthesized):
+    stack, assembly, _ = synthesized
+    template = _template(assembly)
+    (step_role_id,) = [k for k, r in resources(template, "AWS::IAM::Role").items()
+                       if r["Properties"].get("RoleName") == "t-pipeline-smoke-step-us-west-2"]
+    smoke_projects = [p for p in resources(template, "AWS::CodeBuild::Project").values() if "describe-cluster" in json.dumps(p)]
+    assert len(smoke_projects) == 2
+    assert all(p["Properties"]["ServiceRole"] == {"Fn::GetAtt": [step_role_id, "Arn"]} for p in smoke_projects)
+    for name in ("dev", "prod"):
+        role_template = cdk.assertions.Template.from_stack(stack.stages[name].smoke).to_json()
+        (role,) = resources(role_template, "AWS::IAM::Role").values()
+        (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        principal = json.dumps(statement["Principal"])
+        assert ":root" not in principal and "Service" not in principal
+        assert principal.endswith(':iam::111111111111:role/t-pipeline-smoke-step-us-west-2"]]}}')
+
+
+def test_cdk_nag_reports_nothing_unacknowledged(synthesized):
+    """cdk-nag AwsSolutions runs in the pipeline app's synth (tests/apps.py), over the pipeline stack and
+    every stage's stacks, and fails it on a finding not acknowledged; the report says so too."""
+    _, _, outdir = synthesized
+    report = json.loads((outdir / "validation-report.json").read_text())
+    plugins = {p["pluginName"]: p for p in report["pluginReports"]}
+    assert plugins["AwsSolutions"]["conclusion"] == "success"
+    assert plugins["AwsSolutions"].get("violations", []) == []

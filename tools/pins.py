@@ -3,7 +3,8 @@
 The upstream data are the project's transcriptions in tests/data/upstream/ (and the Neuron release files in
 tests/data/), each naming its source (repository, path and commit, or page) and the day it was read: Volcano's
 compatibility matrix, Karpenter's compatibility.yaml, the EKS add-on versions per Kubernetes minor, the EFA
-device plugin chart. Offline: nothing here calls AWS or the network.
+device plugin chart and the Neuron Helm chart's values, the ParallelCluster versions the package index serves,
+the EFA installer's published checksum. Offline: nothing here calls AWS or the network.
 
 Each pin gets one verdict:
   ok          the upstream data rate the combination the project ships (Kubernetes minor x the pin)
@@ -87,6 +88,8 @@ def karpenter(v: ModuleType) -> Iterator[Pin]:
         inside = _minor_key(low) <= _minor_key(k8s) <= _minor_key(high)
         verdict = OK if inside else OUTSIDE
         says = f"Karpenter {minor_of(version)}.x supports Kubernetes {low} to {high} ({where})"
+    if "newer" in src:
+        says += f"; {src['newer']}"
     yield Pin("KARPENTER_VERSION", version, VERSIONS_PY, verdict, says)
     crd = data["crd_chart"]
     yield Pin("KARPENTER_CRD_HELM_REPOSITORY", f"{v.KARPENTER_CRD_HELM_REPOSITORY}:{version}", VERSIONS_PY,
@@ -111,7 +114,9 @@ def eks_addons(v: ModuleType) -> Iterator[Pin]:
             reason = entry.get("missing", f"no figure for Kubernetes {k8s}")
             yield Pin(label, shown, VERSIONS_PY, UNVERIFIED, f"{reason} ({entry['page']})")
         elif value == upstream:
-            yield Pin(label, shown, VERSIONS_PY, OK, f"the latest for Kubernetes {k8s} ({entry['page']})")
+            # A figure is the User Guide's latest for the minor unless the entry says what else it is (and where from).
+            figure = entry.get("figure", f"the latest for Kubernetes {k8s}")
+            yield Pin(label, shown, VERSIONS_PY, OK, f"{figure} ({'; '.join(entry.get('sources', [entry['page']]))})")
         else:
             yield Pin(label, shown, VERSIONS_PY, OUTSIDE,
                       f"the page gives {upstream} for Kubernetes {k8s}, not {shown} ({entry['page']})")
@@ -126,11 +131,56 @@ def device_plugins(v: ModuleType) -> Iterator[Pin]:
     yield Pin("EFA_DEVICE_PLUGIN_TAG", tag, VERSIONS_PY, OK if tag == efa["image_tag"] else BEHIND,
               f"the eks-charts chart ships image tag {efa['image_tag']} ({where})")
     neuron = data["neuron_helm_chart"]
+    src = neuron["source"]
     for name in ("NEURON_DEVICE_PLUGIN_IMAGE", "NEURON_SCHEDULER_IMAGE"):
         image = getattr(v, name)
-        verdict = UNVERIFIED if image.endswith(":" + neuron["image_tag"]) else OUTSIDE
+        verdict = OK if image.endswith(":" + neuron["image_tag"]) else OUTSIDE
         yield Pin(name, image, VERSIONS_PY, verdict,
-                  f"Neuron Helm chart {neuron['chart']}'s tag {neuron['image_tag']}; {neuron['source']['note']}")
+                  f"the Neuron Helm chart {neuron['chart']} (digest {src['chart_digest'][:19]}...) pins tag "
+                  f"{neuron['image_tag']} ({src['what']}, {src['date']})")
+
+
+def parallelcluster(v: ModuleType) -> Iterator[Pin]:
+    """ParallelCluster moves only to a version the package index serves: its schema validates the cluster's config."""
+    data = load("parallelcluster.json")
+    src, released = data["source"], data["released"]
+    version = v.PARALLELCLUSTER_VERSION
+    if version not in src["served"]:
+        verdict, says = OUTSIDE, f"the package index does not serve aws-parallelcluster {version} (read {src['read']})"
+    elif version != released["version"]:
+        verdict = BEHIND
+        says = (f"{released['version']} released {released['date']}, but {released['not_served']}; newest served "
+                f"{src['served_newest']} (read {src['read']})")
+    else:
+        verdict, says = OK, f"the newest release, served by the package index (read {src['read']})"
+    yield Pin("PARALLELCLUSTER_VERSION", version, VERSIONS_PY, verdict, says)
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def efa_installer(v: ModuleType) -> Iterator[Pin]:
+    """The Batch nodes' EFA installer: a version, never `latest`, and the SHA-256 AWS publishes for it."""
+    data = load("efa-installer.json")
+    src, newest = data["source"], data["newest"]
+    where = f"{src['repository']} {src['path']} ({src['commit'][:12]}, {src['date']})"
+    version, digest, url = v.EFA_INSTALLER_VERSION, v.EFA_INSTALLER_SHA256, v.EFA_INSTALLER_URL
+    if url != f"https://efa-installer.amazonaws.com/aws-efa-installer-{version}.tar.gz":
+        verdict, says = OUTSIDE, f"the installer URL {url} is not the one of version {version}"
+    elif _version_key(version) < _version_key(newest["version"]):
+        verdict, says = BEHIND, f"upstream ships {newest['version']}: {newest['what']}"
+    else:
+        verdict, says = OK, f"the newest known ({newest['what']})"
+    yield Pin("EFA_INSTALLER_VERSION", version, VERSIONS_PY, verdict, says)
+    published = data["checksums"].get(version)
+    if published is None:
+        verdict, says = UNVERIFIED, f"no published checksum of {version} vendored ({where})"
+    elif published == digest:
+        verdict, says = OK, f"the published SHA-256 of {version} ({where})"
+    else:
+        verdict, says = OUTSIDE, f"the published SHA-256 of {version} is {published}, not this ({where})"
+    yield Pin("EFA_INSTALLER_SHA256", digest, VERSIONS_PY, verdict, says)
 
 
 def per_minor_tables(v: ModuleType) -> Iterator[Pin]:
@@ -163,8 +213,9 @@ def neuron_tracks(v: ModuleType) -> Iterator[Pin]:
 
 
 CHECKED = ("KUBERNETES_VERSION", "VOLCANO_CHART_VERSION", "KARPENTER_VERSION", "KARPENTER_CRD_HELM_REPOSITORY", "EFA_DEVICE_PLUGIN_TAG",
+           "PARALLELCLUSTER_VERSION",
            "NEURON_DEVICE_PLUGIN_IMAGE", "NEURON_SCHEDULER_IMAGE", "EKS_AL2023_KUBERNETES_PATCH",
-           "KUBE_SCHEDULER_IMAGE", "CLUSTER_AUTOSCALER_IMAGE_TAG")
+           "KUBE_SCHEDULER_IMAGE", "CLUSTER_AUTOSCALER_IMAGE_TAG", "EFA_INSTALLER_VERSION")
 
 
 def other_pins(v: ModuleType) -> Iterator[Pin]:
@@ -182,8 +233,8 @@ def check(v: ModuleType | None = None) -> list[Pin]:
         from trainium_cdk import versions as v
     kubernetes = Pin("KUBERNETES_VERSION", v.KUBERNETES_VERSION, VERSIONS_PY, PINNED,
                      "the minor every per-minor table and compatibility check below is read at")
-    return [kubernetes, *volcano(v), *karpenter(v), *eks_addons(v), *device_plugins(v), *per_minor_tables(v),
-            *neuron_tracks(v), *other_pins(v)]
+    return [kubernetes, *volcano(v), *karpenter(v), *eks_addons(v), *device_plugins(v), *parallelcluster(v),
+            *efa_installer(v), *per_minor_tables(v), *neuron_tracks(v), *other_pins(v)]
 
 
 def render(pins: list[Pin]) -> str:

@@ -1,6 +1,6 @@
 """The user data of EKS Trainium nodes: a MIME multi-part document that nodeadm (the AL2023 EKS AMI's node
 initializer) and cloud-init read, built from parts: our NodeConfig (``node/eks_node_config.yaml``) and the
-image pre-pull (``node/prepull_images.sh``). Each feature is a function returning its parts; :func:`mime`
+image pre-pull (``node/prepull_images.sh``, which reads the images from an SSM parameter at boot). Each feature is a function returning its parts; :func:`mime`
 joins them, in one place, for the launch templates and the EC2NodeClasses alike.
 
 Managed node groups with an EKS AMI type and Karpenter's EC2NodeClass both add their own NodeConfig (cluster,
@@ -31,8 +31,11 @@ Part = tuple[str, str]
 NODE_CONFIG_CONTENT_TYPE = "application/node.eks.aws"
 SHELL_CONTENT_TYPE = "text/x-shellscript"
 BOUNDARY = "//trainium-cdk//"
-# The pre-pull script's one input: the images, separated by spaces (node/prepull_images.sh).
-PREPULL_IMAGES_VARIABLE = "TRN_PREPULL_IMAGES"
+# The pre-pull script's inputs (node/prepull_images.sh): the SSM parameter that holds the images, separated by
+# spaces, and its region. The user data names the parameter, never the images: a new image changes the parameter,
+# not the nodes' launch template or EC2NodeClass, so it rolls no node group and drifts no Karpenter node.
+PREPULL_PARAMETER_VARIABLE = "TRN_PREPULL_PARAMETER"
+PREPULL_REGION_VARIABLE = "TRN_PREPULL_REGION"
 # nodeadm's fast image pull asks for "at least 600MiB/s" of root volume throughput: below it pulls may be slower
 # than without the feature (nodeadm docs, "Enabling fast image pull (experimental)"). gp3 allows it at its
 # baseline 3000 IOPS (a gp3 volume's throughput may be up to 0.25 MiB/s per provisioned IOPS).
@@ -49,11 +52,13 @@ def node_config_parts(*, fast_image_pull: bool) -> list[Part]:
     return [(NODE_CONFIG_CONTENT_TYPE, node_config())] if fast_image_pull else []
 
 
-def prepull_parts(images: Sequence[str]) -> list[Part]:
-    """The shell part that starts pulling ``images`` at boot (node/prepull_images.sh), or none without images."""
-    if not images:
+def prepull_parts(parameter: str | None, *, region: str = "") -> list[Part]:
+    """The shell part that starts pulling, at boot, the images the SSM ``parameter`` in ``region`` lists
+    (node/prepull_images.sh), or none without a parameter."""
+    if parameter is None:
         return []
-    program = node.program("prepull_images.sh", {PREPULL_IMAGES_VARIABLE: " ".join(images)}, shebang="/bin/bash")
+    program = node.program("prepull_images.sh", {PREPULL_PARAMETER_VARIABLE: parameter, PREPULL_REGION_VARIABLE: region},
+                           shebang="/bin/bash")
     return [(SHELL_CONTENT_TYPE, program)]
 
 

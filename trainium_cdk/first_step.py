@@ -227,7 +227,7 @@ def block() -> str:
         BEGIN,
         table(paths()),
         "",
-        f"The EKS cut (`eks.fast_image_pull`, on by default, and `eks.prepull_images`, opt-in) takes "
+        f"The EKS cut (`eks.fast_image_pull` and `eks.prepull_images`, both on by default) takes "
         f"{_minutes(neither.seconds - cut.seconds)} of the {_minutes(neither.term('image pull').seconds)} minutes a "
         f"new node's pod waits for its image: {_minutes(cut.term('image pull').seconds)} are left.",
         "",

@@ -10,6 +10,10 @@ from trainium_cdk.names import SHARED_MOUNT
 
 FAMILIES = ("ubuntu", "amazon-linux")
 SCRIPT = "lustre_client.sh"
+# After SCRIPT on a host that lives through kernel updates (the development instance): the client for the running
+# kernel at every boot, before the mount. Batch hosts are replaced, not updated, and their user data counts
+# against CloudFormation's template limit in every launch template: they carry SCRIPT alone.
+BOOT_SCRIPT = "lustre_client_boot.sh"
 
 
 def mount_values(family: str, dns_name: str, mount_name: str, *, mount_point: str = SHARED_MOUNT) -> dict[str, str]:
@@ -20,7 +24,11 @@ def mount_values(family: str, dns_name: str, mount_name: str, *, mount_point: st
     return {"LUSTRE_FAMILY": family, "LUSTRE_SOURCE": f"{dns_name}@tcp:/{mount_name}", "LUSTRE_MOUNT_POINT": mount_point}
 
 
-def mount_script(family: str, dns_name: str, mount_name: str, *, mount_point: str = SHARED_MOUNT) -> str:
+def mount_script(
+    family: str, dns_name: str, mount_name: str, *, mount_point: str = SHARED_MOUNT, at_boot: bool = False
+) -> str:
     """The script with its values in the header: install the client unless the host has it, and mount the
-    file system at ``mount_point``, in fstab too."""
-    return node.program(SCRIPT, mount_values(family, dns_name, mount_name, mount_point=mount_point))
+    file system at ``mount_point``, in fstab too; ``at_boot``: and install the client for the running kernel at
+    every boot, before the mount (:data:`BOOT_SCRIPT`)."""
+    names = [SCRIPT, BOOT_SCRIPT] if at_boot else [SCRIPT]
+    return node.program(names, mount_values(family, dns_name, mount_name, mount_point=mount_point))

@@ -43,6 +43,9 @@ CLAIM_NAME = "fsx-lustre"
 # path everywhere.
 SHARED_MOUNT = "/fsx"
 CACHE_DIR_NAME = "neuron-cache"
+# ParallelCluster: the group whose members' jobs share the compile cache (/fsx/neuron-cache, setgid 2775), made on
+# the head node; the README tells how a user joins it.
+CACHE_GROUP = "neuron"
 # Neuron's compile cache when no shared storage is deployed: on the node, per cache set.
 LOCAL_CACHE_ROOT = "/var/tmp/neuron-compile-cache"
 # The Neuron tools (neuron-ls, nccom-test, neuron-top) on a host with the Neuron packages (aws-neuronx-tools):

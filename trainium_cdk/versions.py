@@ -14,19 +14,39 @@ KUBERNETES_VERSION = "1.35"
 # project ships has a row in each table (tests/test_pins.py); `make pins` prints them with their sources.
 # The Kubernetes patch of the EKS AL2023 AMI builds the tracks pin (see EKS_AL2023_AMI_RELEASE below):
 # 1.35.8 is Kubernetes 1.35's build of release v20260930.
+# No 1.36 row: the newest awslabs/amazon-eks-ami CHANGELOG reached (v20260714: 1.35.6-20260714 and
+# 1.36.2-20260714) predates v20260930, whose 1.36 build nobody here has read
+# (tests/data/upstream/kubernetes-1.36.json). A minor is deployable only with a row in every table (SUPPORTED_
+# KUBERNETES_VERSIONS below).
 EKS_AL2023_KUBERNETES_PATCHES: Mapping[str, str] = {"1.35": "1.35.8"}
 EKS_AL2023_KUBERNETES_PATCH = EKS_AL2023_KUBERNETES_PATCHES[KUBERNETES_VERSION]
 
+
+def eks_al2023_kubernetes_patch(minor: str | None = None) -> str:
+    """The Kubernetes patch of the pinned EKS AMI release for ``minor`` (default: the shipped minor, read when
+    called, so that a test that moves KUBERNETES_VERSION moves what the app synthesizes)."""
+    return EKS_AL2023_KUBERNETES_PATCHES[minor or KUBERNETES_VERSION]
+
 # EKS managed add-ons, per Kubernetes minor. EKS does not update add-ons on a cluster version upgrade
 # ("Update an Amazon EKS add-on"): each is pinned here and moves with KUBERNETES_VERSION. Figures are the
-# Amazon EKS User Guide's tables of the latest version per minor (tests/data/upstream/eks-addon-versions.json
-# names each page); None where no page read gives one (the add-on then takes EKS's default for the minor,
-# and `make pins` and tests/test_pins.py say so).
+# Amazon EKS User Guide's tables of the latest version per minor where the Guide has one (coredns, kube-proxy);
+# the others, versions EKS lists for the minor as public configurations of clusters of that minor pin them
+# (tests/data/upstream/eks-addon-versions.json names each source and what kind of figure it is); None where no
+# source read gives one (the add-on then takes EKS's default for the minor, and `make pins` says so).
 EKS_ADDON_VERSIONS: Mapping[str, Mapping[str, str | None]] = {
     "1.35": {
-        "vpc-cni": None,
+        "vpc-cni": "v1.21.1-eksbuild.5",
         "coredns": "v1.14.3-eksbuild.3",
         "kube-proxy": "v1.35.3-eksbuild.13",
+        "eks-pod-identity-agent": "v1.3.10-eksbuild.2",
+        "aws-fsx-csi-driver": None,
+        "eks-node-monitoring-agent": "v1.6.2-eksbuild.1",
+        "amazon-cloudwatch-observability": None,
+    },
+    "1.36": {
+        "vpc-cni": None,
+        "coredns": "v1.14.3-eksbuild.3",
+        "kube-proxy": "v1.36.0-eksbuild.14",
         "eks-pod-identity-agent": None,
         "aws-fsx-csi-driver": None,
         "eks-node-monitoring-agent": None,
@@ -35,22 +55,31 @@ EKS_ADDON_VERSIONS: Mapping[str, Mapping[str, str | None]] = {
 }
 
 
-def eks_addon_version(name: str, minor: str = KUBERNETES_VERSION) -> str | None:
-    """The pinned version of EKS add-on ``name`` for Kubernetes ``minor`` (None: no verified figure)."""
-    return EKS_ADDON_VERSIONS[minor][name]
+def eks_addon_version(name: str, minor: str | None = None) -> str | None:
+    """The pinned version of EKS add-on ``name`` for Kubernetes ``minor`` (default: the shipped minor, read when
+    called; None: no verified figure)."""
+    return EKS_ADDON_VERSIONS[minor or KUBERNETES_VERSION][name]
 
 
-# Neuron device plugin and scheduler extension (Neuron Helm chart 1.9.0 ships these tags). Chart 1.10.0 exists,
-# but no upstream copy of it could be read (tests/data/upstream/device-plugins.json): the tags stay.
-NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.31.0.0"
-NEURON_SCHEDULER_IMAGE = "public.ecr.aws/neuron/neuron-scheduler:2.31.0.0"
+# Neuron device plugin and scheduler extension: the tags the Neuron Helm chart 1.10.0 pins (its `helm show values`,
+# transcribed with the chart's digest in tests/data/upstream/device-plugins.json, which also lists what of the chart's
+# DaemonSet and scheduler charts/neuron_device_plugin.py mirrors).
+NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.32.0.0"
+NEURON_SCHEDULER_IMAGE = "public.ecr.aws/neuron/neuron-scheduler:2.32.0.0"
 # neuron-monitor is versioned apart from the SDK; 1.3.0 is the tag AWS's Neuron operator pins.
 NEURON_MONITOR_IMAGE = "public.ecr.aws/neuron/neuron-monitor:1.3.0"
 
 # The second kube-scheduler that consults the Neuron scheduler extension: same minor as the cluster,
 # or its informers may not know the cluster's API (upstream kube-scheduler, not a Neuron build).
-KUBE_SCHEDULER_TAGS: Mapping[str, str] = {"1.35": "v1.35.0"}
-KUBE_SCHEDULER_IMAGE = "registry.k8s.io/kube-scheduler:" + KUBE_SCHEDULER_TAGS[KUBERNETES_VERSION]
+# v1.36.0: Kubernetes 1.36's first release (tests/data/upstream/kubernetes-1.36.json).
+KUBE_SCHEDULER_TAGS: Mapping[str, str] = {"1.35": "v1.35.0", "1.36": "v1.36.0"}
+KUBE_SCHEDULER_REPOSITORY = "registry.k8s.io/kube-scheduler"
+KUBE_SCHEDULER_IMAGE = KUBE_SCHEDULER_REPOSITORY + ":" + KUBE_SCHEDULER_TAGS[KUBERNETES_VERSION]
+
+
+def kube_scheduler_image(minor: str | None = None) -> str:
+    """The kube-scheduler image of ``minor`` (default: the shipped minor, read when called)."""
+    return KUBE_SCHEDULER_REPOSITORY + ":" + KUBE_SCHEDULER_TAGS[minor or KUBERNETES_VERSION]
 
 # EFA device plugin (eks-charts aws-efa-k8s-device-plugin). EKS publishes its add-on images in one
 # ECR registry per region; a few opt-in regions use another account, none of them offers Trainium.
@@ -122,6 +151,19 @@ def parallelcluster_provider_template_url(region: str, url_suffix: str = "amazon
 # when the AMI carries another one, so one ECS AMI serves every track.
 ECS_NEURON_AMI_PARAMETER_PREFIX = "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron"
 ECS_NEURON_AMI_NAME = "al2023-ami-ecs-neuron-hvm-2023.0.20260922-kernel-6.1-x86_64"
+
+
+# The EFA installer a Batch node runs when its AMI has no EFA kernel module (node/batch_node.sh): a version and
+# its SHA-256, never `aws-efa-installer-latest.tar.gz`, whose content moves under a running compute environment;
+# the node checks the digest before extracting and joins no cluster when it differs. 1.41.0 is the newest
+# version whose checksum could be cited on 2026-11-26: the SHA-256 below is the one AWS ParallelCluster pins
+# for it (aws/aws-parallelcluster-cookbook pull 2953, 2025-05-19, cookbooks/aws-parallelcluster-environment/
+# attributes/environment.rb), which that project copies from the EC2 user guide's table, "Verify the EFA
+# installer using a checksum" (efa-verify.html; pulls 1614 and 2396 say so). ParallelCluster 3.16.3 ships
+# 1.51.0, but no copy of that table or of its checksum was in reach (tests/data/upstream/efa-installer.json).
+EFA_INSTALLER_VERSION = "1.41.0"
+EFA_INSTALLER_SHA256 = "3506354cdfbe31ff552fe75f5d0d9bb7efd29cf79bd99457347d29c751c38f9f"
+EFA_INSTALLER_URL = f"https://efa-installer.amazonaws.com/aws-efa-installer-{EFA_INSTALLER_VERSION}.tar.gz"
 
 
 def ecs_neuron_ami_parameter(ami_name: str) -> str:
@@ -230,7 +272,7 @@ class NeuronTrack:
     @property
     def eks_nodegroup_release_version(self) -> str:
         """A managed node group's releaseVersion of this track's EKS AMI release (``<Kubernetes patch>-<YYYYMMDD>``)."""
-        return f"{EKS_AL2023_KUBERNETES_PATCH}-{self.eks_ami_release.removeprefix('v')}"
+        return f"{eks_al2023_kubernetes_patch()}-{self.eks_ami_release.removeprefix('v')}"
 
     @property
     def ecs_neuron_ami_parameter(self) -> str:
@@ -366,8 +408,26 @@ EKS_NODEGROUP_RELEASE_VERSION = XLA_TRACK.eks_nodegroup_release_version
 # autoscaler of the cluster's minor (an autoscaler newer than the cluster is unsupported upstream).
 CLUSTER_AUTOSCALER_HELM_REPOSITORY = "https://kubernetes.github.io/autoscaler"
 CLUSTER_AUTOSCALER_CHART_VERSION = "9.59.0"
-CLUSTER_AUTOSCALER_IMAGE_TAGS: Mapping[str, str] = {"1.35": "v1.35.2"}
+# v1.36.1: kubernetes/autoscaler release cluster-autoscaler-1.36.1, published with 1.35.2 on 2026-07-23
+# (tests/data/upstream/kubernetes-1.36.json).
+CLUSTER_AUTOSCALER_IMAGE_TAGS: Mapping[str, str] = {"1.35": "v1.35.2", "1.36": "v1.36.1"}
 CLUSTER_AUTOSCALER_IMAGE_TAG = CLUSTER_AUTOSCALER_IMAGE_TAGS[KUBERNETES_VERSION]
+
+
+def cluster_autoscaler_image_tag(minor: str | None = None) -> str:
+    """The Cluster Autoscaler of ``minor`` (default: the shipped minor, read when called)."""
+    return CLUSTER_AUTOSCALER_IMAGE_TAGS[minor or KUBERNETES_VERSION]
+
+
+# The Kubernetes minors the app deploys: those with a row in every per-minor table above (tests/test_pins.py) and
+# rated by the Volcano and Karpenter the project pins (tests/data/upstream). 1.36 has rows for its add-ons, kube-
+# scheduler and Cluster Autoscaler, but not for the EKS AMI release (above), and Volcano 1.15 is rated up to 1.35:
+# the move to 1.36 is modelled (tests/test_day2.py) and told (README, "Upgrading EKS"), not shipped.
+SUPPORTED_KUBERNETES_VERSIONS: tuple[str, ...] = ("1.35",)
+PER_MINOR_TABLES: Mapping[str, Mapping[str, Any]] = {
+    "EKS_ADDON_VERSIONS": EKS_ADDON_VERSIONS, "EKS_AL2023_KUBERNETES_PATCHES": EKS_AL2023_KUBERNETES_PATCHES,
+    "KUBE_SCHEDULER_TAGS": KUBE_SCHEDULER_TAGS, "CLUSTER_AUTOSCALER_IMAGE_TAGS": CLUSTER_AUTOSCALER_IMAGE_TAGS,
+}
 
 # The titan-llama3 recipe (trainium_cdk/recipes/titan_llama3): TorchTitan Neuron, aws-neuron/torchtitan-neuron
 # 0.2.2+neuron.1 (beta, Neuron 2.33, torch-neuronx 2.14; Llama3, Qwen3, DeepSeek-V3, GPT-OSS with FSDP2/TP/CP/EP/PP)

@@ -93,15 +93,21 @@ def node_user_data(config: Config, group: ComputeGroup, storage: LustreMount | N
     return eks_user_data.mime([
         *eks_user_data.node_config_parts(fast_image_pull=config.eks.fast_image_pull),
         *tuning,
-        *eks_user_data.prepull_parts(prepull_images(config) if config.eks.prepull_images else ()),
+        *eks_user_data.prepull_parts(prepull_parameter(config) if config.eks.prepull_images else None,
+                                     region=config.region),
     ])
 
 
+def prepull_parameter(config: Config) -> str:
+    """The SSM parameter that lists the images Trainium nodes pull at boot (the stack writes it)."""
+    return f"/{config.stack_name('eks')}/prepull-images"
+
+
 def prepull_images(config: Config) -> list[str]:
-    """The images Trainium nodes pull at boot: the track's Neuron training image (every image the project builds
-    starts FROM it: the examples, `trn image init`, the recipes; it is most of their size), then the images the
-    config names (workloads.image, each job's image), each once. The example images themselves are CDK assets
-    whose URI is known only at deploy; their own layers are small."""
+    """The images Trainium nodes pull at boot that the config knows: the track's Neuron training image (every
+    image the project builds starts FROM it: the examples, `trn image init`, the recipes; it is most of their
+    size), then the images the config names (workloads.image, each job's image), each once. The stack adds the
+    example images, whose URIs are known only at deploy."""
     named = [config.workloads.image, *(job.image for job in config.workloads.jobs)]
     images = [versions.neuron_public_training_image(config.neuron_track.name), *(i for i in named if i)]
     return list(dict.fromkeys(images))

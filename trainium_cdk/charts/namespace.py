@@ -15,7 +15,7 @@ from constructs import Construct
 
 from trainium_cdk.charts._k8s import CHART_LABELS, api_object, check_choice, check_name
 from trainium_cdk.names import TRAINING_NAMESPACE
-from trainium_cdk.versions import KUBERNETES_VERSION
+from trainium_cdk import versions
 
 PSA_LEVELS = ("privileged", "baseline", "restricted")
 DEFAULT_ENFORCE = "baseline"
@@ -42,7 +42,7 @@ class TrainingNamespace(Chart):
         check_choice("TrainingNamespace.enforce", enforce, PSA_LEVELS)
         check_choice("TrainingNamespace.audit", audit, PSA_LEVELS)
         super().__init__(scope, id, labels=CHART_LABELS)
-        version = f"v{KUBERNETES_VERSION}"
+        version = "v" + versions.KUBERNETES_VERSION
         labels = {}
         for mode, level in (("enforce", enforce), ("audit", audit), ("warn", audit)):
             labels[f"{PSA_PREFIX}/{mode}"] = level

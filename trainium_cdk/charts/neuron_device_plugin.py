@@ -60,7 +60,7 @@ class NeuronDevicePlugin(Chart):
         *,
         instance_types: Sequence[str] = DEFAULT_INSTANCE_TYPES,
         namespace: str = DEFAULT_NAMESPACE,
-        image: str = versions.NEURON_DEVICE_PLUGIN_IMAGE,
+        image: str | None = None,
         scheduler_extension: bool = False,
         scheduler_name: str = DEFAULT_SCHEDULER_NAME,
         monitor: bool = False,
@@ -99,7 +99,7 @@ class NeuronDevicePlugin(Chart):
                 "affinity": self.affinity,
                 "containers": [{
                     "name": DEVICE_PLUGIN_NAME,
-                    "image": image,
+                    "image": image or versions.NEURON_DEVICE_PLUGIN_IMAGE,
                     "imagePullPolicy": "IfNotPresent",
                     # The plugin labels and patches its own node: it finds it by name.
                     "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
@@ -228,7 +228,7 @@ class NeuronDevicePlugin(Chart):
                 "tolerations": [CRITICAL_ADDONS_ONLY],
                 "containers": [{
                     "name": "kube-scheduler",
-                    "image": versions.KUBE_SCHEDULER_IMAGE,
+                    "image": versions.kube_scheduler_image(),
                     "command": ["/usr/local/bin/kube-scheduler", f"--config={config_dir}/config.yaml", "--v=2"],
                     "livenessProbe": {**probe, "initialDelaySeconds": 15},
                     "readinessProbe": probe,

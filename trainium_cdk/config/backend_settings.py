@@ -55,10 +55,9 @@ class EksSettings(_Model):
         "pull and unpack) on a root volume of 600 MiB/s; false: containerd's default pull on gp3's baseline."
     )
     prepull_images: bool = Field(
-        False, description="Trainium nodes start pulling the training images at boot (the track's Neuron image, "
-        "base of the images the project builds, and workloads.image and the jobs' images), while they join. The "
-        "image names are then in the nodes' user data: a new image or Neuron pin rolls managed node groups "
-        "(draining their jobs) and drifts Karpenter's idle nodes, so it is off by default."
+        True, description="Trainium nodes start pulling the training images at boot (the track's Neuron image, "
+        "base of the images the project builds, the example images, workloads.image and the jobs' images), while "
+        "they join. The nodes read the list from an SSM parameter the stack writes, so a new image rolls no node."
     )
 
     @field_validator("consolidate_after")

@@ -30,20 +30,38 @@ from trainium_cdk.names import SHARED_MOUNT
 from trainium_cdk.node import neuron_metrics
 from trainium_cdk.node.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
 from trainium_cdk.node.neuron_metrics import install_command as neuron_metrics_install
-from trainium_cdk.versions import XLA_TRACK
+from trainium_cdk.versions import EFA_INSTALLER_SHA256, EFA_INSTALLER_URL, XLA_TRACK
 
 # The nodes run the "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, pinned by AMI name
 # through AWS's immutable per-AMI-name public parameter (versions.py: never ECS's `recommended`, which
 # moves under a running compute environment). The user data then installs the track's driver version
 # if the AMI carries another one, so that driver and container agree whatever AMI build is pinned.
 NEURON_YUM_REPO = "https://yum.repos.neuron.amazonaws.com"
-EFA_INSTALLER_URL = "https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz"
 MIME_BOUNDARY = node.MIME_BOUNDARY
 # What every Batch node runs (trainium_cdk/node/batch_node.sh), then, with storage, the Lustre client; the
 # client's tuning goes first (lustre_tuning.py): its module options must be in place before the mount.
+# batch_node.sh's own comments are few: every group's launch template carries it, and 25 trn2.48xlarge groups
+# fill a template close to CloudFormation's 1 MB (tests/test_scale_batch.py). Its variables and reasons:
+#   NEURON_DRIVER, NEURON_YUM_REPO  the track's aws-neuronx-dkms version and Neuron's yum repository: the
+#       driver is installed (or downgraded: a pin older than the AMI's) when the AMI carries another version,
+#       and the loaded module is replaced; the tools when missing.
+#   EFA_INSTALLER_URL, EFA_INSTALLER_SHA256  for a type with EFA: the installer of the version versions.py
+#       pins, never aws-efa-installer-latest, run only when the AMI has no EFA module and only after sha256sum
+#       agrees with the published digest (EC2 user guide, "Verify the EFA installer using a checksum");
+#       --minimal: the kernel module and rdma-core, as libfabric comes with the training image.
+#   ECS_CONFIG  the ECS agent's configuration (/etc/ecs/ecs.config; another only under stand-ins). Multi-node
+#       tasks are awsvpc: ECS_AWSVPC_BLOCK_IMDS keeps them from the instance metadata, so that a job cannot
+#       take the instance role (the node's, with ECS agent and ECR rights).
+# A host whose setup failed never takes jobs (they would find no Neuron module, EFA or /fsx). The AMI's
+# ecs.service is wanted by multi-user.target and ordered After=cloud-final.service (aws/amazon-ecs-agent,
+# packaging/amazon-linux-ami-integrated/ecs.service): its start waits for the user data, then happened whatever
+# the outcome. The program stops that queued start first and, from its EXIT trap (so covering what the user data
+# runs after it), starts the agent after a clean run, --no-block (a blocking start would wait for cloud-final,
+# which waits for the user data). On any failure it masks the agent and shuts the host down in one minute
+# (the reason stays in `ec2 get-console-output`); the launch template's InstanceInitiatedShutdownBehavior
+# (constructs/batch.py) makes that a termination, so the instance never registers and Batch launches another.
 BATCH_NODE_SCRIPT = "batch_node.sh"
-# The metrics program the user data writes onto each node, compressed: every group's launch template carries
-# it, and 25 trn2.48xlarge groups fill a template close to CloudFormation's 1 MB (stacks/batch_stack.py).
+# The metrics program the node setup writes onto each node (compressed: one line of the setup program).
 NEURON_METRICS_SOURCE = Path(neuron_metrics.__file__)
 # The user data: fetch the setup, check it, run it (trainium_cdk/node/batch_bootstrap.sh).
 BATCH_BOOTSTRAP_SCRIPT = "batch_bootstrap.sh"
@@ -77,7 +95,7 @@ def node_setup(
     systemd service)."""
     values = {"NEURON_DRIVER": driver, "NEURON_YUM_REPO": NEURON_YUM_REPO}
     if spec.has_efa:
-        values["EFA_INSTALLER_URL"] = EFA_INSTALLER_URL
+        values |= {"EFA_INSTALLER_URL": EFA_INSTALLER_URL, "EFA_INSTALLER_SHA256": EFA_INSTALLER_SHA256}
     files = [BATCH_NODE_SCRIPT]
     lines = ["#!/bin/bash"]
     if storage is not None:

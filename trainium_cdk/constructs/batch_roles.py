@@ -14,6 +14,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from trainium_cdk.constructs.nag import acknowledge, nag_form
+from trainium_cdk.constructs.service_trust import restrict_service_trust
 from trainium_cdk.node.neuron_metrics import policy_statement
 
 # What the ECS agent on a Batch node calls (AmazonEC2ContainerServiceforEC2Role, without
@@ -112,3 +113,6 @@ class BatchRoles(Construct):
             assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
             description=f"Training jobs of {description}: no permissions until granted",
         )
+        # ECS assumes both for tasks of this account only (confused deputy: service_trust.py).
+        for task_role in (self.execution_role, self.job_role):
+            restrict_service_trust(task_role.node.default_child)  # type: ignore[arg-type]

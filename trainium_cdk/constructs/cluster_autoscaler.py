@@ -120,7 +120,7 @@ class ClusterAutoscaler(Construct):
                 "cloudProvider": "aws",
                 "awsRegion": stack.region,
                 "autoDiscovery": {"clusterName": cluster_name},
-                "image": {"tag": versions.CLUSTER_AUTOSCALER_IMAGE_TAG},
+                "image": {"tag": versions.cluster_autoscaler_image_tag()},
                 "rbac": {"serviceAccount": {"create": True, "name": SERVICE_ACCOUNT}},
                 "nodeSelector": dict(options.node_selector),
                 "extraArgs": {

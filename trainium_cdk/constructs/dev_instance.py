@@ -220,10 +220,13 @@ def _first_subnet(vpc: ec2.IVpc, selection: ec2.SubnetSelection) -> ec2.ISubnet:
 
 def _lustre_mount_commands(spec: InstanceSpec, family: str, dns_name: str, mount_name: str) -> list[str]:
     """The client's tuning for ``spec`` (its module options before the mount loads the modules), the mount at
-    /fsx, and the shared compile cache writable by every user."""
+    /fsx (and the client for the running kernel at every boot), and the compile cache when the file system has
+    none: one that exists keeps its owner and mode (a ParallelCluster head node on the same file system gives it
+    to the group its users share: parallelcluster/neuron_setup.sh)."""
+    cache = f"{SHARED_MOUNT}/{CACHE_DIR_NAME}"
     return [
         "set -euxo pipefail",
         *lustre_tuning_commands(spec, SHARED_MOUNT),
-        lustre_mount_script(family, dns_name, mount_name).rstrip("\n"),
-        f"install -d -m 1777 {SHARED_MOUNT}/{CACHE_DIR_NAME}",
+        lustre_mount_script(family, dns_name, mount_name, at_boot=True).rstrip("\n"),
+        f"[ -d {cache} ] || install -d -m 1777 {cache}",
     ]

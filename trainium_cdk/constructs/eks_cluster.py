@@ -28,14 +28,14 @@ from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT, ROOT
 from trainium_cdk.constructs.eks_nodegroup import CNI_POLICY, NODE_MANAGED_POLICIES, without_cni_policy
 from trainium_cdk.constructs.nag import acknowledge, nag_form
 from trainium_cdk.constructs.pod_identity import pod_identity_role
+from trainium_cdk.constructs.service_trust import restrict_service_trust
 from trainium_cdk.constructs.storage import ILustreStorage
 from trainium_cdk.constructs.volcano import add_volcano
 from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.names import NEURON_TAINT_KEY, SYSTEM_NODE_DISK_GIB, SYSTEM_NODE_LABELS
-from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION, KUBERNETES_VERSION, eks_addon_version
+from trainium_cdk import versions
+from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION, eks_addon_version
 
-# The kubectl layer above must match this version: both move together (see versions.py).
-_VERSION = eks.KubernetesVersion.of(KUBERNETES_VERSION)
 NEURON_TOLERATION = {"key": NEURON_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
 CRITICAL_ADDONS_TOLERATION = {"key": "CriticalAddonsOnly", "operator": "Exists"}
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
@@ -161,7 +161,9 @@ class TrainiumCluster(Construct):
         self.cluster = eks.Cluster(
             self,
             "Cluster",
-            version=_VERSION,
+            # versions.KUBERNETES_VERSION, read here (a test moves it to model an upgrade). The kubectl layer is
+            # 1.35's: kubectl is supported within one minor of the API server (Kubernetes version skew policy).
+            version=eks.KubernetesVersion.of(versions.KUBERNETES_VERSION),
             cluster_name=cluster_name,
             vpc=vpc,
             vpc_subnets=[private],
@@ -179,6 +181,10 @@ class TrainiumCluster(Construct):
         # The same cluster as an eks.ICluster, for what takes one: aws-cdk-lib's Python stubs leave
         # kubectl_provider_options off Cluster (it has it), so a type checker does not see it as one.
         self.cluster_ref = cast(eks.ICluster, self.cluster)
+        # EKS assumes the cluster role for this cluster only (confused deputy: service_trust.py). By name, not
+        # by the cluster's ARN attribute: the cluster depends on its role.
+        cluster_arn = Stack.of(self).format_arn(service="eks", resource="cluster", resource_name=cluster_name)
+        restrict_service_trust(self.cluster.role.node.default_child, {"eks.amazonaws.com": cluster_arn})  # type: ignore[arg-type]
         self.cluster.node.add_dependency(self.control_plane_logs)
         # The group aws-eks-v2 makes for the API endpoint's interfaces and nothing else (the cluster security
         # group, also in ``cluster.connections``, is on every node too): it has no accessor, only this id.

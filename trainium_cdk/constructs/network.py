@@ -18,6 +18,7 @@ from constructs import Construct
 
 from trainium_cdk.addressing import check_subnets_fit, check_vpc_cidr
 from trainium_cdk.constructs.defaults import LOG_RETENTION
+from trainium_cdk.constructs.service_trust import restrict_service_trust
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 
 DEFAULT_CIDR = "10.0.0.0/16"
@@ -129,6 +130,10 @@ class TrainingNetwork(Construct):
             # Nothing uses the default security group; restricting it costs a custom-resource Lambda.
             restrict_default_security_group=False,
         )
+        # The flow log service publishes for this account's flow logs only (confused deputy: service_trust.py).
+        flow_log = self.vpc.node.find_child("FlowLog")
+        assert isinstance(flow_log, ec2.FlowLog) and flow_log.iam_role is not None
+        restrict_service_trust(flow_log.iam_role.node.default_child)  # type: ignore[arg-type]
         self._pin_subnets_to_az_ids()
 
         if interface_endpoints:

@@ -1,14 +1,19 @@
 #!/bin/bash
-# trainium-cdk: an AWS Batch node (the ECS-optimized AL2023 Neuron AMI): the Neuron driver of the track
-# (installed when the AMI carries another version) and tools, and the EFA kernel module, each only when the
-# AMI does not already have it.
-#   NEURON_DRIVER      the aws-neuronx-dkms version of the track
-#   NEURON_YUM_REPO    the Neuron yum repository
-#   EFA_INSTALLER_URL  the EFA installer, for a type with EFA; unset: no EFA
-#   ECS_CONFIG         the ECS agent's configuration (/etc/ecs/ecs.config; another only under stand-ins)
+# trainium-cdk: a Batch node's setup (the ECS-optimized AL2023 Neuron AMI). Its variables and the reasons
+# for each step are in trainium_cdk/constructs/batch_node.py.
 set -euxo pipefail
-# Multi-node tasks are awsvpc: the ECS agent keeps them from the instance metadata, so that a job
-# cannot take the instance role (the node's, with ECS agent and ECR rights) from it.
+finish() {
+  local status=$?
+  set +e
+  [ "$status" -eq 0 ] && systemctl start --no-block ecs.service && return 0
+  echo "trainium-cdk: node setup failed (exit status $status)" >&2
+  systemctl stop --no-block ecs.service
+  systemctl mask ecs.service
+  shutdown -h +1 "trainium-cdk: node setup failed"
+  exit $((status == 0 ? 1 : status))
+}
+trap finish EXIT
+systemctl stop --no-block ecs.service
 ecs_config="${ECS_CONFIG:-/etc/ecs/ecs.config}"
 grep -qx ECS_AWSVPC_BLOCK_IMDS=true "$ecs_config" 2>/dev/null || echo ECS_AWSVPC_BLOCK_IMDS=true >> "$ecs_config"
 missing=''
@@ -23,7 +28,6 @@ enabled=1
 metadata_expire=0
 EOF_NEURON_REPO
   rpm --import "$NEURON_YUM_REPO/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB"
-  # A pinned version older than the AMI's needs a downgrade; the loaded module is then replaced.
   # shellcheck disable=SC2086  # $missing: one word per package
   dnf install -y "kernel-devel-uname-r == $(uname -r)" $missing || dnf downgrade -y $missing
   modprobe -r neuron || true
@@ -32,10 +36,11 @@ modprobe neuron
 if [ -n "${EFA_INSTALLER_URL:-}" ]; then
   if [ ! -e /dev/infiniband/uverbs0 ]; then modprobe efa || true; modprobe ib_uverbs || true; fi
   if [ ! -e /dev/infiniband/uverbs0 ]; then
-    cd /tmp
-    curl -fsSLO "$EFA_INSTALLER_URL"
-    tar -xf "${EFA_INSTALLER_URL##*/}"
-    # Kernel module and rdma-core only: libfabric comes with the training image.
+    download=$(mktemp -d)
+    cd "$download"
+    curl -fsSL -o efa-installer.tar.gz "$EFA_INSTALLER_URL"
+    echo "${EFA_INSTALLER_SHA256:?}  efa-installer.tar.gz" | sha256sum --check --strict -
+    tar -xf efa-installer.tar.gz
     (cd aws-efa-installer && ./efa_installer.sh -y --minimal)
     modprobe efa
     modprobe ib_uverbs || true

@@ -2,8 +2,12 @@
 # trainium-cdk: start pulling the deployment's training images on an EKS Trainium node at boot, from its user
 # data, so that the training pod finds them (or most of their layers) on the node instead of pulling several GB
 # after the node has joined, its device plugins have started and the pod was scheduled.
-#   TRN_PREPULL_IMAGES  the images, separated by spaces (the track's Neuron training image, which every image
-#                       the project builds starts FROM, and the images the config names)
+#   TRN_PREPULL_PARAMETER  the SSM parameter that lists the images, separated by spaces (the track's Neuron
+#                          training image, which every image the project builds starts FROM, the project's own
+#                          images and the images the config names); the stack writes it, the node role may read it.
+#                          The images are read here, at boot, not written into the user data: a new image then
+#                          changes the parameter, not the launch template, and rolls no node.
+#   TRN_PREPULL_REGION     the parameter's region
 #   TRN_CONTAINERD_CONFIG  containerd's config nodeadm wrote (/etc/containerd/config.toml; another only in tests)
 #
 # cloud-init runs user data scripts before nodeadm's run phase, which restarts containerd and then starts
@@ -27,8 +31,14 @@ snapshotter=overlayfs
 if grep -Eq '^snapshotter *= *"soci"' "${TRN_CONTAINERD_CONFIG:-/etc/containerd/config.toml}"; then
   snapshotter=soci
 fi
+images="$(aws ssm get-parameter --region "${TRN_PREPULL_REGION:?the region}" \
+  --name "${TRN_PREPULL_PARAMETER:?the parameter that lists the images}" --query Parameter.Value --output text)" || {
+  # Not fatal: the pods' own pulls then do the work, as without a pre-pull.
+  echo "trn-prepull-images: could not read $TRN_PREPULL_PARAMETER" >&2
+  exit 1
+}
 status=0
-for image in ${TRN_PREPULL_IMAGES:?the images to pull}; do
+for image in $images; do
   registry="${image%%/*}"
   # A private ECR registry takes a login (the node role's AmazonEC2ContainerRegistryReadOnly allows it); the
   # AMI's own build logs in the same way (templates/al2023/provisioners/install-nodeadm.sh). Public ECR

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from trainium_cdk import defaults
 from trainium_cdk.errors import ConfigError, one_of
-from trainium_cdk.names import SHARED_MOUNT
+from trainium_cdk.names import CACHE_GROUP, SHARED_MOUNT
 from trainium_cdk.node.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
 from trainium_cdk.parallelcluster.parts import ClusterIds, NeuronMetrics, S3Object
 from trainium_cdk.versions import XLA_TRACK, NeuronTrack
@@ -24,10 +24,15 @@ from trainium_cdk.versions import XLA_TRACK, NeuronTrack
 # AL2023 images cannot run them: glibc 2.34 < 2.35; Ubuntu 22.04 is end of support on Neuron).
 OS_USER = "ubuntu"
 SHARED_STORAGE_NAME = "fsx"
-# /home is exported by the head node to every node: one venv per set of Neuron pins, built once for the whole
-# cluster, and this stable link to the current one, which the batch scripts activate (neuron_setup.sh:
-# a pin change builds a new venv beside the one running jobs use, then switches the link).
-VENV = f"/home/{OS_USER}/neuron-venv"
+# /home is exported by the head node to every node: the cluster's own directory there holds what every user's
+# job reads. Not the OS user's home: Ubuntu creates homes 750 since 21.04, so no other user could read it.
+CLUSTER_HOME = "/home/trainium-cdk"
+# One venv per set of Neuron pins, built once for the whole cluster, owned by root, and this stable link to
+# the current one, which the batch scripts activate (neuron_setup.sh: a pin change builds a new venv beside
+# the one running jobs use, then switches the link).
+VENV = f"{CLUSTER_HOME}/neuron-venv"
+# The batch scripts every user reads (the OS user also has them in ~/trainium).
+SHARED_SCRIPTS = f"{CLUSTER_HOME}/trainium"
 # How a queue change reaches running nodes: DRAIN lets running jobs finish, then replaces the nodes
 # (TERMINATE would kill multi-day training runs; the default needs the whole fleet stopped first).
 QUEUE_UPDATE_STRATEGY = "DRAIN"
@@ -132,11 +137,15 @@ def setup_args(
     batch_scripts: Mapping[str, S3Object],
     track: NeuronTrack = XLA_TRACK,
     prologs: Mapping[str, S3Object] | None = None,
+    *,
+    cache_group: str | None = None,
 ) -> list[str]:
     """Arguments of the setup script: every version from the track's table, so the script never changes,
     the batch scripts the head node copies (compute nodes get none: a new script must not replace them)
-    and the Slurm prologs it installs."""
+    and the Slurm prologs it installs; ``cache_group``: the group the head node shares the compile cache with."""
     args = ["--sdk", track.neuron_release, "--venv", VENV, *apt_args(track)]
+    if cache_group is not None:
+        args += ["--cache-group", cache_group]
     for name, version in track.pip_packages.items():
         args += ["--pip", f"{name}=={version}"]
     for name, obj in batch_scripts.items():
@@ -193,7 +202,8 @@ def render_configuration(settings: ClusterSettings, ids: ClusterIds) -> dict[str
     # head node's OnNodeUpdated (which may change, and which ParallelCluster reruns after an update).
     head_actions = {
         "OnNodeConfigured": {"Script": ids.head_node_script.url},
-        "OnNodeUpdated": {"Script": ids.setup_script.url, "Args": setup_args(ids.batch_scripts, track, ids.prologs)},
+        "OnNodeUpdated": {"Script": ids.setup_script.url,
+                          "Args": setup_args(ids.batch_scripts, track, ids.prologs, cache_group=CACHE_GROUP)},
     }
     head = settings.head_node
     ssh: dict[str, Any] = {"AllowedIps": head.ssh_allowed_cidr}

@@ -8,9 +8,12 @@
 #   --sdk VERSION        Neuron SDK release, for the log and /etc/neuron-sdk-version
 #   --apt NAME=VERSION   a Neuron Debian package, pinned (repeatable)
 #   --pip SPEC           a Neuron pip requirement, pinned (repeatable)
-#   --venv LINK          the stable link to the PyTorch Neuron virtual environment of the pins (on /home,
-#                        which the head node shares): the venv itself is LINK-<release>-<hash of the pip pins>
-#   --sbatch NAME=S3URL  a batch script the head node copies to $(dirname LINK)/trainium/NAME (repeatable)
+#   --venv LINK          the stable link to the PyTorch Neuron virtual environment of the pins (in the cluster's
+#                        directory on /home, which the head node shares): the venv itself is
+#                        LINK-<release>-<hash of the pip pins>, owned by root, read-only to users
+#   --sbatch NAME=S3URL  a batch script the head node copies to ~ubuntu/trainium/NAME and, for every user, to
+#                        $(dirname LINK)/trainium/NAME (repeatable)
+#   --cache-group NAME   the group that shares the compile cache /fsx/neuron-cache (head node; ubuntu joins it)
 #   --prolog NAME=S3URL  a Slurm prolog the head node installs in the shared prolog.d (repeatable)
 #   --metrics-program S3URL, --metrics-namespace NS, --metrics-deployment NAME
 #                        compute nodes: neuron-monitor into CloudWatch (trainium_cdk/neuron_metrics.py)
@@ -20,8 +23,15 @@
 # image build, and scale-up installs nothing); the head node builds the shared venv (one build for the
 # whole cluster: /home is NFS-exported to every node). ParallelCluster installs EFA.
 set -euo pipefail
+umask 022   # what the head node writes for every user (venv, batch scripts) is readable by every user
 
-SDK="" VENV="/home/ubuntu/neuron-venv" IMAGE=0
+SDK="" VENV="/home/trainium-cdk/neuron-venv" IMAGE=0 CACHE_GROUP=""
+# Where versions before issue 32 kept the venv: in the ubuntu user's home, which Ubuntu creates 750 (since 21.04),
+# so that no other user's job could read it. Its link is pointed at the current venv (a job queued before the
+# update runs the batch script sbatch copied then, which activates this link) and its venvs go once unused.
+LEGACY_VENV="/home/ubuntu/neuron-venv"
+OS_USER_SCRIPTS="/home/ubuntu/trainium"   # the OS user's copy of the batch scripts (`trn submit`, the README)
+COMPILE_CACHE="/fsx/neuron-cache"
 PIP_INDEX="https://pip.repos.neuron.amazonaws.com"
 VENV_COMPLETE=".trainium-complete"   # written last: a venv without it is a build that did not end
 APT=() PIP=() SBATCH=() PROLOG=()
@@ -34,6 +44,7 @@ while (($#)); do
     --pip) PIP+=("$2"); shift 2 ;;
     --venv) VENV="$2"; shift 2 ;;
     --sbatch) SBATCH+=("$2"); shift 2 ;;
+    --cache-group) CACHE_GROUP="$2"; shift 2 ;;
     --prolog) PROLOG+=("$2"); shift 2 ;;
     --metrics-program) METRICS_PROGRAM="$2"; shift 2 ;;
     --metrics-namespace) METRICS_NAMESPACE="$2"; shift 2 ;;
@@ -95,35 +106,47 @@ neuron_packages_present() {
   [[ -n "${DRIVER}" && "${loaded}" == "${DRIVER}" ]]
 }
 
+# mv -T renames the new link over the old one in one rename(2) (without -T, mv would move it into the old venv).
+relink() {
+  ln -sfn "$1" "$2.new.$$"
+  mv -T "$2.new.$$" "$2"
+}
+
 # The head node's shared venv: one directory per set of pins, beside the link VENV that the batch scripts
 # activate. Jobs on every node import from their venv over NFS while the head node runs this again after
 # an update (OnNodeUpdated), so a venv that may be in use is never modified: a new one is built beside
 # it, then the link is replaced in one rename(2), and the old venv stays for the jobs that run from it
 # (or are requeued: they resolve the link again). The same pins again find their venv and change nothing.
+# Root builds it and owns it: every user's job reads it, none can change it. Each job marks the venv it
+# started from with a file of its own in <venv>/.jobs, sticky and writable by all as /tmp is: a user can add
+# a marker, never remove or replace another user's.
 install_shared_venv() {
   local requirements=("${PIP[@]}" torchvision) pins target link
   pins="$(printf '%s\n' "${PIP_INDEX}" "${requirements[@]}" | LC_ALL=C sort | sha256sum | cut -c1-12)"
   target="${VENV}-${SDK}-${pins}"
   link="$(readlink "${VENV}" || true)"
+  install -d -m 0755 "$(dirname "${VENV}")"
   if [[ -e "${target}/${VENV_COMPLETE}" && "${link}" == "${target}" ]]; then
     echo "neuron_setup: ${VENV} -> ${target}, the venv of these pins: nothing to change"
-    return
+  else
+    if [[ ! -e "${target}/${VENV_COMPLETE}" ]]; then
+      rm -rf "${target}"   # a build that did not end: never linked, so no job uses it
+      apt-get update -y
+      apt-get install -y python3-venv python3-pip git
+      python3 -m venv "${target}"
+      "${target}/bin/python" -m pip install --quiet --upgrade pip
+      "${target}/bin/python" -m pip install --quiet --extra-index-url "${PIP_INDEX}" "${requirements[@]}"
+      install -d -m 1777 "${target}/.jobs"
+      touch "${target}/${VENV_COMPLETE}"
+    fi
+    relink "${target}" "${VENV}"
+    echo "neuron_setup: ${VENV} -> ${target}${link:+ (was ${link}, kept for the jobs that use it)}"
+    remove_unused_venvs "${target}"
   fi
-  if [[ ! -e "${target}/${VENV_COMPLETE}" ]]; then
-    rm -rf "${target}"   # a build that did not end: never linked, so no job uses it
-    apt-get update -y
-    apt-get install -y python3-venv python3-pip git
-    sudo -u ubuntu python3 -m venv "${target}"
-    sudo -u ubuntu "${target}/bin/python" -m pip install --quiet --upgrade pip
-    sudo -u ubuntu "${target}/bin/python" -m pip install --quiet --extra-index-url "${PIP_INDEX}" \
-      "${requirements[@]}"
-    sudo -u ubuntu touch "${target}/${VENV_COMPLETE}"
+  if [[ -L "${LEGACY_VENV}" && "$(readlink "${LEGACY_VENV}")" != "${target}" ]]; then
+    relink "${target}" "${LEGACY_VENV}"
+    echo "neuron_setup: ${LEGACY_VENV} -> ${target}, for jobs queued before the venv moved to ${VENV}"
   fi
-  # mv -T renames the new link over the old one (without -T, mv would move it into the old venv).
-  sudo -u ubuntu ln -sfn "${target}" "${VENV}.new.$$"
-  sudo -u ubuntu mv -T "${VENV}.new.$$" "${VENV}"
-  echo "neuron_setup: ${VENV} -> ${target}${link:+ (was ${link}, kept for the jobs that use it)}"
-  remove_unused_venvs "${target}"
 }
 
 # An old venv goes once no job Slurm still knows (running, pending, requeued) started from it: every batch
@@ -131,7 +154,7 @@ install_shared_venv() {
 remove_unused_venvs() {
   local keep="$1" venv marker jobs used
   jobs="$(/opt/slurm/bin/squeue -h -o %A 2>/dev/null)" || return 0
-  for venv in "${VENV}"-*; do
+  for venv in "${VENV}"-* "${LEGACY_VENV}"-*; do
     [[ -d "${venv}" && "${venv}" != "${keep}" ]] || continue
     used=""
     for marker in "${venv}"/.jobs/*; do
@@ -142,6 +165,35 @@ remove_unused_venvs() {
       echo "neuron_setup: removed ${venv}: no job uses it"
     fi
   done
+}
+
+# The compile cache (one directory per cache set below it), shared by the group CACHE_GROUP rather than by
+# everyone: world-writable (1777, as before issue 32), any user could replace another's compiled graphs.
+# setgid: what a job creates below it belongs to the group (subdirectories inherit the bit); the default ACL
+# keeps it group-writable whatever the job's umask (a directory's default ACL replaces the umask for what is
+# created in it: acl(5)). Slurm runs a job with the groups slurmctld, on this head node, resolves for its user
+# (slurm.conf LaunchParameters: send_gids is the default), so membership here is what counts on every node.
+CACHE_ACL="u::rwx,g::rwx,o::rx"
+share_compile_cache() {
+  local gid
+  getent group "${CACHE_GROUP}" >/dev/null || groupadd --system "${CACHE_GROUP}"
+  gid="$(getent group "${CACHE_GROUP}" | cut -d: -f3)"
+  usermod -aG "${CACHE_GROUP}" ubuntu
+  command -v setfacl >/dev/null || { apt-get update -y && apt-get install -y acl; }
+  install -d "${COMPILE_CACHE}"
+  if [[ "$(stat -c %g "${COMPILE_CACHE}")" != "${gid}" ]]; then
+    # A cache of an older version (1777, each job's directories its own user's) or of another head node's group:
+    # the group takes over what is in it, once.
+    echo "neuron_setup: ${COMPILE_CACHE} passes to group ${CACHE_GROUP} (${gid})"
+    chgrp -R "${gid}" "${COMPILE_CACHE}"
+    chmod -R g+rwX,o-w "${COMPILE_CACHE}"
+    find "${COMPILE_CACHE}" -type d -exec chmod g+s,-t {} +
+    find "${COMPILE_CACHE}" -mindepth 1 -type d -exec setfacl -d -m "${CACHE_ACL}" {} + || true
+  fi
+  chmod 2775 "${COMPILE_CACHE}"
+  # Lustre enforces POSIX ACLs where the file system enables them; elsewhere group write rests on the umask.
+  setfacl -d -m "${CACHE_ACL}" "${COMPILE_CACHE}" \
+    || echo "neuron_setup: no default ACL on ${COMPILE_CACHE}: a job's umask decides whether its group may write" >&2
 }
 
 # neuron_metrics.py needs boto3; an image carries it, so that its nodes run no apt at all.
@@ -186,12 +238,15 @@ elif [[ "${cfn_node_type}" == "ComputeFleet" ]]; then
   fi
 else
   install_shared_venv
-  # The shared compile cache (one directory per job family below it), writable by every user.
-  install -d -m 1777 /fsx/neuron-cache
-  jobs_dir="$(dirname "${VENV}")/trainium"
-  sudo -u ubuntu mkdir -p "${jobs_dir}"
+  if [[ -n "${CACHE_GROUP}" ]]; then share_compile_cache; fi
+  # The batch scripts: the OS user's copy (`trn submit` and the README run ~/trainium/...), and one every
+  # user reads in the cluster's directory beside the venv.
+  shared_scripts="$(dirname "${VENV}")/trainium"
+  sudo -u ubuntu mkdir -p "${OS_USER_SCRIPTS}"
+  install -d -m 0755 "${shared_scripts}"
   for spec in "${SBATCH[@]}"; do
-    sudo -u ubuntu aws s3 cp --only-show-errors "${spec#*=}" "${jobs_dir}/${spec%%=*}"
+    sudo -u ubuntu aws s3 cp --only-show-errors "${spec#*=}" "${OS_USER_SCRIPTS}/${spec%%=*}"
+    aws s3 cp --only-show-errors "${spec#*=}" "${shared_scripts}/${spec%%=*}"
   done
   # /opt/slurm is shared with every compute node; Slurm runs each script of prolog.d before a job.
   install -d -m 0755 /opt/slurm/etc/scripts/prolog.d

@@ -70,7 +70,7 @@ class ClusterIds:
     :param setup_script: the Neuron setup script (the queues' OnNodeConfigured).
     :param head_node_script: the head node's OnNodeConfigured script; its S3 key must never change
         (ParallelCluster cannot update a head node's OnNodeConfigured).
-    :param batch_scripts: batch script file name -> object, copied to the head node's ``~/trainium``.
+    :param batch_scripts: batch script file name -> object, copied to the head node's ``~/trainium`` and, for every user, ``/home/trainium-cdk/trainium``.
     :param prologs: Slurm prolog file name -> object, installed by the head node into the shared
         ``/opt/slurm/etc/scripts/prolog.d`` (the node health check).
     :param neuron_metrics: neuron-monitor into CloudWatch on the compute nodes; default none.

@@ -6,6 +6,7 @@ node::
 
     sbatch ~/trainium/train-<group>.sbatch ~/trainium/mlp_train.py --your --args   # the MLP example
     sbatch -N 4 ~/trainium/train-<group>.sbatch /fsx/code/your_train.py
+    sbatch -N 4 /home/trainium-cdk/trainium/train-<group>.sbatch /fsx/code/your_train.py   # any other user
 
 ``PRECOMPILE=1 sbatch ...`` first extracts the command's graphs with ``neuron_parallel_compile`` over
 ``TRN_PRECOMPILE_STEPS`` steps (no checkpoint directory) and compiles them into the group's cache on FSx
@@ -45,11 +46,15 @@ FABRIC_MIN_NODES = 2
 # /etc/profile.d/neuron.sh: the script sets it, and srun passes it on to every node. The batch step resolves the
 # link once, so every node of the job uses that venv even if the head node switches the link meanwhile, and
 # leaves the job id in it: the head node removes an old venv only when no job Slurm knows left its id there.
+# The venv is root's; its .jobs is sticky and writable by every user (neuron_setup.sh): a marker that exists
+# (a requeued job's own, or one another user left under this id) marks the venv as well as a new one would.
 _ENVIRONMENT = [
     f'export PATH="{NEURON_BIN}:$PATH"',
     f'venv="$(readlink -f {VENV})"',
     'source "$venv/bin/activate"',
-    'mkdir -p "$venv/.jobs" && touch "$venv/.jobs/$SLURM_JOB_ID"',
+    'marker="$venv/.jobs/$SLURM_JOB_ID"',
+    '[[ -e "$marker" ]] || touch "$marker" || { echo "trainium-cdk: cannot mark $venv in use by job $SLURM_JOB_ID:'
+    ' its .jobs must be a sticky directory every user may write (the head node\'s setup makes it)" >&2; exit 1; }',
 ]
 
 

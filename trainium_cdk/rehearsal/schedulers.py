@@ -98,11 +98,13 @@ def run_batch_node_properties(
 def run_slurm_script(
     stage: Stage, script: str, nodes: int, *args: str, env: Mapping[str, str] | None = None,
     cwd: Path | None = None, job_id: str = "42", job_name: str = "rehearsal", partition: str = "train",
-    timeout: float | None = None, **substitute: Any,
+    timeout: float | None = None, user: Sequence[str] = (), **substitute: Any,
 ) -> list[NodeResult]:
     """`sbatch -N nodes script args`: the batch step on the first node; srun starts one task per node.
     ``env``: the submitter's environment that sbatch passes on (its default, --export=ALL); the job's own
-    variables in it (``TRN_JOB_ENV`` lines) get the stage's values."""
+    variables in it (``TRN_JOB_ENV`` lines) get the stage's values. ``user``: a command that runs the batch step
+    as the submitting user (slurmd starts it with the user's uid and the groups slurmctld sent), such as
+    ``setpriv --reuid ...``; default: this process's user."""
     from trainium_cdk.parallelcluster.sbatch import JOB_ENV_VARIABLE
 
     path = stage.root / f"job-{job_id}.sbatch"
@@ -121,7 +123,7 @@ def run_slurm_script(
     if job_env is not None:  # each KEY=VALUE line with the stage's value (substituted once)
         pairs = (line.partition("=") for line in job_env.splitlines() if line)
         node_env[JOB_ENV_VARIABLE] = "\n".join(f"{k}={stage.value(k, v)}" for k, _, v in pairs)
-    argv = ["bash", str(path), *(stage.substitute(a) for a in args)]
+    argv = [*user, "bash", str(path), *(stage.substitute(a) for a in args)]
     (batch_step,) = (run_nodes([argv], [node_env], cwd=work, timeout=timeout) if timeout is not None
                      else run_nodes([argv], [node_env], cwd=work))
     nodes_out = [Path(f"{log}.{i}").read_text() if Path(f"{log}.{i}").exists() else "" for i in range(nodes)]

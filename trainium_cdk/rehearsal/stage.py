@@ -181,6 +181,7 @@ class Stage:
         self.neuron_bin.mkdir(exist_ok=True)
         self.venv = self.root / "neuron-venv"
         (self.venv / "bin").mkdir(parents=True, exist_ok=True)
+        (self.venv / ".jobs").mkdir(exist_ok=True)  # where each Slurm job marks the venv it uses (neuron_setup.sh)
         (self.venv / "bin" / "activate").write_text("# stand-in: torch is already on PATH\n")
 
     @property

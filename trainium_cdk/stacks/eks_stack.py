@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from trainium_cdk.charts import FSX_CHART_ID
@@ -105,6 +107,9 @@ class EksStack(Stack):
             after=[self.training.system_nodes, *self.manifests.values()],
             file_system_id=storage.file_system_id if storage is not None else None,
         )
+        if config.eks.prepull_images:
+            self._prepull(config, [self.workloads.image.image_uri,
+                                   *([self.workloads.bert_image.image_uri] if self.workloads.bert_image else [])])
         CfnOutput(self, OUTPUT_DASHBOARD_NAME, value=self.observability.dashboard.dashboard_name)
         CfnOutput(self, OUTPUT_EXAMPLE_IMAGE_URI, value=self.workloads.image.image_uri)
         if self.workloads.bert_image is not None:
@@ -119,3 +124,19 @@ class EksStack(Stack):
             OUTPUT_UPDATE_KUBECONFIG,
             value=f"aws eks update-kubeconfig --region {config.region} --name {cluster.cluster_name}",
         )
+
+    def _prepull(self, config: Config, own_images: list[str]) -> None:
+        """The list of images Trainium nodes pull at boot (node/prepull_images.sh), as an SSM parameter their
+        roles may read: the nodes' user data names only the parameter, so a new image or Neuron pin updates it
+        in place and rolls no node; the example images, CDK assets known only at deploy, can be in it."""
+        images = ssm.StringParameter(
+            self, "PrepullImages", parameter_name=adapter.prepull_parameter(config),
+            string_value=" ".join([*adapter.prepull_images(config), *own_images]),
+            description="trainium-cdk: the images Trainium nodes start pulling at boot, separated by spaces",
+        )
+        roles: list[iam.IRole] = [group.nodegroup.role for group in self.node_groups.values()]
+        node_role = getattr(self.capacity, "node_role", None)
+        if node_role is not None:
+            roles.append(node_role)
+        for role in roles:
+            images.grant_read(role)

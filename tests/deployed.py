@@ -16,6 +16,10 @@ real in moto from their template properties:
 - ``AWS::ECR::Repository`` -> the repository (``trn image push``), ``AWS::S3::Bucket`` -> the bucket (``trn
   sync``), each under CloudFormation's lower-case name form when the template names none.
 
+- ``AWS::CloudFormation::Stack`` (a CDK nested stack, such as each Batch compute group's) -> its template,
+  from the cloud assembly, deployed the same way with the parameters the parent passes; its outputs are the
+  parent's ``Outputs.<name>`` attributes.
+
 Every other resource gets a deterministic physical id of its type's form (``subnet-…``, ``fs-…``).
 """
 
@@ -41,6 +45,8 @@ _ID_FORMS = {
 _LOWER_CASE_NAMES = {"AWS::ECR::Repository", "AWS::S3::Bucket"}
 # Maps whose keys are the user's, not CloudFormation property names: kept as they are when converting.
 _OPAQUE = {"Parameters", "Options", "Tags", "DockerLabels"}
+# Where assembly_stacks puts a nested stack's template, in its resource's metadata.
+NESTED_TEMPLATE = "harness:nested-template"
 
 
 def stable(*parts: str, length: int = 17) -> str:
@@ -65,6 +71,7 @@ class Stack:
     physical: dict[str, str] = field(default_factory=dict)
     attributes: dict[tuple[str, str], str] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
+    parameters: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -123,6 +130,8 @@ class Account:
             return pseudo[name]
         if name in stack.physical:
             return stack.physical[name]
+        if name in stack.parameters:
+            return stack.parameters[name]
         parameter = stack.template.get("Parameters", {}).get(name)
         if parameter is not None:
             return str(parameter.get("Default", ""))
@@ -150,12 +159,7 @@ class Account:
     # -- deploy --------------------------------------------------------------------------------------
 
     def deploy_stack(self, name: str, template: dict[str, Any]) -> Stack:
-        stack = Stack(name, template)
-        resources = template.get("Resources", {})
-        for logical, resource in resources.items():
-            stack.physical[logical] = self._physical_id(stack, logical, resource)
-        for logical, resource in resources.items():
-            self._make(stack, logical, resource)
+        stack = self._deploy(name, template)
         exports: dict[str, str] = {}
         for key, output in template.get("Outputs", {}).items():
             value = self.resolve(stack, output["Value"])
@@ -172,6 +176,17 @@ class Account:
         }
         self.client("cloudformation").create_stack(StackName=name, TemplateBody=json.dumps(body))
         self.stacks[name] = stack
+        return stack
+
+    def _deploy(self, name: str, template: dict[str, Any], parameters: dict[str, str] | None = None) -> Stack:
+        """A stack's resources (nested stacks first: the parent's other resources may read their outputs)."""
+        stack = Stack(name, template, parameters=dict(parameters or {}))
+        resources = template.get("Resources", {})
+        for logical, resource in resources.items():
+            stack.physical[logical] = self._physical_id(stack, logical, resource)
+        nested_first = sorted(resources.items(), key=lambda item: NESTED_TEMPLATE not in item[1].get("Metadata", {}))
+        for logical, resource in nested_first:
+            self._make(stack, logical, resource)
         return stack
 
     def _export_name(self, stack: Stack, key: str) -> str | None:
@@ -203,6 +218,12 @@ class Account:
 
     def _make(self, stack: Stack, logical: str, resource: dict[str, Any]) -> None:
         kind = resource["Type"]
+        if kind == "AWS::CloudFormation::Stack" and NESTED_TEMPLATE in resource.get("Metadata", {}):
+            parameters = {k: str(v) for k, v in self.resolve(stack, resource["Properties"].get("Parameters", {})).items()}
+            nested = self._deploy(stack.physical[logical], resource["Metadata"][NESTED_TEMPLATE], parameters)
+            for key, output in nested.template.get("Outputs", {}).items():
+                stack.attributes[(logical, f"Outputs.{key}")] = str(self.resolve(nested, output["Value"]))
+            return
         props = self.resolve(stack, resource.get("Properties", {}))
         physical = stack.physical[logical]
         if kind == "AWS::EKS::Cluster":
@@ -287,6 +308,21 @@ def assembly_stacks(assembly: Path) -> list[tuple[str, dict[str, Any]]]:
         visit(key)
     return [
         (artifacts[k].get("properties", {}).get("stackName", k),
-         json.loads((assembly / artifacts[k]["properties"]["templateFile"]).read_text()))
+         _with_nested(assembly, json.loads((assembly / artifacts[k]["properties"]["templateFile"]).read_text())))
         for k in ordered
     ]
+
+
+def _with_nested(assembly: Path, template: dict[str, Any]) -> dict[str, Any]:
+    """``template`` with each nested stack's template (the asset its TemplateURL names, ``<hash>.json``, which the
+    assembly holds as a ``*.nested.template.json`` listed in an assets manifest) in the stack resource's metadata."""
+    sources = {h: assembly / f["source"]["path"]
+               for manifest in assembly.glob("*.assets.json")
+               for h, f in json.loads(manifest.read_text()).get("files", {}).items()}
+    for resource in template.get("Resources", {}).values():
+        if resource["Type"] == "AWS::CloudFormation::Stack":
+            url = json.dumps(resource["Properties"]["TemplateURL"])
+            # A template of the project's (not one a service publishes, such as ParallelCluster's provider).
+            for path in [path for h, path in sources.items() if f"/{h}.json" in url]:
+                resource.setdefault("Metadata", {})[NESTED_TEMPLATE] = _with_nested(assembly, json.loads(path.read_text()))
+    return template

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import copy
 import json
 import shutil
 import tempfile
@@ -85,6 +86,17 @@ class Synthesized:
     def template_json(self, role: str) -> dict[str, Any]:
         stack = self._stack(role)
         return self.assembly.get_stack_by_name(stack.stack_name).template
+
+    def template_with_nested(self, role: str) -> dict[str, Any]:
+        """The stack's template with its nested stacks' resources and parameters merged in (each Batch compute group
+        is a nested stack: stacks/batch_stack.py), for tests that look for resources of a kind wherever they are."""
+        merged = copy.deepcopy(self.template_json(role))
+        for nested in self._stack(role).node.find_all():
+            if isinstance(nested, cdk.NestedStack):
+                template = json.loads((self.outdir / nested.template_file).read_text())
+                for section in ("Resources", "Parameters"):
+                    merged.setdefault(section, {}).update(template.get(section, {}))
+        return merged
 
     def template(self, role: str) -> Template:
         return Template.from_json(self.template_json(role))

@@ -4,9 +4,11 @@ the program reads, or overrides a value), never an edited copy of the text."""
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 
 from trainium_cdk import node
 
@@ -43,3 +45,13 @@ def run(name: str, values: Mapping[str, str], env: Mapping[str, str], *, shell: 
     """Run node file ``name`` with ``values`` (a header's, possibly overridden) in its environment."""
     return subprocess.run([shell, str(node.FOLDER / name), *args], env={**env, **values}, capture_output=True,
                           text=True, timeout=timeout, check=False)
+
+
+def batch_node_setup(user_data: str, outdir: Path) -> tuple[dict[str, str], str]:
+    """A Batch node's user data (its shell part, node/batch_bootstrap.sh after the header) -> the header's values and
+    the setup program it fetches: the one file asset of the cloud assembly ``outdir`` (``asset.<key>.sh``, uploaded
+    as ``<key>.sh``) whose sha256 is NODE_SETUP_SHA256, as the node checks it."""
+    values = split(user_data, "batch_bootstrap.sh")
+    (program,) = [text for path in outdir.glob("asset.*.sh")
+                  if hashlib.sha256((text := path.read_text()).encode()).hexdigest() == values["NODE_SETUP_SHA256"]]
+    return values, program

@@ -115,8 +115,11 @@ class NodeSet:
 class Reachability:
     """Security groups, rules and node sets of every stack of one synthesized app."""
 
-    def __init__(self, templates: Mapping[str, dict[str, Any]]) -> None:
+    def __init__(self, templates: Mapping[str, dict[str, Any]],
+                 nested: Mapping[str, tuple[str, dict[str, Any]]] | None = None) -> None:
         self.templates = dict(templates)
+        # A nested stack's template (each Batch compute group's) -> its parent and the parameters it passes.
+        self.nested = dict(nested or {})
         self.exports: dict[str, tuple[str, Any]] = {}
         for stack, template in self.templates.items():
             for output in (template.get("Outputs") or {}).values():
@@ -137,8 +140,20 @@ class Reachability:
 
     @classmethod
     def from_dir(cls, outdir: Path) -> Reachability:
-        return cls({p.name.removesuffix(".template.json"): json.loads(p.read_text())
-                    for p in sorted(Path(outdir).glob("*.template.json"))})
+        templates = {p.name.removesuffix(".template.json"): json.loads(p.read_text())
+                     for p in sorted(Path(outdir).glob("*.template.json"))}
+        # A nested stack's TemplateURL names its asset, <hash>.json; the assets manifests give the file.
+        sources = {h: f["source"]["path"].removesuffix(".template.json")
+                   for manifest in Path(outdir).glob("*.assets.json")
+                   for h, f in json.loads(manifest.read_text()).get("files", {}).items()}
+        nested = {}
+        for stack, template in templates.items():
+            for resource in template.get("Resources", {}).values():
+                if resource["Type"] == "AWS::CloudFormation::Stack":
+                    url = json.dumps(resource["Properties"].get("TemplateURL"))
+                    for name in [n for h, n in sources.items() if f"/{h}.json" in url and n in templates]:
+                        nested[name] = (stack, resource["Properties"].get("Parameters", {}))
+        return cls(templates, nested)
 
     # -- questions ---------------------------------------------------------------------------------
 
@@ -207,6 +222,9 @@ class Reachability:
             (fn, arg), = value.items()
             if fn == "Fn::ImportValue" and isinstance(arg, str) and arg in self.exports:
                 return self.group_of(*self.exports[arg])
+            if fn == "Ref" and isinstance(arg, str) and arg in self.nested.get(stack, ("", {}))[1]:
+                parent, parameters = self.nested[stack]
+                return self.group_of(parent, parameters[arg])
             if fn == "Ref" and isinstance(arg, str):
                 resource = self._resource(stack, arg)
                 if resource and resource["Type"] == "AWS::EC2::SecurityGroup":
@@ -356,7 +374,8 @@ class Reachability:
             trains = stack in multinode and any(i.efa for i in interfaces)
             self.node_sets.append(NodeSet(
                 "batch", logical_id, interfaces, rendezvous=task_groups if trains else None,
-                mounts_fsx="lustre" in json.dumps(user_data), instance_type=compute["InstanceTypes"][0],
+                # The node setup (an S3 asset) mounts the file system its user data names (LUSTRE_SOURCE).
+                mounts_fsx="LUSTRE_SOURCE=" in json.dumps(user_data), instance_type=compute["InstanceTypes"][0],
             ))
 
         # The API endpoint's interfaces in the VPC carry the cluster security group and the groups of

@@ -296,7 +296,7 @@ def test_the_function_code_is_the_handler_module_file(instance_app):
 
 
 def test_batch_nodes_read_aws_s_per_ami_name_parameter(instance_app):
-    template = instance_app.template_json("batch")
+    template = instance_app.template_with_nested("batch")
     parameters = {k: v["Default"] for k, v in template["Parameters"].items() if SSM_PARAMETER_TYPE.match(v["Type"])}
     assert ecs_neuron_ami_parameter(ECS_NEURON_AMI_NAME) in parameters.values()
     assert resources(template, RESOURCE_TYPE) == {}  # no lookup where AWS publishes the parameter
@@ -330,10 +330,10 @@ def test_an_explicit_ami_id_replaces_the_lookup_and_the_parameter():
     assert resources(instance_template, RESOURCE_TYPE) == {} and resources(instance_template, "AWS::Lambda::Function") == {}
     (instance,) = resources(instance_template, "AWS::EC2::Instance").values()
     assert instance["Properties"]["ImageId"] == "ami-0123456789abcdef0"
-    batch_template = result.template_json("batch")
+    batch_template = result.template_with_nested("batch")
     for template in resources(batch_template, "AWS::EC2::LaunchTemplate").values():
         assert template["Properties"]["LaunchTemplateData"]["ImageId"] == "ami-0fedcba9876543210"
-    assert not [p for p in batch_template.get("Parameters", {}).values() if p["Default"].startswith(PUBLIC_PREFIX)]
+    assert not [p for p in batch_template.get("Parameters", {}).values() if p.get("Default", "").startswith(PUBLIC_PREFIX)]
 
 
 @pytest.mark.parametrize("ami_id", ["ami-123", "ami-0123456789ABCDEF0", "ami-0123456789abcdef0 ", "i-0123456789abcdef0",

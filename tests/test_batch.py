@@ -79,15 +79,37 @@ class Group:
     def __init__(self, result, name: str) -> None:
         self.stack = result.stacks.backends["batch"]
         self.construct: TrainiumBatch = self.stack.groups[name]
-        self.template = result.template_json("batch")
+        # Each group is a nested stack of the Batch stack (stacks/batch_stack.py): its own template.
+        self.holder = cdk.Stack.of(self.construct)
+        self.template = json.loads((result.outdir / self.holder.template_file).read_text())
+        self.parent = result.template_json("batch")
         self.spec = self.construct.spec
+        self.outdir = result.outdir
 
     def logical_id(self, construct) -> str:
-        resource = construct if isinstance(construct, cdk.CfnResource) else construct.node.default_child
-        return self.stack.resolve(self.stack.get_logical_id(resource))
+        stack = cdk.Stack.of(_resource(construct))
+        return stack.resolve(stack.get_logical_id(_resource(construct)))
+
+    @property
+    def entry_id(self) -> str:
+        """The logical id of the group's nested stack in the Batch stack."""
+        return self.stack.resolve(self.stack.get_logical_id(self.holder.nested_stack_resource))
+
+    def from_parent(self, value: Any) -> Any:
+        """What the Batch stack passes for a parameter of the group's template (a shared role's ARN), else ``value``."""
+        if isinstance(value, dict) and set(value) == {"Ref"} and value["Ref"] in self.template.get("Parameters", {}):
+            return self.parent["Resources"][self.entry_id]["Properties"]["Parameters"][value["Ref"]]
+        return value
+
+    def to_parent(self, value: Any) -> dict[str, Any]:
+        """How the Batch stack reads ``value`` of the group's template: an output of its nested stack."""
+        (name,) = [n for n, o in self.template.get("Outputs", {}).items() if o["Value"] == value]
+        return {"Fn::GetAtt": [self.entry_id, f"Outputs.{name}"]}
 
     def properties(self, construct) -> dict[str, Any]:
-        return self.template["Resources"][self.logical_id(construct)]["Properties"]
+        """A resource's properties, from the group's template or, for the shared roles, the Batch stack's."""
+        template = self.template if cdk.Stack.of(_resource(construct)) is self.holder else self.parent
+        return template["Resources"][self.logical_id(construct)]["Properties"]
 
     @property
     def compute(self) -> dict[str, Any]:
@@ -117,6 +139,15 @@ class Group:
     def user_data(self) -> str:
         return template_text(self.launch_template["UserData"]["Fn::Base64"])
 
+    @property
+    def setup(self) -> tuple[dict[str, str], str]:
+        """The values in the user data and the node setup program it fetches (tests/node_files.py)."""
+        return node_files.batch_node_setup(node_files.shell_part(self.user_data), self.outdir)
+
+
+def _resource(construct) -> cdk.CfnResource:
+    return construct if isinstance(construct, cdk.CfnResource) else construct.node.default_child
+
 
 def _name(instance_type: str) -> str:
     return _group(instance_type)["name"]
@@ -145,8 +176,8 @@ def test_compute_environment_uses_the_launch_template_at_its_latest_version(ever
         "LaunchTemplateId": {"Ref": template_id},
         "Version": {"Fn::GetAtt": [template_id, "LatestVersionNumber"]},
     }
-    profile = group.compute["InstanceRole"]["Fn::GetAtt"][0]
-    roles = group.template["Resources"][profile]["Properties"]["Roles"]
+    profile = group.from_parent(group.compute["InstanceRole"])["Fn::GetAtt"][0]
+    roles = group.parent["Resources"][profile]["Properties"]["Roles"]
     assert roles == [{"Ref": group.logical_id(group.construct.instance_role)}]
 
 
@@ -209,12 +240,13 @@ def test_nodes_run_aws_s_immutable_per_ami_name_ecs_neuron_parameter(every_type)
         "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/"
         "al2023-ami-ecs-neuron-hvm-2023.0.20260922-kernel-6.1-x86_64/image_id"
     )
-    template = every_type.template_json("batch")
-    parameters = {k: v for k, v in template["Parameters"].items() if v.get("Default") == NEURON_ECS_AMI_PARAMETER}
-    (parameter_id,) = parameters  # one parameter for every group
-    assert parameters[parameter_id]["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
     for instance_type in SUPPORTED_TRAINING_TYPES:
-        assert Group(every_type, _name(instance_type)).launch_template["ImageId"] == {"Ref": parameter_id}
+        group = Group(every_type, _name(instance_type))  # each group's template reads the parameter
+        parameters = {k: v for k, v in group.template["Parameters"].items()
+                      if v.get("Default") == NEURON_ECS_AMI_PARAMETER}
+        (parameter_id,) = parameters
+        assert parameters[parameter_id]["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
+        assert group.launch_template["ImageId"] == {"Ref": parameter_id}
 
 
 @pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
@@ -227,7 +259,8 @@ def test_user_data_is_mime_multipart_and_installs_what_is_missing(every_type, in
     driver = versions.XLA_TRACK.driver
     # The track's driver unless the AMI carries exactly that version; the tools when missing; EFA with EFA
     # (trainium_cdk/node/batch_node.sh, its values in the header; tests/test_node_programs.py runs it).
-    values = node_files.split(node_files.shell_part(text), "batch_node.sh", "lustre_client.sh")
+    values, program = group.setup
+    assert node.source("batch_node.sh") + node.source("lustre_client.sh") in program
     assert values["NEURON_DRIVER"] == driver and values["NEURON_YUM_REPO"] == "https://yum.repos.neuron.amazonaws.com"
     assert ("EFA_INSTALLER_URL" in values) == ("EFA_INSTALLER_SHA256" in values) == group.spec.has_efa
     assert "@tcp:/" in values["LUSTRE_SOURCE"] and values["LUSTRE_MOUNT_POINT"] == "/fsx"
@@ -353,8 +386,9 @@ def test_fsx_is_mounted_into_the_container(every_type):
 
 
 def test_one_job_queue_per_group_on_its_compute_environment(every_type):
-    queues = resources(every_type.template_json("batch"), "AWS::Batch::JobQueue")
-    assert len(queues) == len(SUPPORTED_TRAINING_TYPES)
+    assert resources(every_type.template_json("batch"), "AWS::Batch::JobQueue") == {}  # each in its group's stack
+    for instance_type in SUPPORTED_TRAINING_TYPES:
+        assert len(resources(Group(every_type, _name(instance_type)).template, "AWS::Batch::JobQueue")) == 1
     for instance_type in SUPPORTED_TRAINING_TYPES:
         group = Group(every_type, _name(instance_type))
         queue = group.properties(group.construct.job_queue)
@@ -388,7 +422,7 @@ def _statements(group: Group, role) -> list[dict]:
     role_id = group.logical_id(role)
     return [
         s
-        for p in resources(group.template, "AWS::IAM::Policy").values()
+        for p in resources(group.parent, "AWS::IAM::Policy").values()
         if {"Ref": role_id} in p["Properties"]["Roles"]
         for s in p["Properties"]["PolicyDocument"]["Statement"]
     ]
@@ -420,7 +454,8 @@ def test_instance_role_is_the_ecs_agent_and_one_image_repository(every_type):
 
 def test_job_role_has_no_permissions_and_execution_role_writes_its_logs(every_type):
     group = Group(every_type, "trn1-32xlarge")
-    assert group.container["JobRoleArn"] == {"Fn::GetAtt": [group.logical_id(group.construct.job_role), "Arn"]}
+    assert group.from_parent(group.container["JobRoleArn"]) == {
+        "Fn::GetAtt": [group.logical_id(group.construct.job_role), "Arn"]}
     assert _statements(group, group.construct.job_role) == []
     logs = [s for s in _statements(group, group.construct.execution_role) if "logs:PutLogEvents" in s["Action"]]
     # One execution role for every group: it writes to the groups' own log groups, named one by one.
@@ -429,7 +464,10 @@ def test_job_role_has_no_permissions_and_execution_role_writes_its_logs(every_ty
         {
             "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
             "Effect": "Allow",
-            "Resource": [{"Fn::GetAtt": [group.logical_id(g.log_group), "Arn"]} for g in groups],
+            "Resource": [
+                (each := Group(every_type, g.group_name)).to_parent({"Fn::GetAtt": [each.logical_id(g.log_group), "Arn"]})
+                for g in groups
+            ],
         }
     ]
 
@@ -441,7 +479,7 @@ def test_every_group_shares_one_set_of_roles_and_one_instance_profile(every_type
     (profile,) = resources(template, "AWS::IAM::InstanceProfile")
     for training in groups:
         group = Group(every_type, training.group_name)
-        assert group.compute["InstanceRole"] == {"Fn::GetAtt": [profile, "Arn"]}
+        assert group.from_parent(group.compute["InstanceRole"]) == {"Fn::GetAtt": [profile, "Arn"]}
         for role in ("instance_role", "execution_role", "job_role"):
             assert getattr(training, role) is getattr(groups[0], role)
 
@@ -508,7 +546,7 @@ def test_custom_image_command_retries_timeout_and_retention(reserved):
 
 def test_without_storage_no_mount_and_a_local_compile_cache(reserved):
     group = Group(reserved, "reserved")
-    assert "lustre" not in group.user_data
+    assert "lustre" not in group.setup[1] and not any(k.startswith("LUSTRE_") for k in group.setup[0])
     assert group.container.get("Volumes", []) == []
     assert group.environment["TRN_CACHE_DIR"] == "/var/tmp/neuron-compile-cache/reserved"
     assert "--parameters" not in _batch_groups(reserved)["reserved"]["SubmitJob"]
@@ -631,8 +669,7 @@ def test_tasks_cannot_reach_the_instance_metadata(every_type, tmp_path):
     for stand_in in bindir.iterdir():
         stand_in.chmod(0o755)
     for instance_type in SUPPORTED_TRAINING_TYPES:
-        values = node_files.split(node_files.shell_part(Group(every_type, _name(instance_type)).user_data),
-                                  "batch_node.sh", "lustre_client.sh")
+        values, _ = Group(every_type, _name(instance_type)).setup
         values = {k: v for k, v in values.items() if k != "EFA_INSTALLER_URL"}  # this machine has no EFA device
         config = tmp_path / "ecs.config"
         config.write_text("ECS_CLUSTER=batch-cluster\n")

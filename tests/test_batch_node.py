@@ -1,4 +1,4 @@
-"""A Batch host's own setup (trainium_cdk/node/batch_node.sh, as the compute environment's user data carries it):
+"""A Batch host's own setup (trainium_cdk/node/batch_node.sh, as the node setup the user data fetches carries it):
 the EFA installer is the pinned version, checked against its published SHA-256 before it is extracted, and a host
 whose setup failed never takes jobs (the ECS agent stays stopped and masked, the instance shuts down, which the
 launch template turns into a termination). The program runs here as the user data carries it, with stand-ins on
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests import node_files
-from trainium_cdk import versions
+from trainium_cdk import node, versions
 from trainium_cdk.catalog import DEFAULT_CATALOG
-from trainium_cdk.constructs.batch_node import node_user_data
+from trainium_cdk.constructs.batch_node import node_setup
 
 DRIVER = versions.XLA_TRACK.driver
 # What the ECS agent's unit is asked on a host: held while the user data runs, then let go, or masked.
@@ -26,9 +26,11 @@ MASKED = "mask ecs.service"
 
 
 def _values(instance_type: str) -> dict[str, str]:
-    """The header values of batch_node.sh in the user data of a group of ``instance_type`` (no storage)."""
-    user_data = node_user_data(DEFAULT_CATALOG.get(instance_type), None)
-    return node_files.split(node_files.shell_part(user_data), "batch_node.sh")
+    """The header values of batch_node.sh in the node setup of a group of ``instance_type`` (no storage), as the
+    setup program the node fetches carries them."""
+    setup = node_setup(DEFAULT_CATALOG.get(instance_type), None)
+    assert node.source("batch_node.sh") in setup.program
+    return setup.values
 
 
 def _installer(*, fails: bool = False) -> bytes:
@@ -160,7 +162,9 @@ def test_any_failing_step_keeps_the_agent_stopped_and_terminates_the_host(tmp_pa
 def test_a_step_after_the_program_in_the_user_data_that_fails_also_keeps_the_host_out(tmp_path):
     """The trap covers what the user data runs after batch_node.sh (here the metrics program's dependency,
     python3-boto3, which dnf cannot install): the whole user data exits 0 or the host never joins."""
-    text = node_files.shell_part(node_user_data(DEFAULT_CATALOG.get("trn1.2xlarge"), None, metrics_deployment="dev"))
+    setup = node_setup(DEFAULT_CATALOG.get("trn1.2xlarge"), None, metrics_deployment="dev")
+    # The setup as the bootstrap runs it: sourced after the user data's header of its values.
+    text = node.header(setup.values) + setup.program
     host = Host(tmp_path, failing=("dnf",))
     result = host.run_text(text)
     assert result.returncode != 0

@@ -57,7 +57,7 @@ def test_a_reservation_uses_its_own_placement_group_by_name(result):
     assert "Placement" not in block_lt["Properties"]["LaunchTemplateData"]
     # Nothing is created for either group: the reservation's group exists, the block has none.
     assert resources(result.template_json("network"), "AWS::EC2::PlacementGroup") == {}
-    environments = resources(result.template_json("batch"), "AWS::Batch::ComputeEnvironment").values()
+    environments = resources(result.template_with_nested("batch"), "AWS::Batch::ComputeEnvironment").values()
     assert PLACEMENT_GROUP in [e["Properties"]["ComputeResources"].get("PlacementGroup") for e in environments]
     (cluster,) = resources(result.template_json("parallelcluster"), "Custom::PclusterCluster").values()
     queues = {q["Name"]: q for q in cluster["Properties"]["ClusterConfiguration"]["Scheduling"]["SlurmQueues"]}
@@ -76,7 +76,7 @@ def _devices(value: Any) -> list[dict[str, Any]]:
 
 
 def test_batch_device_permissions_as_the_api_spells_them(result):
-    devices = _devices(result.template_json("batch"))
+    devices = _devices(result.template_with_nested("batch"))
     assert devices
     for device in devices:
         # The device where the job sees it, and only Neuron devices and EFA verbs.

@@ -221,7 +221,7 @@ def replaced(before: Synthesized, now: Synthesized) -> list[str]:
     """Stateful resources of ``before`` that deploying ``now`` would replace (or delete)."""
     found = []
     for role in _roles(before):
-        old, new = before.template_json(role)["Resources"], now.template_json(role)["Resources"]
+        old, new = before.template_with_nested(role)["Resources"], now.template_with_nested(role)["Resources"]
         for logical_id, resource in old.items():
             props = REPLACED_BY.get(resource["Type"])
             if props is None:
@@ -249,8 +249,8 @@ def test_the_replacement_check_sees_a_replacement(base):
         stacks = base.stacks
 
         @staticmethod
-        def template_json(role: str) -> dict[str, Any]:
-            return moved if role == "storage" else base.template_json(role)
+        def template_with_nested(role: str) -> dict[str, Any]:
+            return moved if role == "storage" else base.template_with_nested(role)
 
     assert replaced(base, Moved()) == ["storage/LustreFileSystem: LustreConfiguration.DeploymentType changes"]  # type: ignore[arg-type]
 
@@ -397,7 +397,7 @@ def test_readme_tells_each_day2_change():
 def _running_jobs_effects(base: Synthesized, now: Synthesized) -> list[Any]:
     from tests.lifecycle import batch_effects, managed_nodegroup_effects
 
-    return [*batch_effects(base.template_json("batch"), now.template_json("batch")),
+    return [*batch_effects(base.template_with_nested("batch"), now.template_with_nested("batch")),
             *managed_nodegroup_effects(base.template_json("eks"), now.template_json("eks"))]
 
 
@@ -453,10 +453,10 @@ def test_the_lifecycle_model_sees_batchs_default_update_policy(base, after):
     """On the old templates (no UpdatePolicy) a pin change stopped Batch jobs after Batch's default 30 minutes."""
     from tests.lifecycle import batch_effects
 
-    old = json.loads(json.dumps(after["neuron_pin"].template_json("batch")))
+    old = json.loads(json.dumps(after["neuron_pin"].template_with_nested("batch")))
     for resource in resources(old, "AWS::Batch::ComputeEnvironment").values():
         resource["Properties"].pop("UpdatePolicy")
-    (effect,) = batch_effects(base.template_json("batch"), old)
+    (effect,) = batch_effects(base.template_with_nested("batch"), old)
     assert effect.stops_jobs and "go on 30 minutes" in effect.why
 
 
@@ -582,7 +582,7 @@ def test_the_native_track_s_patch_release_on_every_backend(native_patch):
 
     before, now = native_patch
     assert replaced(before, now) == []
-    (batch,) = batch_effects(before.template_json("batch"), now.template_json("batch"))
+    (batch,) = batch_effects(before.template_with_nested("batch"), now.template_with_nested("batch"))
     assert batch.stops_jobs and "LaunchTemplate (a new version)" in batch.why
     node_classes = [[o["spec"] for o in _manifest_objects(r.template_json("eks")) if o.get("kind") == "EC2NodeClass"]
                     for r in (before, now)]

@@ -72,7 +72,7 @@ def test_batch_fabric_job_runs_through_the_launcher_on_every_node(tmp_path, app,
     neuron_ls(stage.bin, 16)
     calls = tmp_path / "nccom.log"
     nccom_test(stage.bin, TWO_TRN1, calls)
-    (definition,) = resources(app.template_json("batch"), "AWS::Batch::JobDefinition").values()
+    (definition,) = resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
     container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
     request = batch_request(name="f", queue="q", definition="d", nodes=2, config=config,
                             group_name=config.compute_groups[0].name)

@@ -195,7 +195,9 @@ def test_managed_node_groups_pull_fast_from_boot(managed):
 
 def test_batch_nodes_keep_their_own_user_data_and_volume():
     """Batch nodes run containers through ECS, not nodeadm: nothing of this reaches them."""
-    template = synth(build_config({"backends": ["batch"], "storage": {"enabled": False}}), nag=False).template_json("batch")
+    template = synth(build_config({"backends": ["batch"], "storage": {"enabled": False}}),
+                     nag=False).template_with_nested("batch")
+    assert resources(template, "AWS::EC2::LaunchTemplate")
     for resource in resources(template, "AWS::EC2::LaunchTemplate").values():
         data = resource["Properties"]["LaunchTemplateData"]
         assert "Throughput" not in data["BlockDeviceMappings"][0]["Ebs"]

@@ -49,7 +49,7 @@ def environments(tmp_path_factory) -> dict[str, dict[str, str]]:
     eks_envs = [{e["name"]: e["value"] for e in c["env"] if e["name"] != SCHEDULER} for c in containers]
     assert len(eks_envs) == 2 and all(env == eks_envs[0] for env in eks_envs)
     definitions = [
-        d for d in resources(result.template_json("batch"), "AWS::Batch::JobDefinition").values()
+        d for d in resources(result.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
         if "NodeProperties" in d["Properties"]
     ]
     (definition,) = definitions

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests import node_files
 from tests.apps import VARIANTS, synthesized
 from tests.helpers import resources
 from tests.test_node_programs import TOKEN_TEXT as TOKEN
@@ -72,7 +73,9 @@ def node_user_data(variant: str) -> list[tuple[str, str, str, str]]:
             compute = env["Properties"]["ComputeResources"]
             (instance_type,) = compute["InstanceTypes"]
             data = templates[compute["LaunchTemplate"]["LaunchTemplateId"]["Ref"]]["Properties"]["LaunchTemplateData"]
-            found.append(("batch", f"{stack}/{name}", instance_type, _shell_part(_joined(data["UserData"]))))
+            # The setup the user data fetches (an S3 asset in the cloud assembly): the tuning is there.
+            _, program = node_files.batch_node_setup(_shell_part(_joined(data["UserData"])), result.outdir)
+            found.append(("batch", f"{stack}/{name}", instance_type, program))
         for name, group in resources(template, "AWS::EKS::Nodegroup").items():
             ref = group["Properties"].get("LaunchTemplate", {}).get("Id", {}).get("Ref")
             data = templates[ref]["Properties"]["LaunchTemplateData"] if ref else {}
@@ -261,7 +264,7 @@ def test_without_storage_no_node_is_tuned():
 
     from tests.helpers import config_with
     from trainium_cdk.catalog import DEFAULT_CATALOG
-    from trainium_cdk.constructs.batch_node import node_user_data as batch_user_data
+    from trainium_cdk.constructs.batch_node import node_setup
     from trainium_cdk.parallelcluster.cluster_config import render_cluster_yaml
 
     config = config_with(backends=["parallelcluster"], storage={
@@ -271,4 +274,4 @@ def test_without_storage_no_node_is_tuned():
     with_storage = yaml.safe_load(render_cluster_yaml(config_with(backends=["parallelcluster"])))
     (queue,) = with_storage["Scheduling"]["SlurmQueues"]
     assert queue["CustomActions"]["OnNodeStart"]["Script"].endswith("/trainium/lustre_tuning.sh")
-    assert TUNER_PATH not in batch_user_data(DEFAULT_CATALOG.get("trn1.32xlarge"), None)
+    assert TUNER_PATH not in node_setup(DEFAULT_CATALOG.get("trn1.32xlarge"), None).program

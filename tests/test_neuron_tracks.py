@@ -65,7 +65,7 @@ def _strings(node: Any) -> list[str]:
 def _pins(name: str, config, app) -> dict[str, dict[str, str]]:
     """What each backend of the deployment actually pins: release, driver, image tag."""
     pins: dict[str, dict[str, str]] = {}
-    batch = app.template_json("batch")
+    batch = app.template_with_nested("batch")
     (definition,) = resources(batch, "AWS::Batch::JobDefinition").values()
     container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
     (template,) = resources(batch, "AWS::EC2::LaunchTemplate").values()
@@ -231,7 +231,7 @@ def test_every_backend_s_jobs_carry_the_track_s_pins():
 
     jobs = example_jobs(config, image="x")
     assert jobs and all(pins.items() <= job.environment().items() for job in jobs)
-    (definition,) = resources(app.template_json("batch"), "AWS::Batch::JobDefinition").values()
+    (definition,) = resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
     text = json.dumps(definition)
     for key, value in pins.items():
         assert json.dumps({"Name": key, "Value": value})[1:-1] in text, key

@@ -25,7 +25,7 @@ from aws_cdk.assertions import Template
 from tests.helpers import config_with, nag_violations, resources, synth
 from trainium_cdk.node import neuron_metrics
 from trainium_cdk.catalog import DEFAULT_CATALOG
-from trainium_cdk.constructs.batch_node import node_user_data
+from trainium_cdk.constructs.batch_node import node_setup, node_user_data
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.node.neuron_metrics import (
     CORE_UTILIZATION, DEPLOYMENT_DIMENSION, DEVICE_MEMORY, HARDWARE_ERRORS, INSTANCE_DIMENSION, MONITOR_CONFIG,
@@ -116,19 +116,14 @@ def _assert_published(node: dict[str, Path], deployment: str) -> None:
 # -- AWS Batch ---------------------------------------------------------------------------------------
 
 
-def _script(user_data: str) -> str:
-    """The shell script part of the MIME user data."""
-    return user_data.split('Content-Type: text/x-shellscript; charset="us-ascii"\n\n', 1)[1].rsplit("\n--", 1)[0]
-
-
 def _written(script: str) -> str:
-    """The program the user data writes to NODE_PATH (gzip, base64: every group's launch template carries it)."""
+    """The program the node setup writes to NODE_PATH (gzip, base64, in the setup's one text)."""
     (line,) = [ln for ln in script.splitlines() if ln.endswith(f"| base64 -d | gunzip > {NODE_PATH}")]
     return gzip.decompress(base64.b64decode(line.split()[1])).decode()
 
 
 def test_batch_user_data_starts_the_monitor_with_namespace_and_dimensions(tmp_path):
-    script = _script(node_user_data(DEFAULT_CATALOG.get("trn1.32xlarge"), None, metrics_deployment="t-batch"))
+    script = node_setup(DEFAULT_CATALOG.get("trn1.32xlarge"), None, metrics_deployment="t-batch").program
     program = _written(script)
     assert program == Path(neuron_metrics.__file__).read_text()
     (install,) = [shlex.split(line) for line in script.splitlines() if f"{NODE_PATH} install" in line]
@@ -140,22 +135,23 @@ def test_batch_user_data_starts_the_monitor_with_namespace_and_dimensions(tmp_pa
 
 
 def test_batch_user_data_without_metrics_starts_nothing():
-    assert "neuron_metrics" not in node_user_data(DEFAULT_CATALOG.get("trn1.32xlarge"), None)
+    assert "neuron_metrics" not in node_setup(DEFAULT_CATALOG.get("trn1.32xlarge"), None).program
 
 
 def test_batch_stack_nodes_publish_what_its_dashboard_and_alarm_read(app):
     stack_name = app.config.stack_name("batch")
     template = app.template_json("batch")
-    (launch_template,) = resources(template, "AWS::EC2::LaunchTemplate").values()
-    user_data = json.dumps(launch_template["Properties"]["LaunchTemplateData"]["UserData"])
+    (group,) = app.stacks.backends["batch"].groups.values()
     install = shlex.join(neuron_metrics.install_command(deployment=stack_name))
-    assert json.dumps(install)[1:-1] in user_data
+    assert install in group.node_setup.setup.program.splitlines()
     _assert_reads_namespace(template, deployment=stack_name)
 
 
 def test_batch_user_data_fits_ec2_limit():
-    text = node_user_data(DEFAULT_CATALOG.get("trn2.48xlarge"), None, metrics_deployment="x" * 64)
-    assert len(text.encode()) < USER_DATA_LIMIT - 2048  # room for the FSx mount lines and Batch's own part
+    """The setup ships as an S3 asset; the user data carries its values and the short program that fetches it."""
+    setup = node_setup(DEFAULT_CATALOG.get("trn2.48xlarge"), None, metrics_deployment="x" * 64)
+    text = node_user_data(setup, url="s3://" + "b" * 63 + "/" + "k" * 67, region="ap-southeast-4")
+    assert len(text.encode()) < USER_DATA_LIMIT // 4  # room for the FSx mount values and Batch's own part
 
 
 def test_batch_instance_role_may_put_metrics_in_the_namespace_only(app):

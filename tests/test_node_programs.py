@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import node_files
 from tests.apps import VARIANTS, synthesized
 from tests.helpers import config_with
 from trainium_cdk import node
@@ -39,7 +40,8 @@ def dialect_of(text: str) -> str:
 
 def test_the_folder_has_the_programs():
     assert {p.name for p in SCRIPTS} == {
-        "launcher.sh", "lustre_client.sh", "lustre_client_boot.sh", "lustre_tuning.sh", "slurm_prolog.sh", "batch_node.sh", "prepull_images.sh"}
+        "launcher.sh", "lustre_client.sh", "lustre_client_boot.sh", "lustre_tuning.sh", "slurm_prolog.sh", "batch_node.sh",
+        "prepull_images.sh", "batch_bootstrap.sh"}
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
@@ -82,10 +84,12 @@ def _joined(value: object) -> str:
 
 
 def _synthesized_user_data() -> list[tuple[str, str]]:
-    """(resource, shell text) of every Batch launch template and development instance of every variant."""
+    """(resource, shell text) of every Batch launch template and development instance of every variant, and of
+    the node setup a Batch node's user data fetches (an S3 asset: tests/node_files.py)."""
     found = []
     for variant in VARIANTS:
-        for path in synthesized(variant).template_paths():
+        result = synthesized(variant)
+        for path in result.template_paths():
             for name, resource in json.loads(path.read_text()).get("Resources", {}).items():
                 props = resource.get("Properties", {})
                 data = props.get("UserData") or props.get("LaunchTemplateData", {}).get("UserData")
@@ -94,6 +98,8 @@ def _synthesized_user_data() -> list[tuple[str, str]]:
                 text = _joined(data)
                 if text.startswith("MIME-Version"):  # Batch: the shell part of the multi-part user data
                     text = text.split('charset="us-ascii"\n\n', 1)[1].rsplit("\n\n--", 1)[0] + "\n"
+                    setup = node_files.batch_node_setup(text, result.outdir)[1]
+                    found.append((f"{variant}/{path.stem}/{name}/setup", setup))
                 found.append((f"{variant}/{path.stem}/{name}", text))
     return found
 
@@ -102,7 +108,7 @@ def test_the_user_data_as_synthesized_passes_shellcheck():
     """Every Batch node's and development instance's user data of every variant, as the templates carry it
     (tokens as plain words): the node files, their headers and what the constructs add around them."""
     checked = _synthesized_user_data()
-    assert any("/t-batch." in name for name, _ in checked) and any("/t-instance." in name for name, _ in checked)
+    assert any(name.endswith("/setup") for name, _ in checked) and any("/t-instance." in name for name, _ in checked)
     problems = {name: found for name, text in checked if (found := shellcheck(text, "bash"))}
     assert not problems, problems
 

@@ -83,7 +83,7 @@ def test_volcano_job_restarts_and_resumes_after_a_node_dies(stage, dist):
 
 
 def test_batch_job_retries_host_failures_and_resumes(stage, app):
-    (definition,) = resources(app.template_json("batch"), "AWS::Batch::JobDefinition").values()
+    (definition,) = resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
     strategy = definition["Properties"]["RetryStrategy"]
     assert strategy["Attempts"] >= 2
     conditions = strategy["EvaluateOnExit"]
@@ -107,7 +107,7 @@ def test_batch_job_retries_host_failures_and_resumes(stage, app):
 
 
 def _longer_batch_definition(app, *extra: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    (definition,) = resources(app.template_json("batch"), "AWS::Batch::JobDefinition").values()
+    (definition,) = resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
     definition = copy.deepcopy(definition)
     container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
     container["Command"] = [*container["Command"], *LONGER, *extra]

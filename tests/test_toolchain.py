@@ -15,7 +15,7 @@ from pathlib import Path
 import aws_cdk
 import pytest
 
-from tools.plan import deploy_order, plan
+from tools.plan import changes, deploy_order, plan
 from trainium_cdk.node_runtime import bundled_node
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,14 +192,16 @@ def test_a_batch_only_synth_lists_no_stale_files(project, first_synth):
     assert done.returncode == 0, done.stderr
     listed, _, bill = done.stdout.partition("\n\n")
     assert listed.splitlines() == ["cdk.out/trainium-batch.template.json", "cdk.out/trainium-network.template.json",
-                                   "cdk.out/trainium-storage.template.json"]
+                                   "cdk.out/trainium-storage.template.json",
+                                   # the compute group's own template (stacks/batch_stack.py)
+                                   "cdk.out/trainiumbatchGrouptrainA1A79672.nested.template.json"]
     assert "total idle floor" in bill
     assert not (project / "dist").exists()
     assert not (project / "cdk.out" / "trainium-eks.template.json").exists()
     plan_lines = plan(project / "cdk.out")
     assert plan_lines[0].startswith("trainium-network (us-west-2): ")
     stacks = [line.split(" ")[0] for line in plan_lines if not line.startswith(" ")][:-1]
-    assert stacks == ["trainium-network", "trainium-storage", "trainium-batch"]
+    assert stacks == ["trainium-network", "trainium-storage", "trainium-batch", "trainiumbatchGrouptrainA1A79672"]
 
 
 # -- make plan ---------------------------------------------------------------------------------------
@@ -230,8 +232,25 @@ def test_plan_counts_every_resource_of_every_stack(tmp_path):
         "     1  AWS::EC2::VPC",
         "b (us-east-1, after a): 1 resources",
         "     1  AWS::Batch::JobQueue",
-        f"2 stacks, 4 resources (offline, from {out}; `make diff` compares with a deployed account)",
+        f"2 stacks (0 nested), 4 resources (offline, from {out}; `make diff` compares with a deployed account)",
     ]
+    # A Batch compute group is a nested stack: its template is in the assembly, its resources count, and a
+    # group dropped from the config is deleted with its parent (not left deployed, as a dropped stack is).
+    group = {"Resources": {"E": {"Type": "AWS::Batch::ComputeEnvironment"}, "Q": {"Type": "AWS::Batch::JobQueue", "Properties": {"Priority": 1}}}}
+    (out / "bGroupg1ABCD.nested.template.json").write_text(json.dumps(group))
+    assert plan(out)[-4:] == [
+        "bGroupg1ABCD (nested): 2 resources",
+        "     1  AWS::Batch::ComputeEnvironment",
+        "     1  AWS::Batch::JobQueue",
+        f"2 stacks (1 nested), 6 resources (offline, from {out}; `make diff` compares with a deployed account)",
+    ]
+    previous = tmp_path / "cdk.out.previous"
+    shutil.copytree(out, previous)
+    (out / "bGroupg1ABCD.nested.template.json").unlink()
+    assert changes(previous, out) == ["bGroupg1ABCD (nested): deleted with its parent's update"]
+    group["Resources"]["Q"]["Properties"]["Priority"] = 2
+    (out / "bGroupg1ABCD.nested.template.json").write_text(json.dumps(group))
+    assert changes(previous, out) == ["bGroupg1ABCD (nested):", "  ~ Q (AWS::Batch::JobQueue)", "      Priority: 1 -> 2"]
 
 
 def test_plan_without_a_synth_says_what_to_run(tmp_path):

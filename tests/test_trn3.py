@@ -62,7 +62,7 @@ def synthesized():
 
 
 def test_its_launch_template_carries_every_efa_interface_the_user_declared(synthesized):
-    (template,) = resources(synthesized.template_json("batch"), "AWS::EC2::LaunchTemplate").values()
+    (template,) = resources(synthesized.template_with_nested("batch"), "AWS::EC2::LaunchTemplate").values()
     data = template["Properties"]["LaunchTemplateData"]
     assert data["InstanceType"] == "trn3.48xlarge"
     interfaces = data["NetworkInterfaces"]

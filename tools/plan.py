@@ -69,9 +69,28 @@ def plan(out: Path) -> list[str]:
         after = f", after {', '.join(deps)}" if deps else ""
         lines.append(f"{artifact.get('displayName', name)} ({region}{after}): {count} resources")
         lines += [f"  {n:4d}  {kind}" for kind, n in sorted(kinds.items())]
+    # Nested stacks (one per Batch compute group) are templates of their own in the assembly, deployed with
+    # their parent: their resources count as much as a stack's.
+    nested = nested_templates(out)
+    for name, template in nested.items():
+        kinds = Counter(r["Type"] for r in template.get("Resources", {}).values())
+        kinds.pop("AWS::CDK::Metadata", None)
+        total += sum(kinds.values())
+        lines.append(f"{name}: {sum(kinds.values())} resources")
+        lines += [f"  {n:4d}  {kind}" for kind, n in sorted(kinds.items())]
     stacks = len(deploy_order(manifest))
-    lines.append(f"{stacks} stacks, {total} resources (offline, from {out}; `make diff` compares with a deployed account)")
+    lines.append(f"{stacks} stacks ({len(nested)} nested), {total} resources (offline, from {out}; `make diff` "
+                 "compares with a deployed account)")
     return lines
+
+
+NESTED_SUFFIX = ".nested.template.json"
+
+
+def nested_templates(out: Path) -> dict[str, dict[str, Any]]:
+    """Nested stack name (its template file, which CDK names by construct path) -> template."""
+    return {f"{path.name.removesuffix(NESTED_SUFFIX)} (nested)": json.loads(path.read_text())
+            for path in sorted(out.glob(f"*{NESTED_SUFFIX}"))}
 
 
 def templates(out: Path) -> dict[str, dict[str, Any]]:
@@ -222,12 +241,14 @@ def _summarized(changed: list[str], a: dict[str, Any], b: dict[str, Any]) -> lis
 
 def changes(previous: Path, current: Path) -> list[str]:
     """What changed between two assemblies, stack by stack."""
-    old, new = templates(previous), templates(current)
+    old = {**templates(previous), **nested_templates(previous)}
+    new = {**templates(current), **nested_templates(current)}
     stays = staying(previous, current)
     lines: list[str] = []
     for stack in [*new, *(s for s in old if s not in new)]:
         if stack not in new:
-            lines += stays[stack]
+            # A nested stack its parent no longer names is deleted with the parent's update (CloudFormation).
+            lines += stays.get(stack, [f"{stack}: deleted with its parent's update"])
             continue
         if stack not in old:
             lines.append(f"{stack}: new stack")

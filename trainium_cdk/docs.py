@@ -98,9 +98,12 @@ def architecture_mermaid() -> str:
         sid = stack.stack_name.replace("-", "_")
         lines.append(f'  subgraph {sid}["{stack.stack_name}"]')
         for child in stack.node.children:
-            module = type(child).__module__
-            if module.startswith("trainium_cdk.constructs."):
-                lines.append(f'    {sid}_{child.node.id.replace("-", "_")}["{type(child).__name__}<br/>{child.node.id}"]')
+            # A nested stack (each Batch compute group's) shows the project's constructs in it, by path.
+            for each in (child.node.children if isinstance(child, cdk.NestedStack) else [child]):
+                if type(each).__module__.startswith("trainium_cdk.constructs."):
+                    path = each.node.id if each is child else f"{child.node.id}/{each.node.id}"
+                    key = path.replace("-", "_").replace("/", "_")
+                    lines.append(f'    {sid}_{key}["{type(each).__name__}<br/>{path}"]')
         lines.append("  end")
     for stack in stacks:
         for dependency in sorted(stack.dependencies, key=lambda d: d.stack_name):

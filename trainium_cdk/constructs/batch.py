@@ -26,7 +26,7 @@ from trainium_cdk import defaults
 from trainium_cdk.batch_job import ALL_NODES, SCRIPT_PARAMETER, default_script
 from trainium_cdk.catalog import BATCH_MAX_ATTEMPTS, BATCH_MAX_UPDATE_TIMEOUT_MINUTES, InstanceSpec, check_ami_id
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
-from trainium_cdk.constructs.batch_node import node_user_data
+from trainium_cdk.constructs.batch_node import BatchNodeSetup, node_setup
 from trainium_cdk.constructs.batch_roles import BatchRoles
 from trainium_cdk.constructs.defaults import LOG_RETENTION
 from trainium_cdk.constructs.storage import LustreMount
@@ -212,6 +212,8 @@ class TrainiumBatch(Construct):
         # AWS publishes the parameter in every region: the template reads it at deploy, synth stays offline.
         self.image_parameter = None if ami_id is not None else track.ecs_neuron_ami_parameter
         image_id = ami_id or ec2.MachineImage.from_ssm_parameter(track.ecs_neuron_ami_parameter).get_image(self).image_id
+        self.node_setup = BatchNodeSetup(self, "NodeSetup", setup=node_setup(
+            spec, storage, driver=track.driver, metrics_deployment=metrics_deployment))
         self.launch_template = EfaLaunchTemplate(
             self,
             "LaunchTemplate",
@@ -222,14 +224,12 @@ class TrainiumBatch(Construct):
             capacity_reservation_id=capacity_reservation_id,
             capacity_block=capacity_block,
             image_id=image_id,
-            user_data=node_user_data(spec, storage, driver=track.driver, metrics_deployment=metrics_deployment),
+            user_data=self.node_setup.user_data,
         )
-        # A node whose setup failed shuts itself down (node/batch_node.sh): terminated, not stopped, so that it
-        # leaves the compute environment. Batch ignores only a launch template's instance type, instance role,
-        # subnets, market options and API termination setting (Batch user guide, "Launch template support").
+        # A host whose setup failed shuts down (node/batch_bootstrap.sh): terminated, not stopped, so that Batch
+        # replaces it (AWS Batch takes the launch template's other settings; its user guide lists what it ignores).
         self.launch_template.resource.add_property_override(
-            "LaunchTemplateData.InstanceInitiatedShutdownBehavior", "terminate"
-        )
+            "LaunchTemplateData.InstanceInitiatedShutdownBehavior", "terminate")
         self.metrics_deployment = metrics_deployment
         if roles is not None and metrics_deployment is not None and not roles.metrics:
             raise ConfigError("roles", roles.node.path, "roles made with metrics=True, as metrics_deployment is set")
@@ -242,6 +242,7 @@ class TrainiumBatch(Construct):
         # Depending on its configuration the ECS agent pulls with the execution or the instance role: both may.
         self._grant_pull(self.instance_role)
         self._grant_pull(self.execution_role)
+        self.node_setup.grant_read(self.instance_role)
         self.compute_environment = batch.ManagedEc2EcsComputeEnvironment(
             self,
             "ComputeEnvironment",

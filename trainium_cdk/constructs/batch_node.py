@@ -1,13 +1,24 @@
-"""The user data of a Batch compute environment's nodes: trainium_cdk/node/batch_node.sh (the track's Neuron
-driver and tools, the EFA kernel module), with storage the Lustre client's tuning (node/lustre_tuning.sh) and
-the client itself, and the metrics program, in the MIME multi-part form Batch merges with its own."""
+"""The setup of a Batch compute environment's nodes: trainium_cdk/node/batch_node.sh (the track's Neuron driver
+and tools, the EFA kernel module), with storage the Lustre client's tuning (node/lustre_tuning.sh) and the client
+itself, and the metrics program, shipped once as an S3 asset; the user data (node/batch_bootstrap.sh, in the MIME
+multi-part form Batch merges with its own) carries the values, fetches the setup and checks its sha256.
+
+Every launch template once carried the whole setup as user data: about 15 KB a group (EC2 allows 16 KB of user
+data), 35.8 KiB of template per trn2.48xlarge group, 978 KiB for Batch's 50 groups of CloudFormation's 1 MiB."""
 
 from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import shlex
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+
+from aws_cdk import Stack, Stage
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3_assets as s3_assets
+from constructs import Construct
 
 from trainium_cdk import node
 from trainium_cdk.catalog import InstanceSpec
@@ -50,22 +61,38 @@ MIME_BOUNDARY = node.MIME_BOUNDARY
 # (the reason stays in `ec2 get-console-output`); the launch template's InstanceInitiatedShutdownBehavior
 # (constructs/batch.py) makes that a termination, so the instance never registers and Batch launches another.
 BATCH_NODE_SCRIPT = "batch_node.sh"
-# The metrics program the user data writes onto each node, compressed: every group's launch template carries
-# it, and 25 trn2.48xlarge groups fill a template close to CloudFormation's 1 MB (stacks/batch_stack.py).
+# The metrics program the node setup writes onto each node (compressed: one line of the setup program).
 NEURON_METRICS_SOURCE = Path(neuron_metrics.__file__)
+# The user data: fetch the setup, check it, run it (trainium_cdk/node/batch_bootstrap.sh).
+BATCH_BOOTSTRAP_SCRIPT = "batch_bootstrap.sh"
+SETUP_FILE_NAME = "batch_node_setup.sh"
 
 
-def node_user_data(
+@dataclass(frozen=True)
+class NodeSetup:
+    """A node's setup: ``program``, the same text for every group of one instance type and storage (no CDK token:
+    shipped as an S3 asset, its sha256 known at synth), and ``values``, the header the program reads (they may be
+    tokens, such as the file system's DNS name: in the user data)."""
+
+    program: str
+    values: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.program.encode()).hexdigest()
+
+
+def node_setup(
     spec: InstanceSpec,
     storage: LustreMount | None,
     *,
     driver: str = XLA_TRACK.driver,
     metrics_deployment: str | None = None,
-) -> str:
-    """MIME multi-part user data (Batch merges it with its own): the Neuron driver of the track (installed
-    when the AMI carries another version) and tools, the EFA kernel module, the FSx client's tuning for
-    ``spec`` and the mount, each only when the AMI does not already have it; with ``metrics_deployment``,
-    neuron-monitor into CloudWatch (trainium_cdk/node/neuron_metrics.py, started as a systemd service)."""
+) -> NodeSetup:
+    """The Neuron driver of the track (installed when the AMI carries another version) and tools, the EFA kernel
+    module, the FSx client's tuning for ``spec`` and the mount, each only when the AMI does not already have it;
+    with ``metrics_deployment``, neuron-monitor into CloudWatch (trainium_cdk/node/neuron_metrics.py, started as a
+    systemd service)."""
     values = {"NEURON_DRIVER": driver, "NEURON_YUM_REPO": NEURON_YUM_REPO}
     if spec.has_efa:
         values |= {"EFA_INSTALLER_URL": EFA_INSTALLER_URL, "EFA_INSTALLER_SHA256": EFA_INSTALLER_SHA256}
@@ -75,7 +102,7 @@ def node_user_data(
         values.update(lustre_mount_values("amazon-linux", storage.dns_name, storage.mount_name))  # ECS AL2023
         files.append(LUSTRE_SCRIPT)
         lines += ["set -euo pipefail", *lustre_tuning_commands(spec, SHARED_MOUNT)]
-    lines.append(node.program(files, values).rstrip("\n"))
+    lines.append(node.program(files).rstrip("\n"))
     if metrics_deployment is not None:
         program = base64.b64encode(gzip.compress(NEURON_METRICS_SOURCE.read_bytes(), mtime=0)).decode()
         lines += [
@@ -84,4 +111,43 @@ def node_user_data(
             f"echo {program} | base64 -d | gunzip > {NEURON_METRICS_PATH}",
             shlex.join(neuron_metrics_install(deployment=metrics_deployment)),
         ]
-    return node.multipart("\n".join(lines))
+    return NodeSetup(program="\n".join(lines) + "\n", values=values)
+
+
+def node_user_data(setup: NodeSetup, *, url: str, region: str) -> str:
+    """MIME multi-part user data (Batch merges it with its own): node/batch_bootstrap.sh with the setup's values,
+    where to fetch the program (``url``, s3://, in ``region``) and its sha256."""
+    values = {**setup.values, "NODE_SETUP_URL": url, "NODE_SETUP_SHA256": setup.sha256, "NODE_SETUP_REGION": region}
+    # The setup's values are read by the setup, which the bootstrap sources: unused in this text (shellcheck).
+    lint = "# shellcheck disable=SC2034  # the values are the fetched setup's\n"
+    return node.multipart("#!/bin/bash\n" + lint + node.program(BATCH_BOOTSTRAP_SCRIPT, values))
+
+
+class BatchNodeSetup(Construct):
+    """A compute group's node setup as an S3 asset (groups of one content share one object) and the user data
+    that fetches it; :meth:`grant_read` lets a node role read that object and nothing else.
+
+    :param setup: what the nodes run (:func:`node_setup`).
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, setup: NodeSetup) -> None:
+        super().__init__(scope, construct_id)
+        self.setup = setup
+        self.asset = s3_assets.Asset(self, "Program", path=str(_stage(self, setup.program)))
+        self.user_data = node_user_data(setup, url=self.asset.s3_object_url, region=Stack.of(self).region)
+
+    def grant_read(self, role: iam.IRole) -> None:
+        # The one object, not the asset bucket (Asset.grant_read allows every object of the bucket).
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["s3:GetObject"], resources=[self.asset.bucket.arn_for_objects(self.asset.s3_object_key)],
+        ))
+
+
+def _stage(scope: Construct, text: str) -> Path:
+    """A rendered file needs a path to become an asset: the cloud assembly's, by content."""
+    stage = Stage.of(scope)
+    assert stage is not None  # a construct of an app: the app is a stage
+    path = Path(stage.asset_outdir) / "trainium-cdk-sources" / hashlib.sha256(text.encode()).hexdigest()[:16] / SETUP_FILE_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path

@@ -1,6 +1,6 @@
 #!/bin/bash
 # trainium-cdk: a Batch node's setup (the ECS-optimized AL2023 Neuron AMI). Its variables and the reasons
-# for each step are in trainium_cdk/constructs/batch_node.py: every launch template carries this file.
+# for each step are in trainium_cdk/constructs/batch_node.py.
 set -euxo pipefail
 finish() {
   local status=$?

@@ -1,10 +1,12 @@
 """The AWS Batch backend stack: per compute group a compute environment, a job queue, a job definition.
 
-A group takes up to about 40 KiB of template (trn2.48xlarge: 16 EFA interfaces in its launch template,
-its devices and the launcher in its job definition), so CloudFormation's 1 MB template holds about 25:
-the stack keeps its first GROUPS_PER_TEMPLATE groups, and each further GROUPS_PER_TEMPLATE go in a nested
-stack, up to AWS Batch's own limit of 50 job queues (config validation). The first groups never move: a
-group's named job queue cannot move between templates in one deploy.
+Each compute group is a nested stack of its own (``Group-<name>``), keyed by the group's name and nothing else:
+adding or removing a group never moves another group's resources between templates nor changes their logical
+ids (a group's job queue has a fixed name, and CloudFormation creates a moved resource before it deletes the
+old one: the move fails on the name; a moved compute environment or job definition is replaced, killing its
+jobs). One template per group also keeps every template small whatever the number of groups, up to AWS Batch's
+limit of 50 job queues (config validation): a trn2.48xlarge group is a few KiB (tests/test_scale_batch.py), the
+parent holds the shared roles, the images repository and one nested stack resource per group.
 """
 
 from __future__ import annotations
@@ -31,9 +33,8 @@ from trainium_cdk.names import (
     OUTPUT_TRAINING_IMAGE_REPOSITORY_URI,
 )
 
-# Groups per template: 25 trn2.48xlarge groups and the shared resources come to about 1,016 KiB, under 1 MB
-# (tests/test_scale_batch.py); every byte of the launcher costs 25 in the largest template.
-GROUPS_PER_TEMPLATE = 25
+# The id of a compute group's nested stack: its name only (see the module docstring).
+GROUP_STACK_ID = "Group-{name}"
 # The logical id of the repository of the team's own training images: pinned, because a new id would make
 # CloudFormation create a second repository and leave the first (retained) with every image in it.
 TRAINING_IMAGES_LOGICAL_ID = "TrainingImageRepository"
@@ -71,13 +72,19 @@ class BatchStack(Stack):
         # Depending on its configuration the ECS agent pulls with the execution or the instance role: both may.
         self.training_images.grant_pull(self.roles.instance_role)
         self.training_images.grant_pull(self.roles.execution_role)
-        self.group_stacks: list[NestedStack] = []
+        self.group_stacks: dict[str, NestedStack] = {
+            group.name: NestedStack(
+                self, GROUP_STACK_ID.format(name=group.name),
+                description=f"trainium-cdk: AWS Batch compute group {group.name}",
+            )
+            for group in config.compute_groups
+        }
         self.groups = {
             group.name: _training(
-                self._scope_of(index), config, group, network=network, storage=storage, name_prefix=construct_id,
-                roles=self.roles,
+                self.group_stacks[group.name], config, group, network=network, storage=storage,
+                name_prefix=construct_id, roles=self.roles,
             )
-            for index, group in enumerate(config.compute_groups)
+            for group in config.compute_groups
         }
         if any(training.multi_node for training in self.groups.values()):
             self.task_rules = BatchTaskRules(self, "TaskRules", vpc=network.vpc)
@@ -99,19 +106,6 @@ class BatchStack(Stack):
                 {name: group_entry(config.region, training) for name, training in self.groups.items()}
             ),
         )
-
-    def _scope_of(self, index: int) -> Construct:
-        """Where the group at ``index`` goes: this stack for the first GROUPS_PER_TEMPLATE, then nested stacks."""
-        part = index // GROUPS_PER_TEMPLATE
-        if part == 0:
-            return self
-        while len(self.group_stacks) < part:
-            first = (len(self.group_stacks) + 1) * GROUPS_PER_TEMPLATE
-            self.group_stacks.append(NestedStack(
-                self, f"Groups{first + 1}To{first + GROUPS_PER_TEMPLATE}",
-                description=f"trainium-cdk: AWS Batch compute groups {first + 1} to {first + GROUPS_PER_TEMPLATE}",
-            ))
-        return self.group_stacks[part - 1]
 
 
 def _training(

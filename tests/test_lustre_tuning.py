@@ -49,7 +49,7 @@ def _shell_part(user_data: str) -> str:
         return user_data
     boundary = user_data.split('boundary="', 1)[1].split('"', 1)[0]
     parts = [p for p in user_data.split(f"--{boundary}")
-             if "Content-Type: text/x-shellscript" in p and eks_user_data.PREPULL_IMAGES_VARIABLE not in p]
+             if "Content-Type: text/x-shellscript" in p and eks_user_data.PREPULL_PARAMETER_VARIABLE not in p]
     (part,) = parts
     return part.split("\n\n", 1)[1]
 

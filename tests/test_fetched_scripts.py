@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 
 from tests.head_node import CONFIG, HeadNode
+from tests.helpers import resources, synth
 from tests.test_parallelcluster_image import make_host
 from trainium_cdk.parallelcluster.cluster_config import cluster_configuration, placeholder_ids
 from trainium_cdk.parallelcluster.dist import fetched_digests, fetched_files
 from trainium_cdk.parallelcluster.parts import NEURON_METRICS_NAME, PROLOG_NAME, SETUP_SCRIPT
+from trainium_cdk.parallelcluster.sbatch import head_node_files
 
 HOSTILE = "#!/bin/bash\ntouch \"$HOME/owned\"  # written by someone who can write the bucket\n"
 
@@ -130,3 +132,22 @@ def test_a_compute_node_refuses_a_changed_metrics_program_and_runs_none_of_it(tm
     assert not (tmp_path / "root" / "opt" / "trainium-cdk" / NEURON_METRICS_NAME).exists()
     assert not any(c.startswith("python3") for c in calls.read_text().splitlines())
     assert not (tmp_path / "root" / "owned").exists()
+
+
+def test_the_stacks_arguments_carry_the_sha256_of_each_asset_they_name():
+    """The stack's cluster configuration (assets at keys of their asset hash, not of their sha256): each fetched
+    object's argument names its asset and carries the sha256 of that asset's file in the cloud assembly."""
+    app = synth(CONFIG, nag=False)
+    (cluster,) = resources(app.template_json("parallelcluster"), "Custom::PclusterCluster").values()
+    configuration = cluster["Properties"]["ClusterConfiguration"]
+    args = [*configuration["HeadNode"]["CustomActions"]["OnNodeUpdated"]["Args"],
+            *configuration["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]["Args"]]
+    pairs = list(zip(args[::2], args[1::2], strict=True))
+    fetched = [value for flag, value in pairs if flag in ("--sbatch", "--prolog", "--metrics-program")]
+    assert len(fetched) == len(head_node_files(CONFIG)) + 2
+    for value in fetched:
+        head, _, rest = value["Fn::Join"][1][0].partition("@s3://")
+        digest = head.rpartition("=")[2]
+        key = next(part for part in value["Fn::Join"][1] if isinstance(part, str) and "/" in part and "@" not in part)
+        (asset,) = app.outdir.glob(f"asset.{key.rsplit('/', 1)[1]}")
+        assert hashlib.sha256(asset.read_bytes()).hexdigest() == digest, value

@@ -3,7 +3,7 @@ configuration carries (issue 33, item 2): the batch scripts and the prolog the h
 program a compute node starts.
 
 The setup script runs as it is, with the arguments of the cluster configuration (the pcluster CLI's, from
-``trn dist``'s files, and the stack's, from its assets), under the stand-ins of tests/head_node.py and
+``make synth``'s dist/parallelcluster/, and the stack's, from its assets), under the stand-ins of tests/head_node.py and
 tests/test_parallelcluster_image.py; the bucket is a folder holding what a user uploads (dist/parallelcluster/), and
 an object of it is changed as someone who can write the bucket would change it.
 """

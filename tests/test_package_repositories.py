@@ -3,7 +3,7 @@ a yum/dnf repository says ``gpgcheck=1`` (dnf's own default is off, dnf.conf(5):
 on), an apt source names its keyring with ``signed-by`` (without it apt trusts every key in its global keyring).
 
 Over everything the four-backend app synthesizes (templates, user data, assets: the Batch node setup, the
-ParallelCluster setup script) and everything ``trn dist`` writes (the pcluster CLI's files, the image component).
+ParallelCluster setup script) and everything ``make synth`` writes to dist/ (the pcluster CLI's files, the image component).
 """
 
 from __future__ import annotations

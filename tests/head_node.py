@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 from tests.helpers import config_with
-from trainium_cdk.parallelcluster.cluster_config import placeholder_ids, setup_args
+from trainium_cdk.parallelcluster.cluster_config import SCRIPTS_BUCKET, SCRIPTS_PREFIX, placeholder, placeholder_ids, setup_args
+from trainium_cdk.parallelcluster.dist import fetched_digests, fetched_files
 from trainium_cdk.names import CACHE_GROUP
 from trainium_cdk.parallelcluster.parts import SETUP_SCRIPT
 from trainium_cdk.versions import XLA_TRACK
@@ -46,8 +47,9 @@ STAND_INS = {
     # root -> ubuntu: runs the command as it is (the test runs as one user).
     "sudo": '[ "$1" = -u ] && shift 2\necho "sudo $*" >> "$STANDIN_LOG"\nexec "$@"\n',
     "apt-get": 'echo "apt-get $*" >> "$STANDIN_LOG"\n',
-    # s3 cp SRC DEST: DEST holds SRC's URL.
-    "aws": 'echo "aws $*" >> "$STANDIN_LOG"\neval "dest=\\${$#}"\neval "src=\\${$(($# - 1))}"\necho "$src" > "$dest"\n',
+    # s3 cp s3://BUCKET/KEY DEST: DEST holds $STANDIN_S3/BUCKET/KEY (what the scripts bucket holds: HeadNode.bucket).
+    "aws": 'echo "aws $*" >> "$STANDIN_LOG"\neval "dest=\\${$#}"\neval "src=\\${$(($# - 1))}"\n'
+           'cp "$STANDIN_S3/${src#s3://}" "$dest"\n',
     # python3 -m venv DIR: DIR/bin/python is the pip stand-in below (the only python3 call on a head node).
     "python3": (
         'echo "python3 $*" >> "$STANDIN_LOG"\n'
@@ -77,6 +79,7 @@ PATHS = {
     "/opt/slurm/": "opt/slurm/",
     "/home/": "home/",
 }
+CONFIG = config_with(backends=["parallelcluster"])
 OS_USER_UID = 1000  # the ubuntu user of Ubuntu's images
 NEW_PINS = dataclasses.replace(
     XLA_TRACK, neuron_release="2.29.2", pip_packages={**XLA_TRACK.pip_packages, "neuronx-cc": "2.24.9999.0"}
@@ -116,9 +119,16 @@ class HeadNode:
         (bin_dir / "setfacl").write_text(_SETFACL)
         (bin_dir / "setfacl").chmod(0o755)
         self.log = self.root / "calls.log"
+        # The scripts bucket as a user uploads dist/parallelcluster/ to it (the README's pcluster steps).
+        self.s3 = self.root / "s3"
+        self.bucket = self.s3 / placeholder(SCRIPTS_BUCKET) / SCRIPTS_PREFIX
+        self.bucket.mkdir(parents=True)
+        for name, text in fetched_files(CONFIG).items():
+            (self.bucket / name).write_text(text)
         self.env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STANDIN_LOG": str(self.log),
                     "STANDIN_PIP": str(bin_dir / "pip"), "STANDIN_GID": str(self.gid),
-                    "STANDIN_GROUP": str(self.root / "group-made"), "LANG": "C.UTF-8"}
+                    "STANDIN_GROUP": str(self.root / "group-made"), "LANG": "C.UTF-8",
+                    "STANDIN_S3": str(self.s3)}
 
     @property
     def link(self) -> Path:
@@ -126,7 +136,7 @@ class HeadNode:
 
     def args(self, track=XLA_TRACK) -> list[str]:
         """The head node's OnNodeUpdated arguments (configuration.render_configuration's) for ``track``."""
-        ids = placeholder_ids(config_with(backends=["parallelcluster"]))
+        ids = placeholder_ids(CONFIG, fetched_digests(CONFIG))
         args = setup_args(ids.batch_scripts, track, ids.prologs, cache_group=CACHE_GROUP)
         return [a.replace("/home/", f"{self.root}/home/") for a in args]
 

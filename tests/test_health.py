@@ -12,6 +12,7 @@ from tests import node_files
 from tests.helpers import config_with
 from tests.rehearsal import neuron_ls, scontrol_recorder
 from trainium_cdk.parallelcluster.cluster_config import placeholder_ids, cluster_configuration
+from trainium_cdk.parallelcluster.dist import fetched_digests
 from trainium_cdk.parallelcluster.health import PROLOG_NAME, SCRIPT, render_prolog
 
 NODE = "train-st-trn1-32xlarge-3"
@@ -64,11 +65,11 @@ def test_nodes_of_other_queues_are_left_alone(tmp_path, config):
 
 
 def test_the_head_node_installs_the_prolog(config):
-    ids = placeholder_ids(config)
+    ids = placeholder_ids(config, fetched_digests(config))
     cluster = cluster_configuration(config, ids)
     args = cluster["HeadNode"]["CustomActions"]["OnNodeUpdated"]["Args"]
-    assert f"{PROLOG_NAME}={ids.prologs[PROLOG_NAME].url}" in args
-    assert args[args.index(f"{PROLOG_NAME}={ids.prologs[PROLOG_NAME].url}") - 1] == "--prolog"
+    assert f"{PROLOG_NAME}={ids.prologs[PROLOG_NAME].checked_url}" in args
+    assert args[args.index(f"{PROLOG_NAME}={ids.prologs[PROLOG_NAME].checked_url}") - 1] == "--prolog"
     (access,) = cluster["HeadNode"]["Iam"]["S3Access"]
     assert ids.prologs[PROLOG_NAME].key.startswith(access["KeyName"].removesuffix("*"))
     # The fixed OnNodeConfigured of the head node stays as it is (tests/test_day2.py).

@@ -19,6 +19,7 @@ from tests.apps import VARIANTS, synthesized
 from tests.helpers import resources
 from tests.reachability import Reachability
 from trainium_cdk.parallelcluster.cluster_config import cluster_configuration, placeholder_ids
+from trainium_cdk.parallelcluster.dist import fetched_digests
 
 
 def _templates(name: str) -> dict[str, dict[str, Any]]:
@@ -69,7 +70,7 @@ def test_every_node_and_instance_takes_imdsv2_to_one_hop(variant):
     if "eks" in backends and result.config.eks.capacity == "karpenter":
         assert len(classes) == len(result.config.compute_groups)
     if "parallelcluster" in backends:
-        configuration = cluster_configuration(result.config, placeholder_ids(result.config))
+        configuration = cluster_configuration(result.config, placeholder_ids(result.config, fetched_digests(result.config)))
         assert configuration["HeadNode"]["Imds"] == {"Secured": True}
         assert configuration["Imds"] == {"ImdsSupport": "v2.0"}
 

@@ -266,12 +266,14 @@ def test_without_storage_no_node_is_tuned():
     from trainium_cdk.catalog import DEFAULT_CATALOG
     from trainium_cdk.constructs.batch_node import node_setup
     from trainium_cdk.parallelcluster.cluster_config import render_cluster_yaml
+    from trainium_cdk.parallelcluster.dist import fetched_digests
 
     config = config_with(backends=["parallelcluster"], storage={
         "enabled": False, "deployment_type": "SCRATCH_2", "throughput_mb_per_tib": None, "capacity_gib": 2400})
-    queues = yaml.safe_load(render_cluster_yaml(config))["Scheduling"]["SlurmQueues"]
+    queues = yaml.safe_load(render_cluster_yaml(config, fetched_digests(config)))["Scheduling"]["SlurmQueues"]
     assert queues and all("OnNodeStart" not in q["CustomActions"] for q in queues)
-    with_storage = yaml.safe_load(render_cluster_yaml(config_with(backends=["parallelcluster"])))
+    stored = config_with(backends=["parallelcluster"])
+    with_storage = yaml.safe_load(render_cluster_yaml(stored, fetched_digests(stored)))
     (queue,) = with_storage["Scheduling"]["SlurmQueues"]
     assert queue["CustomActions"]["OnNodeStart"]["Script"].endswith("/trainium/lustre_tuning.sh")
     assert TUNER_PATH not in node_setup(DEFAULT_CATALOG.get("trn1.32xlarge"), None).program

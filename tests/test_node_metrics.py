@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import base64
 import gzip
+import hashlib
 import json
 import shlex
 import subprocess
@@ -190,9 +191,11 @@ def test_parallelcluster_compute_nodes_start_the_monitor(app, tmp_path):
     staged = {p.name.removeprefix("asset."): p.read_text() for p in app.outdir.glob("asset.*.py")}
     (key,) = [k for k in staged if k in program_url]
     assert staged[key] == Path(neuron_metrics.__file__).read_text()
-    # neuron_setup.sh, on a compute node, copies it to NODE_PATH and runs its install with the arguments.
+    # The nodes refuse any other content: the argument carries the sha256 of the asset's (tests/test_fetched_scripts.py).
+    assert f'"{hashlib.sha256(staged[key].encode()).hexdigest()}@s3://' in program_url
+    # neuron_setup.sh, on a compute node, copies it to NODE_PATH once checked and runs its install with the arguments.
     setup = SETUP_SCRIPT.read_text()
-    assert f'aws s3 cp --only-show-errors "${{METRICS_PROGRAM}}" {NODE_PATH}' in setup
+    assert f'fetch_checked "${{METRICS_PROGRAM}}" {NODE_PATH} 0644' in setup
     assert (f'/usr/bin/python3 {NODE_PATH} install \\\n      --namespace "${{METRICS_NAMESPACE}}" '
             '--deployment "${METRICS_DEPLOYMENT}"') in setup
     install = ["/usr/bin/python3", NODE_PATH, "install", "--namespace", NAMESPACE, "--deployment", deployment]

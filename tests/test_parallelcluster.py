@@ -25,6 +25,7 @@ from trainium_cdk.constructs.parallelcluster import SlurmCluster
 from trainium_cdk.constructs.storage import FILE_SYSTEM_LOGICAL_ID
 from trainium_cdk.parallelcluster import ClusterIds, S3Object, cluster_configuration, render_cluster_yaml, write_dist
 from trainium_cdk.parallelcluster.cluster_config import placeholder_names, read_access
+from trainium_cdk.parallelcluster.dist import fetched_digests
 from trainium_cdk.launcher import LAUNCHER
 from trainium_cdk.parallelcluster.configuration import ClusterSettings, HeadNode, NewFileSystem, SlurmQueue
 from trainium_cdk.parallelcluster.parts import HEAD_NODE_SCRIPT, SETUP_SCRIPT
@@ -87,7 +88,7 @@ def concrete_ids(config, *, file_system: bool = True) -> ClusterIds:
         file_system_id="fs-0123456789abcdef0" if file_system else None,
         setup_script=S3Object(bucket, "t-cluster/" + "0" * 64 + ".sh"),
         head_node_script=S3Object(bucket, "t-cluster/" + "2" * 64 + ".sh"),
-        batch_scripts={"train-x.sbatch": S3Object(bucket, "t-cluster/" + "1" * 64 + ".sbatch")},
+        batch_scripts={"train-x.sbatch": S3Object(bucket, "t-cluster/" + "1" * 64 + ".sbatch", "4" * 64)},
         # The queues' OnNodeStart with storage (tests/test_lustre_tuning.py), through the schema too.
         lustre_tuning=S3Object(bucket, "t-cluster/" + "3" * 64 + ".sh"),
     )
@@ -154,7 +155,7 @@ def _valid_cases() -> dict[str, dict]:
     for instance_type in SUPPORTED_TRAINING_TYPES:
         config = config_with(**US_EAST_2, backends=["parallelcluster"], compute_groups=[_group(instance_type)])
         cases[_name(instance_type)] = cluster_configuration(config, concrete_ids(config))
-    text = render_cluster_yaml(EVERY_TYPE)
+    text = render_cluster_yaml(EVERY_TYPE, fetched_digests(EVERY_TYPE))
     values = {
         "HEAD_NODE_SUBNET_ID": "subnet-0123456789abcdef0",
         "EFA_SECURITY_GROUP_ID": "sg-0123456789abcdef0",
@@ -395,7 +396,7 @@ def test_moving_the_scripts_under_the_key_prefix_needs_a_new_cluster(pcluster):
     refuses that update for the head node's OnNodeConfigured (CHANGELOG: delete and deploy the stack again);
     the nodes' S3Access and the rest it applies."""
     ids = concrete_ids(EVERY_TYPE)
-    at_root = {name: S3Object(o.bucket, o.key.removeprefix("t-cluster/")) for name, o in ids.batch_scripts.items()}
+    at_root = {name: S3Object(o.bucket, o.key.removeprefix("t-cluster/"), o.sha256) for name, o in ids.batch_scripts.items()}
     before = dataclasses.replace(
         ids, setup_script=S3Object(ids.setup_script.bucket, ids.setup_script.key.removeprefix("t-cluster/")),
         head_node_script=S3Object(ids.head_node_script.bucket, ids.head_node_script.key.removeprefix("t-cluster/")),

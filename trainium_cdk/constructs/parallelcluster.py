@@ -92,16 +92,17 @@ class SlurmCluster(Construct):
             raise ConfigError("removal_policy", removal_policy, one_of(DELETION_POLICIES))
         self.cluster_name = cluster_name
         self._buckets: dict[str, str] = {}
+        self._sha256: dict[str, str] = {}  # asset node id -> the sha256 of its file (what the nodes check)
         self.setup_script = s3_assets.Asset(self, "NeuronSetupScript", path=str(setup_script))
         self.head_node_script = s3_assets.Asset(self, "HeadNodeSetupScript", path=str(head_node_script))
         # The queues' OnNodeStart, with each queue's arguments (settings.queues[].lustre_tuning).
         self.lustre_tuning = s3_assets.Asset(self, "LustreTuningScript", path=str(node.FOLDER / LUSTRE_TUNING_NAME))
         self.batch_scripts = {
-            file_name: s3_assets.Asset(self, f"BatchScript-{file_name}", path=str(self._stage(file_name, text)))
+            file_name: self._asset(f"BatchScript-{file_name}", self._stage(file_name, text))
             for file_name, text in (batch_scripts or {}).items()
         }
         self.prolog = (
-            s3_assets.Asset(self, "HealthProlog", path=str(self._stage(PROLOG_NAME, health_prolog)))
+            self._asset("HealthProlog", self._stage(PROLOG_NAME, health_prolog))
             if health_prolog is not None
             else None
         )
@@ -109,7 +110,7 @@ class SlurmCluster(Construct):
         self.metrics_policy: iam.ManagedPolicy | None = None
         metrics = None
         if metrics_deployment is not None:
-            self.metrics_program = s3_assets.Asset(self, "NeuronMetricsProgram", path=neuron_metrics.__file__)
+            self.metrics_program = self._asset("NeuronMetricsProgram", Path(neuron_metrics.__file__))
             self.metrics_policy = iam.ManagedPolicy(
                 self, "NeuronMetricsPolicy", description="Compute nodes: neuron-monitor metrics into CloudWatch",
                 document=iam.PolicyDocument.from_json(neuron_metrics_policy()),
@@ -194,7 +195,13 @@ class SlurmCluster(Construct):
         # Each asset names its bucket with a token of its own: one token per bucket, so that the nodes' S3Access
         # (parallelcluster/cluster_config.py) sees the objects of one bucket as such.
         bucket = json.dumps(Stack.of(self).resolve(asset.s3_bucket_name), sort_keys=True)
-        return S3Object(bucket=self._buckets.setdefault(bucket, asset.s3_bucket_name), key=asset.s3_object_key)
+        return S3Object(bucket=self._buckets.setdefault(bucket, asset.s3_bucket_name), key=asset.s3_object_key,
+                        sha256=self._sha256.get(asset.node.id, ""))
+
+    def _asset(self, construct_id: str, path: Path) -> s3_assets.Asset:
+        """An asset the setup script fetches: the sha256 of its content is recorded for its S3Object."""
+        self._sha256[construct_id] = hashlib.sha256(path.read_bytes()).hexdigest()
+        return s3_assets.Asset(self, construct_id, path=str(path))
 
     def _stage(self, file_name: str, text: str) -> Path:
         # Rendered files need a path for an asset: stage them in the cloud assembly, by content.

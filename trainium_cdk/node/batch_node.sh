@@ -20,11 +20,14 @@ missing=''
 [ "$(rpm -q --qf '%{VERSION}' aws-neuronx-dkms 2>/dev/null || true)" = "${NEURON_DRIVER:?}" ] || missing="aws-neuronx-dkms-$NEURON_DRIVER"
 rpm -q aws-neuronx-tools >/dev/null 2>&1 || missing="$missing aws-neuronx-tools"
 if [ -n "$missing" ]; then
+  # gpgcheck=1 in the repository itself: dnf's own default is off (dnf.conf(5)); the AMI's dnf.conf turns it on,
+  # but a packaged driver installed as root must not rest on another file's setting. The key is imported below.
   cat > /etc/yum.repos.d/neuron.repo <<EOF_NEURON_REPO
 [neuron]
 name=Neuron YUM Repository
 baseurl=${NEURON_YUM_REPO:?}
 enabled=1
+gpgcheck=1
 metadata_expire=0
 EOF_NEURON_REPO
   rpm --import "$NEURON_YUM_REPO/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB"

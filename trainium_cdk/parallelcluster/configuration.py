@@ -149,9 +149,9 @@ def setup_args(
     for name, version in track.pip_packages.items():
         args += ["--pip", f"{name}=={version}"]
     for name, obj in batch_scripts.items():
-        args += ["--sbatch", f"{name}={obj.url}"]
+        args += ["--sbatch", f"{name}={obj.checked_url}"]
     for name, obj in (prologs or {}).items():
-        args += ["--prolog", f"{name}={obj.url}"]
+        args += ["--prolog", f"{name}={obj.checked_url}"]
     return args
 
 
@@ -167,7 +167,7 @@ def metrics_args(metrics: NeuronMetrics | None) -> list[str]:
     """The setup script's arguments that start neuron-monitor into CloudWatch on a compute node."""
     if metrics is None:
         return []
-    return ["--metrics-program", metrics.program.url, "--metrics-namespace", NEURON_METRICS_NAMESPACE,
+    return ["--metrics-program", metrics.program.checked_url, "--metrics-namespace", NEURON_METRICS_NAMESPACE,
             "--metrics-deployment", metrics.deployment]
 
 

@@ -3,6 +3,7 @@ of the pcluster CLI (the same cluster the ParallelCluster stack deploys)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -23,6 +24,16 @@ from trainium_cdk.session_manager import POLICY_FILE_NAME as SESSION_MANAGER_POL
 from trainium_cdk.session_manager import session_manager_policy
 
 
+def fetched_files(config: Config) -> dict[str, str]:
+    """File name -> text of what the head and compute nodes' setup script fetches from the scripts bucket."""
+    return {**head_node_files(config), PROLOG_NAME: render_prolog(config),
+            NEURON_METRICS_NAME: Path(neuron_metrics.__file__).read_text()}
+
+
+def fetched_digests(config: Config) -> dict[str, str]:
+    """File name -> sha256 of each of :func:`fetched_files` (the cluster configuration carries them)."""
+    return {name: hashlib.sha256(text.encode()).hexdigest() for name, text in fetched_files(config).items()}
+
 
 def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
     """Write ``outdir/parallelcluster/{<project>-cluster.yaml, neuron_setup.sh, head_node_setup.sh,
@@ -32,7 +43,7 @@ def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
     out = outdir / "parallelcluster"
     out.mkdir(parents=True, exist_ok=True)
     cluster = out / cluster_file_name(config)
-    cluster.write_text(render_cluster_yaml(config))
+    cluster.write_text(render_cluster_yaml(config, fetched_digests(config)))
     written = [cluster]
     for source in (SETUP_SCRIPT, HEAD_NODE_SCRIPT, node.FOLDER / LUSTRE_TUNING_NAME):
         script = out / source.name
@@ -40,8 +51,7 @@ def write_dist(config: Config, outdir: Path = Path("dist")) -> list[Path]:
         script.chmod(0o755)
         written.append(script)
     files = {
-        **head_node_files(config), PROLOG_NAME: render_prolog(config),
-        NEURON_METRICS_NAME: Path(neuron_metrics.__file__).read_text(),
+        **fetched_files(config),
         NEURON_METRICS_POLICY_NAME: json.dumps(neuron_metrics_policy(), indent=2) + "\n",
         SESSION_MANAGER_POLICY_FILE: json.dumps(session_manager_policy(run_command=True), indent=2) + "\n",
         image_file_name(config): render_image_yaml(config),

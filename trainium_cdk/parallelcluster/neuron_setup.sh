@@ -11,17 +11,24 @@
 #   --venv LINK          the stable link to the PyTorch Neuron virtual environment of the pins (in the cluster's
 #                        directory on /home, which the head node shares): the venv itself is
 #                        LINK-<release>-<hash of the pip pins>, owned by root, read-only to users
-#   --sbatch NAME=S3URL  a batch script the head node copies to ~ubuntu/trainium/NAME and, for every user, to
+#   --sbatch NAME=SHA256@S3URL
+#                        a batch script the head node copies to ~ubuntu/trainium/NAME and, for every user, to
 #                        $(dirname LINK)/trainium/NAME (repeatable)
 #   --cache-group NAME   the group that shares the compile cache /fsx/neuron-cache (head node; ubuntu joins it)
-#   --prolog NAME=S3URL  a Slurm prolog the head node installs in the shared prolog.d (repeatable)
-#   --metrics-program S3URL, --metrics-namespace NS, --metrics-deployment NAME
+#   --prolog NAME=SHA256@S3URL
+#                        a Slurm prolog the head node installs in the shared prolog.d (repeatable)
+#   --metrics-program SHA256@S3URL, --metrics-namespace NS, --metrics-deployment NAME
 #                        compute nodes: neuron-monitor into CloudWatch (trainium_cdk/neuron_metrics.py)
 #
 # Compute nodes get the driver, runtime, collectives and tools, unless their image already has them at the
 # pinned versions with that driver loaded (an image built with --image: then DKMS built the driver once, at
 # image build, and scale-up installs nothing); the head node builds the shared venv (one build for the
 # whole cluster: /home is NFS-exported to every node). ParallelCluster installs EFA.
+#
+# Every file this script fetches from S3 (the batch scripts, the prolog, the metrics program) carries the sha256
+# of its content, known at synth (SHA256@S3URL): it is checked before the file is installed or run, and a
+# mismatch fails the script (non-zero: ParallelCluster fails the node's bootstrap). This script itself is fetched
+# and run by ParallelCluster, which checks nothing (README: "What the Slurm nodes run as root").
 set -euo pipefail
 umask 022   # what the head node writes for every user (venv, batch scripts) is readable by every user
 
@@ -68,6 +75,28 @@ for spec in "${APT[@]}"; do
   if [[ "${spec%%=*}" == "aws-neuronx-dkms" ]]; then DRIVER="${spec#*=}"; fi
 done
 APT_FRESH=""
+
+# fetch_checked SHA256@S3URL DEST MODE: DEST holds the object, with MODE, only if its sha256 is SHA256; otherwise
+# nothing is written there and the script stops (the Batch node's user data checks its setup the same way:
+# trainium_cdk/node/batch_bootstrap.sh). The object is fetched outside DEST's folder: Slurm runs whatever is in
+# prolog.d, a partial or unchecked file included.
+fetch_checked() {
+  local spec="$1" dest="$2" mode="$3" digest url part
+  digest="${spec%%@*}" url="${spec#*@}"
+  if [[ ! "${digest}" =~ ^[0-9a-f]{64}$ || "${url}" != s3://* ]]; then
+    echo "neuron_setup: refused ${spec}: not SHA256@s3://bucket/key" >&2
+    exit 1
+  fi
+  part="$(mktemp)"
+  aws s3 cp --only-show-errors "${url}" "${part}"
+  if ! echo "${digest}  ${part}" | sha256sum --check --status; then
+    rm -f "${part}"
+    echo "neuron_setup: refused ${url}: its sha256 is not ${digest} (it changed after synth)" >&2
+    exit 1
+  fi
+  install -m "${mode}" "${part}" "${dest}"
+  rm -f "${part}"
+}
 
 add_neuron_apt_repo() {
   install -d -m 0755 /etc/apt/keyrings
@@ -232,7 +261,7 @@ elif [[ "${cfn_node_type}" == "ComputeFleet" ]]; then
   if [[ -n "${METRICS_PROGRAM}" ]]; then
     install_boto3
     install -d -m 0755 /opt/trainium-cdk
-    aws s3 cp --only-show-errors "${METRICS_PROGRAM}" /opt/trainium-cdk/neuron_metrics.py
+    fetch_checked "${METRICS_PROGRAM}" /opt/trainium-cdk/neuron_metrics.py 0644
     /usr/bin/python3 /opt/trainium-cdk/neuron_metrics.py install \
       --namespace "${METRICS_NAMESPACE}" --deployment "${METRICS_DEPLOYMENT}"
   fi
@@ -245,14 +274,14 @@ else
   sudo -u ubuntu mkdir -p "${OS_USER_SCRIPTS}"
   install -d -m 0755 "${shared_scripts}"
   for spec in "${SBATCH[@]}"; do
-    sudo -u ubuntu aws s3 cp --only-show-errors "${spec#*=}" "${OS_USER_SCRIPTS}/${spec%%=*}"
-    aws s3 cp --only-show-errors "${spec#*=}" "${shared_scripts}/${spec%%=*}"
+    fetch_checked "${spec#*=}" "${shared_scripts}/${spec%%=*}" 0644
+    # The OS user's copy is the checked file, the user's own (ubuntu writes its ~/trainium).
+    sudo -u ubuntu cp "${shared_scripts}/${spec%%=*}" "${OS_USER_SCRIPTS}/${spec%%=*}"
   done
   # /opt/slurm is shared with every compute node; Slurm runs each script of prolog.d before a job.
   install -d -m 0755 /opt/slurm/etc/scripts/prolog.d
   for spec in "${PROLOG[@]}"; do
-    aws s3 cp --only-show-errors "${spec#*=}" "/opt/slurm/etc/scripts/prolog.d/${spec%%=*}"
-    chmod 0755 "/opt/slurm/etc/scripts/prolog.d/${spec%%=*}"
+    fetch_checked "${spec#*=}" "/opt/slurm/etc/scripts/prolog.d/${spec%%=*}" 0755
   done
 fi
 echo "${SDK}" > /etc/neuron-sdk-version

@@ -28,14 +28,25 @@ LUSTRE_TUNING_NAME = "lustre_tuning.sh"
 
 @dataclass(frozen=True)
 class S3Object:
-    """An object ParallelCluster nodes read: bucket and key (either may be a CDK token)."""
+    """An object ParallelCluster nodes read: bucket and key (either may be a CDK token) and the sha256 of its
+    content, known at synth (a CDK asset's key is its asset hash, a hash of more than the content: not this).
+    The setup script fetches an object only through :attr:`checked_url`; ParallelCluster's own actions (the
+    setup scripts, the FSx tuning) go by :attr:`url` and need none."""
 
     bucket: str
     key: str
+    sha256: str = ""
 
     @property
     def url(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
+
+    @property
+    def checked_url(self) -> str:
+        """``SHA256@s3://bucket/key``: what neuron_setup.sh's fetch_checked takes."""
+        if len(self.sha256) != 64:
+            raise ValueError(f"{self.url}: no sha256 of its content (the setup script fetches only checked objects)")
+        return f"{self.sha256}@{self.url}"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT
-from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.nag import acknowledge, nag_form
 from trainium_cdk.constructs.session_manager import session_manager_role
 from trainium_cdk.names import ACCESS_HOST_INSTANCE_TYPE, ACCESS_HOST_ROOT_VOLUME_GIB, PORT_FORWARD_DOCUMENT
 
@@ -144,6 +144,7 @@ def connect_policy(scope: Construct, construct_id: str, instance_id: str) -> iam
     Manager" and "Start a session with a document by specifying the session documents in IAM policies".
     """
     stack = Stack.of(scope)
+    sessions = stack.format_arn(service="ssm", resource="session", resource_name="${aws:userid}-*")
     policy = iam.ManagedPolicy(
         scope, construct_id,
         description=f"trainium-cdk: `trn connect` (Session Manager {PORT_FORWARD_DOCUMENT} to the access host only)",
@@ -163,14 +164,15 @@ def connect_policy(scope: Construct, construct_id: str, instance_id: str) -> iam
                 sid="OwnSessionsOnly",
                 actions=["ssm:TerminateSession", "ssm:ResumeSession"],
                 # A session's ID starts with the caller's aws:userid (the quickstart policy's own resource).
-                resources=[stack.format_arn(service="ssm", resource="session", resource_name="${aws:userid}-*")],
+                resources=[sessions],
             ),
         ],
     )
     acknowledge(
         policy,
         "AwsSolutions-IAM5",
-        [f"Resource::arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:session/${{aws:userid}}-*"],
+        # cdk-nag spells the policy variable <aws:userid>.
+        [f"Resource::{nag_form(stack, sessions).replace('${aws:userid}', '<aws:userid>')}"],
         "Session IDs are made by Session Manager at StartSession: the caller's own sessions are named by their "
         "aws:userid prefix, as AWS's quickstart end user policy for Session Manager does.",
     )

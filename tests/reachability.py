@@ -36,6 +36,8 @@ EKS_CLUSTER_SG = "eks-cluster-security-group"
 # Node sets that are not a backend's compute: the EKS API endpoint, and the host that forwards to it.
 CONTROL_PLANE = "eks-control-plane"
 ACCESS_HOST = "eks-access"
+# Interface VPC endpoints, named by their service's last word (ssm, ssmmessages, ec2messages, ecr.api, ...).
+VPC_ENDPOINT = "vpc-endpoint"
 VPC_DEFAULT_SG = "vpc-default-security-group"
 PCLUSTER_HEAD_SG = "pcluster:HeadNodeSecurityGroup"
 PCLUSTER_COMPUTE_SG = "pcluster:ComputeSecurityGroup"
@@ -262,12 +264,22 @@ class Reachability:
             raise AssertionError(f"{source}: cannot resolve {props[peer_key]}")
         if peer is None and cidr is None:
             return  # a prefix list: neither a group nor the internet
-        network = ipaddress.ip_network(cidr) if isinstance(cidr, str) else None
+        network = ipaddress.ip_network(cidr) if isinstance(cidr, str) else self._vpc_cidr(stack, cidr)
         if peer is None and network is None:
             raise AssertionError(f"{source}: CIDR is not literal: {cidr}")
         self.groups.add(group)
         self.rules.append(Rule(group, direction, protocol, low if protocol != ALL else 0,
                                high if protocol != ALL else 65535, peer, network, source))
+
+    def _vpc_cidr(self, stack: str, value: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+        """The VPC's CIDR when ``value`` names it (an interface endpoint's ingress: GetAtt Vpc.CidrBlock)."""
+        if isinstance(value, dict) and list(value) == ["Fn::ImportValue"] and value["Fn::ImportValue"] in self.exports:
+            return self._vpc_cidr(*self.exports[value["Fn::ImportValue"]])
+        if isinstance(value, dict) and list(value) == ["Fn::GetAtt"] and value["Fn::GetAtt"][1] == "CidrBlock":
+            vpc = self._resource(stack, value["Fn::GetAtt"][0])
+            if vpc and vpc["Type"] == "AWS::EC2::VPC" and isinstance(vpc["Properties"].get("CidrBlock"), str):
+                return ipaddress.ip_network(vpc["Properties"]["CidrBlock"])
+        return None
 
     def _read_rules(self) -> None:
         for stack, logical_id, resource in self._resources("AWS::EC2::SecurityGroup"):
@@ -386,6 +398,15 @@ class Reachability:
             vpc_config = resource["Properties"].get("ResourcesVpcConfig", {})
             groups = self.groups_of(stack, vpc_config.get("SecurityGroupIds")) | {f"{stack}/{logical_id}:{EKS_CLUSTER_SG}"}
             self.node_sets.append(NodeSet(CONTROL_PLANE, logical_id, (Interface(groups),)))
+
+        # An interface endpoint's network interfaces carry its security groups (VPC user guide, "Access an AWS
+        # service using an interface VPC endpoint").
+        for stack, logical_id, resource in self._resources("AWS::EC2::VPCEndpoint"):
+            props = resource["Properties"]
+            if props.get("VpcEndpointType") == "Interface":
+                service = json.dumps(props["ServiceName"]).rsplit(".", 1)[-1].strip('"]}')
+                name = "ecr." + service if service in ("api", "dkr") else service
+                self.node_sets.append(NodeSet(VPC_ENDPOINT, name, (Interface(self.groups_of(stack, props["SecurityGroupIds"])),)))
 
         for stack, logical_id, resource in self._resources("AWS::EC2::Instance"):
             props = resource["Properties"]

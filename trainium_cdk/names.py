@@ -102,6 +102,10 @@ OUTPUT_BERT_IMAGE_URI = "BertImageUri"
 OUTPUT_TRAINING_IMAGE_REPOSITORY_URI = "TrainingImageRepositoryUri"
 OUTPUT_UPDATE_KUBECONFIG = "UpdateKubeconfig"
 OUTPUT_ACCESS_HOST_ID = "AccessHostId"
+# The managed policy a user is granted to run `trn connect` through the access host (constructs/api_access.py).
+OUTPUT_CONNECT_POLICY_ARN = "ConnectPolicyArn"
+# The only Session Manager document `trn connect` starts on the access host, and the only one its policy allows.
+PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSessionToRemoteHost"
 # The instance type of the EKS API access host (constructs/api_access.py; priced by cost.py).
 ACCESS_HOST_INSTANCE_TYPE = "t4g.nano"
 ACCESS_HOST_ROOT_VOLUME_GIB = 8

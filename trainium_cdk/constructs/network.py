@@ -41,6 +41,9 @@ INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
     "SsmMessages": ec2.InterfaceVpcEndpointAwsService.SSM_MESSAGES,
     "Ec2Messages": ec2.InterfaceVpcEndpointAwsService.EC2_MESSAGES,
 }
+# The SSM agent's three channels (Session Manager's "Step 6: (Optional) Use AWS PrivateLink to set up a VPC
+# endpoint for Session Manager"): all a host reached only by Session Manager needs.
+SESSION_MANAGER_ENDPOINTS = ("Ssm", "SsmMessages", "Ec2Messages")
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,8 @@ class TrainingNetwork(Construct):
         restrict_service_trust(flow_log.iam_role.node.default_child)  # type: ignore[arg-type]
         self._pin_subnets_to_az_ids()
 
+        # Session Manager's interface endpoints, when the VPC has them (the access host opens HTTPS to these only).
+        self.session_manager_endpoints: list[ec2.InterfaceVpcEndpoint] = []
         if interface_endpoints:
             for name, service in INTERFACE_ENDPOINTS.items():
                 endpoint = self.vpc.add_interface_endpoint(
@@ -151,6 +156,8 @@ class TrainingNetwork(Construct):
                         "CIDR because it is a reference to the VPC, not a literal.",
                     )
                 )
+                if name in SESSION_MANAGER_ENDPOINTS:
+                    self.session_manager_endpoints.append(endpoint)
 
         # EFA's OS-bypass traffic is not IP: it matches only rules that reference a group, so the group
         # needs all traffic in from itself AND out to itself; a 0.0.0.0/0 egress does not carry it

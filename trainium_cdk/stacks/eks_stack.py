@@ -19,8 +19,8 @@ from trainium_cdk.constructs.observability import ClusterObservability
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.adapters import eks as adapter
 from trainium_cdk.names import (
-    OUTPUT_ACCESS_HOST_ID, OUTPUT_BERT_IMAGE_URI, OUTPUT_CLUSTER_NAME, OUTPUT_DASHBOARD_NAME, OUTPUT_EXAMPLE_IMAGE_URI,
-    OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, OUTPUT_UPDATE_KUBECONFIG,
+    OUTPUT_ACCESS_HOST_ID, OUTPUT_BERT_IMAGE_URI, OUTPUT_CLUSTER_NAME, OUTPUT_CONNECT_POLICY_ARN, OUTPUT_DASHBOARD_NAME,
+    OUTPUT_EXAMPLE_IMAGE_URI, OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, OUTPUT_UPDATE_KUBECONFIG,
 )
 
 
@@ -58,7 +58,15 @@ class EksStack(Stack):
         self.access_host: ApiAccessHost | None = None
         if config.eks.access_host_deployed:
             self.access_host = ApiAccessHost(self, "AccessHost", vpc=network.vpc, subnets=network.private_subnets,
-                                             api=self.training.api_security_group)
+                                             api=self.training.api_security_group,
+                                             ssm_endpoints=network.session_manager_endpoints)
+            # What `trn connect` reads besides the session: this stack's outputs, the cluster, its access entries.
+            self.access_host.connect_policy.add_statements(
+                iam.PolicyStatement(sid="ReadTheStack", actions=["cloudformation:DescribeStacks"],
+                                    resources=[self.stack_id]),
+                iam.PolicyStatement(sid="ReadTheCluster", actions=["eks:DescribeCluster", "eks:ListAccessEntries"],
+                                    resources=[cluster.cluster_arn]),
+            )
         self.node_groups: dict[str, TrainiumNodeGroup] = {}
         self.capacity = trainium_capacity(self, config=config, network=network, training=self.training,
                                           storage=storage)
@@ -119,6 +127,8 @@ class EksStack(Stack):
         if self.access_host is not None:
             CfnOutput(self, OUTPUT_ACCESS_HOST_ID, value=self.access_host.instance_id,
                       description="`trn connect` forwards the private API endpoint through this instance (SSM)")
+            CfnOutput(self, OUTPUT_CONNECT_POLICY_ARN, value=self.access_host.connect_policy.managed_policy_arn,
+                      description="grant it to whoever runs `trn connect`: port forwarding to the access host only")
         CfnOutput(
             self,
             OUTPUT_UPDATE_KUBECONFIG,

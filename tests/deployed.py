@@ -76,12 +76,17 @@ class Stack:
 
 @dataclass
 class Account:
-    """The deployed state: stacks by name, exports by name."""
+    """The deployed state: stacks by name, their nested stacks by physical name, exports by name."""
 
     region: str
     client: Callable[[str], Any]
     stacks: dict[str, Stack] = field(default_factory=dict)
     exports: dict[str, str] = field(default_factory=dict)
+    nested: dict[str, Stack] = field(default_factory=dict)
+
+    def every_stack(self) -> list[Stack]:
+        """The stacks and their nested stacks (a Batch compute group's resources are in its own)."""
+        return [*self.stacks.values(), *self.nested.values()]
 
     # -- expressions ---------------------------------------------------------------------------------
 
@@ -221,6 +226,7 @@ class Account:
         if kind == "AWS::CloudFormation::Stack" and NESTED_TEMPLATE in resource.get("Metadata", {}):
             parameters = {k: str(v) for k, v in self.resolve(stack, resource["Properties"].get("Parameters", {})).items()}
             nested = self._deploy(stack.physical[logical], resource["Metadata"][NESTED_TEMPLATE], parameters)
+            self.nested[nested.name] = nested
             for key, output in nested.template.get("Outputs", {}).items():
                 stack.attributes[(logical, f"Outputs.{key}")] = str(self.resolve(nested, output["Value"]))
             return

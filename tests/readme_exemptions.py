@@ -549,7 +549,7 @@ def run_submitted_batch_jobs(walk: Walkthrough) -> None:
 
 def _template_definition(walk: Walkthrough, arn: str) -> tuple[dict[str, Any], str]:
     """The template's job definition behind a registered ARN, and its log group's name."""
-    for stack in walk.account.stacks.values():
+    for stack in walk.account.every_stack():
         for logical, resource in stack.template["Resources"].items():
             if resource["Type"] == "AWS::Batch::JobDefinition" and stack.physical[logical] == arn:
                 resolved = walk.account.resolve(stack, resource)

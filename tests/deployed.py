@@ -130,7 +130,8 @@ class Account:
 
     def _ref(self, stack: Stack, name: str) -> str:
         pseudo = {"AWS::Region": self.region, "AWS::AccountId": ACCOUNT, "AWS::URLSuffix": URL_SUFFIX,
-                  "AWS::Partition": "aws", "AWS::StackName": stack.name, "AWS::NoValue": ""}
+                  "AWS::Partition": "aws", "AWS::StackName": stack.name, "AWS::NoValue": "",
+                  "AWS::StackId": f"arn:aws:cloudformation:{self.region}:{ACCOUNT}:stack/{stack.name}/{stable(stack.name, length=36)}"}
         if name in pseudo:
             return pseudo[name]
         if name in stack.physical:

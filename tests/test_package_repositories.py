@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import synth
+from tests.helpers import synth, template_text
 from tests.test_hostile_inputs import FULL
 from trainium_cdk.config import build_config
 from trainium_cdk.dist import write_dist
@@ -28,11 +28,10 @@ APT_SOURCE = re.compile(r"\bdeb (\[[^\]]*\] )?(https?|s3)://\S+")
 
 
 def _strings(value: Any) -> Iterator[str]:
-    """Every string of a template, an Fn::Join's literal pieces joined (tokens stand as TOKEN)."""
+    """Every string of a template, an Fn::Join's pieces also joined (helpers.template_text)."""
     if isinstance(value, dict):
         if set(value) == {"Fn::Join"}:
-            separator, parts = value["Fn::Join"]
-            yield separator.join(p if isinstance(p, str) else "TOKEN" for p in parts)
+            yield template_text(value)
         for inner in value.values():
             yield from _strings(inner)
     elif isinstance(value, list):

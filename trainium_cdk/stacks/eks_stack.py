@@ -13,6 +13,7 @@ from trainium_cdk.constructs.api_access import ApiAccessHost
 from trainium_cdk.constructs.eks_cluster import TrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
 from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
+from trainium_cdk.constructs.karpenter import KarpenterController
 from trainium_cdk.stacks.eks_capacity import trainium_capacity
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import ClusterObservability
@@ -145,8 +146,7 @@ class EksStack(Stack):
             description="trainium-cdk: the images Trainium nodes start pulling at boot, separated by spaces",
         )
         roles: list[iam.IRole] = [group.nodegroup.role for group in self.node_groups.values()]
-        node_role = getattr(self.capacity, "node_role", None)
-        if node_role is not None:
-            roles.append(node_role)
+        if isinstance(self.capacity, KarpenterController):
+            roles.append(self.capacity.node_role)
         for role in roles:
             images.grant_read(role)

@@ -380,9 +380,10 @@ def test_a_batch_host_starts_the_ecs_agent_only_when_the_health_check_passes(tmp
 
 
 def test_a_batch_host_with_storage_checks_the_mount_and_the_tracks_driver():
-    from trainium_cdk.constructs.batch_node import health_check_command
+    from trainium_cdk.constructs.batch_node import health_check_command, node_setup
 
-    spec = DEFAULT_CATALOG.get("trn2.48xlarge")
-    command = health_check_command(spec, DRIVER, "/fsx")
-    assert command.endswith(f"| python3 - --devices 16 --cores 64,128 --efa 16 --driver {DRIVER} --fsx /fsx")
-    assert "--fsx" not in health_check_command(spec, DRIVER, None)
+    values = node_setup(DEFAULT_CATALOG.get("trn2.48xlarge"), None).values
+    assert (values["HEALTH_DEVICES"], values["HEALTH_CORES"], values["HEALTH_EFA"]) == ("16", "64,128", "16")
+    assert values["NEURON_DRIVER"] == DRIVER
+    assert health_check_command("/fsx").endswith('--driver "${NEURON_DRIVER:?}" --fsx /fsx')
+    assert "--fsx" not in health_check_command(None)

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainium_cdk.names import STARTUP_TAINT_PREFIX
+
 ALL = "-1"
 INTERNET = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
 _PROTOCOLS = {"-1": ALL, "tcp": "tcp", "6": "tcp", "udp": "udp", "17": "udp", "icmp": "icmp", "1": "icmp"}
@@ -97,6 +99,8 @@ class NodeSet:
     instance_type: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, str], ...] = ()
+    # Taints a new node carries until something on it takes them off (the health check's): tests/scheduling.py.
+    startup_taints: tuple[Mapping[str, str], ...] = ()
 
     @property
     def primary(self) -> Groups:
@@ -362,7 +366,9 @@ class Reachability:
                 "eks", logical_id, interfaces, rendezvous=interfaces[0].groups if efa else None,
                 # Training pods and the data pods (loader, shell, TensorBoard) mount the FSx claim.
                 mounts_fsx=fsx, instance_type=instance_type, labels=dict(props.get("Labels") or {}),
-                taints=tuple(props.get("Taints") or ()),
+                # A node group's taints with Cluster Autoscaler's startup prefix are startup taints (names.py).
+                taints=tuple(t for t in props.get("Taints") or () if not t["Key"].startswith(STARTUP_TAINT_PREFIX)),
+                startup_taints=tuple(t for t in props.get("Taints") or () if t["Key"].startswith(STARTUP_TAINT_PREFIX)),
             ))
 
         self._read_karpenter_node_pools(fsx)
@@ -504,6 +510,8 @@ class Reachability:
                 labels={**template["metadata"].get("labels", {}), "karpenter.sh/nodepool": pool["metadata"]["name"]},
                 taints=tuple({"Key": t["key"], "Value": t.get("value", ""), "Effect": t["effect"]}
                              for t in template["spec"].get("taints") or ()),
+                startup_taints=tuple({"Key": t["key"], "Value": t.get("value", ""), "Effect": t["effect"]}
+                                     for t in template["spec"].get("startupTaints") or ()),
             ))
 
     def _vpc_default_group(self) -> str:

@@ -164,11 +164,13 @@ def _matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     raise AssertionError(f"operator {op} not modelled")
 
 
-def why_not(pod: PodTemplate, node: NodeSet, daemon_sets: Iterable[PodTemplate] = ()) -> list[str]:
-    """Why ``pod`` cannot land on ``node``; empty when it can."""
+def why_not(pod: PodTemplate, node: NodeSet, daemon_sets: Iterable[PodTemplate] = (), *,
+            checked: bool = True) -> list[str]:
+    """Why ``pod`` cannot land on ``node``; empty when it can. A node is ``checked`` once its startup taints are off
+    (the health check passed); a new node still carries them."""
     spec = pod.spec
     reasons = []
-    for taint in node.taints:
+    for taint in (*node.taints, *(() if checked else node.startup_taints)):
         effect = _EFFECTS.get(taint["Effect"], taint["Effect"])
         if effect != "PreferNoSchedule" and not _tolerates(spec.get("tolerations") or [], taint):
             reasons.append(f"taint {taint['Key']}={taint.get('Value', '')}:{effect} not tolerated")
@@ -195,6 +197,7 @@ def why_not(pod: PodTemplate, node: NodeSet, daemon_sets: Iterable[PodTemplate] 
     return reasons
 
 
-def lands_on(pod: PodTemplate, nodes: Iterable[NodeSet], daemon_sets: Iterable[PodTemplate] = ()) -> list[NodeSet]:
+def lands_on(pod: PodTemplate, nodes: Iterable[NodeSet], daemon_sets: Iterable[PodTemplate] = (), *,
+             checked: bool = True) -> list[NodeSet]:
     daemon_sets = list(daemon_sets)
-    return [n for n in nodes if not why_not(pod, n, daemon_sets)]
+    return [n for n in nodes if not why_not(pod, n, daemon_sets, checked=checked)]

@@ -33,6 +33,7 @@ def _modules() -> list[Path]:
 
 SHARED = {
     "the Neuron taint key": "aws.amazon.com/neuron",
+    "the health taint key": names.HEALTH_TAINT_KEY,
     "the compute-group label": names.GROUP_LABEL,
     "the node instance-type label": names.NODE_INSTANCE_TYPE_LABEL,
     "the node EFA label": names.NODE_EFA_LABEL,

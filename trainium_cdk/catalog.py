@@ -82,6 +82,15 @@ class InstanceSpec:
         )
 
     @property
+    def neuron_core_counts(self) -> tuple[int, ...]:
+        """The NeuronCore counts a healthy node shows (node/health_check.py): ``neuron_cores``, and on Trainium2 and
+        later, whose logical NeuronCore is two physical ones at the default LNC=2, the physical count as well
+        (the driver's sysfs counts physical cores; neuron-ls follows the LNC setting)."""
+        if self.accelerator in ("Trainium", "Inferentia2"):
+            return (self.neuron_cores,)
+        return (self.neuron_cores, 2 * self.neuron_cores)
+
+    @property
     def neuron_device_paths(self) -> tuple[str, ...]:
         return tuple(f"/dev/neuron{i}" for i in range(self.neuron_devices))
 

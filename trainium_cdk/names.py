@@ -20,6 +20,16 @@ QUEUE_NAME = "training"
 # tolerate it (the device plugins, the FSx node driver, training jobs) land there.
 NEURON_TAINT_KEY = NEURON_RESOURCE
 NEURON_TAINT_VALUE = "true"
+# The startup taint every Trainium node joins with (Karpenter NodePools' startupTaints, managed node groups'
+# taints); the health checker (charts/node_health.py, node/health_check.py) removes it once the node passes.
+# Training pods never tolerate it. Its prefix makes Cluster Autoscaler treat it as a startup taint: ignored when
+# it simulates a node group's nodes, so pending pods still scale a managed node group from zero
+# (cluster-autoscaler FAQ, "startup taints": every taint with the prefix startup-taint.cluster-autoscaler.kubernetes.io/).
+# Karpenter ignores a NodePool's startupTaints the same way (docs, concepts/nodepools.md "startupTaints").
+# EKS takes a node group taint key of at most 63 characters (EKS API reference, Taint): this one is 62.
+STARTUP_TAINT_PREFIX = "startup-taint.cluster-autoscaler.kubernetes.io/"
+HEALTH_TAINT_KEY = f"{STARTUP_TAINT_PREFIX}trainium-health"
+HEALTH_TAINT_VALUE = "unchecked"
 # Labels the Trainium nodes carry (managed node groups and Karpenter node pools alike); jobs select them.
 GROUP_LABEL = "trainium-cdk/compute-group"
 NODE_INSTANCE_TYPE_LABEL = "trainium-cdk/instance-type"
@@ -50,7 +60,7 @@ CACHE_GROUP = "neuron"
 LOCAL_CACHE_ROOT = "/var/tmp/neuron-compile-cache"
 # The Neuron tools (neuron-ls, nccom-test, neuron-top) on a host with the Neuron packages (aws-neuronx-tools):
 # on PATH only in login shells (/etc/profile.d), so a program that a scheduler starts puts it there itself.
-# (neuron_metrics.py, a program copied to nodes that have no trainium_cdk, keeps its own copy.)
+# (neuron_metrics.py and health_check.py, programs copied to nodes that have no trainium_cdk, keep their own copy.)
 NEURON_BIN = "/opt/aws/neuron/bin"
 # Checkpoints: /fsx/checkpoints/<job> on every backend. The launcher appends the job (its name on EKS,
 # the Slurm job id, the Batch job id): all stay the same when the scheduler restarts the job.

@@ -374,6 +374,9 @@ AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.27.49"
 # Unpacking a dataset archive: the AWS CLI image (Amazon Linux 2, minimal) has no tar, and a container
 # without capabilities cannot install one; BusyBox's tar, from the ECR copy of the Docker official image.
 BUSYBOX_IMAGE = "public.ecr.aws/docker/library/busybox:1.37.0"
+# The EKS node health checker (charts/node_health.py): node/health_check.py needs a Python 3 and its standard
+# library only; the ECR copy of the Docker official image, pinned by version.
+NODE_HEALTH_IMAGE = "public.ecr.aws/docker/library/python:3.13.7-alpine3.22"
 TENSORBOARD_IMAGE = "docker.io/tensorflow/tensorflow:2.20.0"
 
 

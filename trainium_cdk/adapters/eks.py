@@ -14,6 +14,7 @@ from trainium_cdk import eks_user_data, versions
 from trainium_cdk.adapters.groups import GroupNodes, group_nodes
 from trainium_cdk.catalog import Catalog
 from trainium_cdk.charts.karpenter import NodePoolProps
+from trainium_cdk.charts.node_health import NodeHealthProps
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.constructs.defaults import retention
 from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR, TrainingWorkloadsOptions
@@ -143,6 +144,16 @@ def node_pool_props(
         user_data=node_user_data(config, group, storage),
         root_volume_throughput=eks_user_data.root_volume_throughput(fast_image_pull=config.eks.fast_image_pull),
     )
+
+
+def node_health_props(config: Config) -> list[NodeHealthProps]:
+    """What each compute group's nodes must show before they take work (the catalog of the group's type)."""
+    return [
+        NodeHealthProps(group=group.name, devices=spec.neuron_devices, cores=spec.neuron_core_counts,
+                        efa_interfaces=spec.efa_interfaces)
+        for group in config.compute_groups
+        for spec in [config.spec(group)]
+    ]
 
 
 def workloads_options(config: Config) -> TrainingWorkloadsOptions:

@@ -30,7 +30,7 @@ from constructs import Construct
 
 from trainium_cdk import defaults
 from trainium_cdk.charts._k8s import CHART_LABELS, INSTANCE_TYPE_LABEL, api_object, check_name
-from trainium_cdk.names import GROUP_LABEL, NEURON_TAINT_KEY, NEURON_TAINT_VALUE, NODE_EFA_LABEL, NODE_INSTANCE_TYPE_LABEL
+from trainium_cdk.names import GROUP_LABEL, HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE, NEURON_TAINT_KEY, NEURON_TAINT_VALUE, NODE_EFA_LABEL, NODE_INSTANCE_TYPE_LABEL
 from trainium_cdk.errors import ConfigError, one_of
 
 NODE_POOLS_CHART_ID = "karpenter-node-pools"
@@ -189,6 +189,9 @@ def node_pool_spec(pool: NodePoolProps) -> dict[str, Any]:
                     {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
                 ],
                 "taints": [{"key": NEURON_TAINT_KEY, "value": NEURON_TAINT_VALUE, "effect": "NoSchedule"}],
+                # Until the node health check passes (charts/node_health.py): Karpenter puts it on every new node
+                # and, as a startup taint, leaves it out when it decides whether a pod fits the pool.
+                "startupTaints": [{"key": HEALTH_TAINT_KEY, "value": HEALTH_TAINT_VALUE, "effect": "NoSchedule"}],
                 # Expiry is forceful in Karpenter v1 (it drains past do-not-disrupt): a week-long run
                 # must not be cut by the default 720h. Empty nodes go through consolidation instead.
                 "expireAfter": "Never",

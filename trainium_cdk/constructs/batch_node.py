@@ -66,6 +66,8 @@ NEURON_METRICS_SOURCE = Path(neuron_metrics.__file__)
 # The user data: fetch the setup, check it, run it (trainium_cdk/node/batch_bootstrap.sh).
 BATCH_BOOTSTRAP_SCRIPT = "batch_bootstrap.sh"
 SETUP_FILE_NAME = "batch_node_setup.sh"
+# Checked last, after the driver, EFA and the mount are in place: the node health check (node/health_check.py).
+HEALTH_CHECK = "health_check.py"
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,25 @@ def node_setup(
             f"echo {program} | base64 -d | gunzip > {NEURON_METRICS_PATH}",
             shlex.join(neuron_metrics_install(deployment=metrics_deployment)),
         ]
+    values |= health_values(spec)
+    lines.append(health_check_command(SHARED_MOUNT if storage is not None else None))
     return NodeSetup(program="\n".join(lines) + "\n", values=values)
+
+
+def health_values(spec: InstanceSpec) -> dict[str, str]:
+    """What a node of ``spec`` must show (the catalog), as values of the setup's header: the program stays one text
+    (one S3 object) for every type."""
+    return {"HEALTH_DEVICES": str(spec.neuron_devices), "HEALTH_CORES": ",".join(map(str, spec.neuron_core_counts)),
+            "HEALTH_EFA": str(spec.efa_interfaces)}
+
+
+def health_check_command(shared_mount: str | None) -> str:
+    """The node health check (node/health_check.py, compressed into one line and run from stdin) against the header's
+    :func:`health_values`, the track's driver (installed above) and, with storage, the Lustre mount: its failure fails
+    the setup, so the host never starts the ECS agent (batch_node.sh's EXIT trap masks it and shuts the host down)."""
+    args = ('--devices "${HEALTH_DEVICES:?}" --cores "${HEALTH_CORES:?}" --efa "${HEALTH_EFA:?}" '
+            '--driver "${NEURON_DRIVER:?}"' + (f" --fsx {shlex.quote(shared_mount)}" if shared_mount else ""))
+    return f"echo {node.packed(HEALTH_CHECK)} | base64 -d | gunzip | python3 - {args}"
 
 
 def node_user_data(setup: NodeSetup, *, url: str, region: str) -> str:

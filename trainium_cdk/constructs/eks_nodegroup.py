@@ -22,7 +22,7 @@ from trainium_cdk.constructs.cluster_autoscaler import node_template_tags
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.errors import ConfigError, names_construct_path
-from trainium_cdk.names import NEURON_TAINT_KEY, NEURON_TAINT_VALUE
+from trainium_cdk.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE, NEURON_TAINT_KEY, NEURON_TAINT_VALUE
 from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION
 
 # What the L2 node group attaches to its node role; the CNI's goes to the VPC CNI's own Pod Identity role
@@ -134,7 +134,14 @@ class TrainiumNodeGroup(Construct):
             labels=self.labels,
             # What Cluster Autoscaler needs to scale the group up from zero (it reads DescribeNodegroup).
             tags=node_template_tags(spec, self.labels, {NEURON_TAINT_KEY: f"{NEURON_TAINT_VALUE}:NoSchedule"}),
-            taints=[eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=NEURON_TAINT_KEY, value=NEURON_TAINT_VALUE)],
+            # The health taint too (charts/node_health.py): EKS applies node group taints when a node registers
+            # (kubelet --register-with-taints) and does not put a removed one back, so the checker can take it
+            # off. It stays out of the Cluster Autoscaler tags above: a startup taint (its prefix) is one
+            # Cluster Autoscaler ignores when it simulates the group's nodes.
+            taints=[
+                eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=NEURON_TAINT_KEY, value=NEURON_TAINT_VALUE),
+                eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=HEALTH_TAINT_KEY, value=HEALTH_TAINT_VALUE),
+            ],
             enable_node_auto_repair=True,
         )
         if cni_association is not None:

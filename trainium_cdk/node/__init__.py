@@ -9,6 +9,8 @@ line is then a comment).
 
 from __future__ import annotations
 
+import base64
+import gzip
 import shlex
 from collections.abc import Mapping, Sequence
 from importlib.resources import files
@@ -22,6 +24,12 @@ MIME_BOUNDARY = "==TRAINIUM_CDK=="
 def source(name: str) -> str:
     """The text of one file of this folder."""
     return files(__package__).joinpath(name).read_text()
+
+
+def packed(name: str) -> str:
+    """One file of this folder, gzip then base64: one line a shell program writes out or pipes to its interpreter
+    (``echo ... | base64 -d | gunzip | python3 - ARGS``)."""
+    return base64.b64encode(gzip.compress(source(name).encode(), mtime=0)).decode()
 
 
 def header(values: Mapping[str, object]) -> str:

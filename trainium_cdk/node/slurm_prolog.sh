@@ -1,8 +1,12 @@
 #!/bin/bash
-# trainium-cdk: Slurm prolog: drain a node whose Neuron devices are not all visible (neuron-ls); the prolog
-# then fails, and Slurm requeues the job on other nodes.
-#   PROLOG_EXPECTED  "<compute resource>=<Neuron devices> ..." of the cluster's Trainium compute resources
-#                    (a Slurm node is named <queue>-{st,dy}-<compute resource>-<n>)
+# trainium-cdk: Slurm prolog: the node health check (node/health_check.py) before every job on a Trainium node:
+# Neuron devices, NeuronCores and EFA interfaces against the catalog, the track's driver loaded, /fsx mounted. A node
+# that fails is drained with the failed checks as the reason; the prolog then fails, and Slurm requeues the job on
+# other nodes. No collective here: the prolog runs before every job and must stay cheap (about a second).
+#   PROLOG_EXPECTED  "<compute resource>=<devices>:<NeuronCores>:<EFA interfaces> ..." of the cluster's Trainium
+#                    compute resources (a Slurm node is named <queue>-{st,dy}-<compute resource>-<n>)
+#   NEURON_DRIVER    the aws-neuronx-dkms version the nodes load (the track's); SHARED_MOUNT /fsx, or empty
+#   HEALTH_PROGRAM   node/health_check.py, gzip then base64
 #   NEURON_BIN, SLURM_BIN  where the Neuron tools and Slurm's commands are (a prolog's PATH has neither)
 export PATH="${NEURON_BIN:?}:${SLURM_BIN:?}:$PATH"
 node="${SLURMD_NODENAME:?}"
@@ -13,9 +17,14 @@ for pair in ${PROLOG_EXPECTED:?}; do
   esac
 done
 [ -n "$expected" ] || exit 0  # not a Trainium queue of this cluster
-found=$(neuron-ls --json-output 2>/dev/null | python3 -c 'import json, sys; print(len(json.load(sys.stdin)))' 2>/dev/null || echo 0)
-if [ "$found" -ne "$expected" ]; then
-  reason="trainium-cdk health: neuron-ls found $found of $expected Neuron devices"
+IFS=: read -r devices cores efa <<< "$expected"
+args=(--devices "$devices" --cores "$cores" --efa "$efa")
+[ -z "${NEURON_DRIVER:-}" ] || args+=(--driver "$NEURON_DRIVER")
+[ -z "${SHARED_MOUNT:-}" ] || args+=(--fsx "$SHARED_MOUNT")
+if ! failed=$(echo "${HEALTH_PROGRAM:?}" | base64 -d | gunzip | python3 - "${args[@]}" 2>&1 >/dev/null); then
+  failed="${failed:-the health check did not run}"
+  failed="${failed//trainium-cdk health: FAIL /}"
+  reason="trainium-cdk health: ${failed//$'\n'/;}"
   scontrol update nodename="$node" state=drain reason="$reason"
   echo "$reason on $node" >&2
   exit 1

@@ -1,6 +1,7 @@
-"""The Slurm prolog health check of a Trainium cluster: before a job starts on a node, count the node's
-Neuron devices with ``neuron-ls`` against the catalog; a node short of devices is drained (with the
-reason) and the prolog fails, so Slurm requeues the job on other nodes.
+"""The Slurm prolog health check of a Trainium cluster: before a job starts on a node, the node health check
+(node/health_check.py: Neuron devices, NeuronCores and EFA interfaces against the catalog, the track's driver, /fsx);
+a node that fails is drained (with the failed checks as the reason) and the prolog fails, so Slurm requeues the job
+on other nodes.
 
 ParallelCluster 3.6+ runs every script in ``/opt/slurm/etc/scripts/prolog.d/`` (slurm.conf ``Prolog``,
 with ``nohold_on_prolog_fail``); /opt/slurm is shared from the head node, which installs the script.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from trainium_cdk import node
 from trainium_cdk.config import Config
-from trainium_cdk.names import NEURON_BIN
+from trainium_cdk.names import NEURON_BIN, SHARED_MOUNT
 from trainium_cdk.parallelcluster.cluster_config import compute_resource_name
 from trainium_cdk.parallelcluster.parts import PROLOG_NAME
 
@@ -18,13 +19,21 @@ PROLOG_DIR = "/opt/slurm/etc/scripts/prolog.d"
 __all__ = ["PROLOG_DIR", "PROLOG_NAME", "render_prolog"]
 SLURM_BIN = "/opt/slurm/bin"
 SCRIPT = "slurm_prolog.sh"
+HEALTH_CHECK = "health_check.py"
 
 
 def render_prolog(config: Config) -> str:
-    """The prolog (``trainium_cdk/node/slurm_prolog.sh``) with the expected device count of each compute
-    resource in its header (the resource's name is in the Slurm node name)."""
-    expected = {compute_resource_name(g): config.spec(g).neuron_devices for g in config.compute_groups}
+    """The prolog (``trainium_cdk/node/slurm_prolog.sh``) with what each compute resource's nodes must show in its
+    header (the resource's name is in the Slurm node name) and the health check program itself."""
+    expected = {}
+    for group in config.compute_groups:
+        spec = config.spec(group)
+        cores = ",".join(map(str, spec.neuron_core_counts))
+        expected[compute_resource_name(group)] = f"{spec.neuron_devices}:{cores}:{spec.efa_interfaces}"
     return node.program(SCRIPT, {
-        "PROLOG_EXPECTED": " ".join(f"{resource}={devices}" for resource, devices in expected.items()),
+        "PROLOG_EXPECTED": " ".join(f"{resource}={facts}" for resource, facts in expected.items()),
+        "NEURON_DRIVER": config.neuron_track.driver,
+        "SHARED_MOUNT": SHARED_MOUNT if config.storage.enabled else "",
+        "HEALTH_PROGRAM": node.packed(HEALTH_CHECK),
         "NEURON_BIN": NEURON_BIN, "SLURM_BIN": SLURM_BIN,
     }, shebang="/bin/bash")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import cdk8s
 from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from trainium_cdk.charts import FSX_CHART_ID
+from trainium_cdk.charts.node_health import NODE_HEALTH_CHART_ID, NodeHealthCheck
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.api_access import ApiAccessHost
 from trainium_cdk.constructs.eks_cluster import TrainiumCluster
@@ -94,6 +96,9 @@ class EksStack(Stack):
                     user_data=group_props.user_data,
                     root_volume_throughput=group_props.root_volume_throughput,
                 )
+        # Every Trainium node joins with the health taint; this checker takes it off (charts/node_health.py).
+        self.node_health = cluster.add_cdk8s_chart(NODE_HEALTH_CHART_ID, NodeHealthCheck(
+            cdk8s.App(), NODE_HEALTH_CHART_ID, groups=adapter.node_health_props(config)))
         if storage is not None:
             # The data pods (loader, shell, TensorBoard) run on the system nodes, which carry only the
             # cluster security group: Lustre opens to that group rather than pin them to Trainium nodes

@@ -1,0 +1,208 @@
+"""trainium-cdk node health check: before a Trainium node takes work, check it against the catalog of its type.
+
+    python3 health_check.py --devices N --cores N[,N] --efa N [--driver VERSION] [--fsx PATH] [--kube]
+
+Checks (one line on stderr per failed check, exit 1; exit 0 when all pass):
+  devices  Neuron devices: ``neuron-ls --json-output`` where the Neuron tools are installed, else /dev/neuron<N>.
+  cores    NeuronCores: the devices' ``nc_count`` (neuron-ls) or ``core_count`` (the driver's sysfs,
+           /sys/devices/virtual/neuron_device/neuron<N>/core_count); any of the listed counts passes: Trainium2
+           shows 128 physical or 64 logical NeuronCores (LNC=2), depending on the tool and setting.
+  efa      EFA interfaces: the RDMA devices the efa kernel module registers, /sys/class/infiniband/*.
+  driver   the loaded Neuron driver (/sys/module/neuron/version) is VERSION (hosts whose setup installs it).
+  fsx      PATH is a Lustre mount (/proc/1/mounts: the host's, also from a container that mounts /proc).
+The host's files are read under TRN_HEALTH_ROOT (default /): a pod mounts them under /host; stand-ins anywhere.
+
+--kube (the EKS checker DaemonSet, in a pod on the node NODE_NAME, with its service account): on pass, take this
+node's startup taint (TAINT_KEY) off; on failure, leave it, record the failed checks as the node condition
+TrainiumHealthy=False and, on a Karpenter node, delete the Node so that Karpenter terminates the instance and
+launches another (Karpenter docs, "Disruption": deleting a node is a manual way to deprovision it; its
+termination finalizer drains it and deletes its NodeClaim). Then wait: a DaemonSet pod that exits is restarted,
+and the check must not run again on a node already untainted.
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+PREFIX = "trainium-cdk health:"
+NEURON_BIN = "/opt/aws/neuron/bin"  # where aws-neuronx-tools installs neuron-ls (on PATH only in login shells)
+CONDITION = "TrainiumHealthy"
+KARPENTER_NODEPOOL_LABEL = "karpenter.sh/nodepool"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def host(path):
+    return os.path.join(os.environ.get("TRN_HEALTH_ROOT", "/"), path.lstrip("/"))
+
+
+def neuron_devices():
+    """(devices, cores) from neuron-ls, or from /dev and the driver's sysfs where the tools are not installed."""
+    tool = shutil.which("neuron-ls", path=os.pathsep.join([os.environ.get("PATH", ""), NEURON_BIN]))
+    if tool is not None:
+        try:
+            listing = json.loads(subprocess.run([tool, "--json-output"], capture_output=True, text=True, check=True,
+                                                timeout=60).stdout)
+            return len(listing), sum(int(device.get("nc_count", 0)) for device in listing)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            return 0, 0
+    devices = [p for p in glob.glob(host("/dev/neuron*")) if re.fullmatch(r"neuron[0-9]+", os.path.basename(p))]
+    cores = 0
+    for path in glob.glob(host("/sys/devices/virtual/neuron_device/neuron*/core_count")):
+        try:
+            cores += int(read(path))
+        except ValueError:
+            pass
+    return len(devices), cores
+
+
+def read(path):
+    try:
+        with open(path) as file:
+            return file.read().strip()
+    except OSError:
+        return ""
+
+
+def mounted(path):
+    """The file system type mounted at ``path`` (the host's mount table), or None."""
+    for line in read(host("/proc/1/mounts")).splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[1] == path:
+            return fields[2]
+    return None
+
+
+def check(args):
+    """The failed checks, one line each."""
+    failed = []
+    devices, cores = neuron_devices()
+    if devices != args.devices:
+        failed.append(f"devices: found {devices} Neuron devices, expected {args.devices}")
+    if cores not in args.cores:
+        expected = " or ".join(map(str, args.cores))
+        failed.append(f"cores: found {cores} NeuronCores, expected {expected}")
+    efa = len(glob.glob(host("/sys/class/infiniband/*")))
+    if efa != args.efa:
+        failed.append(f"efa: found {efa} EFA interfaces, expected {args.efa}")
+    if args.driver:
+        loaded = read(host("/sys/module/neuron/version")) or "none"
+        if loaded != args.driver:
+            failed.append(f"driver: Neuron driver {loaded} loaded, expected {args.driver}")
+    if args.fsx:
+        kind = mounted(args.fsx)
+        if kind != "lustre":
+            failed.append(f"fsx: {args.fsx} is {'not mounted' if kind is None else 'a ' + kind + ' mount, not Lustre'}")
+    return failed
+
+
+class Kube:
+    """The Kubernetes API from inside a pod: its service account's token and CA (KUBERNETES_SERVICE_HOST/PORT)."""
+
+    def __init__(self):
+        account = os.environ.get("TRN_HEALTH_SERVICE_ACCOUNT_DIR", SERVICE_ACCOUNT_DIR)  # another only under stand-ins
+        self.token = read(os.path.join(account, "token"))
+        self.context = ssl.create_default_context(cafile=os.path.join(account, "ca.crt"))
+        self.base = f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:{os.environ['KUBERNETES_SERVICE_PORT']}"
+
+    def call(self, method, path, body=None, content_type="application/json"):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {self.token}", "Accept": "application/json", "Content-Type": content_type})
+        with urllib.request.urlopen(request, context=self.context, timeout=30) as response:
+            return json.loads(response.read() or b"{}")
+
+
+def untaint(kube, node, key):
+    """Take ``key`` off the node's taints; the test of resourceVersion makes a concurrent change (the kubelet, the
+    device plugins) a conflict to retry rather than a lost update."""
+    for attempt in range(10):
+        current = kube.call("GET", f"/api/v1/nodes/{node}")
+        taints = current.get("spec", {}).get("taints") or []
+        kept = [t for t in taints if t.get("key") != key]
+        if len(kept) == len(taints):
+            return
+        try:
+            kube.call("PATCH", f"/api/v1/nodes/{node}", [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": current["metadata"]["resourceVersion"]},
+                {"op": "replace", "path": "/spec/taints", "value": kept},
+            ], content_type="application/json-patch+json")
+            return
+        except urllib.error.HTTPError as error:
+            if error.code not in (409, 422) or attempt == 9:
+                raise
+            time.sleep(1)
+
+
+def mark_failed(kube, node, failed):
+    """The failed checks as the node's TrainiumHealthy condition; a Karpenter node is then deleted (replaced)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    kube.call("PATCH", f"/api/v1/nodes/{node}/status", {"status": {"conditions": [{
+        "type": CONDITION, "status": "False", "reason": "HealthCheckFailed", "message": "; ".join(failed),
+        "lastHeartbeatTime": now, "lastTransitionTime": now,
+    }]}}, content_type="application/strategic-merge-patch+json")
+    labels = kube.call("GET", f"/api/v1/nodes/{node}").get("metadata", {}).get("labels") or {}
+    if KARPENTER_NODEPOOL_LABEL in labels:
+        kube.call("DELETE", f"/api/v1/nodes/{node}")
+        return "deleted: Karpenter replaces it"
+    return "left tainted: replace it (README, Node health)"
+
+
+def parse(argv):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="health_check.py")
+    parser.add_argument("--devices", type=int, required=True)
+    parser.add_argument("--cores", type=lambda text: [int(n) for n in text.split(",")], required=True)
+    parser.add_argument("--efa", type=int, required=True)
+    parser.add_argument("--driver", default="")
+    parser.add_argument("--fsx", default="")
+    parser.add_argument("--kube", action="store_true")
+    return parser.parse_args(argv)
+
+
+def main(argv):
+    args = parse(argv)
+    if args.kube and not tainted(Kube(), os.environ["NODE_NAME"], os.environ["TAINT_KEY"]):
+        # Checked before (the pod was replaced: a DaemonSet update, a restart): the node may be running a job now.
+        print(f"{PREFIX} node {os.environ['NODE_NAME']} was checked before: nothing to do", flush=True)
+        return wait()
+    failed = check(args)
+    for line in failed:
+        print(f"{PREFIX} FAIL {line}", file=sys.stderr, flush=True)
+    if not failed:
+        print(f"{PREFIX} PASS ({args.devices} Neuron devices, {args.efa} EFA interfaces)", flush=True)
+    if args.kube:
+        node, key = os.environ["NODE_NAME"], os.environ["TAINT_KEY"]
+        kube = Kube()
+        if failed:
+            print(f"{PREFIX} node {node} {mark_failed(kube, node, failed)}", flush=True)
+        else:
+            untaint(kube, node, key)
+            print(f"{PREFIX} node {node}: {key} removed", flush=True)
+        wait()
+    return 1 if failed else 0
+
+
+def tainted(kube, node, key):
+    taints = kube.call("GET", f"/api/v1/nodes/{node}").get("spec", {}).get("taints") or []
+    return any(t.get("key") == key for t in taints)
+
+
+def wait():
+    """A DaemonSet pod that exits is restarted (and would check again): stay, doing nothing."""
+    if os.environ.get("TRN_HEALTH_EXIT") != "1":  # stand-ins only
+        signal.pause()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

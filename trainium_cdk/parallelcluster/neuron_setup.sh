@@ -191,7 +191,7 @@ install_shared_venv() {
 # name may be other than a pin (a Neuron-only dependency missing from the pins would have come from PyPI): the
 # build fails naming it, before the venv is marked complete or linked.
 install_neuron_pip() {
-  local python="$1" line name version pin stray=""
+  local python="$1" line name version pin listing stray=""
   shift
   # No pip configuration may add an index to either step (an extra-index-url in /etc/pip.conf or the environment
   # would bring the fall-through back): PIP_CONFIG_FILE=/dev/null loads no configuration file (pip's configuration docs).
@@ -201,6 +201,7 @@ install_neuron_pip() {
     "${python}" -m pip install --quiet --index-url "${PUBLIC_INDEX}" "$@"
   declare -A neuron_pins=()
   for pin in "${PIP[@]}"; do neuron_pins["$(pep503 "${pin%%==*}")"]="${pin#*==}"; done
+  listing="$("${python}" -m pip list --format=freeze)"   # a failed listing fails the build (set -e), never passes it
   while IFS= read -r line; do
     name="$(pep503 "${line%%==*}")" version="${line#*==}"
     if [[ -n "${neuron_pins[${name}]+set}" ]]; then
@@ -209,7 +210,7 @@ install_neuron_pip() {
     elif [[ "${name}" == *neuron* || "${name}" == nki || "${name}" == nrtpy ]]; then
       stray+=" ${line} (not pinned: from PyPI)"
     fi
-  done < <("${python}" -m pip list --format=freeze)
+  done <<<"${listing}"
   if [[ -n "${stray}" ]]; then
     echo "neuron_setup: refused the venv: Neuron packages not from the pins:${stray}; pin them in trainium_cdk/versions.py" >&2
     exit 1

@@ -62,13 +62,28 @@ STAND_INS = {
               f'echo "{CACHE_GROUP}:x:$STANDIN_GID:ubuntu"\n',
     "usermod": 'echo "usermod $*" >> "$STANDIN_LOG"\n',
 }
-# DIR/bin/python -m pip install SPEC...: the specs go to DIR/installed.txt (the venv's content); exits 1
-# when $STANDIN_PIP_FAILS is set (a failed download).
+# DIR/bin/python -m pip install [OPTION...] SPEC...: each spec not yet there goes to DIR/installed.txt (the venv's
+# content; options and --index-url's value are not specs); exits 1 when $STANDIN_PIP_FAILS is set (a failed download).
+# An install from PyPI (--index-url https://pypi.org/simple) also adds $STANDIN_PIP_FROM_PYPI when set: a dependency
+# that the public index resolved. DIR/bin/python -m pip list --format=freeze: the pinned specs installed (NAME==VERSION).
 PIP = (
     'echo "$0 $*" >> "$STANDIN_LOG"\n'
+    'venv="$(dirname "$0")/.."\n'
+    'if [ "$1 $2 $3 $4" = "-m pip list --format=freeze" ]; then grep "==" "$venv/installed.txt"; exit 0; fi\n'
     '[ "$1 $2 $3" = "-m pip install" ] || exit 3\n'
     '[ -z "${STANDIN_PIP_FAILS:-}" ] || exit 1\n'
-    'shift 3\nfor spec in "$@"; do echo "$spec"; done >> "$(dirname "$0")/../installed.txt"\n'
+    # An install from a named index reads no pip configuration that could add another (PIP_CONFIG_FILE=/dev/null).
+    'case " $* " in *" --index-url "*) [ "${PIP_CONFIG_FILE:-}" = /dev/null ] && [ -z "${PIP_EXTRA_INDEX_URL+set}" ] '
+    '|| { echo "pip stand-in: configuration read" >&2; exit 4; } ;; esac\n'
+    'shift 3\nindex=""\n'
+    'while [ $# -gt 0 ]; do\n'
+    '  case "$1" in --index-url) index="$2"; shift 2; continue ;; -*) shift; continue ;; esac\n'
+    '  grep -qxF "$1" "$venv/installed.txt" 2>/dev/null || echo "$1" >> "$venv/installed.txt"\n'
+    '  shift\n'
+    'done\n'
+    'if [ "$index" = https://pypi.org/simple ] && [ -n "${STANDIN_PIP_FROM_PYPI:-}" ]; then\n'
+    '  echo "$STANDIN_PIP_FROM_PYPI" >> "$venv/installed.txt"\n'
+    'fi\n'
 )
 # Absolute paths of the head-node branch, each to a folder of the test's (the arguments' /home paths too).
 PATHS = {

@@ -441,7 +441,7 @@ def test_ubuntu_node_on_the_pinned_xla_release_passes(machine):
         dpkg("aws-neuronx-dkms"): CommandResult(0, "ii 2.27.4.0"),
         dpkg("aws-neuronx-runtime-lib"): CommandResult(0, "ii 2.31.24.0-6e27b8d5b"),  # Debian revision
         dpkg("aws-neuronx-collectives"): CommandResult(0, "ii 2.31.24.0-17a033bc8"),
-        PIP_SHOW: pip_show(torch_neuronx="2.9.0.2.13.24727", torch="2.9.0"),
+        PIP_SHOW: pip_show(torch_neuronx="2.9.0.2.13.26312+a1b2c3d4", torch="2.9.0"),
     }
     checks = neuron_versions(build_config({}).neuron_track, machine)
     assert verdicts(checks) == {
@@ -513,7 +513,7 @@ def test_native_track_pins_are_the_ones_compared(machine):
         dpkg("aws-neuronx-dkms"): CommandResult(0, "ii 2.27.4.0"),
         dpkg("aws-neuronx-runtime-lib"): CommandResult(0, "ii 2.31.24.0-6e27b8d5b"),
         dpkg("aws-neuronx-collectives"): CommandResult(0, f"ii {NATIVE_TRACK.collectives}-0abc"),
-        PIP_SHOW: pip_show(torch_neuronx="2.9.0.2.13.24727", torch="2.9.0"),
+        PIP_SHOW: pip_show(torch_neuronx="2.9.0.2.13.26312+a1b2c3d4", torch="2.9.0"),
     }
     checks = neuron_versions(build_config(raw).neuron_track, machine)
     assert verdicts(checks) == {

@@ -45,11 +45,50 @@ def test_configure_builds_the_venv_of_the_pins_and_links_it(head):
     target = Path(os.readlink(head.link))
     assert target.parent == head.home and target.name.startswith(f"{head.link.name}-{XLA_TRACK.neuron_release}-")
     installed = (target / "installed.txt").read_text().splitlines()
-    assert [f"{n}=={v}" for n, v in XLA_TRACK.pip_packages.items()] == [s for s in installed if "==" in s]
+    assert list(XLA_TRACK.neuron_pip_pins) == [s for s in installed if "==" in s]
     assert f"python3 -m venv {target}" in calls
     # The batch scripts and the prolog are installed as before.
     assert (head.home / "trainium").is_dir() and (head.root / "opt" / "slurm" / "etc" / "scripts" / "prolog.d").is_dir()
     assert (head.root / "etc" / "neuron-sdk-version").read_text() == f"{XLA_TRACK.neuron_release}\n"
+
+
+def test_the_neuron_packages_come_exact_from_neurons_repository_alone_and_the_rest_from_pypi(head):
+    """Dependency confusion (issue 33, item 4): no install may see both indexes. The Neuron pins first, from Neuron's
+    repository as the only index and without dependencies; then the same pins and torchvision from PyPI alone, so
+    that only their dependencies resolve there; no pip configuration file may add an index."""
+    # An extra index in the environment (or a pip.conf) reaches neither install: the stand-in pip fails if it would.
+    proc, calls = head.run(PIP_EXTRA_INDEX_URL="https://pypi.org/simple")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    target = Path(os.readlink(head.link))
+    python = f"{target}/bin/python -m pip"
+    pins = " ".join(XLA_TRACK.neuron_pip_pins)
+    assert all("==" in pin and "*" not in pin for pin in XLA_TRACK.neuron_pip_pins)
+    installs = [c for c in calls if c.startswith(f"{python} install") and "--upgrade pip" not in c]
+    assert installs == [
+        f"{python} install --quiet --index-url https://pip.repos.neuron.amazonaws.com --no-deps {pins}",
+        f"{python} install --quiet --index-url https://pypi.org/simple {pins} torchvision",
+    ]
+    assert not any("extra-index-url" in c for c in calls)
+
+
+@pytest.mark.parametrize("from_pypi", [
+    "aws-neuronx-runtime-discovery==1.0",      # AWS's placeholder on PyPI: a Neuron-only dependency left unpinned
+    "Neuronx_CC_Stubs==2.24.8799.0",            # another spelling of a Neuron name (PEP 503)
+    "libneuronxla==2.2.99999.0",                # a pinned one at another version
+])
+def test_a_neuron_package_that_pypi_resolved_fails_the_build_and_links_nothing(head, from_pypi):
+    proc, _ = head.run(STANDIN_PIP_FROM_PYPI=from_pypi)
+    assert proc.returncode != 0
+    assert not head.link.exists()
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("neuron_setup: refused the venv")]
+    assert from_pypi in line and "trainium_cdk/versions.py" in line
+    assert not any((venv / ".trainium-complete").exists() for venv in head.home.glob("neuron-venv-*"))
+
+
+def test_a_pinned_build_with_a_local_label_passes(head):
+    """pip's == ignores a wheel's local label (PEP 440): torch-neuronx 2.9.0.2.13.26312+<build> is the pin."""
+    proc, _ = head.run(STANDIN_PIP_FROM_PYPI="torch-neuronx==2.9.0.2.13.26312+a1b2c3d4")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_a_pin_change_builds_a_new_venv_and_switches_the_link_leaving_the_old_one_untouched(head):

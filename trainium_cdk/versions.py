@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # Kubernetes version of the EKS cluster; the kubectl layer package aws-cdk.lambda-layer-kubectl-v35
@@ -255,6 +255,17 @@ class NeuronTrack:
     eks_ami_release: str  # a dated awslabs/amazon-eks-ami release (vYYYYMMDD) of the EKS AL2023 Neuron AMI
     parallelcluster_os: str
     python: str
+    # Packages only the Neuron pip repository serves that the pip_packages need (their Requires-Dist), pinned to the
+    # release's versions: installed with them from that repository alone (neuron_pip_pins, below).
+    pip_dependencies: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def neuron_pip_pins(self) -> tuple[str, ...]:
+        """Every package this track takes from the Neuron pip repository, as ``name==version`` (exact: no glob, so that
+        no other build of the name can satisfy it). Installed from that repository as the only index, without
+        dependencies; everything else then comes from PyPI with these already satisfied (parallelcluster/
+        neuron_setup.sh, README "Supply chain")."""
+        return tuple(f"{name}=={version}" for name, version in {**self.pip_packages, **self.pip_dependencies}.items())
 
     @property
     def runtime(self) -> str:
@@ -309,7 +320,14 @@ XLA_TRACK = NeuronTrack(
         "aws-neuronx-runtime-lib": "2.31.24.0",
         "aws-neuronx-tools": "2.29.22.0",  # Neuron 2.29.1's (2.29.18.0 was 2.29.0's)
     },
-    pip_packages={"neuronx-cc": "2.24.8799.0", "torch-neuronx": "2.9.0.2.13.*", "neuronx_distributed": "0.18.27753"},
+    # Exact versions of the release manifest (tests/data/neuron-release-2.29.1.json): torch-neuronx was the glob
+    # 2.9.0.2.13.* before issue 33, which any later build of that line, from either index, satisfied.
+    pip_packages={"neuronx-cc": "2.24.8799.0", "torch-neuronx": "2.9.0.2.13.26312", "neuronx_distributed": "0.18.27753"},
+    # torch-neuronx 2.9 loads the Neuron PJRT plugin from libneuronxla (only on Neuron's repository; PyPI's
+    # libneuronxla is AWS's 1.0 placeholder), at the release's version.
+    # aws-neuronx-runtime-discovery 2.9: what libneuronxla environments install beside it; Neuron's manifest names
+    # it at 2.9 in earlier 2.x releases, the vendored 2.29.1 entry does not list it (tests/test_neuron_tracks.py).
+    pip_dependencies={"libneuronxla": "2.2.16408.0", "aws-neuronx-runtime-discovery": "2.9"},
     framework="torch-neuronx 2.9 (PyTorch/XLA)",
     # aws-neuron/deep-learning-containers image list: pytorch-training-neuronx, SDK 2.29.1.
     training_image_tag="2.9.0-neuronx-py312-sdk2.29.1-ubuntu24.04",
@@ -344,8 +362,9 @@ NATIVE_TRACK = NeuronTrack(
         "aws-neuronx-runtime-lib": "2.35.33.0",
         "aws-neuronx-tools": "2.33.38.0",
     },
-    # torch-neuronx: the release notes give 2.14.3.0 with no build suffix; the glob takes one if a wheel has it.
-    pip_packages={"neuronx-cc": "2.28.7631.0", "torch-neuronx": "2.14.3.0*", "nki": "0.7.0"},
+    # torch-neuronx: the release notes give 2.14.3.0 with no build suffix (the glob 2.14.3.0* before issue 33). An
+    # exact pin: pip's == ignores a wheel's local label (+hash, PEP 440), so a 2.14.3.0+<build> still satisfies it.
+    pip_packages={"neuronx-cc": "2.28.7631.0", "torch-neuronx": "2.14.3.0", "nki": "0.7.0"},
     framework="torch-neuronx 2.14 (TorchNeuron, native PyTorch)",
     training_image_tag="2.14.0-neuronx-py314-sdk2.33.1-ubuntu26.04",
     # "Deep Learning AMI Neuron torch-neuronx 2.14.0" (Ubuntu 24.04 and 26.04; setup/pytorch/update-dlami, 2.33.0).
@@ -369,7 +388,7 @@ NEURON_SDK_VERSION = XLA_TRACK.neuron_release
 # 1.15.0 is the newest chart its Helm repository's index lists (tests/data/upstream/volcano-compatibility.json).
 VOLCANO_HELM_REPOSITORY = "https://volcano-sh.github.io/helm-charts"
 VOLCANO_CHART_VERSION = "1.15.0"
-# Data loading and TensorBoard: small public images, pinned.
+# Data loading: small public images from AWS's public registry, pinned by exact tag.
 AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.27.49"
 # Unpacking a dataset archive: the AWS CLI image (Amazon Linux 2, minimal) has no tar, and a container
 # without capabilities cannot install one; BusyBox's tar, from the ECR copy of the Docker official image.
@@ -377,7 +396,12 @@ BUSYBOX_IMAGE = "public.ecr.aws/docker/library/busybox:1.37.0"
 # The EKS node health checker (charts/node_health.py): node/health_check.py needs a Python 3 and its standard
 # library only; the ECR copy of the Docker official image, pinned by version.
 NODE_HEALTH_IMAGE = "public.ecr.aws/docker/library/python:3.13.7-alpine3.22"
-TENSORBOARD_IMAGE = "docker.io/tensorflow/tensorflow:2.20.0"
+# TensorBoard: the xla track's Neuron training image from the public ECR Gallery (NEURON_TRAINING_IMAGE_PUBLIC_REPOSITORY),
+# which carries tensorboard (the BERT example's Dockerfile relies on it). Until issue 33 it was
+# docker.io/tensorflow/tensorflow:2.20.0, from a registry neither AWS nor the project controls, by a mutable tag; no
+# TensorBoard image published by AWS was found (public.ecr.aws/docker/library copies Docker's official images, and
+# tensorflow is not one). The price: a training image's pull (several GB) on the node that runs TensorBoard, once.
+TENSORBOARD_IMAGE = neuron_public_training_image("xla")
 
 
 # Karpenter (EKS capacity from zero). 1.14.1 (2026-08) supports Kubernetes 1.35 (its compatibility

@@ -168,7 +168,7 @@ def _devices(listing: CommandResult) -> Check:
 
 
 def _compare(name: str, package: str, found: str | None, pin: str, track: NeuronTrack, *, where: str) -> Check:
-    """PASS when ``found`` matches the pin (a glob such as 2.9.0.2.13.*), WARN when it differs; a package
+    """PASS when ``found`` matches the pin (exact, or a glob such as 2.9.*), WARN when it differs; a package
     that is not here is a SKIP, since a container host runs the image's runtime and framework, except
     the driver (``where`` empty), which every Neuron host needs."""
     pinned = f"{track.name} track pins {pin} (Neuron {track.neuron_release})"
@@ -178,6 +178,7 @@ def _compare(name: str, package: str, found: str | None, pin: str, track: Neuron
         if where:
             return Check(SKIP, name, f"{package} is not {where}; {pinned}")
         return Check(WARN, name, f"{package} is not installed; {pinned}", fix)
-    if fnmatch.fnmatchcase(found, pin):
+    # A wheel's local label (2.9.0.2.13.26312+a1b2c3d4) is not part of an exact pin: pip's == ignores it (PEP 440).
+    if fnmatch.fnmatchcase(found, pin) or fnmatch.fnmatchcase(found.partition("+")[0], pin):
         return Check(PASS, name, f"{package} {found}: {pinned}")
     return Check(WARN, name, f"{package} {found}, but the {pinned}", fix)

@@ -146,8 +146,8 @@ def setup_args(
     args = ["--sdk", track.neuron_release, "--venv", VENV, *apt_args(track)]
     if cache_group is not None:
         args += ["--cache-group", cache_group]
-    for name, version in track.pip_packages.items():
-        args += ["--pip", f"{name}=={version}"]
+    for pin in track.neuron_pip_pins:
+        args += ["--pip", pin]
     for name, obj in batch_scripts.items():
         args += ["--sbatch", f"{name}={obj.checked_url}"]
     for name, obj in (prologs or {}).items():

@@ -7,7 +7,8 @@
 #                        image.py embeds this script in its component): the compute nodes' Neuron packages only
 #   --sdk VERSION        Neuron SDK release, for the log and /etc/neuron-sdk-version
 #   --apt NAME=VERSION   a Neuron Debian package, pinned (repeatable)
-#   --pip SPEC           a Neuron pip requirement, pinned (repeatable)
+#   --pip NAME==VERSION  a package of Neuron's pip repository, pinned exactly (repeatable): installed from that
+#                        repository alone (install_neuron_pip, below)
 #   --venv LINK          the stable link to the PyTorch Neuron virtual environment of the pins (in the cluster's
 #                        directory on /home, which the head node shares): the venv itself is
 #                        LINK-<release>-<hash of the pip pins>, owned by root, read-only to users
@@ -39,7 +40,8 @@ SDK="" VENV="/home/trainium-cdk/neuron-venv" IMAGE=0 CACHE_GROUP=""
 LEGACY_VENV="/home/ubuntu/neuron-venv"
 OS_USER_SCRIPTS="/home/ubuntu/trainium"   # the OS user's copy of the batch scripts (`trn submit`, the README)
 COMPILE_CACHE="/fsx/neuron-cache"
-PIP_INDEX="https://pip.repos.neuron.amazonaws.com"
+PIP_INDEX="https://pip.repos.neuron.amazonaws.com"   # Neuron's pip repository: the --pip packages, nothing else
+PUBLIC_INDEX="https://pypi.org/simple"                 # everything else: their dependencies (torch, torch-xla, ...)
 VENV_COMPLETE=".trainium-complete"   # written last: a venv without it is a build that did not end
 APT=() PIP=() SBATCH=() PROLOG=()
 METRICS_PROGRAM="" METRICS_NAMESPACE="" METRICS_DEPLOYMENT=""
@@ -151,7 +153,7 @@ relink() {
 # a marker, never remove or replace another user's.
 install_shared_venv() {
   local requirements=("${PIP[@]}" torchvision) pins target link
-  pins="$(printf '%s\n' "${PIP_INDEX}" "${requirements[@]}" | LC_ALL=C sort | sha256sum | cut -c1-12)"
+  pins="$(printf '%s\n' "${PIP_INDEX}" "${PUBLIC_INDEX}" "${requirements[@]}" | LC_ALL=C sort | sha256sum | cut -c1-12)"
   target="${VENV}-${SDK}-${pins}"
   link="$(readlink "${VENV}" || true)"
   install -d -m 0755 "$(dirname "${VENV}")"
@@ -164,7 +166,7 @@ install_shared_venv() {
       apt-get install -y python3-venv python3-pip git
       python3 -m venv "${target}"
       "${target}/bin/python" -m pip install --quiet --upgrade pip
-      "${target}/bin/python" -m pip install --quiet --extra-index-url "${PIP_INDEX}" "${requirements[@]}"
+      install_neuron_pip "${target}/bin/python" "${requirements[@]}"
       install -d -m 1777 "${target}/.jobs"
       touch "${target}/${VENV_COMPLETE}"
     fi
@@ -176,6 +178,50 @@ install_shared_venv() {
     relink "${target}" "${LEGACY_VENV}"
     echo "neuron_setup: ${LEGACY_VENV} -> ${target}, for jobs queued before the venv moved to ${VENV}"
   fi
+}
+
+# install_neuron_pip PYTHON REQUIREMENT...: the --pip packages from Neuron's repository only, then the requirements from
+# PyPI only. pip has no index per package: with --extra-index-url it takes the highest version of a name from either
+# index, so a Neuron package name published on PyPI at a higher version would win (dependency confusion; AWS holds
+# the names on PyPI with 1.0 placeholders, but nothing in pip relies on that). So first the pinned Neuron packages,
+# exact (==, trainium_cdk/versions.py), with Neuron's repository as the only index and --no-deps (their
+# dependencies are PyPI's: torch, torch-xla...); then every requirement again with PyPI as the only index: pip
+# keeps an installed distribution that meets a requirement (no --upgrade), so the Neuron ones stay and only their
+# dependencies are resolved, as one install with both indexes resolved them. Last, no distribution with a Neuron
+# name may be other than a pin (a Neuron-only dependency missing from the pins would have come from PyPI): the
+# build fails naming it, before the venv is marked complete or linked.
+install_neuron_pip() {
+  local python="$1" line name version pin listing stray=""
+  shift
+  # No pip configuration may add an index to either step (an extra-index-url in /etc/pip.conf or the environment
+  # would bring the fall-through back): PIP_CONFIG_FILE=/dev/null loads no configuration file (pip's configuration docs).
+  env -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null \
+    "${python}" -m pip install --quiet --index-url "${PIP_INDEX}" --no-deps "${PIP[@]}"
+  env -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null \
+    "${python}" -m pip install --quiet --index-url "${PUBLIC_INDEX}" "$@"
+  declare -A neuron_pins=()
+  for pin in "${PIP[@]}"; do neuron_pins["$(pep503 "${pin%%==*}")"]="${pin#*==}"; done
+  listing="$("${python}" -m pip list --format=freeze)"   # a failed listing fails the build (set -e), never passes it
+  while IFS= read -r line; do
+    name="$(pep503 "${line%%==*}")" version="${line#*==}"
+    if [[ -n "${neuron_pins[${name}]+set}" ]]; then
+      # A wheel's local label (+build) is not part of the pin (PEP 440: == ignores it).
+      [[ "${version%%+*}" == "${neuron_pins[${name}]}" ]] || stray+=" ${line} (pinned ${neuron_pins[${name}]})"
+    elif [[ "${name}" == *neuron* || "${name}" == nki || "${name}" == nrtpy ]]; then
+      stray+=" ${line} (not pinned: from PyPI)"
+    fi
+  done <<<"${listing}"
+  if [[ -n "${stray}" ]]; then
+    echo "neuron_setup: refused the venv: Neuron packages not from the pins:${stray}; pin them in trainium_cdk/versions.py" >&2
+    exit 1
+  fi
+}
+
+# A package name as PEP 503 compares them: lower case, runs of - _ . as one -.
+pep503() {
+  local name="${1,,}"
+  name="${name//_/-}"
+  echo "${name//./-}"
 }
 
 # An old venv goes once no job Slurm still knows (running, pending, requeued) started from it: every batch

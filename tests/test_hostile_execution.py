@@ -1,27 +1,31 @@
 """Hostile values, executed: every generated script that carries what a config or `trn submit` accepts runs here
 with values that would leave a marker file if any of them ran as code, and each value arrives as one argument.
 
-tests/test_hostile_inputs.py shows that the config refuses these values everywhere but in the free-text fields (a
-job's command and arguments; image URIs take none of them) and that every script of dist/ parses. Here, with a
-command of such values (:data:`VALUES`), under stand-ins (the launch rehearsal's stage: its srun, scontrol,
-hostname, systemd-run and its /fsx and Neuron venv; tests/ssm_host.py's instance for Run Command;
-tests/slurm_standin.py's sbatch; tests/recorder_standin.py's torchrun, which records what it was given):
+The config takes these values (:data:`VALUES`) only in a job's command and arguments, and a glob in the data
+loader's S3 URI (the first test; tests/test_hostile_inputs.py shows that every script of dist/ still parses). With
+a command of such values, under stand-ins (the launch rehearsal's stage: its srun, scontrol, hostname, systemd-run,
+its /fsx and Neuron venv; tests/ssm_host.py's instance for Run Command; tests/slurm_standin.py's sbatch;
+tests/recorder_standin.py's torchrun and aws, which record what they were given):
 
 ==============================================  =================================================================
 what runs                                       how
 ==============================================  =================================================================
 a Batch group's job definition (template)       its container command as Batch runs it (exec form), its variables
 the EKS job of workloads.jobs (dist/ YAML)      its container's command and args (exec form), its variables
+the data loader (dist/ YAML)                    its container's args after the image's entrypoint, aws
 the Slurm batch scripts (dist/parallelcluster)  bash, with the command as sbatch's arguments and ``--env`` values
                                                 as sbatch passes them; srun runs the launcher on one node
 `trn submit` to Slurm and to the dev instance   the Run Command script `trn` sends, on an ssm_host instance: the
-                                                sbatch it queues, the unit's run script and the launcher it starts
+                                                sbatch it queues; the unit's run script and the launcher it starts
 ==============================================  =================================================================
 
-Cut: what runs after torchrun (the training program: torchrun's argv and environment are asserted instead).
-The nodes' user data and setup programs (Batch, EKS, dev instance, Slurm setup and prolog) carry none of these
-values (:func:`test_no_value_reaches_a_node_setup`: no field that reaches them accepts one), so running them here
-would add nothing to this test; tests/test_batch_node.py, test_fetched_scripts.py and test_slurm_users.py run them.
+A value holding a line of a here-document's end word ended the Run Command script's document early, and the
+lines after it ran as root (node.heredoc_end). Cut: what runs after torchrun (the training program: torchrun's argv
+and environment are asserted instead); the job `trn submit` queues on Slurm is not run again (the batch script's
+test runs it with the same arguments). The nodes' user data and setup programs (Batch, EKS, dev instance, Slurm
+setup and prolog) carry none of these values (:func:`test_no_value_reaches_a_node_setup`; no field that reaches
+them accepts one), so running them here would test nothing more; tests/test_batch_node.py,
+test_fetched_scripts.py and test_slurm_users.py run them under stand-ins.
 """
 
 from __future__ import annotations
@@ -106,6 +110,7 @@ def test_the_config_takes_these_values_only_in_free_text():
                 continue
             (taken if free else elsewhere).add((path, kind))
     assert elsewhere == {(("workloads", "data_loader", "s3_uri"), "glob")}
+    assert all("command" in path for path, _ in taken), taken  # the image URIs refuse every one
     assert {(("batch", "command", 0), kind) for kind in VALUES} <= taken
     assert {(("workloads", "jobs", 0, "command", 1), kind) for kind in VALUES} <= taken
 

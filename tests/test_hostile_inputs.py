@@ -5,7 +5,8 @@ newline) and split the generated Slurm scripts: a comment's second half ran as a
 the ``#SBATCH`` block made sbatch ignore the directives after them. Now every check matches the whole string.
 What a config still accepts (commands, image URIs, paths) must come out of every generated script as data:
 each script of dist/ parses with ``bash -n`` and keeps its ``#SBATCH`` block in one piece, and synth writes
-every template (a raw traceback is a failure too).
+every template (a raw traceback is a failure too). tests/test_hostile_execution.py runs the scripts that carry
+what is accepted, with values that leave a marker if they run as code.
 """
 
 from __future__ import annotations

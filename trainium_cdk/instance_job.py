@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from trainium_cdk.launcher import LAUNCHER
+from trainium_cdk.node import heredoc_end
 from trainium_cdk.training_env import cache_dir, job_environment
 
 if TYPE_CHECKING:
@@ -86,6 +87,8 @@ class InstanceSubmission:
 
     def start_script(self) -> str:
         """What Run Command runs as root: the job's folder, its scripts, and the unit."""
+        run = self.run_script()
+        run_end = heredoc_end("TRAINIUM_RUN", run)
         return "\n".join([
             "set -eu",
             *_job_dir(self.name),
@@ -95,9 +98,9 @@ class InstanceSubmission:
             f"cat > \"$job/{LAUNCH_SCRIPT}\" <<'TRAINIUM_LAUNCHER'",
             LAUNCHER.rstrip("\n"),
             "TRAINIUM_LAUNCHER",
-            f"cat > \"$job/{RUN_SCRIPT}\" <<'TRAINIUM_RUN'",
-            self.run_script().rstrip("\n"),
-            "TRAINIUM_RUN",
+            f"cat > \"$job/{RUN_SCRIPT}\" <<'{run_end}'",
+            run.rstrip("\n"),
+            run_end,
             f'chown "$user" "$job/{LAUNCH_SCRIPT}" "$job/{RUN_SCRIPT}"',
             f'systemd-run --unit {self.unit} --uid "$user" --working-directory "$home" -p RemainAfterExit=yes '
             f'/bin/bash "$job/{RUN_SCRIPT}"',

@@ -47,6 +47,18 @@ def program(names: str | Sequence[str], values: Mapping[str, object] | None = No
     return start + header(values or {}) + "".join(source(name) for name in names)
 
 
+def heredoc_end(base: str, body: str) -> str:
+    """The delimiter of a quoted here-document that carries ``body``: ``base``, or ``base_<n>`` when a line of
+    ``body`` is that word. The shell ends a here-document at the first line equal to its delimiter, whatever
+    quoting that line is inside (POSIX, Shell Command Language 2.7.4), and a user's command word may hold
+    newlines: ``'x<newline>TRAINIUM_SLURM<newline>touch /f'`` ended it early and ran the rest as root."""
+    lines = set(body.split("\n"))
+    end, n = base, 1
+    while end in lines:
+        end, n = f"{base}_{n}", n + 1
+    return end
+
+
 def multipart(script: str, parts: Sequence[tuple[str, str]] = ()) -> str:
     """``script`` as a shell part of MIME multi-part user data: the form AWS Batch, EKS managed node groups
     and Karpenter (AL2023) take, since each merges a part of its own (ECS agent configuration, nodeadm's

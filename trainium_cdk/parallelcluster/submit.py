@@ -13,13 +13,14 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from trainium_cdk.node import heredoc_end
 from trainium_cdk.parallelcluster.configuration import OS_USER
 from trainium_cdk.parallelcluster.sbatch import EXIT_RECORD_SUFFIX, JOB_ENV_VARIABLE
 
 # The folder of the batch scripts in the OS user's home (cluster_config.SCRIPTS_PREFIX on the head node).
 SCRIPTS_DIR = "trainium"
-# Ends the heredoc that carries a script to the OS user's shell (never a line of what it carries: every
-# line of ours is written here, and the user's words are quoted on one line).
+# Ends the heredoc that carries a script to the OS user's shell (another word when a user's word, quoted but
+# holding newlines, has a line of that word: node.heredoc_end).
 _END = "TRAINIUM_SLURM"
 # What `sbatch --parsable` prints: the job id, then ";cluster" on a multi-cluster setup.
 PARSABLE_SEPARATOR = ";"
@@ -27,7 +28,8 @@ PARSABLE_SEPARATOR = ";"
 
 def as_os_user(body: str) -> str:
     """A Run Command script (run as root) that runs ``body`` in a login shell of the cluster's OS user."""
-    return f"sudo -iu {OS_USER} bash -s <<'{_END}'\nset -euo pipefail\n{body.rstrip()}\n{_END}\n"
+    end = heredoc_end(_END, body)
+    return f"sudo -iu {OS_USER} bash -s <<'{end}'\nset -euo pipefail\n{body.rstrip()}\n{end}\n"
 
 
 def _word(word: str) -> str:

@@ -147,6 +147,19 @@ def test_trainium_cluster_takes_an_imported_file_system(cluster_alone):
     assert any(r["Properties"]["GroupId"] == "sg-0fffffffffffffff1" for r in rules)
 
 
+def test_trainium_cluster_keeps_its_creator_admin_only_when_asked(cluster_alone):
+    """Off by default (CloudFormation's role no permanent admin); on for a cluster created with it, which EKS would
+    otherwise replace."""
+    _, template = cluster_alone
+    (cluster,) = resources(template, "AWS::EKS::Cluster").values()
+    assert cluster["Properties"]["AccessConfig"]["BootstrapClusterCreatorAdminPermissions"] is False
+    _, kept = synth_alone(lambda stack, imported: TrainiumCluster(
+        stack, "Training", vpc=imported.vpc, subnets=imported.vpc.private_subnets, system_nodes=1, creator_admin=True,
+    ))
+    (cluster,) = resources(kept, "AWS::EKS::Cluster").values()
+    assert cluster["Properties"]["AccessConfig"]["BootstrapClusterCreatorAdminPermissions"] is True
+
+
 def test_trainium_cluster_in_an_app_with_cdk_init_s_feature_flags():
     """A new app's cdk.json (`cdk init`) sets @aws-cdk/aws-lambda:useCdkManagedLogGroup, which gives the kubectl
     provider's functions log groups of CDK's own under the id the cluster's own took: synth failed."""

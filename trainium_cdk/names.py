@@ -79,6 +79,10 @@ NEURON_DEVICE = "neuron"  # TorchNeuron's device, process group backend and torc
 # EKS: the service account of the jobs that read the Hugging Face token's secret (hugging_face.token_secret): the
 # stack binds it to a role that may read that secret (EKS Pod Identity); the recipes' data jobs run as it.
 HF_TOKEN_SERVICE_ACCOUNT = "hf-token-reader"
+# EKS: the data loader's Job and service account (its role reads the loader's S3 prefix, EKS Pod Identity); an
+# admission policy admits a pod as that service account only when the Job of that name owns it.
+DATA_LOADER_SERVICE_ACCOUNT = "data-loader"
+DATA_LOADER_JOB = "data-loader"
 
 # -- Training images ----------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ class ClusterProps:
     cluster_name: str
     public_access_cidrs: Sequence[str]
     admin_role_arns: Sequence[str]
+    creator_admin: bool
     system_instance_type: ec2.InstanceType
     system_nodes: int
     log_retention: logs.RetentionDays
@@ -62,6 +63,7 @@ def cluster_props(config: Config) -> ClusterProps:
         cluster_name=cluster_name(config),
         public_access_cidrs=eks.public_access_cidrs if eks.endpoint_access == "public-and-private" else (),
         admin_role_arns=eks.admin_role_arns,
+        creator_admin=eks.creator_admin,
         system_instance_type=ec2.InstanceType(eks.system_instance_type),
         system_nodes=eks.system_nodes,
         log_retention=retention(eks.log_retention_days),
@@ -162,6 +164,7 @@ def workloads_options(config: Config) -> TrainingWorkloadsOptions:
     loader = config.workloads.data_loader
     return TrainingWorkloadsOptions(
         data_loader_bucket=loader.bucket if loader is not None else None,
+        data_loader_prefix=loader.prefix if loader is not None else "",
         bert_image_directory=BERT_EXAMPLE_DIR if offers_bert_example(config) else None,
         base_image_tag=config.neuron_track.training_image_tag,
         hf_token_secret=config.hugging_face.token_secret,

@@ -18,6 +18,7 @@ from constructs import Construct
 
 from trainium_cdk import versions
 from trainium_cdk.catalog import EFA_RESOURCE, NEURON_RESOURCE
+from trainium_cdk.charts.admission import loader_admission
 from trainium_cdk.charts._k8s import (
     CHART_LABELS, INSTANCE_TYPE_LABEL, NEURON_NO_SCHEDULE, POD_SECURITY, api_object, check_name,
     container_security, service_account, workload,
@@ -26,7 +27,8 @@ from trainium_cdk.errors import ConfigError
 from trainium_cdk.jobs import JobSpec
 from trainium_cdk.launcher import LEADER_TASK, RANK_OFFSET_VARIABLE, WORKER_TASK
 from trainium_cdk.names import (
-    CLAIM_NAME, GROUP_LABEL, JOB_LABEL, QUEUE_NAME, RANK_LABEL, SHARED_MOUNT, TRAINING_NAMESPACE,
+    CLAIM_NAME, DATA_LOADER_JOB, DATA_LOADER_SERVICE_ACCOUNT, GROUP_LABEL, JOB_LABEL, QUEUE_NAME, RANK_LABEL,
+    SHARED_MOUNT, TRAINING_NAMESPACE,
 )
 
 # Karpenter neither consolidates nor drifts a node running a pod so annotated: a gang loses no member
@@ -243,7 +245,8 @@ class VolcanoQueue(Chart):
 
 class DataLoaderJob(Chart):
     """A Job that syncs an S3 prefix into the FSx volume, for file systems without a data repository
-    association. Its service account gets S3 read through EKS Pod Identity (the stack binds a role).
+    association. Its service account gets S3 read through EKS Pod Identity (the stack binds a role), and an
+    admission policy (:func:`loader_admission`) keeps every other pod of the namespace from running as it.
 
     :param s3_uri: ``s3://bucket/prefix``.
     :param path: directory under /fsx. Default: ``datasets``.
@@ -251,8 +254,9 @@ class DataLoaderJob(Chart):
     """
 
     def __init__(
-        self, scope: Construct, id: str, *, s3_uri: str, path: str = "datasets", service_account: str = "data-loader",
-        claim_name: str = DEFAULT_CLAIM, namespace: str = DEFAULT_NAMESPACE, image: str = versions.AWS_CLI_IMAGE,
+        self, scope: Construct, id: str, *, s3_uri: str, path: str = "datasets",
+        service_account: str = DATA_LOADER_SERVICE_ACCOUNT, claim_name: str = DEFAULT_CLAIM,
+        namespace: str = DEFAULT_NAMESPACE, image: str = versions.AWS_CLI_IMAGE,
     ) -> None:
         if not s3_uri.startswith("s3://") and not s3_uri.startswith("${"):
             raise ConfigError("DataLoaderJob.s3_uri", s3_uri, "an S3 URI such as s3://my-bucket/datasets/")
@@ -263,7 +267,7 @@ class DataLoaderJob(Chart):
             self, "ServiceAccount", api_version="v1", kind="ServiceAccount", name=service_account, namespace=namespace
         )
         self.job = api_object(
-            self, "Job", api_version="batch/v1", kind="Job", name="data-loader", namespace=namespace,
+            self, "Job", api_version="batch/v1", kind="Job", name=DATA_LOADER_JOB, namespace=namespace,
             spec={
                 "backoffLimit": 3,
                 "template": {
@@ -287,6 +291,9 @@ class DataLoaderJob(Chart):
                 },
             },
         )
+        self.admission_policy, self.admission_binding = loader_admission(
+            self, service_account=service_account, job=DATA_LOADER_JOB, namespace=namespace
+        )
 
 
 class ArchiveLoaderJob(Chart):
@@ -298,8 +305,9 @@ class ArchiveLoaderJob(Chart):
     :param s3_uri: ``s3://bucket/key.tar``.
     :param path: directory under /fsx it unpacks into. Default: ``datasets``.
     :param name: the Job's name. Default: ``archive-loader``.
-    :param service_account: whose credentials read the archive (EKS Pod Identity, as the data loader's),
-        or None for an anonymous request, which public buckets (Neuron's datasets) answer. Default: None.
+    :param service_account: whose credentials read the archive (EKS Pod Identity, as the data loader's; one of
+        its own: the data loader's admits only the data loader's Job), or None for an anonymous request, which
+        public buckets (Neuron's datasets) answer. Default: None.
     """
 
     def __init__(

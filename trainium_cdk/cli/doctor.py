@@ -172,7 +172,7 @@ class Doctor:
         return Check(PASS, "credentials", f"account {identity['Account']} as {identity['Arn']}")
 
     def cluster_access(self) -> list[Check]:
-        """EKS: the caller's role is among eks.admin_role_arns (the cluster's only admins besides CloudFormation)."""
+        """EKS: the caller's role is among eks.admin_role_arns (the cluster's only admins besides CDK's kubectl provider)."""
         from trainium_cdk.cli.connect import caller_role_among
 
         if "eks" not in self.config.backends:

@@ -28,7 +28,11 @@ class EksSettings(_Model):
     )
     admin_role_arns: tuple[str, ...] = Field(
         (), description="IAM roles given cluster admin through access entries: yours, to use kubectl and trn "
-        "(the stack is created by CloudFormation's role, which is the only admin otherwise)."
+        "(the only admins besides the kubectl provider's role, which applies the stack's manifests)."
+    )
+    creator_admin: bool = Field(
+        False, description="Keep the cluster's creator (CloudFormation's role) a cluster admin: true only for a cluster an "
+        "earlier trainium-cdk created (changing it replaces the cluster, which CloudFormation refuses)."
     )
     access_host: bool = Field(
         True, description="With a private endpoint: a t4g.nano reached by SSM only, through which `trn connect` "

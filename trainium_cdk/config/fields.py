@@ -75,6 +75,16 @@ def check_s3_prefix(value: str) -> str:
     return value
 
 
+# An S3 bucket name (S3 user guide, "General purpose bucket naming rules").
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
+
+def check_bucket_name(value: str) -> str:
+    if not BUCKET_NAME.fullmatch(value):
+        raise ValueError("an S3 bucket name: 3-63 lower-case letters, digits, '.' and '-'")
+    return value
+
+
 # A container image reference: registry/repository[:tag][@digest], no spaces or shell characters.
 IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,511}")
 
@@ -104,6 +114,7 @@ def check_relative_path(value: str) -> str:
 Name = Annotated[str, AfterValidator(check_name)]
 AzId = Annotated[str, AfterValidator(check_az_id)]
 S3Prefix = Annotated[str, AfterValidator(check_s3_prefix)]
+BucketName = Annotated[str, AfterValidator(check_bucket_name)]
 Image = Annotated[str, AfterValidator(check_image)]
 RelativePath = Annotated[str, AfterValidator(check_relative_path)]
 AmiId = Annotated[str, AfterValidator(check_ami)]

@@ -20,7 +20,7 @@ from trainium_cdk.catalog import (
 # The sections of the backends and of what runs have modules of their own; their names stay importable here.
 from trainium_cdk.config.backend_settings import BatchSettings, EksSettings, InstanceSettings, ParallelClusterSettings
 from trainium_cdk.config.base import _Model
-from trainium_cdk.config.fields import AZ_ID_RULE, AzId, LogRetentionDays, Name, S3Prefix, check_tags
+from trainium_cdk.config.fields import AZ_ID_RULE, AzId, BucketName, LogRetentionDays, Name, S3Prefix, check_tags
 from trainium_cdk.config.workload_settings import (
     EXAMPLE_COMMAND, DataLoaderSettings, PipelineEnvironment, PipelineSettings, TrainingJobSettings, WorkloadSettings,
 )
@@ -158,6 +158,10 @@ class NetworkSettings(_Model):
         False, description="Interface endpoints for ECR, STS, CloudWatch Logs and SSM (the S3 gateway is always on)."
     )
     flow_log_retention_days: LogRetentionDays = Field(defaults.LOG_RETENTION_DAYS, description="Retention of the VPC flow log group, days.")
+    s3_buckets: tuple[BucketName, ...] = Field(
+        (), description="Buckets of other accounts that jobs and nodes use through the S3 gateway endpoint, whose "
+        "policy allows the account's own buckets, the configured data buckets and the AWS-owned ones nodes read."
+    )
 
     @model_validator(mode="after")
     def _fits(self) -> NetworkSettings:

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from trainium_cdk.config.base import _Model
 from trainium_cdk.config.fields import S3_PREFIX, AccountId, Image, Name, RelativePath, check_environment_name
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.names import DATASETS_DIR_NAME, QUEUE_NAME
+from trainium_cdk.names import DATA_LOADER_SERVICE_ACCOUNT, DATASETS_DIR_NAME, QUEUE_NAME
 
 
 # The example image's script; torchrun runs it with python (a command starting with python3 works too).
@@ -49,6 +49,15 @@ class TrainingJobSettings(_Model):
         "Pod Identity); default: none (no credentials, no API token)."
     )
 
+    @field_validator("service_account")
+    @classmethod
+    def _not_the_loaders(cls, value: str | None) -> str | None:
+        # The cluster refuses such a pod too (charts/admission.py); said here before a deploy.
+        if value == DATA_LOADER_SERVICE_ACCOUNT:
+            raise ValueError("a service account of the job's own: data-loader is the data loader's, whose role reads "
+                             "the dataset bucket")
+        return value
+
     @model_validator(mode="after")
     def _env_names(self) -> TrainingJobSettings:
         # Refused here, not at deploy (Kubernetes) or when the launcher's shell exports them.
@@ -78,6 +87,11 @@ class DataLoaderSettings(_Model):
     @property
     def bucket(self) -> str:
         return self.s3_uri.removeprefix("s3://").split("/", 1)[0]
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix of ``s3_uri`` ("" for a whole bucket)."""
+        return self.s3_uri.removeprefix("s3://").partition("/")[2]
 
 
 class WorkloadSettings(_Model):

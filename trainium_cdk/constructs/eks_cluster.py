@@ -96,8 +96,12 @@ class TrainiumCluster(Construct):
     :param public_access_cidrs: IPv4 CIDRs allowed to reach a public API endpoint. Default: none,
         the endpoint is private (reach it from the VPC, a VPN or SSM).
     :param admin_role_arns: IAM roles given cluster admin through access entries: the cluster's only admins
-        besides the role CloudFormation deploys with (which creates it), so list the role you work as.
+        besides the kubectl provider's role (which applies the stack's manifests), so list the role you work as.
         Default: none.
+    :param creator_admin: leave the identity that creates the cluster (the role CloudFormation deploys with) a
+        cluster admin for good (EKS's ``bootstrapClusterCreatorAdminPermissions``). Changing it replaces the
+        cluster (CloudFormation: "Update requires: Replacement"), which CloudFormation refuses for a named one:
+        True only for a cluster created with it. Default: False.
     :param system_instance_type: instance type of the system node group. Default: m7i.large.
     :param system_nodes: nodes of the system node group, 1 to 10. Default: 2.
     :param log_retention: retention of the control-plane and kubectl provider logs. Default: one month.
@@ -123,6 +127,7 @@ class TrainiumCluster(Construct):
         cluster_name: str | None = None,
         public_access_cidrs: Sequence[str] = (),
         admin_role_arns: Sequence[str] = (),
+        creator_admin: bool = False,
         system_instance_type: ec2.InstanceType = DEFAULT_SYSTEM_INSTANCE_TYPE,
         system_nodes: int = DEFAULT_SYSTEM_NODES,
         log_retention: logs.RetentionDays = DEFAULT_LOG_RETENTION,
@@ -172,7 +177,10 @@ class TrainiumCluster(Construct):
             default_capacity=0,
             cluster_logging=list(eks.ClusterLoggingTypes),
             secrets_encryption_key=self.secrets_key,
-            bootstrap_cluster_creator_admin_permissions=True,
+            # Off: EKS would make the cluster's creator, CloudFormation's execution role, a permanent admin that
+            # nothing here needs. aws-eks-v2 gives its kubectl provider's role, which applies every manifest and
+            # Helm chart, an access entry of its own (AmazonEKSClusterAdminPolicy, "ClusterAdminRoleAccess").
+            bootstrap_cluster_creator_admin_permissions=creator_admin,
             kubectl_provider_options=eks.KubectlProviderOptions(
                 kubectl_layer=KubectlV35Layer(self, "KubectlLayer"),
                 private_subnets=list(subnets) if private_endpoint else None,

@@ -21,12 +21,13 @@ from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.constructs.secrets import grant_secret_read
 from trainium_cdk.constructs.training_images import DEFAULT_REMOVAL_POLICY, IMAGES_KEPT, TrainingImageRepository
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.names import BASE_TAG_BUILD_ARG, HF_TOKEN_SERVICE_ACCOUNT, TRAINING_NAMESPACE
+from trainium_cdk.names import (
+    BASE_TAG_BUILD_ARG, DATA_LOADER_SERVICE_ACCOUNT, HF_TOKEN_SERVICE_ACCOUNT, TRAINING_NAMESPACE,
+)
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
 # The BERT-large example image's build context: a Dockerfile that fetches the pinned sample script.
 BERT_EXAMPLE_DIR = EXAMPLE_DIR.parent / "bert"
-DATA_LOADER_SERVICE_ACCOUNT = "data-loader"
 DEFAULT_BASE_IMAGE_TAG = versions.NEURON_TRAINING_IMAGE_TAG
 DEFAULT_REPOSITORY_REMOVAL_POLICY = DEFAULT_REMOVAL_POLICY
 
@@ -37,6 +38,8 @@ class TrainingWorkloadsOptions:
 
     :param data_loader_bucket: a bucket the data loader's service account may read (EKS Pod
         Identity). Default: none (no role).
+    :param data_loader_prefix: the folder of that bucket it may list and read (``wiki/``; one without a
+        trailing slash is taken as a folder, as ``aws s3 sync`` takes it). Default: "" (the whole bucket).
     :param namespace: namespace of the data loader's service account. Default: ``training``.
     :param data_loader_service_account: its name. Default: ``data-loader``.
     :param image_directory: the example image's Docker build context. Default: the MLP example.
@@ -52,6 +55,7 @@ class TrainingWorkloadsOptions:
     """
 
     data_loader_bucket: str | None = None
+    data_loader_prefix: str = ""
     namespace: str = TRAINING_NAMESPACE
     data_loader_service_account: str = DATA_LOADER_SERVICE_ACCOUNT
     image_directory: str | Path = EXAMPLE_DIR
@@ -126,17 +130,9 @@ class TrainingWorkloads(Construct):
                 cluster=cluster,
                 namespace=options.namespace,
                 service_account=options.data_loader_service_account,
-                description="Reads the dataset bucket for the data-loader Job (EKS pod identity)",
+                description="Reads the data loader's S3 prefix for the data-loader Job (EKS pod identity)",
             )
-            bucket = s3.Bucket.from_bucket_name(self, "DataBucket", options.data_loader_bucket)
-            bucket.grant_read(self.data_loader_role)
-            acknowledge(
-                self.data_loader_role,
-                "AwsSolutions-IAM5",
-                ["Action::s3:GetBucket*", "Action::s3:GetObject*", "Action::s3:List*",
-                 f"Resource::arn:<AWS::Partition>:s3:::{bucket.bucket_name}/*"],
-                "Reading a whole dataset prefix: every object of the bucket the config names, read only.",
-            )
+            self._grant_prefix_read(self.data_loader_role, options.data_loader_bucket, options.data_loader_prefix)
         self.hf_token_role: iam.Role | None = None
         if options.hf_token_secret is not None:
             # The recipes' data jobs read the token at run time, by the secret's name; the stack's
@@ -150,6 +146,18 @@ class TrainingWorkloads(Construct):
         self._after = tuple(after)
         self.charts: dict[str, cdk8s.Chart] = {}
         self.manifests: dict[str, eks.KubernetesManifest] = {}
+
+    def _grant_prefix_read(self, role: iam.Role, bucket_name: str, prefix: str) -> None:
+        """What ``aws s3 sync s3://bucket/prefix/`` needs (ListObjectsV2 under the prefix, GetObject), and no more."""
+        folder = prefix if not prefix or prefix.endswith("/") else prefix + "/"
+        bucket = s3.Bucket.from_bucket_name(self, "DataBucket", bucket_name)
+        listing = {"StringLike": {"s3:prefix": [f"{folder}*"]}} if folder else None
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn], conditions=listing))
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{folder}*")]))
+        acknowledge(
+            role, "AwsSolutions-IAM5", [f"Resource::arn:<AWS::Partition>:s3:::{bucket_name}/{folder}*"],
+            "Reading a dataset folder: GetObject on the objects under the prefix the config names, and only those.",
+        )
 
     def add_charts(self, charts: Mapping[str, cdk8s.Chart]) -> dict[str, eks.KubernetesManifest]:
         """Apply workload charts (jobs, data loader, shell, TensorBoard), by chart id, each as a manifest

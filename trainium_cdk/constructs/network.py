@@ -18,6 +18,7 @@ from constructs import Construct
 
 from trainium_cdk.addressing import check_subnets_fit, check_vpc_cidr
 from trainium_cdk.constructs.defaults import LOG_RETENTION
+from trainium_cdk.constructs.s3_endpoint_policy import restrict_s3_endpoint
 from trainium_cdk.constructs.service_trust import restrict_service_trust
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 
@@ -75,6 +76,8 @@ class TrainingNetwork(Construct):
     :param interface_endpoints: add interface endpoints for ECR, STS, CloudWatch Logs and SSM (the S3
         gateway endpoint is always there). Default: False.
     :param flow_log_retention: retention of the flow log group. Default: one month.
+    :param s3_buckets: buckets of other accounts the S3 gateway endpoint lets requests reach, besides the
+        account's own and the AWS-owned ones nodes read (constructs/s3_endpoint_policy.py). Default: none.
     """
 
     @names_construct_path
@@ -91,6 +94,7 @@ class TrainingNetwork(Construct):
         nat_gateways: int = DEFAULT_NAT_GATEWAYS,
         interface_endpoints: bool = False,
         flow_log_retention: logs.RetentionDays = DEFAULT_FLOW_LOG_RETENTION,
+        s3_buckets: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         if len(set(az_ids)) < 2:
@@ -137,6 +141,9 @@ class TrainingNetwork(Construct):
         flow_log = self.vpc.node.find_child("FlowLog")
         assert isinstance(flow_log, ec2.FlowLog) and flow_log.iam_role is not None
         restrict_service_trust(flow_log.iam_role.node.default_child)  # type: ignore[arg-type]
+        self.s3_endpoint = self.vpc.node.find_child("S3")
+        assert isinstance(self.s3_endpoint, ec2.GatewayVpcEndpoint)
+        restrict_s3_endpoint(self, self.s3_endpoint, buckets=s3_buckets)
         self._pin_subnets_to_az_ids()
 
         # Session Manager's interface endpoints, when the VPC has them (the access host opens HTTPS to these only).

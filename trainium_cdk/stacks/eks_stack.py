@@ -48,6 +48,7 @@ class EksStack(Stack):
             cluster_name=props.cluster_name,
             public_access_cidrs=props.public_access_cidrs,
             admin_role_arns=props.admin_role_arns,
+            creator_admin=props.creator_admin,
             system_instance_type=props.system_instance_type,
             system_nodes=props.system_nodes,
             log_retention=props.log_retention,

@@ -26,6 +26,7 @@ class NetworkStack(Stack):
             nat_gateways=props.nat_gateways,
             interface_endpoints=props.interface_endpoints,
             flow_log_retention=props.flow_log_retention,
+            s3_buckets=props.s3_buckets,
         )
         self.vpc_output = CfnOutput(self, OUTPUT_VPC_ID, value=self.network.vpc.vpc_id)
         CfnOutput(self, OUTPUT_EFA_SECURITY_GROUP_ID, value=self.network.efa_security_group.security_group_id)

@@ -35,7 +35,7 @@ def test_every_part_of_an_entry_resolves(name):
 class ToyStack(cdk.Stack):
     """The smallest backend stack: what the registry asks of one."""
 
-    def __init__(self, scope, construct_id, *, config, network, storage, **kwargs) -> None:
+    def __init__(self, scope, construct_id, *, config, network, storage, alarm_topic, **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
         cdk.CfnOutput(self, "VpcOfToy", value=network.vpc.vpc_id)
 

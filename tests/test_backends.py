@@ -22,7 +22,7 @@ def test_the_built_in_backends_in_stack_order():
 def test_every_part_of_an_entry_resolves(name):
     entry = backends.backend(name)
     assert issubclass(entry.load_stack(), cdk.Stack)
-    assert set(inspect.signature(entry.load_stack().__init__).parameters) >= {"scope", "construct_id", "config", "network", "storage"}
+    assert set(inspect.signature(entry.load_stack().__init__).parameters) >= {"scope", "construct_id", "config", "network", "storage", "alarm_topic"}
     if entry.jobs:
         client = entry.job_client()
         for command in ("submit", "status", "logs", "cancel", "list_jobs"):
@@ -35,7 +35,7 @@ def test_every_part_of_an_entry_resolves(name):
 class ToyStack(cdk.Stack):
     """The smallest backend stack: what the registry asks of one."""
 
-    def __init__(self, scope, construct_id, *, config, network, storage, **kwargs) -> None:
+    def __init__(self, scope, construct_id, *, config, network, storage, alarm_topic, **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
         cdk.CfnOutput(self, "VpcOfToy", value=network.vpc.vpc_id)
 

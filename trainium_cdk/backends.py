@@ -27,8 +27,9 @@ class Backend:
     :param name: what ``backends:`` in the config lists; the stack is ``<project>-<name>``.
     :param summary: one line for the README and ``--help``.
     :param stack: ``module:Class`` of its stack, constructed as
-        ``Class(app, id, *, config, network, storage, env)`` (``network`` a TrainingNetwork, ``storage`` a
-        LustreStorage or None).
+        ``Class(app, id, *, config, network, storage, alarm_topic, env)`` (``network`` a TrainingNetwork,
+        ``storage`` a LustreStorage or None, ``alarm_topic`` the deployment's SNS topic that its alarms and
+        EventBridge rules notify).
     :param dist: ``module:function`` writing its plain files into ``dist/<name>/``:
         ``function(config, outdir) -> list[Path]`` (no CDK). Default: none.
     :param jobs: ``module`` of its job client, with ``submit``, ``status``, ``logs``, ``cancel`` and

@@ -101,6 +101,7 @@ BASE_TAG_BUILD_ARG = "BASE_TAG"
 OUTPUT_VPC_ID = "VpcId"
 OUTPUT_EFA_SECURITY_GROUP_ID = "EfaSecurityGroupId"
 OUTPUT_COMPUTE_SUBNET = "ComputeSubnet"  # per group
+OUTPUT_ALARM_TOPIC_ARN = "AlarmTopicArn"
 # storage
 OUTPUT_FILE_SYSTEM_ID = "FileSystemId"
 OUTPUT_FILE_SYSTEM_DNS_NAME = "FileSystemDnsName"

@@ -21,6 +21,7 @@ from trainium_cdk.catalog import (
 from trainium_cdk.config.backend_settings import BatchSettings, EksSettings, InstanceSettings, ParallelClusterSettings
 from trainium_cdk.config.base import _Model
 from trainium_cdk.config.fields import AZ_ID_RULE, AzId, BucketName, LogRetentionDays, Name, S3Prefix, check_tags
+from trainium_cdk.config.notification_settings import NotificationSettings
 from trainium_cdk.config.workload_settings import (
     EXAMPLE_COMMAND, DataLoaderSettings, PipelineEnvironment, PipelineSettings, TrainingJobSettings, WorkloadSettings,
 )
@@ -312,6 +313,7 @@ class Config(_Model):
     workloads: WorkloadSettings = Field(default_factory=WorkloadSettings)
     neuron: NeuronSettings = Field(default_factory=NeuronSettings)
     hugging_face: HuggingFaceSettings = Field(default_factory=HuggingFaceSettings)
+    notifications: NotificationSettings = Field(default_factory=NotificationSettings)
     pipeline: PipelineSettings | None = Field(None, description="CDK Pipelines deployment; synthesized with -c pipeline=true.")
     instance_offerings: dict[str, dict[str, tuple[str, ...]]] = Field(
         default_factory=dict,
@@ -357,6 +359,7 @@ class Config(_Model):
         check_backends(self)
         check_track(self)
         check_single_node_types(self)
+        self.notifications.check_region(self.region)
         return self
 
     @property

@@ -25,9 +25,11 @@ from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sns as sns
 from constructs import Construct, IConstruct
 
 from trainium_cdk import versions
+from trainium_cdk.constructs.alerts import alarm_to
 from trainium_cdk.constructs.nag import acknowledge, nag_form
 from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.node.neuron_metrics import (
@@ -68,6 +70,7 @@ class ClusterObservability(Construct):
     :param after: what the add-ons with pods wait for (the system node group; the device plugins,
         without which the agent sees no Neuron or EFA device).
     :param file_system_id: the FSx for Lustre file system whose throughput the dashboard shows; default none.
+    :param alarm_topic: the SNS topic the alarms notify (``AlarmTopic``); default none (no alarm actions).
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class ClusterObservability(Construct):
         cluster_name: str,
         after: Sequence[IConstruct] = (),
         file_system_id: str | None = None,
+        alarm_topic: sns.ITopic | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.node_monitoring = eks.Addon(self, "NodeMonitoringAgent", cluster=cluster, addon_name=NODE_MONITORING_ADDON,
@@ -115,6 +119,10 @@ class ClusterObservability(Construct):
             threshold=0, comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
             evaluation_periods=5, treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
         )
+        if alarm_topic is not None:
+            alarm_to(alarm_topic, self.hardware_errors)
+            # A failed node stays failed until repaired: say so when it clears too.
+            alarm_to(alarm_topic, self.failed_nodes, ok=True)
         self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=f"{cluster_name}-training")
         self.dashboard.add_widgets(*dashboard_widgets(cluster_name, file_system_id), cw.AlarmStatusWidget(
             title="Alarms", alarms=[self.hardware_errors, self.failed_nodes], width=24))
@@ -149,6 +157,7 @@ class NeuronNodeMetrics(Construct):
     :param deployment: the ``Deployment`` dimension the nodes publish with (neuron_metrics.py ``--deployment``).
     :param dashboard_name: the dashboard's name; default: ``<deployment>-training``.
     :param file_system_id: the FSx for Lustre file system whose throughput the dashboard shows; default none.
+    :param alarm_topic: the SNS topic the alarm notifies (``AlarmTopic``); default none (no alarm action).
     """
 
     def __init__(
@@ -159,6 +168,7 @@ class NeuronNodeMetrics(Construct):
         deployment: str,
         dashboard_name: str | None = None,
         file_system_id: str | None = None,
+        alarm_topic: sns.ITopic | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.deployment = deployment
@@ -171,6 +181,8 @@ class NeuronNodeMetrics(Construct):
             threshold=0, comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
             evaluation_periods=1, treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
         )
+        if alarm_topic is not None:
+            alarm_to(alarm_topic, self.hardware_errors)
         self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=dashboard_name or f"{deployment}-training")
         self.dashboard.add_widgets(*node_metrics_widgets(deployment, file_system_id), cw.AlarmStatusWidget(
             title="Alarms", alarms=[self.hardware_errors], width=24))

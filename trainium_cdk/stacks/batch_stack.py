@@ -15,9 +15,11 @@ import shlex
 
 from aws_cdk import CfnOutput, NestedStack, Stack
 from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from trainium_cdk.config import ComputeGroup, Config
+from trainium_cdk.constructs.alerts import batch_job_failed, batch_job_failed_message, notify
 from trainium_cdk.constructs.batch import SCRIPT_PARAMETER, TrainiumBatch
 from trainium_cdk.constructs.batch_roles import BatchRoles
 from trainium_cdk.constructs.batch_tasks import BatchTaskRules
@@ -49,6 +51,7 @@ class BatchStack(Stack):
         config: Config,
         network: TrainingNetwork,
         storage: LustreStorage | None,
+        alarm_topic: sns.ITopic,
         **kwargs,
     ) -> None:
         super().__init__(
@@ -91,7 +94,16 @@ class BatchStack(Stack):
         # Every group's nodes publish neuron-monitor's metrics under the stack's name (the Deployment dimension).
         self.metrics = NeuronNodeMetrics(
             self, "NeuronMetrics", deployment=construct_id,
-            file_system_id=storage.file_system_id if storage is not None else None,
+            file_system_id=storage.file_system_id if storage is not None else None, alarm_topic=alarm_topic,
+        )
+        # The queues' ARNs from their fixed names: no output of the groups' nested stacks to read.
+        self.job_failed = notify(
+            self, "JobFailed", topic=alarm_topic, message=batch_job_failed_message(),
+            pattern=batch_job_failed([
+                self.format_arn(service="batch", resource="job-queue", resource_name=training.job_queue_name)
+                for training in self.groups.values()
+            ]),
+            description="AWS Batch jobs of this deployment's queues that FAILED, to the alarm topic",
         )
         CfnOutput(self, OUTPUT_DASHBOARD_NAME, value=self.metrics.dashboard.dashboard_name)
         CfnOutput(

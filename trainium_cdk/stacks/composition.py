@@ -41,8 +41,11 @@ def compose(app: Stage, config: Config) -> TrainingApp:
     storage = result.storage.storage if result.storage else None
     for backend in backend_registry.deployed(config):  # in registration order: stack order is stable
         result.backends[backend.name] = backend.load_stack()(
-            app, config.stack_name(backend.name), config=config, network=network.network, storage=storage, env=env
+            app, config.stack_name(backend.name), config=config, network=network.network, storage=storage,
+            alarm_topic=network.alerts.topic, env=env,
         )
+    # Every stack with alarms or EventBridge rules: the network stack and the backends (by their deployed names).
+    network.alerts.admit([network.stack_name, *(stack.stack_name for stack in result.backends.values())])
     Tags.of(app).add("project", config.project)
     for key, value in sorted(config.tags.items()):
         Tags.of(app).add(key, value)

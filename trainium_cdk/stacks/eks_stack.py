@@ -6,6 +6,7 @@ import cdk8s
 from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from trainium_cdk.charts import FSX_CHART_ID
@@ -15,7 +16,8 @@ from trainium_cdk.constructs.api_access import ApiAccessHost
 from trainium_cdk.constructs.eks_cluster import TrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
 from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
-from trainium_cdk.constructs.karpenter import KarpenterController
+from trainium_cdk.constructs.alerts import KARPENTER_USERNAME, KarpenterNodeRemovals
+from trainium_cdk.constructs.karpenter import KARPENTER_NAMESPACE, KARPENTER_SERVICE_ACCOUNT, KarpenterController
 from trainium_cdk.stacks.eks_capacity import trainium_capacity
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import ClusterObservability
@@ -36,6 +38,7 @@ class EksStack(Stack):
         config: Config,
         network: TrainingNetwork,
         storage: LustreStorage | None,
+        alarm_topic: sns.ITopic,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, description="trainium-cdk: EKS cluster with Trainium node groups", **kwargs)
@@ -120,8 +123,15 @@ class EksStack(Stack):
         self.observability = ClusterObservability(
             self, "Observability", cluster=cluster, cluster_name=adapter.cluster_name(config),
             after=[self.training.system_nodes, *self.manifests.values()],
-            file_system_id=storage.file_system_id if storage is not None else None,
+            file_system_id=storage.file_system_id if storage is not None else None, alarm_topic=alarm_topic,
         )
+        self.node_removals: KarpenterNodeRemovals | None = None
+        if config.eks.capacity == "karpenter":
+            self.node_removals = KarpenterNodeRemovals(
+                self, "KarpenterNodeRemovals", audit_log=self.training.control_plane_logs,
+                cluster_name=adapter.cluster_name(config), topic=alarm_topic,
+                username=KARPENTER_USERNAME.format(namespace=KARPENTER_NAMESPACE, service_account=KARPENTER_SERVICE_ACCOUNT),
+            )
         if config.eks.prepull_images:
             self._prepull(config, [self.workloads.image.image_uri,
                                    *([self.workloads.bert_image.image_uri] if self.workloads.bert_image else [])])

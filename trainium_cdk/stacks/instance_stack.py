@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from trainium_cdk.adapters.instance import dev_instance_props
@@ -23,9 +24,12 @@ class InstanceStack(Stack):
         config: Config,
         network: TrainingNetwork,
         storage: LustreStorage | None,
+        alarm_topic: sns.ITopic,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, description="trainium-cdk: Neuron development instance", **kwargs)
+        # No alarm here: the instance's EC2 scheduled changes reach alarm_topic through the network stack's rule.
+        del alarm_topic
         props = dev_instance_props(config)
         mount = storage if props.mount_storage else None
         self.dev = DevInstance(

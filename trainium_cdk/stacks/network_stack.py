@@ -1,4 +1,5 @@
-"""The network stack: the training VPC, its EFA security group and placement groups."""
+"""The network stack: the training VPC, its EFA security group and placement groups, and the deployment's alarm
+topic (the first stack of every deployment: the backends' alarms and rules name its topic)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
 from trainium_cdk.config import Config
+from trainium_cdk.constructs.alerts import EC2_SCHEDULED_CHANGE, AlarmTopic, ec2_scheduled_change_message, notify
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.adapters.network import network_props
-from trainium_cdk.names import OUTPUT_COMPUTE_SUBNET, OUTPUT_EFA_SECURITY_GROUP_ID, OUTPUT_VPC_ID, group_output
+from trainium_cdk.names import (
+    OUTPUT_ALARM_TOPIC_ARN, OUTPUT_COMPUTE_SUBNET, OUTPUT_EFA_SECURITY_GROUP_ID, OUTPUT_VPC_ID, group_output,
+)
 
 
 class NetworkStack(Stack):
@@ -34,3 +38,14 @@ class NetworkStack(Stack):
             CfnOutput(
                 self, group_output(OUTPUT_COMPUTE_SUBNET, group.name), value=self.network.compute_subnet(group.name).subnet_id
             )
+        # One topic per deployment, here because every deployment has this stack and deploys it first.
+        # The stacks whose alarms and rules may publish: composition.py admits them once they exist.
+        self.alerts = AlarmTopic(self, "Alerts", topic_arn=config.notifications.topic_arn, email=config.notifications.email)
+        # Once per deployment, whatever its backends: every one runs on EC2 instances.
+        self.scheduled_changes = notify(
+            self, "Ec2ScheduledChanges", topic=self.alerts.topic, pattern=EC2_SCHEDULED_CHANGE,
+            message=ec2_scheduled_change_message(),
+            description="AWS Health: EC2 scheduled changes (maintenance, retirement, reboot, stop) to the alarm topic",
+        )
+        CfnOutput(self, OUTPUT_ALARM_TOPIC_ARN, value=self.alerts.topic.topic_arn,
+                  description="Alarms and events of this deployment: `aws sns subscribe --topic-arn ... --protocol email`")

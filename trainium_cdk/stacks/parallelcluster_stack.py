@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aws_cdk import CfnOutput, DefaultStackSynthesizer, Stack
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from trainium_cdk.config import Config
@@ -33,6 +34,7 @@ class ParallelClusterStack(Stack):
         config: Config,
         network: TrainingNetwork,
         storage: LustreStorage | None,
+        alarm_topic: sns.ITopic,
         **kwargs,
     ) -> None:
         # The scripts the nodes read go under a key prefix of the cluster's own, which the nodes' S3Access
@@ -59,7 +61,7 @@ class ParallelClusterStack(Stack):
         )
         self.metrics = NeuronNodeMetrics(
             self, "NeuronMetrics", deployment=cluster_name(config),
-            file_system_id=storage.file_system_id if storage is not None else None,
+            file_system_id=storage.file_system_id if storage is not None else None, alarm_topic=alarm_topic,
         )
         CfnOutput(self, OUTPUT_DASHBOARD_NAME, value=self.metrics.dashboard.dashboard_name)
         CfnOutput(self, OUTPUT_CLUSTER_NAME, value=self.slurm.cluster_name)

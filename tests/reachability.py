@@ -7,9 +7,9 @@ their exports), never from the constructs, so that it sees what CloudFormation w
   EC2's default all-outbound rule) and every ``AWS::EC2::SecurityGroupIngress``/``Egress``;
 - groups that no template declares but something attaches, with the rules their owner documents:
   the EKS cluster security group (all traffic from itself, all outbound), ParallelCluster's managed
-  head and compute groups (``pcluster.templates.cluster_stack``), and the VPC's default group, whose
-  implicit rules are *not* counted: nothing in the templates owns them, and a Security Hub EC2.2
-  remediation deletes them;
+  head and compute groups (``pcluster.templates.cluster_stack``), and the VPC's default group, with
+  AWS's rules (all traffic in from itself, all out) unless the template removes them (the L2 Vpc's
+  ``Custom::VpcRestrictDefaultSG``): what the tasks need must be in the templates;
 - node sets: the interfaces of each backend's nodes and the groups each carries.
 
 :meth:`Reachability.reaches` answers as EC2 does: the egress of some source group must allow the
@@ -303,6 +303,15 @@ class Reachability:
                 group = self.group_of(stack, props["GroupId"])
                 assert group is not None, f"{stack}/{logical_id}: cannot resolve {props['GroupId']}"
                 self._rule(stack, group, direction, props, f"{stack}/{logical_id}")
+        # A VPC's default group, as EC2 creates it (VPC user guide, "Default security groups for your VPCs"),
+        # unless the stack revokes those rules.
+        restricted = {json.dumps(r["Properties"].get("DefaultSecurityGroupId"))
+                      for _, _, r in self._resources("Custom::VpcRestrictDefaultSG")}
+        for stack, logical_id, _ in self._resources("AWS::EC2::VPC"):
+            if json.dumps({"Fn::GetAtt": [logical_id, "DefaultSecurityGroup"]}) not in restricted:
+                group = f"{stack}/{logical_id}:{VPC_DEFAULT_SG}"
+                self.rules += [Rule(group, "in", ALL, 0, 65535, peer=group, source=f"{group} (AWS default)"),
+                               Rule(group, "out", ALL, 0, 65535, cidr=INTERNET[0], source=f"{group} (AWS default)")]
         # The EKS cluster security group: EKS creates it with these rules (EKS user guide, "Amazon EKS
         # security group requirements").
         for stack, logical_id, _ in self._resources("AWS::EKS::Cluster"):

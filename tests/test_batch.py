@@ -288,17 +288,14 @@ def test_job_definition_shape(every_type, instance_type):
     definition = group.job_definition
     assert definition["JobDefinitionName"] == f"t-batch-{_name(instance_type)}"
     assert definition["PlatformCapabilities"] == ["EC2"]
-    if group.spec.has_efa:
-        nodes = definition["NodeProperties"]
-        assert definition["Type"] == "multinode"
-        assert nodes["NumNodes"] == 2 and nodes["MainNode"] == 0
-        (node_range,) = nodes["NodeRangeProperties"]
-        assert node_range["TargetNodes"] == "0:"  # open: a submit-time numNodes reaches every node
-        assert node_range["Container"]["InstanceType"] == instance_type
-    else:
-        # No EFA, no multi-node training: a single-node container job.
-        assert definition["Type"] == "container"
-        assert "NodeProperties" not in definition
+    # Every type: multi-node parallel, so that the job runs in awsvpc mode, away from the instance metadata
+    # (tests/test_instance_metadata.py); a type without EFA runs one-node jobs.
+    nodes = definition["NodeProperties"]
+    assert definition["Type"] == "multinode" and "ContainerProperties" not in definition
+    assert nodes["NumNodes"] == group.construct.nodes and nodes["MainNode"] == 0
+    (node_range,) = nodes["NodeRangeProperties"]
+    assert node_range["TargetNodes"] == "0:"  # open: a submit-time numNodes reaches every node
+    assert node_range["Container"]["InstanceType"] == instance_type
 
 
 @pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)

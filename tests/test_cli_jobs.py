@@ -172,7 +172,21 @@ def test_submit_dry_run_prints_the_request_and_asks_aws_nothing(aws, batch, conf
                     "jobDefinition": "trainium-batch-train", "nodeOverrides": {"numNodes": 4}}
 
 
+def test_submit_dry_run_to_a_group_without_efa_sends_a_one_node_multinode_job(aws, batch, config):
+    """trn1.2xlarge's jobs are one-node multi-node parallel jobs (awsvpc: no instance metadata for the job)."""
+    raw = yaml.safe_load(config.read_text())
+    raw["compute_groups"][0] |= {"instance_type": "trn1.2xlarge", "nodes": 1, "max_nodes": 2}
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    result = run_cli("submit", "--config", str(config), "--name", "one", "--dry-run", "--", "train.py", "--lr", "1")
+    assert result.code == 0, result.err
+    body = json.loads(result.out.split("SubmitJob:\n", 1)[1])
+    assert body["nodeOverrides"]["numNodes"] == 1 and "containerOverrides" not in body
+    (node_range,) = body["nodeOverrides"]["nodePropertyOverrides"]
+    assert node_range["targetNodes"] == "0:" and "train.py" in node_range["containerOverrides"]["command"]
+
+
 def test_submit_to_a_single_node_definition_sends_no_node_overrides(aws, batch, config):
+    """A container job definition (deployed before every group's became multi-node parallel) still takes jobs."""
     definition = boto3.client("batch", region_name=REGION).register_job_definition(
         jobDefinitionName="single", type="container",
         containerProperties={"image": "neuron", "vcpus": 1, "memory": 128},

@@ -6,6 +6,9 @@ instance, each EKS managed node group and Batch compute environment (both must n
 templates: EKS's own allows two hops), each Karpenter EC2NodeClass. ParallelCluster builds its own launch
 templates from the cluster configuration: there, the head node's IMDS is secured (root and the cluster's
 admin user only) and compute nodes take IMDSv2 only.
+
+Then who gets past that (tests/metadata_model.py): no job container on any backend; the jobs of ParallelCluster and
+the development instance, which are processes on the host, reach the host's role by design.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import pytest
 
 from tests.apps import VARIANTS, synthesized
 from tests.helpers import resources
+from tests.metadata_model import reaching_metadata
 from tests.reachability import Reachability
 from trainium_cdk.parallelcluster.cluster_config import cluster_configuration, placeholder_ids
 from trainium_cdk.parallelcluster.dist import fetched_digests
@@ -100,3 +104,26 @@ def test_system_controllers_in_the_pod_network_know_their_region_without_the_met
         assert {"name": "AWS_REGION", "value": region} in values["controller"]["env"]
     else:
         assert _chart_values(template, "cluster-autoscaler")["awsRegion"] == region
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_no_job_container_reaches_the_instance_metadata_on_any_backend(variant, tmp_path):
+    """EKS job pods (none in the host network, nodes at one hop) and Batch jobs (every job definition multi-node
+    parallel, in awsvpc with ECS_AWSVPC_BLOCK_IMDS: a one-node trn1.2xlarge job included) cannot take the node's
+    role."""
+    reaching = [str(r) for r in reaching_metadata(synthesized(variant), tmp_path) if r.container]
+    assert reaching == []
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_jobs_that_are_host_processes_reach_their_hosts_role_as_documented(variant, tmp_path):
+    """A Slurm job is the user's processes on the compute node and reaches its instance role (the README's security
+    section says so: it is the jobs' role, for S3 and the like); the development instance's role is the developer's.
+    Nothing else."""
+    result = synthesized(variant)
+    processes = {(r.backend, r.what) for r in reaching_metadata(result, tmp_path) if not r.container}
+    backends = set(result.config.backends)
+    expected = {("parallelcluster", f"jobs of queue {g.name}") for g in result.config.compute_groups
+                if "parallelcluster" in backends}
+    expected |= {("instance", "the developer's processes")} if "instance" in backends else set()
+    assert processes == expected

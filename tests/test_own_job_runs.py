@@ -83,6 +83,23 @@ def test_rehearse_runs_a_users_script_on_two_nodes_of_two_processes(backend, con
     assert (work / ".trn-rehearse" / "fsx" / "neuron-cache" / "train").is_dir()
 
 
+def test_rehearse_on_a_batch_group_without_efa_runs_a_one_node_multinode_job(config, tmp_path, monkeypatch):
+    """trn1.2xlarge's job definition is multi-node parallel (awsvpc, away from the instance metadata): the job gets
+    Batch's node variables for one node, and the launcher runs it on the type's 2 NeuronCores."""
+    raw = yaml.safe_load(config.read_text())
+    raw["compute_groups"][0] |= {"instance_type": "trn1.2xlarge", "nodes": 1, "max_nodes": 2}
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    work = tmp_path / "my-project"
+    work.mkdir()
+    (work / "train.py").write_text(USER_SCRIPT)
+    monkeypatch.chdir(work)
+    result = run_cli("rehearse", "--backend", "batch", "--config", str(config), "--env", "TEAM=vision",
+                     "--", "train.py", "--lr", "3e-4", "--tag", "mine")
+    assert result.code == 0, result.out[-4000:] + result.err
+    assert "a multi-node parallel job of 1 node(s)" in result.out
+    assert_every_rank(result.out, world=2)
+
+
 def test_rehearse_on_the_development_instance_runs_its_run_script(config, tmp_path, monkeypatch):
     work = tmp_path / "my-project"
     work.mkdir()

@@ -205,7 +205,13 @@ def test_model_resolves_imports_and_knows_the_groups_eks_and_the_vpc_attach():
     assert model.reaches({cluster_sg}, {cluster_sg}, "tcp", 443)
     assert not model.reaches({cluster_sg}, {cluster_sg}, "-1", efa=True)
     assert model.group_of("net", {"Fn::GetAtt": ["Vpc", "DefaultSecurityGroup"]}) == f"net/Vpc:{VPC_DEFAULT_SG}"
-    assert model.rules_of(f"net/Vpc:{VPC_DEFAULT_SG}") == []  # implicit default rules are not counted
+    # AWS's rules of the default group count until a template revokes them.
+    default = f"net/Vpc:{VPC_DEFAULT_SG}"
+    assert {(r.direction, r.protocol, r.peer, r.cidr) for r in model.rules_of(default)} == {
+        ("in", "-1", default, None), ("out", "-1", None, ipaddress.ip_network("0.0.0.0/0"))}
+    network["Resources"]["Restrict"] = {"Type": "Custom::VpcRestrictDefaultSG", "Properties": {
+        "DefaultSecurityGroupId": {"Fn::GetAtt": ["Vpc", "DefaultSecurityGroup"]}}}
+    assert Reachability({"net": network, "eks": eks}).rules_of(default) == []
 
 
 def test_model_internet_rules():
@@ -215,3 +221,32 @@ def test_model_internet_rules():
     assert isinstance(rule, Rule) and rule.internet
     assert model.internet_reachable({"net/Efa"}, 443) == []
     assert Interface(frozenset({"a"})).groups == {"a"}
+
+
+def _outside(model: Reachability, groups: frozenset[str], protocol: str, port: int | None) -> list[Rule]:
+    """Egress rules of ``groups`` that let ``protocol``/``port`` leave for addresses (not a group)."""
+    return [r for r in model.rules if r.direction == "out" and r.group in groups and r.cidr is not None
+            and (r.protocol == "-1" or (protocol != "-1" and r.allows(protocol, port)))]
+
+
+_PROBES = [("-1", None), ("tcp", 22), ("tcp", 80), ("tcp", 988), ("tcp", MASTER_PORT), ("udp", 53), ("icmp", None)]
+
+
+def test_the_vpc_default_group_admits_only_the_batch_tasks_and_lets_them_out_only_to_https(app):
+    """The multi-node Batch tasks carry the VPC's default group (batch_tasks.py): nothing else the app launches
+    reaches them, they reach each other on TCP only (rendezvous, Neuron bootstrap), and they leave the group for
+    HTTPS only (AWS APIs, S3 through the gateway endpoint): AWS's allow-all rules are revoked."""
+    result, model = app
+    ((vpc_stack, vpc, _),) = list(model._resources("AWS::EC2::VPC"))
+    tasks = frozenset({f"{vpc_stack}/{vpc}:{VPC_DEFAULT_SG}"})
+    others = [i.groups for n in model.node_sets for i in n.interfaces if not i.groups & tasks]
+    assert others
+    reaching = [f"{sorted(g)} {p}/{port}" for g in others for p, port in _PROBES if model.reaches(g, tasks, p, port)]
+    assert reaching == []
+    if "batch" in result.config.backends and any(n.rendezvous == tasks for n in model.of_backend("batch")):
+        assert model.reaches(tasks, tasks, "tcp", MASTER_PORT)
+        assert not model.reaches(tasks, tasks, "-1")
+    # Out of the group: HTTPS only, and no reach to any other group the app has on any probe.
+    assert [str(r.source) for p, port in _PROBES for r in _outside(model, tasks, p, port)] == []
+    assert {(r.protocol, r.from_port, r.to_port) for r in _outside(model, tasks, "tcp", 443)} <= {("tcp", 443, 443)}
+    assert [f"{sorted(g)} {p}/{port}" for g in others for p, port in _PROBES if model.reaches(tasks, g, p, port)] == []

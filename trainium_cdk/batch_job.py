@@ -46,7 +46,8 @@ def default_script(*, example_image: bool, shared_storage: bool) -> str:
 @dataclass(frozen=True)
 class BatchContainer:
     """What a Batch job's container runs: its command (``Ref::`` parameters unresolved), its environment and
-    the parameters that fill them. ``multinode``: a multi-node parallel job (an EFA type), else a container job."""
+    the parameters that fill them. ``multinode``: a multi-node parallel job (what the stack deploys for every type,
+    one node without EFA), else a container job (a job definition of an older deployment)."""
 
     command: tuple[str, ...]
     environment: Mapping[str, str]
@@ -71,7 +72,7 @@ def definition_container(config: Config, group: ComputeGroup) -> BatchContainer:
     }
     return BatchContainer(
         command=tuple(launch_command(command or [f"Ref::{SCRIPT_PARAMETER}"])), environment=environment,
-        parameters=parameters, multinode=spec.has_efa,
+        parameters=parameters, multinode=True,
     )
 
 

@@ -155,7 +155,7 @@ def _dry_run(config: Config, group: ComputeGroup, job: UserJob, *, name: str, no
     """What submit would send, from the config alone (no AWS call): the queue and job definition by name (at
     submit time, the ARNs of the stack's output), and, for a new image, the revision it would register."""
     resource = resource_name(config, group)
-    multinode = config.spec(group).has_efa
+    multinode = True  # the stack's job definitions: multi-node parallel for every type (constructs/batch.py)
     submission = BatchSubmission(name=name, nodes=nodes, multinode=multinode, program=job.program, env=job.env)
     out.write(f"dry run: would send to AWS Batch in {config.region} (no AWS call made):\n")
     if image is not None:

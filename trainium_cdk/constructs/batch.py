@@ -3,8 +3,8 @@
 Per compute group: a managed EC2 compute environment (the group's instance type, its one compute
 subnet, the cluster placement group, the shared ``EfaLaunchTemplate`` with the ECS-optimized AL2023
 Neuron AMI), a job queue, and a job definition that runs torchrun on every NeuronCore of every node.
-An EFA type gets a multi-node parallel job definition; a type without EFA (trn1.2xlarge) cannot
-train across nodes, so it gets a single-node container job definition instead.
+Every group gets a multi-node parallel job definition; a type without EFA (trn1.2xlarge) cannot train
+across nodes, so its jobs are one-node multi-node parallel jobs (why: the job definition's comment).
 """
 
 from __future__ import annotations
@@ -304,38 +304,30 @@ class TrainiumBatch(Construct):
         )
         script = default_script(example_image=self.example_image is not None, shared_storage=storage is not None)
         parameters = None if command else {SCRIPT_PARAMETER: script}
-        self.job_definition: batch.MultiNodeJobDefinition | batch.EcsJobDefinition
-        if self.multi_node:
-            self.job_definition = batch.MultiNodeJobDefinition(
-                self,
-                "JobDefinition",
-                job_definition_name=name,
-                containers=[batch.MultiNodeContainer(container=self.container, start_node=0, end_node=nodes - 1)],
-                main_node=0,
-                instance_type=ec2.InstanceType(spec.name),
-                parameters=parameters,
-                retry_attempts=retry_attempts,
-                retry_strategies=retry_strategies(),
-                timeout=job_timeout,
-                propagate_tags=True,
-            )
-            # The L2 closes the node range at the default count ("0:1"); an open range ("0:") lets a
-            # submit-time numNodes override reach every node (escape hatch: the L2 has no open range).
-            cfn_definition = self.job_definition.node.default_child
-            assert isinstance(cfn_definition, batch.CfnJobDefinition)
-            cfn_definition.add_property_override("NodeProperties.NodeRangeProperties.0.TargetNodes", ALL_NODES)
-        else:
-            self.job_definition = batch.EcsJobDefinition(
-                self,
-                "JobDefinition",
-                job_definition_name=name,
-                container=self.container,
-                parameters=parameters,
-                retry_attempts=retry_attempts,
-                retry_strategies=retry_strategies(),
-                timeout=job_timeout,
-                propagate_tags=True,
-            )
+        # Multi-node parallel even for one node (a type without EFA): Batch runs those in awsvpc mode (AWS Batch
+        # user guide, "Compute environment considerations for MNP"), where the node setup's ECS_AWSVPC_BLOCK_IMDS
+        # keeps the job from the instance metadata and so from the instance role. A container job runs in the
+        # host's network, where neither that setting nor the hop limit of 1 applies, and an iptables block of
+        # 169.254.169.254 cannot tell the job from the ECS agent, which shares that network and needs the role
+        # (ECS developer guide, "Amazon ECS task IAM role": blocks for awsvpc and bridge tasks only).
+        self.job_definition = batch.MultiNodeJobDefinition(
+            self,
+            "JobDefinition",
+            job_definition_name=name,
+            containers=[batch.MultiNodeContainer(container=self.container, start_node=0, end_node=nodes - 1)],
+            main_node=0,
+            instance_type=ec2.InstanceType(spec.name),
+            parameters=parameters,
+            retry_attempts=retry_attempts,
+            retry_strategies=retry_strategies(),
+            timeout=job_timeout,
+            propagate_tags=True,
+        )
+        # The L2 closes the node range at the default count ("0:1"); an open range ("0:") lets a
+        # submit-time numNodes override reach every node (escape hatch: the L2 has no open range).
+        cfn_definition = self.job_definition.node.default_child
+        assert isinstance(cfn_definition, batch.CfnJobDefinition)
+        cfn_definition.add_property_override("NodeProperties.NodeRangeProperties.0.TargetNodes", ALL_NODES)
 
         # The L2 name of a job definition is its ARN (with the revision): keep the plain names.
         self.job_queue_name = name or self.job_queue.job_queue_name

@@ -5,9 +5,11 @@ environment's security groups. A compute environment whose launch template defin
 interfaces (EFA) may list none ("Either compute environment Security Groups or Network Interfaces in
 Launch template are exclusively allowed"), so Batch gives task interfaces the VPC's default group.
 torchrun's rendezvous and the Neuron runtime's bootstrap run over those interfaces (CCOM_SOCKET_IFNAME
-eth0). The default group's implicit rules belong to nobody: a Security Hub EC2.2 remediation deletes
-them and training stops. These rules put what the tasks need into the template, where drift detection
-and the tests see it. They are TCP only, so they never collide with the implicit all-traffic rules.
+eth0). AWS's rules of the default group (all in from the group, all out) are revoked by the training VPC
+(network.py, ``restrict_default_security_group``): these rules are all the tasks get, in the template,
+where drift detection and the tests see them. They are TCP only, so on a VPC that keeps AWS's all-traffic
+rules (an imported one) they never collide with them. EFA traffic, image pulls, logs and the /fsx mount
+use the node's own interfaces, not the task's.
 """
 
 from __future__ import annotations

@@ -134,8 +134,10 @@ class TrainingNetwork(Construct):
                     traffic_type=ec2.FlowLogTrafficType.ALL,
                 )
             },
-            # Nothing uses the default security group; restricting it costs a custom-resource Lambda.
-            restrict_default_security_group=False,
+            # AWS's rules of the default group (all in from itself, all out) go, through the L2's custom resource:
+            # Batch puts multi-node task interfaces in that group (batch_tasks.py), which then get only the rules
+            # BatchTaskRules adds, and anything launched without a group gets none (CIS AWS Foundations 5.4).
+            restrict_default_security_group=True,
         )
         # The flow log service publishes for this account's flow logs only (confused deputy: service_trust.py).
         flow_log = self.vpc.node.find_child("FlowLog")

@@ -18,6 +18,8 @@ from constructs import Construct
 
 from trainium_cdk.addressing import check_subnets_fit, check_vpc_cidr
 from trainium_cdk.constructs.defaults import LOG_RETENTION
+from trainium_cdk.constructs.log_encryption import encrypt_log_groups
+from trainium_cdk.constructs.nag import NIST, acknowledge, acknowledge_default_policy
 from trainium_cdk.constructs.service_trust import restrict_service_trust
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 
@@ -137,7 +139,10 @@ class TrainingNetwork(Construct):
         flow_log = self.vpc.node.find_child("FlowLog")
         assert isinstance(flow_log, ec2.FlowLog) and flow_log.iam_role is not None
         restrict_service_trust(flow_log.iam_role.node.default_child)  # type: ignore[arg-type]
+        acknowledge_default_policy(flow_log.iam_role, "CDK's VPC flow log (writing to the flow log group)")
         self._pin_subnets_to_az_ids()
+        encrypt_log_groups(self)
+        self._acknowledge_public_subnets()
 
         # Session Manager's interface endpoints, when the VPC has them (the access host opens HTTPS to these only).
         self.session_manager_endpoints: list[ec2.InterfaceVpcEndpoint] = []
@@ -181,6 +186,12 @@ class TrainingNetwork(Construct):
             "SecurityGroupEgress", [{"CidrIp": "0.0.0.0/0", "IpProtocol": "-1", "Description": "All outbound"}]
         )
 
+        acknowledge(
+            self.efa_security_group, f"{NIST}-EC2RestrictedCommonPorts", None,
+            "The only all-port ingress rule is from the group itself: EFA's OS-bypass traffic needs all traffic "
+            "from and to the group (EFA user guide, 'Prepare an EFA-enabled security group'); nothing else comes in.",
+        )
+
         self.placement_groups: dict[str, ec2.PlacementGroup] = {}
         self._groups = {g.name: g for g in compute_groups}
         for group in compute_groups:
@@ -193,6 +204,24 @@ class TrainingNetwork(Construct):
                 self.placement_groups[group.name] = ec2.PlacementGroup(
                     self, f"PlacementGroup-{group.name}", strategy=ec2.PlacementGroupStrategy.CLUSTER
                 )
+
+    def _acknowledge_public_subnets(self) -> None:
+        acknowledge(
+            self.vpc, f"{NIST}-VPCDefaultSecurityGroupClosed", None,
+            "No resource of the app is placed in the VPC's default security group: each is given a group of "
+            "its own (restricting the default group's rules costs a custom-resource Lambda).",
+        )
+        for subnet in self.vpc.public_subnets:
+            acknowledge(
+                subnet, f"{NIST}-VPCNoUnrestrictedRouteToIGW", None,
+                "A public subnet: its route to the internet gateway is what the NAT gateways (the private subnets' "
+                "way out) and a public ParallelCluster head node need; nothing else runs in it.",
+            )
+            acknowledge(
+                subnet, f"{NIST}-VPCSubnetAutoAssignPublicIpDisabled", None,
+                "A public subnet: the NAT gateways use Elastic IPs; a ParallelCluster head node placed here "
+                "(parallelcluster.head_node_subnet: public) takes its public address from this setting.",
+            )
 
     def _pin_subnets_to_az_ids(self) -> None:
         # The L2 Vpc only knows AZ names; we hand it AZ IDs and rewrite each subnet to

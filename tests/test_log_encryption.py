@@ -12,7 +12,7 @@ import pytest
 from aws_cdk import aws_logs as logs
 
 from tests.apps import synthesized, synthesized_pipeline
-from tests.helpers import CDK_CONTEXT, add_nag_packs, new_outdir, resources
+from tests.helpers import CDK_CONTEXT, add_nag_packs, new_outdir, resources, template_text
 from trainium_cdk.constructs.log_encryption import LOGS_KEY_ACTIONS, encrypt_log_groups
 
 
@@ -21,13 +21,13 @@ def _templates(outdir):
     return {p.name: json.loads(p.read_text()) for p in sorted(outdir.rglob("*.template.json"))}
 
 
-def _top_and_nested(outdir):
-    """Each nested template with the template of the stack that holds it."""
-    templates = _templates(outdir)
-    for name, template in templates.items():
-        for nested in resources(template, "AWS::CloudFormation::Stack").values():
-            path = nested["Metadata"]["aws:asset:path"]
-            yield template, templates[path]
+def _top_and_nested(app):
+    """Each nested stack's template with the template of the stack that holds it."""
+    for stack in app.stacks.stacks:
+        for nested in stack.node.find_all():
+            if isinstance(nested, cdk.NestedStack):
+                parent = app.assembly.get_stack_by_name(stack.stack_name).template
+                yield parent, json.loads((app.outdir / nested.template_file).read_text())
 
 
 @pytest.fixture(scope="module", params=["trn1.32xlarge", "trn1n.32xlarge+trn1.2xlarge"])
@@ -57,7 +57,7 @@ def test_a_stack_keys_its_groups_with_its_own_key(app):
 
 
 def test_a_nested_stacks_groups_use_their_parents_key(app):
-    pairs = list(_top_and_nested(app.outdir))
+    pairs = list(_top_and_nested(app))
     if not pairs:
         pytest.skip("no nested stack with log groups in this app")
     for parent, nested in pairs:
@@ -78,12 +78,14 @@ def test_the_key_rotates_and_lets_only_cloudwatch_logs_of_this_region_use_it_for
             (logs_statement,) = [
                 s for s in key["Properties"]["KeyPolicy"]["Statement"] if "Service" in s.get("Principal", {})
             ]
-            assert logs_statement["Principal"]["Service"] == {"Fn::Join": ["", ["logs.", {"Ref": "AWS::Region"},
-                                                                               ".amazonaws.com"]]}
+            region = app.config.region
+            assert logs_statement["Principal"]["Service"] == f"logs.{region}.amazonaws.com"
             assert sorted(logs_statement["Action"]) == sorted(LOGS_KEY_ACTIONS)
-            assert logs_statement["Condition"] == {"ArnLike": {"kms:EncryptionContext:aws:logs:arn": {"Fn::Join": [
-                "", ["arn:", {"Ref": "AWS::Partition"}, ":logs:", {"Ref": "AWS::Region"}, ":",
-                     {"Ref": "AWS::AccountId"}, ":log-group:*"]]}}}, name
+            ((operator, condition),) = logs_statement["Condition"].items()
+            ((key_name, arns),) = condition.items()
+            assert (operator, key_name) == ("ArnLike", "kms:EncryptionContext:aws:logs:arn"), name
+            assert template_text(arns).endswith(f":logs:{region}:<token>:log-group:*")
+            assert {"Ref": "AWS::AccountId"} in arns["Fn::Join"][1]  # this account's log groups only
 
 
 def test_the_pipelines_stages_key_their_log_groups():

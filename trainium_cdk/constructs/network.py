@@ -208,8 +208,9 @@ class TrainingNetwork(Construct):
     def _acknowledge_public_subnets(self) -> None:
         acknowledge(
             self.vpc, f"{NIST}-VPCDefaultSecurityGroupClosed", None,
-            "No resource of the app is placed in the VPC's default security group: each is given a group of "
-            "its own (restricting the default group's rules costs a custom-resource Lambda).",
+            "AWS Batch puts the task interfaces of multi-node EFA jobs in the VPC's default group (a compute "
+            "environment whose launch template has network interfaces may name no group: constructs/batch_tasks.py), "
+            "so its rules stay; the traffic those tasks need is in the template too (BatchTaskRules).",
         )
         for subnet in self.vpc.public_subnets:
             acknowledge(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Acknowledgment, RemovalPolicy, Validations
+from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -154,13 +154,10 @@ class TrainingNetwork(Construct):
                     subnets=ec2.SubnetSelection(subnet_group_name=PRIVATE_SUBNET_GROUP),
                     private_dns_enabled=True,
                 )
-                Validations.of(endpoint).acknowledge(
-                    Acknowledgment(
-                        id="AwsSolutions-EC23",
-                        reason="The endpoint accepts HTTPS from the VPC CIDR only; the rule cannot read the "
-                        "CIDR because it is a reference to the VPC, not a literal.",
-                    )
-                )
+                # The rules cannot read the CIDR (a reference to the VPC, not a literal): the NIST ones throw.
+                for rule in ("AwsSolutions-EC23", f"{NIST}-EC2RestrictedCommonPorts", f"{NIST}-EC2RestrictedSSH"):
+                    acknowledge(endpoint, rule, None, "The endpoint accepts HTTPS (443) from the VPC CIDR only; the "
+                                "rule cannot read the CIDR because it is a reference to the VPC, not a literal.")
                 if name in SESSION_MANAGER_ENDPOINTS:
                     self.session_manager_endpoints.append(endpoint)
 

@@ -110,8 +110,8 @@ def document(listed: list[Acknowledgment] | None = None) -> str:
     for a in acknowledgments() if listed is None else listed:
         rows.setdefault((a.pack, a.rule, a.path, a.reason), []).append(a.finding)
     for (pack, rule, path, reason), findings in rows.items():
-        listed = "<br>".join(f"`{_cell(f)}`" for f in findings if f)
-        out.append(f"| {pack} | {rule} | `{path}` | {listed} | {_cell(reason)} |")
+        cells = "<br>".join(f"`{_cell(f)}`" for f in findings if f)
+        out.append(f"| {pack} | {rule} | `{path}` | {cells} | {_cell(reason)} |")
     out += [
         "",
         "## checkov waivers",

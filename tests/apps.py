@@ -3,7 +3,8 @@
 Three apps cover every supported instance type once (trn2 types in us-east-2, where cfn-lint knows
 them) and every backend: EKS (Karpenter and managed node groups), Batch, ParallelCluster and the
 development instance. The pipeline app (a CDK Pipelines stack deploying the default app to two accounts)
-is synthesized once too, with cdk-nag's AwsSolutions pack (a finding not acknowledged fails its synth).
+is synthesized once too, with cdk-nag's AwsSolutions and NIST 800-53 rev 5 packs (a finding not acknowledged
+fails its synth).
 """
 
 from __future__ import annotations
@@ -14,9 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
-import cdk_nag
-
-from tests.helpers import CDK_CONTEXT, US_EAST_2, Synthesized, config_with, new_outdir, synth
+from tests.helpers import CDK_CONTEXT, US_EAST_2, Synthesized, add_nag_packs, config_with, new_outdir, synth
 
 ALL_BACKENDS = ["eks", "batch", "parallelcluster", "instance"]
 
@@ -78,12 +77,12 @@ class SynthesizedPipeline:
 
 @cache
 def synthesized_pipeline() -> SynthesizedPipeline:
-    """The pipeline app, synthesized once per session with cdk-nag AwsSolutions."""
+    """The pipeline app, synthesized once per session with cdk-nag (AwsSolutions and NIST 800-53 rev 5)."""
     from trainium_cdk.stacks.pipeline_stack import PipelineStack
 
     outdir = new_outdir()
     app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
-    cdk.Validations.of(app).add_plugins(cdk_nag.AwsSolutionsChecks(app))  # raises on a finding
+    add_nag_packs(app)  # raises on a finding
     config = config_with(pipeline=PIPELINE)
     stack = PipelineStack(
         app, "t-pipeline", config=config, config_path=PIPELINE_CONFIG_PATH, overrides={"nodes": "4"},

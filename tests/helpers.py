@@ -113,12 +113,18 @@ class Synthesized:
         return self.stacks.backends[role]
 
 
+def add_nag_packs(app: cdk.App) -> None:
+    """cdk-nag's packs the project answers to: AwsSolutions and NIST 800-53 rev 5. A finding not acknowledged
+    (trainium_cdk/constructs/nag.py) fails the app's synth."""
+    cdk.Validations.of(app).add_plugins(cdk_nag.AwsSolutionsChecks(app), cdk_nag.NIST80053R5Checks(app))
+
+
 def synth(config: Config, *, nag: bool = True) -> Synthesized:
     """Synthesize the whole app for a config; with cdk-nag, a finding not acknowledged fails the synth."""
     outdir = new_outdir()
     app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
     if nag:
-        cdk.Validations.of(app).add_plugins(cdk_nag.AwsSolutionsChecks(app))
+        add_nag_packs(app)
     stacks = compose(app, config)
     assembly = app.synth()
     return Synthesized(config=config, stacks=stacks, assembly=assembly, outdir=outdir)

@@ -1,6 +1,6 @@
 """Each exported construct as an importing CDK app builds it: alone in a bare stack, under an id of the
 app's choosing (never this app's "Eks", "Batch", ...), on an imported VPC, imported security groups and an
-imported cluster wherever it takes them, with cdk-nag's AwsSolutions checks on (a finding not
+imported cluster wherever it takes them, with cdk-nag's AwsSolutions and NIST 800-53 rev 5 checks on (a finding not
 acknowledged fails the synth). One synth per construct, each a module-scoped fixture."""
 
 from __future__ import annotations
@@ -12,14 +12,13 @@ from typing import Any
 
 import aws_cdk as cdk
 import cdk8s
-import cdk_nag
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
-from tests.helpers import CDK_CONTEXT, config_with, new_outdir, resources
+from tests.helpers import CDK_CONTEXT, add_nag_packs, config_with, new_outdir, resources
 from tests.test_package import readme_example
 from tests.test_toolchain import recommended_flags
 from trainium_cdk import (
@@ -81,7 +80,7 @@ def synth_alone(
 ) -> tuple[Any, dict[str, Any]]:
     """Build one construct in a bare stack under cdk-nag and synthesize: a finding not acknowledged raises."""
     app = cdk.App(outdir=str(new_outdir()), context=context)
-    cdk.Validations.of(app).add_plugins(cdk_nag.AwsSolutionsChecks(app))
+    add_nag_packs(app)
     stack = cdk.Stack(app, STACK, env=ENV)
     construct = build(stack, Imported(stack))
     assembly = app.synth()
@@ -354,7 +353,7 @@ def test_the_readmes_own_app_synthesizes_under_cdk_nag_with_every_id_changed():
     assert source.count(app_line) == 1
     outdir = new_outdir()
     source = source.replace(app_line, f"app = cdk.App(outdir={str(outdir)!r})\n"
-                            "import cdk_nag\ncdk.Validations.of(app).add_plugins(cdk_nag.AwsSolutionsChecks(app))\n")
+                            "from tests.helpers import add_nag_packs\nadd_nag_packs(app)\n")
     namespace: dict[str, Any] = {"__name__": "readme_app"}
     exec(compile(source, "README.md (own-app, ids renamed)", "exec"), namespace)  # noqa: S102
     template = json.loads((outdir / "TheirMyTraining.template.json").read_text())

@@ -31,6 +31,19 @@ def test_readme_architecture_is_generated_from_the_app():
         assert f"{stack.replace('-', '_')} --> trainium_network" in generated
 
 
+def test_the_waivers_are_listed_in_one_generated_file():
+    """docs/waivers.md: every cdk-nag acknowledgment of the apps and every checkov waiver, as the code has them."""
+    from trainium_cdk import waivers
+
+    listed = waivers.acknowledgments()
+    generated = waivers.document(listed)
+    assert waivers.WAIVERS_DOC.read_text() == generated, "run: make docs"
+    assert {a.pack for a in listed} == set(waivers.NAG_PACKS)
+    assert all(a.reason.strip() for a in listed)
+    assert "| CKV_AWS_115 |" in generated
+    assert "](docs/waivers.md)" in README.read_text()
+
+
 def test_no_file_in_the_tree_keeps_a_merge_conflict():
     """A merge that kept both sides of a conflict must not keep its markers (the CHANGELOG once did)."""
     import subprocess

@@ -134,7 +134,10 @@ def write_readme(path: Path = README) -> None:
 
 if __name__ == "__main__":
     if "--write" in sys.argv:
+        from trainium_cdk import waivers
+
         write_readme()
+        waivers.write()
     else:
         print(block())
         print(architecture_block())

@@ -20,7 +20,10 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from trainium_cdk.constructs.defaults import LOG_RETENTION
-from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.log_encryption import encrypt_log_groups
+from trainium_cdk.constructs.nag import (
+    NIST, acknowledge, acknowledge_custom_resource_lambda, acknowledge_default_policy,
+)
 from trainium_cdk.lambdas import ami_lookup as handler_package
 from trainium_cdk.versions import AmiQuery
 
@@ -82,6 +85,15 @@ class AmiLookupProvider(Construct):
             "ec2:DescribeImages supports no resource-level permissions (Service Authorization Reference: "
             "resource types none); it only reads AMI metadata.",
         )
+        what = "trainium-cdk's AMI lookup (trainium_cdk/lambdas/ami_lookup)"
+        acknowledge_default_policy(self.role, what)
+        acknowledge_custom_resource_lambda(self.function, what)
+        acknowledge(
+            self.function, f"{NIST}-LambdaInsideVPC", None,
+            f"{what} calls EC2's DescribeImages only, a regional AWS API: inside a VPC it would reach the same "
+            "API through a NAT gateway or an EC2 interface endpoint, and it reads nothing in the VPC.",
+        )
+        encrypt_log_groups(self)
 
     @staticmethod
     def of(scope: Construct) -> AmiLookupProvider:

@@ -29,6 +29,7 @@ from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.batch_node import BatchNodeSetup, node_setup
 from trainium_cdk.constructs.batch_roles import BatchRoles
 from trainium_cdk.constructs.defaults import LOG_RETENTION
+from trainium_cdk.constructs.log_encryption import encrypt_log_groups
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.jobs import check_precompile_steps
@@ -297,6 +298,7 @@ class TrainiumBatch(Construct):
             retention=log_retention,
             removal_policy=log_removal_policy,
         )
+        encrypt_log_groups(self)
         self.container = self._container(command, storage)
         Annotations.of(self.container).acknowledge_warning(
             "@aws-cdk/aws-ecs:ecrImageRequiresPolicy",

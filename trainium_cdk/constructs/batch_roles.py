@@ -13,7 +13,7 @@ from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from trainium_cdk.constructs.nag import acknowledge, nag_form
+from trainium_cdk.constructs.nag import acknowledge, acknowledge_default_policy, nag_form
 from trainium_cdk.constructs.service_trust import restrict_service_trust
 from trainium_cdk.node.neuron_metrics import policy_statement
 
@@ -91,6 +91,7 @@ class BatchRoles(Construct):
         if metrics:
             role.add_to_policy(neuron_metrics_statement())
             reason += " cloudwatch:PutMetricData has none either: it is limited to the Neuron metrics namespace."
+        acknowledge_default_policy(role, "the ECS agent on the Batch nodes")
         acknowledge(role, "AwsSolutions-IAM5",
                     ["Resource::*", f"Resource::{nag_form(stack, clusters)}", f"Resource::{nag_form(stack, instances)}"],
                     reason)
@@ -100,6 +101,7 @@ class BatchRoles(Construct):
             assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
             description=f"ECS agent for the jobs of {description}: write their logs, pull their image",
         )
+        acknowledge_default_policy(self.execution_role, "the ECS agent of the jobs (their logs, their image)")
         acknowledge(
             self.execution_role,
             "AwsSolutions-IAM5",

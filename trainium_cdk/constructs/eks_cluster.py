@@ -26,7 +26,10 @@ from trainium_cdk.charts import FSX_CHART_ID, NAMESPACE_CHART_ID, FsxStorage, Fs
 from trainium_cdk.constructs.defaults import LOG_RETENTION
 from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT, ROOT_DEVICE_NAME
 from trainium_cdk.constructs.eks_nodegroup import CNI_POLICY, NODE_MANAGED_POLICIES, without_cni_policy
-from trainium_cdk.constructs.nag import acknowledge, nag_form
+from trainium_cdk.constructs.log_encryption import encrypt_log_groups
+from trainium_cdk.constructs.nag import (
+    acknowledge, acknowledge_custom_resource_lambda, acknowledge_default_policy, nag_form,
+)
 from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.constructs.service_trust import restrict_service_trust
 from trainium_cdk.constructs.storage import ILustreStorage
@@ -200,6 +203,7 @@ class TrainiumCluster(Construct):
         assert isinstance(control_plane_group, ec2.SecurityGroup)
         self.api_security_group: ec2.ISecurityGroup = control_plane_group
         self._log_lambdas_with_retention(retention)
+        encrypt_log_groups(self)
         self._acknowledge_cdk_internals()
         for i, arn in enumerate(admin_role_arns):
             self.cluster.grant_cluster_admin(f"Admin{i}", arn)
@@ -434,3 +438,6 @@ class TrainiumCluster(Construct):
             None,
             "CDK's kubectl handler runtime is pinned by aws-eks-v2 to the one its kubectl layer supports.",
         )
+        what = "CDK's kubectl provider (aws-eks-v2: its kubectl handler and the provider framework's onEvent function)"
+        acknowledge_custom_resource_lambda(provider, what)
+        acknowledge_default_policy(provider, what)

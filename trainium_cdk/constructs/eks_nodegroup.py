@@ -20,7 +20,7 @@ from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.charts.karpenter import compute_node_labels
 from trainium_cdk.constructs.cluster_autoscaler import node_template_tags
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
-from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.nag import acknowledge, acknowledge_default_policy
 from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE, NEURON_TAINT_KEY, NEURON_TAINT_VALUE
 from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION
@@ -146,6 +146,7 @@ class TrainiumNodeGroup(Construct):
         )
         if cni_association is not None:
             without_cni_policy(self.nodegroup.role, cni_association)
+        acknowledge_default_policy(self.nodegroup.role, "the node group's nodes")
         acknowledge(
             self.nodegroup.role,
             "AwsSolutions-IAM4",

@@ -22,7 +22,7 @@ from constructs import Construct, IConstruct
 
 from trainium_cdk import versions
 from trainium_cdk.constructs.eks_nodegroup import NODE_MANAGED_POLICIES, NODE_POLICIES
-from trainium_cdk.constructs.nag import acknowledge, nag_form
+from trainium_cdk.constructs.nag import acknowledge, acknowledge_default_policy, nag_form
 from trainium_cdk.constructs.pod_identity import pod_identity_role
 
 KARPENTER_NAMESPACE = "kube-system"
@@ -87,6 +87,7 @@ class KarpenterController(Construct):
         )
         if cni_association is not None:
             self.node_role.node.add_dependency(cni_association)
+        acknowledge_default_policy(self.node_role, "the nodes Karpenter launches")
         acknowledge(
             self.node_role,
             "AwsSolutions-IAM4",

@@ -11,13 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Acknowledgment, RemovalPolicy, Validations
+from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from trainium_cdk.addressing import check_subnets_fit, check_vpc_cidr
 from trainium_cdk.constructs.defaults import LOG_RETENTION
+from trainium_cdk.constructs.log_encryption import encrypt_log_groups
+from trainium_cdk.constructs.nag import NIST, acknowledge, acknowledge_default_policy
 from trainium_cdk.constructs.s3_endpoint_policy import restrict_s3_endpoint
 from trainium_cdk.constructs.service_trust import restrict_service_trust
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
@@ -143,10 +145,13 @@ class TrainingNetwork(Construct):
         flow_log = self.vpc.node.find_child("FlowLog")
         assert isinstance(flow_log, ec2.FlowLog) and flow_log.iam_role is not None
         restrict_service_trust(flow_log.iam_role.node.default_child)  # type: ignore[arg-type]
+        acknowledge_default_policy(flow_log.iam_role, "CDK's VPC flow log (writing to the flow log group)")
         self.s3_endpoint = self.vpc.node.find_child("S3")
         assert isinstance(self.s3_endpoint, ec2.GatewayVpcEndpoint)
         restrict_s3_endpoint(self, self.s3_endpoint, buckets=s3_buckets)
         self._pin_subnets_to_az_ids()
+        encrypt_log_groups(self)
+        self._acknowledge_public_subnets()
 
         # Session Manager's interface endpoints, when the VPC has them (the access host opens HTTPS to these only).
         self.session_manager_endpoints: list[ec2.InterfaceVpcEndpoint] = []
@@ -158,13 +163,10 @@ class TrainingNetwork(Construct):
                     subnets=ec2.SubnetSelection(subnet_group_name=PRIVATE_SUBNET_GROUP),
                     private_dns_enabled=True,
                 )
-                Validations.of(endpoint).acknowledge(
-                    Acknowledgment(
-                        id="AwsSolutions-EC23",
-                        reason="The endpoint accepts HTTPS from the VPC CIDR only; the rule cannot read the "
-                        "CIDR because it is a reference to the VPC, not a literal.",
-                    )
-                )
+                # The rules cannot read the CIDR (a reference to the VPC, not a literal): the NIST ones throw.
+                for rule in ("AwsSolutions-EC23", f"{NIST}-EC2RestrictedCommonPorts", f"{NIST}-EC2RestrictedSSH"):
+                    acknowledge(endpoint, rule, None, "The endpoint accepts HTTPS (443) from the VPC CIDR only; the "
+                                "rule cannot read the CIDR because it is a reference to the VPC, not a literal.")
                 if name in SESSION_MANAGER_ENDPOINTS:
                     self.session_manager_endpoints.append(endpoint)
 
@@ -190,6 +192,12 @@ class TrainingNetwork(Construct):
             "SecurityGroupEgress", [{"CidrIp": "0.0.0.0/0", "IpProtocol": "-1", "Description": "All outbound"}]
         )
 
+        acknowledge(
+            self.efa_security_group, f"{NIST}-EC2RestrictedCommonPorts", None,
+            "The only all-port ingress rule is from the group itself: EFA's OS-bypass traffic needs all traffic "
+            "from and to the group (EFA user guide, 'Prepare an EFA-enabled security group'); nothing else comes in.",
+        )
+
         self.placement_groups: dict[str, ec2.PlacementGroup] = {}
         self._groups = {g.name: g for g in compute_groups}
         for group in compute_groups:
@@ -202,6 +210,19 @@ class TrainingNetwork(Construct):
                 self.placement_groups[group.name] = ec2.PlacementGroup(
                     self, f"PlacementGroup-{group.name}", strategy=ec2.PlacementGroupStrategy.CLUSTER
                 )
+
+    def _acknowledge_public_subnets(self) -> None:
+        for subnet in self.vpc.public_subnets:
+            acknowledge(
+                subnet, f"{NIST}-VPCNoUnrestrictedRouteToIGW", None,
+                "A public subnet: its route to the internet gateway is what the NAT gateways (the private subnets' "
+                "way out) and a public ParallelCluster head node need; nothing else runs in it.",
+            )
+            acknowledge(
+                subnet, f"{NIST}-VPCSubnetAutoAssignPublicIpDisabled", None,
+                "A public subnet: the NAT gateways use Elastic IPs; a ParallelCluster head node placed here "
+                "(parallelcluster.head_node_subnet: public) takes its public address from this setting.",
+            )
 
     def _pin_subnets_to_az_ids(self) -> None:
         # The L2 Vpc only knows AZ names; we hand it AZ IDs and rewrite each subnet to

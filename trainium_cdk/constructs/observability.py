@@ -30,7 +30,7 @@ from constructs import Construct, IConstruct
 
 from trainium_cdk import versions
 from trainium_cdk.constructs.alerts import alarm_to
-from trainium_cdk.constructs.nag import acknowledge, nag_form
+from trainium_cdk.constructs.nag import acknowledge, acknowledge_alarm_without_action, nag_form
 from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.node.neuron_metrics import (
     CORE_UTILIZATION, DEPLOYMENT_DIMENSION, DEVICE_MEMORY, HARDWARE_ERRORS, INSTANCE_DIMENSION, NAMESPACE,
@@ -126,6 +126,9 @@ class ClusterObservability(Construct):
         self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=f"{cluster_name}-training")
         self.dashboard.add_widgets(*dashboard_widgets(cluster_name, file_system_id), cw.AlarmStatusWidget(
             title="Alarms", alarms=[self.hardware_errors, self.failed_nodes], width=24))
+        if alarm_topic is None:
+            for alarm in (self.hardware_errors, self.failed_nodes):
+                acknowledge_alarm_without_action(alarm)
 
 
 
@@ -186,6 +189,8 @@ class NeuronNodeMetrics(Construct):
         self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=dashboard_name or f"{deployment}-training")
         self.dashboard.add_widgets(*node_metrics_widgets(deployment, file_system_id), cw.AlarmStatusWidget(
             title="Alarms", alarms=[self.hardware_errors], width=24))
+        if alarm_topic is None:
+            acknowledge_alarm_without_action(self.hardware_errors)
 
 
 def per_node_search(

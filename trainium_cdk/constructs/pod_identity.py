@@ -6,6 +6,8 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from trainium_cdk.constructs.nag import acknowledge_default_policy
+
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 # The session tags EKS Pod Identity sets when it assumes a role (EKS User Guide, "Create IAM role with trust
 # policy required by EKS Pod Identity" and "Enable or disable session tags"): the documented way to tie a
@@ -47,6 +49,7 @@ def pod_identity_role(
         pod_identity_conditions(cluster.cluster_arn, namespace, service_account)
     ).with_session_tags()
     role = iam.Role(scope, f"{name}Role", assumed_by=principal, description=description)
+    acknowledge_default_policy(role, f"the pods of {namespace}/{service_account} (EKS Pod Identity)")
     # L1: the association binds the role to a service account that the add-on or a chart creates,
     # so the L2 ServiceAccount (which applies its own manifest) does not fit.
     association = eks.CfnPodIdentityAssociation(

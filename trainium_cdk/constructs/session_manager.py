@@ -6,7 +6,7 @@ from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from trainium_cdk.constructs.nag import acknowledge, nag_form
+from trainium_cdk.constructs.nag import acknowledge, acknowledge_default_policy, nag_form
 from trainium_cdk.session_manager import (
     CHANNEL_ACTIONS, REGISTRATION_ACTIONS, RUN_COMMAND_ACTIONS, SESSION_MANAGER_ACTIONS,
 )
@@ -31,6 +31,7 @@ def grant_session_manager(role: iam.Role, *, run_command: bool = False) -> None:
     role.add_to_principal_policy(iam.PolicyStatement(actions=list(REGISTRATION_ACTIONS), resources=[instances]))
     channels = [*CHANNEL_ACTIONS, *(RUN_COMMAND_ACTIONS if run_command else ())]
     role.add_to_principal_policy(iam.PolicyStatement(actions=channels, resources=["*"]))
+    acknowledge_default_policy(role, "an instance's SSM agent (Session Manager)")
     acknowledge(
         role, "AwsSolutions-IAM5", ["Resource::*", f"Resource::{nag_form(stack, instances)}"],
         "Session Manager's minimal instance policy: the agent registers the instance it runs on (its ARN is "

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_s3 as s3
@@ -18,6 +18,7 @@ from constructs import Construct
 
 from trainium_cdk.catalog import LUSTRE_MIN_CAPACITY_GIB, check_lustre
 from trainium_cdk.constructs import defaults as cdk_defaults
+from trainium_cdk.constructs.nag import NIST, acknowledge
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 
 # Lustre network (LNET) ports: clients connect to 988; 1018-1023 are the reserved ports of both ends.
@@ -250,12 +251,20 @@ class LustreStorage(Construct):
                     auto_delete_objects=False,
                 )
                 _pin(created, BUCKET_LOGICAL_ID)
-                Validations.of(created).acknowledge(
-                    Acknowledgment(
-                        id="AwsSolutions-S1",
-                        reason="Training data bucket read in bulk by FSx for Lustre; per-request access logs of "
-                        "millions of shard reads cost more than they tell. Enable CloudTrail data events for audit.",
-                    )
+                logging = ("Training data bucket read in bulk by FSx for Lustre; per-request access logs of "
+                           "millions of shard reads cost more than they tell. Enable CloudTrail data events for audit.")
+                acknowledge(created, "AwsSolutions-S1", None, logging)
+                acknowledge(created, f"{NIST}-S3BucketLoggingEnabled", None, logging)
+                acknowledge(
+                    created, f"{NIST}-S3BucketReplicationEnabled", None,
+                    "Versioned, so an overwrite or a delete can be undone; a replica in another region would double "
+                    "the storage of datasets of terabytes: a choice for the data's owner (an S3 replication rule).",
+                )
+                acknowledge(
+                    created, f"{NIST}-S3DefaultEncryptionKMS", None,
+                    "Encrypted at rest with S3-managed keys. A KMS key would have to admit each file system's FSx "
+                    "service-linked role (FSx for Lustre user guide, 'Working with server-side encrypted Amazon S3 "
+                    "buckets') and every reader, and costs a KMS request per object read.",
                 )
                 self.bucket = created
             # No L2 exists for data repository associations.

@@ -20,7 +20,7 @@ from aws_cdk import pipelines
 from constructs import Construct
 
 from trainium_cdk.config import Config, PipelineEnvironment
-from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.nag import NIST, acknowledge, acknowledge_default_policy
 from trainium_cdk.constructs.service_trust import ServiceTrustConditions
 from trainium_cdk.stacks.composition import TrainingApp, compose
 from trainium_cdk.versions import CDK_CLI_VERSION
@@ -81,6 +81,11 @@ class SmokeRoleStack(Stack):
             ["Resource::*"],
             "ec2:DescribeVpcs, fsx:DescribeFileSystems and eks:DescribeCluster by id need no write access; the "
             "ids come from the stage's outputs at run time.",
+        )
+        acknowledge(
+            self.role, f"{NIST}-IAMNoInlinePolicy", None,
+            "One read-only statement that belongs to this role alone (the pipeline's smoke step); a managed "
+            "policy would let other principals of the stage account take it.",
         )
 
 
@@ -252,11 +257,17 @@ class PipelineStack(Stack):
         # A deleted or replaced artifact stays recoverable (checkov CKV_AWS_21); CodePipeline writes each
         # execution's artifacts under new keys, so versions add no copies in normal runs.
         bucket_resource.versioning_configuration = s3.CfnBucket.VersioningConfigurationProperty(status="Enabled")
+        logging = ("The pipeline's artifact bucket holds build outputs only, written and read by the pipeline's own "
+                   "roles; CodePipeline records each execution. Enable CloudTrail data events to audit object reads.")
+        acknowledge(artifacts, "AwsSolutions-S1", None, logging)
+        acknowledge(artifacts, f"{NIST}-S3BucketLoggingEnabled", None, logging)
         acknowledge(
-            artifacts,
-            "AwsSolutions-S1",
-            None,
-            "The pipeline's artifact bucket holds build outputs only; CodePipeline and CloudTrail record access.",
+            artifacts, f"{NIST}-S3BucketReplicationEnabled", None,
+            "Build outputs that each pipeline execution makes again from the repository: a replica would hold "
+            "nothing that cannot be rebuilt.",
+        )
+        acknowledge_default_policy(
+            self.pipeline, "CDK Pipelines' roles (source, synth, assets, self-mutation, the smoke step)"
         )
         projects = [
             self.resolve(self.get_logical_id(c))

@@ -11,6 +11,7 @@ import pytest
 from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, resources, synth
 from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.eks_user_data import FAST_IMAGE_PULL_ROOT_VOLUME_THROUGHPUT
+from trainium_cdk.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE
 from tests.chart_helpers import affinity_types
 from trainium_cdk import versions
 from trainium_cdk.versions import KUBERNETES_VERSION
@@ -86,7 +87,11 @@ def test_node_group_one_subnet_neuron_ami_taint_and_sizes(every_type, instance_t
     assert len(nodegroup["Subnets"]) == 1
     assert nodegroup["AmiType"] == "AL2023_x86_64_NEURON"
     assert "InstanceTypes" not in nodegroup  # the type lives in the launch template
-    assert nodegroup["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": "aws.amazon.com/neuron", "Value": "true"}]
+    assert nodegroup["Taints"] == [
+        {"Effect": "NO_SCHEDULE", "Key": "aws.amazon.com/neuron", "Value": "true"},
+        # Lifted by the node health checker (tests/test_node_health.py).
+        {"Effect": "NO_SCHEDULE", "Key": HEALTH_TAINT_KEY, "Value": HEALTH_TAINT_VALUE},
+    ]
     assert nodegroup["Labels"]["trainium-cdk/instance-type"] == instance_type
     expected = _group(instance_type)
     # Nothing runs until a pod asks: Cluster Autoscaler scales the group from zero.

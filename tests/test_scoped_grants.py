@@ -62,10 +62,13 @@ def _admitted_owner(objects: list[dict[str, Any]], namespace: str, service_accou
     policies = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"}
     for binding in (o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"):
         spec = binding["spec"]
-        if spec["matchResources"] != {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}:
+        policy = policies[spec["policyName"]]["spec"]
+        # A policy about other objects (the node health checker's, on nodes) admits or refuses no pod.
+        if not any("pods" in rule["resources"] for rule in policy["matchConstraints"]["resourceRules"]):
+            continue
+        if spec.get("matchResources") != {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}:
             continue
         assert spec["validationActions"] == ["Deny"]
-        policy = policies[spec["policyName"]]["spec"]
         assert policy["failurePolicy"] == "Fail"
         assert policy["matchConstraints"] == {"resourceRules": [
             {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Aws, Duration, RemovalPolicy, Stack
+from aws_cdk import Annotations, Aws, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_events as events
@@ -167,8 +167,15 @@ def notify(
     # By ARN: given the topic object, the SNS target adds a statement letting EventBridge publish from any rule
     # of any account; AlarmTopic's policy admits this deployment's rules only.
     by_arn = sns.Topic.from_topic_arn(scope, f"{construct_id}Topic", topic.topic_arn)
-    return events.Rule(scope, construct_id, description=description, event_pattern=pattern,
+    rule = events.Rule(scope, construct_id, description=description, event_pattern=pattern,
                        targets=[targets.SnsTopic(by_arn, message=message)])
+    # The imported topic's account and region are tokens (its ARN is the network stack's export), so CDK cannot
+    # tell whether the target is in another environment; it is not: one app, one account and region.
+    Annotations.of(rule).acknowledge_warning(
+        "@aws-cdk/aws-events:ruleUnresolvedEnvironment",
+        "The topic is this deployment's own, in the rule's account and region (an export of its network stack).",
+    )
+    return rule
 
 
 class KarpenterNodeRemovals(Construct):

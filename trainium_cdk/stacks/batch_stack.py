@@ -23,6 +23,7 @@ from trainium_cdk.constructs.alerts import batch_job_failed, batch_job_failed_me
 from trainium_cdk.constructs.batch import SCRIPT_PARAMETER, TrainiumBatch
 from trainium_cdk.constructs.batch_roles import BatchRoles
 from trainium_cdk.constructs.batch_tasks import BatchTaskRules
+from trainium_cdk.constructs.nag import acknowledge_default_policy
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.constructs.secrets import grant_secret_read
@@ -66,6 +67,7 @@ class BatchStack(Stack):
         if config.hugging_face.token_secret:
             # The recipes' data jobs read the Hugging Face token at run time, by the secret's name: this one only.
             grant_secret_read(self, self.roles.job_role, config.hugging_face.token_secret)
+            acknowledge_default_policy(self.roles.job_role, "the Batch jobs' role (the Hugging Face token's secret)")
         # The team's own images (`trn image push --backend batch`): every group's nodes and jobs may pull them, so
         # that a job definition revision with such an image (`trn submit --backend batch --image`) runs.
         self.training_images = TrainingImageRepository(self, "TrainingImages")

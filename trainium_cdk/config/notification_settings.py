@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 
 from trainium_cdk.config.base import _Model
 from trainium_cdk.errors import ConfigError
@@ -19,32 +20,34 @@ EMAIL = re.compile(r"^[^@\s,;]+@[^@\s,;]+\.[^@\s,;]+$")
 EMAIL_RULE = "one e-mail address, such as ml-oncall@example.com"
 
 
+def check_email(value: str) -> str:
+    if not EMAIL.fullmatch(value):
+        raise ValueError(EMAIL_RULE)
+    return value
+
+
+def check_topic_arn(value: str) -> str:
+    if not TOPIC_ARN.fullmatch(value):
+        raise ValueError(TOPIC_ARN_RULE)
+    return value
+
+
+Email = Annotated[str, AfterValidator(check_email)]
+TopicArn = Annotated[str, AfterValidator(check_topic_arn)]
+
+
 class NotificationSettings(_Model):
     """Where the deployment's alarms and events go: one SNS topic per deployment (in the network stack), mailed."""
 
-    email: str | None = Field(
+    email: Email | None = Field(
         None, description="Address subscribed to the deployment's alarm topic (SNS mails a confirmation link first); "
         "default: none (subscribe to the topic named by the network stack's output AlarmTopicArn yourself).",
     )
-    topic_arn: str | None = Field(
+    topic_arn: TopicArn | None = Field(
         None, description="An existing SNS topic, in the config's region, to send alarms and events to instead of "
         "creating one; its policy (and its KMS key's) must let cloudwatch.amazonaws.com and events.amazonaws.com "
         "publish. Default: a topic of the deployment's own, encrypted with its own KMS key.",
     )
-
-    @field_validator("email")
-    @classmethod
-    def _email(cls, value: str | None) -> str | None:
-        if value is not None and not EMAIL.fullmatch(value):
-            raise ValueError(EMAIL_RULE)
-        return value
-
-    @field_validator("topic_arn")
-    @classmethod
-    def _topic_arn(cls, value: str | None) -> str | None:
-        if value is not None and not TOPIC_ARN.fullmatch(value):
-            raise ValueError(TOPIC_ARN_RULE)
-        return value
 
     def check_region(self, region: str) -> None:
         """CloudWatch alarm actions and EventBridge's SNS targets name a topic of the alarm's or rule's own

@@ -22,6 +22,12 @@ def acknowledge(construct: IConstruct, rule: str, findings: Sequence[str] | None
         Validations.of(construct).acknowledge(Acknowledgment(id=rule_id, reason=reason))
 
 
+def acknowledge_bucket_logging(bucket: IConstruct, reason: str) -> None:
+    """The bucket access-logging rule of both packs (AwsSolutions-S1, NIST S3BucketLoggingEnabled), one reason."""
+    for rule in ("AwsSolutions-S1", f"{NIST}-S3BucketLoggingEnabled"):
+        acknowledge(bucket, rule, None, reason)
+
+
 def acknowledge_default_policy(role: IConstruct, what: str) -> None:
     """NIST IAMNoInlinePolicy on a role's DefaultPolicy, the AWS::IAM::Policy CDK's grants write: it is
     attached to this one role and names its resources; a managed policy could be attached elsewhere."""

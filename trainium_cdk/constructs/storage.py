@@ -18,7 +18,7 @@ from constructs import Construct
 
 from trainium_cdk.catalog import LUSTRE_MIN_CAPACITY_GIB, check_lustre
 from trainium_cdk.constructs import defaults as cdk_defaults
-from trainium_cdk.constructs.nag import NIST, acknowledge
+from trainium_cdk.constructs.nag import NIST, acknowledge, acknowledge_bucket_logging
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 
 # Lustre network (LNET) ports: clients connect to 988; 1018-1023 are the reserved ports of both ends.
@@ -253,8 +253,7 @@ class LustreStorage(Construct):
                 _pin(created, BUCKET_LOGICAL_ID)
                 logging = ("Training data bucket read in bulk by FSx for Lustre; per-request access logs of "
                            "millions of shard reads cost more than they tell. Enable CloudTrail data events for audit.")
-                acknowledge(created, "AwsSolutions-S1", None, logging)
-                acknowledge(created, f"{NIST}-S3BucketLoggingEnabled", None, logging)
+                acknowledge_bucket_logging(created, logging)
                 acknowledge(
                     created, f"{NIST}-S3BucketReplicationEnabled", None,
                     "Versioned, so an overwrite or a delete can be undone; a replica in another region would double "

@@ -20,7 +20,7 @@ from aws_cdk import pipelines
 from constructs import Construct
 
 from trainium_cdk.config import Config, PipelineEnvironment
-from trainium_cdk.constructs.nag import NIST, acknowledge, acknowledge_default_policy
+from trainium_cdk.constructs.nag import NIST, acknowledge, acknowledge_bucket_logging, acknowledge_default_policy
 from trainium_cdk.constructs.service_trust import ServiceTrustConditions
 from trainium_cdk.stacks.composition import TrainingApp, compose
 from trainium_cdk.versions import CDK_CLI_VERSION
@@ -259,8 +259,7 @@ class PipelineStack(Stack):
         bucket_resource.versioning_configuration = s3.CfnBucket.VersioningConfigurationProperty(status="Enabled")
         logging = ("The pipeline's artifact bucket holds build outputs only, written and read by the pipeline's own "
                    "roles; CodePipeline records each execution. Enable CloudTrail data events to audit object reads.")
-        acknowledge(artifacts, "AwsSolutions-S1", None, logging)
-        acknowledge(artifacts, f"{NIST}-S3BucketLoggingEnabled", None, logging)
+        acknowledge_bucket_logging(artifacts, logging)
         acknowledge(
             artifacts, f"{NIST}-S3BucketReplicationEnabled", None,
             "Build outputs that each pipeline execution makes again from the repository: a replica would hold "

@@ -66,8 +66,8 @@ def assert_every_rank(text: str, *, world: int, lr: float = 3e-4, tag: str = "mi
 # -- trn rehearse: 2 nodes x 2 processes, as each backend launches it --------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["eks", "batch", "parallelcluster"])
-def test_rehearse_runs_a_users_script_on_two_nodes_of_two_processes(backend, config, tmp_path, monkeypatch):
+def _rehearse_users_script(backend: str, config: Path, tmp_path: Path, monkeypatch: Any) -> tuple[Path, Any]:
+    """`trn rehearse` of the user's train.py from their project folder, as the README shows it; it must succeed."""
     work = tmp_path / "my-project"
     work.mkdir()
     (work / "train.py").write_text(USER_SCRIPT)
@@ -75,6 +75,12 @@ def test_rehearse_runs_a_users_script_on_two_nodes_of_two_processes(backend, con
     result = run_cli("rehearse", "--backend", backend, "--config", str(config), "--env", "TEAM=vision",
                      "--", "train.py", "--lr", "3e-4", "--tag", "mine")
     assert result.code == 0, result.out[-4000:] + result.err
+    return work, result
+
+
+@pytest.mark.parametrize("backend", ["eks", "batch", "parallelcluster"])
+def test_rehearse_runs_a_users_script_on_two_nodes_of_two_processes(backend, config, tmp_path, monkeypatch):
+    work, result = _rehearse_users_script(backend, config, tmp_path, monkeypatch)
     assert_every_rank(result.out, world=4)
     assert "node 0 exit 0, node 1 exit 0" in result.out or "node 0 exit 0" in result.out
     assert f"/fsx -> {work / '.trn-rehearse' / 'fsx'}" in result.out
@@ -89,25 +95,13 @@ def test_rehearse_on_a_batch_group_without_efa_runs_a_one_node_multinode_job(con
     raw = yaml.safe_load(config.read_text())
     raw["compute_groups"][0] |= {"instance_type": "trn1.2xlarge", "nodes": 1, "max_nodes": 2}
     config.write_text(yaml.safe_dump(raw, sort_keys=False))
-    work = tmp_path / "my-project"
-    work.mkdir()
-    (work / "train.py").write_text(USER_SCRIPT)
-    monkeypatch.chdir(work)
-    result = run_cli("rehearse", "--backend", "batch", "--config", str(config), "--env", "TEAM=vision",
-                     "--", "train.py", "--lr", "3e-4", "--tag", "mine")
-    assert result.code == 0, result.out[-4000:] + result.err
+    _, result = _rehearse_users_script("batch", config, tmp_path, monkeypatch)
     assert "a multi-node parallel job of 1 node(s)" in result.out
     assert_every_rank(result.out, world=2)
 
 
 def test_rehearse_on_the_development_instance_runs_its_run_script(config, tmp_path, monkeypatch):
-    work = tmp_path / "my-project"
-    work.mkdir()
-    (work / "train.py").write_text(USER_SCRIPT)
-    monkeypatch.chdir(work)
-    result = run_cli("rehearse", "--backend", "instance", "--config", str(config), "--env", "TEAM=vision",
-                     "--", "train.py", "--lr", "3e-4", "--tag", "mine")
-    assert result.code == 0, result.out[-4000:] + result.err
+    _, result = _rehearse_users_script("instance", config, tmp_path, monkeypatch)
     assert_every_rank(result.out, world=2)
     assert "rehearsed unit trn-rehearsal (1 node) on instance" in result.out
 

@@ -35,6 +35,26 @@ def test_loss_falls(example):
     assert history[-1] < 0.5 * history[0], history
 
 
+def test_every_rank_writes_its_line_in_one_write(example, monkeypatch):
+    """torchrun runs the script with ``python -u``: every write reaches the shared output at once, so a line
+    written in two writes (print's text, then its newline) interleaves with another rank's (seen on CI:
+    ``{"graph_extraction": {"rank": 2, ...}}{"graph_extraction": {"rank": 3, ...}}``)."""
+    writes = []
+
+    class Unbuffered:
+        def write(self, text):
+            writes.append(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stdout", Unbuffered())
+    example.train(epochs=1, samples=64, max_steps=2)  # graph extraction: every rank prints its line
+    assert writes and all(w.endswith("\n") and w.count("\n") == 1 for w in writes), writes
+    assert json.loads(writes[-1]) == {"graph_extraction": {"rank": 0, "steps": 2}}
+
+
 def _free_port() -> int:
     from trainium_cdk.rehearsal.stage import free_port  # below the ephemeral range (its comment says why)
 

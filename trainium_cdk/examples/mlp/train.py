@@ -26,6 +26,7 @@ import gc
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import torch
@@ -157,6 +158,13 @@ def _distributed() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+def say(record: dict) -> None:
+    """Print one JSON line in one write: print() writes the text and its newline apart, and torchrun runs
+    the script unbuffered (``python -u``), so the lines of ranks that share the job's output interleave."""
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
 def train(
     *,
     epochs: int = 4,
@@ -225,7 +233,7 @@ def train(
             save_checkpoint(checkpoint_dir, _on_cpu(state))
             print(json.dumps({"checkpoint": epoch}), flush=True)
     if max_steps is not None:
-        print(json.dumps({"graph_extraction": {"rank": rank, "steps": steps}}), flush=True)
+        say({"graph_extraction": {"rank": rank, "steps": steps}})  # every rank: one write, or lines interleave
     return history
 
 

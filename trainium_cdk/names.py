@@ -84,6 +84,14 @@ HF_TOKEN_SERVICE_ACCOUNT = "hf-token-reader"
 DATA_LOADER_SERVICE_ACCOUNT = "data-loader"
 DATA_LOADER_JOB = "data-loader"
 
+# Metrics a job writes for the node's Prometheus collector (issue 34): the launcher writes Prometheus text files
+# (``*.prom``, the node_exporter textfile format) into the directory named by TRN_METRICS_DIR when it is set; each
+# backend's node collector reads NODE_METRICS_DIR. Per-job compile-cache counters carry these names (labels: job).
+METRICS_DIR_VARIABLE = "TRN_METRICS_DIR"
+NODE_METRICS_DIR = "/var/lib/trainium-cdk/metrics"
+COMPILE_CACHE_HITS_METRIC = "trn_neuron_compile_cache_hits_total"
+COMPILE_CACHE_MISSES_METRIC = "trn_neuron_compile_cache_misses_total"
+
 # -- Training images ----------------------------------------------------------------------------------
 
 # The build argument that names a training image's base, the Neuron training image of the deployment's track:

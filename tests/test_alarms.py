@@ -18,7 +18,9 @@ from moto import mock_aws
 from tests import apps
 from tests.helpers import config_with, resources, synth
 from trainium_cdk.constructs.alerts import KARPENTER_USERNAME
+from trainium_cdk.charts.node_health import NAME as NODE_HEALTH_NAME
 from trainium_cdk.constructs.karpenter import KARPENTER_NAMESPACE, KARPENTER_SERVICE_ACCOUNT
+from trainium_cdk.names import TRAINING_NAMESPACE
 
 ACCOUNT, PARTITION = "123456789012", "aws"
 EMAIL = "ml-oncall@example.com"
@@ -202,8 +204,8 @@ def delivered(pattern: dict[str, Any], events: list[dict[str, Any]], region: str
                 "Resources": event["resources"],
             }])
         received = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages", [])
-        return [json.loads(m["Body"])["detail"].get("jobId") or json.loads(m["Body"])["detail"]["eventTypeCode"]
-                for m in received]
+        details = [json.loads(m["Body"])["detail"] for m in received]
+        return [d.get("jobId") or d.get("eventTypeCode") or d["alarmName"] for d in details]
 
 
 def mail(target: dict[str, Any], event: dict[str, Any]) -> str:
@@ -308,53 +310,195 @@ def test_ec2_scheduled_changes_are_mailed_once_per_deployment(mailed):
                      "from Fri, 04 Dec 2026 06:00:00 GMT.")
 
 
-# -- Karpenter's node removals, from the audit log --------------------------------------------------------------
+def alarm_event(alarm: str, state: str, previous: str) -> dict[str, Any]:
+    """A "CloudWatch Alarm State Change" event as the CloudWatch User Guide shows one ("Alarm events and
+    EventBridge", its metric alarm sample), for the alarm and states of the case."""
+    return {
+        "version": "0", "id": "2dde0eb1-528b-d2d5-9ca6-6d590caf2329", "detail-type": "CloudWatch Alarm State Change",
+        "source": "aws.cloudwatch", "account": ACCOUNT, "time": "2026-11-26T12:00:00Z", "region": "us-west-2",
+        "resources": [f"arn:aws:cloudwatch:us-west-2:{ACCOUNT}:alarm:{alarm}"],
+        "detail": {
+            "alarmName": alarm,
+            "state": {"value": state, "reason": "Threshold Crossed: 1 datapoint [94.2 (26/11/26 11:59:00)] was "
+                      "greater than the threshold (90.0).", "timestamp": "2026-11-26T12:00:00.000+0000"},
+            "previousState": {"value": previous, "reason": "", "timestamp": "2026-11-26T11:00:00.000+0000"},
+            "configuration": {"metrics": [], "description": ""},
+        },
+    }
 
 
-def audit_event(verb: str, username: str, resource: str = "nodeclaims", api_group: str = "karpenter.sh") -> dict[str, Any]:
+def test_parallelclusters_own_alarms_are_mailed():
+    """ParallelCluster's head node alarms (named <cluster>-HeadNode-<metric>: ParallelCluster User Guide, "Amazon
+    CloudWatch alarms for cluster metrics") carry no action and live in its own stack: the deployment's rule mails
+    each of this cluster's as it goes to ALARM, and nothing else."""
+    result = apps.synthesized("trn1.32xlarge")
+    stack = result.template_json("parallelcluster")
+    found = rule(stack, "ParallelCluster alarms")
+    topic_id, export = topic_reference(result)
+    (target,) = found["Targets"]
+    assert names_topic(target["Arn"], topic_id, export), target["Arn"]
+    ((slurm),) = [r["Properties"] for r in resources(stack, "Custom::PclusterCluster").values()]
+    cluster = slurm["ClusterName"]  # the name ParallelCluster gives its alarms
+    theirs = [f"{cluster}-HeadNode-{metric}" for metric in ("Health", "Cpu", "Mem", "Disk", "ClustermgtdHeartbeat")]
+    samples = [
+        *(alarm_event(name, "ALARM", "OK") for name in theirs),
+        alarm_event(f"{cluster}-HeadNode", "ALARM", "OK"),  # the composite: one of the above again
+        alarm_event(f"{cluster}-HeadNode-Cpu", "OK", "ALARM"),
+        alarm_event("another-cluster-HeadNode-Cpu", "ALARM", "OK"),
+    ]
+    assert sorted(delivered(resolved(found["EventPattern"], "us-west-2"), samples, "us-west-2")) == sorted(theirs)
+    assert mail(target, samples[1]).splitlines() == [
+        f"ParallelCluster {cluster}: alarm {cluster}-HeadNode-Cpu is ALARM.",
+        "Reason: Threshold Crossed: 1 datapoint [94.2 (26/11/26 11:59:00)] was greater than the threshold (90.0).",
+        "What each alarm watches and what to do: ParallelCluster User Guide, \"Amazon CloudWatch alarms for cluster "
+        "metrics\"; reach the head node with the stack's HeadNodeSession output.",
+    ]
+
+
+# -- Karpenter's interruptions of work, from the audit log -------------------------------------------------------
+
+
+def audit_event(verb: str, username: str, resource: str, name: str, *, api_group: str = "", namespace: str | None = None,
+                subresource: str | None = None) -> dict[str, Any]:
     """An audit.k8s.io/v1 Event at level Metadata, as the Kubernetes "Auditing" page shows one and EKS writes it to
-    the control-plane log group's kube-apiserver-audit streams."""
+    the control-plane log group's kube-apiserver-audit streams (objectRef: kubernetes/apiserver pkg/apis/audit/v1
+    types.go, ObjectReference)."""
+    group_path = f"/apis/{api_group}/v1" if api_group else "/api/v1"
+    where = f"/namespaces/{namespace}" if namespace else ""
+    object_ref = {"resource": resource, "name": name, "apiGroup": api_group, "apiVersion": "v1",
+                  **({"namespace": namespace} if namespace else {}), **({"subresource": subresource} if subresource else {})}
     return {
         "kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Metadata",
         "auditID": "8d2ed1a4-1c1f-4f0a-9c35-2b1d5e0f1a11", "stage": "ResponseComplete",
-        "requestURI": f"/apis/{api_group}/v1/{resource}/train-abcde", "verb": verb,
-        "user": {"username": username, "groups": ["system:serviceaccounts", "system:authenticated"]},
-        "sourceIPs": ["10.0.12.34"], "userAgent": "karpenter",
-        "objectRef": {"resource": resource, "name": "train-abcde", "apiGroup": api_group, "apiVersion": "v1"},
-        "responseStatus": {"metadata": {}, "code": 200},
+        "requestURI": f"{group_path}{where}/{resource}/{name}" + (f"/{subresource}" if subresource else ""),
+        "verb": verb, "user": {"username": username, "groups": ["system:serviceaccounts", "system:authenticated"]},
+        "sourceIPs": ["10.0.12.34"], "userAgent": "karpenter", "objectRef": object_ref,
+        "responseStatus": {"metadata": {}, "code": 201 if verb == "create" else 200},
         "requestReceivedTimestamp": "2026-11-26T10:00:00.000000Z", "stageTimestamp": "2026-11-26T10:00:00.020000Z",
     }
 
 
 def matches_filter(pattern: str, event: dict[str, Any]) -> bool:
-    """CloudWatch Logs' JSON filter syntax, the part a conjunction of string equalities uses:
-    ``{ ($.a.b = "v") && ... }`` (CloudWatch Logs User Guide, "Filter pattern syntax": JSON log events)."""
+    """CloudWatch Logs' JSON filter syntax, as a metric filter evaluates it: ``{ <expression> }`` where an expression
+    is ``($.a.b = "v")``, and expressions join with ``&&`` and ``||`` in parentheses (CloudWatch Logs User Guide,
+    "Filter pattern syntax for metric filters": "Using metric filters to match terms in JSON log events"; ``&&``
+    binds before ``||``). A selector whose field is missing does not match."""
     body = pattern.strip()
     assert body.startswith("{") and body.endswith("}"), pattern
-    terms = [t.strip() for t in body[1:-1].split("&&")]
-    for term in terms:
-        match = re.fullmatch(r'\(\$\.([\w.]+) = "([^"*]*)"\)', term)
-        assert match, term
+    token = r'\(\$\.[\w.]+ = "[^"*]*"\)|&&|\|\||\(|\)'
+    tokens = re.findall(token, body[1:-1])
+    assert not re.sub(token, "", body[1:-1]).strip(), pattern  # nothing else: no wildcard, no other operator
+
+    def term(token: str) -> bool:
+        path, expected = re.fullmatch(r'\(\$\.([\w.]+) = "([^"*]*)"\)', token).groups()
         value: Any = event
-        for part in match.group(1).split("."):
+        for part in path.split("."):
             value = value.get(part) if isinstance(value, dict) else None
-        if value != match.group(2):
-            return False
-    return True
+        return value == expected
+
+    position = 0
+
+    def disjunction() -> bool:
+        nonlocal position
+        result = conjunction()
+        while position < len(tokens) and tokens[position] == "||":
+            position += 1
+            result = conjunction() or result
+        return result
+
+    def conjunction() -> bool:
+        nonlocal position
+        result = primary()
+        while position < len(tokens) and tokens[position] == "&&":
+            position += 1
+            result = primary() and result
+        return result
+
+    def primary() -> bool:
+        nonlocal position
+        token = tokens[position]
+        position += 1
+        if token == "(":
+            result = disjunction()
+            assert tokens[position] == ")", pattern
+            position += 1
+            return result
+        return term(token)
+
+    verdict = disjunction()
+    assert position == len(tokens), pattern
+    return verdict
 
 
-def test_karpenter_node_removals_are_mailed():
+KARPENTER = KARPENTER_USERNAME.format(namespace=KARPENTER_NAMESPACE, service_account=KARPENTER_SERVICE_ACCOUNT)
+CHECKER = f"system:serviceaccount:kube-system:{NODE_HEALTH_NAME}"
+NODECLAIM, NODE = "train-abcde", "ip-10-0-1-23.us-west-2.compute.internal"
+POD = "llama-train-worker-3"
+
+
+def karpenter_removal(*, drained: list[str], force: bool = False) -> list[dict[str, Any]]:
+    """What Karpenter's service account writes while it removes a node, in the audit log: whatever the reason
+    (Drifted, Underutilized, Empty; an interruption-queue message; node repair), the NodeClaim's DisruptionReason
+    condition (a status patch) or the repair's termination-deadline annotation (a patch), the NodeClaim's delete,
+    the node's taint, then the drain of each active pod: an eviction, or, past the termination deadline (which repair
+    sets to now), a delete (kubernetes-sigs/karpenter pkg/controllers/disruption/queue.go, node/health/controller.go,
+    node/termination/terminator/eviction.go). ``drained`` are the node's active pods as (namespace/name)."""
+    events = [
+        audit_event("patch", KARPENTER, "nodeclaims", NODECLAIM, api_group="karpenter.sh", subresource="status"),
+        audit_event("patch", KARPENTER, "nodeclaims", NODECLAIM, api_group="karpenter.sh"),
+        audit_event("delete", KARPENTER, "nodeclaims", NODECLAIM, api_group="karpenter.sh"),
+        audit_event("patch", KARPENTER, "nodes", NODE),
+    ]
+    for pod in drained:
+        namespace, name = pod.split("/")
+        events.append(audit_event("delete", KARPENTER, "pods", name, namespace=namespace) if force else
+                      audit_event("create", KARPENTER, "pods", name, namespace=namespace, subresource="eviction"))
+    return [*events, audit_event("delete", KARPENTER, "nodes", NODE)]
+
+
+DAEMONS = ["kube-system/aws-node-x7k2p", "kube-system/trainium-node-health-train-5qv8d", "kube-system/neuron-device-plugin-h2m4c"]
+
+
+@pytest.mark.parametrize("removal, mailed", [
+    # Empty consolidation after a job: its pods finished (terminal pods are not drained); only DaemonSet pods go.
+    (karpenter_removal(drained=DAEMONS), False),
+    # Underutilized or Drifted with a job running; an interruption-queue message (Spot, rebalance, scheduled change,
+    # capacity block end) with a job running: the job's pods are evicted.
+    (karpenter_removal(drained=[*DAEMONS, f"{TRAINING_NAMESPACE}/{POD}"]), True),
+    # Node repair (AcceleratedHardwareReady False for 10 minutes) with a job running: its pods are deleted.
+    (karpenter_removal(drained=[f"{TRAINING_NAMESPACE}/{POD}", *DAEMONS], force=True), True),
+    # Node repair of an idle node: nothing interrupted (the FailedNodes alarm has mailed the bad condition).
+    (karpenter_removal(drained=DAEMONS, force=True), False),
+    # The node health checker deletes a Karpenter node that failed its check: Karpenter replaces it.
+    ([audit_event("patch", CHECKER, "nodes", NODE, subresource="status"), audit_event("get", CHECKER, "nodes", NODE),
+      audit_event("delete", CHECKER, "nodes", NODE)], True),
+    # Someone else's evictions and deletes of training pods (kubectl drain, a finished job's cleanup).
+    ([audit_event("create", "kubernetes-admin", "pods", POD, namespace=TRAINING_NAMESPACE, subresource="eviction"),
+      audit_event("delete", "kubernetes-admin", "pods", POD, namespace=TRAINING_NAMESPACE),
+      audit_event("delete", "kubernetes-admin", "nodes", NODE)], False),
+    # Karpenter reading or binding training pods.
+    ([audit_event("get", KARPENTER, "pods", POD, namespace=TRAINING_NAMESPACE),
+      audit_event("patch", KARPENTER, "pods", POD, namespace=TRAINING_NAMESPACE, subresource="status")], False),
+], ids=["empty", "drifted-underutilized-or-interrupted-with-a-job", "repair-with-a-job", "repair-of-an-idle-node",
+        "failed-health-check", "someone-else", "karpenter-reads"])
+def test_karpenter_mails_only_removals_that_interrupt_work(karpenter_filter, removal, mailed):
+    pattern, _ = karpenter_filter
+    assert any(matches_filter(pattern, event) for event in removal) is mailed, [
+        (e["verb"], e["objectRef"]) for e in removal if matches_filter(pattern, e)]
+
+
+@pytest.fixture(scope="module")
+def karpenter_filter():
     result = apps.synthesized("trn1.32xlarge")  # Karpenter, the default capacity
     eks = result.template_json("eks")
     ((metric_filter),) = resources(eks, "AWS::Logs::MetricFilter").values()
     groups = resources(eks, "AWS::Logs::LogGroup")
     assert groups[metric_filter["Properties"]["LogGroupName"]["Ref"]]["Properties"]["LogGroupName"].startswith("/aws/eks/")
-    pattern = metric_filter["Properties"]["FilterPattern"]
-    karpenter = KARPENTER_USERNAME.format(namespace=KARPENTER_NAMESPACE, service_account=KARPENTER_SERVICE_ACCOUNT)
-    assert matches_filter(pattern, audit_event("delete", karpenter))
-    assert not matches_filter(pattern, audit_event("patch", karpenter))
-    assert not matches_filter(pattern, audit_event("delete", "kubernetes-admin"))
-    assert not matches_filter(pattern, audit_event("delete", karpenter, resource="pods", api_group=""))
+    return metric_filter["Properties"]["FilterPattern"], (eks, metric_filter)
+
+
+def test_the_karpenter_alarm_counts_its_filters_matches(karpenter_filter):
+    _, (eks, metric_filter) = karpenter_filter
     (transformation,) = metric_filter["Properties"]["MetricTransformations"]
     alarms = [r["Properties"] for r in resources(eks, "AWS::CloudWatch::Alarm").values()
               if r["Properties"].get("MetricName") == transformation["MetricName"]]

@@ -7,6 +7,7 @@ agent on a failed host. (Slurm's prolog: tests/test_health.py.)"""
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import subprocess
 import sys
@@ -240,12 +241,17 @@ class StandInApi:
                 "TRN_HEALTH_SERVICE_ACCOUNT_DIR": str(self.account), "TRN_HEALTH_EXIT": "1"}
 
 
+INSTANCE = "i-0a1b2c3d4e5f60718"
+
+
 def _node_object(karpenter: bool) -> dict[str, Any]:
     labels = {"trainium-cdk/compute-group": "train", **({"karpenter.sh/nodepool": "train"} if karpenter else {})}
-    return {"metadata": {"name": NODE, "resourceVersion": "41", "labels": labels}, "spec": {"taints": [
-        {"key": NEURON_TAINT_KEY, "value": "true", "effect": "NoSchedule"},
-        {"key": HEALTH_TAINT_KEY, "value": HEALTH_TAINT_VALUE, "effect": "NoSchedule"},
-    ]}}
+    return {"metadata": {"name": NODE, "resourceVersion": "41", "labels": labels}, "spec": {
+        "providerID": f"aws:///us-west-2d/{INSTANCE}",
+        "taints": [
+            {"key": NEURON_TAINT_KEY, "value": "true", "effect": "NoSchedule"},
+            {"key": HEALTH_TAINT_KEY, "value": HEALTH_TAINT_VALUE, "effect": "NoSchedule"},
+        ]}}
 
 
 def run_checker(tmp_path: Path, model: Reachability, group: str, root: Path, api: StandInApi):
@@ -301,9 +307,21 @@ def _first_group(model: Reachability) -> str:
                   for o in objects if o["kind"] == "DaemonSet")[0]
 
 
+def _condition_patch(api: StandInApi) -> dict[str, Any]:
+    """The one status PATCH the checker sent, its body with the (clock's) times checked and taken out."""
+    (body,) = [b for m, p, t, b in api.requests if m == "PATCH" and p.endswith("/status")
+               and t == "application/strategic-merge-patch+json"]
+    (condition,) = body["status"]["conditions"]
+    heartbeat, transition = condition.pop("lastHeartbeatTime"), condition.pop("lastTransitionTime")
+    assert heartbeat == transition and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", transition), transition
+    return body
+
+
 @pytest.mark.parametrize("karpenter", [True, False], ids=["karpenter-node", "node-group-node"])
-def test_on_a_bad_node_the_taint_stays_the_node_is_marked_and_a_karpenter_node_is_replaced(tmp_path, eks_app,
-                                                                                          karpenter):
+def test_on_a_bad_node_the_taint_stays_the_node_is_marked_and_replaced(tmp_path, eks_app, karpenter):
+    """What the checker writes to the API, in full: the condition (a type of our own: node repair acts only on
+    conditions that the kubelet and the node monitoring agent own and rewrite); then a Karpenter node is deleted, and
+    a managed node group's node is left for its Auto Scaling group, with the command that has it replaced."""
     _, model = eks_app
     api = StandInApi(tmp_path, _node_object(karpenter=karpenter))
     group = _first_group(model)
@@ -311,17 +329,50 @@ def test_on_a_bad_node_the_taint_stays_the_node_is_marked_and_a_karpenter_node_i
     root = host_tree(tmp_path / "host", devices=spec_devices - 1, cores_per_device=2, efa=0, lustre=False)
     result = run_checker(tmp_path, model, group, root, api)
     assert result.returncode == 1
-    assert f"FAIL devices: found {spec_devices - 1} Neuron devices, expected {spec_devices}" in result.stderr
+    failed = result.stderr.splitlines()
+    assert f"trainium-cdk health: FAIL devices: found {spec_devices - 1} Neuron devices, expected {spec_devices}" in failed
     path = f"/api/v1/nodes/{NODE}"
-    methods = [(m, p) for m, p, _, _ in api.requests]
-    assert methods == [("GET", path), ("PATCH", f"{path}/status"), ("GET", path),
-                       *([("DELETE", path)] if karpenter else [])]
-    _, _, content_type, body = api.requests[1]
-    assert content_type == "application/strategic-merge-patch+json"
-    (condition,) = body["status"]["conditions"]
-    assert condition["type"] == "TrainiumHealthy" and condition["status"] == "False"
-    assert f"devices: found {spec_devices - 1}" in condition["message"]
-    assert not any(m == "PATCH" and p == path for m, p in methods)  # the taint stays
+    assert [(m, p, t) for m, p, t, _ in api.requests] == [
+        ("GET", path, "application/json"), ("PATCH", f"{path}/status", "application/strategic-merge-patch+json"),
+        ("GET", path, "application/json"), *([("DELETE", path, "application/json")] if karpenter else [])]
+    assert [b for m, _, _, b in api.requests if m != "PATCH"] == [None] * (len(api.requests) - 1)
+    assert _condition_patch(api) == {"status": {"conditions": [{
+        "type": "TrainiumHealthy", "status": "False", "reason": "HealthCheckFailed",
+        "message": "; ".join(line.removeprefix("trainium-cdk health: FAIL ") for line in failed),
+    }]}}
+    verdict = result.stdout.splitlines()[-1]
+    if karpenter:
+        assert verdict == f"trainium-cdk health: node {NODE} deleted: Karpenter replaces it"
+    else:
+        assert verdict == (f"trainium-cdk health: node {NODE} left tainted: have its node group replace it: "
+                           f"aws autoscaling set-instance-health --instance-id {INSTANCE} --health-status Unhealthy "
+                           "--no-should-respect-grace-period")
+
+
+@pytest.mark.parametrize("loaded, passes", [(DRIVER, True), ("2.29.0.0", True), ("2.19.64.0", False), (None, False)],
+                         ids=["the-tracks", "newer", "older", "none"])
+def test_the_eks_checker_wants_the_tracks_driver_or_newer(tmp_path, eks_app, loaded, passes):
+    """The EKS AMI release brings the driver (the AMI of release v20260714 carried 2.29.0.0: awslabs/amazon-eks-ami
+    CHANGELOG): the track's or newer passes; an older one, or none, fails but replaces nothing, because every
+    replacement would come up with the same AMI."""
+    _, model = eks_app
+    group = _first_group(model)
+    assert run_args(model, group)[-3:] == ["--min-driver", DRIVER, "--kube"]
+    devices, cores, efa = _expected(model, group)
+    api = StandInApi(tmp_path, _node_object(karpenter=True))
+    root = host_tree(tmp_path / "host", devices=devices, cores_per_device=cores // devices, efa=efa, driver=loaded,
+                     lustre=False)
+    result = run_checker(tmp_path, model, group, root, api)
+    if passes:
+        assert result.returncode == 0, result.stderr
+        assert [m for m, *_ in api.requests] == ["GET", "GET", "PATCH"]  # the taint off
+        return
+    assert result.returncode == 1
+    line = f"driver: Neuron driver {loaded or 'none'} loaded, expected {DRIVER} or newer"
+    assert result.stderr.splitlines() == [f"trainium-cdk health: FAIL {line}"]
+    assert [m for m, *_ in api.requests] == ["GET", "PATCH"]  # marked; not deleted, the taint stays
+    assert _condition_patch(api)["status"]["conditions"][0]["message"] == line
+    assert result.stdout.splitlines()[-1].startswith(f"trainium-cdk health: node {NODE} left tainted: its AMI release")
 
 
 def run_args(model: Reachability, group: str) -> list[str]:

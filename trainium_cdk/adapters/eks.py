@@ -152,7 +152,7 @@ def node_health_props(config: Config) -> list[NodeHealthProps]:
     """What each compute group's nodes must show before they take work (the catalog of the group's type)."""
     return [
         NodeHealthProps(group=group.name, devices=spec.neuron_devices, cores=spec.neuron_core_counts,
-                        efa_interfaces=spec.efa_interfaces)
+                        efa_interfaces=spec.efa_interfaces, min_driver=config.neuron_track.driver)
         for group in config.compute_groups
         for spec in [config.spec(group)]
     ]

@@ -46,12 +46,16 @@ class NodeHealthProps:
     :param devices: Neuron devices.
     :param cores: NeuronCore counts that pass (Trainium2: physical and logical).
     :param efa_interfaces: EFA interfaces.
+    :param min_driver: the oldest Neuron driver (aws-neuronx-dkms version) that passes: the Neuron track's. The EKS AMI
+        release brings the driver, which may be newer than the track's release; a runtime needs one at least as new
+        as its own release's. Default: no driver check.
     """
 
     group: str
     devices: int
     cores: Sequence[int]
     efa_interfaces: int
+    min_driver: str | None = None
 
     def __post_init__(self) -> None:
         check_name("NodeHealthProps.group", self.group)
@@ -61,7 +65,8 @@ class NodeHealthProps:
     @property
     def args(self) -> list[str]:
         return ["--devices", str(self.devices), "--cores", ",".join(map(str, self.cores)),
-                "--efa", str(self.efa_interfaces), "--kube"]
+                "--efa", str(self.efa_interfaces), *(["--min-driver", self.min_driver] if self.min_driver else []),
+                "--kube"]
 
 
 def admission_policy(service_account_user: str) -> dict:

@@ -5,14 +5,19 @@
   (:func:`alarm_to`).
 - :func:`notify`: an EventBridge rule to the topic, with an input transformer so that the mail reads as a sentence:
   AWS Batch jobs that FAILED in the deployment's queues (:func:`batch_job_failed`), EC2 scheduled changes from
-  AWS Health (:data:`EC2_SCHEDULED_CHANGE`).
-- :class:`KarpenterNodeRemovals`: Karpenter emits Kubernetes events and logs, no EventBridge events. The EKS
+  AWS Health (:data:`EC2_SCHEDULED_CHANGE`), the alarms ParallelCluster creates for its head node
+  (:func:`parallelcluster_alarms`).
+- :class:`KarpenterInterruptions`: Karpenter emits Kubernetes events and logs, no EventBridge events. The EKS
   audit log (in the control-plane log group the EKS stack creates, so it exists before any metric filter on it)
-  records each NodeClaim that Karpenter's service account deletes: that is how it removes a node, for every
-  reason (consolidation, drift, expiry, an interruption, node repair, a launch that never registered). A metric
-  filter counts them; an alarm mails. The application log group of Container Insights would carry Karpenter's own
-  messages with the reason, but its agent creates that group at run time, after the stack: a metric filter on it
-  fails the deploy, and creating it in the stack fails on clusters whose agent already did.
+  records what Karpenter's service account does. A NodeClaim delete is every removal, for every reason (Empty and
+  Underutilized consolidation, Drifted, expiry, the interruption queue, node repair), so it mails after every job.
+  What interrupts work is the drain: Karpenter evicts each active pod of a node it removes (pods/eviction), or deletes
+  it once the node's termination deadline has passed (node repair sets it to now); finished pods and an empty node
+  are not drained. A metric filter counts those evictions and deletes of training pods, and the node health
+  checker's deletes of nodes that failed its check; an alarm mails. The application log group of Container Insights
+  would carry Karpenter's own messages with the reason, but its agent creates that group at run time, after the
+  stack: a metric filter on it fails the deploy, and creating it in the stack fails on clusters whose agent already
+  did.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
+
+from trainium_cdk.names import OUTPUT_HEAD_NODE_SESSION
 
 # The services that publish to the topic: CloudWatch for alarm actions, EventBridge for rule targets.
 ALARM_PUBLISHER = "cloudwatch.amazonaws.com"
@@ -53,8 +60,19 @@ EC2_SCHEDULED_CHANGE = events.EventPattern(
     detail={"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]},
 )
 
-# Karpenter's identity in the audit log: its service account (constructs/karpenter.py installs it there).
-KARPENTER_USERNAME = "system:serviceaccount:{namespace}:{service_account}"
+# ParallelCluster creates CloudWatch alarms for the head node and "doesn't configure alarm actions" (ParallelCluster
+# User Guide, "Amazon CloudWatch alarms for cluster metrics": <cluster>-HeadNode-Health, -Cpu, -Mem, -Disk and, from
+# 3.15 with CloudWatch logging, -ClustermgtdHeartbeat; the composite <cluster>-HeadNode is red when any is); its
+# configuration has no action to set, and the alarms live in ParallelCluster's own stack. CloudWatch sends every
+# alarm's state change to EventBridge ("CloudWatch Alarm State Change", detail.alarmName and detail.state: CloudWatch
+# User Guide, "Alarm events and EventBridge"): a rule mails the cluster's alarms as they go to ALARM (the composite
+# left out: it repeats one of them).
+CLOUDWATCH_SOURCE, ALARM_STATE_CHANGE = "aws.cloudwatch", "CloudWatch Alarm State Change"
+PARALLELCLUSTER_HEAD_NODE_ALARMS = "{cluster}-HeadNode-"
+
+# A service account's identity in the audit log (Karpenter's: constructs/karpenter.py installs it; the node health
+# checker's: charts/node_health.py).
+KARPENTER_USERNAME = SERVICE_ACCOUNT_USERNAME = "system:serviceaccount:{namespace}:{service_account}"
 KARPENTER_METRIC_NAMESPACE = "TrainiumCDK/Karpenter"
 KARPENTER_PERIOD = Duration.minutes(5)
 
@@ -88,6 +106,25 @@ def ec2_scheduled_change_message() -> events.RuleTargetInput:
         f"Event: {field('$.detail.eventArn')}",
         "A node under maintenance or retirement stops or reboots: move its jobs or let the scheduler replace it "
         "(AWS Health dashboard, Scheduled changes).",
+    )))
+
+
+def parallelcluster_alarms(cluster_name: str) -> events.EventPattern:
+    """ParallelCluster's head node alarms of ``cluster_name`` going to ALARM."""
+    return events.EventPattern(
+        source=[CLOUDWATCH_SOURCE], detail_type=[ALARM_STATE_CHANGE],
+        detail={"alarmName": events.Match.prefix(PARALLELCLUSTER_HEAD_NODE_ALARMS.format(cluster=cluster_name)),
+                "state": {"value": ["ALARM"]}},
+    )
+
+
+def parallelcluster_alarm_message(cluster_name: str) -> events.RuleTargetInput:
+    field = events.EventField.from_path
+    return events.RuleTargetInput.from_multiline_text("\n".join((
+        f"ParallelCluster {cluster_name}: alarm {field('$.detail.alarmName')} is {field('$.detail.state.value')}.",
+        f"Reason: {field('$.detail.state.reason')}",
+        "What each alarm watches and what to do: ParallelCluster User Guide, \"Amazon CloudWatch alarms for cluster "
+        f"metrics\"; reach the head node with the stack's {OUTPUT_HEAD_NODE_SESSION} output.",
     )))
 
 
@@ -178,32 +215,38 @@ def notify(
     return rule
 
 
-class KarpenterNodeRemovals(Construct):
-    """An alarm on the NodeClaims Karpenter deletes (its node removals), from the cluster's audit log.
+class KarpenterInterruptions(Construct):
+    """An alarm on the work that node removals interrupt, from the cluster's audit log: Karpenter draining training
+    pods off a node it removes (drift, consolidation, an interruption, node repair), and the node health checker
+    deleting a node that failed its check (Karpenter replaces it).
 
     :param audit_log: the cluster's control-plane log group (with the audit log type on).
     :param cluster_name: the cluster's name (in the metric's name: a metric filter adds no fixed dimensions).
     :param username: Karpenter's Kubernetes user, ``system:serviceaccount:<namespace>:<service account>``.
+    :param training_namespace: where training pods run.
+    :param health_checker: the node health checker's Kubernetes user. Default: none.
     :param topic: where the alarm mails.
     """
 
     def __init__(
         self, scope: Construct, construct_id: str, *, audit_log: logs.ILogGroup, cluster_name: str, username: str,
-        topic: sns.ITopic,
+        training_namespace: str, topic: sns.ITopic, health_checker: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.metric_name = f"NodeClaimsDeleted-{cluster_name}"
+        self.metric_name = f"InterruptedTrainingPods-{cluster_name}"
         self.filter = logs.MetricFilter(
-            self, "Filter", log_group=audit_log, filter_pattern=karpenter_deletes(username),
+            self, "Filter", log_group=audit_log,
+            filter_pattern=interruptions(username, training_namespace, health_checker),
             metric_namespace=KARPENTER_METRIC_NAMESPACE, metric_name=self.metric_name, metric_value="1",
         )
         self.alarm = cw.Alarm(
             self, "Alarm",
-            alarm_description=f"{cluster_name}: Karpenter removed nodes (deleted NodeClaims) in the last 5 minutes: "
-            "consolidation, drift or expiry; an interruption (Spot, rebalance, EC2 scheduled change, capacity block "
-            "end); node repair (AcceleratedHardwareReady False for 10 minutes); or a launch that never registered. "
-            "Why: kubectl get events -A --field-selector source=karpenter, or the karpenter pods' logs "
-            "(kubectl logs -n kube-system -l app.kubernetes.io/name=karpenter).",
+            alarm_description=f"{cluster_name}: in the last 5 minutes Karpenter drained running training pods off nodes "
+            "it removed (drift, consolidation of an underused node, an interruption: Spot, rebalance, EC2 scheduled "
+            "change, capacity block end; or node repair), or the node health checker had a node replaced. Empty "
+            "nodes removed after a job are not counted. Why: kubectl get events -A --field-selector "
+            "source=karpenter, the karpenter pods' logs (kubectl logs -n kube-system -l "
+            "app.kubernetes.io/name=karpenter), and the health checker's (README, Node health).",
             metric=self.filter.metric(statistic="Sum", period=KARPENTER_PERIOD),
             threshold=0, comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
             evaluation_periods=1, treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
@@ -211,11 +254,27 @@ class KarpenterNodeRemovals(Construct):
         alarm_to(topic, self.alarm)
 
 
-def karpenter_deletes(username: str) -> logs.IFilterPattern:
-    """Audit events of ``username`` deleting a karpenter.sh NodeClaim (EKS writes audit.k8s.io/v1 Events as JSON)."""
-    return logs.FilterPattern.all(
-        logs.FilterPattern.string_value("$.verb", "=", "delete"),
-        logs.FilterPattern.string_value("$.objectRef.resource", "=", "nodeclaims"),
-        logs.FilterPattern.string_value("$.objectRef.apiGroup", "=", "karpenter.sh"),
-        logs.FilterPattern.string_value("$.user.username", "=", username),
+def interruptions(username: str, training_namespace: str, health_checker: str | None = None) -> logs.IFilterPattern:
+    """Audit events (audit.k8s.io/v1 Events, which EKS writes as JSON) of ``username`` evicting a training pod
+    (verb create on the pods/eviction subresource) or deleting one, and of ``health_checker`` deleting a node. The
+    field names are the audit API's own (kubernetes/apiserver pkg/apis/audit/v1 types.go: Event.verb, .user.username,
+    .objectRef.resource, .namespace, .subresource); the calls are Karpenter's (kubernetes-sigs/karpenter
+    pkg/controllers/node/termination/terminator/eviction.go: SubResource("eviction").Create, and Delete of a pod past
+    the node's termination deadline)."""
+    text = logs.FilterPattern.string_value
+    drained = logs.FilterPattern.all(
+        text("$.user.username", "=", username),
+        text("$.objectRef.resource", "=", "pods"),
+        text("$.objectRef.namespace", "=", training_namespace),
+        logs.FilterPattern.any(
+            logs.FilterPattern.all(text("$.verb", "=", "create"), text("$.objectRef.subresource", "=", "eviction")),
+            text("$.verb", "=", "delete"),
+        ),
     )
+    if health_checker is None:
+        return drained
+    replaced = logs.FilterPattern.all(
+        text("$.user.username", "=", health_checker), text("$.verb", "=", "delete"),
+        text("$.objectRef.resource", "=", "nodes"),
+    )
+    return logs.FilterPattern.any(drained, replaced)

@@ -1,6 +1,7 @@
 """trainium-cdk node health check: before a Trainium node takes work, check it against the catalog of its type.
 
-    python3 health_check.py --devices N --cores N[,N] --efa N [--driver VERSION] [--fsx PATH] [--kube]
+    python3 health_check.py --devices N --cores N[,N] --efa N [--driver VERSION | --min-driver VERSION] [--fsx PATH]
+                            [--kube]
 
 Checks (one line on stderr per failed check, exit 1; exit 0 when all pass):
   devices  Neuron devices: ``neuron-ls --json-output`` where the Neuron tools are installed, else /dev/neuron<N>.
@@ -8,7 +9,10 @@ Checks (one line on stderr per failed check, exit 1; exit 0 when all pass):
            /sys/devices/virtual/neuron_device/neuron<N>/core_count); any of the listed counts passes: Trainium2
            shows 128 physical or 64 logical NeuronCores (LNC=2), depending on the tool and setting.
   efa      EFA interfaces: the RDMA devices the efa kernel module registers, /sys/class/infiniband/*.
-  driver   the loaded Neuron driver (/sys/module/neuron/version) is VERSION (hosts whose setup installs it).
+  driver   the loaded Neuron driver (/sys/module/neuron/version) is VERSION (hosts whose setup installs it), or with
+           --min-driver is VERSION or newer (EKS, whose AMI release brings its own driver: a Neuron runtime needs a
+           driver at least as new as its release's; Neuron runtime FAQ, "This runtime requires Neuron Driver
+           version X or greater").
   fsx      PATH is a Lustre mount (/proc/1/mounts: the host's, also from a container that mounts /proc).
 The host's files are read under TRN_HEALTH_ROOT (default /): a pod mounts them under /host; stand-ins anywhere.
 
@@ -18,6 +22,18 @@ TrainiumHealthy=False and, on a Karpenter node, delete the Node so that Karpente
 launches another (Karpenter docs, "Disruption": deleting a node is a manual way to deprovision it; its
 termination finalizer drains it and deletes its NodeClaim). Then wait: a DaemonSet pod that exits is restarted,
 and the check must not run again on a node already untainted.
+
+Why a condition of our own and no node repair: EKS node repair (managed node groups) and Karpenter's (its AWS
+provider's RepairPolicies: Ready, AcceleratedHardwareReady, StorageReady, NetworkingReady, KernelReady,
+ContainerRuntimeReady) act only on conditions that others own. The kubelet rewrites Ready on every status update,
+and the node monitoring agent rewrites its five with its own status at least every 5 minutes, sooner than any repair
+waits (10 or 30 minutes: aws/eks-node-monitoring-agent pkg/manager/node_exporter.go, reportManagedConditions: "If a
+managed condition already exists, it will be replaced by our local copy"). So a Karpenter node is deleted, and a
+managed node group's node stays tainted, and the checker prints the command that has its Auto Scaling group replace
+it (an instance set Unhealthy is terminated and replaced: EC2 Auto Scaling User Guide, "Set up a custom health
+check"); the checker holds no AWS credentials to make that call itself.
+A failed driver check alone replaces nothing: the AMI release brings the driver, so every replacement would fail
+the same way.
 """
 
 import glob
@@ -93,15 +109,23 @@ def check(args):
     efa = len(glob.glob(host("/sys/class/infiniband/*")))
     if efa != args.efa:
         failed.append(f"efa: found {efa} EFA interfaces, expected {args.efa}")
-    if args.driver:
+    if args.driver or args.min_driver:
         loaded = read(host("/sys/module/neuron/version")) or "none"
-        if loaded != args.driver:
+        if args.driver and loaded != args.driver:
             failed.append(f"driver: Neuron driver {loaded} loaded, expected {args.driver}")
+        if args.min_driver and version(loaded) < version(args.min_driver):
+            failed.append(f"driver: Neuron driver {loaded} loaded, expected {args.min_driver} or newer")
     if args.fsx:
         kind = mounted(args.fsx)
         if kind != "lustre":
             failed.append(f"fsx: {args.fsx} is {'not mounted' if kind is None else 'a ' + kind + ' mount, not Lustre'}")
     return failed
+
+
+def version(text):
+    """``2.27.4.0`` (or ``2.29.0.0-dkms``) as numbers to compare; no version at all compares below every version."""
+    numbers = re.match(r"[0-9]+(?:\.[0-9]+)*", text)
+    return tuple(int(n) for n in numbers.group(0).split(".")) if numbers else ()
 
 
 class Kube:
@@ -143,17 +167,26 @@ def untaint(kube, node, key):
 
 
 def mark_failed(kube, node, failed):
-    """The failed checks as the node's TrainiumHealthy condition; a Karpenter node is then deleted (replaced)."""
+    """The failed checks as the node's TrainiumHealthy condition; then a Karpenter node is deleted (replaced), unless
+    only the driver failed (the AMI's: a replacement would fail the same way). What happened, in a line."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     kube.call("PATCH", f"/api/v1/nodes/{node}/status", {"status": {"conditions": [{
         "type": CONDITION, "status": "False", "reason": "HealthCheckFailed", "message": "; ".join(failed),
         "lastHeartbeatTime": now, "lastTransitionTime": now,
     }]}}, content_type="application/strategic-merge-patch+json")
-    labels = kube.call("GET", f"/api/v1/nodes/{node}").get("metadata", {}).get("labels") or {}
-    if KARPENTER_NODEPOOL_LABEL in labels:
+    if all(line.startswith("driver:") for line in failed):
+        return ("left tainted: its AMI release brings this driver, so a replacement would fail the same way: "
+                "move the Neuron track's EKS AMI release (README, Node health)")
+    current = kube.call("GET", f"/api/v1/nodes/{node}")
+    if KARPENTER_NODEPOOL_LABEL in (current.get("metadata", {}).get("labels") or {}):
         kube.call("DELETE", f"/api/v1/nodes/{node}")
         return "deleted: Karpenter replaces it"
-    return "left tainted: replace it (README, Node health)"
+    # providerID aws:///<zone>/<instance id> (the AWS cloud provider's form).
+    instance = current.get("spec", {}).get("providerID", "").rsplit("/", 1)[-1] or "<instance id>"
+    # Without --no-should-respect-grace-period the call is ignored inside the group's health check grace period,
+    # which a node that has just joined may still be in (EC2 Auto Scaling API Reference, SetInstanceHealth).
+    return (f"left tainted: have its node group replace it: aws autoscaling set-instance-health --instance-id "
+            f"{instance} --health-status Unhealthy --no-should-respect-grace-period")
 
 
 def parse(argv):
@@ -164,6 +197,7 @@ def parse(argv):
     parser.add_argument("--cores", type=lambda text: [int(n) for n in text.split(",")], required=True)
     parser.add_argument("--efa", type=int, required=True)
     parser.add_argument("--driver", default="")
+    parser.add_argument("--min-driver", default="")
     parser.add_argument("--fsx", default="")
     parser.add_argument("--kube", action="store_true")
     return parser.parse_args(argv)

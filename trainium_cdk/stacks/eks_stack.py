@@ -10,13 +10,14 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from trainium_cdk.charts import FSX_CHART_ID
-from trainium_cdk.charts.node_health import NODE_HEALTH_CHART_ID, NodeHealthCheck
+from trainium_cdk.charts._k8s import KUBE_SYSTEM
+from trainium_cdk.charts.node_health import NAME as NODE_HEALTH_NAME, NODE_HEALTH_CHART_ID, NodeHealthCheck
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.api_access import ApiAccessHost
 from trainium_cdk.constructs.eks_cluster import TrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
 from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
-from trainium_cdk.constructs.alerts import KARPENTER_USERNAME, KarpenterNodeRemovals
+from trainium_cdk.constructs.alerts import SERVICE_ACCOUNT_USERNAME, KarpenterInterruptions
 from trainium_cdk.constructs.karpenter import KARPENTER_NAMESPACE, KARPENTER_SERVICE_ACCOUNT, KarpenterController
 from trainium_cdk.stacks.eks_capacity import trainium_capacity
 from trainium_cdk.constructs.network import TrainingNetwork
@@ -25,7 +26,7 @@ from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.adapters import eks as adapter
 from trainium_cdk.names import (
     OUTPUT_ACCESS_HOST_ID, OUTPUT_BERT_IMAGE_URI, OUTPUT_CLUSTER_NAME, OUTPUT_CONNECT_POLICY_ARN, OUTPUT_DASHBOARD_NAME,
-    OUTPUT_EXAMPLE_IMAGE_URI, OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, OUTPUT_UPDATE_KUBECONFIG,
+    OUTPUT_EXAMPLE_IMAGE_URI, OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, OUTPUT_UPDATE_KUBECONFIG, TRAINING_NAMESPACE,
 )
 
 
@@ -125,12 +126,15 @@ class EksStack(Stack):
             after=[self.training.system_nodes, *self.manifests.values()],
             file_system_id=storage.file_system_id if storage is not None else None, alarm_topic=alarm_topic,
         )
-        self.node_removals: KarpenterNodeRemovals | None = None
+        self.interruptions: KarpenterInterruptions | None = None
         if config.eks.capacity == "karpenter":
-            self.node_removals = KarpenterNodeRemovals(
-                self, "KarpenterNodeRemovals", audit_log=self.training.control_plane_logs,
-                cluster_name=adapter.cluster_name(config), topic=alarm_topic,
-                username=KARPENTER_USERNAME.format(namespace=KARPENTER_NAMESPACE, service_account=KARPENTER_SERVICE_ACCOUNT),
+            self.interruptions = KarpenterInterruptions(
+                self, "KarpenterInterruptions", audit_log=self.training.control_plane_logs,
+                cluster_name=adapter.cluster_name(config), topic=alarm_topic, training_namespace=TRAINING_NAMESPACE,
+                username=SERVICE_ACCOUNT_USERNAME.format(namespace=KARPENTER_NAMESPACE,
+                                                         service_account=KARPENTER_SERVICE_ACCOUNT),
+                # The checker runs in the chart's default namespace (the stack adds the chart with it).
+                health_checker=SERVICE_ACCOUNT_USERNAME.format(namespace=KUBE_SYSTEM, service_account=NODE_HEALTH_NAME),
             )
         if config.eks.prepull_images:
             self._prepull(config, [self.workloads.image.image_uri,

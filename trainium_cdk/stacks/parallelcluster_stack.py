@@ -8,6 +8,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from trainium_cdk.config import Config
+from trainium_cdk.constructs.alerts import notify, parallelcluster_alarm_message, parallelcluster_alarms
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.adapters.parallelcluster import cluster_name, cluster_settings
@@ -62,6 +63,12 @@ class ParallelClusterStack(Stack):
         self.metrics = NeuronNodeMetrics(
             self, "NeuronMetrics", deployment=cluster_name(config),
             file_system_id=storage.file_system_id if storage is not None else None, alarm_topic=alarm_topic,
+        )
+        # ParallelCluster's own alarms have no actions (its configuration offers none): their state changes are mailed.
+        self.cluster_alarms = notify(
+            self, "ClusterAlarms", topic=alarm_topic, pattern=parallelcluster_alarms(cluster_name(config)),
+            message=parallelcluster_alarm_message(cluster_name(config)),
+            description=f"ParallelCluster alarms of {cluster_name(config)} (its head node) to the deployment's topic",
         )
         CfnOutput(self, OUTPUT_DASHBOARD_NAME, value=self.metrics.dashboard.dashboard_name)
         CfnOutput(self, OUTPUT_CLUSTER_NAME, value=self.slurm.cluster_name)

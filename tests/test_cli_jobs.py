@@ -677,7 +677,8 @@ def test_eks_fabric_check_creates_its_job_through_the_api(aws, eks_stack, kube, 
     for task in body["spec"]["tasks"]:
         (container,) = task["template"]["spec"]["containers"]
         assert container["image"] == IMAGE
-        assert {"name": "NPROC_PER_NODE", "value": "1"} in container["env"]
+        # One process per NeuronCore on TorchNeuron's device and process group (trainium_cdk/cli/check.py).
+        assert {"name": "TRN_DIST_BACKEND", "value": "neuron"} in container["env"]
     assert f"created Job {NAMESPACE}/fab" in result.out
     assert f"trn logs fab --backend eks --config {config} --namespace {NAMESPACE} > fabric.log" in result.out
 

@@ -1,31 +1,47 @@
-"""The fabric check: report parsing against real nccom-test output (tests/data, with its source), the
-verdict against the catalog's EFA line rate, and the job's launch rehearsed on the deployed Batch job
-definition with the CLI's overrides and with the Slurm fabric script (stand-ins for neuron-ls and nccom-test, listed in
-tests/rehearsal.py: on the container's PATH for Batch, in the host's Neuron tools folder for Slurm)."""
+"""The fabric check: report parsing against real nccom-test output (tests/data, with its source), the verdict
+against each type's reference figure (the catalog's), and the job's launch rehearsed: on EKS through `trn check
+fabric` against the API server stand-in, on Batch with the deployed job definition and the CLI's overrides,
+on Slurm with the fabric script (stand-ins for neuron-ls and nccom-test, listed in tests/rehearsal.py: on the
+container's PATH for Batch and EKS, in the host's Neuron tools folder for Slurm)."""
 
 from __future__ import annotations
 
+import base64
 import io
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from tests.helpers import resources
-from tests.rehearsal import Stage, neuron_ls, nccom_test, run_nodes
+from tests.rehearsal import Stage, neuron_ls, nccom_test, run_batch_node_properties, run_nodes
+from tests.test_cli_support import assert_one_clean_line, run_cli
+from tests.test_own_job import config as all_backends  # noqa: F401 (the fixture: the default config, every backend)
 from tests.test_rehearsal import app, config, run_slurm_script  # noqa: F401
-from trainium_cdk.catalog import DEFAULT_CATALOG
+from trainium_cdk.catalog import DEFAULT_CATALOG, FABRIC_REFERENCES, fabric_reference
 from trainium_cdk.cli import main
-from trainium_cdk.cli.check import batch_request, eks_job
-from trainium_cdk.fabric import fabric_command, node_reports, parse_report, single_host_verdict, verdict
+from trainium_cdk.cli.check import FABRIC_ENV, batch_request, eks_job
+from trainium_cdk.fabric import fabric_command, parse_report, parse_reports, verdict
+from trainium_cdk.node.fabric_check import OPERATIONS, framed
 from trainium_cdk.parallelcluster.sbatch import fabric_script_name, render_all
 
 # End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
 pytestmark = pytest.mark.e2e
+pytest_plugins = ["tests.test_cli_support"]
 
 DATA = Path(__file__).resolve().parent / "data"
 TWO_TRN1 = DATA / "nccom_test_allr_2x_trn1.txt"
 FAILED = DATA / "nccom_test_failure.txt"
+TRN1 = DEFAULT_CATALOG.get("trn1.32xlarge")
+# The sizes the rehearsal sweeps (its substitution table: 64 KiB to 4 MiB, step 8), whole bf16 chunks of 4 ranks.
+REHEARSED_SIZES = [65536, 524288, 4194304]
+
+
+def the_guides_table_for_each_operation(**instead: Path) -> str:
+    """A fabric job's log: the nccom-test guide's real 2 x trn1 table as each operation's report (or another)."""
+    return "\n".join(framed(op, instead.get(op, TWO_TRN1).read_text()) for op in OPERATIONS)
 
 
 def test_parses_the_real_two_node_report():
@@ -33,45 +49,84 @@ def test_parses_the_real_two_node_report():
     assert len(rows) == 28 and rows[0].size == 8 and rows[-1].size == 1073741824
     assert rows[-1].busbw_gib_s == 47.09
     assert rows[-1].gbps == pytest.approx(47.09 * 8 * 1.073741824)  # GiB/s -> Gbps
+    reports = parse_reports(the_guides_table_for_each_operation())
+    assert sorted(reports) == sorted(OPERATIONS) and all(len(rows) == 28 for rows in reports.values())
 
 
-def test_verdict_against_the_line_rate_of_the_catalog():
-    rows = parse_report(TWO_TRN1.read_text())
-    result, lines = verdict(rows, DEFAULT_CATALOG.get("trn1.32xlarge"))
-    assert result == "PASS" and "of the trn1.32xlarge EFA line rate (800 Gbps)" in lines[-1] and "51%" in lines[-1]
-    assert verdict(rows, DEFAULT_CATALOG.get("trn1n.32xlarge"))[0] == "WARN"  # 1600 Gbps
-    assert verdict(rows, DEFAULT_CATALOG.get("trn2.48xlarge"))[0] == "WARN"  # 3200 Gbps
-    assert verdict(rows, DEFAULT_CATALOG.get("trn1.32xlarge"), min_fraction=0.6)[0] == "WARN"
+def test_every_efa_type_has_a_reference_with_its_source():
+    """trn1.32xlarge: the nccom-test guide's published pair; the others: their line rate, marked provisional."""
+    assert fabric_reference(TRN1) == FABRIC_REFERENCES["trn1.32xlarge"]
+    assert TRN1.name in fabric_reference(TRN1).source and not fabric_reference(TRN1).provisional
+    for name in ("trn1n.32xlarge", "trn2.48xlarge", "trn2u.48xlarge"):
+        spec = DEFAULT_CATALOG.get(name)
+        reference = fabric_reference(spec)
+        assert reference.provisional and f"{spec.network_gbps} Gbps" in reference.source
+        assert reference.busbw_gib_s == pytest.approx(spec.network_gbps / 8 / 1.073741824)
 
 
-def test_a_failed_run_is_a_failure():
-    assert parse_report(FAILED.read_text()) == []
-    assert verdict([], DEFAULT_CATALOG.get("trn1.32xlarge"))[0] == "FAIL"
+def test_verdict_passes_at_the_published_figure_and_fails_below_a_pass_line():
+    reports = parse_reports(the_guides_table_for_each_operation())
+    result, lines = verdict(reports, TRN1)
+    assert result == "PASS" and lines[-1] == ("PASS: all-reduce, all-gather and reduce-scatter at or above 37.67 GB/s "
+                                              "(80% of the trn1.32xlarge reference)")
+    assert lines[0].startswith("reference: 47.09 GB/s (405 Gbps): Neuron nccom-test guide")
+    # trn1n: 1600 Gbps of EFA, no published figure: 40% of its line rate (74.5 GB/s) is above the trn1 pair's 47.09.
+    result, lines = verdict(reports, DEFAULT_CATALOG.get("trn1n.32xlarge"))
+    assert result == "FAIL" and "(provisional)" in lines[1]
+    assert "FAIL: all-reduce best 47.09 GB/s at 1073741824 B is 25% of the reference" in lines[-1]
+    assert verdict(reports, TRN1, min_fraction=1.0)[0] == "PASS"  # at the figure itself
 
 
-def test_trn_check_fabric_report_prints_pass(tmp_path):
-    out, err = io.StringIO(), io.StringIO()
-    code = main(["check", "fabric", "--report", str(TWO_TRN1), "-c", "instance_type=trn1.32xlarge"], out=out, err=err)
-    assert code == 0, err.getvalue()
-    assert "PASS: best bus bandwidth 405 Gbps" in out.getvalue()
+def test_an_operation_that_failed_fails_the_check():
+    reports = parse_reports(the_guides_table_for_each_operation(allg=FAILED))
+    assert reports["allg"] == []
+    result, lines = verdict(reports, TRN1)
+    assert result == "FAIL" and lines[-1] == "FAIL: all-gather reported no bandwidth (see the job's log)"
+    assert verdict(parse_reports("no reports: the job failed before its first"), TRN1)[0] == "FAIL"
 
 
-def test_eks_fabric_job_is_one_process_per_node_on_every_node(config):
-    (job,) = eks_job(config, name="fabric", nodes=2, group_name=config.compute_groups[0].name, image="i")
-    assert job["kind"] == "Job" and job["apiVersion"] == "batch.volcano.sh/v1alpha1"
-    for task in job["spec"]["tasks"]:
-        (container,) = task["template"]["spec"]["containers"]
-        env = {e["name"]: e["value"] for e in container["env"]}
-        assert env["NPROC_PER_NODE"] == "1"
-        assert container["command"][:2] == ["/bin/sh", "-c"] and "python3" in container["command"]
+def test_trn_check_fabric_report_passes_and_fails_with_its_exit_code(tmp_path):
+    log = tmp_path / "fabric.log"
+    log.write_text(the_guides_table_for_each_operation())
+    good = run_cli("check", "fabric", "--report", str(log), "-c", "instance_type=trn1.32xlarge")
+    assert good.code == 0 and "PASS: all-reduce, all-gather and reduce-scatter" in good.out, good.err
+    log.write_text(the_guides_table_for_each_operation(redsct=FAILED))
+    bad = run_cli("check", "fabric", "--report", str(log), "-c", "instance_type=trn1.32xlarge")
+    assert bad.code == 1 and "FAIL: reduce-scatter reported no bandwidth" in bad.out
 
 
-def test_batch_fabric_job_runs_through_the_launcher_on_every_node(tmp_path, app, config):
-    """The deployed definition with the CLI's overrides, as Batch applies them, on 2 nodes."""
+def test_a_type_without_efa_gets_no_between_hosts_check(tmp_path):
+    result = run_cli("check", "fabric", "--report", str(TWO_TRN1), "-c", "instance_type=trn1.2xlarge", "-c", "nodes=1")
+    assert_one_clean_line(result, "trn1.2xlarge", "a type with EFA", "has none (its nodes talk over ENA at 25 Gbps)")
+
+
+def _between_hosts_run(results: Any, tmp_path: Path) -> str:
+    """Node 0's log of a rehearsed fabric job: the device counts and a report per operation over 4 ranks."""
+    assert [r.code for r in results] == [0, 0], "\n".join(r.output[-3000:] for r in results)
+    output = results[0].output
+    assert "trainium-fabric: every node: 16 of 16 Neuron devices (2 nodes)" in output  # each node asked neuron-ls
+    reports = parse_reports(output)
+    for op in OPERATIONS:
+        assert [r.size for r in reports[op]] == REHEARSED_SIZES, (op, output[-3000:])
+        assert reports[op][-1].busbw_gib_s > 0
+    return output
+
+
+def _verdicts(output: str, tmp_path: Path, *flags: str) -> None:
+    """On CPU over loopback gloo is far below Trainium's EFA: FAIL at the reference, PASS at a tiny fraction."""
+    log = tmp_path / "fabric.log"
+    log.write_text(output)
+    fail = run_cli("check", "fabric", "--report", str(log), "-c", "instance_type=trn1.32xlarge", *flags)
+    assert fail.code == 1 and "FAIL: all-reduce best" in fail.out, fail.out
+    low = run_cli("check", "fabric", "--report", str(log), "-c", "instance_type=trn1.32xlarge",
+                  "--min-fraction", "0.000001", *flags)
+    assert low.code == 0 and "PASS" in low.out, low.out
+
+
+def test_batch_fabric_job_measures_between_the_hosts_through_the_launcher(tmp_path, app, config):
+    """The deployed definition with the CLI's overrides, as Batch applies them, on 2 nodes of 2 NeuronCores."""
     stage = Stage(tmp_path)
     neuron_ls(stage.bin, 16)
-    calls = tmp_path / "nccom.log"
-    nccom_test(stage.bin, TWO_TRN1, calls)
     (definition,) = resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
     container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
     request = batch_request(name="f", queue="q", definition="d", nodes=2, config=config,
@@ -79,40 +134,66 @@ def test_batch_fabric_job_runs_through_the_launcher_on_every_node(tmp_path, app,
     (override,) = request["nodeOverrides"]["nodePropertyOverrides"]
     assert override["targetNodes"] == "0:"
     env = {e["Name"]: e["Value"] for e in container["Environment"]}
-    env.update({e["name"]: e["value"] for e in override["containerOverrides"]["environment"]})
-    argvs, envs = [], []
-    for index in range(2):
-        node = {"AWS_BATCH_JOB_ID": f"fabric#{index}", "AWS_BATCH_JOB_NUM_NODES": "2",
-                "AWS_BATCH_JOB_NODE_INDEX": str(index), "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0"}
-        if index:
-            node["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = "127.0.0.1"
-        e = stage.environment({**env, **node})
-        e["NPROC_PER_NODE"] = "1"  # the fabric job's own count, not the NeuronCores the rehearsal substitutes
-        argvs.append([stage.substitute(a) for a in override["containerOverrides"]["command"]])
-        envs.append(e)
-    results = run_nodes(argvs, envs, cwd=stage.root)
-    assert [r.code for r in results] == [0, 0], "\n".join(r.output[-3000:] for r in results)
-    assert "batch: node 1 of 2, 1 processes" in results[1].output
-    assert "16 of 16 Neuron devices" in results[1].output
-    # No launch across hosts (MPI, ssh) from a Batch container: each node all-reduces over its own 32
-    # NeuronCores, with no root communicator, and node 0 reports both.
-    calls_made = calls.read_text().splitlines()
-    assert calls_made == [" -r 32 -N 1 -b 1MB -e 1GB -f 32 -d fp32 allr"] * 2
-    reports = node_reports(results[0].output)
-    assert sorted(reports) == [0, 1] and all(len(rows) == 28 for rows in reports.values())
-    result, lines = single_host_verdict(reports, DEFAULT_CATALOG.get("trn1.32xlarge"))
-    assert result == "PARTIAL" and "EFA between the hosts is not measured" in lines[0]
-    log = tmp_path / "fabric.log"
-    log.write_text(results[0].output)
-    out, err = io.StringIO(), io.StringIO()
-    assert main(["check", "fabric", "--report", str(log), "-c", "instance_type=trn1.32xlarge"], out=out, err=err) == 0
-    assert "PARTIAL: 2 nodes passed on their own" in out.getvalue() and "PASS" not in out.getvalue()
+    assert env["NPROC_PER_NODE"] == "32"  # one process per NeuronCore: the definition's, not overridden
+    overrides = {e["name"]: e["value"] for e in override["containerOverrides"]["environment"]}
+    assert overrides == {"TRN_TORCH_DEVICE": "neuron", "TRN_DIST_BACKEND": "neuron",
+                         "TRN_FABRIC_SIZES": "1048576:1073741824:32"}
+    results = run_batch_node_properties(stage, command=override["containerOverrides"]["command"],
+                                        environment={**env, **overrides}, nodes=2, job_id="fabric")
+    assert "batch: node 1 of 2, 2 processes" in results[1].output
+    _verdicts(_between_hosts_run(results, tmp_path), tmp_path)
 
 
-def test_a_single_host_report_with_a_failed_node_fails():
-    rows = parse_report(TWO_TRN1.read_text())
-    result, lines = single_host_verdict({0: rows, 1: []}, DEFAULT_CATALOG.get("trn1.32xlarge"))
-    assert result == "FAIL" and "node 1: nccom-test reported no bandwidth" in lines
+@pytest.fixture
+def fabric_cluster(aws, tmp_path, no_sleep, monkeypatch) -> Any:
+    """The API server stand-in running each job through the rehearsal (neuron-ls on the pods' PATH)."""
+    from tests.fake_kube import FakeCluster
+    from tests.rehearsal import run_volcano_job
+
+    stage = Stage(tmp_path / "nodes")
+    neuron_ls(stage.bin, 16)
+    fake = FakeCluster(runner=lambda job: [(r.code, r.output) for r in run_volcano_job(stage, job)])
+    port = fake.start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "eks",
+        "clusters": [{"name": "eks", "cluster": {"server": f"https://localhost:{port}",
+                                                  "certificate-authority-data": base64.b64encode(fake.ca_pem).decode()}}],
+        "users": [{"name": "me", "user": {"token": "test-token-0123456789abcdef"}}],
+        "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "me", "namespace": "training"}}],
+    }))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    yield fake
+    fake.stop()
+
+
+def test_eks_trn_check_fabric_measures_between_the_hosts(aws, fabric_cluster, all_backends, tmp_path):
+    """`trn check fabric --backend eks`, then `trn logs` and `trn check fabric --report`, as a user types them."""
+    flags = ("--backend", "eks", "--config", str(all_backends))
+    result = run_cli("check", "fabric", *flags, "--name", "fab", "--nodes", "2", "--image", "example.com/t:1")
+    assert result.code == 0, result.err
+    (job,) = fabric_cluster.created
+    for task in job["spec"]["tasks"]:
+        (container,) = task["template"]["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert {k: env[k] for k in FABRIC_ENV} == FABRIC_ENV and env["NPROC_PER_NODE"] == "32"
+    fabric_cluster.wait_for_jobs()
+    status = run_cli("status", "fab", *flags)
+    assert status.code == 0 and "SUCCEEDED" in status.out, status.out
+    logs = run_cli("logs", "fab", *flags)
+    assert logs.code == 0, logs.err
+    _verdicts(_between_hosts_run([type("R", (), {"code": 0, "output": logs.out})()] * 2, tmp_path), tmp_path,
+              "--config", str(all_backends))
+
+
+def test_eks_fabric_job_is_one_process_per_neuroncore_on_every_node(config):
+    (job,) = eks_job(config, name="fabric", nodes=2, group_name=config.compute_groups[0].name, image="i")
+    assert job["kind"] == "Job" and job["apiVersion"] == "batch.volcano.sh/v1alpha1"
+    for task in job["spec"]["tasks"]:
+        (container,) = task["template"]["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["NPROC_PER_NODE"] == str(config.spec(config.compute_groups[0]).neuron_cores)
+        assert container["command"][:2] == ["/bin/sh", "-c"] and "python3" in container["command"]
 
 
 def test_a_node_short_of_devices_fails_the_check(tmp_path, app, config):
@@ -121,10 +202,10 @@ def test_a_node_short_of_devices_fails_the_check(tmp_path, app, config):
     request = batch_request(name="f", queue="q", definition="d", nodes=1, config=config,
                             group_name=config.compute_groups[0].name)
     command = request["nodeOverrides"]["nodePropertyOverrides"][0]["containerOverrides"]["command"]
-    env = stage.environment({"NPROC_PER_NODE": "1", "MASTER_PORT": "1"})
-    env["NPROC_PER_NODE"] = "1"
+    env = stage.environment({"NPROC_PER_NODE": "2", "MASTER_PORT": "1", **FABRIC_ENV})
     (result,) = run_nodes([command], [env], cwd=stage.root)
     assert result.code != 0 and "FAIL devices: node 0 (127.0.0.1): 15" in result.output
+    assert "report allr begins" not in result.output
 
 
 def test_slurm_fabric_script_runs_through_the_launcher_on_every_node(tmp_path, config):
@@ -142,10 +223,13 @@ def test_slurm_fabric_script_runs_through_the_launcher_on_every_node(tmp_path, c
     (result,) = run_slurm_script(stage, script, 2, processes_per_node=1)
     assert result.code == 0, result.output[-3000:]
     assert "slurm: node 1 of 2, 1 processes" in result.output
-    assert result.output.count("16 of 16 Neuron devices") == 2
-    (call,) = calls.read_text().splitlines()
-    assert call.startswith("127.0.0.1:45654 -r 64 -N 2 -b 1MB -e 1GB -f 32 -d fp32 allr --hosts 127.0.0.1 127.0.0.1")
-    assert verdict(parse_report(result.output), DEFAULT_CATALOG.get("trn1.32xlarge"))[0] == "PASS"
+    assert result.output.count("): 16 of 16 Neuron devices") == 2  # each node's own line, then node 0's summary
+    assert "trainium-fabric: every node: 16 of 16 Neuron devices (2 nodes)" in result.output
+    # nccom-test across the hosts (MPI over the nodes' sshd), once per operation, in bf16.
+    assert calls.read_text().splitlines() == [
+        f"127.0.0.1:45654 -r 64 -N 2 -b 1048576 -e 1073741824 -f 32 -d bf16 {op} --hosts 127.0.0.1 127.0.0.1"
+        for op in OPERATIONS]
+    assert verdict(parse_reports(result.output), TRN1)[0] == "PASS"
 
 
 def test_slurm_fabric_script_runs_the_fabric_program_itself(config):

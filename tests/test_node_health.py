@@ -125,6 +125,60 @@ def test_neuron_ls_that_fails_counts_no_device(tmp_path):
     assert result.returncode == 1 and "found 0 Neuron devices, expected 16" in result.stderr
 
 
+def nccom_test(bin_dir: Path, report: Path, log: Path, *, exit_code: int = 0) -> None:
+    """nccom-test stand-in: records its arguments, prints a real report (tests/data), exits as told."""
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / "nccom-test"
+    tool.write_text(f"#!/bin/sh\necho \"$*\" >> '{log}'\ncat '{report}'\nexit {exit_code}\n")
+    tool.chmod(0o755)
+
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.mark.parametrize("instance_type, cores_per_device, ranks", [("trn1.32xlarge", 2, 32), ("trn2.48xlarge", 4, 64)])
+def test_a_good_node_passes_its_on_node_collective_over_all_neuroncores(tmp_path, instance_type, cores_per_device,
+                                                                         ranks):
+    """--collective: nccom-test's bf16 all-reduce over every NeuronCore of the node (trn2: its 64 logical cores,
+    nccom-test's ranks at the default LNC=2), one short size; what it measured on stdout."""
+    spec = DEFAULT_CATALOG.get(instance_type)
+    root = host_tree(tmp_path / "host", devices=16, cores_per_device=cores_per_device, efa=spec.efa_interfaces)
+    neuron_ls(tmp_path / "bin", 16, cores_per_device)
+    calls = tmp_path / "nccom.log"
+    nccom_test(tmp_path / "bin", DATA / "nccom_test_allr_one_node.txt", calls)
+    result = check(root, [*args_of(instance_type), "--collective"], tmp_path / "bin")
+    assert result.returncode == 0, result.stderr
+    assert calls.read_text() == f"-r {ranks} -N 1 -b 32MB -e 32MB -n 5 -w 2 -d bf16 allr\n"
+    assert result.stdout.splitlines() == [
+        f"trainium-cdk health: collective: bf16 all-reduce over {ranks} NeuronCores, bus bandwidth 40.69 GB/s",
+        f"trainium-cdk health: PASS (16 Neuron devices, {spec.efa_interfaces} EFA interfaces)",
+    ]
+
+
+def test_a_node_whose_on_node_collective_fails_fails_the_check(tmp_path):
+    root = host_tree(tmp_path / "host", devices=16, cores_per_device=2, efa=8)
+    neuron_ls(tmp_path / "bin", 16, 2)
+    nccom_test(tmp_path / "bin", DATA / "nccom_test_failure.txt", tmp_path / "nccom.log", exit_code=1)
+    result = check(root, [*args_of("trn1.32xlarge"), "--collective"], tmp_path / "bin")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "trainium-cdk health: FAIL collective: nccom-test all-reduce over 32 NeuronCores failed (exit 1): "
+        "1 errors found - test failed"]
+
+
+def test_the_on_node_collective_is_not_run_without_nccom_test_or_on_a_node_already_failing(tmp_path):
+    root = host_tree(tmp_path / "host", devices=16, cores_per_device=2, efa=8)
+    neuron_ls(tmp_path / "bin", 16, 2)
+    result = check(root, [*args_of("trn1.32xlarge"), "--collective"], tmp_path / "bin")
+    assert result.returncode == 0 and "collective: not run (no nccom-test on this host)" in result.stdout
+    calls = tmp_path / "nccom.log"
+    nccom_test(tmp_path / "bin", DATA / "nccom_test_allr_one_node.txt", calls)
+    short = host_tree(tmp_path / "short", devices=15, cores_per_device=2, efa=8)
+    neuron_ls(tmp_path / "bin", 15, 2)
+    assert check(short, [*args_of("trn1.32xlarge"), "--collective"], tmp_path / "bin").returncode == 1
+    assert not calls.exists()  # a node short of a device is not asked to all-reduce over it
+
+
 # -- EKS: the startup taint ---------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module", params=["trn1.32xlarge", "trn1n.32xlarge+trn1.2xlarge"], ids=["karpenter", "managed"])

@@ -231,6 +231,44 @@ def node_capacity(name: str, catalog: Catalog = DEFAULT_CATALOG) -> tuple[int, i
             (*catalog.names(), *GENERAL_PURPOSE_TYPES))) from None
 
 
+@dataclass(frozen=True)
+class FabricReference:
+    """What the fabric check (trainium_cdk/fabric.py) holds a type's bus bandwidth between hosts to: a figure
+    in GiB/s (nccom-test's GB/s), where it comes from, and the fraction of it that passes. ``provisional``: no
+    published Neuron figure, so the EFA line rate stands in and the fraction is a guess until a known-good pair
+    of nodes is measured and recorded here with its date."""
+
+    busbw_gib_s: float
+    source: str
+    fraction: float
+    provisional: bool
+
+
+# Published Neuron figures of bus bandwidth between two hosts (read 2026-11-27). The only one: the nccom-test
+# guide's "Multiple Instances Example" (aws-neuron/aws-neuron-sdk, tools/neuron-sys-tools/nccom-test.rst, commit
+# a3247f5b8c305f9b70a19993acb306122e736eec): a 64-rank fp32 all-reduce on two trn1 instances peaks at 47.09 GB/s
+# busbw at 1 GiB. The guide's performance pages (about-neuron/benchmarks) publish model throughput, no collectives.
+# Bus bandwidth normalizes for the operation (the guide's "Bus Bandwidth Calculation"), so all-gather and
+# reduce-scatter are held to the all-reduce figure; 80%: the guide warns its example figures may be dated.
+FABRIC_REFERENCES: Mapping[str, FabricReference] = MappingProxyType({
+    "trn1.32xlarge": FabricReference(
+        47.09, "Neuron nccom-test guide, Multiple Instances Example: 2 x trn1.32xlarge, 64-rank all-reduce "
+        "at 1 GiB (tools/neuron-sys-tools/nccom-test.rst, read 2026-11-27)", 0.8, False),
+})
+# No published figure: this fraction of the EFA line rate, provisional (the check's pass line before this table).
+PROVISIONAL_LINE_RATE_FRACTION = 0.4
+
+
+def fabric_reference(spec: InstanceSpec) -> FabricReference:
+    """The type's published figure, else its EFA line rate with the provisional fraction."""
+    if spec.name in FABRIC_REFERENCES:
+        return FABRIC_REFERENCES[spec.name]
+    return FabricReference(
+        spec.network_gbps * 1e9 / 8 / 1024**3,
+        f"no published Neuron figure for {spec.name}: its EFA line rate, {spec.network_gbps} Gbps (EC2 instance types)",
+        PROVISIONAL_LINE_RATE_FRACTION, True)
+
+
 # AWS service facts the config checks against and the constructs and charts use.
 # FSx for Lustre: what each deployment type accepts (FSx API reference).
 # The config's fields are Literals of these (a type checker reads a Literal's values, not a tuple's): the

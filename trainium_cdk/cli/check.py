@@ -1,16 +1,16 @@
 """`trn check fabric`: submit the fabric check (trainium_cdk.fabric) as a job, or read its report.
 
-    trn check fabric --nodes 2 [--backend batch|eks] [--group NAME] [--min-fraction 0.4] [--dry-run]
-    trn check fabric --report LOG [--group NAME] [--min-fraction 0.4]
+    trn check fabric --nodes 2 [--backend batch|eks] [--group NAME] [--min-fraction F] [--dry-run]
+    trn check fabric --report LOG [--group NAME] [--min-fraction F]
 
 Batch: a multi-node job on the deployed job queue and definition, with the fabric program as the command
-(one process per node). EKS: a Volcano job of the training chart with the same command, created through
+(one process per NeuronCore). EKS: a Volcano job of the training chart with the same command, created through
 the Kubernetes API with your kubeconfig as `trn submit` does (--dry-run prints it instead, for
 `kubectl apply -f -`). ParallelCluster: `sbatch ~/trainium/fabric-<group>.sbatch` on the head node.
-On Batch and EKS each node measures its own all-reduce and the report says that EFA between the hosts was
-not measured (nccom-test's multi-host launch needs MPI, maybe ssh, between nodes). The job's log (rank 0)
-holds nccom-test's report;
---report parses it and prints bus bandwidth against the EFA line rate with PASS or WARN.
+On Batch and EKS every NeuronCore of every node joins one torch.distributed group (torchrun's rendezvous, no
+ssh) and measures all-reduce, all-gather and reduce-scatter in bf16 across the hosts; on ParallelCluster
+nccom-test does (MPI over ssh). The job's log (rank 0) holds one report per operation in nccom-test's table;
+--report parses it and prints PASS or FAIL against the type's reference figure (trainium_cdk/catalog.py).
 """
 
 from __future__ import annotations
@@ -27,19 +27,20 @@ from trainium_cdk.cli.jobs import JOB_BACKENDS, backend_of, check_nodes, default
 from trainium_cdk.config import Config
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.fabric import (
-    DEFAULT_MIN_FRACTION, fabric_command, node_reports, parse_report, single_host_verdict, verdict,
+    FABRIC_SIZES, check_applies, fabric_command, parse_reports, verdict,
 )
 from trainium_cdk.launcher import launch_command
+from trainium_cdk.names import DIST_BACKEND_VARIABLE, NEURON_DEVICE, TORCH_DEVICE_VARIABLE
 
-# One process per node: node 0's nccom-test starts the workers on every NeuronCore itself.
-FABRIC_ENV = {"NPROC_PER_NODE": "1"}
+# One process per NeuronCore (the job definition's NPROC_PER_NODE), on TorchNeuron's device and process group.
+FABRIC_ENV = {TORCH_DEVICE_VARIABLE: NEURON_DEVICE, DIST_BACKEND_VARIABLE: NEURON_DEVICE, **FABRIC_SIZES}
 
 
 def add_parser(sub: Any) -> None:
     check = sub.add_parser("check", help="checks of a deployed cluster (fabric)")
     inner = check.add_subparsers(dest="check", metavar="CHECK", required=True)
     p = inner.add_parser(
-        "fabric", help="neuron-ls on every node, then an nccom-test all-reduce against the EFA line rate",
+        "fabric", help="neuron-ls on every node, then bf16 collectives between the hosts against a reference",
         description=__doc__.splitlines()[0],
     )
     p.add_argument("--nodes", type=int, metavar="N", help="nodes of the check (default: the group's nodes)")
@@ -47,8 +48,8 @@ def add_parser(sub: Any) -> None:
                    help="default: the job backend the config deploys (parallelcluster: prints the sbatch command)")
     p.add_argument("--group", metavar="NAME", help="compute group (default: the first)")
     p.add_argument("--name", help="job name (default: fabric-<group>-<date>-<time>)")
-    p.add_argument("--min-fraction", type=float, default=DEFAULT_MIN_FRACTION, metavar="F",
-                   help=f"PASS at this fraction of the EFA line rate (default {DEFAULT_MIN_FRACTION})")
+    p.add_argument("--min-fraction", type=float, metavar="F",
+                   help="PASS at this fraction of the type's reference figure (default: the catalog's)")
     p.add_argument("--report", metavar="LOG", help="parse a finished check's log (- for stdin) instead of submitting")
     p.add_argument("--image", metavar="URI", help="EKS: the image (default: workloads.image, else the example image)")
     p.add_argument("--dry-run", "--print", action="store_true", dest="dry_run",
@@ -86,8 +87,7 @@ def eks_job(config: Config, *, name: str, nodes: int, group_name: str, image: st
     spec = config.spec(group)
     job = JobSpec(
         name=name, instance=spec, command=fabric_command(spec, multi_host=False), image=image, nodes=nodes,
-        max_nodes=group.maximum,
-        processes_per_node=1, group=group.name, retries=0, shared_storage=config.storage.enabled,
+        max_nodes=group.maximum, env=dict(FABRIC_ENV), group=group.name, retries=0, shared_storage=config.storage.enabled,
         neuron_track=config.neuron_track,
     )
     return training_job(cdk8s.App(), name, job=job, queue=config.workloads.queue).to_json()
@@ -97,17 +97,14 @@ def fabric(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = read_config(args.config, parse_overrides(args.overrides))
     group = group_of(config, args.group)
     spec = config.spec(group)
-    if not 0 < args.min_fraction <= 1:
+    if args.min_fraction is not None and not 0 < args.min_fraction <= 1:
         raise ConfigError("--min-fraction", args.min_fraction, "a fraction above 0 and at most 1")
+    check_applies(spec)
     if args.report is not None:
         text = sys.stdin.read() if args.report == "-" else open(args.report, encoding="utf-8").read()
-        reports = node_reports(text)
-        if reports is not None:  # Batch, EKS: each node on its own
-            result, lines = single_host_verdict(reports, spec)
-        else:
-            result, lines = verdict(parse_report(text), spec, min_fraction=args.min_fraction)
+        result, lines = verdict(parse_reports(text), spec, min_fraction=args.min_fraction)
         out.write("\n".join(lines) + "\n")
-        return 0 if result in ("PASS", "PARTIAL") else 1
+        return 0 if result == "PASS" else 1
     nodes = check_nodes(config, group, args.nodes)
     if nodes < 2:
         raise ConfigError("--nodes", nodes, "at least 2: the fabric check runs across nodes")

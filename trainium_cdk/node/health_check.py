@@ -1,7 +1,7 @@
 """trainium-cdk node health check: before a Trainium node takes work, check it against the catalog of its type.
 
     python3 health_check.py --devices N --cores N[,N] --efa N [--driver VERSION | --min-driver VERSION] [--fsx PATH]
-                            [--kube]
+                            [--collective] [--kube]
 
 Checks (one line on stderr per failed check, exit 1; exit 0 when all pass):
   devices  Neuron devices: ``neuron-ls --json-output`` where the Neuron tools are installed, else /dev/neuron<N>.
@@ -14,6 +14,10 @@ Checks (one line on stderr per failed check, exit 1; exit 0 when all pass):
            driver at least as new as its release's; Neuron runtime FAQ, "This runtime requires Neuron Driver
            version X or greater").
   fsx      PATH is a Lustre mount (/proc/1/mounts: the host's, also from a container that mounts /proc).
+  collective  (--collective) a short on-node collective over all NeuronCores: nccom-test's bf16 all-reduce at
+           COLLECTIVE_SIZES, the fabric check's tool and table on one node (trainium_cdk/fabric.py); it fails when
+           nccom-test fails or reports no bus bandwidth. nccom-test needs the Neuron runtime and collectives
+           libraries beside the tools: where it is not installed the check is not run, and says so.
 The host's files are read under TRN_HEALTH_ROOT (default /): a pod mounts them under /host; stand-ins anywhere.
 
 --kube (the EKS checker DaemonSet, in a pod on the node NODE_NAME, with its service account): on pass, take this
@@ -97,8 +101,32 @@ def mounted(path):
     return None
 
 
-def check(args):
-    """The failed checks, one line each."""
+# One size, bandwidth-bound but quick: 32 MiB, nccom-test's default size, 2 warm-up and 5 measured operations.
+COLLECTIVE_SIZES = ["-b", "32MB", "-e", "32MB", "-n", "5", "-w", "2"]
+# A row of nccom-test's table: size(B) count(elems) type time(us) algbw(GB/s) busbw(GB/s) (Neuron nccom-test guide).
+ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s*$")
+
+
+def collective(cores):
+    """(failure or None, what was measured): nccom-test's bf16 all-reduce over ``cores`` ranks on this node."""
+    tool = shutil.which("nccom-test", path=os.pathsep.join([os.environ.get("PATH", ""), NEURON_BIN]))
+    if tool is None:
+        return None, "collective: not run (no nccom-test on this host)"
+    try:
+        run = subprocess.run([tool, "-r", str(cores), "-N", "1", *COLLECTIVE_SIZES, "-d", "bf16", "allr"],
+                             capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"collective: nccom-test did not finish: {error}", ""
+    rows = [m for line in run.stdout.splitlines() if (m := ROW.match(line))]
+    if run.returncode != 0 or not rows or any(float(m.group(6)) <= 0 for m in rows):
+        last = (run.stdout.strip().splitlines() or run.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"collective: nccom-test all-reduce over {cores} NeuronCores failed (exit {run.returncode}): {last}", ""
+    best = max(float(m.group(6)) for m in rows)
+    return None, f"collective: bf16 all-reduce over {cores} NeuronCores, bus bandwidth {best:.2f} GB/s"
+
+
+def check(args, measured=None):
+    """The failed checks, one line each (``measured``: where the lines of what was measured go)."""
     failed = []
     devices, cores = neuron_devices()
     if devices != args.devices:
@@ -119,6 +147,12 @@ def check(args):
         kind = mounted(args.fsx)
         if kind != "lustre":
             failed.append(f"fsx: {args.fsx} is {'not mounted' if kind is None else 'a ' + kind + ' mount, not Lustre'}")
+    if args.collective and not failed:  # on a node whose devices and driver passed
+        # The fewest NeuronCores the catalog lists: Trainium2's logical count, nccom-test's ranks at its default LNC=2.
+        failure, note = collective(min(args.cores))
+        failed += [failure] if failure else []
+        if measured is not None and note:
+            measured.append(note)
     return failed
 
 
@@ -199,6 +233,7 @@ def parse(argv):
     parser.add_argument("--driver", default="")
     parser.add_argument("--min-driver", default="")
     parser.add_argument("--fsx", default="")
+    parser.add_argument("--collective", action="store_true")
     parser.add_argument("--kube", action="store_true")
     return parser.parse_args(argv)
 
@@ -209,7 +244,10 @@ def main(argv):
         # Checked before (the pod was replaced: a DaemonSet update, a restart): the node may be running a job now.
         print(f"{PREFIX} node {os.environ['NODE_NAME']} was checked before: nothing to do", flush=True)
         return wait()
-    failed = check(args)
+    measured = []
+    failed = check(args, measured)
+    for line in measured:
+        print(f"{PREFIX} {line}", flush=True)
     for line in failed:
         print(f"{PREFIX} FAIL {line}", file=sys.stderr, flush=True)
     if not failed:

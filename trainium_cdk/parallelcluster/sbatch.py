@@ -149,7 +149,7 @@ def render_fabric_sbatch(config: Config, group: ComputeGroup) -> str:
     lines = [
         "#!/bin/bash",
         f"# trainium-cdk: fabric check of {spec.name} nodes, queue {queue_name(group)}: neuron-ls on every node, then an",
-        f"# nccom-test all-reduce across them. Usage: sbatch [-N NODES] $0; then: trn check fabric --report fabric-<job id>.out",
+        f"# nccom-test bf16 all-reduce, all-gather, reduce-scatter across them. Usage: sbatch [-N NODES] $0; then: trn check fabric --report fabric-<job id>.out",
         f"#SBATCH --job-name=fabric-{group.name}",
         f"#SBATCH --partition={queue_name(group)}",
         f"#SBATCH --nodes={nodes}",

@@ -31,6 +31,8 @@ the image (EKS, Batch)                 this machine's Python, the one ``trn`` ru
                                        gets: a Slurm script must put it there itself, as on a host. EKS and
                                        Batch containers carry the tools on their PATH: there, ``Stage.bin``
 ``TRN_HEARTBEAT_S`` 30 (Batch nodes)   1: a lost peer shows in seconds, not minutes
+``TRN_FABRIC_SIZES`` (the fabric        64 KiB to 4 MiB (``FABRIC_SIZES_HERE``): gigabyte tensors in every
+check's sweep, 1 MiB to 1 GiB)         process would not fit this machine's memory
 =====================================  ==========================================================
 
 The tests add stand-ins of their own on the stage (``neuron-ls``, ``nccom-test``, a recording ``scontrol``:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainium_cdk.launcher import WORKDIR_VARIABLE
+from trainium_cdk.node.fabric_check import SIZES_VARIABLE as FABRIC_SIZES_VARIABLE
 from trainium_cdk.names import (
     COMPILE_BACKEND_VARIABLE, DIST_BACKEND_VARIABLE, NEURON_BIN, NEURON_DEVICE, SHARED_MOUNT, TORCH_DEVICE_VARIABLE,
 )
@@ -33,6 +34,9 @@ MAIN_EXIT_GRACE_S = 30  # ECS's default stop timeout: what a Batch child gets af
 # own distributed tutorial runs its CPU comparison the same way (torch/tutorials/tutorial-torch-distributed:
 # "Change --device and --backend between runs").
 CPU_FOR_NEURON = {TORCH_DEVICE_VARIABLE: "cpu", DIST_BACKEND_VARIABLE: "gloo", COMPILE_BACKEND_VARIABLE: "eager"}
+# The fabric check's size sweep (1 MiB to 1 GiB a rank on Neuron): 64 KiB to 4 MiB, so that every process on loopback
+# holds megabytes, not gigabytes, of the machine's memory.
+FABRIC_SIZES_HERE = "65536:4194304:8"
 
 _HOSTNAME = f"""#!/bin/sh
 # hostname stand-in: the node's own address is loopback here.
@@ -221,6 +225,8 @@ class Stage:
             return str(self.workdir)
         if key in CPU_FOR_NEURON and value == NEURON_DEVICE:
             return CPU_FOR_NEURON[key]
+        if key == FABRIC_SIZES_VARIABLE:
+            return FABRIC_SIZES_HERE
         return self.substitute(value)
 
     def substitute_script(self, text: str, *, processes_per_node: int | None = None) -> str:

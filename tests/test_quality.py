@@ -13,6 +13,9 @@ VARIANTS = {
         "storage": {"data_repository": {"s3_prefix": "data/"}},
         "network": {"az_ids": ["usw2-az4", "usw2-az3"], "interface_endpoints": True, "nat_gateways": "per-az"},
     },
+    "Prometheus metrics, every backend": {
+        "backends": ["eks", "batch", "parallelcluster", "instance"], "observability": {"prometheus": True},
+    },
     "capacity reservation, scratch": {
         "group": {"capacity": {"type": "reservation", "reservation_id": "cr-0123456789abcdef0"}},
         "storage": {"deployment_type": "SCRATCH_2", "throughput_mb_per_tib": None, "capacity_gib": 2400},

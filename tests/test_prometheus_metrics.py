@@ -319,3 +319,79 @@ def test_systemd_accepts_the_units(host, tmp_path):
     problems = [line for line in (verify.stdout + verify.stderr).splitlines()
                 if "trainium-" in line and "is not executable" not in line and "No such file" not in line]
     assert not problems, verify.stdout + verify.stderr
+
+
+# -- the backends' host setups carry it -------------------------------------------------------------------------------
+
+REMOTE_WRITE = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1/api/v1/remote_write"
+
+
+def test_a_batch_node_setup_installs_and_starts_the_exporters_and_the_agent(host, tmp_path):
+    """The setup a Batch node runs (its user data's program), the Prometheus lines as they are, with the releases
+    served from stand-ins (their URLs and digests swapped for the pins') and the host's root under tmp_path."""
+    from trainium_cdk import versions
+    from trainium_cdk.catalog import DEFAULT_CATALOG
+    from trainium_cdk.constructs.batch_node import node_setup
+
+    root, downloads, bindir, calls = host
+    setup = node_setup(DEFAULT_CATALOG.get("trn1.32xlarge"), None, metrics_deployment="t-batch",
+                       prometheus_remote_write=REMOTE_WRITE)
+    assert setup.values["PROMETHEUS_REMOTE_WRITE"] == REMOTE_WRITE
+    lines = setup.program.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("mkdir -p /opt/trainium-cdk") and
+                 "prometheus_node.py" in lines[i + 1])
+    write, install = lines[start + 1], lines[start + 2]
+    program = tmp_path / "prometheus_node.py"
+    for (url, sha), (local, local_sha) in zip(
+            [(versions.NODE_EXPORTER_URL, versions.NODE_EXPORTER_SHA256), (versions.PROMETHEUS_URL, versions.PROMETHEUS_SHA256)],
+            downloads, strict=True):
+        assert f"--fetch {url} {sha}" in install
+        install = install.replace(f"{url} {sha}", f"{local} {local_sha}")
+    (bindir / "python3").symlink_to(bindir / "python-standin")  # prometheus_client's check: recorded
+    script = "\n".join([write.replace(node_program.NODE_PATH, str(program)),
+                        install.replace(node_program.NODE_PATH, str(program)).replace(
+                            " || echo", f" --root {root} || echo").replace("'python3' ", f"'{sys.executable}' ", 1)])
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script],
+                            env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PROMETHEUS_REMOTE_WRITE": REMOTE_WRITE},
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0 and "not installed" not in result.stderr, result.stderr
+    assert program.read_text() == PROGRAM.read_text()
+    agent = yaml.safe_load((root / node_program.OPT.lstrip("/") / "agent.yml").read_text())
+    assert agent["remote_write"] == [{"url": REMOTE_WRITE, "sigv4": {"region": "us-west-2"}}]
+    assert agent["global"]["external_labels"]["deployment"] == "t-batch"
+    assert calls.read_text().splitlines()[-1] == "systemctl enable --now " + " ".join(f"{u}.service" for u in UNITS)
+
+
+def test_a_failed_install_leaves_the_batch_node_to_its_work(host, tmp_path):
+    """GitHub unreachable at boot: the node reports and goes on (its health check and ECS agent still run)."""
+    from trainium_cdk.catalog import DEFAULT_CATALOG
+    from trainium_cdk.constructs.batch_node import node_setup
+
+    setup = node_setup(DEFAULT_CATALOG.get("trn1.32xlarge"), None, metrics_deployment="t-batch",
+                       prometheus_remote_write=REMOTE_WRITE)
+    (install,) = [line for line in setup.program.splitlines() if "prometheus_node.py install" in line]
+    install = re.sub(r"--fetch \S+ ", "--fetch file:///nonexistent/release.tar.gz ", install)
+    install = install.replace(node_program.NODE_PATH, str(PROGRAM)).replace("'python3' ", f"'{sys.executable}' ", 1)
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", install + "\necho next"], capture_output=True, text=True,
+                            env={**os.environ, "PROMETHEUS_REMOTE_WRITE": REMOTE_WRITE}, check=False)
+    assert result.returncode == 0 and result.stdout.strip() == "next"
+    assert "Prometheus exporters not installed" in result.stderr
+
+
+def test_every_host_backend_writes_into_the_workspace_with_remote_write_on_it_alone():
+    from tests.apps import synthesized
+
+    app = synthesized("trn1.32xlarge")
+    workspace = next(iter(resources(app.template_json("network"), "AWS::APS::Workspace")))
+    for role in ("batch", "parallelcluster"):
+        template = json.dumps(app.template_json(role))
+        statements = [s for t in (app.template_json(role),)
+                      for r in t["Resources"].values() if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
+                      for s in r["Properties"]["PolicyDocument"]["Statement"] if "aps:RemoteWrite" in json.dumps(s)]
+        assert len(statements) == 1 and statements[0]["Action"] == "aps:RemoteWrite", role
+        assert workspace in json.dumps(statements[0]["Resource"]) and "*" not in json.dumps(statements[0]["Resource"])
+        assert "prometheus_node.py" in template or "--prometheus-program" in template, role
+    # ParallelCluster: the compute nodes' setup gets the program, the workspace and the pinned releases.
+    pcluster = json.dumps(app.template_json("parallelcluster"))
+    for flag in ("--prometheus-program", "--prometheus-remote-write", "--prometheus-release", "--prometheus-client"):
+        assert flag in pcluster, flag

@@ -60,6 +60,7 @@ class ParallelClusterStack(Stack):
             health_prolog=render_prolog(config),
             removal_policy=REMOVAL_POLICIES[config.parallelcluster.deletion_policy],
             metrics_deployment=cluster_name(config),
+            metrics_workspace=metrics_workspace,
         )
         self.metrics = NeuronNodeMetrics(
             self, "NeuronMetrics", deployment=cluster_name(config),

@@ -350,7 +350,7 @@ def test_a_batch_node_setup_installs_and_starts_the_exporters_and_the_agent(host
     (bindir / "python3").symlink_to(bindir / "python-standin")  # prometheus_client's check: recorded
     script = "\n".join([write.replace(node_program.NODE_PATH, str(program)),
                         install.replace(node_program.NODE_PATH, str(program)).replace(
-                            " || echo", f" --root {root} || echo").replace("'python3' ", f"'{sys.executable}' ", 1)])
+                            " || echo", f" --root {root} || echo").replace("python3 ", f"{sys.executable} ", 1)])
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", script],
                             env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PROMETHEUS_REMOTE_WRITE": REMOTE_WRITE},
                             capture_output=True, text=True, check=False)
@@ -371,7 +371,7 @@ def test_a_failed_install_leaves_the_batch_node_to_its_work(host, tmp_path):
                        prometheus_remote_write=REMOTE_WRITE)
     (install,) = [line for line in setup.program.splitlines() if "prometheus_node.py install" in line]
     install = re.sub(r"--fetch \S+ ", "--fetch file:///nonexistent/release.tar.gz ", install)
-    install = install.replace(node_program.NODE_PATH, str(PROGRAM)).replace("'python3' ", f"'{sys.executable}' ", 1)
+    install = install.replace(node_program.NODE_PATH, str(PROGRAM)).replace("python3 ", f"{sys.executable} ", 1)
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", install + "\necho next"], capture_output=True, text=True,
                             env={**os.environ, "PROMETHEUS_REMOTE_WRITE": REMOTE_WRITE}, check=False)
     assert result.returncode == 0 and result.stdout.strip() == "next"
@@ -384,13 +384,14 @@ def test_every_host_backend_writes_into_the_workspace_with_remote_write_on_it_al
     app = synthesized("trn1.32xlarge")
     workspace = next(iter(resources(app.template_json("network"), "AWS::APS::Workspace")))
     for role in ("batch", "parallelcluster"):
-        template = json.dumps(app.template_json(role))
         statements = [s for t in (app.template_json(role),)
                       for r in t["Resources"].values() if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
                       for s in r["Properties"]["PolicyDocument"]["Statement"] if "aps:RemoteWrite" in json.dumps(s)]
         assert len(statements) == 1 and statements[0]["Action"] == "aps:RemoteWrite", role
         assert workspace in json.dumps(statements[0]["Resource"]) and "*" not in json.dumps(statements[0]["Resource"])
-        assert "prometheus_node.py" in template or "--prometheus-program" in template, role
+    # Batch: the groups' user data (nested stacks) name the workspace for the setup they fetch.
+    nested = [p.read_text() for p in app.outdir.glob("*.nested.template.json")]
+    assert any("PROMETHEUS_REMOTE_WRITE=" in text for text in nested)
     # ParallelCluster: the compute nodes' setup gets the program, the workspace and the pinned releases.
     pcluster = json.dumps(app.template_json("parallelcluster"))
     for flag in ("--prometheus-program", "--prometheus-remote-write", "--prometheus-release", "--prometheus-client"):

@@ -119,7 +119,8 @@ def node_setup(
         ]
     if prometheus_remote_write is not None and metrics_deployment is not None:
         values |= {REMOTE_WRITE_VARIABLE: prometheus_remote_write}
-        lines += ["rpm -q python3-pip >/dev/null 2>&1 || dnf install -y python3-pip",
+        # pip, for neuron-monitor-prometheus.py's prometheus_client; as the install itself, never fatal to the node.
+        lines += ["rpm -q python3-pip >/dev/null 2>&1 || dnf install -y python3-pip || true",
                   *prometheus_setup_lines(deployment=metrics_deployment)]
     values |= health_values(spec)
     lines.append(health_check_command(SHARED_MOUNT if storage is not None else None))

@@ -35,6 +35,7 @@ def test_cdk_nag_reports_nothing_unacknowledged(result):
 
 def test_cfn_lint_has_no_errors(result):
     paths = result.template_paths()
-    assert len(paths) == len(result.stacks.stacks)
+    # One template per stack, and Batch's nested stacks (one per compute group) besides.
+    assert len([p for p in paths if ".nested." not in p.name]) == len(result.stacks.stacks)
     for path in paths:
         assert cfn_lint_errors(path, result.config.region) == []

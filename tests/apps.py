@@ -29,6 +29,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "backends": ALL_BACKENDS, "compute_groups": [_group("train", "trn1.32xlarge")],
         # The default config's data repository (config/default.yaml): a created bucket linked to /s3.
         "storage": {"data_repository": {"file_system_path": "/s3"}},
+        # Prometheus-format metrics on every backend: the workspace, EKS's collector, the hosts' agents.
+        "observability": {"prometheus": True},
     },
     "trn1n.32xlarge+trn1.2xlarge": {
         "backends": ["eks", "batch", "parallelcluster"],

@@ -110,6 +110,7 @@ def write_eks_dist(config: Config, outdir: Path = DIST) -> list[Path]:
         storage=dist_storage_props(config),
         scheduler_extension=config.eks.neuron_scheduler_extension,
         monitor=config.eks.neuron_monitor,
+        prometheus=config.observability.prometheus,
     )
     for path in written:
         _add_envsubst_header(path, DIST / path.relative_to(outdir), config)

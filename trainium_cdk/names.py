@@ -110,6 +110,7 @@ OUTPUT_VPC_ID = "VpcId"
 OUTPUT_EFA_SECURITY_GROUP_ID = "EfaSecurityGroupId"
 OUTPUT_COMPUTE_SUBNET = "ComputeSubnet"  # per group
 OUTPUT_ALARM_TOPIC_ARN = "AlarmTopicArn"
+OUTPUT_PROMETHEUS_WORKSPACE_ID = "PrometheusWorkspaceId"  # with observability.prometheus
 # storage
 OUTPUT_FILE_SYSTEM_ID = "FileSystemId"
 OUTPUT_FILE_SYSTEM_DNS_NAME = "FileSystemDnsName"

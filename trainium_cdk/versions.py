@@ -165,6 +165,22 @@ EFA_INSTALLER_VERSION = "1.41.0"
 EFA_INSTALLER_SHA256 = "3506354cdfbe31ff552fe75f5d0d9bb7efd29cf79bd99457347d29c751c38f9f"
 EFA_INSTALLER_URL = f"https://efa-installer.amazonaws.com/aws-efa-installer-{EFA_INSTALLER_VERSION}.tar.gz"
 
+# Prometheus-format metrics (trainium_cdk/node/prometheus_node.py). Hosts (Batch, ParallelCluster) fetch the
+# linux-amd64 release tarballs and check them against these SHA-256 digests (each the value of the release's
+# sha256sums.txt, as copied by many independent public projects pinning the same release; no network here to
+# fetch the file itself, 2026-11-27); EKS runs the release's own image, same version.
+NODE_EXPORTER_VERSION = "1.12.1"
+NODE_EXPORTER_SHA256 = "b51d8a76aa2a9156a55d501aca6276fae09e262259a5e4e831d2c2222f084e63"
+NODE_EXPORTER_URL = (f"https://github.com/prometheus/node_exporter/releases/download/v{NODE_EXPORTER_VERSION}/"
+                     f"node_exporter-{NODE_EXPORTER_VERSION}.linux-amd64.tar.gz")
+NODE_EXPORTER_IMAGE = f"quay.io/prometheus/node-exporter:v{NODE_EXPORTER_VERSION}"
+PROMETHEUS_VERSION = "3.13.1"
+PROMETHEUS_SHA256 = "962b812371aff838d152b6ff2d56fdb7a6396f5542f48ebf73421b9721f0d103"
+PROMETHEUS_URL = (f"https://github.com/prometheus/prometheus/releases/download/v{PROMETHEUS_VERSION}/"
+                  f"prometheus-{PROMETHEUS_VERSION}.linux-amd64.tar.gz")
+# neuron-monitor-prometheus.py's one dependency (Neuron Monitor User Guide), installed when the host lacks it.
+PROMETHEUS_CLIENT_VERSION = "0.21.1"
+
 
 def ecs_neuron_ami_parameter(ami_name: str) -> str:
     """The public SSM parameter holding the image id of the ECS AL2023 Neuron AMI named ``ami_name``."""

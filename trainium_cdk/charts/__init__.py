@@ -18,11 +18,12 @@ from trainium_cdk.catalog import DEFAULT_CATALOG, Catalog
 from trainium_cdk.charts.efa_device_plugin import EfaDevicePlugin
 from trainium_cdk.charts.fsx_storage import FsxStorage, FsxStorageProps
 from trainium_cdk.charts.namespace import TrainingNamespace
+from trainium_cdk.charts.metrics_exporters import MetricsExporters
 from trainium_cdk.charts.neuron_device_plugin import NeuronDevicePlugin
 
 __all__ = [
-    "EFA_CHART_ID", "FSX_CHART_ID", "NAMESPACE_CHART_ID", "NEURON_CHART_ID", "EfaDevicePlugin", "FsxStorage",
-    "FsxStorageProps", "NeuronDevicePlugin", "TrainingNamespace", "cluster_charts", "write_charts", "write_manifests",
+    "EFA_CHART_ID", "FSX_CHART_ID", "METRICS_CHART_ID", "NAMESPACE_CHART_ID", "NEURON_CHART_ID", "EfaDevicePlugin",
+    "FsxStorage", "FsxStorageProps", "MetricsExporters", "NeuronDevicePlugin", "TrainingNamespace", "cluster_charts", "write_charts", "write_manifests",
 ]
 
 # Chart ids are file names in dist/ and construct ids in the EKS stack: keep them stable.
@@ -30,6 +31,7 @@ NEURON_CHART_ID = "neuron-device-plugin"
 EFA_CHART_ID = "efa-device-plugin"
 FSX_CHART_ID = "fsx-storage"
 NAMESPACE_CHART_ID = "training-namespace"
+METRICS_CHART_ID = "metrics-exporters"
 MANIFEST_SUFFIX = ".k8s.yaml"
 
 
@@ -41,6 +43,7 @@ def cluster_charts(
     storage: FsxStorageProps | Mapping[str, Any] | None = None,
     scheduler_extension: bool = False,
     monitor: bool = False,
+    prometheus: bool = False,
 ) -> list[cdk8s.Chart]:
     """Every cluster chart, built into ``app`` (a cdk8s App).
 
@@ -49,6 +52,8 @@ def cluster_charts(
     :param storage: FsxStorage props; None leaves the storage chart out. Default: None.
     :param scheduler_extension: deploy the Neuron scheduler extension. Default: False.
     :param monitor: deploy neuron-monitor. Default: False.
+    :param prometheus: deploy the exporters the managed Prometheus collector scrapes: neuron-monitor and the node
+        exporter (charts/metrics_exporters.py). Default: False.
 
     A catalog without EFA types gets no EFA device plugin: there is no node it could run on.
     """
@@ -56,9 +61,11 @@ def cluster_charts(
         TrainingNamespace(app, NAMESPACE_CHART_ID),
         NeuronDevicePlugin(
             app, NEURON_CHART_ID, instance_types=catalog.neuron_types(),
-            scheduler_extension=scheduler_extension, monitor=monitor,
+            scheduler_extension=scheduler_extension, monitor=monitor or prometheus,
         )
     ]
+    if prometheus:
+        charts.append(MetricsExporters(app, METRICS_CHART_ID, instance_types=catalog.neuron_types()))
     if catalog.efa_types():
         charts.append(EfaDevicePlugin(app, EFA_CHART_ID, region=region, instance_types=catalog.efa_types()))
     if storage is not None:
@@ -75,6 +82,7 @@ def write_manifests(
     storage: FsxStorageProps | Mapping[str, Any] | None = None,
     scheduler_extension: bool = False,
     monitor: bool = False,
+    prometheus: bool = False,
 ) -> list[Path]:
     """Write one ``<chart id>.k8s.yaml`` per cluster chart into ``outdir``; return their paths.
 
@@ -86,7 +94,7 @@ def write_manifests(
         outdir,
         lambda app: cluster_charts(
             app, region=region, catalog=catalog, storage=storage, scheduler_extension=scheduler_extension,
-            monitor=monitor,
+            monitor=monitor, prometheus=prometheus,
         ),
     )
 

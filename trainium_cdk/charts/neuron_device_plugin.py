@@ -249,6 +249,7 @@ class NeuronDevicePlugin(Chart):
             pod_annotations={"prometheus.io/scrape": "true", "prometheus.io/port": str(MONITOR_PORT)},
             pod_spec={
                 "automountServiceAccountToken": False,
+                "securityContext": POD_SECURITY,
                 "tolerations": _NEURON_NODE_TOLERATIONS,
                 "affinity": instance_type_affinity(instance_types),
                 "containers": [{

@@ -22,6 +22,7 @@ from trainium_cdk.config.backend_settings import BatchSettings, EksSettings, Ins
 from trainium_cdk.config.base import _Model
 from trainium_cdk.config.fields import AZ_ID_RULE, AzId, BucketName, LogRetentionDays, Name, S3Prefix, check_tags
 from trainium_cdk.config.notification_settings import NotificationSettings
+from trainium_cdk.config.observability_settings import ObservabilitySettings
 from trainium_cdk.config.workload_settings import (
     EXAMPLE_COMMAND, DataLoaderSettings, PipelineEnvironment, PipelineSettings, TrainingJobSettings, WorkloadSettings,
 )
@@ -314,6 +315,7 @@ class Config(_Model):
     neuron: NeuronSettings = Field(default_factory=NeuronSettings)
     hugging_face: HuggingFaceSettings = Field(default_factory=HuggingFaceSettings)
     notifications: NotificationSettings = Field(default_factory=NotificationSettings)
+    observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
     pipeline: PipelineSettings | None = Field(None, description="CDK Pipelines deployment; synthesized with -c pipeline=true.")
     instance_offerings: dict[str, dict[str, tuple[str, ...]]] = Field(
         default_factory=dict,

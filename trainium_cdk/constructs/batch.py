@@ -170,6 +170,7 @@ class TrainiumBatch(Construct):
         storage: LustreMount | None = None,
         name_prefix: str | None = None,
         metrics_deployment: str | None = None,
+        prometheus_remote_write: str | None = None,
         ami_id: str | None = None,
         roles: BatchRoles | None = None,
     ) -> None:
@@ -214,7 +215,8 @@ class TrainiumBatch(Construct):
         self.image_parameter = None if ami_id is not None else track.ecs_neuron_ami_parameter
         image_id = ami_id or ec2.MachineImage.from_ssm_parameter(track.ecs_neuron_ami_parameter).get_image(self).image_id
         self.node_setup = BatchNodeSetup(self, "NodeSetup", setup=node_setup(
-            spec, storage, driver=track.driver, metrics_deployment=metrics_deployment))
+            spec, storage, driver=track.driver, metrics_deployment=metrics_deployment,
+            prometheus_remote_write=prometheus_remote_write))
         self.launch_template = EfaLaunchTemplate(
             self,
             "LaunchTemplate",

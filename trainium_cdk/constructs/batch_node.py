@@ -30,6 +30,8 @@ from trainium_cdk.names import SHARED_MOUNT
 from trainium_cdk.node import neuron_metrics
 from trainium_cdk.node.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
 from trainium_cdk.node.neuron_metrics import install_command as neuron_metrics_install
+from trainium_cdk.prometheus_setup import REMOTE_WRITE_VARIABLE
+from trainium_cdk.prometheus_setup import setup_lines as prometheus_setup_lines
 from trainium_cdk.versions import EFA_INSTALLER_SHA256, EFA_INSTALLER_URL, XLA_TRACK
 
 # The nodes run the "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, pinned by AMI name
@@ -90,11 +92,13 @@ def node_setup(
     *,
     driver: str = XLA_TRACK.driver,
     metrics_deployment: str | None = None,
+    prometheus_remote_write: str | None = None,
 ) -> NodeSetup:
     """The Neuron driver of the track (installed when the AMI carries another version) and tools, the EFA kernel
     module, the FSx client's tuning for ``spec`` and the mount, each only when the AMI does not already have it;
     with ``metrics_deployment``, neuron-monitor into CloudWatch (trainium_cdk/node/neuron_metrics.py, started as a
-    systemd service)."""
+    systemd service); with ``prometheus_remote_write`` (a workspace's remote-write URL, in the header: a token), the
+    Prometheus-format exporters and agent (trainium_cdk/node/prometheus_node.py)."""
     values = {"NEURON_DRIVER": driver, "NEURON_YUM_REPO": NEURON_YUM_REPO}
     if spec.has_efa:
         values |= {"EFA_INSTALLER_URL": EFA_INSTALLER_URL, "EFA_INSTALLER_SHA256": EFA_INSTALLER_SHA256}
@@ -113,6 +117,11 @@ def node_setup(
             f"echo {program} | base64 -d | gunzip > {NEURON_METRICS_PATH}",
             shlex.join(neuron_metrics_install(deployment=metrics_deployment)),
         ]
+    if prometheus_remote_write is not None and metrics_deployment is not None:
+        values |= {REMOTE_WRITE_VARIABLE: prometheus_remote_write}
+        # pip, for neuron-monitor-prometheus.py's prometheus_client; as the install itself, never fatal to the node.
+        lines += ["rpm -q python3-pip >/dev/null 2>&1 || dnf install -y python3-pip || true",
+                  *prometheus_setup_lines(deployment=metrics_deployment)]
     values |= health_values(spec)
     lines.append(health_check_command(SHARED_MOUNT if storage is not None else None))
     return NodeSetup(program="\n".join(lines) + "\n", values=values)

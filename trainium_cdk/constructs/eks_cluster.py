@@ -113,6 +113,8 @@ class TrainiumCluster(Construct):
     :param catalog: the instance types the device plugins' node affinity lists. Default: the built-in catalog.
     :param neuron_scheduler_extension: install the Neuron scheduler extension. Default: False.
     :param neuron_monitor: install neuron-monitor with a Prometheus endpoint. Default: False.
+    :param metrics_exporters: install neuron-monitor and the node exporter (EFA counters, job textfiles) that a
+        Prometheus collector scrapes (charts/metrics_exporters.py). Default: False.
     :param volcano: install Volcano (``.volcano``), the gang scheduler of multi-node jobs: all pods of
         a job or none. Default: True.
     :param system_release_version: the EKS AMI release of the system nodes. Default: the release the
@@ -138,13 +140,14 @@ class TrainiumCluster(Construct):
         catalog: Catalog = DEFAULT_CATALOG,
         neuron_scheduler_extension: bool = False,
         neuron_monitor: bool = False,
+        metrics_exporters: bool = False,
         system_release_version: str = EKS_NODEGROUP_RELEASE_VERSION,
         volcano: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         if not 1 <= system_nodes <= MAX_SYSTEM_NODES:
             raise ConfigError("system_nodes", system_nodes, f"between 1 and {MAX_SYSTEM_NODES}")
-        if not device_plugins and (neuron_scheduler_extension or neuron_monitor):
+        if not device_plugins and (neuron_scheduler_extension or neuron_monitor or metrics_exporters):
             raise ConfigError(
                 "device_plugins", device_plugins, "True with neuron_scheduler_extension or neuron_monitor (they "
                 "ship in the Neuron device plugin's chart)"
@@ -340,7 +343,7 @@ class TrainiumCluster(Construct):
         self.manifests: dict[str, eks.KubernetesManifest] = {}
         charts = cluster_charts(
             cdk8s.App(), region=Stack.of(self).region, catalog=catalog,
-            scheduler_extension=neuron_scheduler_extension, monitor=neuron_monitor,
+            scheduler_extension=neuron_scheduler_extension, monitor=neuron_monitor, prometheus=metrics_exporters,
         )
         for chart in charts:
             if device_plugins or chart.node.id == NAMESPACE_CHART_ID:

@@ -23,12 +23,14 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from trainium_cdk import node
-from trainium_cdk.node import neuron_metrics
+from trainium_cdk.constructs.prometheus import MetricsWorkspace
+from trainium_cdk.node import neuron_metrics, prometheus_node
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 from trainium_cdk.parallelcluster.configuration import ClusterSettings, render_configuration
 from trainium_cdk.parallelcluster.parts import (
-    HEAD_NODE_SCRIPT, LUSTRE_TUNING_NAME, PROLOG_NAME, SETUP_SCRIPT, ClusterIds, NeuronMetrics, S3Object, neuron_metrics_policy,
+    HEAD_NODE_SCRIPT, LUSTRE_TUNING_NAME, PROLOG_NAME, SETUP_SCRIPT, ClusterIds, NeuronMetrics, PrometheusWriter, S3Object,
+    neuron_metrics_policy,
 )
 from trainium_cdk.session_manager import session_manager_policy
 from trainium_cdk.versions import parallelcluster_provider_template_url
@@ -66,6 +68,9 @@ class SlurmCluster(Construct):
     :param metrics_deployment: the compute nodes publish neuron-monitor's metrics to CloudWatch
         (trainium_cdk/node/neuron_metrics.py, uploaded as an asset, with a managed policy that allows
         PutMetricData in its namespace only) with this ``Deployment`` dimension; default none (no metrics).
+    :param metrics_workspace: with ``metrics_deployment``, the compute nodes also run the Prometheus-format
+        exporters and agent (trainium_cdk/node/prometheus_node.py, an asset) and remote-write into this
+        workspace (a managed policy with aps:RemoteWrite on it alone); default none.
     """
 
     @names_construct_path
@@ -86,6 +91,7 @@ class SlurmCluster(Construct):
         head_node_script: Path = HEAD_NODE_SCRIPT,
         removal_policy: RemovalPolicy = DEFAULT_REMOVAL_POLICY,
         metrics_deployment: str | None = None,
+        metrics_workspace: MetricsWorkspace | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if removal_policy not in DELETION_POLICIES:
@@ -124,6 +130,16 @@ class SlurmCluster(Construct):
                 program=self._object(self.metrics_program), policy_arn=self.metrics_policy.managed_policy_arn,
                 deployment=metrics_deployment,
             )
+        prometheus = None
+        if metrics_workspace is not None and metrics_deployment is not None:
+            program = self._asset("PrometheusNodeProgram", Path(prometheus_node.__file__))
+            policy = iam.ManagedPolicy(self, "PrometheusRemoteWritePolicy",
+                                       description="Compute nodes: remote write into the deployment's metrics workspace")
+            policy.add_statements(iam.PolicyStatement(actions=["aps:RemoteWrite"],
+                                                      resources=[metrics_workspace.workspace_arn]))
+            prometheus = PrometheusWriter(program=self._object(program), policy_arn=policy.managed_policy_arn,
+                                          remote_write_url=metrics_workspace.remote_write_url,
+                                          deployment=metrics_deployment)
         # Session Manager for the head node (the README reaches it with `aws ssm start-session`) and Run Command
         # (`trn submit` runs sbatch through it): the minimal instance policy, as a managed policy because
         # ParallelCluster attaches managed policies only.
@@ -148,6 +164,7 @@ class SlurmCluster(Construct):
             batch_scripts={n: self._object(a) for n, a in self.batch_scripts.items()},
             prologs={PROLOG_NAME: self._object(self.prolog)} if self.prolog is not None else {},
             neuron_metrics=metrics,
+            prometheus=prometheus,
             session_manager_policy_arn=self.session_manager_policy.managed_policy_arn,
             lustre_tuning=self._object(self.lustre_tuning),
         )

@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trainium_cdk import defaults
+from trainium_cdk import defaults, versions
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.names import CACHE_GROUP, SHARED_MOUNT
 from trainium_cdk.node.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
-from trainium_cdk.parallelcluster.parts import ClusterIds, NeuronMetrics, S3Object
+from trainium_cdk.parallelcluster.parts import ClusterIds, NeuronMetrics, PrometheusWriter, S3Object
 from trainium_cdk.versions import XLA_TRACK, NeuronTrack
 
 # The OS comes from the Neuron track (versions.py): Ubuntu 24.04 for PyTorch 2.9 and later (the Neuron
@@ -171,6 +171,19 @@ def metrics_args(metrics: NeuronMetrics | None) -> list[str]:
             "--metrics-deployment", metrics.deployment]
 
 
+def prometheus_args(prometheus: PrometheusWriter | None) -> list[str]:
+    """The setup script's arguments that install the Prometheus-format exporters and agent on a compute node: the
+    program, the workspace, and the releases versions.py pins (each URL with its SHA-256)."""
+    if prometheus is None:
+        return []
+    releases = [(versions.NODE_EXPORTER_URL, versions.NODE_EXPORTER_SHA256),
+                (versions.PROMETHEUS_URL, versions.PROMETHEUS_SHA256)]
+    return ["--prometheus-program", prometheus.program.checked_url, "--prometheus-remote-write",
+            prometheus.remote_write_url, "--prometheus-deployment", prometheus.deployment,
+            *[part for url, sha in releases for part in ("--prometheus-release", f"{sha}@{url}")],
+            "--prometheus-client", versions.PROMETHEUS_CLIENT_VERSION]
+
+
 def read_access(objects: Iterable[S3Object]) -> list[dict[str, Any]]:
     """The nodes' S3Access to the scripts: one entry per key prefix (``prefix/*``), so that it does not grow
     with the scripts (every queue carries a copy, and IAM caps a role's inline policies at 10,240
@@ -192,12 +205,15 @@ def render_configuration(settings: ClusterSettings, ids: ClusterIds) -> dict[str
     scripts = [ids.setup_script, ids.head_node_script, *ids.batch_scripts.values(), *ids.prologs.values()]
     if ids.neuron_metrics is not None:
         scripts.append(ids.neuron_metrics.program)
+    if ids.prometheus is not None:
+        scripts.append(ids.prometheus.program)
     if ids.lustre_tuning is not None:
         scripts.append(ids.lustre_tuning)
     s3_access = read_access(scripts)
     track = settings.track
     action = {"OnNodeConfigured": {"Script": ids.setup_script.url,
-                                   "Args": setup_args({}, track) + metrics_args(ids.neuron_metrics)}}
+                                   "Args": setup_args({}, track) + metrics_args(ids.neuron_metrics)
+                                           + prometheus_args(ids.prometheus)}}
     # ParallelCluster cannot update a head node's OnNodeConfigured: it is a fixed script that runs the
     # head node's OnNodeUpdated (which may change, and which ParallelCluster reruns after an update).
     head_actions = {
@@ -290,7 +306,8 @@ def _head_node_policies(ids: ClusterIds) -> list[dict[str, str]]:
 
 def _compute_policies(ids: ClusterIds) -> list[dict[str, str]]:
     """Compute nodes are reached from the head node (ssh, srun): no Session Manager; the metrics policy."""
-    return [{"Policy": ids.neuron_metrics.policy_arn}] if ids.neuron_metrics is not None else []
+    policies = [{"Policy": ids.neuron_metrics.policy_arn}] if ids.neuron_metrics is not None else []
+    return policies + ([{"Policy": ids.prometheus.policy_arn}] if ids.prometheus is not None else [])
 
 
 def _placement_group(queue: SlurmQueue) -> dict[str, Any]:

@@ -20,6 +20,10 @@
 #                        a Slurm prolog the head node installs in the shared prolog.d (repeatable)
 #   --metrics-program SHA256@S3URL, --metrics-namespace NS, --metrics-deployment NAME
 #                        compute nodes: neuron-monitor into CloudWatch (trainium_cdk/neuron_metrics.py)
+#   --prometheus-program SHA256@S3URL, --prometheus-remote-write URL, --prometheus-deployment NAME,
+#   --prometheus-release SHA256@URL (repeatable), --prometheus-client VERSION
+#                        compute nodes: the Prometheus-format exporters and agent (trainium_cdk/node/
+#                        prometheus_node.py), from the pinned releases, into the workspace at URL
 #
 # Compute nodes get the driver, runtime, collectives and tools, unless their image already has them at the
 # pinned versions with that driver loaded (an image built with --image: then DKMS built the driver once, at
@@ -45,6 +49,7 @@ PUBLIC_INDEX="https://pypi.org/simple"                 # everything else: their 
 VENV_COMPLETE=".trainium-complete"   # written last: a venv without it is a build that did not end
 APT=() PIP=() SBATCH=() PROLOG=()
 METRICS_PROGRAM="" METRICS_NAMESPACE="" METRICS_DEPLOYMENT=""
+PROMETHEUS_PROGRAM="" PROMETHEUS_REMOTE_WRITE="" PROMETHEUS_DEPLOYMENT="" PROMETHEUS_CLIENT="" PROMETHEUS_RELEASES=()
 while (($#)); do
   case "$1" in
     --image) IMAGE=1; shift ;;
@@ -58,6 +63,11 @@ while (($#)); do
     --metrics-program) METRICS_PROGRAM="$2"; shift 2 ;;
     --metrics-namespace) METRICS_NAMESPACE="$2"; shift 2 ;;
     --metrics-deployment) METRICS_DEPLOYMENT="$2"; shift 2 ;;
+    --prometheus-program) PROMETHEUS_PROGRAM="$2"; shift 2 ;;
+    --prometheus-remote-write) PROMETHEUS_REMOTE_WRITE="$2"; shift 2 ;;
+    --prometheus-deployment) PROMETHEUS_DEPLOYMENT="$2"; shift 2 ;;
+    --prometheus-release) PROMETHEUS_RELEASES+=("$2"); shift 2 ;;
+    --prometheus-client) PROMETHEUS_CLIENT="$2"; shift 2 ;;
     *) echo "neuron_setup: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -310,6 +320,20 @@ elif [[ "${cfn_node_type}" == "ComputeFleet" ]]; then
     fetch_checked "${METRICS_PROGRAM}" /opt/trainium-cdk/neuron_metrics.py 0644
     /usr/bin/python3 /opt/trainium-cdk/neuron_metrics.py install \
       --namespace "${METRICS_NAMESPACE}" --deployment "${METRICS_DEPLOYMENT}"
+  fi
+  if [[ -n "${PROMETHEUS_PROGRAM}" ]]; then
+    install -d -m 0755 /opt/trainium-cdk
+    fetch_checked "${PROMETHEUS_PROGRAM}" /opt/trainium-cdk/prometheus_node.py 0644
+    fetch=()
+    for release in "${PROMETHEUS_RELEASES[@]}"; do fetch+=(--fetch "${release#*@}" "${release%%@*}"); done
+    # neuron-monitor-prometheus.py imports prometheus_client; Ubuntu's pip refuses system installs (PEP 668).
+    dpkg-query -W -f='${Status}' python3-prometheus-client 2>/dev/null | grep -q "ok installed" \
+      || apt-get install -y python3-prometheus-client || true
+    # A node without these metrics still takes work (CloudWatch has its Neuron metrics): report and go on.
+    /usr/bin/python3 /opt/trainium-cdk/prometheus_node.py install --remote-write "${PROMETHEUS_REMOTE_WRITE}" \
+      --deployment "${PROMETHEUS_DEPLOYMENT}" "${fetch[@]}" --prometheus-client "${PROMETHEUS_CLIENT}" \
+      --python /usr/bin/python3 \
+      || echo "neuron_setup: the Prometheus exporters were not installed (see above)" >&2
   fi
 else
   install_shared_venv

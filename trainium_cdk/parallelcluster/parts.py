@@ -64,6 +64,22 @@ class NeuronMetrics:
     deployment: str
 
 
+@dataclass(frozen=True)
+class PrometheusWriter:
+    """The Prometheus-format exporters and agent on the compute nodes (trainium_cdk/node/prometheus_node.py).
+
+    :param program: trainium_cdk/node/prometheus_node.py, which the compute nodes copy and run.
+    :param policy_arn: a managed policy allowing aps:RemoteWrite into the workspace only.
+    :param remote_write_url: the workspace's remote-write URL.
+    :param deployment: the ``deployment`` label of every series.
+    """
+
+    program: S3Object
+    policy_arn: str
+    remote_write_url: str
+    deployment: str
+
+
 def neuron_metrics_policy() -> dict[str, Any]:
     """The policy document of NeuronMetrics.policy_arn: PutMetricData in the Neuron metrics namespace only."""
     return {"Version": "2012-10-17", "Statement": [policy_statement()]}
@@ -85,6 +101,7 @@ class ClusterIds:
     :param prologs: Slurm prolog file name -> object, installed by the head node into the shared
         ``/opt/slurm/etc/scripts/prolog.d`` (the node health check).
     :param neuron_metrics: neuron-monitor into CloudWatch on the compute nodes; default none.
+    :param prometheus: the Prometheus-format exporters and agent on the compute nodes; default none.
     :param session_manager_policy_arn: a managed policy with Session Manager's minimal instance actions
         (trainium_cdk/session_manager.py), for the head node; default none (no Session Manager).
     :param lustre_tuning: trainium_cdk/node/lustre_tuning.sh, the queues' OnNodeStart with each queue's
@@ -100,5 +117,6 @@ class ClusterIds:
     batch_scripts: Mapping[str, S3Object] = field(default_factory=dict)
     prologs: Mapping[str, S3Object] = field(default_factory=dict)
     neuron_metrics: NeuronMetrics | None = None
+    prometheus: PrometheusWriter | None = None
     session_manager_policy_arn: str | None = None
     lustre_tuning: S3Object | None = None

@@ -29,6 +29,7 @@ from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.constructs.secrets import grant_secret_read
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.constructs.training_images import TrainingImageRepository
+from trainium_cdk.constructs.prometheus import MetricsWorkspace
 from trainium_cdk.adapters.batch import batch_props
 from trainium_cdk.names import (
     BATCH_JOB_DEFINITION_ARN, BATCH_JOB_DEFINITION_NAME, BATCH_JOB_QUEUE_ARN, BATCH_JOB_QUEUE_NAME,
@@ -53,6 +54,7 @@ class BatchStack(Stack):
         network: TrainingNetwork,
         storage: LustreStorage | None,
         alarm_topic: sns.ITopic,
+        metrics_workspace: MetricsWorkspace | None = None,
         **kwargs,
     ) -> None:
         super().__init__(
@@ -88,9 +90,13 @@ class BatchStack(Stack):
             group.name: _training(
                 self.group_stacks[group.name], config, group, network=network, storage=storage,
                 name_prefix=construct_id, roles=self.roles,
+                prometheus_remote_write=metrics_workspace.remote_write_url if metrics_workspace is not None else None,
             )
             for group in config.compute_groups
         }
+        if metrics_workspace is not None:
+            # The nodes' Prometheus agents remote-write into the deployment's workspace (prometheus_node.py).
+            metrics_workspace.grant_remote_write(self.roles.instance_role)
         if any(training.multi_node for training in self.groups.values()):
             self.task_rules = BatchTaskRules(self, "TaskRules", vpc=network.vpc)
         # Every group's nodes publish neuron-monitor's metrics under the stack's name (the Deployment dimension).
@@ -131,6 +137,7 @@ def _training(
     storage: LustreStorage | None,
     name_prefix: str,
     roles: BatchRoles,
+    prometheus_remote_write: str | None = None,
 ) -> TrainiumBatch:
     """One compute group's TrainiumBatch, on the network and file system, its props mapped from the config."""
     props = batch_props(config, group)
@@ -145,6 +152,7 @@ def _training(
         storage=storage,
         name_prefix=name_prefix,
         metrics_deployment=name_prefix,
+        prometheus_remote_write=prometheus_remote_write,
         roles=roles,
         group_name=nodes.group_name,
         spec=nodes.spec,

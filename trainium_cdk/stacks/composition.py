@@ -42,7 +42,7 @@ def compose(app: Stage, config: Config) -> TrainingApp:
     for backend in backend_registry.deployed(config):  # in registration order: stack order is stable
         result.backends[backend.name] = backend.load_stack()(
             app, config.stack_name(backend.name), config=config, network=network.network, storage=storage,
-            alarm_topic=network.alerts.topic, env=env,
+            alarm_topic=network.alerts.topic, metrics_workspace=network.metrics, env=env,
         )
     # Every stack with alarms or EventBridge rules: the network stack and the backends (by their deployed names).
     network.alerts.admit([network.stack_name, *(stack.stack_name for stack in result.backends.values())])

@@ -23,6 +23,8 @@ from trainium_cdk.stacks.eks_capacity import trainium_capacity
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import ClusterObservability
 from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.charts.metrics_exporters import scrape_configuration
+from trainium_cdk.constructs.prometheus import ClusterScraper, MetricsWorkspace
 from trainium_cdk.adapters import eks as adapter
 from trainium_cdk.names import (
     OUTPUT_ACCESS_HOST_ID, OUTPUT_BERT_IMAGE_URI, OUTPUT_CLUSTER_NAME, OUTPUT_CONNECT_POLICY_ARN, OUTPUT_DASHBOARD_NAME,
@@ -40,6 +42,7 @@ class EksStack(Stack):
         network: TrainingNetwork,
         storage: LustreStorage | None,
         alarm_topic: sns.ITopic,
+        metrics_workspace: MetricsWorkspace | None = None,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, description="trainium-cdk: EKS cluster with Trainium node groups", **kwargs)
@@ -59,6 +62,7 @@ class EksStack(Stack):
             catalog=props.catalog,
             neuron_scheduler_extension=props.neuron_scheduler_extension,
             neuron_monitor=props.neuron_monitor,
+            metrics_exporters=metrics_workspace is not None,
             volcano=props.volcano,
             system_release_version=props.system_release_version,
         )
@@ -126,6 +130,16 @@ class EksStack(Stack):
             after=[self.training.system_nodes, *self.manifests.values()],
             file_system_id=storage.file_system_id if storage is not None else None, alarm_topic=alarm_topic,
         )
+        self.scraper: ClusterScraper | None = None
+        if metrics_workspace is not None:
+            # The managed collector reaches the exporters' pods on the Trainium nodes, which carry the cluster
+            # security group (all traffic from itself), from ENIs in the cluster's subnets.
+            self.scraper = ClusterScraper(
+                self, "MetricsScraper", cluster=cluster, subnets=network.private_subnets,
+                security_group=self.training.cluster.cluster_security_group, workspace=metrics_workspace,
+                scrape_configuration=scrape_configuration(adapter.cluster_name(config)),
+            )
+            self.scraper.node.add_dependency(*self.manifests.values())
         self.interruptions: KarpenterInterruptions | None = None
         if config.eks.capacity == "karpenter":
             self.interruptions = KarpenterInterruptions(

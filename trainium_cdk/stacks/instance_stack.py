@@ -12,6 +12,7 @@ from trainium_cdk.config import Config
 from trainium_cdk.constructs.dev_instance import DevInstance
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.constructs.prometheus import MetricsWorkspace
 from trainium_cdk.names import OUTPUT_INSTANCE_CONNECT_SSH, OUTPUT_INSTANCE_ID, OUTPUT_START_SESSION
 
 
@@ -25,6 +26,7 @@ class InstanceStack(Stack):
         network: TrainingNetwork,
         storage: LustreStorage | None,
         alarm_topic: sns.ITopic,
+        metrics_workspace: MetricsWorkspace | None = None,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, description="trainium-cdk: Neuron development instance", **kwargs)

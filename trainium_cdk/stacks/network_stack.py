@@ -9,9 +9,10 @@ from constructs import Construct
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.alerts import EC2_SCHEDULED_CHANGE, AlarmTopic, ec2_scheduled_change_message, notify
 from trainium_cdk.constructs.network import TrainingNetwork
+from trainium_cdk.constructs.prometheus import MetricsWorkspace
 from trainium_cdk.adapters.network import network_props
 from trainium_cdk.names import (
-    OUTPUT_ALARM_TOPIC_ARN, OUTPUT_COMPUTE_SUBNET, OUTPUT_EFA_SECURITY_GROUP_ID, OUTPUT_VPC_ID, group_output,
+    OUTPUT_ALARM_TOPIC_ARN, OUTPUT_PROMETHEUS_WORKSPACE_ID, OUTPUT_COMPUTE_SUBNET, OUTPUT_EFA_SECURITY_GROUP_ID, OUTPUT_VPC_ID, group_output,
 )
 
 
@@ -49,3 +50,10 @@ class NetworkStack(Stack):
         )
         CfnOutput(self, OUTPUT_ALARM_TOPIC_ARN, value=self.alerts.topic.topic_arn,
                   description="Alarms and events of this deployment: `aws sns subscribe --topic-arn ... --protocol email`")
+        # One metrics workspace per deployment, here for the same reason: every backend writes into it.
+        self.metrics: MetricsWorkspace | None = None
+        if config.observability.prometheus:
+            self.metrics = MetricsWorkspace(self, "Metrics", alias=config.project)
+            CfnOutput(self, OUTPUT_PROMETHEUS_WORKSPACE_ID, value=self.metrics.workspace.attr_workspace_id,
+                      description="The Amazon Managed Service for Prometheus workspace: a Grafana data source "
+                      "(trainium_cdk/dashboards/*.json)")

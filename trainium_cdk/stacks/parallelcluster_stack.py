@@ -14,6 +14,7 @@ from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.adapters.parallelcluster import cluster_name, cluster_settings
 from trainium_cdk.constructs.parallelcluster import DELETION_POLICIES, SlurmCluster
 from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.constructs.prometheus import MetricsWorkspace
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.parallelcluster.health import render_prolog
 from trainium_cdk.parallelcluster.sbatch import head_node_files
@@ -36,6 +37,7 @@ class ParallelClusterStack(Stack):
         network: TrainingNetwork,
         storage: LustreStorage | None,
         alarm_topic: sns.ITopic,
+        metrics_workspace: MetricsWorkspace | None = None,
         **kwargs,
     ) -> None:
         # The scripts the nodes read go under a key prefix of the cluster's own, which the nodes' S3Access
@@ -59,6 +61,7 @@ class ParallelClusterStack(Stack):
             health_prolog=render_prolog(config),
             removal_policy=REMOVAL_POLICIES[config.parallelcluster.deletion_policy],
             metrics_deployment=cluster_name(config),
+            metrics_workspace=metrics_workspace,
         )
         self.metrics = NeuronNodeMetrics(
             self, "NeuronMetrics", deployment=cluster_name(config),

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import config_with, resources, synth
+from tests.helpers import config_with, helm_chart_name, resources, synth
 
 # Every knob that adds something to the cluster is on: jobs (Volcano CRD objects), data loader,
 # shell, TensorBoard, scheduler extension and monitor.
@@ -128,7 +128,7 @@ def test_nothing_that_needs_a_pod_comes_before_the_system_node_group(template):
 
 def test_custom_resources_come_after_the_chart_that_defines_them(template):
     graph = edges(template)
-    (volcano,) = [k for k, v in resources(template, "Custom::AWSCDK-EKS-HelmChart").items() if v["Properties"]["Chart"] == "volcano"]
+    (volcano,) = [k for k, v in resources(template, "Custom::AWSCDK-EKS-HelmChart").items() if helm_chart_name(v["Properties"]) == "volcano"]
     for logical_id, why in needs_a_pod(template).items():
         if "volcano.sh" in why:
             assert volcano in ancestors(graph, logical_id), logical_id

@@ -69,9 +69,9 @@ plan:
 pins: setup
 	@$(PY) tools/pins.py
 
-## vendor-chart: copy a Helm chart from a git checkout into the package (NAME= GIT_DIR= REF= CHART_PATH=)
+## vendor-chart: copy a Helm chart from a git checkout into the package (NAME= GIT_DIR= REF= CHART_PATH= [DEST=])
 vendor-chart: setup
-	@$(PY) tools/vendor_chart.py "$(NAME)" "$(GIT_DIR)" "$(REF)" "$(CHART_PATH)"
+	@$(PY) tools/vendor_chart.py "$(NAME)" "$(GIT_DIR)" "$(REF)" "$(CHART_PATH)" $(if $(DEST),"$(DEST)")
 
 # pytest on every core, a test module per worker (its synthesized apps stay with it); the wall time last.
 PYTEST = start=$$(date +%s); $(RUN) $(PY) -m pytest -n auto --dist loadfile $(ARGS) -m

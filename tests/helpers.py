@@ -172,10 +172,13 @@ def template_text(value: Any) -> str:
 @functools.cache
 def vendored_chart_hashes() -> dict[str, str]:
     """Each vendored Helm chart's CDK asset hash (the S3 key of its zip), to its folder name."""
+    from aws_cdk import aws_eks_v2
+
     from trainium_cdk.constructs.vendored_charts import chart_asset, chart_versions
 
     stack = cdk.Stack(cdk.App(outdir=tempfile.mkdtemp(prefix="charts-")))
-    return {chart_asset(stack, name, name).asset_hash: name for name in chart_versions()}
+    cluster = aws_eks_v2.Cluster.from_cluster_attributes(stack, "Cluster", cluster_name="c")
+    return {chart_asset(stack, name, name, cluster).asset_hash: name for name in chart_versions()}
 
 
 def helm_chart_name(props: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -106,7 +107,42 @@ def test_the_chart_assets_hash_the_same_in_another_process_and_folder(tmp_path):
     """Synth is deterministic: a fresh interpreter, elsewhere, stages the charts under the same hashes."""
     code = ("import aws_cdk as cdk; from trainium_cdk.constructs.vendored_charts import chart_asset, chart_versions;"
             "s = cdk.Stack(cdk.App(outdir='out'));"
-            "print(sorted(chart_asset(s, n, n).asset_hash for n in chart_versions()))")
+            "c = cdk.aws_eks_v2.Cluster.from_cluster_attributes(s, 'C', cluster_name='c');"
+            "print(sorted(chart_asset(s, n, n, c).asset_hash for n in chart_versions()))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
     assert out.strip() == str(sorted(vendored_chart_hashes()))
+
+
+def _upstream_layout(repo: Path) -> None:
+    """A git repository laid out as the charts' sources are: Karpenter's crds/ link to pkg/apis/crds/, Volcano's
+    crd/v1 links to crd/bases (the vendored folders hold the files the links point to)."""
+    karpenter, volcano = repo / "charts" / "karpenter", repo / "installer" / "volcano"
+    shutil.copytree(CHARTS_DIR / "karpenter", karpenter)
+    shutil.copytree(CHARTS_DIR / "volcano", volcano)
+    (repo / "pkg" / "apis" / "crds").mkdir(parents=True)
+    for crd in sorted((karpenter / "crds").iterdir()):
+        crd.rename(repo / "pkg" / "apis" / "crds" / crd.name)
+        crd.symlink_to(Path("..", "..", "..", "pkg", "apis", "crds", crd.name))
+    for crd in (volcano / "crd", volcano / "charts" / "jobflow" / "crd"):
+        assert [p.read_bytes() for p in sorted((crd / "v1").iterdir())] == \
+            [p.read_bytes() for p in sorted((crd / "bases").iterdir())]
+        shutil.rmtree(crd / "v1")
+        (crd / "v1").symlink_to("bases")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "upstream"], check=True)
+
+
+@pytest.mark.parametrize(("name", "chart_path"), [("karpenter", "charts/karpenter"), ("volcano", "installer/volcano")])
+def test_make_vendor_chart_copies_a_chart_from_git_with_its_links_resolved(tmp_path, name, chart_path):
+    """The refresh as a user types it, from a checkout with links: the same bytes, the pinned digest printed."""
+    repo, dest = tmp_path / "upstream", tmp_path / "out"
+    _upstream_layout(repo)
+    done = subprocess.run(["make", "-s", "vendor-chart", f"NAME={name}", f"GIT_DIR={repo / '.git'}", "REF=HEAD",
+                           f"CHART_PATH={chart_path}", f"DEST={dest}"],
+                          cwd=ROOT, check=True, capture_output=True, text=True)
+    assert f'versions.HELM_CHART_DIGESTS["{name}"] = "{versions.HELM_CHART_DIGESTS[name]}"' in done.stdout
+    assert tree_digest(dest) == versions.HELM_CHART_DIGESTS[name]
+    assert not [p for p in dest.rglob("*") if p.is_symlink()]

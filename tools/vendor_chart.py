@@ -1,9 +1,9 @@
 """`make vendor-chart`: copy a Helm chart's folder from a git checkout into trainium_cdk/helm_charts/NAME/.
 
-    python tools/vendor_chart.py NAME GIT_DIR REF CHART_PATH
+    python tools/vendor_chart.py NAME GIT_DIR REF CHART_PATH [DEST]
 
 reads the files of CHART_PATH at REF from the git objects (a bare mirror will do; no work tree, no .gitattributes
-filter or line-ending conversion), replaces the folder with them and prints what goes in versions.py and in
+filter or line-ending conversion), replaces the folder (or DEST) with them and prints what goes in versions.py and in
 trainium_cdk/helm_charts/README.md. Symbolic links are resolved inside the repository at the same commit and written
 as the files they point to, as `helm package` does (Karpenter's crds/ link to pkg/apis/crds/, Volcano's crd/v1 to
 crd/bases): a wheel carries no links, and the published chart has the files.
@@ -72,24 +72,24 @@ def _files(git_dir: str, commit: str, path: str, depth: int = 0) -> dict[str, by
     return files
 
 
-def main(name: str, git_dir: str, ref: str, chart_path: str) -> None:
+def main(name: str, git_dir: str, ref: str, chart_path: str, dest: str = "") -> None:
     commit = _git(git_dir, "rev-parse", "--verify", f"{ref}^{{commit}}").decode().strip()
     files = _files(git_dir, commit, chart_path.strip("/"))
     if "Chart.yaml" not in files:
         raise SystemExit(f"{chart_path} at {ref} has no Chart.yaml")
-    folder = CHARTS_DIR / name
+    folder = Path(dest).resolve() if dest else CHARTS_DIR / name
     shutil.rmtree(folder, ignore_errors=True)
     for relative, data in files.items():
         (folder / relative).parent.mkdir(parents=True, exist_ok=True)
         (folder / relative).write_bytes(data)
     chart = {k.strip(): v.strip().strip("\"'") for k, _, v in
              (line.partition(":") for line in files["Chart.yaml"].decode().splitlines() if not line.startswith((" ", "-")))}
-    print(f"{folder.relative_to(CHARTS_DIR.parent.parent)}: {len(files)} files, Chart.yaml {chart.get('name')} "
+    print(f"{folder}: {len(files)} files, Chart.yaml {chart.get('name')} "
           f"{chart.get('version')}, from {ref} = commit {commit}, {chart_path}")
     print(f'versions.HELM_CHART_DIGESTS["{name}"] = "{tree_digest(folder)}"')
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 5:
+    if len(sys.argv) not in (5, 6):
         raise SystemExit(__doc__)
     main(*sys.argv[1:])

@@ -110,7 +110,7 @@ class ClusterAutoscaler(Construct):
         )
         self.chart = cluster.add_helm_chart(
             "ClusterAutoscaler",
-            chart_asset=vendored_charts.chart_asset(self, "Chart", "cluster-autoscaler"),
+            chart_asset=vendored_charts.chart_asset(self, "Chart", "cluster-autoscaler", cluster),
             namespace=NAMESPACE,
             release="cluster-autoscaler",
             wait=True,

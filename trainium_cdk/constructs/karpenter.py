@@ -139,7 +139,7 @@ class KarpenterController(Construct):
         # controller chart's crds/ once and never again (Karpenter's upgrade guide, "CRD Upgrades").
         self.crd_chart = cluster.add_helm_chart(
             "KarpenterCrd",
-            chart_asset=vendored_charts.chart_asset(self, "KarpenterCrdChart", "karpenter-crd"),
+            chart_asset=vendored_charts.chart_asset(self, "KarpenterCrdChart", "karpenter-crd", cluster),
             namespace=KARPENTER_NAMESPACE,
             release="karpenter-crd",
             # Definitions only, no pods to wait for: it needs no node, and the controller chart that follows
@@ -148,7 +148,7 @@ class KarpenterController(Construct):
         )
         self.chart = cluster.add_helm_chart(
             "Karpenter",
-            chart_asset=vendored_charts.chart_asset(self, "KarpenterChart", "karpenter"),
+            chart_asset=vendored_charts.chart_asset(self, "KarpenterChart", "karpenter", cluster),
             namespace=KARPENTER_NAMESPACE,
             release="karpenter",
             wait=True,

@@ -39,7 +39,7 @@ def add_volcano(cluster: eks.ICluster, *, after: Construct | None = None) -> eks
     """Install Volcano on ``cluster``; ``after``: what runs its pods (the system node group)."""
     chart = cluster.add_helm_chart(
         "Volcano",
-        chart_asset=vendored_charts.chart_asset(cluster, "VolcanoChart", "volcano"),
+        chart_asset=vendored_charts.chart_asset(cluster, "VolcanoChart", "volcano", cluster),
         namespace=VOLCANO_NAMESPACE,
         create_namespace=True,
         wait=True,

@@ -17,16 +17,17 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from typing import cast
 
 import yaml
 
 from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_s3_assets as s3_assets
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from trainium_cdk import versions
-from trainium_cdk.constructs.nag import acknowledge, nag_form
+from trainium_cdk.constructs.nag import acknowledge, acknowledge_default_policy, nag_form
 
 CHARTS_DIR = Path(__file__).resolve().parent.parent / "helm_charts"
 
@@ -70,11 +71,11 @@ def drift() -> list[str]:
     return problems
 
 
-def chart_asset(scope: Construct, construct_id: str, name: str, cluster: eks.ICluster) -> s3_assets.Asset:
+def chart_asset(scope: IConstruct, construct_id: str, name: str, cluster: eks.ICluster) -> s3_assets.Asset:
     """The vendored chart ``name`` as an asset for ``HelmChart``'s ``chart_asset`` on ``cluster``: its hash is its
     content's. HelmChart grants the kubectl provider's role `grant_read` on the asset bucket (aws-eks-v2
     helm-chart.ts), which cdk-nag reads as wildcards: acknowledged here, finding by finding."""
-    asset = s3_assets.Asset(scope, construct_id, path=str(CHARTS_DIR / name))
+    asset = s3_assets.Asset(cast(Construct, scope), construct_id, path=str(CHARTS_DIR / name))
     # The provider itself: KubectlProvider.get_kubectl_provider would make ``scope`` wait for the cluster's kubectl.
     provider = cluster.kubectl_provider
     if provider is not None:
@@ -83,10 +84,14 @@ def chart_asset(scope: Construct, construct_id: str, name: str, cluster: eks.ICl
         bucket = stack.resolve(asset.s3_bucket_name)
         bucket = re.sub(r"\$\{(AWS::\w+)\}", r"<\1>", bucket["Fn::Sub"] if isinstance(bucket, dict) else str(bucket))
         objects = nag_form(stack, f"arn:{stack.partition}:s3:::{bucket}/*")
+        # The grant's policy is the role's (an imported provider's role gets a policy of its own).
+        role = provider.role or provider
         acknowledge(
-            provider, "AwsSolutions-IAM5",
+            role, "AwsSolutions-IAM5",
             ["Action::s3:GetBucket*", "Action::s3:GetObject*", "Action::s3:List*", f"Resource::{objects}"],
             "CDK's HelmChart gives the kubectl Lambda read on the deployment's asset bucket (Bucket.grant_read, "
             "CDK's read actions) to copy a chart's zip; the bucket holds this app's assets only.",
         )
+        if not role.node.path.startswith(provider.node.path + "/"):
+            acknowledge_default_policy(role, "the kubectl provider's read of the Helm charts' assets")
     return asset

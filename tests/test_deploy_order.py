@@ -100,7 +100,7 @@ def needs_a_pod(template: dict[str, Any]) -> dict[str, str]:
         if kind == "AWS::EKS::Addon" and props["AddonName"] not in DAEMONSET_ONLY_ADDONS:
             found[logical_id] = f"add-on {props['AddonName']} runs a Deployment"
         elif kind == "Custom::AWSCDK-EKS-HelmChart" and props.get("Wait") in (True, "true"):
-            found[logical_id] = f"Helm chart {props['Chart']} waits for its pods"
+            found[logical_id] = f"Helm chart {helm_chart_name(props)} waits for its pods"
         elif kind == "Custom::AWSCDK-EKS-KubernetesResource":
             custom = sorted(v for v in _api_versions(props.get("Manifest")) if not BUILTIN_API.match(v))
             if custom:

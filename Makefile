@@ -23,7 +23,7 @@ SHELL := /bin/bash
 PIP_INSTALL = PYTHONUNBUFFERED=1 $(PIP) install --progress-bar off --no-compile
 PROGRESS = 2>&1 | { grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR)' || true; } | sed -u 's/^/  /'
 
-.PHONY: help setup setup-dev synth plan pins test test-e2e bootstrap pcluster-schema checkov-env docs bench deploy destroy destroy-kept destroy-removed diff lock clean
+.PHONY: help setup setup-dev synth plan pins vendor-chart test test-e2e bootstrap pcluster-schema checkov-env docs bench deploy destroy destroy-kept destroy-removed diff lock clean
 .DEFAULT_GOAL := help
 
 ## help: this list
@@ -68,6 +68,10 @@ plan:
 ## pins: every pinned version, where it is pinned and what the vendored upstream data say of it (offline)
 pins: setup
 	@$(PY) tools/pins.py
+
+## vendor-chart: copy a Helm chart from a git checkout into the package (NAME= GIT_DIR= REF= CHART_PATH= [DEST=])
+vendor-chart: setup
+	@$(PY) tools/vendor_chart.py "$(NAME)" "$(GIT_DIR)" "$(REF)" "$(CHART_PATH)" $(if $(DEST),"$(DEST)")
 
 # pytest on every core, a test module per worker (its synthesized apps stay with it); the wall time last.
 PYTEST = start=$$(date +%s); $(RUN) $(PY) -m pytest -n auto --dist loadfile $(ARGS) -m

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import atexit
 import copy
+import functools
 import json
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -165,3 +167,21 @@ def template_text(value: Any) -> str:
         separator, parts = value["Fn::Join"]
         return separator.join(template_text(p) for p in parts)
     return "<token>"
+
+
+@functools.cache
+def vendored_chart_hashes() -> dict[str, str]:
+    """Each vendored Helm chart's CDK asset hash (the S3 key of its zip), to its folder name."""
+    from aws_cdk import aws_eks_v2
+
+    from trainium_cdk.constructs.vendored_charts import chart_asset, chart_versions
+
+    stack = cdk.Stack(cdk.App(outdir=tempfile.mkdtemp(prefix="charts-")))
+    cluster = aws_eks_v2.Cluster.from_cluster_attributes(stack, "Cluster", cluster_name="c")
+    return {chart_asset(stack, name, name, cluster).asset_hash: name for name in chart_versions()}
+
+
+def helm_chart_name(props: dict[str, Any]) -> str:
+    """The vendored chart a synthesized ``Custom::AWSCDK-EKS-HelmChart`` installs (by its ``ChartAssetURL``)."""
+    [key] = re.findall(r"/([0-9a-f]{64})\.zip", json.dumps(props["ChartAssetURL"]))
+    return vendored_chart_hashes()[key]

@@ -18,7 +18,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
-from tests.helpers import CDK_CONTEXT, add_nag_packs, config_with, new_outdir, resources
+from tests.helpers import CDK_CONTEXT, add_nag_packs, config_with, helm_chart_name, new_outdir, resources
 from tests.test_package import readme_example
 from tests.test_toolchain import recommended_flags
 from trainium_cdk import (
@@ -190,7 +190,7 @@ def test_karpenter_controller_alone_on_an_imported_cluster():
         stack, "Provisioner", cluster=imported.cluster(stack), cluster_name=CLUSTER_NAME,
         options=KarpenterOptions(node_selector={"role": "system"}), after=[],
     ))
-    charts = sorted(c["Properties"]["Chart"] for c in resources(template, "Custom::AWSCDK-EKS-HelmChart").values())
+    charts = sorted(helm_chart_name(c["Properties"]) for c in resources(template, "Custom::AWSCDK-EKS-HelmChart").values())
     assert charts == ["karpenter", "karpenter-crd"]  # the CRDs from their own chart
     assert len(resources(template, "AWS::Events::Rule")) == 5
 

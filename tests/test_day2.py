@@ -16,9 +16,13 @@ from __future__ import annotations
 import dataclasses
 
 import json
+import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,7 +114,17 @@ def _eks_ami_release() -> Iterator[None]:
 
 @contextmanager
 def _karpenter() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as patch:
+    """The next Karpenter: its pin, and its two charts vendored anew (`make vendor-chart`), here the same files at
+    the new Chart.yaml version."""
+    from trainium_cdk.constructs import vendored_charts
+
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
+        charts = Path(tmp) / "helm_charts"
+        shutil.copytree(vendored_charts.CHARTS_DIR, charts)
+        for name in ("karpenter", "karpenter-crd"):
+            chart = charts / name / "Chart.yaml"
+            chart.write_text(re.sub(r"^(version|appVersion): .*$", rf"\1: {NEXT_KARPENTER}", chart.read_text(), flags=re.M))
+        patch.setattr(vendored_charts, "CHARTS_DIR", charts)
         patch.setattr(versions, "KARPENTER_VERSION", NEXT_KARPENTER)
         yield
 

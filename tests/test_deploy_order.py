@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import config_with, resources, synth
+from tests.helpers import config_with, helm_chart_name, resources, synth
 
 # Every knob that adds something to the cluster is on: jobs (Volcano CRD objects), data loader,
 # shell, TensorBoard, scheduler extension and monitor.
@@ -100,7 +100,7 @@ def needs_a_pod(template: dict[str, Any]) -> dict[str, str]:
         if kind == "AWS::EKS::Addon" and props["AddonName"] not in DAEMONSET_ONLY_ADDONS:
             found[logical_id] = f"add-on {props['AddonName']} runs a Deployment"
         elif kind == "Custom::AWSCDK-EKS-HelmChart" and props.get("Wait") in (True, "true"):
-            found[logical_id] = f"Helm chart {props['Chart']} waits for its pods"
+            found[logical_id] = f"Helm chart {helm_chart_name(props)} waits for its pods"
         elif kind == "Custom::AWSCDK-EKS-KubernetesResource":
             custom = sorted(v for v in _api_versions(props.get("Manifest")) if not BUILTIN_API.match(v))
             if custom:
@@ -128,7 +128,7 @@ def test_nothing_that_needs_a_pod_comes_before_the_system_node_group(template):
 
 def test_custom_resources_come_after_the_chart_that_defines_them(template):
     graph = edges(template)
-    (volcano,) = [k for k, v in resources(template, "Custom::AWSCDK-EKS-HelmChart").items() if v["Properties"]["Chart"] == "volcano"]
+    (volcano,) = [k for k, v in resources(template, "Custom::AWSCDK-EKS-HelmChart").items() if helm_chart_name(v["Properties"]) == "volcano"]
     for logical_id, why in needs_a_pod(template).items():
         if "volcano.sh" in why:
             assert volcano in ancestors(graph, logical_id), logical_id

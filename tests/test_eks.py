@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, resources, synth
+from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, helm_chart_name, resources, synth
 from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.eks_user_data import FAST_IMAGE_PULL_ROOT_VOLUME_THROUGHPUT
 from trainium_cdk.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE
@@ -383,7 +383,7 @@ def test_a_cluster_alone_brings_volcano_unless_told_not_to():
 
     stack, cluster = _bare_cluster()
     charts = assertions.Template.from_stack(stack).find_resources("Custom::AWSCDK-EKS-HelmChart")
-    assert [c["Properties"]["Chart"] for c in charts.values()] == ["volcano"]
+    assert [helm_chart_name(c["Properties"]) for c in charts.values()] == ["volcano"]
     assert cluster.volcano is not None
     _, without = _bare_cluster(volcano=False)
     assert without.volcano is None

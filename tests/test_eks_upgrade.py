@@ -128,11 +128,12 @@ def _changed_objects(before: Synthesized, now: Synthesized) -> list[str]:
     return sorted(f"{kind}/{name}" for (kind, name) in {*old, *new} if old.get((kind, name)) != new.get((kind, name)))
 
 
-def _chart_versions(result: Synthesized) -> dict[str, str]:
+def _chart_contents(result: Synthesized) -> dict[str, str]:
+    """Each Helm release and the chart it installs (its vendored folder's asset: the content's hash)."""
     from tests.helpers import resources
 
     charts = resources(result.template_json("eks"), "Custom::AWSCDK-EKS-HelmChart").values()
-    return {c["Properties"]["Chart"]: c["Properties"].get("Version") for c in charts}
+    return {c["Properties"]["Release"]: json.dumps(c["Properties"]["ChartAssetURL"]) for c in charts}
 
 
 def test_a_device_plugin_upgrade_changes_its_daemonset_only(karpenter_pairs):
@@ -145,7 +146,7 @@ def test_a_device_plugin_upgrade_changes_its_daemonset_only(karpenter_pairs):
 def test_a_karpenter_upgrade_changes_its_two_charts_only(karpenter_pairs):
     before, now = karpenter_pairs["karpenter"]
     assert _changed_objects(before, now) == []
-    old, new = _chart_versions(before), _chart_versions(now)
+    old, new = _chart_contents(before), _chart_contents(now)
     assert {c for c in {*old, *new} if old.get(c) != new.get(c)} == {"karpenter", "karpenter-crd"}
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.apps import VARIANTS, synthesized
-from tests.helpers import resources
+from tests.helpers import helm_chart_name, resources
 from tests.metadata_model import reaching_metadata
 from tests.reachability import Reachability
 from trainium_cdk.parallelcluster.cluster_config import cluster_configuration, placeholder_ids
@@ -82,7 +82,7 @@ def test_every_node_and_instance_takes_imdsv2_to_one_hop(variant):
 def _chart_values(template: dict[str, Any], chart: str) -> Any:
     """A Helm chart's values as the stack passes them: JSON text, or an Fn::Join of it and deploy-time values."""
     (values,) = [c["Properties"]["Values"] for c in resources(template, "Custom::AWSCDK-EKS-HelmChart").values()
-                 if c["Properties"]["Chart"] == chart]
+                 if helm_chart_name(c["Properties"]) == chart]
     if isinstance(values, str):
         return json.loads(values)
     parts = values["Fn::Join"][1]

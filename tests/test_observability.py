@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.helpers import cfn_lint_errors, config_with, nag_violations, resources, synth
+from tests.helpers import cfn_lint_errors, config_with, helm_chart_name, nag_violations, resources, synth
 from trainium_cdk.constructs.observability import (
     CLOUDWATCH_ADDON, CLOUDWATCH_NAMESPACE, CLOUDWATCH_SERVICE_ACCOUNT, NODE_MONITORING_ADDON,
 )
@@ -32,7 +32,7 @@ def test_node_monitoring_agent_feeds_karpenters_node_repair(app, eks):
     """The default capacity path: Karpenter replaces a node whose AcceleratedHardwareReady is False."""
     _addon(eks, NODE_MONITORING_ADDON)
     (karpenter,) = [c["Properties"] for c in resources(eks, "Custom::AWSCDK-EKS-HelmChart").values()
-                    if c["Properties"]["Chart"] == "karpenter"]
+                    if helm_chart_name(c["Properties"]) == "karpenter"]
     values = karpenter["Values"]
     text = values if isinstance(values, str) else "".join(p for p in values["Fn::Join"][1] if isinstance(p, str))
     assert '"featureGates":{"nodeRepair":true}' in text

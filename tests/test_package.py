@@ -62,6 +62,12 @@ def test_wheel_carries_the_package_data(installed):
     default = package / "config" / "default.yaml"
     assert not default.is_symlink()
     assert default.read_bytes() == (ROOT / "config" / "default.yaml").read_bytes()
+    # The vendored Helm charts the EKS stack deploys as assets, every file (.helmignore too): the pinned digests.
+    from trainium_cdk import versions
+    from trainium_cdk.constructs.vendored_charts import tree_digest
+
+    for name, digest in versions.HELM_CHART_DIGESTS.items():
+        assert tree_digest(package / "helm_charts" / name) == digest, name
     entry_points = next(site.glob("trainium_cdk-*.dist-info")) / "entry_points.txt"
     assert "trn = trainium_cdk.cli:main" in entry_points.read_text()
 

@@ -399,7 +399,7 @@ NEURON_TRAINING_IMAGE_TAG = XLA_TRACK.training_image_tag
 NEURON_SDK_VERSION = XLA_TRACK.neuron_release
 
 
-# Volcano (gang scheduling for multi-node jobs), from its Helm repository, installed by the EKS stack.
+# Volcano (gang scheduling for multi-node jobs), installed by the EKS stack from its vendored chart (HELM_CHART_DIGESTS).
 # Volcano's compatibility matrix (README, v1.15.1) rates 1.13 up to Kubernetes 1.33 and 1.15 up to 1.35;
 # 1.15.0 is the newest chart its Helm repository's index lists (tests/data/upstream/volcano-compatibility.json).
 VOLCANO_HELM_REPOSITORY = "https://volcano-sh.github.io/helm-charts"
@@ -423,7 +423,8 @@ TENSORBOARD_IMAGE = neuron_public_training_image("xla")
 # Karpenter (EKS capacity from zero). 1.14.1 (2026-08) supports Kubernetes 1.35 (its compatibility
 # matrix: 1.35 needs >= 1.9), EC2NodeClass networkInterfaces (efa-only) and placementGroupSelector, and
 # capacityReservationSelectorTerms for ODCRs and Capacity Blocks (ReservedCapacity gate on since 1.6).
-# The chart's version is the controller's; its image is pinned by tag below as well.
+# The chart's version is the controller's (vendored: HELM_CHART_DIGESTS); its image is pinned by tag below as well.
+# The *_HELM_REPOSITORY names say where upstream publishes a chart (`make pins`); no deploy reads them.
 KARPENTER_VERSION = "1.14.1"
 KARPENTER_HELM_REPOSITORY = "oci://public.ecr.aws/karpenter/karpenter"
 # Its CRDs, from their own chart at the same version: Helm installs a chart's crds/ once and never upgrades
@@ -455,6 +456,17 @@ CLUSTER_AUTOSCALER_CHART_VERSION = "9.59.0"
 # (tests/data/upstream/kubernetes-1.36.json).
 CLUSTER_AUTOSCALER_IMAGE_TAGS: Mapping[str, str] = {"1.35": "v1.35.2", "1.36": "v1.36.1"}
 CLUSTER_AUTOSCALER_IMAGE_TAG = CLUSTER_AUTOSCALER_IMAGE_TAGS[KUBERNETES_VERSION]
+
+# The Helm charts the EKS stack installs, vendored in trainium_cdk/helm_charts/<name>/ (its README names each one's
+# source commit) and deployed as CDK assets, never pulled from a chart repository: the sha256 of each folder
+# (constructs/vendored_charts.py tree_digest). tests/test_vendored_charts.py fails when a byte differs or a chart's
+# Chart.yaml version is not its pin above; `make vendor-chart` refreshes one (README "Supply chain").
+HELM_CHART_DIGESTS: Mapping[str, str] = {
+    "karpenter": "e8eb23dc0ff893fd821356a5f7253f3f99f2433bd8de5ad3fb8e01cc591d43c9",
+    "karpenter-crd": "b95a1e2833915a5de3a134745811563edabc90f87e5d5f92efc932d90e949ce8",
+    "volcano": "c33b763efd18f43c2e66f0612fed0fd8213659a4e08b9fad4606c276417b701a",
+    "cluster-autoscaler": "496a0f589fb36ba6118ae11d6efac243a157feddcc64616d26d54c76bb3b2acc",
+}
 
 
 def cluster_autoscaler_image_tag(minor: str | None = None) -> str:

@@ -18,6 +18,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
 from trainium_cdk import versions
+from trainium_cdk.constructs import vendored_charts
 from trainium_cdk.catalog import EFA_RESOURCE, NEURON_RESOURCE, NEURONCORE_RESOURCE, InstanceSpec
 from trainium_cdk.constructs.nag import acknowledge, nag_form
 from trainium_cdk.constructs.pod_identity import pod_identity_role
@@ -109,9 +110,7 @@ class ClusterAutoscaler(Construct):
         )
         self.chart = cluster.add_helm_chart(
             "ClusterAutoscaler",
-            chart="cluster-autoscaler",
-            repository=versions.CLUSTER_AUTOSCALER_HELM_REPOSITORY,
-            version=versions.CLUSTER_AUTOSCALER_CHART_VERSION,
+            chart_asset=vendored_charts.chart_asset(self, "Chart", "cluster-autoscaler", cluster),
             namespace=NAMESPACE,
             release="cluster-autoscaler",
             wait=True,

@@ -21,6 +21,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IConstruct
 
 from trainium_cdk import versions
+from trainium_cdk.constructs import vendored_charts
 from trainium_cdk.constructs.eks_nodegroup import NODE_MANAGED_POLICIES, NODE_POLICIES
 from trainium_cdk.constructs.nag import acknowledge, acknowledge_default_policy, nag_form
 from trainium_cdk.constructs.pod_identity import pod_identity_role
@@ -138,9 +139,7 @@ class KarpenterController(Construct):
         # controller chart's crds/ once and never again (Karpenter's upgrade guide, "CRD Upgrades").
         self.crd_chart = cluster.add_helm_chart(
             "KarpenterCrd",
-            chart="karpenter-crd",
-            repository=versions.KARPENTER_CRD_HELM_REPOSITORY,
-            version=versions.KARPENTER_VERSION,
+            chart_asset=vendored_charts.chart_asset(self, "KarpenterCrdChart", "karpenter-crd", cluster),
             namespace=KARPENTER_NAMESPACE,
             release="karpenter-crd",
             # Definitions only, no pods to wait for: it needs no node, and the controller chart that follows
@@ -149,9 +148,7 @@ class KarpenterController(Construct):
         )
         self.chart = cluster.add_helm_chart(
             "Karpenter",
-            chart="karpenter",
-            repository=versions.KARPENTER_HELM_REPOSITORY,
-            version=versions.KARPENTER_VERSION,
+            chart_asset=vendored_charts.chart_asset(self, "KarpenterChart", "karpenter", cluster),
             namespace=KARPENTER_NAMESPACE,
             release="karpenter",
             wait=True,

@@ -1,4 +1,4 @@
-"""Volcano, the gang scheduler multi-node training jobs run under, from its pinned Helm chart."""
+"""Volcano, the gang scheduler multi-node training jobs run under, from its vendored Helm chart."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from trainium_cdk import versions
+from trainium_cdk.constructs import vendored_charts
 
 VOLCANO_NAMESPACE = "volcano-system"
 # Volcano's install waits for its controllers and admission webhook (image pulls on fresh nodes):
@@ -39,9 +39,7 @@ def add_volcano(cluster: eks.ICluster, *, after: Construct | None = None) -> eks
     """Install Volcano on ``cluster``; ``after``: what runs its pods (the system node group)."""
     chart = cluster.add_helm_chart(
         "Volcano",
-        chart="volcano",
-        repository=versions.VOLCANO_HELM_REPOSITORY,
-        version=versions.VOLCANO_CHART_VERSION,
+        chart_asset=vendored_charts.chart_asset(cluster, "VolcanoChart", "volcano", cluster),
         namespace=VOLCANO_NAMESPACE,
         create_namespace=True,
         wait=True,

@@ -31,6 +31,10 @@ the image (EKS, Batch)                 this machine's Python, the one ``trn`` ru
                                        gets: a Slurm script must put it there itself, as on a host. EKS and
                                        Batch containers carry the tools on their PATH: there, ``Stage.bin``
 ``TRN_HEARTBEAT_S`` 30 (Batch nodes)   1: a lost peer shows in seconds, not minutes
+the Neuron compiler and its cache      ``neuron_cc.py`` as every Python's ``sitecustomize`` (``PYTHONPATH``): each
+(torch-neuronx's compiler wrapper,     training process takes one graph from the cache, or "compiles" it into it,
+XLA track)                             with the cache layout and log lines Neuron documents
+``/var/lib/trainium-cdk/metrics``      ``node-metrics/`` beside the stand-in /fsx (the node's Prometheus textfiles)
 =====================================  ==========================================================
 
 The tests add stand-ins of their own on the stage (``neuron-ls``, ``nccom-test``, a recording ``scontrol``:

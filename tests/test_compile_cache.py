@@ -102,7 +102,7 @@ def test_the_launcher_counts_graphs_says_them_in_one_json_line_and_writes_a_summ
     # torchrun's output passed through, each line on its own stream, in order.
     assert out.splitlines()[1:] == [t for fd, t in NEURON_LINES if fd == 1]
     assert [line for line in err.splitlines() if "NEURON_CC_WRAPPER" in line] == [t for fd, t in NEURON_LINES if fd == 2]
-    summary = checkpoints / "bert-1127" / COMPILE_CACHE_SUMMARY / "node-0.json"
+    summary = checkpoints / "bert-1127" / f".{COMPILE_CACHE_SUMMARY}" / "node-0.json"
     assert json.loads(summary.read_text()) == {COMPILE_CACHE_SUMMARY: expected}
     assert [p.name for p in metrics.iterdir()] == ["bert-1127.prom"]  # renamed into place, no temporary left
     assert (metrics / "bert-1127.prom").read_text() == (
@@ -174,7 +174,7 @@ def test_a_second_run_over_the_same_cache_hits_every_graph_the_first_compiled(co
     assert len(modules) == 4
     assert all({p.name for p in m.iterdir()} >= {"model.neff", "model.done", "model.hlo_module.pb"} for m in modules)
     # Each node's summary beside the job's checkpoints, and the node's textfile (both nodes share this machine's).
-    checkpoints = work / ".trn-rehearse" / "fsx" / "checkpoints" / "42" / COMPILE_CACHE_SUMMARY
+    checkpoints = work / ".trn-rehearse" / "fsx" / "checkpoints" / "42" / f".{COMPILE_CACHE_SUMMARY}"
     assert sorted(p.name for p in checkpoints.iterdir()) == ["node-0.json", "node-1.json"]
     assert f'{COMPILE_CACHE_MISSES_METRIC}{{job="42",node=' in first_prom and "} 2\n" in first_prom
     assert f'{COMPILE_CACHE_HITS_METRIC}{{job="42",node=' in second_prom

@@ -64,7 +64,8 @@ compile here (32 data-parallel ranks waiting for one rank's compile of their com
 hits). Per job, the nodes' counts add up (a graph one node compiles and another loads counts once as each): the
 readers sum them (Prometheus by ``job``). When torchrun ends, every node prints one JSON line
 (``trainium-launch: {"compile_cache": {"job": ..., "node": N, "hits": H, "misses": M}}``), which `trn logs` reads,
-writes it to ``<checkpoint dir>/compile_cache/node-<N>.json`` (with shared storage), and with ``TRN_METRICS_DIR``
+writes it to ``<checkpoint dir>/.compile_cache/node-<N>.json`` (with shared storage; hidden, as ``.nodes``, so that
+a script that takes the last name in its checkpoint directory never takes it), and with ``TRN_METRICS_DIR``
 (:data:`~trainium_cdk.names.METRICS_DIR_VARIABLE`) writes ``<dir>/<job>.prom``, counters
 :data:`~trainium_cdk.names.COMPILE_CACHE_HITS_METRIC` and ``_MISSES_METRIC`` labelled ``job`` and ``node``, under
 another name first and then renamed (node_exporter's textfile collector reads ``*.prom`` files whole). Not counted:
@@ -102,8 +103,8 @@ WORKDIR_VARIABLE = "TRN_WORKDIR"
 # definition retries it (constructs/batch.py), where the program's own errors are not retried.
 PEER_LOST_EXIT_CODE = 75
 
-# The compile cache's summary: the key of the launcher's JSON line, and the folder of the checkpoint directory
-# that holds each node's copy of it (node-<rank>.json).
+# The compile cache's summary: the key of the launcher's JSON line, and (with a dot) the folder of the checkpoint
+# directory that holds each node's copy of it (node-<rank>.json).
 COMPILE_CACHE_SUMMARY = "compile_cache"
 
 LAUNCHER = node.program(

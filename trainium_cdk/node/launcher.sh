@@ -138,7 +138,7 @@ finish() {
   case "$job" in ''|*[!A-Za-z0-9_.-]*) label="" ;; *) label="$job" ;; esac
   line="{\"$CACHE_SUMMARY\": {\"job\": \"$label\", \"node\": $NODE_RANK, \"hits\": $1, \"misses\": $2}}"
   say "$line"
-  summary="${TRN_CHECKPOINT_DIR:-}/$CACHE_SUMMARY"
+  summary="${TRN_CHECKPOINT_DIR:-}/.$CACHE_SUMMARY"  # hidden, as .nodes: not taken for a checkpoint
   if [ -n "${TRN_CHECKPOINT_DIR:-}" ] && ! { mkdir -p "$summary" && echo "$line" > "$summary/node-$NODE_RANK.json"; }; then
     say "WARNING: cannot write $summary/node-$NODE_RANK.json"
   fi

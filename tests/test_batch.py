@@ -22,6 +22,7 @@ from trainium_cdk.constructs.batch import (
 from tests import node_files
 from trainium_cdk import node
 from trainium_cdk.launcher import launch_command
+from trainium_cdk.names import METRICS_DIR_VARIABLE, NODE_METRICS_DIR
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.stacks import compose
 
@@ -373,10 +374,19 @@ def test_image_retries_timeout_and_logs_defaults(every_type):
     assert group.properties(group.construct.log_group)["RetentionInDays"] == 30
 
 
-def test_fsx_is_mounted_into_the_container(every_type):
-    container = Group(every_type, "trn1-32xlarge").container
-    assert container["Volumes"] == [{"Host": {"SourcePath": "/fsx"}, "Name": "fsx"}]
-    assert container["MountPoints"] == [{"ContainerPath": "/fsx", "SourceVolume": "fsx"}]  # read-write
+def test_fsx_and_the_hosts_metrics_folder_are_mounted_into_the_container(every_type):
+    group = Group(every_type, "trn1-32xlarge")
+    container = group.container
+    assert container["Volumes"] == [
+        {"Host": {"SourcePath": "/fsx"}, "Name": "fsx"},
+        # The launcher writes the job's compile-cache counters where the host's Prometheus collector reads.
+        {"Host": {"SourcePath": NODE_METRICS_DIR}, "Name": "node-metrics"},
+    ]
+    assert container["MountPoints"] == [  # read-write
+        {"ContainerPath": "/fsx", "SourceVolume": "fsx"},
+        {"ContainerPath": NODE_METRICS_DIR, "SourceVolume": "node-metrics"},
+    ]
+    assert group.environment[METRICS_DIR_VARIABLE] == NODE_METRICS_DIR
 
 
 # -- queues, roles, outputs ------------------------------------------------------------------------
@@ -544,7 +554,7 @@ def test_custom_image_command_retries_timeout_and_retention(reserved):
 def test_without_storage_no_mount_and_a_local_compile_cache(reserved):
     group = Group(reserved, "reserved")
     assert "lustre" not in group.setup[1] and not any(k.startswith("LUSTRE_") for k in group.setup[0])
-    assert group.container.get("Volumes", []) == []
+    assert group.container["Volumes"] == [{"Host": {"SourcePath": NODE_METRICS_DIR}, "Name": "node-metrics"}]
     assert group.environment["TRN_CACHE_DIR"] == "/var/tmp/neuron-compile-cache/reserved"
     assert "--parameters" not in _batch_groups(reserved)["reserved"]["SubmitJob"]
 

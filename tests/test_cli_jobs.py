@@ -366,6 +366,21 @@ def test_logs_follow_waits_for_the_stream_pages_and_ends_with_the_job(aws, confi
     assert {p["logGroupName"] for p in aws.of("GetLogEvents")} == {"/t"}
 
 
+def test_logs_say_the_compile_caches_hits_and_misses_the_launcher_counted(aws, batch, config, tmp_path):
+    """The node's log as its launcher wrote it (torchrun's lines, then the launcher's compile-cache line): `trn logs`
+    prints it unchanged and says the counts on stderr."""
+    from tests.test_compile_cache import launcher_output
+
+    job_id = _submit(config)
+    printed = launcher_output(tmp_path, job=job_id)
+    _put_log(f"trainium-train/default/{job_id}", *printed.splitlines())
+    result = run_cli("logs", job_id, "--config", str(config))
+    assert result.code == 0, result.err
+    assert result.out == printed
+    assert result.err == "compile cache, node 0: 2 hit(s) (graphs loaded from the Neuron compile cache), 1 miss(es) " \
+        "(graphs compiled)\n"
+
+
 def test_logs_before_the_job_starts(aws, config):
     jobs_sequence(aws, [{"status": "RUNNABLE"}])
     result = run_cli("logs", "abc", "--config", str(config))
@@ -832,6 +847,19 @@ def test_eks_logs_follow_waits_for_the_pod_and_streams(kube, config):
     stream.release_conn.assert_called_once()
     assert kube.sleeps == [2.0, 3.0]
     assert "waiting for the rank-0 pod" in result.err and "pod demo-0 Succeeded" in result.err
+
+
+def test_eks_logs_of_node_1_say_its_compile_cache_counts(kube, config, tmp_path):
+    from tests.test_compile_cache import launcher_output
+
+    kube.core.list_namespaced_pod.return_value = pods(pod("demo-worker-0", 1, "Succeeded"))  # Volcano's worker 0
+    kube.core.read_namespaced_pod_log.return_value = launcher_output(tmp_path, job="demo", node=1)
+    result = run_cli("logs", "demo", "--rank", "1", "--backend", "eks", "--config", str(config))
+    assert result.code == 0, result.err
+    assert '"compile_cache": {"job": "demo", "node": 1, "hits": 2, "misses": 1}' in result.out
+    assert result.err.splitlines()[-1] == (
+        "compile cache, node 1: 2 hit(s) (graphs loaded from the Neuron compile cache), 1 miss(es) (graphs compiled)"
+    )
 
 
 def test_eks_logs_without_a_pod_is_one_line(kube, config):

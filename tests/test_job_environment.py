@@ -4,8 +4,9 @@ dist/, the synthesized Batch job definition, the batch script the head node gets
 
 They differ only where the backend does (training_env.job_environment): CCOM_SOCKET_IFNAME in containers
 (a host's runtime finds its interface), TRN_JOB_NAME on EKS (Batch and Slurm give a job an id of their
-own), the compile cache's set (an EKS job names its own, Batch and Slurm use the group's) and
-TRN_PRECOMPILE, which Slurm takes at submit time (``PRECOMPILE=1 sbatch``). Neuron's large-model settings are
+own), the compile cache's set (an EKS job names its own, Batch and Slurm use the group's),
+TRN_PRECOMPILE, which Slurm takes at submit time (``PRECOMPILE=1 sbatch``), and TRN_METRICS_DIR, the node's
+metrics folder, which an EKS pod may not mount (Pod Security baseline forbids hostPath). Neuron's large-model settings are
 in all three, and a job's own value of each wins on every backend.
 """
 
@@ -23,12 +24,13 @@ from tests.apps import synthesized
 from tests.helpers import resources
 from trainium_cdk.dist import write_dist
 from trainium_cdk.launcher import PRECOMPILE_STEPS_VARIABLE
-from trainium_cdk.names import CACHE_DIR_NAME, SHARED_MOUNT
+from trainium_cdk.names import CACHE_DIR_NAME, METRICS_DIR_VARIABLE, NODE_METRICS_DIR, SHARED_MOUNT
 from trainium_cdk.parallelcluster.cluster_config import batch_script_name
 from trainium_cdk.training_env import LARGE_MODEL_ENVIRONMENT
 
 CONTAINER_ONLY = {"CCOM_SOCKET_IFNAME"}
 EKS_ONLY = {"TRN_JOB_NAME"}
+NOT_ON_EKS = {METRICS_DIR_VARIABLE}
 PER_CACHE_SET = "TRN_CACHE_DIR"
 SUBMIT_TIME = {"TRN_PRECOMPILE", "PATH"}
 # Where a node stands in the job: each Volcano task's (the chart's); Batch and Slurm set their own node index.
@@ -76,8 +78,11 @@ def _shared(env: dict[str, str], *, drop: set[str]) -> dict[str, Any]:
 
 def test_every_backend_s_job_gets_the_same_environment(environments):
     eks, batch, slurm = environments["eks"], environments["batch"], environments["slurm"]
-    assert _shared(eks, drop=CONTAINER_ONLY | EKS_ONLY) == _shared(batch, drop=CONTAINER_ONLY) == _shared(slurm, drop=set())
+    assert (_shared(eks, drop=CONTAINER_ONLY | EKS_ONLY) == _shared(batch, drop=CONTAINER_ONLY | NOT_ON_EKS)
+            == _shared(slurm, drop=NOT_ON_EKS))
     assert eks.keys() - batch.keys() == EKS_ONLY and batch.keys() - slurm.keys() - SUBMIT_TIME == CONTAINER_ONLY
+    assert batch[METRICS_DIR_VARIABLE] == slurm[METRICS_DIR_VARIABLE] == NODE_METRICS_DIR
+    assert METRICS_DIR_VARIABLE not in eks
     for env in environments.values():
         assert env[PER_CACHE_SET].startswith(f"{SHARED_MOUNT}/{CACHE_DIR_NAME}/")
 

@@ -183,8 +183,10 @@ def test_slurm_requeue_resumes_under_the_same_job_id(stage, config):
     args = ["/fsx/code/train.py", "--samples", "256"]
     first = run_slurm_script(stage, script, 2, *args, "--epochs", "2")
     assert first[0].code == 0, first[0].output[-3000:]
-    # Slurm keeps the job id (42 in the rehearsal) when it requeues a job: the same directory.
-    assert sorted(p.name for p in (stage.fsx / "checkpoints" / "42").iterdir()) == ["epoch-00000.pt", "epoch-00001.pt"]
+    # Slurm keeps the job id (42 in the rehearsal) when it requeues a job: the same directory (beside the launcher's
+    # hidden compile-cache summaries).
+    found = sorted(p.name for p in (stage.fsx / "checkpoints" / "42").iterdir())
+    assert found == [".compile_cache", "epoch-00000.pt", "epoch-00001.pt"]
     second = run_slurm_script(stage, script, 2, *args, "--epochs", "4")
     assert second[0].code == 0, second[0].output[-3000:]
     assert _resumed(second) == 2

@@ -65,7 +65,7 @@ def definition_container(config: Config, group: ComputeGroup) -> BatchContainer:
     command = config.batch.command
     environment = job_environment(
         spec, processes=spec.neuron_cores, cache_dir=cache_dir(group.name, shared=shared), multi_node=spec.has_efa,
-        container=True, shared_storage=shared, track=config.neuron_track,
+        container=True, shared_storage=shared, track=config.neuron_track, node_metrics=True,
     )
     parameters = {} if command else {
         SCRIPT_PARAMETER: default_script(example_image=config.batch.image_uri is None, shared_storage=shared)

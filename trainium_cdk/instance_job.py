@@ -52,7 +52,7 @@ def job_environment_of(config: Config, name: str) -> dict[str, str]:
     shared = config.storage.enabled
     env = job_environment(
         spec, processes=spec.neuron_cores, cache_dir=cache_dir(CACHE_SET, shared=shared), multi_node=False,
-        container=False, shared_storage=shared, track=config.neuron_track,
+        container=False, shared_storage=shared, track=config.neuron_track, node_metrics=True,
     )
     env["TRN_JOB_NAME"] = name  # the checkpoint directory's name (the launcher's TRN_CHECKPOINT_DIR)
     return env

@@ -49,6 +49,31 @@ the job definition retries. A peer's beats count from its own start: Batch start
 node runs, each when its host is ready (a fresh one pulls the image first), so a peer that has not beaten yet is
 lost only ``TRN_PEER_START_S`` (default 1800) after the main node's start.
 
+The Neuron compile cache's hits and misses (issue 34): a recompile of a large graph costs tens of minutes, and
+nothing else says whether a job found its graphs in the cache. The launcher reads them from what Neuron's compiler
+wrapper prints, as torchrun's output passes through it to the log unchanged (line by line): on the XLA track,
+torch-neuronx's ``neuron_cc_wrapper`` logs ``Using a cached neff at <cache>/neuronxcc-<version>/MODULE_<hash>+<flags>/
+model.neff`` for a graph it found, and ``Call compiler with cmd: [... model.MODULE_<hash>+<flags>.hlo_module.pb ...]``
+for one it compiles (Neuron, "Neuron Persistent Cache", aws-neuron-sdk about-neuron/arch/neuron-features/
+neuron-caching.rst; the same lines in aws-neuron/aws-neuron-sdk#825, huggingface/optimum-neuron#129). Why the log and
+not the cache folder: a compile shows in the folder (a new ``MODULE_`` folder with ``model.done``), but a hit does not
+(the wrapper only reads ``model.neff``; access times on Lustre and relatime mounts do not say it), and an
+``s3://`` cache (``NEURON_COMPILE_CACHE_URL``) has no folder to look at. Counted per node, as distinct graphs
+(``MODULE_`` names): misses, the graphs this node's processes compiled; hits, the graphs they loaded and did not
+compile here (32 data-parallel ranks waiting for one rank's compile of their common graph count 1 miss, not 31
+hits). Per job, the nodes' counts add up (a graph one node compiles and another loads counts once as each): the
+readers sum them (Prometheus by ``job``). When torchrun ends, every node prints one JSON line
+(``trainium-launch: {"compile_cache": {"job": ..., "node": N, "hits": H, "misses": M}}``), which `trn logs` reads,
+writes it to ``<checkpoint dir>/.compile_cache/node-<N>.json`` (with shared storage; hidden, as ``.nodes``, so that
+a script that takes the last name in its checkpoint directory never takes it), and with ``TRN_METRICS_DIR``
+(:data:`~trainium_cdk.names.METRICS_DIR_VARIABLE`) writes ``<dir>/<job>.prom``, counters
+:data:`~trainium_cdk.names.COMPILE_CACHE_HITS_METRIC` and ``_MISSES_METRIC`` labelled ``job`` and ``node``, under
+another name first and then renamed (node_exporter's textfile collector reads ``*.prom`` files whole). Not counted:
+precompile's ``neuron_parallel_compile`` run (the run after it is), a graph whose compile failed before (``Got a cached
+failed neff``), and the native track (TorchNeuron's torch.compile cache, ``TORCH_NEURONX_NEFF_CACHE_DIR``, documents
+no hit or miss line; its ``<dir>/<sha256>/<sha256>.neff`` entries would show compiles only). The launcher stays in
+front of torchrun to do this: it forwards SIGTERM and SIGINT to it, and exits with its code.
+
 ``launcher.sh`` keeps its comments short and points here: every Batch group's job definition carries the whole
 program, and 25 groups share one template of at most 1 MB (stacks/batch_stack.py).
 
@@ -62,6 +87,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trainium_cdk import defaults, node
+from trainium_cdk.names import COMPILE_CACHE_HITS_METRIC, COMPILE_CACHE_MISSES_METRIC, METRICS_DIR_VARIABLE
 from trainium_cdk.versions import NeuronTrack
 
 LAUNCHER_NAME = "trainium-launch"
@@ -77,12 +103,19 @@ WORKDIR_VARIABLE = "TRN_WORKDIR"
 # definition retries it (constructs/batch.py), where the program's own errors are not retried.
 PEER_LOST_EXIT_CODE = 75
 
+# The compile cache's summary: the key of the launcher's JSON line, and (with a dot) the folder of the checkpoint
+# directory that holds each node's copy of it (node-<rank>.json).
+COMPILE_CACHE_SUMMARY = "compile_cache"
+
 LAUNCHER = node.program(
     "launcher.sh",
     {
         "PEER_LOST_EXIT": PEER_LOST_EXIT_CODE,
         "DEFAULT_OPEN_FILES": defaults.OPEN_FILES,
         "DEFAULT_PRECOMPILE_STEPS": defaults.PRECOMPILE_STEPS,
+        "CACHE_SUMMARY": COMPILE_CACHE_SUMMARY,
+        "HITS_METRIC": COMPILE_CACHE_HITS_METRIC,
+        "MISSES_METRIC": COMPILE_CACHE_MISSES_METRIC,
     },
 )
 # The variables a job (or its config) sets to change what the launcher does.
@@ -98,11 +131,12 @@ def launch_command(program: Sequence[str]) -> list[str]:
 def launch_environment(
     *, processes: int, master_port: int, cache_dir: str, precompile: bool = False,
     precompile_steps: int = defaults.PRECOMPILE_STEPS, checkpoint_root: str | None = None,
-    track: NeuronTrack | None = None,
+    track: NeuronTrack | None = None, metrics_dir: str | None = None,
 ) -> dict[str, str]:
     """What the launcher reads from the job definition (everything else comes from the scheduler).
     ``precompile_steps``: the step cap of precompile's graph extraction, for the script to read.
-    ``track``: the Neuron track whose pins the preflight prints beside the node's versions; default none."""
+    ``track``: the Neuron track whose pins the preflight prints beside the node's versions; default none.
+    ``metrics_dir``: where the launcher writes the job's Prometheus textfile (``TRN_METRICS_DIR``); default none."""
     env = {"NPROC_PER_NODE": str(processes), "MASTER_PORT": str(master_port), "TRN_CACHE_DIR": cache_dir}
     if precompile:
         env[PRECOMPILE_VARIABLE] = "1"
@@ -111,6 +145,8 @@ def launch_environment(
         env["TRN_CHECKPOINT_ROOT"] = checkpoint_root
     if track is not None:
         env.update(neuron_pins(track))
+    if metrics_dir is not None:
+        env[METRICS_DIR_VARIABLE] = metrics_dir
     return env
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from trainium_cdk import defaults
 from trainium_cdk.catalog import InstanceSpec
 from trainium_cdk.launcher import launch_environment
-from trainium_cdk.names import CACHE_DIR_NAME, CHECKPOINT_ROOT, LOCAL_CACHE_ROOT, SHARED_MOUNT
+from trainium_cdk.names import CACHE_DIR_NAME, CHECKPOINT_ROOT, LOCAL_CACHE_ROOT, NODE_METRICS_DIR, SHARED_MOUNT
 from trainium_cdk.versions import NeuronTrack
 
 # The paths (the shared mount, the compile cache, checkpoints) are in trainium_cdk.names.
@@ -99,6 +99,7 @@ def job_environment(
     track: NeuronTrack | None = None,
     precompile: bool = False,
     precompile_steps: int = defaults.PRECOMPILE_STEPS,
+    node_metrics: bool = False,
 ) -> dict[str, str]:
     """The environment of a training job on every backend (EKS jobs, the Batch job definition, the Slurm
     batch script): the Neuron runtime, the track's large-model settings, EFA when the job may span nodes,
@@ -112,6 +113,10 @@ def job_environment(
     :param track: the Neuron track of the image and nodes: its pins and large-model settings; default none
         (neither: a job that trains nothing, such as the fabric check).
     :param precompile_steps: the step cap of precompile's graph extraction (``TRN_PRECOMPILE_STEPS``).
+    :param node_metrics: the job can write the node's metrics folder (``NODE_METRICS_DIR``, which the node's
+        Prometheus collector reads): on a host (Slurm, the development instance) and in a Batch container that
+        mounts it; the launcher writes the job's compile-cache counters there. Default False (EKS: Pod Security
+        baseline forbids the hostPath volume it would take; the job's log carries the counters).
     """
     env = neuron_environment()
     if track is not None:
@@ -124,7 +129,7 @@ def job_environment(
         launch_environment(
             processes=processes, master_port=MASTER_PORT, cache_dir=cache_dir, precompile=precompile,
             precompile_steps=precompile_steps, checkpoint_root=CHECKPOINT_ROOT if shared_storage else None,
-            track=track,
+            track=track, metrics_dir=NODE_METRICS_DIR if node_metrics else None,
         )
     )
     if shared_storage:

@@ -12,10 +12,11 @@ import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from trainium_cdk import backends as backend_registry
 from trainium_cdk.cli._common import CliError, is_interactive, parse_overrides, read_config
+from trainium_cdk.cli.compile_cache import SummaryWatch, describe
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.config.fields import check_environment_name
 from trainium_cdk.errors import ConfigError, one_of
@@ -151,7 +152,8 @@ def add_parsers(sub: Any) -> None:
                        description="Print the logs of one node of a job, with every process torchrun runs there: "
                        "--rank N picks node rank N (default 0). Batch: the node's CloudWatch log stream; EKS: its "
                        "pod; Slurm: its lines of the job's output file; development instance: the job's log. "
-                       "--follow streams until the job ends.")
+                       "--follow streams until the job ends. Then, on stderr, the Neuron compile cache's hits and "
+                       "misses the launcher counted on that node (graphs loaded from the cache, graphs compiled).")
     p.add_argument("job", help="the job: Batch and Slurm job id, EKS and development instance job name")
     p.add_argument("--rank", type=int, default=0, metavar="N", help="node rank (0 .. nodes-1; default 0)")
     p.add_argument("--follow", "-f", action="store_true", help="keep streaming until the job ends")
@@ -362,7 +364,12 @@ def status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config, backend = load(args)
-    return _client(backend).logs(args, config, out, err)
+    watch = SummaryWatch(out)  # the log as it is on stdout; the launcher's compile-cache counts on stderr
+    code = _client(backend).logs(args, config, cast(TextIO, watch), err)
+    watch.close_lines()
+    if watch.summary is not None:
+        err.write(describe(watch.summary, args.rank) + "\n")
+    return int(code)
 
 
 def cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

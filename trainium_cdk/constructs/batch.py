@@ -34,7 +34,7 @@ from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.jobs import check_precompile_steps
 from trainium_cdk.launcher import PEER_LOST_EXIT_CODE, launch_command
-from trainium_cdk.names import BASE_TAG_BUILD_ARG, SHARED_MOUNT
+from trainium_cdk.names import BASE_TAG_BUILD_ARG, NODE_METRICS_DIR, SHARED_MOUNT
 from trainium_cdk.training_env import cache_dir, job_environment
 from trainium_cdk.versions import XLA_TRACK, NeuronTrack
 
@@ -343,7 +343,7 @@ class TrainiumBatch(Construct):
         return job_environment(
             self.spec, processes=self.spec.neuron_cores, cache_dir=self.cache_dir, multi_node=self.multi_node,
             container=True, shared_storage=self._shared_storage, track=self.track,
-            precompile_steps=self.precompile_steps,
+            precompile_steps=self.precompile_steps, node_metrics=True,
         )
 
     def _grant_pull(self, role: iam.Role) -> None:
@@ -378,6 +378,11 @@ class TrainiumBatch(Construct):
             [batch.EcsVolume.host(name="fsx", host_path=SHARED_MOUNT, container_path=SHARED_MOUNT)]
             if storage is not None
             else []
+        )
+        # The host's metrics folder, which its Prometheus collector reads: the launcher writes the job's
+        # compile-cache counters there (TRN_METRICS_DIR, training_env.job_environment).
+        volumes.append(
+            batch.EcsVolume.host(name="node-metrics", host_path=NODE_METRICS_DIR, container_path=NODE_METRICS_DIR)
         )
         return batch.EcsEc2ContainerDefinition(
             self,

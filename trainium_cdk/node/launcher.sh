@@ -51,9 +51,9 @@ if [ -n "${TRN_CACHE_DIR:-}" ]; then
     *) export NEURON_CC_FLAGS="--cache_dir=$TRN_CACHE_DIR${NEURON_CC_FLAGS:+ $NEURON_CC_FLAGS}" ;;
   esac
 fi
+job="${TRN_JOB_NAME:-${SLURM_JOB_ID:-${AWS_BATCH_JOB_ID:-}}}"
+job="${job%%#*}"  # a Batch node's job id is <job id>#<node index>
 if [ -n "${TRN_CHECKPOINT_ROOT:-}" ]; then
-  job="${TRN_JOB_NAME:-${SLURM_JOB_ID:-${AWS_BATCH_JOB_ID:-}}}"
-  job="${job%%#*}"  # a Batch node's job id is <job id>#<node index>
   [ -n "$job" ] || fail "$scheduler: no job name or id for the checkpoint directory"
   export TRN_CHECKPOINT_DIR="${TRN_CHECKPOINT_DIR:-$TRN_CHECKPOINT_ROOT/$job}"
   mkdir -p "$TRN_CHECKPOINT_DIR"
@@ -95,8 +95,66 @@ if [ "${TRN_PRECOMPILE:-0}" = 1 ]; then
   say "precompile: graph extraction over $steps steps, no TRN_CHECKPOINT_DIR"
   ( unset TRN_CHECKPOINT_DIR; export TRN_PRECOMPILE_STEPS="$steps"; exec neuron_parallel_compile torchrun "$@" )
 fi
+# The compile cache's hits and misses: the graphs torch-neuronx's compiler wrapper loaded from the cache or compiled
+# in this node's processes, read from torchrun's output as it passes; a summary when it ends (launcher.py).
+start() {
+  counters=""
+  if command -v awk >/dev/null && tally="$(mktemp -d)" && mkfifo "$tally/1" "$tally/2"; then
+    for fd in 1 2; do
+      awk -v seen="$tally/seen.$fd" '{ print; fflush(); kind = "" }
+        /Using a cached neff at / { kind = "hit" }
+        /Call compiler with cmd/ { kind = "miss" }
+        kind && match($0, /MODULE_[0-9A-Za-z_+]+/) { print kind, substr($0, RSTART, RLENGTH) > seen; fflush(seen) }
+      ' < "$tally/$fd" >&"$fd" &
+      counters="$counters $!"
+    done
+    torchrun "$@" > "$tally/1" 2> "$tally/2" &
+  else
+    say "WARNING: no awk, mktemp or mkfifo here: the compile cache's hits and misses are not counted"
+    tally=""
+    torchrun "$@" &
+  fi
+  run=$!
+  trap 'kill -TERM "$run" 2>/dev/null' TERM INT
+}
+reap() {  # torchrun's exit code, after it ended (a trapped signal interrupts wait)
+  code=0
+  wait "$run" || code=$?
+  while kill -0 "$run" 2>/dev/null; do code=0; wait "$run" || code=$?; done
+}
+finish() {
+  [ -n "$tally" ] || return 0
+  # The counters end with torchrun's output: at most 10 s more if something it started still holds it.
+  # shellcheck disable=SC2086  # the counters' process ids
+  ( sleep 10; kill $counters 2>/dev/null ) &
+  guard=$!
+  # shellcheck disable=SC2086
+  wait $counters || true
+  kill "$guard" 2>/dev/null || true
+  # shellcheck disable=SC2046  # two numbers
+  set -- $(cat "$tally"/seen.* 2>/dev/null | awk '$1 == "miss" { m[$2] = 1 } $1 == "hit" { h[$2] = 1 }
+    END { for (k in m) misses++; for (k in h) if (!(k in m)) hits++; print hits + 0, misses + 0 }')
+  rm -rf "$tally"
+  case "$job" in ''|*[!A-Za-z0-9_.-]*) label="" ;; *) label="$job" ;; esac
+  line="{\"$CACHE_SUMMARY\": {\"job\": \"$label\", \"node\": $NODE_RANK, \"hits\": $1, \"misses\": $2}}"
+  say "$line"
+  summary="${TRN_CHECKPOINT_DIR:-}/.$CACHE_SUMMARY"  # hidden, as .nodes: not taken for a checkpoint
+  if [ -n "${TRN_CHECKPOINT_DIR:-}" ] && ! { mkdir -p "$summary" && echo "$line" > "$summary/node-$NODE_RANK.json"; }; then
+    say "WARNING: cannot write $summary/node-$NODE_RANK.json"
+  fi
+  # node_exporter's textfile collector reads *.prom files: write another name, then rename (its README).
+  prom="${TRN_METRICS_DIR:-}/$label.prom"
+  if [ -n "${TRN_METRICS_DIR:-}" ] && [ -n "$label" ] && ! { printf '# TYPE %s counter\n%s{job="%s",node="%s"} %s\n' \
+    "$HITS_METRIC" "$HITS_METRIC" "$label" "$NODE_RANK" "$1" "$MISSES_METRIC" "$MISSES_METRIC" "$label" "$NODE_RANK" "$2" \
+    > "$prom.$$" && mv -f "$prom.$$" "$prom"; } 2>/dev/null; then
+    say "WARNING: cannot write $prom (TRN_METRICS_DIR)"
+  fi
+}
 if [ "$scheduler" != batch ] || [ "$NNODES" -lt 2 ] || [ -z "${TRN_CHECKPOINT_DIR:-}" ]; then
-  exec torchrun "$@"
+  start "$@"
+  reap
+  finish
+  exit "$code"
 fi
 # Batch retries a multi-node job on the main node's host loss only: peers' heartbeats (launcher.py).
 beats="$TRN_CHECKPOINT_DIR/.nodes/attempt-${AWS_BATCH_JOB_ATTEMPT:-1}"
@@ -134,9 +192,7 @@ peer_lost() {
   kill "$beating" 2>/dev/null || true
   exit "$PEER_LOST_EXIT"
 }
-torchrun "$@" &
-run=$!
-trap 'kill -TERM "$run" 2>/dev/null' TERM INT
+start "$@"
 if [ "$NODE_RANK" = "${AWS_BATCH_JOB_MAIN_NODE_INDEX:-0}" ]; then
   while kill -0 "$run" 2>/dev/null; do
     peers
@@ -144,8 +200,8 @@ if [ "$NODE_RANK" = "${AWS_BATCH_JOB_MAIN_NODE_INDEX:-0}" ]; then
     sleep 1
   done
 fi
-code=0
-wait "$run" || code=$?
+reap
+finish
 echo "$code" > "$beats/node-$NODE_RANK.exit"
 kill "$beating" 2>/dev/null || true
 if [ "$code" != 0 ] && [ "$NODE_RANK" = "${AWS_BATCH_JOB_MAIN_NODE_INDEX:-0}" ]; then

@@ -98,6 +98,7 @@ def render_sbatch(config: Config, group: ComputeGroup, *, job_name: str | None =
     env = job_environment(
         spec, processes=spec.neuron_cores, cache_dir=cache_dir(group.name), multi_node=spec.has_efa,
         container=False, shared_storage=True, track=track, precompile_steps=config.neuron.precompile_steps,
+        node_metrics=True,
     )
     # A job's own value of these wins, as a job's env does on EKS and Batch.
     own = {*large_model_environment(track), PRECOMPILE_STEPS_VARIABLE}

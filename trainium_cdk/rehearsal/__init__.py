@@ -33,6 +33,10 @@ the image (EKS, Batch)                 this machine's Python, the one ``trn`` ru
 ``TRN_HEARTBEAT_S`` 30 (Batch nodes)   1: a lost peer shows in seconds, not minutes
 ``TRN_FABRIC_SIZES`` (the fabric        64 KiB to 4 MiB (``FABRIC_SIZES_HERE``): gigabyte tensors in every
 check's sweep, 1 MiB to 1 GiB)         process would not fit this machine's memory
+the Neuron compiler and its cache      ``neuron_cc.py`` as every Python's ``sitecustomize`` (``PYTHONPATH``): each
+(torch-neuronx's compiler wrapper,     training process takes one graph from the cache, or "compiles" it into it,
+XLA track)                             with the cache layout and log lines Neuron documents
+``/var/lib/trainium-cdk/metrics``      ``node-metrics/`` beside the stand-in /fsx (the node's Prometheus textfiles)
 =====================================  ==========================================================
 
 The tests add stand-ins of their own on the stage (``neuron-ls``, ``nccom-test``, a recording ``scontrol``:

@@ -19,7 +19,8 @@ from pathlib import Path
 from trainium_cdk.launcher import WORKDIR_VARIABLE
 from trainium_cdk.node.fabric_check import SIZES_VARIABLE as FABRIC_SIZES_VARIABLE
 from trainium_cdk.names import (
-    COMPILE_BACKEND_VARIABLE, DIST_BACKEND_VARIABLE, NEURON_BIN, NEURON_DEVICE, SHARED_MOUNT, TORCH_DEVICE_VARIABLE,
+    COMPILE_BACKEND_VARIABLE, DIST_BACKEND_VARIABLE, NEURON_BIN, NEURON_DEVICE, NODE_METRICS_DIR, SHARED_MOUNT,
+    TORCH_DEVICE_VARIABLE,
 )
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
@@ -187,6 +188,13 @@ class Stage:
         (self.venv / "bin").mkdir(parents=True, exist_ok=True)
         (self.venv / ".jobs").mkdir(exist_ok=True)  # where each Slurm job marks the venv it uses (neuron_setup.sh)
         (self.venv / "bin" / "activate").write_text("# stand-in: torch is already on PATH\n")
+        # The Neuron compiler's cache (neuron_cc.py), in every Python a node starts: its sitecustomize.
+        self.site = self.root / "neuron-cc"
+        self.site.mkdir(exist_ok=True)
+        (self.site / "sitecustomize.py").write_text((Path(__file__).parent / "neuron_cc.py").read_text())
+        # The node's metrics folder (its Prometheus collector's): beside the stand-in /fsx, kept after the run.
+        self.metrics = self.fsx.parent / "node-metrics"
+        self.metrics.mkdir(exist_ok=True)
 
     @property
     def substitutions(self) -> dict[str, str]:
@@ -204,6 +212,7 @@ class Stage:
             VENV: str(self.venv),
             NEURON_BIN: str(self.neuron_bin),
             SHARED_MOUNT: str(self.fsx),
+            NODE_METRICS_DIR: str(self.metrics),
         }
 
     def substitute(self, text: str) -> str:
@@ -254,6 +263,7 @@ class Stage:
             "HOME": str(self.root),
             "LANG": "C.UTF-8",
             "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(self.site),
         }
 
     def environment(self, job_env: Mapping[str, str]) -> dict[str, str]:

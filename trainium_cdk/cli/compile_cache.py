@@ -1,0 +1,63 @@
+"""The Neuron compile cache's hits and misses of a job's node, as `trn logs` shows them.
+
+The launcher ends every node's run with one line (trainium_cdk/node/launcher.sh, launcher.py):
+``trainium-launch: {"compile_cache": {"job": ..., "node": N, "hits": H, "misses": M}}``. `trn logs` passes the
+node's log through unchanged on stdout and, when the log holds that line, says on stderr what it counted.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TextIO
+
+from trainium_cdk.launcher import COMPILE_CACHE_SUMMARY, LAUNCHER_NAME
+
+
+def summary_of(line: str) -> dict[str, Any] | None:
+    """The counts of a launcher's compile-cache line, or None for any other line."""
+    prefix = f"{LAUNCHER_NAME}: "
+    start = line.find(prefix + "{")
+    if start < 0 or f'"{COMPILE_CACHE_SUMMARY}"' not in line:
+        return None
+    try:
+        found = json.loads(line[start + len(prefix):])[COMPILE_CACHE_SUMMARY]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(found, dict) or not all(isinstance(found.get(k), int) for k in ("hits", "misses")):
+        return None
+    return found
+
+
+class SummaryWatch:
+    """A stream that writes through to ``out`` and keeps the last compile-cache line it saw."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.summary: dict[str, Any] | None = None
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        self.out.write(text)
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            self._see(line)
+        return len(text)
+
+    def _see(self, line: str) -> None:
+        found = summary_of(line)
+        if found is not None:
+            self.summary = found
+
+    def close_lines(self) -> None:
+        """The last line, when the log did not end with a newline."""
+        self._see(self._partial)
+        self._partial = ""
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, ...: the stream's own
+        return getattr(self.out, name)
+
+
+def describe(summary: dict[str, Any], rank: int) -> str:
+    """One line for a person: what node ``rank`` took from the cache and what it compiled."""
+    return (f"compile cache, node {rank}: {summary['hits']} hit(s) (graphs loaded from the Neuron compile cache), "
+            f"{summary['misses']} miss(es) (graphs compiled)")

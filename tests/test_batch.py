@@ -177,8 +177,8 @@ def test_compute_environment_uses_the_launch_template_at_its_latest_version(ever
         "LaunchTemplateId": {"Ref": template_id},
         "Version": {"Fn::GetAtt": [template_id, "LatestVersionNumber"]},
     }
-    profile = group.from_parent(group.compute["InstanceRole"])["Fn::GetAtt"][0]
-    roles = group.parent["Resources"][profile]["Properties"]["Roles"]
+    profile = group.compute["InstanceRole"]["Fn::GetAtt"][0]  # the group's own (its template's)
+    roles = group.template["Resources"][profile]["Properties"]["Roles"]
     assert roles == [{"Ref": group.logical_id(group.construct.instance_role)}]
 
 
@@ -426,10 +426,12 @@ def test_stuck_jobs_wait_as_configured_and_for_a_capacity_block(reserved):
 
 
 def _statements(group: Group, role) -> list[dict]:
+    """The statements of a role's policies: the group's instance role in its template, the shared roles in the parent."""
     role_id = group.logical_id(role)
+    template = group.template if cdk.Stack.of(_resource(role)) is group.holder else group.parent
     return [
         s
-        for p in resources(group.parent, "AWS::IAM::Policy").values()
+        for p in resources(template, "AWS::IAM::Policy").values()
         if {"Ref": role_id} in p["Properties"]["Roles"]
         for s in p["Properties"]["PolicyDocument"]["Statement"]
     ]
@@ -441,7 +443,9 @@ def test_instance_role_is_the_ecs_agent_and_one_image_repository(every_type):
     actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     assert {"ecs:RegisterContainerInstance", "ecs:Poll", "ecs:SubmitTaskStateChange"} <= actions
     assert not any(a.endswith("*") for a in actions)
-    # The ECS agent's actions on Batch's own clusters and container instances; on * only what has no resource.
+    # The ECS agent's actions on its own compute environment's cluster and container instances (named from the
+    # environment's Ref; tests/test_batch_ecs_scope.py evaluates them); on * only what has no resource.
+    environment = group.logical_id(group.construct.compute_environment)
     for statement in statements:
         acts = [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
         if any(a.startswith("ecs:") for a in acts):
@@ -449,8 +453,9 @@ def test_instance_role_is_the_ecs_agent_and_one_image_repository(every_type):
                 # CDK merges statements on *: the ECR token (the image pull) joins these.
                 assert set(acts) <= {"ecs:DiscoverPollEndpoint", "ec2:DescribeTags", "ecr:GetAuthorizationToken"}, statement
             else:
-                assert ":cluster/AWSBatch-*" in json.dumps(statement["Resource"]) or \
-                    ":container-instance/AWSBatch-*/*" in json.dumps(statement["Resource"]), statement
+                assert f'"Ref": "{environment}"' in json.dumps(statement["Resource"]), statement
+                assert ":cluster/AWSBatch-" in json.dumps(statement["Resource"]) or \
+                    ":container-instance/AWSBatch-" in json.dumps(statement["Resource"]), statement
     assert not {"ecs:CreateCluster", "logs:PutLogEvents"} & actions
     (pull,) = [s for s in statements if "ecr:BatchGetImage" in s["Action"]]
     assert "cdk-hnb659fds-container-assets" in json.dumps(pull["Resource"])  # the example image's repository
@@ -479,16 +484,23 @@ def test_job_role_has_no_permissions_and_execution_role_writes_its_logs(every_ty
     ]
 
 
-def test_every_group_shares_one_set_of_roles_and_one_instance_profile(every_type):
+def test_groups_share_the_job_roles_and_each_has_its_own_instance_role(every_type):
+    """One execution and one job role for every group; the nodes' instance role and profile are each group's own, in
+    its nested stack, so that its ECS agent reaches its own compute environment's cluster only (it was one role and
+    profile for every group, on every AWSBatch-* cluster of the account)."""
     template = every_type.template_json("batch")
     groups = list(every_type.stacks.backends["batch"].groups.values())
-    assert len(resources(template, "AWS::IAM::Role")) == 3
-    (profile,) = resources(template, "AWS::IAM::InstanceProfile")
+    assert len(resources(template, "AWS::IAM::Role")) == 2
+    assert not resources(template, "AWS::IAM::InstanceProfile")
     for training in groups:
         group = Group(every_type, training.group_name)
-        assert group.from_parent(group.compute["InstanceRole"]) == {"Fn::GetAtt": [profile, "Arn"]}
-        for role in ("instance_role", "execution_role", "job_role"):
-            assert getattr(training, role) is getattr(groups[0], role)
+        (role,) = resources(group.template, "AWS::IAM::Role")
+        (profile,) = resources(group.template, "AWS::IAM::InstanceProfile")
+        assert role == group.logical_id(training.instance_role)
+        assert group.template["Resources"][profile]["Properties"]["Roles"] == [{"Ref": role}]
+        assert group.compute["InstanceRole"] == {"Fn::GetAtt": [profile, "Arn"]}
+        for shared in ("execution_role", "job_role"):
+            assert getattr(training, shared) is getattr(groups[0], shared)
 
 
 def _batch_groups(result) -> dict[str, dict[str, str]]:

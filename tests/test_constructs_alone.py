@@ -237,9 +237,9 @@ def test_trainium_batch_alone_with_an_imported_file_system():
 
 
 def test_batch_roles_alone():
-    _, template = synth_alone(lambda stack, _: BatchRoles(stack, "Shared", metrics=True))
-    assert len(resources(template, "AWS::IAM::Role")) == 3
-    assert len(resources(template, "AWS::IAM::InstanceProfile")) == 1
+    _, template = synth_alone(lambda stack, _: BatchRoles(stack, "Shared"))
+    assert len(resources(template, "AWS::IAM::Role")) == 2  # the execution and job roles: each group has its nodes'
+    assert not resources(template, "AWS::IAM::InstanceProfile")
 
 
 def test_training_image_repository_alone():

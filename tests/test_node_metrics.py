@@ -156,7 +156,7 @@ def test_batch_user_data_fits_ec2_limit():
 
 
 def test_batch_instance_role_may_put_metrics_in_the_namespace_only(app):
-    template = app.template_json("batch")
+    template = app.template_with_nested("batch")  # each group's instance role is in its nested stack
     statements = [s for p in resources(template, "AWS::IAM::Policy").values()
                   for s in p["Properties"]["PolicyDocument"]["Statement"]]
     cloudwatch = [s for s in statements if "cloudwatch" in json.dumps(s["Action"])]

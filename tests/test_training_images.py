@@ -53,18 +53,33 @@ def test_the_output_names_the_repository(app, role):
     assert {"Ref": logical} in value["Fn::Join"][1]
 
 
-def test_batch_nodes_and_jobs_may_pull_from_it(app):
-    template = app.template_json("batch")
-    roles = {k for k, r in resources(template, "AWS::IAM::Role").items()
-             if r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]["Service"]
-             in ("ec2.amazonaws.com", "ecs-tasks.amazonaws.com")}
-    pulls: dict[str, bool] = {}
+def _pulls(template: dict, repository: Any) -> set[str]:
+    """The roles of ``template`` whose policies may pull from ``repository`` (its ARN as the template has it)."""
+    pulls = set()
     for policy in resources(template, "AWS::IAM::Policy").values():
         (role,) = policy["Properties"]["Roles"]
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
             targets = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-            if sorted(statement["Action"]) == PULL_ACTIONS and {"Fn::GetAtt": [TRAINING_IMAGES_LOGICAL_ID, "Arn"]} in targets:
-                pulls[role["Ref"]] = True
-    instance = next(k for k in roles if "InstanceRole" in k)
+            if sorted(statement["Action"]) == PULL_ACTIONS and repository in targets:
+                pulls.add(role["Ref"])
+    return pulls
+
+
+def test_batch_nodes_and_jobs_may_pull_from_it(app):
+    """The shared execution role in the Batch stack, and each group's own instance role in its nested stack (the
+    repository's ARN a parameter the Batch stack passes); the job role gets nothing."""
+    template = app.template_json("batch")
+    arn = {"Fn::GetAtt": [TRAINING_IMAGES_LOGICAL_ID, "Arn"]}
+    roles = {k for k, r in resources(template, "AWS::IAM::Role").items()
+             if r["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]["Service"]
+             == "ecs-tasks.amazonaws.com"}
     execution = next(k for k in roles if "ExecutionRole" in k)
-    assert pulls == {instance: True, execution: True}  # the job role gets nothing
+    assert _pulls(template, arn) == {execution}
+    batch = app.stacks.backends["batch"]
+    for nested in batch.group_stacks.values():
+        group = json.loads((app.outdir / nested.template_file).read_text())
+        entry = batch.resolve(batch.get_logical_id(nested.nested_stack_resource))
+        passed = template["Resources"][entry]["Properties"]["Parameters"]
+        (parameter,) = [name for name, value in passed.items() if value == arn]
+        (instance,) = resources(group, "AWS::IAM::Role")
+        assert _pulls(group, {"Ref": parameter}) == {instance}

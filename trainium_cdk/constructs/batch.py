@@ -27,7 +27,7 @@ from trainium_cdk.batch_job import ALL_NODES, SCRIPT_PARAMETER, default_script
 from trainium_cdk.catalog import BATCH_MAX_ATTEMPTS, BATCH_MAX_UPDATE_TIMEOUT_MINUTES, InstanceSpec, check_ami_id
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.batch_node import BatchNodeSetup, node_setup
-from trainium_cdk.constructs.batch_roles import BatchRoles
+from trainium_cdk.constructs.batch_roles import BatchInstanceRole, BatchRoles
 from trainium_cdk.constructs.defaults import LOG_RETENTION
 from trainium_cdk.constructs.log_encryption import encrypt_log_groups
 from trainium_cdk.constructs.storage import LustreMount
@@ -134,10 +134,11 @@ class TrainiumBatch(Construct):
     :param name_prefix: prefix of the job queue and job definition names; default: generated names.
     :param metrics_deployment: publish every node's neuron-monitor metrics to CloudWatch (namespace
         ``neuron_metrics.NAMESPACE``) with this value of the ``Deployment`` dimension; default none
-        (no metrics). Given ``roles``, they must have been made with ``metrics=True``.
-    :param roles: the instance role and profile, execution and job roles, shared with other groups (the
-        stack's :class:`BatchRoles`); this group grants them its image pulls and log writes. Default: roles
-        of its own.
+        (no metrics).
+    :param roles: the execution and job roles, shared with other groups (the stack's :class:`BatchRoles`); this
+        group grants them its image pulls and log writes. Default: roles of its own. The nodes' instance role
+        and profile are always the group's own (:class:`BatchInstanceRole`): its ECS agent reaches this
+        compute environment's ECS cluster only.
     """
 
     @names_construct_path
@@ -234,12 +235,11 @@ class TrainiumBatch(Construct):
         self.launch_template.resource.add_property_override(
             "LaunchTemplateData.InstanceInitiatedShutdownBehavior", "terminate")
         self.metrics_deployment = metrics_deployment
-        if roles is not None and metrics_deployment is not None and not roles.metrics:
-            raise ConfigError("roles", roles.node.path, "roles made with metrics=True, as metrics_deployment is set")
-        self.roles = roles or BatchRoles(
-            self, "Roles", description=f"compute group {group_name}", metrics=metrics_deployment is not None
+        self.roles = roles or BatchRoles(self, "Roles", description=f"compute group {group_name}")
+        self.node_role = BatchInstanceRole(
+            self, "InstanceRole", description=f"compute group {group_name}", metrics=metrics_deployment is not None
         )
-        self.instance_role = self.roles.instance_role
+        self.instance_role = self.node_role.role
         self.job_role = self.roles.job_role
         self.execution_role = self.roles.execution_role
         # Depending on its configuration the ECS agent pulls with the execution or the instance role: both may.
@@ -274,9 +274,8 @@ class TrainiumBatch(Construct):
         )
         cfn_ce = self.compute_environment.node.default_child
         assert isinstance(cfn_ce, batch.CfnComputeEnvironment)
-        # The L2 makes a profile per environment: every environment uses the roles' one profile instead.
-        self.compute_environment.node.try_remove_child("InstanceProfile")
-        cfn_ce.add_property_override("ComputeResources.InstanceRole", self.roles.instance_profile.instance_profile_arn)
+        # The group's ECS agent on this environment's cluster only (the L2 makes the role's instance profile).
+        self.ecs_agent_policy = self.node_role.scope_to(cfn_ce)
         if spec.has_efa:
             # EC2 rejects instance-level security groups next to the template's network interfaces.
             cfn_ce.add_property_deletion_override("ComputeResources.SecurityGroupIds")

@@ -63,9 +63,10 @@ class BatchStack(Stack):
             description="trainium-cdk: AWS Batch multi-node parallel training on Trainium",
             **kwargs,
         )
-        # One set of roles for every group (the same agent, the same kind of job): what differs by group (its
-        # log group) is named in their policies.
-        self.roles = BatchRoles(self, "Roles", description=f"every compute group of {construct_id}", metrics=True)
+        # One execution role and one job role for every group (the same kind of job): what differs by group (its
+        # log group) is named in their policies. Each group's nodes have an instance role of their own (its ECS
+        # cluster), in the group's nested stack.
+        self.roles = BatchRoles(self, "Roles", description=f"every compute group of {construct_id}")
         if config.hugging_face.token_secret:
             # The recipes' data jobs read the Hugging Face token at run time, by the secret's name: this one only.
             grant_secret_read(self, self.roles.job_role, config.hugging_face.token_secret)
@@ -76,8 +77,6 @@ class BatchStack(Stack):
         repository = self.training_images.node.default_child
         assert isinstance(repository, ecr.CfnRepository)
         repository.override_logical_id(TRAINING_IMAGES_LOGICAL_ID)
-        # Depending on its configuration the ECS agent pulls with the execution or the instance role: both may.
-        self.training_images.grant_pull(self.roles.instance_role)
         self.training_images.grant_pull(self.roles.execution_role)
         self.group_stacks: dict[str, NestedStack] = {
             group.name: NestedStack(
@@ -94,9 +93,12 @@ class BatchStack(Stack):
             )
             for group in config.compute_groups
         }
-        if metrics_workspace is not None:
-            # The nodes' Prometheus agents remote-write into the deployment's workspace (prometheus_node.py).
-            metrics_workspace.grant_remote_write(self.roles.instance_role)
+        # Depending on its configuration the ECS agent pulls with the execution or the instance role: both may.
+        for training in self.groups.values():
+            self.training_images.grant_pull(training.instance_role)
+            if metrics_workspace is not None:
+                # The nodes' Prometheus agents remote-write into the deployment's workspace (prometheus_node.py).
+                metrics_workspace.grant_remote_write(training.instance_role)
         if any(training.multi_node for training in self.groups.values()):
             self.task_rules = BatchTaskRules(self, "TaskRules", vpc=network.vpc)
         # Every group's nodes publish neuron-monitor's metrics under the stack's name (the Deployment dimension).

@@ -383,12 +383,14 @@ def test_every_host_backend_writes_into_the_workspace_with_remote_write_on_it_al
 
     app = synthesized("trn1.32xlarge")
     workspace = next(iter(resources(app.template_json("network"), "AWS::APS::Workspace")))
-    for role in ("batch", "parallelcluster"):
-        statements = [s for t in (app.template_json(role),)
+    groups = {"batch": len(app.config.compute_groups), "parallelcluster": 1}  # Batch: each group's own instance role
+    for role, count in groups.items():
+        statements = [s for t in (app.template_with_nested(role),)
                       for r in t["Resources"].values() if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
                       for s in r["Properties"]["PolicyDocument"]["Statement"] if "aps:RemoteWrite" in json.dumps(s)]
-        assert len(statements) == 1 and statements[0]["Action"] == "aps:RemoteWrite", role
-        assert workspace in json.dumps(statements[0]["Resource"]) and "*" not in json.dumps(statements[0]["Resource"])
+        assert len(statements) == count and all(s["Action"] == "aps:RemoteWrite" for s in statements), role
+        for statement in statements:  # the workspace's ARN, or the nested stack's parameter that carries it
+            assert workspace in json.dumps(statement["Resource"]) and "*" not in json.dumps(statement["Resource"])
     # Batch: the groups' user data (nested stacks) name the workspace for the setup they fetch.
     nested = [p.read_text() for p in app.outdir.glob("*.nested.template.json")]
     assert any("PROMETHEUS_REMOTE_WRITE=" in text for text in nested)

@@ -42,3 +42,14 @@ def test_the_readme_is_a_front_page_whose_links_lead_somewhere():
     linked = {(ROOT / link).resolve() for link in local}
     pages = [p for p in readme.DOCS.rglob("*.md") if p.name not in ("index.md", "changelog.md")]
     assert not [str(p.relative_to(ROOT)) for p in pages if p.resolve() not in linked]
+
+
+def test_what_trn_prints_points_at_pages_that_exist():
+    """A pointer into the docs in a message of `trn` names a page of the site. The README held the sections once;
+    `trn` pointed at two, one of which ("permissions of the trn CLI") never existed."""
+    pointers = []
+    for path in sorted((ROOT / "trainium_cdk" / "cli").glob("*.py")):
+        text = path.read_text()
+        assert not re.search(r"README[,:] ", text), f"{path.name}: a pointer into the README, which is a front page now"
+        pointers += re.findall(r"docs/[\w/.-]+\.md", text)
+    assert pointers and all((ROOT / p).is_file() for p in pointers), pointers

@@ -6,9 +6,9 @@ check what `cdk deploy` would do to what is already there:
 - node groups roll (same node group, a new launch template version) instead of being replaced;
 - what each change does to running jobs, by each service's rules (tests/lifecycle.py: Batch infrastructure
   updates and their UpdatePolicy, managed node group rolls, Karpenter drift and do-not-disrupt), and that
-  the README's "Running jobs" column says `stopped` exactly where a job can be stopped.
+  the Day-2 table's "Running jobs" column says `stopped` exactly where a job can be stopped.
 
-README.md "Day-2 changes" tells users the same, change by change.
+docs/reference/day-2.md (the Day-2 table) tells users the same, change by change.
 """
 
 from __future__ import annotations

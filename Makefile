@@ -93,7 +93,7 @@ pcluster-schema: $(DEV)
 checkov-env: $(DEV)
 	$(PY) -m tests.checkov_env --setup || test "$$CI" != true
 
-## docs: regenerate the README's config reference and architecture picture, and docs/waivers.md, from the code
+## docs: regenerate the generated pages of the site (docs/: config reference, architecture, Day-2 table, API reference, waivers) from the code
 docs: setup
 	$(RUN) $(PY) -m trainium_cdk.docs --write
 

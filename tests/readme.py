@@ -1,4 +1,8 @@
-"""The README's shell commands, as a user would type them: fenced ``sh``/``bash`` blocks split into commands.
+"""The shell commands of the README and of every page of the documentation site (docs/, in the order of
+mkdocs.yml's nav), as a user would type them: fenced ``sh``/``bash`` blocks split into commands.
+
+A session may go on from one page to the next (the EKS walkthrough starts on the walkthroughs' first page,
+which writes the job every walkthrough runs): its blocks run in the site's order, the README first.
 
 Markers (HTML comments, invisible on GitHub) on the lines right before a block's opening fence:
 
@@ -23,9 +27,14 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+MKDOCS = ROOT / "mkdocs.yml"
 SHELLS = ("sh", "bash")
 _FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[A-Za-z0-9_+-]*)\s*$")
 _MARKER = re.compile(r"^\s*<!--\s*(?P<key>session|on|file):\s*(?P<value>[a-z0-9][a-z0-9._/,-]*)\s*-->\s*$")
@@ -35,14 +44,20 @@ FILE_END = "TRAINIUM_CDK_README_FILE_END"
 
 @dataclass(frozen=True)
 class Command:
-    line: int  # 1-based line of the README where the command starts
+    line: int  # 1-based line of the page where the command starts
     text: str
+    page: str = "README.md"  # the page, relative to the repository
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
 
 
 @dataclass
 class Block:
     line: int  # the opening fence's line
     lang: str
+    page: str = "README.md"
     session: str | None = None
     host: str | None = None
     file: str | None = None  # a file block: the name it is written to
@@ -60,8 +75,8 @@ def _complete(text: str) -> bool:
     return False
 
 
-def split_commands(body: list[str], first_line: int) -> list[Command]:
-    """The commands of a block's lines (``first_line``: the README line of ``body[0]``)."""
+def split_commands(body: list[str], first_line: int, page: str = "README.md") -> list[Command]:
+    """The commands of a block's lines (``first_line``: the page's line of ``body[0]``)."""
     commands: list[Command] = []
     pending: list[str] = []
     start = first_line
@@ -74,16 +89,16 @@ def split_commands(body: list[str], first_line: int) -> list[Command]:
         pending.append(line)
         text = "\n".join(pending)
         if _complete(text):
-            commands.append(Command(start, text))
+            commands.append(Command(start, text, page))
             pending = []
     if pending:
         # Not shell as written (a `<placeholder>`, an open quote): kept, so that running it fails and says so.
-        commands.append(Command(start, "\n".join(pending)))
+        commands.append(Command(start, "\n".join(pending), page))
     return commands
 
 
-def blocks(text: str) -> list[Block]:
-    """Every fenced sh/bash block of ``text`` (a README), with its markers and commands."""
+def blocks(text: str, page: str = "README.md") -> list[Block]:
+    """Every fenced sh/bash block of ``text`` (the README or a page), with its markers and commands."""
     lines = text.splitlines()
     found: list[Block] = []
     i = 0
@@ -97,9 +112,9 @@ def blocks(text: str) -> list[Block]:
             (j for j in range(i + 1, len(lines)) if lines[j].strip() == "```" and lines[j].startswith(indent)), None
         )
         if end is None:
-            raise ValueError(f"README.md:{i + 1}: a fenced block that never closes")
+            raise ValueError(f"{page}:{i + 1}: a fenced block that never closes")
         lang = opening.group("lang")
-        block = Block(line=i + 1, lang=lang)
+        block = Block(line=i + 1, lang=lang, page=page)
         j = i - 1
         while j >= 0 and (marker := _MARKER.match(lines[j])):
             key = marker.group("key")
@@ -107,12 +122,12 @@ def blocks(text: str) -> list[Block]:
             j -= 1
         body = [line[len(indent):] if line.startswith(indent) else line for line in lines[i + 1:end]]
         if lang in SHELLS:
-            block.commands = split_commands(body, i + 2)
+            block.commands = split_commands(body, i + 2, page)
             found.append(block)
         elif block.file is not None:
             if block.session is None:
-                raise ValueError(f"README.md:{i + 1}: a file block (`file: {block.file}`) outside a session")
-            block.commands = [Command(i + 2, write_file(block.file, "\n".join(body) + "\n"))]
+                raise ValueError(f"{page}:{i + 1}: a file block (`file: {block.file}`) outside a session")
+            block.commands = [Command(i + 2, write_file(block.file, "\n".join(body) + "\n"), page)]
             found.append(block)
         i = end + 1
     return found
@@ -126,13 +141,53 @@ def write_file(name: str, content: str) -> str:
     return f"{folder}cat > {name} <<'{FILE_END}'\n{content}{FILE_END}"
 
 
-def sessions(text: str) -> dict[str, list[Block]]:
-    """Blocks grouped by session, in README order; an unmarked block is a session of its own (``line-N``)."""
+def sessions(text: str, page: str = "README.md") -> dict[str, list[Block]]:
+    """Blocks grouped by session, in the page's order; an unmarked block is a session of its own (``line-N``
+    in the README, ``<page>-line-N`` in a page of the site)."""
     grouped: dict[str, list[Block]] = {}
-    for block in blocks(text):
-        for name in (block.session or f"line-{block.line}").split(","):
+    for block in blocks(text, page):
+        own = f"line-{block.line}" if page == "README.md" else f"{page.removeprefix('docs/')}-line-{block.line}"
+        for name in (block.session or own).split(","):
             grouped.setdefault(name, []).append(block)
     return grouped
+
+
+class _NavLoader(yaml.SafeLoader):
+    """mkdocs.yml as data: its ``!!python/name:`` tags (Markdown extensions' functions) are read as None."""
+
+
+_NavLoader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
+
+
+def _nav_files(nav: Any) -> list[str]:
+    if isinstance(nav, str):
+        return [] if nav.startswith(("http://", "https://")) else [nav]
+    if isinstance(nav, dict):
+        return [f for value in nav.values() for f in _nav_files(value)]
+    if isinstance(nav, list):
+        return [f for item in nav for f in _nav_files(item)]
+    return []
+
+
+def pages() -> list[Path]:
+    """The README, then every page of the site: in mkdocs.yml's nav order, then any page the nav leaves out."""
+    listed = [DOCS / name for name in _nav_files(yaml.load(MKDOCS.read_text(), Loader=_NavLoader)["nav"])]
+    rest = sorted(set(DOCS.rglob("*.md")) - set(listed))
+    return [README, *listed, *rest]
+
+
+def site_sessions() -> dict[str, list[Block]]:
+    """Every session of the README and the site, its blocks in the site's order."""
+    grouped: dict[str, list[Block]] = {}
+    for path in pages():
+        for name, found in sessions(path.read_text(), str(path.relative_to(ROOT))).items():
+            grouped.setdefault(name, []).extend(found)
+    return grouped
+
+
+def site_blocks() -> list[Block]:
+    """Every block of the README and the site, in the site's order."""
+    return [b for path in pages() for b in blocks(path.read_text(), str(path.relative_to(ROOT)))]
 
 
 _PLACEHOLDER = re.compile(r"<[a-z][^<>\n]*>")
@@ -143,3 +198,13 @@ def has_placeholder(text: str) -> bool:
     unquoted = re.sub(r"'[^']*'|\"[^\"]*\"", "", text)
     unquoted = re.sub(r"(^|\s)#.*$", "", unquoted, flags=re.M)  # a comment is read, not run
     return bool(_PLACEHOLDER.search(unquoted.replace("<<", "")))
+
+
+def page(name: str) -> str:
+    """The text of a page of the site (``name`` relative to docs/, as mkdocs.yml's nav names it)."""
+    return (DOCS / name).read_text()
+
+
+def site_text() -> str:
+    """The README and every page of the site, one text (what a check of "everything the docs show" reads)."""
+    return "\n".join(path.read_text() for path in pages())

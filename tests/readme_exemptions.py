@@ -315,9 +315,9 @@ def deploy(walk: Walkthrough, command: Command) -> str:
         standin.write_text(_CDK_DEPLOY_STANDIN)
         standin.chmod(0o755)
     code, out = walk.shell("workstation").run(f'{command.text.split("#", 1)[0].strip()} CDK="{standin}"')
-    assert code == 0, f"README.md:{command.line}: `{command.text}` (with the cdk stand-in) exited {code}:\n{out[-3000:]}"
+    assert code == 0, f"{command.where}: `{command.text}` (with the cdk stand-in) exited {code}:\n{out[-3000:]}"
     assembly = walk.sandbox / "cdk.out"
-    assert (assembly / "manifest.json").exists(), f"README.md:{command.line}: `{command.text}` before any synth"
+    assert (assembly / "manifest.json").exists(), f"{command.where}: `{command.text}` before any synth"
     walk.account = Account(REGION, walk.boto3)
     lines = []
     for name, template in assembly_stacks(assembly):
@@ -339,7 +339,7 @@ printf '%s\\n' "$@" > "$HARNESS_DESTROYED"
 def destroy(walk: Walkthrough, command: Command) -> str:
     """`make destroy ...` as typed, with the CDK CLI's destroy recording its stacks; those go from moto."""
     account = getattr(walk, "account", None)
-    assert account is not None, f"README.md:{command.line}: `{command.text}` before a deploy"
+    assert account is not None, f"{command.where}: `{command.text}` before a deploy"
     standin = walk.bin / "cdk-destroy-standin"
     if not standin.exists():
         standin.write_text(_CDK_DESTROY_STANDIN)
@@ -348,10 +348,10 @@ def destroy(walk: Walkthrough, command: Command) -> str:
     record.unlink(missing_ok=True)
     text = command.text.split("#", 1)[0].strip()
     code, out = walk.shell("workstation").run(f'HARNESS_DESTROYED="{record}" {text} CDK="{standin}"')
-    assert code == 0, f"README.md:{command.line}: `{command.text}` (with the cdk stand-in) exited {code}:\n{out[-3000:]}"
+    assert code == 0, f"{command.where}: `{command.text}` (with the cdk stand-in) exited {code}:\n{out[-3000:]}"
     args = record.read_text().split()
     names = [a for a in args if not a.startswith("-") and a != "cdk.out"]
-    assert names, f"README.md:{command.line}: `{command.text}` asked to destroy no stack: {args}"
+    assert names, f"{command.where}: `{command.text}` asked to destroy no stack: {args}"
     walk.destroyed.append(names)
     return out + "\n".join(f"{name}: DELETE_COMPLETE" for name in account.destroy(names))
 
@@ -360,7 +360,7 @@ def open_session(walk: Walkthrough, command: Command) -> str:
     target = command.text.split("--target", 1)[1].split()[0]
     code, value = walk.shell("workstation").run(f"printf %s {target}")
     assert code == 0 and value.strip() and value.strip() != "None", (
-        f"README.md:{command.line}: the session's target {target} is empty: {value!r}"
+        f"{command.where}: the session's target {target} is empty: {value!r}"
     )
     return f"(harness: Session Manager session to {value.strip()})"
 
@@ -380,7 +380,7 @@ def pip_install_checkout(walk: Walkthrough, command: Command) -> str:
         f"python3 -c 'import pathlib, sys, sysconfig; "
         f"pathlib.Path(sysconfig.get_paths()[\"purelib\"], \"wheel-env.pth\").write_text(sys.argv[1])' \"{deps}\""
     )
-    assert code == 0, f"README.md:{command.line}: `{command.text}` (the wheel, offline) exited {code}:\n{out[-3000:]}"
+    assert code == 0, f"{command.where}: `{command.text}` (the wheel, offline) exited {code}:\n{out[-3000:]}"
     return out + f"(harness: {wheel.name} installed, and what it requires, from .venv)"
 
 
@@ -399,9 +399,9 @@ def rehearse_a_tiny_model(walk: Walkthrough, command: Command) -> str:
     if "--job hf-lora-data" in command.text:
         extra += f" --env HF_LORA_DATASET={tiny_llama.DATASET}"
     code, out = shell.run(command.text + extra)
-    assert code == 0, f"README.md:{command.line}: `{command.text}` (on the tiny model) exited {code}:\n{out[-4000:]}"
+    assert code == 0, f"{command.where}: `{command.text}` (on the tiny model) exited {code}:\n{out[-4000:]}"
     if "HF_LORA_MAX_STEPS=12" in command.text:
-        assert '"resumed_from"' in out and '"step": 12' in out, f"README.md:{command.line}: no resume:\n{out[-4000:]}"
+        assert '"resumed_from"' in out and '"step": 12' in out, f"{command.where}: no resume:\n{out[-4000:]}"
     return out + "(harness: on a tiny Llama model and texts made on ./.trn-rehearse/fsx, not the hub's)"
 
 
@@ -416,7 +416,7 @@ def rehearse_titan_data(walk: Walkthrough, command: Command) -> str:
     tokenizer, dataset = tiny_titan.make_tokenizer_and_texts(
         Path(cwd.strip().splitlines()[-1]) / ".trn-rehearse" / "fsx" / "team")
     code, out = shell.run(f"{command.text} --env TITAN_DATA_TOKENIZER={tokenizer} --env TITAN_DATA_DATASET={dataset}")
-    assert code == 0, f"README.md:{command.line}: `{command.text}` exited {code}:\n{out[-4000:]}"
+    assert code == 0, f"{command.where}: `{command.text}` exited {code}:\n{out[-4000:]}"
     return out + "(harness: a tokenizer and texts made on ./.trn-rehearse/fsx, not the hub's)"
 
 
@@ -499,7 +499,7 @@ def after_command(walk: Walkthrough, ran: Ran) -> None:
     if ran.host == "dev-instance" and "torchrun" in text:
         from tests.rehearsal import NodeResult
 
-        assert '"loss_per_epoch"' in ran.output, f"README.md:{ran.command.line}: no loss report:\n{ran.output[-3000:]}"
+        assert '"loss_per_epoch"' in ran.output, f"{ran.command.where}: no loss report:\n{ran.output[-3000:]}"
         walk.rehearsals.append({"backend": "instance", "job": text.split()[0], "results": [NodeResult(0, ran.code, ran.output)]})
 
 

@@ -102,7 +102,9 @@ def test_placement_group_only_with_a_reservation():
 def test_readme_says_when_to_scale_a_capacity_block():
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = text[text.index("### Capacity blocks and reservations"):]
+    from tests.readme import page
+
+    text = page("concepts/backends/eks.md")
+    section = text[text.index("## Capacity blocks and reservations"):]
     assert "update-nodegroup-config" in section and "block starts" in section
     assert "`capacity.placement_group`" in text

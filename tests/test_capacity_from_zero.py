@@ -258,8 +258,12 @@ def test_trn_cost_prints_the_idle_floor_and_the_full_size_price_of_the_default_c
 
 
 def test_the_readme_quotes_the_default_bill():
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    from tests.readme import README, page
+
+    readme = page("guide/cost.md")
     result = bill(load_config())
+    # The front page quotes the idle floor too.
+    assert f"${result.idle_hourly:,.2f} an hour" in README.read_text()
     assert f"${result.idle_hourly:,.2f} an hour" in readme
     assert f"${result.idle_monthly:,.0f} a month" in readme
     assert f"${result.groups[0].hourly:,.2f} an hour" in readme

@@ -956,7 +956,9 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 
 def _readme_transcript() -> list[tuple[list[str], list[str]]]:
     """(argv, printed lines) of each `$ trn ...` command in the README's CLI console block."""
-    text = (ROOT / "README.md").read_text()
+    from tests.readme import page
+
+    text = page("guide/operations.md")
     block = text.split("```console\n$ trn submit", 1)[1].split("```", 1)[0]
     steps: list[tuple[list[str], list[str]]] = []
     for line in ("$ trn submit" + block).splitlines():

@@ -127,8 +127,10 @@ def write_config(tmp_path: Path, text: str, name: str = "config.yaml") -> Path:
 
 
 def readme_transcript(first: str) -> list[tuple[str, list[str]]]:
-    """(command, printed lines) of each `$ ...` line of the README's console block that starts with ``first``."""
-    text = (ROOT / "README.md").read_text()
+    """(command, printed lines) of each `$ ...` line of the docs' console block that starts with ``first``."""
+    from tests.readme import site_text
+
+    text = site_text()
     block = text.split(f"```console\n{first}\n", 1)[1].split("```", 1)[0]
     steps: list[tuple[str, list[str]]] = [(first.removeprefix("$ "), [])]
     for line in block.splitlines():

@@ -159,5 +159,6 @@ def test_instance_offerings_as_trn_azs_writes_them():
 
 
 def test_readme_documents_the_offerings_shape():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert "instance type -> region -> AZ IDs" in readme
+    from tests.readme import page
+
+    assert "instance type -> region -> AZ IDs" in page("guide/configuration.md")

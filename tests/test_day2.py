@@ -6,9 +6,9 @@ check what `cdk deploy` would do to what is already there:
 - node groups roll (same node group, a new launch template version) instead of being replaced;
 - what each change does to running jobs, by each service's rules (tests/lifecycle.py: Batch infrastructure
   updates and their UpdatePolicy, managed node group rolls, Karpenter drift and do-not-disrupt), and that
-  the README's "Running jobs" column says `stopped` exactly where a job can be stopped.
+  the Day-2 table's "Running jobs" column says `stopped` exactly where a job can be stopped.
 
-README.md "Day-2 changes" tells users the same, change by change.
+docs/reference/day-2.md (the Day-2 table) tells users the same, change by change.
 """
 
 from __future__ import annotations
@@ -390,9 +390,9 @@ def test_each_change_is_seen_by_parallelcluster(policies):
 def test_readme_tells_each_day2_change():
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = text[text.index("## Day-2 changes"):]
-    section = section[: section.index("\n## ", 1)]
+    from tests.readme import page
+
+    section = page("reference/day-2.md")
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| Change")]
     words = {
         "nodes": "`nodes`", "max_nodes": "`max_nodes`", "image": "image", "neuron_pin": "Neuron pin",
@@ -438,8 +438,9 @@ def test_the_readme_holds_the_generated_day2_table():
 
     from trainium_cdk import day2
 
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert day2.block() in text, "run: make docs"
+    from tests.readme import page
+
+    assert day2.block() in page("reference/day-2.md"), "run: make docs"
     assert sorted(c.key for c in day2.CHANGES) == sorted(CHANGES)
 
 

@@ -6,13 +6,27 @@ from pathlib import Path
 
 from trainium_cdk import docs
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
 
 
-def test_readme_config_reference_is_generated_from_the_model():
-    text = README.read_text()
+def test_the_config_reference_is_generated_from_the_model():
+    text = docs.CONFIG_PAGE.read_text()
     start, end = text.index(docs.BEGIN), text.index(docs.END) + len(docs.END)
     assert text[start:end] == docs.block(), "run: make docs"
+
+
+def test_the_instance_catalog_table_is_generated_from_the_catalog():
+    """docs/reference/instance-catalog.md: a row per built-in type, its facts as catalog.py has them."""
+    from trainium_cdk.catalog import BUILTIN_INSTANCE_TYPES
+
+    text = docs.CATALOG_PAGE.read_text()
+    start, end = text.index(docs.CATALOG_BEGIN), text.index(docs.CATALOG_END) + len(docs.CATALOG_END)
+    assert text[start:end] == docs.catalog_block(), "run: make docs"
+    rows = [line for line in docs.catalog_table().splitlines()[2:]]
+    assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == [s.name for s in BUILTIN_INSTANCE_TYPES]
+    trn1 = next(row for row in rows if row.startswith("| trn1.32xlarge |"))
+    assert "| 16 | 32 | 8 / 8 |" in trn1 and "usw2-az4" in trn1
 
 
 def test_reference_lists_every_section():
@@ -21,8 +35,8 @@ def test_reference_lists_every_section():
         assert key in reference
 
 
-def test_readme_architecture_is_generated_from_the_app():
-    text = README.read_text()
+def test_the_architecture_is_generated_from_the_app():
+    text = docs.ARCHITECTURE_PAGE.read_text()
     start, end = text.index(docs.ARCH_BEGIN), text.index(docs.ARCH_END) + len(docs.ARCH_END)
     generated = docs.architecture_block()
     assert text[start:end] == generated, "run: make docs"
@@ -42,6 +56,21 @@ def test_the_waivers_are_listed_in_one_generated_file():
     assert all(a.reason.strip() for a in listed)
     assert "| CKV_AWS_115 |" in generated
     assert "](docs/waivers.md)" in README.read_text()
+    assert "](../waivers.md)" in (ROOT / "docs" / "contributing" / "quality-gates.md").read_text()
+
+
+def test_the_api_reference_is_generated_and_lists_every_public_name():
+    """docs/reference/api/: one mkdocstrings entry per name of the package root (``trainium_cdk.__all__``)."""
+    import trainium_cdk
+
+    pages = docs.api_pages()
+    for name, text in pages.items():
+        assert (docs.API_DIR / f"{name}.md").read_text() == text, "run: make docs"
+    entries = [line for text in pages.values() for line in text.splitlines() if line.startswith("::: ")]
+    assert sorted(entry.rsplit(".", 1)[1] for entry in entries) == sorted(
+        trainium_cdk._ALIASES.get(name, name) for name in trainium_cdk.__all__
+    )
+    assert sorted(p.name for p in docs.API_DIR.glob("*.md")) == sorted(f"{name}.md" for name in pages)
 
 
 def test_no_file_in_the_tree_keeps_a_merge_conflict():

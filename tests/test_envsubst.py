@@ -169,7 +169,9 @@ def test_a_bare_envsubst_empties_the_launcher_and_the_job_fails_the_restricted_o
 
 
 def test_every_envsubst_the_readme_shows_is_the_one_its_file_states(project):
-    readme = (ROOT / "README.md").read_text()
+    from tests.readme import site_text
+
+    readme = site_text()
     calls = re.findall(r"envsubst(?: ('[^']*'))? < (dist/\S+)", readme)
     assert calls, "the README shows no envsubst"
     for shell_format, source in calls:

@@ -16,11 +16,11 @@ from tests.test_neuron_tracks import _manifest_objects
 from trainium_cdk import first_step
 from trainium_cdk.config import build_config
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "concepts" / "launcher.md"
 
 
 def test_the_readme_table_is_generated_from_the_model():
-    assert first_step.block() in README.read_text(), "run `make docs`"
+    assert first_step.block() in PAGE.read_text(), "run `make docs`"
 
 
 def test_each_row_sums_its_terms_and_each_first_step_adds_its_compile():

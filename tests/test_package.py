@@ -23,8 +23,8 @@ EXAMPLE_MARKER = "<!-- example:compose"
 
 
 def readme_example() -> str:
-    """The README's "Using the constructs in your own CDK app" example, verbatim."""
-    text = (ROOT / "README.md").read_text()
+    """The "Using the constructs in your own CDK app" example (docs/guide/own-cdk-app.md), verbatim."""
+    text = readme.page("guide/own-cdk-app.md")
     after = text[text.index(EXAMPLE_MARKER):]
     block = after[after.index("```python\n") + len("```python\n"):]
     return block[: block.index("```")]
@@ -157,7 +157,7 @@ def test_the_cdk_cli_pin_is_package_json_s():
 
 # -- the README's own app, as a user runs it --------------------------------------------------------------
 
-OWN_APP = [c.text for block in readme.sessions(readme.README.read_text())["own-app"] for c in block.commands]
+OWN_APP = [c.text for block in readme.site_sessions()["own-app"] for c in block.commands]
 CLI_PIN = json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]
 # The frame of jsii's Node.js banners (end-of-life, deprecated, untested, known-broken versions).
 BANNER = "!" * 20

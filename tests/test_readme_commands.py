@@ -1,11 +1,12 @@
-"""The README's shell commands run exactly as written, walkthrough by walkthrough.
+"""The shell commands of the README and of every page of the documentation site run exactly as written,
+walkthrough by walkthrough.
 
-Every fenced sh/bash block of README.md runs in a session (tests/readme.py): a copy of the repository, one
-bash per host, moto's server as the AWS account and a Kubernetes API server stand-in, each command as
-the README prints it. A command that exits non-zero fails the test; one that needs a real account runs its
-listed substitute instead (tests/readme_exemptions.py, the only place that substitutes anything). Every
-job a session submits or applies runs through the launch rehearsal, and the session fails unless each of
-those jobs exited 0 on every node and, where it trains, its loss fell.
+Every fenced sh/bash block of README.md and of docs/ (in mkdocs.yml's nav order) runs in a session
+(tests/readme.py): a copy of the repository, one bash per host, moto's server as the AWS account and a
+Kubernetes API server stand-in, each command as the page prints it. A command that exits non-zero fails the
+test; one that needs a real account runs its listed substitute instead (tests/readme_exemptions.py, the only
+place that substitutes anything). Every job a session submits or applies runs through the launch rehearsal,
+and the session fails unless each of those jobs exited 0 on every node and, where it trains, its loss fell.
 """
 
 from __future__ import annotations
@@ -15,16 +16,14 @@ import json
 import pytest
 
 from tests import readme, readme_exemptions
-from tests.readme import README
 from tests.rehearsal import assert_trained
 from tests.walkthrough import Walkthrough
 
 # End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
 pytestmark = pytest.mark.e2e
 
-TEXT = README.read_text()
 JSII_BANNER = "!" * 20  # the frame of jsii's Node.js version banners
-SESSIONS = readme.sessions(TEXT)
+SESSIONS = readme.site_sessions()
 
 
 def test_commands_are_split_as_bash_reads_them():
@@ -87,7 +86,7 @@ def test_every_listed_exemption_is_a_command_of_the_readme():
 def test_no_command_has_a_placeholder_to_fill_in():
     """A `<thing>` the reader must replace cannot be run as written: walkthroughs use variables."""
     found = [
-        f"README.md:{c.line}: {c.text.splitlines()[0]}"
+        f"{c.where}: {c.text.splitlines()[0]}"
         for blocks in SESSIONS.values() for b in blocks for c in b.commands
         if readme.has_placeholder(c.text)
     ]
@@ -108,7 +107,7 @@ def test_readme_session_runs(name, tmp_path):
     walk = Walkthrough(name, tmp_path)
     try:
         for ran in walk.run_blocks(SESSIONS[name]):
-            where = f"README.md:{ran.command.line} (session {name}, on {ran.host})"
+            where = f"{ran.command.where} (session {name}, on {ran.host})"
             assert ran.code == 0, f"{where}: `{ran.command.text}` exited {ran.code}:\n{ran.output[-4000:]}"
             # jsii's banner about the Node.js it runs on (end-of-life, untested): the README's commands run on a
             # supported one, whatever node the machine has (the workstation's PATH has the machine's).
@@ -179,7 +178,7 @@ def test_the_readmes_envsubst_fills_in_the_placeholders_and_nothing_else(tmp_pat
 
     envsubst = shutil.which("envsubst")
     assert envsubst, "envsubst (gettext-base) is needed: the README's commands use it"
-    (command,) = [c.text for b in readme.blocks(TEXT) for c in b.commands if c.text.startswith("envsubst '")
+    (command,) = [c.text for b in readme.site_blocks() for c in b.commands if c.text.startswith("envsubst '")
                   and "job-mlp.k8s.yaml" in c.text]
     words = shlex.split(command.split("|")[0].split("<")[0])
     assert words[0] == "envsubst" and len(words) == 2, command

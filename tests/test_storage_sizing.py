@@ -15,7 +15,7 @@ from trainium_cdk.catalog import check_lustre
 from trainium_cdk.cli import main
 from trainium_cdk.errors import ConfigError
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "concepts" / "storage.md"  # the page of the table
 PARAMETERS = {"1B": 1e9, "8B": 8e9, "70B": 70e9}
 TARGET_S = 5 * 60
 # What FSx accepts for PERSISTENT_2 (FSx API reference): 1200 GiB, then steps of 2400 GiB; 125 to 1000 MB/s/TiB.

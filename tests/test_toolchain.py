@@ -262,8 +262,9 @@ def test_plan_without_a_synth_says_what_to_run(tmp_path):
 
 
 def test_readme_troubleshooting_quotes_what_trn_prints_and_names_real_commands():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Troubleshooting", 1)[1].split("\n## ", 1)[0]
+    from tests.readme import page
+
+    section = page("guide/troubleshooting.md")
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| you see")]
     # A message the table says `trn` prints is one it can print: the longest run of its words without a
     # <placeholder> is in the CLI's source (which has {fields} where the README has an example).

@@ -1,4 +1,4 @@
-"""The Day-2 table of the README: what `make deploy` does after each change, per backend, and to running jobs.
+"""The Day-2 table (docs/reference/day-2.md): what `make deploy` does after each change, per backend, and to running jobs.
 
 One row per change a user makes once the deployment runs. ``stops`` names where running jobs are stopped
 and how (``eks-managed``: EKS with ``eks.capacity: managed``; ``eks-karpenter``: Karpenter, the default, which
@@ -118,7 +118,8 @@ CHANGES: tuple[Change, ...] = (
         running="the other groups' keep running; end or checkpoint the group's jobs first (`trn jobs`)",
     ),
     Change(
-        "kubernetes_version", "Kubernetes version (`versions.KUBERNETES_VERSION`; README, \"Upgrading EKS\")",
+        "kubernetes_version",
+        "Kubernetes version (`versions.KUBERNETES_VERSION`; [Upgrading EKS](../concepts/upgrading-eks.md))",
         eks="the control plane moves one minor, in place; then each add-on to its version for the new minor "
         "(`versions.EKS_ADDON_VERSIONS`: EKS moves none by itself, and one without a pinned version keeps the old "
         "minor's build); then the nodes to the AMI release's build for the new minor: managed node groups (system "

@@ -1,7 +1,7 @@
 """Time to first step: a model, per backend, of the minutes from "a job is submitted to capacity that is not
 running yet" to its first training step, from documented figures (each with its source; an estimate says so),
 and the cut EKS makes (FastImagePull and the image pre-pull of ``eks_user_data``), shown as the model's terms
-with the cut on and off. ``make docs`` writes :func:`block` into the README; tests/test_first_step.py checks
+with the cut on and off. ``make docs`` writes :func:`block` into docs/concepts/launcher.md; tests/test_first_step.py checks
 the sums, the block and that the pre-pull term drops when the synthesized node user data pre-pulls.
 
 Not a measurement: no Trainium node was timed for it. The terms:
@@ -177,7 +177,7 @@ def instance() -> Startup:
 
 
 def paths() -> list[Startup]:
-    """Every row of the README table: EKS without and with each cut, then the other backends."""
+    """Every row of the table: EKS without and with each cut, then the other backends."""
     return [
         eks(fast_pull=False, prepull=False), eks(fast_pull=True, prepull=False), eks(fast_pull=True, prepull=True),
         batch(), parallelcluster(custom_ami=False), parallelcluster(custom_ami=True), instance(),
@@ -220,7 +220,7 @@ def sources() -> str:
 
 
 def block() -> str:
-    """The README block: the table (minutes; trn1.32xlarge, a 15 GB image), the EKS cut, each figure's source."""
+    """The docs block: the table (minutes; trn1.32xlarge, a 15 GB image), the EKS cut, each figure's source."""
     neither = eks(fast_pull=False, prepull=False)
     cut = eks(fast_pull=True, prepull=True)
     return "\n".join([

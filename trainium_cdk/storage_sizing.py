@@ -30,7 +30,7 @@ BYTES_PER_PARAMETER = 14
 KEPT_CHECKPOINTS = 2
 DEPLOYMENT_TYPE = "PERSISTENT_2"
 GIB_PER_TIB = 1024
-# The table in the README (``make docs``): Llama-class sizes and a checkpoint every few minutes' pause.
+# The table in docs/concepts/storage.md (``make docs``): Llama-class sizes and a checkpoint every few minutes' pause.
 MODEL_SIZES = {"1B": 1_000_000_000, "8B": 8_000_000_000, "70B": 70_000_000_000}
 CHECKPOINT_TARGET_SECONDS = 300
 
@@ -130,7 +130,7 @@ def _duration(seconds: float) -> str:
 
 
 def table(target_seconds: int = CHECKPOINT_TARGET_SECONDS) -> str:
-    """The README's sizing table: one row per model size."""
+    """The sizing table of the docs: one row per model size."""
     rows = [
         f"FSx for Lustre {DEPLOYMENT_TYPE} for a full checkpoint within {target_seconds // 60} minutes and "
         f"{KEPT_CHECKPOINTS} checkpoints kept ({BYTES_PER_PARAMETER} bytes a parameter; throughput = TiB x "

@@ -62,7 +62,7 @@ def _explain_botocore(err: BaseException) -> str | None:
         if code in DENIED_CODES:
             return (
                 f"access denied to {operation} ({code}: {message}): use credentials whose IAM policy allows "
-                "it (see README: permissions of the trn CLI), or switch AWS_PROFILE"
+                "it, or switch AWS_PROFILE"
             )
         if code in BAD_CREDENTIAL_CODES:
             return f"the AWS credentials were rejected by {operation} ({code}): {CREDENTIALS_HINT}"

@@ -172,7 +172,7 @@ def _compare(name: str, package: str, found: str | None, pin: str, track: Neuron
     that is not here is a SKIP, since a container host runs the image's runtime and framework, except
     the driver (``where`` empty), which every Neuron host needs."""
     pinned = f"{track.name} track pins {pin} (Neuron {track.neuron_release})"
-    fix = (f"install {package} {pin} (README, Neuron tracks), or set neuron.track to the track this node was "
+    fix = (f"install {package} {pin} (docs/concepts/tracks.md), or set neuron.track to the track this node was "
            "built for")
     if found is None:
         if where:

@@ -246,7 +246,7 @@ class KarpenterInterruptions(Construct):
             "change, capacity block end; or node repair), or the node health checker had a node replaced. Empty "
             "nodes removed after a job are not counted. Why: kubectl get events -A --field-selector "
             "source=karpenter, the karpenter pods' logs (kubectl logs -n kube-system -l "
-            "app.kubernetes.io/name=karpenter), and the health checker's (README, Node health).",
+            "app.kubernetes.io/name=karpenter), and the health checker's (docs/guide/health.md, Node health).",
             metric=self.filter.metric(statistic="Sum", period=KARPENTER_PERIOD),
             threshold=0, comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
             evaluation_periods=1, treat_missing_data=cw.TreatMissingData.NOT_BREACHING,

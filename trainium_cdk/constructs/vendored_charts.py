@@ -64,7 +64,7 @@ def drift() -> list[str]:
         chart = yaml.safe_load((folder / "Chart.yaml").read_text())
         if (chart.get("name"), str(chart.get("version"))) != (name, version):
             problems.append(f"{name}: versions.py pins {version} but the vendored chart is {chart.get('name')} "
-                            f"{chart.get('version')}: refresh it (make vendor-chart, README \"Supply chain\")")
+                            f"{chart.get('version')}: refresh it (make vendor-chart, docs/reference/versions.md \"Supply chain\")")
         elif tree_digest(folder) != versions.HELM_CHART_DIGESTS.get(name):
             problems.append(f"{name}: the vendored files hash to {tree_digest(folder)}, not to "
                             f"versions.HELM_CHART_DIGESTS[{name!r}]")

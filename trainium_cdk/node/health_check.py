@@ -210,7 +210,7 @@ def mark_failed(kube, node, failed):
     }]}}, content_type="application/strategic-merge-patch+json")
     if all(line.startswith("driver:") for line in failed):
         return ("left tainted: its AMI release brings this driver, so a replacement would fail the same way: "
-                "move the Neuron track's EKS AMI release (README, Node health)")
+                "move the Neuron track's EKS AMI release (docs/guide/health.md, Node health)")
     current = kube.call("GET", f"/api/v1/nodes/{node}")
     if KARPENTER_NODEPOOL_LABEL in (current.get("metadata", {}).get("labels") or {}):
         kube.call("DELETE", f"/api/v1/nodes/{node}")

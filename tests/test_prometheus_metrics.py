@@ -10,6 +10,7 @@ import io
 import json
 import os
 import re
+import stat
 import shutil
 import subprocess
 import sys
@@ -289,6 +290,8 @@ def test_a_host_installs_and_starts_the_exporters_and_the_agent(host):
     assert sorted(p.stem for p in systemd.glob("*.service")) == sorted(UNITS)
     node_exporter = (systemd / "trainium-node-exporter.service").read_text()
     assert f"--collector.textfile.directory={names.NODE_METRICS_DIR}" in node_exporter
+    # The users' Slurm and dev-instance jobs write their textfiles there (the launcher): sticky, world-writable.
+    assert stat.S_IMODE((root / names.NODE_METRICS_DIR.lstrip("/")).stat().st_mode) == 0o1777
     assert "neuron-monitor-prometheus.py --port 8000" in (systemd / "trainium-neuron-prometheus.service").read_text()
     assert "--agent" in (systemd / "trainium-prometheus-agent.service").read_text()
     assert calls.read_text().splitlines() == [

@@ -143,8 +143,9 @@ finish() {
     say "WARNING: cannot write $summary/node-$NODE_RANK.json"
   fi
   # node_exporter's textfile collector reads *.prom files: write another name, then rename (its README).
+  # No folder: no collector on this node (observability.prometheus off), nothing to write.
   prom="${TRN_METRICS_DIR:-}/$label.prom"
-  if [ -n "${TRN_METRICS_DIR:-}" ] && [ -n "$label" ] && ! { printf '# TYPE %s counter\n%s{job="%s",node="%s"} %s\n' \
+  if [ -d "${TRN_METRICS_DIR:-/nonexistent}" ] && [ -n "$label" ] && ! { printf '# TYPE %s counter\n%s{job="%s",node="%s"} %s\n' \
     "$HITS_METRIC" "$HITS_METRIC" "$label" "$NODE_RANK" "$1" "$MISSES_METRIC" "$MISSES_METRIC" "$label" "$NODE_RANK" "$2" \
     > "$prom.$$" && mv -f "$prom.$$" "$prom"; } 2>/dev/null; then
     say "WARNING: cannot write $prom (TRN_METRICS_DIR)"

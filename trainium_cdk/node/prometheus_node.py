@@ -200,7 +200,11 @@ def install(*, remote_write_url: str, region: str, deployment: str, downloads: l
     node_exporter and prometheus tarballs), and prometheus_client for neuron-monitor-prometheus.py, then start them."""
     opt = root / OPT.lstrip("/")
     opt.mkdir(parents=True, exist_ok=True)
-    (root / METRICS_DIR.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    metrics = root / METRICS_DIR.lstrip("/")
+    metrics.mkdir(parents=True, exist_ok=True)
+    # Slurm and dev-instance jobs run as their users and write their textfiles here (the launcher): sticky and
+    # world-writable, as /tmp, so that no user replaces another's file.
+    metrics.chmod(0o1777)
     archives = [fetch_checked(url, sha, opt / url.rsplit("/", 1)[-1]) for url, sha in downloads]
     for prefix, binary in (("node_exporter-", "node_exporter"), ("prometheus-", "prometheus")):
         found = [a for a in archives if a.name.startswith(prefix)]

@@ -204,7 +204,7 @@ class Account:
         props = resource.get("Properties", {})
         named = {
             "AWS::EKS::Cluster": "Name", "AWS::Batch::JobQueue": "JobQueueName",
-            "AWS::Batch::ComputeEnvironment": "ComputeEnvironmentName", "AWS::Logs::LogGroup": "LogGroupName",
+            "AWS::Logs::LogGroup": "LogGroupName",
             "AWS::ECR::Repository": "RepositoryName", "AWS::CloudWatch::Dashboard": "DashboardName",
         }.get(kind)
         if named and isinstance(props.get(named), str):
@@ -214,6 +214,9 @@ class Account:
             return f"arn:aws:batch:{self.region}:{ACCOUNT}:job-definition/{name}:1"
         if kind == "AWS::Batch::JobQueue":
             return f"arn:aws:batch:{self.region}:{ACCOUNT}:job-queue/{logical}-{stable(logical, length=8)}"
+        if kind == "AWS::Batch::ComputeEnvironment":  # Ref is the ARN (CloudFormation reference, Return values)
+            name = props.get("ComputeEnvironmentName") or f"{logical}-{stable(stack.name, logical, length=12)}"
+            return f"arn:aws:batch:{self.region}:{ACCOUNT}:compute-environment/{name}"
         prefix, length = _ID_FORMS.get(kind, (f"{stack.name}-{logical}-", 12))
         if not length:
             return f"{stack.name}-{logical}-{stable(logical, length=8)}"

@@ -64,7 +64,7 @@ def test_a_version_bump_fails_until_the_chart_is_vendored_anew(monkeypatch):
     assert drift() == []
     monkeypatch.setattr(versions, "VOLCANO_CHART_VERSION", "1.15.1")
     assert drift() == ['volcano: versions.py pins 1.15.1 but the vendored chart is volcano 1.15.0: refresh it '
-                       '(make vendor-chart, README "Supply chain")']
+                       '(make vendor-chart, docs/reference/versions.md "Supply chain")']
 
 
 def test_a_changed_byte_is_drift(monkeypatch, tmp_path):

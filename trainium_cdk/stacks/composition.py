@@ -39,10 +39,13 @@ def compose(app: Stage, config: Config) -> TrainingApp:
             app, config.stack_name("storage"), config=config, network=network.network, env=env
         )
     storage = result.storage.storage if result.storage else None
+    # The workspace only when observability.prometheus asks for one: a registered backend's stack that predates it
+    # (the registry's contract: scope, construct_id, config, network, storage, alarm_topic) keeps working.
+    metrics = {"metrics_workspace": network.metrics} if network.metrics is not None else {}
     for backend in backend_registry.deployed(config):  # in registration order: stack order is stable
         result.backends[backend.name] = backend.load_stack()(
             app, config.stack_name(backend.name), config=config, network=network.network, storage=storage,
-            alarm_topic=network.alerts.topic, metrics_workspace=network.metrics, env=env,
+            alarm_topic=network.alerts.topic, env=env, **metrics,
         )
     # Every stack with alarms or EventBridge rules: the network stack and the backends (by their deployed names).
     network.alerts.admit([network.stack_name, *(stack.stack_name for stack in result.backends.values())])

@@ -215,7 +215,9 @@ def test_jobs_of_a_second_user_run_and_share_the_compile_cache_with_the_group_on
     assert code == 0, out
     code, out = _job(world, head, "alice", "102")  # another user: the venv, the markers, ubuntu's cache set
     assert code == 0, out
-    graphs = sorted(p.name for p in cache_set.iterdir())
+    # This test's graphs (compile.py); the rehearsal's stand-in of Neuron's compiler cache adds its own
+    # neuronxcc-<version>/ folder beside them (trainium_cdk/rehearsal: the substitution table).
+    graphs = sorted(p.name for p in cache_set.iterdir() if p.name.startswith("MODULE_"))
     assert graphs == [f"MODULE_{uid}_{rank}" for uid in (OS_USER_UID, 2001) for rank in (0, 1)], graphs
     assert {p.stat().st_gid for p in cache_set.rglob("*")} == {GROUP_GID}
     jobs = Path(os.readlink(head.link)) / ".jobs"
@@ -224,5 +226,5 @@ def test_jobs_of_a_second_user_run_and_share_the_compile_cache_with_the_group_on
     # A user outside the group reads the venv and marks it, but cannot write compiled graphs others load.
     code, out = _job(world, head, "mallory", "103")
     assert code != 0 and "Permission denied" in out, out
-    assert sorted(p.name for p in cache_set.iterdir()) == graphs
+    assert sorted(p.name for p in cache_set.iterdir() if p.name.startswith("MODULE_")) == graphs
     assert [json.loads(line[line.index("{"):])["uid"] for line in out.splitlines() if '"graph"' in line] == []

@@ -1016,3 +1016,28 @@ def test_readme_transcript_is_what_the_cli_prints(aws, batch, config, monkeypatc
             # The test's own --config (the README's reader has none) is in the printed follow-ups too.
             printed = _UUID.sub("ID", result.out.replace(f" --config {config}", "")).splitlines()
             assert printed == [_UUID.sub("ID", line) for line in expected], (argv, result.out)
+
+
+def test_each_run_reads_kubeconfig_as_it_is_then(tmp_path, monkeypatch):
+    """The kubernetes client reads $KUBECONFIG once, at its first import; a process that runs trn twice (a notebook,
+    a test session) got the first cluster the second time. Seen in e2e: `trn submit` of one test reached the stopped
+    API server of an earlier test's kubeconfig ("connection refused")."""
+    import argparse
+
+    from trainium_cdk.cli.eks_jobs import Kube
+
+    def kubeconfig(name: str, port: int) -> Path:
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": name,
+            "clusters": [{"name": name, "cluster": {"server": f"https://localhost:{port}"}}],
+            "users": [{"name": "me", "user": {"token": "t"}}],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": "me", "namespace": f"ns-{name}"}}],
+        }))
+        return path
+
+    args = argparse.Namespace(kubeconfig=None, context=None, namespace=None)
+    for name, port in (("first", 40001), ("second", 40002)):
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig(name, port)))
+        kube = Kube(args)
+        assert kube.api.configuration.host == f"https://localhost:{port}" and kube.namespace == f"ns-{name}"

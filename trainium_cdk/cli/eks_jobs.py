@@ -8,6 +8,7 @@ pod labelled ``trainium-cdk/rank=0`` of the job.
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any, TextIO
 
 import yaml
@@ -64,7 +65,7 @@ class Kube:
     def __init__(self, args: argparse.Namespace) -> None:
         from kubernetes import client, config
 
-        config.load_kube_config(config_file=args.kubeconfig, context=args.context)
+        config.load_kube_config(config_file=_kubeconfig(args), context=args.context)
         self.api = client.ApiClient()
         self.core = client.CoreV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
@@ -77,11 +78,17 @@ class Kube:
         return dynamic.DynamicClient(self.api)
 
 
+def _kubeconfig(args: argparse.Namespace) -> str | None:
+    """--kubeconfig, else $KUBECONFIG as it is now: the kubernetes client reads $KUBECONFIG once, when it is first
+    imported (kube_config.KUBE_CONFIG_DEFAULT_LOCATION), so a process that runs trn twice would keep the first one."""
+    return args.kubeconfig or os.environ.get("KUBECONFIG") or None
+
+
 def _context_namespace(args: argparse.Namespace) -> str | None:
     from kubernetes import config
 
     try:
-        contexts, active = config.list_kube_config_contexts(config_file=args.kubeconfig)
+        contexts, active = config.list_kube_config_contexts(config_file=_kubeconfig(args))
     except Exception:  # noqa: BLE001 - the namespace is a convenience; load_kube_config reported real problems
         return None
     chosen = next((c for c in contexts or [] if c.get("name") == args.context), active) if args.context else active

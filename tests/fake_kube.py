@@ -110,6 +110,21 @@ class FakeCluster:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self.server.server_address[1]
 
+    def write_kubeconfig(self, path: Path, port: int) -> Path:
+        """A kubeconfig whose context `eks` reaches this listener on ``port`` (namespace training), as a user's."""
+        import base64
+
+        import yaml
+
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "eks",
+            "clusters": [{"name": "eks", "cluster": {"server": f"https://localhost:{port}",
+                                                      "certificate-authority-data": base64.b64encode(self.ca_pem).decode()}}],
+            "users": [{"name": "me", "user": {"token": "test-token-0123456789abcdef"}}],
+            "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "me", "namespace": "training"}}],
+        }))
+        return path
+
     def stop(self) -> None:
         if self.server is not None:
             self.server.shutdown()

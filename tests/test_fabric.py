@@ -6,7 +6,6 @@ container's PATH for Batch and EKS, in the host's Neuron tools folder for Slurm)
 
 from __future__ import annotations
 
-import base64
 import io
 import shlex
 from pathlib import Path
@@ -154,14 +153,7 @@ def fabric_cluster(aws, tmp_path, no_sleep, monkeypatch) -> Any:
     neuron_ls(stage.bin, 16)
     fake = FakeCluster(runner=lambda job: [(r.code, r.output) for r in run_volcano_job(stage, job)])
     port = fake.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "eks",
-        "clusters": [{"name": "eks", "cluster": {"server": f"https://localhost:{port}",
-                                                  "certificate-authority-data": base64.b64encode(fake.ca_pem).decode()}}],
-        "users": [{"name": "me", "user": {"token": "test-token-0123456789abcdef"}}],
-        "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "me", "namespace": "training"}}],
-    }))
+    kubeconfig = fake.write_kubeconfig(tmp_path / "kubeconfig", port)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     yield fake
     fake.stop()

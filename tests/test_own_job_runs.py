@@ -246,7 +246,6 @@ def test_instance_submit_status_logs_jobs_of_your_own_job(aws, dev_instance, con
 @pytest.fixture
 def cluster(aws, tmp_path, no_sleep, monkeypatch) -> Any:
     """The API server stand-in running each job through the rehearsal, and a kubeconfig for it."""
-    import base64
 
     from tests.fake_kube import FakeCluster
     from tests.rehearsal import run_kubernetes_job, run_volcano_job
@@ -262,14 +261,7 @@ def cluster(aws, tmp_path, no_sleep, monkeypatch) -> Any:
 
     fake = FakeCluster(runner=runner)
     port = fake.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "eks",
-        "clusters": [{"name": "eks", "cluster": {"server": f"https://localhost:{port}",
-                                                  "certificate-authority-data": base64.b64encode(fake.ca_pem).decode()}}],
-        "users": [{"name": "me", "user": {"token": "test-token-0123456789abcdef"}}],
-        "contexts": [{"name": "eks", "context": {"cluster": "eks", "user": "me", "namespace": "training"}}],
-    }))
+    kubeconfig = fake.write_kubeconfig(tmp_path / "kubeconfig", port)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     yield fake
     fake.stop()

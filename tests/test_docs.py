@@ -88,3 +88,20 @@ def test_no_file_in_the_tree_keeps_a_merge_conflict():
             if line.startswith(("<<<<<<< ", ">>>>>>> ")) or line == "=======":
                 marked.append(f"{name}:{number}")
     assert not marked, marked
+
+
+def test_the_changelog_is_a_release_log():
+    """Each release's changes come under Keep a Changelog's kinds (and Upgrading), each kind once per release, in
+    that order; topics are level-4 headings under a kind, never issue numbers (a log of issues is not a release log)."""
+    import re
+
+    kinds = ["Upgrading", "Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"]
+    text = (README.parent / "CHANGELOG.md").read_text()
+    releases = re.split(r"^## ", text, flags=re.M)[1:]
+    assert releases, "CHANGELOG.md has no release (## heading)"
+    for release in releases:
+        version = release.splitlines()[0]
+        headings = re.findall(r"^### (.*)$", release, flags=re.M)
+        assert all(h in kinds for h in headings), (version, [h for h in headings if h not in kinds])
+        assert headings == sorted(set(headings), key=kinds.index), (version, headings)
+        assert not re.findall(r"^#+ .*\bissues? \d", release, flags=re.M), version

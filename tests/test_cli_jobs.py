@@ -381,6 +381,24 @@ def test_logs_say_the_compile_caches_hits_and_misses_the_launcher_counted(aws, b
         "(graphs compiled)\n"
 
 
+def test_logs_say_the_native_tracks_new_graphs_and_that_its_hits_were_not_logged(aws, batch, config, tmp_path):
+    """The native track without TorchNeuron's debug lines: the launcher counted the NEFFs new in the cache."""
+    from tests.test_compile_cache import launch, native_torchrun
+
+    job_id = _submit(config)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    native_torchrun(bin_dir, lines=["step 1 loss 9.1"], new_neffs=3)
+    proc = launch(bin_dir, {"TRN_NEURON_TRACK": "native", "TRN_CACHE_DIR": str(tmp_path / "cache"),
+                            "TRN_JOB_NAME": job_id})
+    out, err = proc.communicate(timeout=30)
+    _put_log(f"trainium-train/default/{job_id}", *(out + err).splitlines())
+    result = run_cli("logs", job_id, "--config", str(config))
+    assert result.code == 0, result.err
+    assert result.err == "compile cache, node 0: 3 new graph(s) in the cache (compiled by the job); hits not logged " \
+        "(TorchNeuron logs them at TORCH_NEURONX_LOG_LEVEL=3)\n"
+
+
 def test_logs_before_the_job_starts(aws, config):
     jobs_sequence(aws, [{"status": "RUNNABLE"}])
     result = run_cli("logs", "abc", "--config", str(config))

@@ -182,3 +182,156 @@ def test_a_second_run_over_the_same_cache_hits_every_graph_the_first_compiled(co
     assert f'{COMPILE_CACHE_MISSES_METRIC}{{job="42",node=' in first_prom and "} 2\n" in first_prom
     assert f'{COMPILE_CACHE_HITS_METRIC}{{job="42",node=' in second_prom
     assert f"{COMPILE_CACHE_MISSES_METRIC}" in second_prom and second_prom.rstrip().endswith("} 0")
+
+
+# -- the native track (TorchNeuron) --------------------------------------------------------------------------------
+# TorchNeuron's persistent NEFF cache is TORCH_NEURONX_NEFF_CACHE_DIR, laid out <dir>/<h[0:2]>/<h[2:4]>/<h>.neff, and
+# it logs what the cache did only at TORCH_NEURONX_LOG_LEVEL=3, on stdout (torch-neuronx csrc/core/compilation/
+# CompilationCache.cpp, csrc/core/cache/PersistentCacheBackend.h, csrc/core/NeuronLogging.h; launcher.py).
+
+H1, H2, H3 = ("a1" * 32, "b2" * 32, "c3" * 32)
+NATIVE_LINES = [
+    # graph H1 compiled by one process (it missed, compiled, stored), its peer waited on the lock and then loaded it
+    f"[Neuron] [DEBUG] [/src/torch_neuronx/csrc/core/compilation/CompilationCache.cpp:200] Persistent cache miss key= "
+    f"XLA_add_f32 persistent_key= {H1} ",
+    f"[Neuron] [DEBUG] [/src/torch_neuronx/csrc/core/compilation/CompilationCache.cpp:352] Stored to persistent cache "
+    f"key= XLA_add_f32 persistent_key= {H1} size= 4096 ",
+    f"[Neuron] [DEBUG] [/src/torch_neuronx/csrc/core/compilation/CompilationCache.cpp:321] Persistent cache hit after "
+    f"lock acquisition key= XLA_add_f32 persistent_key= {H1} size= 4096 ",
+    # graphs H2 and H3 from the cache, H2 on two processes
+    f"[Neuron] [DEBUG] [/src/torch_neuronx/csrc/core/compilation/CompilationCache.cpp:171] Persistent cache hit key= "
+    f"XLA_mm_bf16 persistent_key= {H2} size= 8192 ",
+    f"[Neuron] [DEBUG] [/src/torch_neuronx/csrc/core/compilation/CompilationCache.cpp:171] Persistent cache hit key= "
+    f"XLA_mm_bf16 persistent_key= {H2} size= 8192 ",
+    f"[Neuron] [DEBUG] [/src/torch_neuronx/csrc/core/compilation/CompilationCache.cpp:171] Persistent cache hit key= "
+    f"graph_7 persistent_key= {H3} size= 1024 ",
+    "step 1 loss 9.1",
+]
+
+
+def native_torchrun(bin_dir: Path, *, lines: list[str], new_neffs: int = 0) -> None:
+    """torchrun that prints its cache variables and ``lines`` on stdout, and puts ``new_neffs`` NEFFs into the cache
+    the way TorchNeuron does (a temporary file renamed into its shard)."""
+    writes = "".join(
+        f'mkdir -p "$TORCH_NEURONX_NEFF_CACHE_DIR/{h[:2]}/{h[2:4]}" && echo neff > "$TORCH_NEURONX_NEFF_CACHE_DIR/'
+        f'{h[:2]}/{h[2:4]}/.t" && mv "$TORCH_NEURONX_NEFF_CACHE_DIR/{h[:2]}/{h[2:4]}/.t" '
+        f'"$TORCH_NEURONX_NEFF_CACHE_DIR/{h[:2]}/{h[2:4]}/{h}.neff"\n'
+        for h in (H1, H2, H3)[:new_neffs]
+    )
+    printed = "".join(f"echo {shlex.quote(text)}\n" for text in lines)
+    path = bin_dir / "torchrun"
+    path.write_text('#!/bin/sh\necho "cache=${TORCH_NEURONX_NEFF_CACHE_DIR:-unset} flags=${NEURON_CC_FLAGS:-unset}"\n'
+                    f"{writes}{printed}exit 0\n")
+    path.chmod(0o755)
+
+
+def test_native_track_the_cache_is_torchneurons_and_the_compiler_flags_stay_the_jobs(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    native_torchrun(bin_dir, lines=[])
+    cache = tmp_path / "fsx" / "neuron-cache" / "train"
+    proc = launch(bin_dir, {"TRN_NEURON_TRACK": "native", "TRN_CACHE_DIR": str(cache), "TRN_JOB_NAME": "j"})
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    # neuronx-cc gets NEURON_CC_FLAGS as they are from TorchNeuron: no --cache_dir, which is the XLA wrapper's.
+    assert f"cache={cache} flags=unset" in out.splitlines()
+    # A value the job set wins, and the launcher says so.
+    proc = launch(bin_dir, {"TRN_NEURON_TRACK": "native", "TRN_CACHE_DIR": str(cache),
+                            "TORCH_NEURONX_NEFF_CACHE_DIR": "/mine", "NEURON_CC_FLAGS": "--optlevel=1"})
+    out, err = proc.communicate(timeout=30)
+    assert "cache=/mine flags=--optlevel=1" in out.splitlines()
+    assert "trainium-launch: TORCH_NEURONX_NEFF_CACHE_DIR is set: TRN_CACHE_DIR unused" in err.splitlines()
+    # The XLA track as before: the wrapper's --cache_dir first.
+    proc = launch(bin_dir, {"TRN_NEURON_TRACK": "xla", "TRN_CACHE_DIR": str(cache), "NEURON_CC_FLAGS": "-O1"})
+    out, _ = proc.communicate(timeout=30)
+    assert f"cache=unset flags=--cache_dir={cache} -O1" in out.splitlines()
+
+
+def test_native_track_debug_lines_are_counted_by_graph(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    native_torchrun(bin_dir, lines=NATIVE_LINES)
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    proc = launch(bin_dir, {"TRN_NEURON_TRACK": "native", "TRN_CACHE_DIR": str(tmp_path / "cache"),
+                            "TRN_JOB_NAME": "llama-1127", METRICS_DIR_VARIABLE: str(metrics)})
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    # H1 compiled here (its peer's load after the lock is not a hit); H2 and H3 from the cache.
+    assert summaries(err) == [{"job": "llama-1127", "node": 0, "hits": 2, "misses": 1}]
+    assert out.splitlines()[1:] == NATIVE_LINES  # passed through unchanged
+    assert (metrics / "llama-1127.prom").read_text() == (
+        f"# TYPE {COMPILE_CACHE_HITS_METRIC} counter\n"
+        f'{COMPILE_CACHE_HITS_METRIC}{{job="llama-1127",node="0"}} 2\n'
+        f"# TYPE {COMPILE_CACHE_MISSES_METRIC} counter\n"
+        f'{COMPILE_CACHE_MISSES_METRIC}{{job="llama-1127",node="0"}} 1\n'
+    )
+
+
+def test_native_track_without_debug_lines_misses_are_the_new_neffs_and_hits_are_unknown(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    native_torchrun(bin_dir, lines=["step 1 loss 9.1"], new_neffs=2)
+    cache, metrics, checkpoints = tmp_path / "cache", tmp_path / "metrics", tmp_path / "checkpoints"
+    old = cache / "ff" / "ee" / f"{'ffee' * 16}.neff"  # an earlier run's graph: not this run's miss
+    old.parent.mkdir(parents=True)
+    old.write_text("neff")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    (cache / "neuronxcc-2.21.0" / "MODULE_1+2").mkdir(parents=True)  # the XLA track's layout: not TorchNeuron's
+    (cache / "neuronxcc-2.21.0" / "MODULE_1+2" / "model.neff").write_text("neff")
+    metrics.mkdir()
+    proc = launch(bin_dir, {"TRN_NEURON_TRACK": "native", "TRN_CACHE_DIR": str(cache), "TRN_JOB_NAME": "llama-1127",
+                            "TRN_CHECKPOINT_ROOT": str(checkpoints), METRICS_DIR_VARIABLE: str(metrics)})
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    expected = {"job": "llama-1127", "node": 0, "hits": None, "misses": 2}
+    assert f"trainium-launch: {json.dumps({COMPILE_CACHE_SUMMARY: expected})}" in err.splitlines()
+    summary = checkpoints / "llama-1127" / f".{COMPILE_CACHE_SUMMARY}" / "node-0.json"
+    assert json.loads(summary.read_text()) == {COMPILE_CACHE_SUMMARY: expected}
+    # No hits series: an unknown is not a 0.
+    assert (metrics / "llama-1127.prom").read_text() == (
+        f"# TYPE {COMPILE_CACHE_MISSES_METRIC} counter\n"
+        f'{COMPILE_CACHE_MISSES_METRIC}{{job="llama-1127",node="0"}} 2\n'
+    )
+
+
+NATIVE_CONFIG = """\
+region: us-east-2
+backends: [batch]
+network:
+  az_ids: [use2-az3, use2-az2]
+neuron:
+  track: native
+instance_offerings:
+  trn2.48xlarge: {us-east-2: [use2-az3, use2-az2]}
+compute_groups:
+  - {name: train, instance_type: trn2.48xlarge, nodes: 2, az_ids: use2-az3}
+"""
+
+
+@pytest.mark.e2e
+def test_native_track_a_second_run_loads_every_graph_from_the_shared_cache(tmp_path, monkeypatch):
+    """Before, the launcher set only the XLA wrapper's --cache_dir: TorchNeuron kept its NEFFs in each node's
+    /tmp/neff_cache, and every run of every node compiled every graph again."""
+    work = tmp_path / "my-project"
+    work.mkdir()
+    (work / "train.py").write_text(SCRIPT)
+    config = work / "native.yaml"
+    config.write_text(NATIVE_CONFIG)
+    monkeypatch.chdir(work)
+    debug = ("--env", "TORCH_NEURONX_LOG_LEVEL=3")
+    runs = []
+    for extra in (debug, debug, ()):
+        result = run_cli("rehearse", "--config", str(config), *extra, "--", "train.py")
+        assert result.code == 0, result.out[-4000:] + result.err
+        runs.append(sorted(summaries(result.out), key=lambda s: s["node"]))
+    first, second, third = runs
+    # 2 nodes of 2 processes, one graph each, in the cache on the stand-in /fsx (the Batch job's name: "rehearsal").
+    assert first == [{"job": "rehearsal", "node": n, "hits": 0, "misses": 2} for n in (0, 1)]
+    assert second == [{"job": "rehearsal", "node": n, "hits": 2, "misses": 0} for n in (0, 1)]
+    # Without TorchNeuron's debug lines: nothing new in the cache, and hits not known.
+    assert third == [{"job": "rehearsal", "node": n, "hits": None, "misses": 0} for n in (0, 1)]
+    cache = work / ".trn-rehearse" / "fsx" / "neuron-cache" / "train"
+    neffs = sorted(cache.glob("??/??/*.neff"))
+    assert len(neffs) == 4 and all(p.name[:2] == p.parent.parent.name for p in neffs)
+    assert not list(cache.glob("neuronxcc-*"))  # no XLA wrapper here

@@ -77,7 +77,7 @@ def test_launch_environment_carries_a_tracks_pins_only_when_asked():
     assert pinned == {**base, **neuron_pins(XLA_TRACK)}
     assert neuron_pins(XLA_TRACK) == {
         "TRN_NEURON_RELEASE": "2.29.1", "TRN_NEURON_DRIVER": "2.27.4.0", "TRN_NEURON_RUNTIME": "2.31.24.0",
-        "TRN_NEURON_FRAMEWORK": XLA_TRACK.framework,
+        "TRN_NEURON_FRAMEWORK": XLA_TRACK.framework, "TRN_NEURON_TRACK": "xla",
     }
 
 

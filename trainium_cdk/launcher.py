@@ -70,9 +70,31 @@ a script that takes the last name in its checkpoint directory never takes it), a
 :data:`~trainium_cdk.names.COMPILE_CACHE_HITS_METRIC` and ``_MISSES_METRIC`` labelled ``job`` and ``node``, under
 another name first and then renamed (node_exporter's textfile collector reads ``*.prom`` files whole). Not counted:
 precompile's ``neuron_parallel_compile`` run (the run after it is), a graph whose compile failed before (``Got a cached
-failed neff``), and the native track (TorchNeuron's torch.compile cache, ``TORCH_NEURONX_NEFF_CACHE_DIR``, documents
-no hit or miss line; its ``<dir>/<sha256>/<sha256>.neff`` entries would show compiles only). The launcher stays in
-front of torchrun to do this: it forwards SIGTERM and SIGINT to it, and exits with its code.
+failed neff``). The launcher stays in front of torchrun to do this: it forwards SIGTERM and SIGINT to it, and exits
+with its code.
+
+The native track (TorchNeuron, ``TRN_NEURON_TRACK=native`` from :func:`neuron_pins`) has another cache. TorchNeuron
+hands ``NEURON_CC_FLAGS`` to ``neuronx-cc`` as they are (torch-neuronx ``csrc/core/KernelExecution.cpp``,
+``GetXLAAdditionalArgs``: the flags are appended to the compiler's arguments and to the graph's cache key), where
+``--cache_dir`` is the XLA track's compiler wrapper's own option ("Neuron Persistent Cache"), not the compiler's; its
+persistent NEFF cache is ``TORCH_NEURONX_NEFF_CACHE_DIR`` (default ``/tmp/neff_cache``: node-local, so every node
+compiled every graph again on every run; torch-neuronx ``csrc/core/cache/PersistentCacheBackend.h``, and Neuron
+Explorer's profiling guide, "NEFF cache and artifact control"; TorchNeuron's environment variable reference,
+awsdocs-neuron torch/reference/env-vars of 2026-10-14, lists compilation caching among its sections). So on the
+native track the launcher
+sets ``TORCH_NEURONX_NEFF_CACHE_DIR`` to ``TRN_CACHE_DIR`` (a value the job sets wins) and leaves ``NEURON_CC_FLAGS``
+alone. The two layouts share the folder without meeting: ``neuronxcc-<version>/MODULE_*`` and TorchNeuron's
+``<key[0:2]>/<key[2:4]>/<key>.neff`` (PersistentCacheBackend.h: "2-level directory sharding", written to a temporary
+file and renamed). TorchNeuron says what its cache did only at debug level (``TORCH_NEURONX_LOG_LEVEL=3``, on stdout:
+``csrc/core/NeuronLogging.h``): ``[Neuron] [DEBUG] [<file>:<line>] Persistent cache hit key= <key> persistent_key=
+<hash> size= <bytes>`` (also ``... hit after lock acquisition ...``, once another process of the node compiled it) and
+``Stored to persistent cache key= ... persistent_key= <hash> ...`` after a compile (``csrc/core/compilation/
+CompilationCache.cpp``); its hit and miss counters (``CompilationCache.PersistentHits``) live inside each process
+(``torch_neuronx.metrics``). With those lines in the log the launcher counts them as on the XLA track (graphs by
+``persistent_key``). Without them (the default level, WARNING: every operation's debug lines would flood the log) a
+hit leaves no trace and the launcher counts what the folder shows: misses are the NEFFs new in the cache since this
+node's torchrun started (any node's compiles of the job, on a cache shared between nodes), and hits are ``null`` (in
+the JSON line; no hits series in the textfile).
 
 ``launcher.sh`` keeps its comments short and points here: every Batch group's job definition carries the whole
 program, and 25 groups share one template of at most 1 MB (stacks/batch_stack.py).
@@ -157,4 +179,6 @@ def neuron_pins(track: NeuronTrack) -> dict[str, str]:
         "TRN_NEURON_DRIVER": track.driver,
         "TRN_NEURON_RUNTIME": track.runtime,
         "TRN_NEURON_FRAMEWORK": track.framework,
+        # Which compile cache the launcher sets (the module's docstring): the track's name, not guessed from versions.
+        "TRN_NEURON_TRACK": track.name,
     }

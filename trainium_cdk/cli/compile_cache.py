@@ -1,8 +1,9 @@
 """The Neuron compile cache's hits and misses of a job's node, as `trn logs` shows them.
 
 The launcher ends every node's run with one line (trainium_cdk/node/launcher.sh, launcher.py):
-``trainium-launch: {"compile_cache": {"job": ..., "node": N, "hits": H, "misses": M}}``. `trn logs` passes the
-node's log through unchanged on stdout and, when the log holds that line, says on stderr what it counted.
+``trainium-launch: {"compile_cache": {"job": ..., "node": N, "hits": H, "misses": M}}`` (``H`` null on the native
+track without TorchNeuron's debug lines). `trn logs` passes the node's log through unchanged on stdout and, when the
+log holds that line, says on stderr what it counted.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ def summary_of(line: str) -> dict[str, Any] | None:
         found = json.loads(line[start + len(prefix):])[COMPILE_CACHE_SUMMARY]
     except (ValueError, KeyError, TypeError):
         return None
-    if not isinstance(found, dict) or not all(isinstance(found.get(k), int) for k in ("hits", "misses")):
+    if not isinstance(found, dict) or not isinstance(found.get("misses"), int):
+        return None
+    # hits: null on the native track when TorchNeuron logged no cache lines (launcher.py): a hit leaves no trace.
+    if found.get("hits") is not None and not isinstance(found["hits"], int):
         return None
     return found
 
@@ -59,5 +63,8 @@ class SummaryWatch:
 
 def describe(summary: dict[str, Any], rank: int) -> str:
     """One line for a person: what node ``rank`` took from the cache and what it compiled."""
+    if summary.get("hits") is None:
+        return (f"compile cache, node {rank}: {summary['misses']} new graph(s) in the cache (compiled by the job); hits "
+                "not logged (TorchNeuron logs them at TORCH_NEURONX_LOG_LEVEL=3)")
     return (f"compile cache, node {rank}: {summary['hits']} hit(s) (graphs loaded from the Neuron compile cache), "
             f"{summary['misses']} miss(es) (graphs compiled)")

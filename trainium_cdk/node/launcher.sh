@@ -43,13 +43,24 @@ NPROC_PER_NODE="${NPROC_PER_NODE:?the job definition sets NPROC_PER_NODE}"
 [ "$NODE_RANK" -ge 0 ] && [ "$NODE_RANK" -lt "$NNODES" ] || fail "$scheduler: node rank $NODE_RANK of $NNODES nodes"
 [ "$#" -ge 1 ] || fail "usage: $0 PROGRAM [ARGS...]"
 export MASTER_ADDR MASTER_PORT NODE_RANK NNODES NPROC_PER_NODE
+native=""
+if [ "${TRN_NEURON_TRACK:-}" = native ]; then native=1; fi
 if [ -n "${TRN_CACHE_DIR:-}" ]; then
   mkdir -p "$TRN_CACHE_DIR"
-  # Before the job's own compiler flags, unless they name a cache.
-  case " ${NEURON_CC_FLAGS:-} " in
-    *" --cache_dir="*) say "NEURON_CC_FLAGS has a --cache_dir: TRN_CACHE_DIR unused" ;;
-    *) export NEURON_CC_FLAGS="--cache_dir=$TRN_CACHE_DIR${NEURON_CC_FLAGS:+ $NEURON_CC_FLAGS}" ;;
-  esac
+  if [ -n "$native" ]; then
+    # TorchNeuron's NEFF cache; it passes NEURON_CC_FLAGS to neuronx-cc as they are (launcher.py).
+    if [ -n "${TORCH_NEURONX_NEFF_CACHE_DIR:-}" ]; then
+      say "TORCH_NEURONX_NEFF_CACHE_DIR is set: TRN_CACHE_DIR unused"
+    else
+      export TORCH_NEURONX_NEFF_CACHE_DIR="$TRN_CACHE_DIR"
+    fi
+  else
+    # Before the job's own compiler flags, unless they name a cache.
+    case " ${NEURON_CC_FLAGS:-} " in
+      *" --cache_dir="*) say "NEURON_CC_FLAGS has a --cache_dir: TRN_CACHE_DIR unused" ;;
+      *) export NEURON_CC_FLAGS="--cache_dir=$TRN_CACHE_DIR${NEURON_CC_FLAGS:+ $NEURON_CC_FLAGS}" ;;
+    esac
+  fi
 fi
 job="${TRN_JOB_NAME:-${SLURM_JOB_ID:-${AWS_BATCH_JOB_ID:-}}}"
 job="${job%%#*}"  # a Batch node's job id is <job id>#<node index>
@@ -97,14 +108,21 @@ if [ "${TRN_PRECOMPILE:-0}" = 1 ]; then
 fi
 # The compile cache's hits and misses: the graphs torch-neuronx's compiler wrapper loaded from the cache or compiled
 # in this node's processes, read from torchrun's output as it passes; a summary when it ends (launcher.py).
+# XLA track: neuron_cc_wrapper's lines ("Neuron Persistent Cache"). Native track, at TORCH_NEURONX_LOG_LEVEL=3 only:
+# "Persistent cache hit [after lock acquisition] key= K persistent_key= H" and "Stored to persistent cache key= K
+# persistent_key= H" (torch-neuronx csrc/core/compilation/CompilationCache.cpp, TORCH_NEURONX_DEBUG).
 start() {
   counters=""
   if command -v awk >/dev/null && tally="$(mktemp -d)" && mkfifo "$tally/1" "$tally/2"; then
+    touch "$tally/start"  # the native track's new cache entries are newer than this
     for fd in 1 2; do
       awk -v seen="$tally/seen.$fd" '{ print; fflush(); kind = "" }
         /Using a cached neff at / { kind = "hit" }
         /Call compiler with cmd/ { kind = "miss" }
         kind && match($0, /MODULE_[0-9A-Za-z_+]+/) { print kind, substr($0, RSTART, RLENGTH) > seen; fflush(seen) }
+        /\[DEBUG\].* Persistent cache hit / { kind = "hit" }
+        /\[DEBUG\].* Stored to persistent cache / { kind = "miss" }
+        kind && match($0, /persistent_key= [^ ]+/) { print kind, substr($0, RSTART + 16, RLENGTH - 16) > seen; fflush(seen) }
       ' < "$tally/$fd" >&"$fd" &
       counters="$counters $!"
     done
@@ -122,6 +140,7 @@ reap() {  # torchrun's exit code, after it ended (a trapped signal interrupts wa
   wait "$run" || code=$?
   while kill -0 "$run" 2>/dev/null; do code=0; wait "$run" || code=$?; done
 }
+series() { printf '# TYPE %s counter\n%s{job="%s",node="%s"} %s\n' "$1" "$1" "$label" "$NODE_RANK" "$(( $2 ))"; }
 finish() {
   [ -n "$tally" ] || return 0
   # The counters end with torchrun's output: at most 10 s more if something it started still holds it.
@@ -131,12 +150,18 @@ finish() {
   # shellcheck disable=SC2086
   wait $counters || true
   kill "$guard" 2>/dev/null || true
-  # shellcheck disable=SC2046  # two numbers
+  # shellcheck disable=SC2046  # three numbers: hits, misses, lines read
   set -- $(cat "$tally"/seen.* 2>/dev/null | awk '$1 == "miss" { m[$2] = 1 } $1 == "hit" { h[$2] = 1 }
-    END { for (k in m) misses++; for (k in h) if (!(k in m)) hits++; print hits + 0, misses + 0 }')
+    END { for (k in m) misses++; for (k in h) if (!(k in m)) hits++; print hits + 0, misses + 0, NR + 0 }')
+  if [ -n "$native" ] && [ "$3" = 0 ]; then
+    # No debug lines: a hit leaves no trace; misses are the NEFFs new in the cache (PersistentCacheBackend.h's
+    # <dir>/ab/cd/<key>.neff, renamed into place), from any node of the job on a shared cache (launcher.py).
+    d="${TORCH_NEURONX_NEFF_CACHE_DIR:-/tmp/neff_cache}"
+    set -- null "$(find "$d" -mindepth 3 -maxdepth 3 -path "$d/??/??/*.neff" -newer "$tally/start" 2>/dev/null | wc -l)"
+  fi
   rm -rf "$tally"
   case "$job" in ''|*[!A-Za-z0-9_.-]*) label="" ;; *) label="$job" ;; esac
-  line="{\"$CACHE_SUMMARY\": {\"job\": \"$label\", \"node\": $NODE_RANK, \"hits\": $1, \"misses\": $2}}"
+  line="{\"$CACHE_SUMMARY\": {\"job\": \"$label\", \"node\": $NODE_RANK, \"hits\": $1, \"misses\": $(( $2 ))}}"
   say "$line"
   summary="${TRN_CHECKPOINT_DIR:-}/.$CACHE_SUMMARY"  # hidden, as .nodes: not taken for a checkpoint
   if [ -n "${TRN_CHECKPOINT_DIR:-}" ] && ! { mkdir -p "$summary" && echo "$line" > "$summary/node-$NODE_RANK.json"; }; then
@@ -145,9 +170,9 @@ finish() {
   # node_exporter's textfile collector reads *.prom files: write another name, then rename (its README).
   # No folder: no collector on this node (observability.prometheus off), nothing to write.
   prom="${TRN_METRICS_DIR:-}/$label.prom"
-  if [ -d "${TRN_METRICS_DIR:-/nonexistent}" ] && [ -n "$label" ] && ! { printf '# TYPE %s counter\n%s{job="%s",node="%s"} %s\n' \
-    "$HITS_METRIC" "$HITS_METRIC" "$label" "$NODE_RANK" "$1" "$MISSES_METRIC" "$MISSES_METRIC" "$label" "$NODE_RANK" "$2" \
-    > "$prom.$$" && mv -f "$prom.$$" "$prom"; } 2>/dev/null; then
+  # Hits unknown (null): no hits series, rather than a false 0.
+  if [ -d "${TRN_METRICS_DIR:-/nonexistent}" ] && [ -n "$label" ] && ! { { [ "$1" = null ] || series "$HITS_METRIC" "$1"
+    series "$MISSES_METRIC" "$2"; } > "$prom.$$" && mv -f "$prom.$$" "$prom"; } 2>/dev/null; then
     say "WARNING: cannot write $prom (TRN_METRICS_DIR)"
   fi
 }

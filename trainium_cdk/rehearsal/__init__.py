@@ -35,7 +35,8 @@ the image (EKS, Batch)                 this machine's Python, the one ``trn`` ru
 check's sweep, 1 MiB to 1 GiB)         process would not fit this machine's memory
 the Neuron compiler and its cache      ``neuron_cc.py`` as every Python's ``sitecustomize`` (``PYTHONPATH``): each
 (torch-neuronx's compiler wrapper,     training process takes one graph from the cache, or "compiles" it into it,
-XLA track)                             with the cache layout and log lines Neuron documents
+XLA track; TorchNeuron's NEFF cache,   with the cache layout and log lines of its track (native: debug lines only
+native track)                          at ``TORCH_NEURONX_LOG_LEVEL=3``, as TorchNeuron prints them)
 ``/var/lib/trainium-cdk/metrics``      ``node-metrics/`` beside the stand-in /fsx (the node's Prometheus textfiles)
 =====================================  ==========================================================
 

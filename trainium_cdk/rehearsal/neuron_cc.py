@@ -16,7 +16,19 @@ e.g. aws-neuron/aws-neuron-sdk#825 and huggingface/optimum-neuron#129):
 
 The graph's hash here: the command, the world size and the rank (a tensor-parallel rank's graph differs from its
 peers'), so a second run of the same command over the same cache hits every graph and a changed command misses.
-A TorchNeuron job (its ``TRN_TORCH_DEVICE`` set by its recipe) is left alone: its torch.compile cache is another one.
+
+A TorchNeuron job (the native track: ``TRN_NEURON_TRACK=native`` from the launcher's pins, or ``TRN_TORCH_DEVICE`` set
+by its recipe) goes through TorchNeuron's persistent NEFF cache instead, as torch-neuronx's sources have it
+(``csrc/core/compilation/CompilationCache.cpp``, ``csrc/core/cache/PersistentCacheBackend.h``, ``NeuronLogging.h``):
+
+- the cache is ``TORCH_NEURONX_NEFF_CACHE_DIR`` (default ``/tmp/neff_cache``, which the rehearsal leaves alone), and
+  ``NEURON_CC_FLAGS`` are part of the graph's key (they go to neuronx-cc as they are);
+- a graph lives in ``<cache>/<key[0:2]>/<key[2:4]>/<key>.neff``, written to a temporary file and renamed;
+- what it did is logged only at ``TORCH_NEURONX_LOG_LEVEL=3``, on stdout: ``[Neuron] [DEBUG] [<file>:<line>]
+  Persistent cache hit key= <key> persistent_key= <hash> size= <bytes>``, or ``Persistent cache miss ...`` and, after
+  the compile, ``Stored to persistent cache key= ... persistent_key= <hash> size= <bytes>`` (the words of a line
+  are each followed by a space).
+
 Standard library only: it runs before anything else in every process of a rehearsed node.
 """
 
@@ -34,6 +46,11 @@ from pathlib import Path
 COMPILER_VERSION = "0.0.0.0+rehearsal"
 # The recipes' device variable (trainium_cdk.names.TORCH_DEVICE_VARIABLE; this file imports nothing of the package).
 NATIVE_TRACK_MARKER = "TRN_TORCH_DEVICE"
+# The track the launcher's pins name (trainium_cdk.launcher.neuron_pins).
+TRACK_VARIABLE = "TRN_NEURON_TRACK"
+NEFF_CACHE_VARIABLE = "TORCH_NEURONX_NEFF_CACHE_DIR"
+DEBUG_LEVEL = 3  # NeuronLogging.h: ERROR 0, WARNING 1 (the default), INFO 2, DEBUG 3
+SOURCE = "torch_neuronx/csrc/core/compilation/CompilationCache.cpp:1"  # the file; the line is a stand-in's
 
 
 def _log(tag: str, message: str) -> None:
@@ -56,9 +73,50 @@ def cache_and_flags(environ: dict[str, str]) -> tuple[Path | None, list[str]]:
     return (Path(cache) if cache and "://" not in cache else None), flags
 
 
+def _debug(environ: dict[str, str], *words: object) -> None:
+    """A TorchNeuron debug line, when its log level asks for it (NeuronLogging.h's format)."""
+    try:
+        level = int(environ.get("TORCH_NEURONX_LOG_LEVEL", "1"))
+    except ValueError:
+        level = 1
+    if level >= DEBUG_LEVEL:
+        sys.stdout.write(f"[Neuron] [DEBUG] [{SOURCE}] " + "".join(f"{w} " for w in words) + "\n")
+        sys.stdout.flush()
+
+
+def is_native(environ: dict[str, str]) -> bool:
+    return environ.get(TRACK_VARIABLE) == "native" or NATIVE_TRACK_MARKER in environ
+
+
+def compile_native(environ: dict[str, str], argv: list[str]) -> None:
+    """One graph of this process through TorchNeuron's persistent NEFF cache."""
+    folder = environ.get(NEFF_CACHE_VARIABLE)
+    if not folder:
+        return
+    cache = Path(folder)
+    key = f"rehearsal_graph_{environ['RANK']}"
+    graph = json.dumps([argv, environ.get("WORLD_SIZE"), environ["RANK"], environ.get("NEURON_CC_FLAGS", "")])
+    persistent = hashlib.sha256(graph.encode()).hexdigest()
+    path = cache / persistent[:2] / persistent[2:4] / f"{persistent}.neff"
+    if path.exists():
+        _debug(environ, "Persistent cache hit", "key=", key, "persistent_key=", persistent, "size=",
+               path.stat().st_size)
+        return
+    _debug(environ, "Persistent cache miss", "key=", key, "persistent_key=", persistent)
+    neff = b"rehearsal: no NEFF\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    temporary.write_bytes(neff)
+    temporary.rename(path)
+    _debug(environ, "Stored to persistent cache", "key=", key, "persistent_key=", persistent, "size=", len(neff))
+
+
 def compile_graph(environ: dict[str, str], argv: list[str]) -> None:
     """One graph of this process, from the cache or "compiled" into it."""
-    if "RANK" not in environ or NATIVE_TRACK_MARKER in environ:
+    if "RANK" not in environ:
+        return
+    if is_native(environ):
+        compile_native(environ, argv)
         return
     cache, flags = cache_and_flags(environ)
     if cache is None:

@@ -348,7 +348,7 @@ def test_the_readmes_own_app_synthesizes_under_cdk_nag_with_every_id_changed():
     """The README's compose example (tests/test_package.py runs it verbatim from the wheel) with each
     construct and stack id renamed, in this process, under cdk-nag: nothing in it leans on "Eks" or "Batch"."""
     source, renamed = README_ID.subn(lambda m: f'({m.group(1)}{m.group(2)}, "Their{m.group(3)}"', readme_example())
-    assert renamed == 10  # the stack, its seven constructs and two outputs
+    assert renamed == 12  # the stack, its seven constructs, two outputs, the CI role and the data hosts' group
     app_line = "app = cdk.App()\n"
     assert source.count(app_line) == 1
     outdir = new_outdir()

@@ -58,6 +58,8 @@ def build(stack: cdk.Stack) -> dict[str, Any]:
     prep.connections.allow_to(dev, ec2.Port.tcp(22), "SSH to the dev instance")  # dev as aws-cdk-lib's IConnectable
     # The dev instance's own group (its storage client group is open already: skipped, no duplicate rule).
     storage.connections.allow_default_port_from(dev)
+    # The cluster's nodes (its cluster security group) are open already, by add_lustre_storage: skipped too.
+    storage.connections.allow_default_port_from(ec2.Connections(security_groups=[cluster.cluster.cluster_security_group]))
     # A CI runner's group reaches the cluster's private API endpoint.
     runner = ec2.SecurityGroup(stack, "CiRunner", vpc=network.vpc, allow_all_outbound=False, description="CI runners")
     cluster.connections.allow_default_port_from(runner)
@@ -136,8 +138,9 @@ def test_grant_job_control_grants_what_trn_status_logs_and_cancel_call(app):
         statement(["batch:TerminateJob"],
                   [{"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":batch:us-west-2:123456789012:job/*"]]}]),
         statement(["cloudformation:DescribeStacks"], [{"Ref": "AWS::StackId"}]),
-        statement(["logs:DescribeLogStreams", "logs:GetLogEvents", "logs:FilterLogEvents"],
-                  [{"Fn::GetAtt": [log_group, "Arn"]}]),
+        # aws-cdk-lib's LogGroup.grant_read: trn logs calls GetLogEvents.
+        statement(["logs:DescribeLogGroups", "logs:DescribeLogStreams", "logs:FilterLogEvents", "logs:GetLogEvents",
+                   "logs:GetLogGroupFields"], [{"Fn::GetAtt": [log_group, "Arn"]}]),
     }
 
 
@@ -181,7 +184,8 @@ def test_the_cluster_connections_reach_the_api_endpoint(app):
 
 def test_no_rule_is_made_twice(app):
     """EC2 refuses a duplicate rule at deploy: the dev instance's storage client group (the EFA group) and the
-    cluster's group were open already, and allow_default_port_from skipped them."""
+    cluster's group were open already (``clients=``, ``add_lustre_storage``), and allow_default_port_from skipped
+    them."""
     template, _, _ = app
     rules = [json.dumps(r["Properties"], sort_keys=True) for kind in
              ("AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress")

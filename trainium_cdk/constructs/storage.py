@@ -139,6 +139,8 @@ class LustreConnections(ec2.Connections):
         return seen
 
     def allow_default_port_from(self, other: ec2.IConnectable, description: str | None = None) -> None:
+        """Open Lustre between the file system and each group of ``other`` (the rules' descriptions are
+        Lustre's own: ``description`` is not used)."""
         for client in other.connections.security_groups:
             if not self.opened(client):
                 construct_id = f"Lustre{Names.unique_id(client)}To{Names.unique_id(self._server)}"
@@ -350,6 +352,7 @@ class LustreStorage(Construct):
     def allow_client(self, scope: Construct, construct_id: str, client: ec2.ISecurityGroup) -> None:
         """Deprecated: ``connections.allow_default_port_from(client)`` opens the same rules. This one names the
         rules' scope and id, which keeps the logical ids of rules made with it."""
+        self._connections.opened(client)
         allow_lustre_client(scope, construct_id, server=self.security_group, client=client)
 
     def grant_read_data(self, grantee: iam.IGrantable) -> iam.Grant:

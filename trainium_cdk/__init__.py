@@ -35,6 +35,7 @@ _PUBLIC = {
     "JobSpec": "trainium_cdk.jobs",
     "NeuronTrack": "trainium_cdk.versions",
     "NEURON_TRACKS": "trainium_cdk.versions",
+    "AmiQuery": "trainium_cdk.versions",
     # backends
     "Backend": "trainium_cdk.backends",
     "register_backend": "trainium_cdk.backends",
@@ -45,6 +46,7 @@ _PUBLIC = {
     "DataRepositoryProps": "trainium_cdk.constructs.storage",
     "ILustreStorage": "trainium_cdk.constructs.storage",
     "LustreMount": "trainium_cdk.constructs.storage",
+    "LustreConnections": "trainium_cdk.constructs.storage",
     "EfaLaunchTemplate": "trainium_cdk.constructs.efa_launch_template",
     "TrainiumCluster": "trainium_cdk.constructs.eks_cluster",
     "ApiAccessHost": "trainium_cdk.constructs.api_access",
@@ -61,6 +63,11 @@ _PUBLIC = {
     "BatchRoles": "trainium_cdk.constructs.batch_roles",
     "BatchTaskRules": "trainium_cdk.constructs.batch_tasks",
     "SlurmCluster": "trainium_cdk.constructs.parallelcluster",
+    "ClusterSettings": "trainium_cdk.parallelcluster.configuration",
+    "HeadNode": "trainium_cdk.parallelcluster.configuration",
+    "SlurmQueue": "trainium_cdk.parallelcluster.configuration",
+    "NewFileSystem": "trainium_cdk.parallelcluster.configuration",
+    "MetricsWorkspace": "trainium_cdk.constructs.prometheus",
     "DevInstance": "trainium_cdk.constructs.dev_instance",
     # stacks
     "compose": "trainium_cdk.stacks.composition",
@@ -120,7 +127,9 @@ if TYPE_CHECKING:  # static type checkers see the real names
     from trainium_cdk.constructs.eks_workloads import TrainingWorkloadsOptions
     from trainium_cdk.constructs.karpenter import KarpenterController, KarpenterOptions
     from trainium_cdk.constructs.observability import ClusterObservability
-    from trainium_cdk.versions import NEURON_TRACKS, NeuronTrack
+    from trainium_cdk.versions import NEURON_TRACKS, AmiQuery, NeuronTrack
+    from trainium_cdk.constructs.prometheus import MetricsWorkspace
+    from trainium_cdk.parallelcluster.configuration import ClusterSettings, HeadNode, NewFileSystem, SlurmQueue
     from trainium_cdk.catalog import DEFAULT_CATALOG, Catalog, InstanceSpec
     from trainium_cdk.charts.efa_device_plugin import EfaDevicePlugin
     from trainium_cdk.charts.fsx_storage import FsxStorage
@@ -138,7 +147,9 @@ if TYPE_CHECKING:  # static type checkers see the real names
     from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
     from trainium_cdk.constructs.network import ComputePlacement, TrainingNetwork
     from trainium_cdk.constructs.parallelcluster import SlurmCluster
-    from trainium_cdk.constructs.storage import DataRepositoryProps, ILustreStorage, LustreMount, LustreStorage
+    from trainium_cdk.constructs.storage import (
+        DataRepositoryProps, ILustreStorage, LustreConnections, LustreMount, LustreStorage,
+    )
     from trainium_cdk.constructs.training_images import TrainingImageRepository
     from trainium_cdk.errors import ConfigError
     from trainium_cdk.jobs import JobSpec

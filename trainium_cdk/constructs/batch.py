@@ -26,6 +26,7 @@ from trainium_cdk import defaults
 from trainium_cdk.batch_job import ALL_NODES, SCRIPT_PARAMETER, default_script
 from trainium_cdk.catalog import BATCH_MAX_ATTEMPTS, BATCH_MAX_UPDATE_TIMEOUT_MINUTES, InstanceSpec, check_ami_id
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
+from trainium_cdk.constructs.batch_grants import BatchGrants
 from trainium_cdk.constructs.batch_node import BatchNodeSetup, node_setup
 from trainium_cdk.constructs.batch_roles import BatchInstanceRole, BatchRoles
 from trainium_cdk.constructs.defaults import LOG_RETENTION
@@ -90,9 +91,10 @@ _ECR_IMAGE = re.compile(
 )
 
 
-class TrainiumBatch(Construct):
+class TrainiumBatch(Construct, BatchGrants):
     """AWS Batch for one compute group: compute environment, job queue, job definition, logs; its roles
-    its own or, given ``roles``, those every group of the stack shares.
+    its own or, given ``roles``, those every group of the stack shares. ``grant_submit_job`` and
+    ``grant_job_control`` (:class:`~trainium_cdk.constructs.batch_grants.BatchGrants`) give a principal its jobs.
 
     :param group_name: the compute group's short name: in the queue and job definition names, the role
         descriptions, the log stream prefix and the compile cache directory.

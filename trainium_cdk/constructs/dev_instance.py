@@ -15,6 +15,7 @@ import gzip
 import posixpath
 from pathlib import Path
 
+import jsii
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
@@ -50,6 +51,7 @@ def dlami_query(dlami: str | None, track: NeuronTrack = XLA_TRACK) -> AmiQuery:
         raise ConfigError("dlami", dlami, str(err)) from None
 
 
+@jsii.implements(ec2.IConnectable)
 class DevInstance(Construct):
     """A development instance: the Neuron DLAMI, an encrypted gp3 root volume, IMDSv2, detailed
     monitoring, an SSM-only role, and the FSx file system at /fsx when one is given.
@@ -162,6 +164,14 @@ class DevInstance(Construct):
             self.instance.add_security_group(storage_client_group)
         acknowledge(
             self.instance,
+            "AwsSolutions::AwsSolutions-EC26",
+            None,
+            "cdk-nag 3.0.2's EC26 throws on an instance without a launch template in a stack that has one (it reads "
+            "the name of an undefined template): an app with TrainiumBatch or TrainiumCluster beside it. The root "
+            "volume is encrypted (its block_devices).",
+        )
+        acknowledge(
+            self.instance,
             "AwsSolutions-EC29",
             None,
             "A development instance is disposable by design (code and data live on FSx or in git); "
@@ -191,6 +201,12 @@ class DevInstance(Construct):
     @property
     def instance_id(self) -> str:
         return self.instance.instance_id
+
+    @property
+    def connections(self) -> ec2.Connections:
+        """The instance's ``connections``: its own group (no inbound rule), and ``storage_client_group`` with a
+        file system: ``storage.connections.allow_default_port_from(dev)`` would open Lustre to both."""
+        return self.instance.connections
 
 
 def example_commands() -> list[str]:

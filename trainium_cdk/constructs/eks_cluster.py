@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import cast
 
 import cdk8s
+import jsii
 from aws_cdk import Names, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
@@ -80,6 +81,7 @@ FSX_CSI_DESCRIBE_ACTIONS = (
 FSX_CSI_ACTIONS = (*FSX_CSI_CREATE_ACTIONS, *FSX_CSI_OWN_ACTIONS, *FSX_CSI_DESCRIBE_ACTIONS)
 
 
+@jsii.implements(ec2.IConnectable)
 class TrainiumCluster(Construct):
     """An EKS cluster for Trainium training that can run a Neuron pod as it comes.
 
@@ -348,6 +350,12 @@ class TrainiumCluster(Construct):
         for chart in charts:
             if device_plugins or chart.node.id == NAMESPACE_CHART_ID:
                 self._add_chart(chart)
+
+    @property
+    def connections(self) -> ec2.Connections:
+        """The cluster's ``connections``, aws-eks-v2's: the cluster security group (every node) and the API
+        endpoint's group, default port 443. ``add_lustre_storage`` already opens Lustre to the nodes."""
+        return self.cluster.connections
 
     @property
     def namespace(self) -> eks.KubernetesManifest:

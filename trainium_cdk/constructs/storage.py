@@ -7,12 +7,14 @@ policy, so that a redeploy updates them in place instead of replacing them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from aws_cdk import Duration, RemovalPolicy
+import jsii
+from aws_cdk import Duration, Names, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_fsx as fsx
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
@@ -21,8 +23,11 @@ from trainium_cdk.constructs import defaults as cdk_defaults
 from trainium_cdk.constructs.nag import NIST, acknowledge, acknowledge_bucket_logging
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 
-# Lustre network (LNET) ports: clients connect to 988; 1018-1023 are the reserved ports of both ends.
+# Lustre network (LNET) ports: clients connect to 988; 1018-1023 are the reserved ports of both ends. FSx for Lustre
+# user guide, "File system access control with Amazon VPC": inbound TCP 988 and 1018-1023 on the file system's group
+# from its clients and itself, and the same inbound on the clients' groups from the file system's.
 LUSTRE_PORT_RANGES = ((988, 988), (1018, 1023))
+LUSTRE_CLIENT_PORT = ec2.Port.tcp(LUSTRE_PORT_RANGES[0][0])
 LUSTRE_PORTS = tuple(ec2.Port.tcp_range(low, high) if low != high else ec2.Port.tcp(low) for low, high in LUSTRE_PORT_RANGES)
 
 # Logical IDs that must never change: a new ID replaces the file system and loses its data.
@@ -102,7 +107,44 @@ class ILustreStorage(LustreMount, Protocol):
     @property
     def lustre_version(self) -> str: ...
 
+    @property
+    def connections(self) -> ec2.Connections: ...
+
     def allow_client(self, scope: Construct, construct_id: str, client: ec2.ISecurityGroup) -> None: ...
+
+
+class LustreConnections(ec2.Connections):
+    """The ``connections`` of an FSx for Lustre file system (``ec2.IConnectable``): its security group, and
+    ``default_port`` TCP 988, the port clients connect to.
+
+    ``allow_default_port_from(client)`` opens all that FSx documents for a client, both ways: TCP 988 and
+    1018-1023 from each of the client's groups to the file system's, the file system's egress to them, and the
+    same ports into the client's groups from the file system's (Lustre servers call clients back). The rules live
+    in each client group's stack, so that the file system's (stateful) stack never depends on its clients'. It
+    takes the client's groups as they are when called, and skips a group already open (``clients=``,
+    ``allow_client``, ``TrainiumCluster.add_lustre_storage``): EC2 refuses a duplicate rule at deploy.
+    """
+
+    def __init__(self, security_group: ec2.ISecurityGroup) -> None:
+        super().__init__(security_groups=[security_group], default_port=LUSTRE_CLIENT_PORT)
+        self._server = security_group
+        # By group id: a token's string is the same for one group, a literal the same for two imports of one.
+        self._opened: set[str] = set()
+
+    def opened(self, client: ec2.ISecurityGroup) -> bool:
+        """Note ``client`` as open; True if it was already."""
+        key = client.security_group_id
+        seen = key in self._opened
+        self._opened.add(key)
+        return seen
+
+    def allow_default_port_from(self, other: ec2.IConnectable, description: str | None = None) -> None:
+        """Open Lustre between the file system and each group of ``other`` (the rules' descriptions are
+        Lustre's own: ``description`` is not used)."""
+        for client in other.connections.security_groups:
+            if not self.opened(client):
+                construct_id = f"Lustre{Names.unique_id(client)}To{Names.unique_id(self._server)}"
+                allow_lustre_client(Stack.of(client), construct_id, server=self._server, client=client)
 
 
 @dataclass(frozen=True)
@@ -116,11 +158,17 @@ class _ImportedLustreStorage:
     throughput_mb_per_tib: int | None
     compression: str
     lustre_version: str
+    connections: LustreConnections = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "connections", LustreConnections(self.security_group))
 
     def allow_client(self, scope: Construct, construct_id: str, client: ec2.ISecurityGroup) -> None:
+        self.connections.opened(client)
         allow_lustre_client(scope, construct_id, server=self.security_group, client=client)
 
 
+@jsii.implements(ec2.IConnectable)
 class LustreStorage(Construct):
     """An FSx for Lustre file system in the compute subnet, open to its clients on the Lustre ports.
 
@@ -191,6 +239,9 @@ class LustreStorage(Construct):
             allow_all_outbound=False,
         )
         _pin(self.security_group, SECURITY_GROUP_LOGICAL_ID)
+        self._connections = LustreConnections(self.security_group)
+        for client in clients:
+            self._connections.opened(client)
         # The file system's interfaces carry the group: a retained file system keeps it in use, and deleting it
         # would fail the stack's deletion (DELETE_FAILED). It stays and goes with the file system.
         self.security_group.apply_removal_policy(removal)
@@ -236,6 +287,7 @@ class LustreStorage(Construct):
         self.bucket: s3.IBucket | None = None
         self.association: fsx.CfnDataRepositoryAssociation | None = None
         repo = data_repository
+        self._data_prefix = repo.s3_prefix if repo is not None else ""
         if repo is not None:
             if repo.bucket_name:
                 self.bucket = s3.Bucket.from_bucket_name(self, "DataBucket", repo.bucket_name)
@@ -290,14 +342,40 @@ class LustreStorage(Construct):
             self.association.apply_removal_policy(removal)
             self.association.override_logical_id(ASSOCIATION_LOGICAL_ID)
 
-    def allow_client(self, scope: Construct, construct_id: str, client: ec2.ISecurityGroup) -> None:
-        """Open Lustre between the file system and another client group, with rules that live in
-        ``scope`` (the client's stack), so that this stateful stack never depends on it.
+    @property
+    def connections(self) -> ec2.Connections:
+        """The file system's security group as ``ec2.IConnectable`` (:class:`LustreConnections`):
+        ``storage.connections.allow_default_port_from(client)`` opens Lustre to a client, both ways, with the
+        rules in the client's stack."""
+        return self._connections
 
-        The rules go both ways: clients connect to 988 and 1018-1023, and Lustre servers call clients
-        back on the same ports.
-        """
+    def allow_client(self, scope: Construct, construct_id: str, client: ec2.ISecurityGroup) -> None:
+        """Deprecated: ``connections.allow_default_port_from(client)`` opens the same rules. This one names the
+        rules' scope and id, which keeps the logical ids of rules made with it."""
+        self._connections.opened(client)
         allow_lustre_client(scope, construct_id, server=self.security_group, client=client)
+
+    def grant_read_data(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Let ``grantee`` read the S3 data repository the file system mirrors (its prefix of the bucket): a
+        job that reads the data set from S3, not through Lustre.
+
+        :raises ConfigError: the file system has no data repository.
+        """
+        return self._data_bucket().grant_read(grantee, self._data_prefix + "*")
+
+    def grant_read_write_data(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Let ``grantee`` read and write the S3 data repository's prefix: files written there show up in the
+        file system with the association's auto import.
+
+        :raises ConfigError: the file system has no data repository.
+        """
+        return self._data_bucket().grant_read_write(grantee, self._data_prefix + "*")
+
+    def _data_bucket(self) -> s3.IBucket:
+        if self.bucket is None:
+            raise ConfigError("data_repository", None, "a DataRepositoryProps: the file system has no S3 data "
+                              "repository to grant access to")
+        return self.bucket
 
     @staticmethod
     def from_file_system_attributes(

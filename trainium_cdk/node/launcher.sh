@@ -145,10 +145,21 @@ finish() {
   # node_exporter's textfile collector reads *.prom files: write another name, then rename (its README).
   # No folder: no collector on this node (observability.prometheus off), nothing to write.
   prom="${TRN_METRICS_DIR:-}/$label.prom"
-  if [ -d "${TRN_METRICS_DIR:-/nonexistent}" ] && [ -n "$label" ] && ! { printf '# TYPE %s counter\n%s{job="%s",node="%s"} %s\n' \
-    "$HITS_METRIC" "$HITS_METRIC" "$label" "$NODE_RANK" "$1" "$MISSES_METRIC" "$MISSES_METRIC" "$label" "$NODE_RANK" "$2" \
-    > "$prom.$$" && mv -f "$prom.$$" "$prom"; } 2>/dev/null; then
+  metrics() { printf '# TYPE %s counter\n%s{job="%s",node="%s"} %s\n' "$HITS_METRIC" "$HITS_METRIC" "$label" "$NODE_RANK" \
+    "$1" "$MISSES_METRIC" "$MISSES_METRIC" "$label" "$NODE_RANK" "$2"; }
+  if [ -d "${TRN_METRICS_DIR:-/nonexistent}" ] && [ -n "$label" ] && ! { metrics "$@" > "$prom.$$" && mv -f "$prom.$$" "$prom"; } 2>/dev/null; then
     say "WARNING: cannot write $prom (TRN_METRICS_DIR)"
+  fi
+  # EKS: the same text to the Pushgateway, one group per job and node (launcher.py).
+  push="${TRN_METRICS_PUSH_URL:-}/metrics/job/$label/node/$NODE_RANK"
+  if [ -n "${TRN_METRICS_PUSH_URL:-}" ] && [ -n "$label" ]; then
+    if command -v curl >/dev/null; then
+      metrics "$@" | curl -fsS -m 10 -X PUT --data-binary @- "$push" >/dev/null 2>&1 || push_failed=1
+    else
+      metrics "$@" | python3 -c 'import sys, urllib.request as u
+u.urlopen(u.Request(sys.argv[1], sys.stdin.buffer.read(), method="PUT"), timeout=10)' "$push" 2>/dev/null || push_failed=1
+    fi
+    [ -z "${push_failed:-}" ] || say "WARNING: cannot push the job's metrics to $push (TRN_METRICS_PUSH_URL)"
   fi
 }
 if [ "$scheduler" != batch ] || [ "$NNODES" -lt 2 ] || [ -z "${TRN_CHECKPOINT_DIR:-}" ]; then

@@ -15,6 +15,8 @@ open a connection to it: the namespace's default-deny covers every other port an
 
 from __future__ import annotations
 
+from typing import Any
+
 from cdk8s import ApiObject, Chart
 from constructs import Construct
 
@@ -45,7 +47,8 @@ class JobMetricsGateway(Chart):
             raise ConfigError(f"{field}.collector_cidr", collector_cidr, "an IPv4 CIDR such as 10.0.0.0/16")
         super().__init__(scope, id, labels=CHART_LABELS)
         labels = {NAME_LABEL: PUSHGATEWAY_NAME}
-        probe = {"httpGet": {"path": "/-/ready", "port": PUSHGATEWAY_PORT}, "periodSeconds": 10}
+        def probe(path: str) -> dict[str, Any]:
+            return {"httpGet": {"path": path, "port": PUSHGATEWAY_PORT}, "periodSeconds": 10}
         self.deployment: ApiObject = workload(
             self, "Deployment", kind="Deployment", name=PUSHGATEWAY_NAME, namespace=namespace, labels=labels,
             replicas=1,
@@ -58,8 +61,8 @@ class JobMetricsGateway(Chart):
                     "image": versions.PUSHGATEWAY_IMAGE,
                     "args": [f"--web.listen-address=:{PUSHGATEWAY_PORT}", f"--persistence.file={PERSISTENCE_FILE}"],
                     "ports": [{"name": "http", "containerPort": PUSHGATEWAY_PORT}],
-                    "readinessProbe": probe,
-                    "livenessProbe": {**probe, "httpGet": {**probe["httpGet"], "path": "/-/healthy"}},
+                    "readinessProbe": probe("/-/ready"),
+                    "livenessProbe": probe("/-/healthy"),
                     "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
                     "securityContext": {**container_security(run_as_user=NOBODY), "readOnlyRootFilesystem": True},
                     "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],

@@ -24,12 +24,15 @@ from tests.apps import synthesized
 from tests.helpers import resources
 from trainium_cdk.dist import write_dist
 from trainium_cdk.launcher import PRECOMPILE_STEPS_VARIABLE
-from trainium_cdk.names import CACHE_DIR_NAME, METRICS_DIR_VARIABLE, NODE_METRICS_DIR, SHARED_MOUNT
+from trainium_cdk.names import (
+    CACHE_DIR_NAME, METRICS_DIR_VARIABLE, METRICS_PUSH_URL_VARIABLE, NODE_METRICS_DIR, PUSHGATEWAY_URL, SHARED_MOUNT,
+)
 from trainium_cdk.parallelcluster.cluster_config import batch_script_name
 from trainium_cdk.training_env import LARGE_MODEL_ENVIRONMENT
 
 CONTAINER_ONLY = {"CCOM_SOCKET_IFNAME"}
-EKS_ONLY = {"TRN_JOB_NAME"}
+# The Pushgateway of observability.prometheus (on in this app): EKS jobs push, the others write the node's folder.
+EKS_ONLY = {"TRN_JOB_NAME", METRICS_PUSH_URL_VARIABLE}
 NOT_ON_EKS = {METRICS_DIR_VARIABLE}
 PER_CACHE_SET = "TRN_CACHE_DIR"
 SUBMIT_TIME = {"TRN_PRECOMPILE", "PATH"}
@@ -83,6 +86,7 @@ def test_every_backend_s_job_gets_the_same_environment(environments):
     assert eks.keys() - batch.keys() == EKS_ONLY and batch.keys() - slurm.keys() - SUBMIT_TIME == CONTAINER_ONLY
     assert batch[METRICS_DIR_VARIABLE] == slurm[METRICS_DIR_VARIABLE] == NODE_METRICS_DIR
     assert METRICS_DIR_VARIABLE not in eks
+    assert eks[METRICS_PUSH_URL_VARIABLE] == PUSHGATEWAY_URL
     for env in environments.values():
         assert env[PER_CACHE_SET].startswith(f"{SHARED_MOUNT}/{CACHE_DIR_NAME}/")
 

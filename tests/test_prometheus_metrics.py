@@ -195,9 +195,9 @@ def dist_objects(tmp_path_factory):
     return [doc for path in paths for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def test_the_scrape_configuration_finds_every_exporter_daemon_set_in_dist(eks_app, dist_objects):
+def test_the_scrape_configuration_finds_every_exporter_and_the_pushgateway_in_dist(eks_app, dist_objects):
     config = yaml.safe_load(_one(eks_app.template_json("eks"), "AWS::APS::Scraper")["ScrapeConfiguration"]["ConfigurationBlob"])
-    daemon_sets = [o for o in dist_objects if o["kind"] == "DaemonSet"]
+    daemon_sets = [o for o in dist_objects if o["kind"] in ("DaemonSet", "Deployment")]
     matched = {}
     for job in config["scrape_configs"]:
         keep = {tuple(r["source_labels"]): r["regex"] for r in job["relabel_configs"] if r.get("action") == "keep"}
@@ -212,7 +212,8 @@ def test_the_scrape_configuration_finds_every_exporter_daemon_set_in_dist(eks_ap
         assert len(targets) == 1, (job["job_name"], app, port)
         matched[job["job_name"]] = (targets[0]["metadata"]["name"], port)
     assert matched == {"neuron-monitor": ("neuron-monitor", NEURON_MONITOR_PORT),
-                       "node-exporter": ("node-exporter", NODE_EXPORTER_PORT)}
+                       "node-exporter": ("node-exporter", NODE_EXPORTER_PORT),
+                       names.PUSHGATEWAY_NAME: (names.PUSHGATEWAY_NAME, names.PUSHGATEWAY_PORT)}
     # Not in the training namespace (Pod Security admission: they mount host paths).
     assert all(d["metadata"]["namespace"] == "kube-system" for d in daemon_sets
                if d["metadata"]["name"] in ("neuron-monitor", "node-exporter"))

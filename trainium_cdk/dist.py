@@ -111,6 +111,7 @@ def write_eks_dist(config: Config, outdir: Path = DIST) -> list[Path]:
         scheduler_extension=config.eks.neuron_scheduler_extension,
         monitor=config.eks.neuron_monitor,
         prometheus=config.observability.prometheus,
+        collector_cidr=config.network.cidr,
     )
     for path in written:
         _add_envsubst_header(path, DIST / path.relative_to(outdir), config)

@@ -70,6 +70,8 @@ class JobSpec:
         Default: none.
     :param service_account: EKS: the service account its pods run as (AWS permissions through EKS Pod Identity);
         default: none (the pods get no credentials and no Kubernetes API token).
+    :param metrics_push_url: the Pushgateway its launcher pushes the job's metrics to (``TRN_METRICS_PUSH_URL``):
+        EKS with observability.prometheus. Default: none.
     """
 
     name: str
@@ -88,6 +90,7 @@ class JobSpec:
     shared_storage: bool = True
     neuron_track: NeuronTrack | None = None
     service_account: str | None = None
+    metrics_push_url: str | None = None
 
     def __post_init__(self) -> None:
         if not _JOB_NAME.fullmatch(self.name):
@@ -140,7 +143,7 @@ class JobSpec:
         env = job_environment(
             self.instance, processes=self.processes, cache_dir=self.cache_dir, multi_node=self.distributed,
             container=True, shared_storage=self.shared_storage, track=self.neuron_track, precompile=self.precompile,
-            precompile_steps=self.precompile_steps,
+            precompile_steps=self.precompile_steps, metrics_push_url=self.metrics_push_url,
         )
         # The checkpoint directory's name: a restarted (or resubmitted) job of this name resumes. EKS only:
         # Batch and Slurm give the job an id that outlives a retry (AWS_BATCH_JOB_ID, SLURM_JOB_ID), Kubernetes none.

@@ -68,7 +68,11 @@ writes it to ``<checkpoint dir>/.compile_cache/node-<N>.json`` (with shared stor
 a script that takes the last name in its checkpoint directory never takes it), and with ``TRN_METRICS_DIR``
 (:data:`~trainium_cdk.names.METRICS_DIR_VARIABLE`) writes ``<dir>/<job>.prom``, counters
 :data:`~trainium_cdk.names.COMPILE_CACHE_HITS_METRIC` and ``_MISSES_METRIC`` labelled ``job`` and ``node``, under
-another name first and then renamed (node_exporter's textfile collector reads ``*.prom`` files whole). Not counted:
+another name first and then renamed (node_exporter's textfile collector reads ``*.prom`` files whole); with
+``TRN_METRICS_PUSH_URL`` (:data:`~trainium_cdk.names.METRICS_PUSH_URL_VARIABLE`, EKS, whose Pod Security refuses the
+node's folder) it pushes the same text to that Prometheus Pushgateway, ``PUT <url>/metrics/job/<job>/node/<N>`` (one
+group per node, which a rerun replaces: the Pushgateway's README), with curl or else python3's urllib; a push that
+fails prints a warning and leaves the exit code torchrun's. Not counted:
 precompile's ``neuron_parallel_compile`` run (the run after it is), a graph whose compile failed before (``Got a cached
 failed neff``). The launcher stays in front of torchrun to do this: it forwards SIGTERM and SIGINT to it, and exits
 with its code.
@@ -109,7 +113,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trainium_cdk import defaults, node
-from trainium_cdk.names import COMPILE_CACHE_HITS_METRIC, COMPILE_CACHE_MISSES_METRIC, METRICS_DIR_VARIABLE
+from trainium_cdk.names import (
+    COMPILE_CACHE_HITS_METRIC, COMPILE_CACHE_MISSES_METRIC, METRICS_DIR_VARIABLE, METRICS_PUSH_URL_VARIABLE,
+)
 from trainium_cdk.versions import NeuronTrack
 
 LAUNCHER_NAME = "trainium-launch"
@@ -153,12 +159,14 @@ def launch_command(program: Sequence[str]) -> list[str]:
 def launch_environment(
     *, processes: int, master_port: int, cache_dir: str, precompile: bool = False,
     precompile_steps: int = defaults.PRECOMPILE_STEPS, checkpoint_root: str | None = None,
-    track: NeuronTrack | None = None, metrics_dir: str | None = None,
+    track: NeuronTrack | None = None, metrics_dir: str | None = None, metrics_push_url: str | None = None,
 ) -> dict[str, str]:
     """What the launcher reads from the job definition (everything else comes from the scheduler).
     ``precompile_steps``: the step cap of precompile's graph extraction, for the script to read.
     ``track``: the Neuron track whose pins the preflight prints beside the node's versions; default none.
-    ``metrics_dir``: where the launcher writes the job's Prometheus textfile (``TRN_METRICS_DIR``); default none."""
+    ``metrics_dir``: where the launcher writes the job's Prometheus textfile (``TRN_METRICS_DIR``); default none.
+    ``metrics_push_url``: the Pushgateway the launcher pushes the same text to (``TRN_METRICS_PUSH_URL``, EKS);
+    default none."""
     env = {"NPROC_PER_NODE": str(processes), "MASTER_PORT": str(master_port), "TRN_CACHE_DIR": cache_dir}
     if precompile:
         env[PRECOMPILE_VARIABLE] = "1"
@@ -169,6 +177,8 @@ def launch_environment(
         env.update(neuron_pins(track))
     if metrics_dir is not None:
         env[METRICS_DIR_VARIABLE] = metrics_dir
+    if metrics_push_url is not None:
+        env[METRICS_PUSH_URL_VARIABLE] = metrics_push_url
     return env
 
 

@@ -91,6 +91,13 @@ METRICS_DIR_VARIABLE = "TRN_METRICS_DIR"
 NODE_METRICS_DIR = "/var/lib/trainium-cdk/metrics"
 COMPILE_CACHE_HITS_METRIC = "trn_neuron_compile_cache_hits_total"
 COMPILE_CACHE_MISSES_METRIC = "trn_neuron_compile_cache_misses_total"
+# EKS: Pod Security keeps a job from the node's metrics folder (no hostPath in the training namespace), so the
+# launcher pushes the same text to the Prometheus Pushgateway at TRN_METRICS_PUSH_URL (Prometheus docs, "When to use
+# the Pushgateway": the outcome of a batch job), a Service of the training namespace (charts/job_metrics.py).
+METRICS_PUSH_URL_VARIABLE = "TRN_METRICS_PUSH_URL"
+PUSHGATEWAY_NAME = "pushgateway"
+PUSHGATEWAY_PORT = 9091
+PUSHGATEWAY_URL = f"http://{PUSHGATEWAY_NAME}.{TRAINING_NAMESPACE}.svc:{PUSHGATEWAY_PORT}"
 
 # -- Training images ----------------------------------------------------------------------------------
 

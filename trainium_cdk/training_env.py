@@ -100,6 +100,7 @@ def job_environment(
     precompile: bool = False,
     precompile_steps: int = defaults.PRECOMPILE_STEPS,
     node_metrics: bool = False,
+    metrics_push_url: str | None = None,
 ) -> dict[str, str]:
     """The environment of a training job on every backend (EKS jobs, the Batch job definition, the Slurm
     batch script): the Neuron runtime, the track's large-model settings, EFA when the job may span nodes,
@@ -117,6 +118,8 @@ def job_environment(
         Prometheus collector reads): on a host (Slurm, the development instance) and in a Batch container that
         mounts it; the launcher writes the job's compile-cache counters there. Default False (EKS: Pod Security
         baseline forbids the hostPath volume it would take; the job's log carries the counters).
+    :param metrics_push_url: the Pushgateway the launcher pushes those counters to instead (EKS with
+        observability.prometheus, ``TRN_METRICS_PUSH_URL``). Default: none.
     """
     env = neuron_environment()
     if track is not None:
@@ -129,7 +132,7 @@ def job_environment(
         launch_environment(
             processes=processes, master_port=MASTER_PORT, cache_dir=cache_dir, precompile=precompile,
             precompile_steps=precompile_steps, checkpoint_root=CHECKPOINT_ROOT if shared_storage else None,
-            track=track, metrics_dir=NODE_METRICS_DIR if node_metrics else None,
+            track=track, metrics_dir=NODE_METRICS_DIR if node_metrics else None, metrics_push_url=metrics_push_url,
         )
     )
     if shared_storage:

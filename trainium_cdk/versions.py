@@ -174,6 +174,11 @@ NODE_EXPORTER_SHA256 = "b51d8a76aa2a9156a55d501aca6276fae09e262259a5e4e831d2c222
 NODE_EXPORTER_URL = (f"https://github.com/prometheus/node_exporter/releases/download/v{NODE_EXPORTER_VERSION}/"
                      f"node_exporter-{NODE_EXPORTER_VERSION}.linux-amd64.tar.gz")
 NODE_EXPORTER_IMAGE = f"quay.io/prometheus/node-exporter:v{NODE_EXPORTER_VERSION}"
+# EKS jobs push their metrics to the Prometheus Pushgateway (charts/job_metrics.py). Pinned by digest: the image
+# index of prom/pushgateway v1.11.1 as two public projects pin it (no registry in reach here, 2026-11-27).
+PUSHGATEWAY_VERSION = "1.11.1"
+PUSHGATEWAY_IMAGE = (f"docker.io/prom/pushgateway:v{PUSHGATEWAY_VERSION}"
+                     "@sha256:03738d278e082ee9821df730c741b3b465c251fc2b68a85883def301a55a6215")
 PROMETHEUS_VERSION = "3.13.1"
 PROMETHEUS_SHA256 = "962b812371aff838d152b6ff2d56fdb7a6396f5542f48ebf73421b9721f0d103"
 PROMETHEUS_URL = (f"https://github.com/prometheus/prometheus/releases/download/v{PROMETHEUS_VERSION}/"

@@ -12,6 +12,7 @@ examples to dist/ only.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import cdk8s
@@ -26,7 +27,14 @@ from trainium_cdk.config import EXAMPLE_COMMAND, Config, TrainingJobSettings
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.examples import BERT_LARGE_PHASE1_COMMAND, offers_bert_example, offers_multi_node_examples
 from trainium_cdk.jobs import JobSpec
-from trainium_cdk.names import BERT_EXAMPLE_JOB, HF_TOKEN_SERVICE_ACCOUNT, SHARED_MOUNT
+from trainium_cdk.names import BERT_EXAMPLE_JOB, HF_TOKEN_SERVICE_ACCOUNT, PUSHGATEWAY_URL, SHARED_MOUNT
+
+
+def eks_job_spec(config: Config, settings: TrainingJobSettings, *, image: str) -> JobSpec:
+    """An EKS job: ``config.job_spec``, and with observability.prometheus the Pushgateway its launcher pushes the
+    job's metrics to (charts/job_metrics.py; Pod Security keeps the job from the node's metrics folder)."""
+    spec = config.job_spec(settings, image=image)
+    return replace(spec, metrics_push_url=PUSHGATEWAY_URL) if config.observability.prometheus else spec
 
 
 def workload_charts(app: Construct, config: Config, *, image: str) -> dict[str, cdk8s.Chart]:
@@ -39,7 +47,7 @@ def workload_charts(app: Construct, config: Config, *, image: str) -> dict[str, 
     for job in workloads.jobs:
         chart_id = f"{JOB_CHART_PREFIX}{job.name}"
         charts[chart_id] = training_job(
-            app, chart_id, job=config.job_spec(job, image=image), queue=workloads.queue
+            app, chart_id, job=eks_job_spec(config, job, image=image), queue=workloads.queue
         )
     if workloads.data_loader is not None:
         loader = workloads.data_loader
@@ -80,7 +88,7 @@ def example_settings(config: Config, *, bert_image: str | None = None) -> list[T
 
 
 def example_jobs(config: Config, *, image: str, bert_image: str | None = None) -> list[JobSpec]:
-    return [config.job_spec(s, image=image) for s in example_settings(config, bert_image=bert_image)]
+    return [eks_job_spec(config, s, image=image) for s in example_settings(config, bert_image=bert_image)]
 
 
 def render_job(
@@ -132,7 +140,7 @@ def render_job(
     if env:
         update["env"] = {**settings.env, **env}
     try:
-        spec = config.job_spec(settings.model_copy(update=update), image=image)
+        spec = eks_job_spec(config, settings.model_copy(update=update), image=image)
     except ConfigError as err:
         field = {"nodes": "--nodes", "name": "--name"}.get(err.field, err.field)
         raise ConfigError(field, err.value, err.allowed) from None

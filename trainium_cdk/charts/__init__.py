@@ -15,15 +15,17 @@ import cdk8s
 from constructs import Construct
 
 from trainium_cdk.catalog import DEFAULT_CATALOG, Catalog
+from trainium_cdk.errors import ConfigError
 from trainium_cdk.charts.efa_device_plugin import EfaDevicePlugin
 from trainium_cdk.charts.fsx_storage import FsxStorage, FsxStorageProps
+from trainium_cdk.charts.job_metrics import JobMetricsGateway
 from trainium_cdk.charts.namespace import TrainingNamespace
 from trainium_cdk.charts.metrics_exporters import MetricsExporters
 from trainium_cdk.charts.neuron_device_plugin import NeuronDevicePlugin
 
 __all__ = [
-    "EFA_CHART_ID", "FSX_CHART_ID", "METRICS_CHART_ID", "NAMESPACE_CHART_ID", "NEURON_CHART_ID", "EfaDevicePlugin",
-    "FsxStorage", "FsxStorageProps", "MetricsExporters", "NeuronDevicePlugin", "TrainingNamespace", "cluster_charts", "write_charts", "write_manifests",
+    "EFA_CHART_ID", "FSX_CHART_ID", "JOB_METRICS_CHART_ID", "METRICS_CHART_ID", "NAMESPACE_CHART_ID", "NEURON_CHART_ID", "EfaDevicePlugin",
+    "FsxStorage", "FsxStorageProps", "JobMetricsGateway", "MetricsExporters", "NeuronDevicePlugin", "TrainingNamespace", "cluster_charts", "write_charts", "write_manifests",
 ]
 
 # Chart ids are file names in dist/ and construct ids in the EKS stack: keep them stable.
@@ -32,6 +34,7 @@ EFA_CHART_ID = "efa-device-plugin"
 FSX_CHART_ID = "fsx-storage"
 NAMESPACE_CHART_ID = "training-namespace"
 METRICS_CHART_ID = "metrics-exporters"
+JOB_METRICS_CHART_ID = "job-metrics"
 MANIFEST_SUFFIX = ".k8s.yaml"
 
 
@@ -44,6 +47,7 @@ def cluster_charts(
     scheduler_extension: bool = False,
     monitor: bool = False,
     prometheus: bool = False,
+    collector_cidr: str | None = None,
 ) -> list[cdk8s.Chart]:
     """Every cluster chart, built into ``app`` (a cdk8s App).
 
@@ -53,7 +57,9 @@ def cluster_charts(
     :param scheduler_extension: deploy the Neuron scheduler extension. Default: False.
     :param monitor: deploy neuron-monitor. Default: False.
     :param prometheus: deploy the exporters the managed Prometheus collector scrapes: neuron-monitor and the node
-        exporter (charts/metrics_exporters.py). Default: False.
+        exporter (charts/metrics_exporters.py), and the Pushgateway of the jobs' metrics (charts/job_metrics.py).
+        Default: False.
+    :param collector_cidr: with ``prometheus``, the addresses the managed collector scrapes from (the VPC's CIDR).
 
     A catalog without EFA types gets no EFA device plugin: there is no node it could run on.
     """
@@ -66,6 +72,9 @@ def cluster_charts(
     ]
     if prometheus:
         charts.append(MetricsExporters(app, METRICS_CHART_ID, instance_types=catalog.neuron_types()))
+        if collector_cidr is None:
+            raise ConfigError("cluster_charts.collector_cidr", None, "the VPC's CIDR when prometheus is on")
+        charts.append(JobMetricsGateway(app, JOB_METRICS_CHART_ID, collector_cidr=collector_cidr))
     if catalog.efa_types():
         charts.append(EfaDevicePlugin(app, EFA_CHART_ID, region=region, instance_types=catalog.efa_types()))
     if storage is not None:
@@ -83,6 +92,7 @@ def write_manifests(
     scheduler_extension: bool = False,
     monitor: bool = False,
     prometheus: bool = False,
+    collector_cidr: str | None = None,
 ) -> list[Path]:
     """Write one ``<chart id>.k8s.yaml`` per cluster chart into ``outdir``; return their paths.
 
@@ -94,7 +104,7 @@ def write_manifests(
         outdir,
         lambda app: cluster_charts(
             app, region=region, catalog=catalog, storage=storage, scheduler_extension=scheduler_extension,
-            monitor=monitor, prometheus=prometheus,
+            monitor=monitor, prometheus=prometheus, collector_cidr=collector_cidr,
         ),
     )
 

@@ -23,7 +23,7 @@ from trainium_cdk.charts._k8s import (
     api_object, check_instance_types, check_name, container_security, host_path, instance_type_affinity, workload,
 )
 from trainium_cdk.charts.neuron_device_plugin import MONITOR_NAME
-from trainium_cdk.names import NODE_METRICS_DIR
+from trainium_cdk.names import NODE_METRICS_DIR, PUSHGATEWAY_NAME, PUSHGATEWAY_PORT, TRAINING_NAMESPACE
 from trainium_cdk.node.prometheus_node import (
     DEPLOYMENT_LABEL, NEURON_JOB, NEURON_MONITOR_PORT, NODE_EXPORTER_PORT, NODE_JOB, NODE_LABEL, SCRAPE_INTERVAL,
     SYS_INFINIBAND,
@@ -100,23 +100,27 @@ class MetricsExporters(Chart):
         )
 
 
-def scrape_configuration(deployment: str, namespace: str = KUBE_SYSTEM) -> str:
+def scrape_configuration(deployment: str, namespace: str = KUBE_SYSTEM, training_namespace: str = TRAINING_NAMESPACE) -> str:
     """The managed collector's Prometheus configuration: each exporter's pods in ``namespace`` by their
     ``app.kubernetes.io/name`` label and container port, with the node's name as ``node`` and the deployment's
-    name as ``deployment`` (the labels the host agents set, trainium_cdk/node/prometheus_node.py)."""
-    def job(name: str, app: str, port: int) -> dict:
+    name as ``deployment`` (the labels the host agents set, trainium_cdk/node/prometheus_node.py); and the EKS jobs'
+    Pushgateway in ``training_namespace`` (charts/job_metrics.py), whose series keep the ``job`` and ``node`` labels
+    the launcher pushed them with (``honor_labels``, as the Pushgateway's README asks)."""
+    def job(name: str, app: str, port: int, *, where: str = namespace, node: bool = True) -> dict:
         return {
             "job_name": name,
-            "honor_labels": name == NODE_JOB,
-            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [namespace]}}],
+            "honor_labels": name in (NODE_JOB, PUSHGATEWAY_NAME),
+            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [where]}}],
             "relabel_configs": [
                 {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"], "regex": app, "action": "keep"},
                 {"source_labels": ["__meta_kubernetes_pod_container_port_number"], "regex": str(port), "action": "keep"},
-                {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": NODE_LABEL},
+                # The gateway's node says nothing about a pushed series: its ``node`` is the job's rank.
+                *([{"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": NODE_LABEL}] if node else []),
                 {"target_label": DEPLOYMENT_LABEL, "replacement": deployment},
             ],
         }
 
-    config = {"global": {"scrape_interval": SCRAPE_INTERVAL},
-              "scrape_configs": [job(name, app, port) for name, app, port in TARGETS]}
+    jobs = [job(name, app, port) for name, app, port in TARGETS]
+    jobs.append(job(PUSHGATEWAY_NAME, PUSHGATEWAY_NAME, PUSHGATEWAY_PORT, where=training_namespace, node=False))
+    config = {"global": {"scrape_interval": SCRAPE_INTERVAL}, "scrape_configs": jobs}
     return yaml.safe_dump(config, sort_keys=False)

@@ -346,6 +346,7 @@ class TrainiumCluster(Construct):
         charts = cluster_charts(
             cdk8s.App(), region=Stack.of(self).region, catalog=catalog,
             scheduler_extension=neuron_scheduler_extension, monitor=neuron_monitor, prometheus=metrics_exporters,
+            collector_cidr=vpc.vpc_cidr_block,
         )
         for chart in charts:
             if device_plugins or chart.node.id == NAMESPACE_CHART_ID:

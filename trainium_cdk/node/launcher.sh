@@ -171,9 +171,20 @@ finish() {
   # No folder: no collector on this node (observability.prometheus off), nothing to write.
   prom="${TRN_METRICS_DIR:-}/$label.prom"
   # Hits unknown (null): no hits series, rather than a false 0.
-  if [ -d "${TRN_METRICS_DIR:-/nonexistent}" ] && [ -n "$label" ] && ! { { [ "$1" = null ] || series "$HITS_METRIC" "$1"
-    series "$MISSES_METRIC" "$2"; } > "$prom.$$" && mv -f "$prom.$$" "$prom"; } 2>/dev/null; then
+  metrics() { { [ "$1" = null ] || series "$HITS_METRIC" "$1"; } && series "$MISSES_METRIC" "$2"; }
+  if [ -d "${TRN_METRICS_DIR:-/nonexistent}" ] && [ -n "$label" ] && ! { metrics "$@" > "$prom.$$" && mv -f "$prom.$$" "$prom"; } 2>/dev/null; then
     say "WARNING: cannot write $prom (TRN_METRICS_DIR)"
+  fi
+  # EKS: the same text to the Pushgateway, one group per job and node (launcher.py).
+  push="${TRN_METRICS_PUSH_URL:-}/metrics/job/$label/node/$NODE_RANK"
+  if [ -n "${TRN_METRICS_PUSH_URL:-}" ] && [ -n "$label" ]; then
+    if command -v curl >/dev/null; then
+      metrics "$@" | curl -fsS -m 10 -X PUT --data-binary @- "$push" >/dev/null 2>&1 || push_failed=1
+    else
+      metrics "$@" | python3 -c 'import sys, urllib.request as u
+u.urlopen(u.Request(sys.argv[1], sys.stdin.buffer.read(), method="PUT"), timeout=10)' "$push" 2>/dev/null || push_failed=1
+    fi
+    [ -z "${push_failed:-}" ] || say "WARNING: cannot push the job's metrics to $push (TRN_METRICS_PUSH_URL)"
   fi
 }
 if [ "$scheduler" != batch ] || [ "$NNODES" -lt 2 ] || [ -z "${TRN_CHECKPOINT_DIR:-}" ]; then

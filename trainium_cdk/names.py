@@ -118,6 +118,9 @@ OUTPUT_EFA_SECURITY_GROUP_ID = "EfaSecurityGroupId"
 OUTPUT_COMPUTE_SUBNET = "ComputeSubnet"  # per group
 OUTPUT_ALARM_TOPIC_ARN = "AlarmTopicArn"
 OUTPUT_PROMETHEUS_WORKSPACE_ID = "PrometheusWorkspaceId"  # with observability.prometheus
+# with observability.prometheus: what pcluster CLI users fill in dist/parallelcluster/ (the hosts' agents write there)
+OUTPUT_PROMETHEUS_WORKSPACE_ARN = "PrometheusWorkspaceArn"
+OUTPUT_PROMETHEUS_REMOTE_WRITE_URL = "PrometheusRemoteWriteUrl"
 # storage
 OUTPUT_FILE_SYSTEM_ID = "FileSystemId"
 OUTPUT_FILE_SYSTEM_DNS_NAME = "FileSystemDnsName"

@@ -13,7 +13,7 @@ class ObservabilitySettings(_Model):
     prometheus: bool = Field(
         False,
         description="An Amazon Managed Service for Prometheus workspace fed by every backend: on EKS the managed "
-        "collector scrapes neuron-monitor and the node exporter; Batch and ParallelCluster hosts run them with a "
-        "Prometheus agent that remote-writes. Off by default: CloudWatch already carries the Neuron and EFA "
-        "metrics, and the workspace bills per sample ingested and per collector hour.",
+        "collector scrapes neuron-monitor and the node exporter; Batch and ParallelCluster compute nodes and the "
+        "development instance run them with a Prometheus agent that remote-writes. Off by default: CloudWatch already "
+        "carries the Neuron and EFA metrics, and the workspace bills per sample ingested and per collector hour.",
     )

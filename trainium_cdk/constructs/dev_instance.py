@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import posixpath
 from pathlib import Path
 
 import jsii
+from aws_cdk import Stack, Stage
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from trainium_cdk import defaults
@@ -24,12 +28,16 @@ from trainium_cdk.catalog import InstanceSpec, check_ami_id
 from trainium_cdk.constructs.ami_lookup import AmiLookup, ImageIdImage
 from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT
 from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.prometheus import MetricsWorkspace
 from trainium_cdk.constructs.session_manager import session_manager_role
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.lustre_client import mount_script as lustre_mount_script
 from trainium_cdk.lustre_tuning import install_commands as lustre_tuning_commands
 from trainium_cdk.names import CACHE_DIR_NAME, SHARED_MOUNT
+from trainium_cdk.prometheus_setup import SETUP_PATH as PROMETHEUS_SETUP_PATH
+from trainium_cdk.prometheus_setup import fetched_setup_lines
+from trainium_cdk.prometheus_setup import setup_script as prometheus_setup_script
 from trainium_cdk.versions import XLA_TRACK, AmiQuery, NeuronTrack
 
 # The MLP example, at the path the example image has it (Batch and EKS run it there).
@@ -41,6 +49,17 @@ SSH_PORT = 22
 # The root device of the AMI: Ubuntu images boot from /dev/sda1, Amazon Linux from /dev/xvda.
 ROOT_DEVICE = {"ubuntu": "/dev/sda1", "amazon-linux": "/dev/xvda"}
 OS_USER = {"ubuntu": "ubuntu", "amazon-linux": "ec2-user"}
+# neuron-monitor-prometheus.py imports prometheus_client (Neuron Monitor User Guide). Ubuntu's system Python refuses
+# pip installs (PEP 668: externally managed), so its Debian package; apt waits for the boot's unattended-upgrades
+# instead of failing on its lock (apt 1.9.11+: DPkg::Lock::Timeout), and refreshes the AMI's package lists only
+# when they are too old to install from. Amazon Linux gets pip, as a Batch node does.
+# Never fatal: a failed install leaves the instance without these metrics, never without work.
+_APT = "apt-get -o DPkg::Lock::Timeout=300"
+PROMETHEUS_CLIENT_COMMAND = {
+    "ubuntu": f"{_APT} install -y python3-prometheus-client || {{ {_APT} update && {_APT} install -y "
+              "python3-prometheus-client; } || true",
+    "amazon-linux": "rpm -q python3-pip >/dev/null 2>&1 || dnf install -y python3-pip || true",
+}
 
 
 def dlami_query(dlami: str | None, track: NeuronTrack = XLA_TRACK) -> AmiQuery:
@@ -73,6 +92,10 @@ class DevInstance(Construct):
     :param track: the Neuron track whose DLAMI the instance boots; default: the XLA track.
     :param ami_id: boot this AMI instead (of the same OS as ``dlami``: the root device and user follow
         it); default: the DLAMI found at deploy.
+    :param metrics_workspace: install the Prometheus-format exporters and agent (trainium_cdk/node/
+        prometheus_node.py, as on AWS Batch and ParallelCluster compute nodes) and let the instance's role
+        aps:RemoteWrite into this workspace alone; default none.
+    :param metrics_deployment: the ``deployment`` label of the instance's series; default: the stack's name.
     """
 
     @names_construct_path
@@ -91,6 +114,8 @@ class DevInstance(Construct):
         storage_client_group: ec2.ISecurityGroup | None = None,
         track: NeuronTrack = XLA_TRACK,
         ami_id: str | None = None,
+        metrics_workspace: MetricsWorkspace | None = None,
+        metrics_deployment: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if storage is not None and storage_client_group is None:
@@ -125,6 +150,20 @@ class DevInstance(Construct):
         if storage is not None:
             user_data.add_commands(*_lustre_mount_commands(spec, family, storage.dns_name, storage.mount_name))
         user_data.add_commands(*example_commands())
+        self.prometheus_setup: s3_assets.Asset | None = None
+        if metrics_workspace is not None:
+            # An asset, fetched and checked at boot: with the Lustre client and the example, the program would take
+            # the user data past EC2's 16 KB.
+            script = prometheus_setup_script(deployment=metrics_deployment or Stack.of(self).stack_name,
+                                             first=[PROMETHEUS_CLIENT_COMMAND[family]])
+            self.prometheus_setup = s3_assets.Asset(self, "PrometheusSetup", path=str(_stage(self, script)))
+            # The one object, not the asset bucket (Asset.grant_read allows every object of the bucket).
+            self.role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[
+                self.prometheus_setup.bucket.arn_for_objects(self.prometheus_setup.s3_object_key)]))
+            user_data.add_commands(*fetched_setup_lines(
+                script=script, object_url=self.prometheus_setup.s3_object_url, region=Stack.of(self).region,
+                remote_write_url=metrics_workspace.remote_write_url))
+            metrics_workspace.grant_remote_write(self.role)
 
         self.instance = ec2.Instance(
             self,
@@ -218,6 +257,16 @@ def example_commands() -> list[str]:
         f"echo {data} | base64 -d | gunzip > {EXAMPLE_PATH}",
         f"chmod 644 {EXAMPLE_PATH}",
     ]
+
+
+def _stage(scope: Construct, text: str) -> Path:
+    """A rendered file needs a path to become an asset: the cloud assembly's, by content."""
+    stage = Stage.of(scope)
+    assert stage is not None  # a construct of an app: the app is a stage
+    path = Path(stage.asset_outdir) / "trainium-cdk-sources" / hashlib.sha256(text.encode()).hexdigest()[:16]
+    path.mkdir(parents=True, exist_ok=True)
+    (path / posixpath.basename(PROMETHEUS_SETUP_PATH)).write_text(text)
+    return path / posixpath.basename(PROMETHEUS_SETUP_PATH)
 
 
 def _first_subnet(vpc: ec2.IVpc, selection: ec2.SubnetSelection) -> ec2.ISubnet:

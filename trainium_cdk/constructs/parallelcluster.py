@@ -184,8 +184,12 @@ class SlurmCluster(Construct):
             "Provider",
             template_url=parallelcluster_provider_template_url(Stack.of(self).region, Aws.URL_SUFFIX),
             # The policies the provider may attach to the cluster's roles: ours only.
+            # Every policy the configuration gives the nodes: ParallelCluster's "Provider stack hosted by AWS
+            # ParallelCluster" asks for the nodes' additional policies in the provider's AdditionalIamPolicies
+            # (or a CustomLambdaRole).
             parameters={"AdditionalIamPolicies": ",".join(
-                [self.session_manager_policy.managed_policy_arn, *([metrics.policy_arn] if metrics is not None else [])]
+                [self.session_manager_policy.managed_policy_arn, *([metrics.policy_arn] if metrics is not None else []),
+                 *([prometheus.policy_arn] if prometheus is not None else [])]
             )},
         )
         # A custom resource of ParallelCluster's provider: no CloudFormation type describes a cluster.

@@ -17,14 +17,15 @@ import yaml
 from trainium_cdk import envsubst
 from trainium_cdk.config import ComputeGroup, Config
 from trainium_cdk.adapters.parallelcluster import cluster_name, cluster_settings
+from trainium_cdk.names import OUTPUT_PROMETHEUS_REMOTE_WRITE_URL, OUTPUT_PROMETHEUS_WORKSPACE_ARN
 from trainium_cdk.node.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
 from trainium_cdk.parallelcluster.configuration import (  # noqa: F401 (the names this module has always offered)
     OS_USER, QUEUE_UPDATE_STRATEGY, SHARED_STORAGE_NAME, VENV, apt_args, metrics_args, read_access,
     render_configuration, setup_args,
 )
 from trainium_cdk.parallelcluster.parts import (
-    HEAD_NODE_SCRIPT_NAME, LUSTRE_TUNING_NAME, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, PROLOG_NAME, SETUP_SCRIPT_NAME,
-    ClusterIds, NeuronMetrics, S3Object,
+    HEAD_NODE_SCRIPT_NAME, LUSTRE_TUNING_NAME, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, PROLOG_NAME,
+    PROMETHEUS_NODE_NAME, PROMETHEUS_POLICY_NAME, SETUP_SCRIPT_NAME, ClusterIds, NeuronMetrics, PrometheusWriter, S3Object,
 )
 from trainium_cdk.session_manager import POLICY_FILE_NAME as SESSION_MANAGER_POLICY_FILE
 from trainium_cdk.versions import PARALLELCLUSTER_VERSION
@@ -87,6 +88,13 @@ def placeholder_names(config: Config) -> dict[str, str]:
         f"a managed policy of yours with the document {NEURON_METRICS_POLICY_NAME} (cloudwatch:PutMetricData "
         f"in namespace {NEURON_METRICS_NAMESPACE} only)"
     )
+    if config.observability.prometheus:
+        network = config.stack_name("network")
+        names["PROMETHEUS_REMOTE_WRITE_URL"] = f"output {OUTPUT_PROMETHEUS_REMOTE_WRITE_URL} of {network}"
+        names["PROMETHEUS_POLICY_ARN"] = (
+            f"a managed policy of yours with the document {PROMETHEUS_POLICY_NAME} (aps:RemoteWrite into the "
+            f"workspace alone: fill its Resource with the output {OUTPUT_PROMETHEUS_WORKSPACE_ARN} of {network})"
+        )
     return names
 
 
@@ -114,6 +122,11 @@ def placeholder_ids(config: Config, digests: Mapping[str, str]) -> ClusterIds:
             program=fetched(NEURON_METRICS_NAME),
             policy_arn=placeholder("NEURON_METRICS_POLICY_ARN"), deployment=cluster_name(config),
         ),
+        # The compute nodes' Prometheus agents write into the network stack's workspace, as the stack's nodes do.
+        prometheus=PrometheusWriter(
+            program=fetched(PROMETHEUS_NODE_NAME), policy_arn=placeholder("PROMETHEUS_POLICY_ARN"),
+            remote_write_url=placeholder("PROMETHEUS_REMOTE_WRITE_URL"), deployment=cluster_name(config),
+        ) if config.observability.prometheus else None,
         session_manager_policy_arn=placeholder("SESSION_MANAGER_POLICY_ARN"),
         lustre_tuning=S3Object(bucket, f"{SCRIPTS_PREFIX}/{LUSTRE_TUNING_NAME}"),
     )

@@ -289,9 +289,19 @@ install_boto3() {
   fi
 }
 
+# neuron-monitor-prometheus.py (the Prometheus exporters, --prometheus-*) imports prometheus_client; Ubuntu's pip
+# refuses system installs (PEP 668), so its Debian package. An image carries it too: its nodes run no apt at all.
+install_prometheus_client() {
+  if ! dpkg-query -W -f='${Status}' python3-prometheus-client 2>/dev/null | grep -q "ok installed"; then
+    [[ -n "${APT_FRESH}" ]] || apt-get update -y
+    apt-get install -y python3-prometheus-client
+  fi
+}
+
 if [[ "${cfn_node_type}" == "Image" ]]; then
   install_neuron_packages
   install_boto3
+  install_prometheus_client
   # What the image is for: the driver built for the kernel it boots. Fail the build otherwise.
   built="$(modinfo -k "$(uname -r)" -F version neuron 2>/dev/null || true)"
   if [[ "${built}" != "${DRIVER}" ]]; then
@@ -326,9 +336,7 @@ elif [[ "${cfn_node_type}" == "ComputeFleet" ]]; then
     fetch_checked "${PROMETHEUS_PROGRAM}" /opt/trainium-cdk/prometheus_node.py 0644
     fetch=()
     for release in "${PROMETHEUS_RELEASES[@]}"; do fetch+=(--fetch "${release#*@}" "${release%%@*}"); done
-    # neuron-monitor-prometheus.py imports prometheus_client; Ubuntu's pip refuses system installs (PEP 668).
-    dpkg-query -W -f='${Status}' python3-prometheus-client 2>/dev/null | grep -q "ok installed" \
-      || apt-get install -y python3-prometheus-client || true
+    install_prometheus_client || echo "neuron_setup: python3-prometheus-client not installed (see above)" >&2
     # A node without these metrics still takes work (CloudWatch has its Neuron metrics): report and go on.
     /usr/bin/python3 /opt/trainium-cdk/prometheus_node.py install --remote-write "${PROMETHEUS_REMOTE_WRITE}" \
       --deployment "${PROMETHEUS_DEPLOYMENT}" "${fetch[@]}" --prometheus-client "${PROMETHEUS_CLIENT}" \

@@ -21,6 +21,10 @@ PROLOG_NAME = "50_trainium_neuron_devices.sh"
 # neuron-monitor into CloudWatch on the compute nodes (trainium_cdk/node/neuron_metrics.py).
 NEURON_METRICS_NAME = "neuron_metrics.py"
 NEURON_METRICS_POLICY_NAME = "neuron-metrics-policy.json"
+# The Prometheus-format exporters and agent on the compute nodes (trainium_cdk/node/prometheus_node.py), and the
+# remote-write policy's document for pcluster CLI users (the workspace's ARN a ${PROMETHEUS_WORKSPACE_ARN}).
+PROMETHEUS_NODE_NAME = "prometheus_node.py"
+PROMETHEUS_POLICY_NAME = "prometheus-remote-write-policy.json"
 # The FSx client's tuning and the stripe layout (trainium_cdk/node/lustre_tuning.sh): the queues' OnNodeStart,
 # which runs before ParallelCluster mounts the file system, so that its module options are read at that mount.
 LUSTRE_TUNING_NAME = "lustre_tuning.sh"
@@ -83,6 +87,12 @@ class PrometheusWriter:
 def neuron_metrics_policy() -> dict[str, Any]:
     """The policy document of NeuronMetrics.policy_arn: PutMetricData in the Neuron metrics namespace only."""
     return {"Version": "2012-10-17", "Statement": [policy_statement()]}
+
+
+def prometheus_policy(workspace_arn: str) -> dict[str, Any]:
+    """The policy document of PrometheusWriter.policy_arn: aps:RemoteWrite into ``workspace_arn`` alone."""
+    return {"Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "aps:RemoteWrite", "Resource": workspace_arn}]}
 
 
 @dataclass(frozen=True)

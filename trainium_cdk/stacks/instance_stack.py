@@ -49,6 +49,7 @@ class InstanceStack(Stack):
             storage_client_group=network.efa_security_group if mount is not None else None,
             track=props.track,
             ami_id=props.ami_id,
+            metrics_workspace=metrics_workspace,
         )
         instance_id = self.dev.instance_id
         CfnOutput(self, OUTPUT_INSTANCE_ID, value=instance_id)

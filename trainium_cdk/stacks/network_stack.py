@@ -12,7 +12,8 @@ from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.prometheus import MetricsWorkspace
 from trainium_cdk.adapters.network import network_props
 from trainium_cdk.names import (
-    OUTPUT_ALARM_TOPIC_ARN, OUTPUT_PROMETHEUS_WORKSPACE_ID, OUTPUT_COMPUTE_SUBNET, OUTPUT_EFA_SECURITY_GROUP_ID, OUTPUT_VPC_ID, group_output,
+    OUTPUT_ALARM_TOPIC_ARN, OUTPUT_PROMETHEUS_REMOTE_WRITE_URL, OUTPUT_PROMETHEUS_WORKSPACE_ARN,
+    OUTPUT_PROMETHEUS_WORKSPACE_ID, OUTPUT_COMPUTE_SUBNET, OUTPUT_EFA_SECURITY_GROUP_ID, OUTPUT_VPC_ID, group_output,
 )
 
 
@@ -57,3 +58,6 @@ class NetworkStack(Stack):
             CfnOutput(self, OUTPUT_PROMETHEUS_WORKSPACE_ID, value=self.metrics.workspace.attr_workspace_id,
                       description="The Amazon Managed Service for Prometheus workspace: a Grafana data source "
                       "(trainium_cdk/dashboards/*.json)")
+            # What a pcluster CLI user fills into dist/parallelcluster/ (its cluster YAML and remote-write policy).
+            CfnOutput(self, OUTPUT_PROMETHEUS_WORKSPACE_ARN, value=self.metrics.workspace_arn)
+            CfnOutput(self, OUTPUT_PROMETHEUS_REMOTE_WRITE_URL, value=self.metrics.remote_write_url)

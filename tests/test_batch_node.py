@@ -45,12 +45,17 @@ def _installer(*, fails: bool = False) -> bytes:
     return buffer.getvalue()
 
 
-class Host:
-    """A Batch host under stand-ins: the AMI's driver is ``driver``, modules load, python3-boto3 is not
-    installed, the network serves a stand-in installer at any URL; ``failing`` names commands, or a command
-    and its first argument (``modprobe neuron``), that exit 1."""
+# The track's runtime and collectives as rpm shows an installed one: the version with the build's suffix.
+RUNTIME, COLLECTIVES = f"{versions.XLA_TRACK.runtime}_4f1c2e9d0", f"{versions.XLA_TRACK.collectives}_4f1c2e9d0"
 
-    def __init__(self, tmp_path: Path, *, failing: tuple[str, ...] = (), driver: str = DRIVER) -> None:
+
+class Host:
+    """A Batch host under stand-ins: the AMI's driver is ``driver``, its runtime and collectives ``libraries`` (the
+    track's unless told), modules load, python3-boto3 is not installed, the network serves a stand-in installer at
+    any URL; ``failing`` names commands, or a command and its first argument (``modprobe neuron``), that exit 1."""
+
+    def __init__(self, tmp_path: Path, *, failing: tuple[str, ...] = (), driver: str = DRIVER,
+                 libraries: tuple[str, str] = (RUNTIME, COLLECTIVES)) -> None:
         self.root = tmp_path
         self.log = tmp_path / "calls.log"
         self.ecs_config = tmp_path / "ecs.config"
@@ -60,7 +65,9 @@ class Host:
         bindir = tmp_path / "bin"
         bindir.mkdir()
         stand_ins = {
-            "rpm": f'case "$*" in *aws-neuronx-dkms*) printf {driver} ;; *python3-boto3*) exit 1 ;; esac\n',
+            "rpm": (f'case "$*" in *aws-neuronx-dkms*) printf {driver} ;; *python3-boto3*) exit 1 ;;\n'
+                    f'  *aws-neuronx-runtime-lib*) printf "{libraries[0]}" ;; *aws-neuronx-collectives*) '
+                    f'printf "{libraries[1]}" ;; esac\n'),
             "dnf": "",
             "modprobe": "",
             # curl -fsSL -o FILE URL: the file is what this network serves.
@@ -79,6 +86,7 @@ class Host:
         # Never the machine's own systemctl or shutdown: only the stand-ins and coreutils are on PATH.
         self.env = {
             "PATH": f"{bindir}:/usr/bin:/bin", "ECS_CONFIG": str(self.ecs_config), "TMPDIR": str(tmp_path),
+            "YUM_REPOS_DIR": str(tmp_path),
             "STAND_IN_LOG": str(self.log), "STAND_IN_SERVED": str(self.served),
         }
 
@@ -148,7 +156,7 @@ def test_an_installer_that_is_not_the_published_one_is_never_extracted_and_the_h
 def test_any_failing_step_keeps_the_agent_stopped_and_terminates_the_host(tmp_path, failing, installer_fails):
     """The Neuron module does not load; the installer cannot be downloaded; the (genuine) installer fails; the
     EFA module does not load after it. A driver that dnf cannot install is the same `set -e` exit (not run
-    here: the program writes the Neuron repository into /etc/yum.repos.d first)."""
+    here)."""
     host = Host(tmp_path, failing=failing)
     host.served.write_bytes(_installer(fails=installer_fails))
     values = {**_values("trn1.32xlarge"), "EFA_INSTALLER_SHA256": hashlib.sha256(host.served.read_bytes()).hexdigest()}
@@ -171,3 +179,21 @@ def test_a_step_after_the_program_in_the_user_data_that_fails_also_keeps_the_hos
     assert host.calls("dnf") == ["install -y python3-boto3"]
     assert host.calls("systemctl") == [HELD, "stop --no-block ecs.service", MASKED]
     assert len(host.calls("shutdown")) == 1
+
+
+def test_a_host_gets_the_tracks_runtime_and_collectives_for_its_on_node_collective_without_a_driver_reload(tmp_path):
+    """The health check's nccom-test runs on the Neuron runtime and collectives (jobs bring their own in the image):
+    an AMI with other versions, or none, gets the track's from Neuron's repository, by version glob (an RPM version
+    carries a build suffix); the driver, already the track's, is not reloaded. An AMI with the track's installs
+    nothing."""
+    host = Host(tmp_path, libraries=("2.30.51.0_0a1b2c3d4", ""))
+    result = host.run(_values("trn1.2xlarge"))
+    assert result.returncode == 0, result.stderr
+    runtime, collectives = versions.XLA_TRACK.runtime, versions.XLA_TRACK.collectives
+    assert host.calls("dnf") == [f"install -y aws-neuronx-runtime-lib-{runtime}* aws-neuronx-collectives-{collectives}*"]
+    assert host.calls("modprobe") == ["neuron"]
+    assert host.calls("systemctl") == [HELD, STARTED]
+    assert "gpgcheck=1" in (tmp_path / "neuron.repo").read_text()  # Neuron's repository, signed packages only
+    (tmp_path / "current").mkdir()
+    again = Host(tmp_path / "current", libraries=(RUNTIME, COLLECTIVES))
+    assert again.run(_values("trn1.2xlarge")).returncode == 0 and again.calls("dnf") == []

@@ -94,6 +94,23 @@ def test_trn_check_fabric_report_passes_and_fails_with_its_exit_code(tmp_path):
     assert bad.code == 1 and "FAIL: reduce-scatter reported no bandwidth" in bad.out
 
 
+def test_a_provisional_pass_line_says_so_and_where_a_figure_was_looked_for(tmp_path):
+    """trn1n.32xlarge: no published figure (searched, with the date, in the catalog): `trn check fabric` says that its
+    pass line is a guess and how to replace it; a type with a published figure says nothing of the kind."""
+    log = tmp_path / "fabric.log"
+    log.write_text(the_guides_table_for_each_operation())
+    result = run_cli("check", "fabric", "--report", str(log), "-c", "instance_type=trn1n.32xlarge")
+    assert result.code == 1, result.err
+    lines = result.out.splitlines()
+    assert lines[0].startswith("reference: 186.26 GB/s (1600 Gbps): no published Neuron figure for trn1n.32xlarge "
+                               "(searched 2026-11-27: the Neuron nccom-test guide (v2.29.0)")
+    assert ("provisional: Neuron publishes no bus bandwidth between trn1n.32xlarge hosts; the pass line is a guess "
+            "until a known-good pair's measurement is recorded with its date in FABRIC_REFERENCES "
+            "(trainium_cdk/catalog.py); --min-fraction sets another") in lines
+    trn1 = run_cli("check", "fabric", "--report", str(log), "-c", "instance_type=trn1.32xlarge")
+    assert trn1.code == 0 and "provisional" not in trn1.out
+
+
 def test_a_type_without_efa_gets_no_between_hosts_check(tmp_path):
     result = run_cli("check", "fabric", "--report", str(TWO_TRN1), "-c", "instance_type=trn1.2xlarge", "-c", "nodes=1")
     assert_one_clean_line(result, "trn1.2xlarge", "a type with EFA", "has none (its nodes talk over ENA at 25 Gbps)")

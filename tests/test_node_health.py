@@ -12,6 +12,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -149,10 +150,27 @@ def test_a_good_node_passes_its_on_node_collective_over_all_neuroncores(tmp_path
     result = check(root, [*args_of(instance_type), "--collective"], tmp_path / "bin")
     assert result.returncode == 0, result.stderr
     assert calls.read_text() == f"-r {ranks} -N 1 -b 32MB -e 32MB -n 5 -w 2 -d bf16 allr\n"
-    assert result.stdout.splitlines() == [
-        f"trainium-cdk health: collective: bf16 all-reduce over {ranks} NeuronCores, bus bandwidth 40.69 GB/s",
-        f"trainium-cdk health: PASS (16 Neuron devices, {spec.efa_interfaces} EFA interfaces)",
-    ]
+    measured, verdict = result.stdout.splitlines()
+    # How long it took (the number the timeout is set from, once a real node has run it).
+    assert re.fullmatch(rf"trainium-cdk health: collective: bf16 all-reduce over {ranks} NeuronCores, bus bandwidth "
+                        r"40\.69 GB/s in \d+\.\d s", measured), measured
+    assert verdict == f"trainium-cdk health: PASS (16 Neuron devices, {spec.efa_interfaces} EFA interfaces)"
+
+
+def test_a_collective_that_hangs_fails_the_node_at_its_timeout(tmp_path):
+    """A hung collective (nccom-test that never returns: a stuck NeuronLink, a runtime that never loads) is what the
+    check is there to find: it fails at --collective-timeout, not at the gate's own limit, and says so."""
+    root = host_tree(tmp_path / "host", devices=16, cores_per_device=2, efa=8)
+    neuron_ls(tmp_path / "bin", 16, 2)
+    # A worker per rank, as nccom-test starts them, holding the output pipes as long as it runs.
+    (tmp_path / "bin/nccom-test").write_text("#!/bin/sh\nsleep 30 &\nwait\n")
+    (tmp_path / "bin/nccom-test").chmod(0o755)
+    started = time.monotonic()
+    result = check(root, [*args_of("trn1.32xlarge"), "--collective", "--collective-timeout", "1"], tmp_path / "bin")
+    assert time.monotonic() - started < 15  # the workers went with it
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "trainium-cdk health: FAIL collective: nccom-test all-reduce over 32 NeuronCores did not finish within 1 s"]
 
 
 def test_a_node_whose_on_node_collective_fails_fails_the_check(tmp_path):
@@ -460,28 +478,57 @@ def test_the_chart_alone_needs_a_group():
 
 # -- Batch: before the ECS agent starts ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("healthy", [True, False], ids=["good-host", "bad-host"])
-def test_a_batch_host_starts_the_ecs_agent_only_when_the_health_check_passes(tmp_path, healthy):
-    """The node setup as the host runs it (the header of its values, then the program: batch_node.sh, then the health
-    check), with the AMI's commands stood in (tests/test_batch_node.py) and a host tree: a good trn1.2xlarge host lets
-    the agent start; one whose Neuron device is missing keeps it stopped and masked and shuts down."""
-    from tests.test_batch_node import HELD, MASKED, STARTED, Host
+def _batch_host(tmp_path: Path, *, devices: int, collective: Path | None = DATA / "nccom_test_allr_one_node.txt",
+                collective_exit: int = 0):
+    """A trn1.2xlarge Batch host running its node setup as the host runs it (the header of its values, then the
+    program: batch_node.sh, then the health check), with the AMI's commands stood in (tests/test_batch_node.py), a
+    host tree, neuron-ls and, unless ``collective`` is None, nccom-test (its report and exit): (result, host)."""
+    from tests.test_batch_node import Host
     from trainium_cdk.constructs.batch_node import node_setup
 
     setup = node_setup(DEFAULT_CATALOG.get("trn1.2xlarge"), None)
     host = Host(tmp_path)
-    root = host_tree(tmp_path / "host", devices=1 if healthy else 0, cores_per_device=2, efa=0, lustre=False)
-    neuron_ls(tmp_path / "bin", 1 if healthy else 0, 2)
+    root = host_tree(tmp_path / "host", devices=devices, cores_per_device=2, efa=0, lustre=False)
+    neuron_ls(tmp_path / "bin", devices, 2)
+    if collective is not None:
+        nccom_test(tmp_path / "bin", collective, tmp_path / "nccom.log", exit_code=collective_exit)
     host.env["TRN_HEALTH_ROOT"] = str(root)
-    result = host.run_text(node.header(setup.values) + setup.program)
+    return host.run_text(node.header(setup.values) + setup.program), host
+
+
+@pytest.mark.parametrize("healthy", [True, False], ids=["good-host", "bad-host"])
+def test_a_batch_host_starts_the_ecs_agent_only_when_the_health_check_passes(tmp_path, healthy):
+    """A good trn1.2xlarge host (its device, and an on-node all-reduce over its 2 NeuronCores) lets the agent start;
+    one whose Neuron device is missing keeps it stopped and masked and shuts down, without a collective."""
+    from tests.test_batch_node import HELD, MASKED, STARTED
+
+    result, host = _batch_host(tmp_path, devices=1 if healthy else 0)
+    calls = tmp_path / "nccom.log"
     if healthy:
         assert result.returncode == 0, result.stderr
         assert host.calls("systemctl") == [HELD, STARTED] and host.calls("shutdown") == []
+        assert calls.read_text() == "-r 2 -N 1 -b 32MB -e 32MB -n 5 -w 2 -d bf16 allr\n"
+        assert re.search(r"^trainium-cdk health: collective: bf16 all-reduce over 2 NeuronCores, bus bandwidth "
+                         r"40\.69 GB/s in \d+\.\d s$", result.stdout, re.M), result.stdout
     else:
         assert result.returncode != 0
         assert "trainium-cdk health: FAIL devices: found 0 Neuron devices, expected 1" in result.stderr
         assert host.calls("systemctl") == [HELD, "stop --no-block ecs.service", MASKED]
         assert len(host.calls("shutdown")) == 1
+        assert not calls.exists()
+
+
+def test_a_batch_host_whose_on_node_collective_fails_never_starts_the_ecs_agent(tmp_path):
+    """Devices, NeuronCores and driver pass, but nccom-test's all-reduce over the NeuronCores fails (the guide's
+    failure report, exit 1): the host is kept out exactly as for any other failed check."""
+    from tests.test_batch_node import HELD, MASKED
+
+    result, host = _batch_host(tmp_path, devices=1, collective=DATA / "nccom_test_failure.txt", collective_exit=1)
+    assert result.returncode != 0
+    assert ("trainium-cdk health: FAIL collective: nccom-test all-reduce over 2 NeuronCores failed (exit 1): "
+            "1 errors found - test failed") in result.stderr
+    assert host.calls("systemctl") == [HELD, "stop --no-block ecs.service", MASKED]
+    assert len(host.calls("shutdown")) == 1
 
 
 def test_a_batch_host_with_storage_checks_the_mount_and_the_tracks_driver():
@@ -490,5 +537,6 @@ def test_a_batch_host_with_storage_checks_the_mount_and_the_tracks_driver():
     values = node_setup(DEFAULT_CATALOG.get("trn2.48xlarge"), None).values
     assert (values["HEALTH_DEVICES"], values["HEALTH_CORES"], values["HEALTH_EFA"]) == ("16", "64,128", "16")
     assert values["NEURON_DRIVER"] == DRIVER
-    assert health_check_command("/fsx").endswith('--driver "${NEURON_DRIVER:?}" --fsx /fsx')
-    assert "--fsx" not in health_check_command(None)
+    assert health_check_command("/fsx").endswith(
+        '--driver "${NEURON_DRIVER:?}" --fsx /fsx --collective --collective-timeout 300')
+    assert "--fsx" not in health_check_command(None) and "--collective --collective-timeout 300" in health_check_command(None)

@@ -257,6 +257,17 @@ FABRIC_REFERENCES: Mapping[str, FabricReference] = MappingProxyType({
 })
 # No published figure: this fraction of the EFA line rate, provisional (the check's pass line before this table).
 PROVISIONAL_LINE_RATE_FRACTION = 0.4
+# Where a figure for the other EFA types (trn1n.32xlarge, trn2.48xlarge, trn2u.48xlarge) was looked for, and when.
+# None publishes inter-node bus bandwidth for them: the nccom-test guide (awsdocs-neuron v2.29.0 and latest,
+# tools/neuron-sys-tools/nccom-test.html) still has one multi-instance example, the trn1 pair above; awsome-distributed-
+# training's micro-benchmarks/nccom-tests (aws-samples/awsome-distributed-training) documents the tool's arguments and
+# output, no results; AI on SageMaker HyperPod's "NCCOM Tests" pages (awslabs.github.io/ai-on-sagemaker-hyperpod)
+# show how to run it on Slurm and EKS, no figures; the Neuron collectives release notes (aws-neuronx-collectives:
+# trn1n's 16 EFA devices, hierarchical all-reduce) give features and latency gains, no bandwidth. Until a known-good
+# pair of such nodes is measured and recorded above with its date, their pass line stays provisional.
+PROVISIONAL_SEARCH = ("searched 2026-11-27: the Neuron nccom-test guide (v2.29.0), aws-samples/awsome-distributed-"
+                      "training micro-benchmarks/nccom-tests, AI on SageMaker HyperPod's NCCOM tests, the Neuron "
+                      "collectives release notes; none publishes one")
 
 
 def fabric_reference(spec: InstanceSpec) -> FabricReference:
@@ -265,7 +276,8 @@ def fabric_reference(spec: InstanceSpec) -> FabricReference:
         return FABRIC_REFERENCES[spec.name]
     return FabricReference(
         spec.network_gbps * 1e9 / 8 / 1024**3,
-        f"no published Neuron figure for {spec.name}: its EFA line rate, {spec.network_gbps} Gbps (EC2 instance types)",
+        f"no published Neuron figure for {spec.name} ({PROVISIONAL_SEARCH}): its EFA line rate, {spec.network_gbps} "
+        "Gbps (EC2 instance types)",
         PROVISIONAL_LINE_RATE_FRACTION, True)
 
 

@@ -85,6 +85,10 @@ def verdict(reports: dict[str, list[Row]], spec: InstanceSpec, *,
     lines = [f"reference: {describe(reference)}",
              f"pass line: {fraction:.0%} of {reference.busbw_gib_s:.2f} GB/s = {line:.2f} GB/s bus bandwidth"
              f"{' (provisional)' if reference.provisional and min_fraction is None else ''}"]
+    if reference.provisional:
+        lines.append(f"provisional: Neuron publishes no bus bandwidth between {spec.name} hosts; the pass line is a "
+                     "guess until a known-good pair's measurement is recorded with its date in FABRIC_REFERENCES "
+                     "(trainium_cdk/catalog.py); --min-fraction sets another")
     failed = []
     for op in OPERATIONS:
         rows = reports.get(op, [])

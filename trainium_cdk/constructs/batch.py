@@ -218,7 +218,8 @@ class TrainiumBatch(Construct, BatchGrants):
         self.image_parameter = None if ami_id is not None else track.ecs_neuron_ami_parameter
         image_id = ami_id or ec2.MachineImage.from_ssm_parameter(track.ecs_neuron_ami_parameter).get_image(self).image_id
         self.node_setup = BatchNodeSetup(self, "NodeSetup", setup=node_setup(
-            spec, storage, driver=track.driver, metrics_deployment=metrics_deployment,
+            spec, storage, driver=track.driver, runtime=track.runtime, collectives=track.collectives,
+            metrics_deployment=metrics_deployment,
             prometheus_remote_write=prometheus_remote_write))
         self.launch_template = EfaLaunchTemplate(
             self,

@@ -28,6 +28,7 @@ from trainium_cdk.lustre_client import mount_values as lustre_mount_values
 from trainium_cdk.lustre_tuning import install_commands as lustre_tuning_commands
 from trainium_cdk.names import SHARED_MOUNT
 from trainium_cdk.node import neuron_metrics
+from trainium_cdk.node.health_check import COLLECTIVE_TIMEOUT_S
 from trainium_cdk.node.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
 from trainium_cdk.node.neuron_metrics import install_command as neuron_metrics_install
 from trainium_cdk.prometheus_setup import REMOTE_WRITE_VARIABLE
@@ -47,11 +48,16 @@ MIME_BOUNDARY = node.MIME_BOUNDARY
 #   NEURON_DRIVER, NEURON_YUM_REPO  the track's aws-neuronx-dkms version and Neuron's yum repository: the
 #       driver is installed (or downgraded: a pin older than the AMI's) when the AMI carries another version,
 #       and the loaded module is replaced; the tools when missing.
+#   NEURON_RUNTIME, NEURON_COLLECTIVES  the track's aws-neuronx-runtime-lib and aws-neuronx-collectives: the health
+#       check's on-node collective (nccom-test, from aws-neuronx-tools) runs on them; jobs bring their own in the
+#       image. Installed (or downgraded) when the AMI has another version; an RPM version carries a build suffix
+#       after "_", hence the comparison of what precedes it and dnf's glob.
 #   EFA_INSTALLER_URL, EFA_INSTALLER_SHA256  for a type with EFA: the installer of the version versions.py
 #       pins, never aws-efa-installer-latest, run only when the AMI has no EFA module and only after sha256sum
 #       agrees with the published digest (EC2 user guide, "Verify the EFA installer using a checksum");
 #       --minimal: the kernel module and rdma-core, as libfabric comes with the training image.
-#   ECS_CONFIG  the ECS agent's configuration (/etc/ecs/ecs.config; another only under stand-ins). Multi-node
+#   ECS_CONFIG, YUM_REPOS_DIR  the ECS agent's configuration (/etc/ecs/ecs.config) and dnf's repositories
+#       (/etc/yum.repos.d); others only under stand-ins. Multi-node
 #       tasks are awsvpc: ECS_AWSVPC_BLOCK_IMDS keeps them from the instance metadata, so that a job cannot
 #       take the instance role (the node's, with ECS agent and ECR rights).
 # A host whose setup failed never takes jobs (they would find no Neuron module, EFA or /fsx). The AMI's
@@ -68,7 +74,8 @@ NEURON_METRICS_SOURCE = Path(neuron_metrics.__file__)
 # The user data: fetch the setup, check it, run it (trainium_cdk/node/batch_bootstrap.sh).
 BATCH_BOOTSTRAP_SCRIPT = "batch_bootstrap.sh"
 SETUP_FILE_NAME = "batch_node_setup.sh"
-# Checked last, after the driver, EFA and the mount are in place: the node health check (node/health_check.py).
+# Checked last, after the driver, EFA and the mount are in place: the node health check (node/health_check.py),
+# with its on-node collective (nccom-test's bf16 all-reduce over every NeuronCore) given COLLECTIVE_TIMEOUT_S.
 HEALTH_CHECK = "health_check.py"
 
 
@@ -91,15 +98,19 @@ def node_setup(
     storage: LustreMount | None,
     *,
     driver: str = XLA_TRACK.driver,
+    runtime: str = XLA_TRACK.runtime,
+    collectives: str = XLA_TRACK.collectives,
     metrics_deployment: str | None = None,
     prometheus_remote_write: str | None = None,
 ) -> NodeSetup:
-    """The Neuron driver of the track (installed when the AMI carries another version) and tools, the EFA kernel
+    """The Neuron driver, runtime and collectives of the track (each installed when the AMI carries another version)
+    and tools, the EFA kernel
     module, the FSx client's tuning for ``spec`` and the mount, each only when the AMI does not already have it;
     with ``metrics_deployment``, neuron-monitor into CloudWatch (trainium_cdk/node/neuron_metrics.py, started as a
     systemd service); with ``prometheus_remote_write`` (a workspace's remote-write URL, in the header: a token), the
     Prometheus-format exporters and agent (trainium_cdk/node/prometheus_node.py)."""
-    values = {"NEURON_DRIVER": driver, "NEURON_YUM_REPO": NEURON_YUM_REPO}
+    values = {"NEURON_DRIVER": driver, "NEURON_RUNTIME": runtime, "NEURON_COLLECTIVES": collectives,
+              "NEURON_YUM_REPO": NEURON_YUM_REPO}
     if spec.has_efa:
         values |= {"EFA_INSTALLER_URL": EFA_INSTALLER_URL, "EFA_INSTALLER_SHA256": EFA_INSTALLER_SHA256}
     files = [BATCH_NODE_SCRIPT]
@@ -136,10 +147,13 @@ def health_values(spec: InstanceSpec) -> dict[str, str]:
 
 def health_check_command(shared_mount: str | None) -> str:
     """The node health check (node/health_check.py, compressed into one line and run from stdin) against the header's
-    :func:`health_values`, the track's driver (installed above) and, with storage, the Lustre mount: its failure fails
-    the setup, so the host never starts the ECS agent (batch_node.sh's EXIT trap masks it and shuts the host down)."""
+    :func:`health_values`, the track's driver (installed above), with storage the Lustre mount, and last the on-node
+    collective over every NeuronCore (the runtime and collectives installed above): its failure, or a collective not
+    done within COLLECTIVE_TIMEOUT_S, fails the setup, so the host never starts the ECS agent (batch_node.sh's EXIT
+    trap masks it and shuts the host down) and Batch launches another."""
     args = ('--devices "${HEALTH_DEVICES:?}" --cores "${HEALTH_CORES:?}" --efa "${HEALTH_EFA:?}" '
-            '--driver "${NEURON_DRIVER:?}"' + (f" --fsx {shlex.quote(shared_mount)}" if shared_mount else ""))
+            '--driver "${NEURON_DRIVER:?}"' + (f" --fsx {shlex.quote(shared_mount)}" if shared_mount else "")
+            + f" --collective --collective-timeout {COLLECTIVE_TIMEOUT_S}")
     return f"echo {node.packed(HEALTH_CHECK)} | base64 -d | gunzip | python3 - {args}"
 
 

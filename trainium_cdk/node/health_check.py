@@ -1,7 +1,7 @@
 """trainium-cdk node health check: before a Trainium node takes work, check it against the catalog of its type.
 
     python3 health_check.py --devices N --cores N[,N] --efa N [--driver VERSION | --min-driver VERSION] [--fsx PATH]
-                            [--collective] [--kube]
+                            [--collective [--collective-timeout SECONDS]] [--kube]
 
 Checks (one line on stderr per failed check, exit 1; exit 0 when all pass):
   devices  Neuron devices: ``neuron-ls --json-output`` where the Neuron tools are installed, else /dev/neuron<N>.
@@ -16,8 +16,10 @@ Checks (one line on stderr per failed check, exit 1; exit 0 when all pass):
   fsx      PATH is a Lustre mount (/proc/1/mounts: the host's, also from a container that mounts /proc).
   collective  (--collective) a short on-node collective over all NeuronCores: nccom-test's bf16 all-reduce at
            COLLECTIVE_SIZES, the fabric check's tool and table on one node (trainium_cdk/fabric.py); it fails when
-           nccom-test fails or reports no bus bandwidth. nccom-test needs the Neuron runtime and collectives
-           libraries beside the tools: where it is not installed the check is not run, and says so.
+           nccom-test fails, reports no bus bandwidth or has not finished after --collective-timeout seconds
+           (COLLECTIVE_TIMEOUT_S): a hung collective is the failure it is there to find. nccom-test needs the
+           Neuron runtime and collectives libraries beside the tools: where it is not installed the check is not
+           run, and says so. What it measured, and how long it took, is printed on stdout.
 The host's files are read under TRN_HEALTH_ROOT (default /): a pod mounts them under /host; stand-ins anywhere.
 
 --kube (the EKS checker DaemonSet, in a pod on the node NODE_NAME, with its service account): on pass, take this
@@ -103,26 +105,45 @@ def mounted(path):
 
 # One size, bandwidth-bound but quick: 32 MiB, nccom-test's default size, 2 warm-up and 5 measured operations.
 COLLECTIVE_SIZES = ["-b", "32MB", "-e", "32MB", "-n", "5", "-w", "2"]
+# How long the collective may take before the node fails it. What it should take: the 7 operations themselves about
+# 20 ms (the Neuron nccom-test guide's tables: 32 MiB all-reduce in 768 us over 2 NeuronCores of a trn1, 2711 us
+# over 64 ranks on 2 trn1 instances); the rest is nccom-test's own start, which generates the NEFFs of the operation
+# and loads the Neuron runtime on every rank (the guide: "nccom-test will generate, and then execute, NEFFs"), and
+# for which Neuron publishes no time. Not measured here (no Trainium host in the session that wrote this): the check
+# prints its duration (the number to set this from once a real node has run it); 300 s leaves a start of a minute
+# room several times over and still ends a hang in five minutes, not at the setup's own timeout.
+COLLECTIVE_TIMEOUT_S = 300
 # A row of nccom-test's table: size(B) count(elems) type time(us) algbw(GB/s) busbw(GB/s) (Neuron nccom-test guide).
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)\s*$")
 
 
-def collective(cores):
-    """(failure or None, what was measured): nccom-test's bf16 all-reduce over ``cores`` ranks on this node."""
+def collective(cores, timeout=COLLECTIVE_TIMEOUT_S):
+    """(failure or None, what was measured): nccom-test's bf16 all-reduce over ``cores`` ranks on this node, given
+    ``timeout`` seconds."""
     tool = shutil.which("nccom-test", path=os.pathsep.join([os.environ.get("PATH", ""), NEURON_BIN]))
     if tool is None:
         return None, "collective: not run (no nccom-test on this host)"
+    started = time.monotonic()
     try:
-        run = subprocess.run([tool, "-r", str(cores), "-N", "1", *COLLECTIVE_SIZES, "-d", "bf16", "allr"],
-                             capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.SubprocessError) as error:
-        return f"collective: nccom-test did not finish: {error}", ""
-    rows = [m for line in run.stdout.splitlines() if (m := ROW.match(line))]
+        # A session of its own: at the timeout the whole group goes (nccom-test starts a worker per rank, and a worker
+        # left holding the output pipes would keep the wait for their end, and the node's setup, hanging).
+        run = subprocess.Popen([tool, "-r", str(cores), "-N", "1", *COLLECTIVE_SIZES, "-d", "bf16", "allr"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    except OSError as error:
+        return f"collective: nccom-test did not run: {error}", ""
+    try:
+        stdout, stderr = run.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.communicate()
+        return f"collective: nccom-test all-reduce over {cores} NeuronCores did not finish within {timeout:g} s", ""
+    took = time.monotonic() - started
+    rows = [m for line in stdout.splitlines() if (m := ROW.match(line))]
     if run.returncode != 0 or not rows or any(float(m.group(6)) <= 0 for m in rows):
-        last = (run.stdout.strip().splitlines() or run.stderr.strip().splitlines() or ["no output"])[-1]
+        last = (stdout.strip().splitlines() or stderr.strip().splitlines() or ["no output"])[-1]
         return f"collective: nccom-test all-reduce over {cores} NeuronCores failed (exit {run.returncode}): {last}", ""
     best = max(float(m.group(6)) for m in rows)
-    return None, f"collective: bf16 all-reduce over {cores} NeuronCores, bus bandwidth {best:.2f} GB/s"
+    return None, f"collective: bf16 all-reduce over {cores} NeuronCores, bus bandwidth {best:.2f} GB/s in {took:.1f} s"
 
 
 def check(args, measured=None):
@@ -149,7 +170,7 @@ def check(args, measured=None):
             failed.append(f"fsx: {args.fsx} is {'not mounted' if kind is None else 'a ' + kind + ' mount, not Lustre'}")
     if args.collective and not failed:  # on a node whose devices and driver passed
         # The fewest NeuronCores the catalog lists: Trainium2's logical count, nccom-test's ranks at its default LNC=2.
-        failure, note = collective(min(args.cores))
+        failure, note = collective(min(args.cores), args.collective_timeout)
         failed += [failure] if failure else []
         if measured is not None and note:
             measured.append(note)
@@ -234,6 +255,7 @@ def parse(argv):
     parser.add_argument("--min-driver", default="")
     parser.add_argument("--fsx", default="")
     parser.add_argument("--collective", action="store_true")
+    parser.add_argument("--collective-timeout", type=float, default=COLLECTIVE_TIMEOUT_S)
     parser.add_argument("--kube", action="store_true")
     return parser.parse_args(argv)
 

@@ -211,9 +211,11 @@ def render_configuration(settings: ClusterSettings, ids: ClusterIds) -> dict[str
         scripts.append(ids.lustre_tuning)
     s3_access = read_access(scripts)
     track = settings.track
+    # Compute nodes run the health prolog once at boot, with its on-node collective (parallelcluster/health.py).
+    boot_checks = [arg for name in ids.prologs for arg in ("--boot-check", name)]
     action = {"OnNodeConfigured": {"Script": ids.setup_script.url,
                                    "Args": setup_args({}, track) + metrics_args(ids.neuron_metrics)
-                                           + prometheus_args(ids.prometheus)}}
+                                           + prometheus_args(ids.prometheus) + boot_checks}}
     # ParallelCluster cannot update a head node's OnNodeConfigured: it is a fixed script that runs the
     # head node's OnNodeUpdated (which may change, and which ParallelCluster reruns after an update).
     head_actions = {

@@ -3,6 +3,14 @@
 a node that fails is drained (with the failed checks as the reason) and the prolog fails, so Slurm requeues the job
 on other nodes.
 
+The on-node collective (nccom-test over every NeuronCore: seconds to minutes, COLLECTIVE_TIMEOUT_S) runs once, at
+the node's first boot: the compute nodes' OnNodeConfigured (neuron_setup.sh ``--boot-check``) runs this prolog with
+TRN_HEALTH_BOOT=1 before slurmd registers the node, and a failure fails the node's bootstrap, so ParallelCluster
+replaces the instance before it takes a job. Not in the per-job prolog, which must stay about a second; not as
+Slurm's HealthCheckProgram, which slurmd kills after 60 seconds, runs at every HealthCheckInterval (on a busy node
+too, where the NeuronCores are the job's) and, failing at slurmd's start, is run again until it passes and blocks
+the node's registration meanwhile (slurm.conf(5), HealthCheckProgram).
+
 ParallelCluster 3.6+ runs every script in ``/opt/slurm/etc/scripts/prolog.d/`` (slurm.conf ``Prolog``,
 with ``nohold_on_prolog_fail``); /opt/slurm is shared from the head node, which installs the script.
 """
@@ -12,6 +20,7 @@ from __future__ import annotations
 from trainium_cdk import node
 from trainium_cdk.config import Config
 from trainium_cdk.names import NEURON_BIN, SHARED_MOUNT
+from trainium_cdk.node.health_check import COLLECTIVE_TIMEOUT_S
 from trainium_cdk.parallelcluster.cluster_config import compute_resource_name
 from trainium_cdk.parallelcluster.parts import PROLOG_NAME
 
@@ -35,5 +44,5 @@ def render_prolog(config: Config) -> str:
         "NEURON_DRIVER": config.neuron_track.driver,
         "SHARED_MOUNT": SHARED_MOUNT if config.storage.enabled else "",
         "HEALTH_PROGRAM": node.packed(HEALTH_CHECK),
-        "NEURON_BIN": NEURON_BIN, "SLURM_BIN": SLURM_BIN,
+        "NEURON_BIN": NEURON_BIN, "SLURM_BIN": SLURM_BIN, "COLLECTIVE_TIMEOUT": str(COLLECTIVE_TIMEOUT_S),
     }, shebang="/bin/bash")

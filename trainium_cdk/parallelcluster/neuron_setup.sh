@@ -18,6 +18,8 @@
 #   --cache-group NAME   the group that shares the compile cache /fsx/neuron-cache (head node; ubuntu joins it)
 #   --prolog NAME=SHA256@S3URL
 #                        a Slurm prolog the head node installs in the shared prolog.d (repeatable)
+#   --boot-check NAME    compute nodes: run that prolog (the node health check, trainium_cdk/parallelcluster/
+#                        health.py) once, with its on-node collective, last: a failure fails the node's bootstrap
 #   --metrics-program SHA256@S3URL, --metrics-namespace NS, --metrics-deployment NAME
 #                        compute nodes: neuron-monitor into CloudWatch (trainium_cdk/neuron_metrics.py)
 #   --prometheus-program SHA256@S3URL, --prometheus-remote-write URL, --prometheus-deployment NAME,
@@ -47,7 +49,9 @@ COMPILE_CACHE="/fsx/neuron-cache"
 PIP_INDEX="https://pip.repos.neuron.amazonaws.com"   # Neuron's pip repository: the --pip packages, nothing else
 PUBLIC_INDEX="https://pypi.org/simple"                 # everything else: their dependencies (torch, torch-xla, ...)
 VENV_COMPLETE=".trainium-complete"   # written last: a venv without it is a build that did not end
-APT=() PIP=() SBATCH=() PROLOG=()
+APT=() PIP=() SBATCH=() PROLOG=() BOOT_CHECK=""
+# The prologs' folder: /opt/slurm is the head node's, shared with every compute node (another only under stand-ins).
+PROLOG_DIR="${TRN_PROLOG_DIR:-/opt/slurm/etc/scripts/prolog.d}"
 METRICS_PROGRAM="" METRICS_NAMESPACE="" METRICS_DEPLOYMENT=""
 PROMETHEUS_PROGRAM="" PROMETHEUS_REMOTE_WRITE="" PROMETHEUS_DEPLOYMENT="" PROMETHEUS_CLIENT="" PROMETHEUS_RELEASES=()
 while (($#)); do
@@ -60,6 +64,7 @@ while (($#)); do
     --sbatch) SBATCH+=("$2"); shift 2 ;;
     --cache-group) CACHE_GROUP="$2"; shift 2 ;;
     --prolog) PROLOG+=("$2"); shift 2 ;;
+    --boot-check) BOOT_CHECK="$2"; shift 2 ;;
     --metrics-program) METRICS_PROGRAM="$2"; shift 2 ;;
     --metrics-namespace) METRICS_NAMESPACE="$2"; shift 2 ;;
     --metrics-deployment) METRICS_DEPLOYMENT="$2"; shift 2 ;;
@@ -343,6 +348,17 @@ elif [[ "${cfn_node_type}" == "ComputeFleet" ]]; then
       --python /usr/bin/python3 \
       || echo "neuron_setup: the Prometheus exporters were not installed (see above)" >&2
   fi
+  # Last, once per instance: the node health check with its on-node collective over every NeuronCore (too long for
+  # the per-job prolog). A node that fails it never registers with Slurm: a failed OnNodeConfigured fails the
+  # bootstrap, and ParallelCluster terminates the instance and launches another. The node's Slurm name is its
+  # hostname (ParallelCluster names compute nodes <queue>-{st,dy}-<compute resource>-<n>).
+  if [[ -n "${BOOT_CHECK}" ]]; then
+    if [[ -x "${PROLOG_DIR}/${BOOT_CHECK}" ]]; then
+      TRN_HEALTH_BOOT=1 SLURMD_NODENAME="$(hostname -s)" "${PROLOG_DIR}/${BOOT_CHECK}"
+    else
+      echo "neuron_setup: no ${PROLOG_DIR}/${BOOT_CHECK} (a head node of an older version): no first-boot check" >&2
+    fi
+  fi
 else
   install_shared_venv
   if [[ -n "${CACHE_GROUP}" ]]; then share_compile_cache; fi
@@ -357,9 +373,9 @@ else
     sudo -u ubuntu cp "${shared_scripts}/${spec%%=*}" "${OS_USER_SCRIPTS}/${spec%%=*}"
   done
   # /opt/slurm is shared with every compute node; Slurm runs each script of prolog.d before a job.
-  install -d -m 0755 /opt/slurm/etc/scripts/prolog.d
+  install -d -m 0755 "${PROLOG_DIR}"
   for spec in "${PROLOG[@]}"; do
-    fetch_checked "${spec#*=}" "/opt/slurm/etc/scripts/prolog.d/${spec%%=*}" 0755
+    fetch_checked "${spec#*=}" "${PROLOG_DIR}/${spec%%=*}" 0755
   done
 fi
 echo "${SDK}" > /etc/neuron-sdk-version

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from trainium_cdk import defaults, versions
 from trainium_cdk.capacity import CapacityKind, GroupNodes

@@ -13,7 +13,8 @@ from aws_cdk.assertions import Template
 
 from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, resources, synth, template_text
 from trainium_cdk import versions
-from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
+from trainium_cdk.capacity import GroupNodes
+from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES, InstanceSpec
 from trainium_cdk.constructs.batch import (
     CONTAINER_MEMORY_FRACTION,
     TrainiumBatch,
@@ -599,13 +600,12 @@ def test_empty_command_is_rejected():
         compose(cdk.App(), config_with(backends=["batch"], batch={"command": []}))
 
 
-def _bare(*, every_subnet: bool = False, **overrides):
+def _bare(*, every_subnet: bool = False, spec: InstanceSpec | None = None, max_nodes: int = 2, **overrides):
     """A TrainiumBatch in a bare stack, built on call: the checks run before any resource."""
     stack = cdk.Stack(cdk.App(), "Bare")
     vpc = ec2.Vpc(stack, "Vpc", max_azs=2)
     props = {
-        "group_name": "train",
-        "spec": DEFAULT_CATALOG.get("trn1.32xlarge"),
+        "group": GroupNodes("train", spec or DEFAULT_CATALOG.get("trn1.32xlarge"), max_nodes=max_nodes),
         "vpc": vpc,
         "subnets": vpc.private_subnets if every_subnet else vpc.private_subnets[:1],
         "security_groups": [ec2.SecurityGroup(stack, "Sg", vpc=vpc)],
@@ -704,13 +704,12 @@ def test_the_update_timeout_is_the_job_timeout_up_to_batchs_limit_or_what_the_co
     UpdatePolicy); the construct once capped them at 360, stopping every multi-day job 6 hours into an update."""
     from aws_cdk import Duration
 
-    from trainium_cdk.adapters.batch import batch_props
     from trainium_cdk.constructs.batch import infrastructure_update_timeout
 
     assert infrastructure_update_timeout(Duration.days(7)).to_minutes() == 7200
     assert infrastructure_update_timeout(Duration.hours(2)).to_minutes() == 120
-    config = config_with(batch={"update_timeout_minutes": 2880})
-    props = batch_props(config, config.compute_groups[0])
-    assert infrastructure_update_timeout(props.job_timeout, props.update_timeout).to_minutes() == 2880
+    settings = config_with(batch={"update_timeout_minutes": 2880}).batch
+    assert infrastructure_update_timeout(Duration.minutes(settings.job_timeout_minutes),
+                                         Duration.minutes(settings.update_timeout_minutes)).to_minutes() == 2880
     with pytest.raises(ConfigError, match="update_timeout.*1 to 7200 minutes"):
         infrastructure_update_timeout(Duration.days(7), Duration.days(6))

@@ -19,6 +19,8 @@ from tests.apps import VARIANTS, synthesized
 from tests.helpers import helm_chart_name, resources, synth
 from tests.reachability import Reachability
 from trainium_cdk import prices, versions
+from trainium_cdk.capacity import GroupNodes, NodeCapacity
+from trainium_cdk.catalog import DEFAULT_CATALOG
 from trainium_cdk.charts.karpenter import NodePoolProps, network_interfaces
 from trainium_cdk.cli import main
 from trainium_cdk.config import ConfigError, load_config
@@ -175,17 +177,18 @@ def test_node_pool_instance_type_taint_labels_limit_and_consolidation(default_ap
 
 
 def test_reservations_and_capacity_blocks_select_the_reservation():
-    base = dict(name="g", instance_type="trn1.32xlarge", efa_interfaces=8, vcpus=128, max_nodes=2, node_role="r",
-                subnet_ids=["subnet-1"], security_group_ids=["sg-1"], ami_alias="al2023@v1")
+    base = dict(node_role="r", subnet_ids=["subnet-1"], security_group_ids=["sg-1"], ami_alias="al2023@v1")
     from trainium_cdk.charts.karpenter import ec2_node_class_spec, node_pool_spec
 
     for capacity, types in (("reservation", ["reserved", "on-demand"]), ("capacity-block", ["reserved"])):
-        props = NodePoolProps(**base, capacity=capacity, reservation_id="cr-0aaaaaaaaaaaaaaaa")
+        nodes = GroupNodes("g", DEFAULT_CATALOG.get("trn1.32xlarge"), max_nodes=2,
+                           capacity=NodeCapacity(capacity, "cr-0aaaaaaaaaaaaaaaa"))
+        props = NodePoolProps(nodes=nodes, **base)
         assert ec2_node_class_spec(props)["capacityReservationSelectorTerms"] == [{"id": "cr-0aaaaaaaaaaaaaaaa"}]
         requirements = {r["key"]: r["values"] for r in node_pool_spec(props)["template"]["spec"]["requirements"]}
         assert requirements["karpenter.sh/capacity-type"] == types
     with pytest.raises(ConfigError):
-        NodePoolProps(**base, capacity="reservation")
+        NodeCapacity("reservation")
     assert network_interfaces(0) == []
 
 

@@ -23,7 +23,7 @@ from tests.test_package import readme_example
 from tests.test_toolchain import recommended_flags
 from trainium_cdk import (
     DEFAULT_CATALOG, BatchRoles, BatchTaskRules, ClusterAutoscaler, ClusterAutoscalerOptions, ClusterObservability,
-    ConfigError, EfaLaunchTemplate, KarpenterController, KarpenterOptions, LustreStorage, NodePoolProps,
+    ConfigError, EfaLaunchTemplate, GroupNodes, KarpenterController, KarpenterOptions, LustreStorage, NodePoolProps,
     SlurmCluster, TrainingImageRepository, TrainingNetwork, TrainingWorkloads, TrainingWorkloadsOptions, TrainiumBatch,
     TrainiumCluster, TrainiumNodeGroup, TrainiumNodePools,
 )
@@ -175,8 +175,8 @@ def test_trainium_cluster_in_an_app_with_cdk_init_s_feature_flags():
 
 def test_trainium_node_group_alone_on_an_imported_cluster():
     _, template = synth_alone(lambda stack, imported: TrainiumNodeGroup(
-        stack, "Pretrain", cluster=imported.cluster(stack), group_name="pretrain", spec=TRN1,
-        subnets=[imported.subnet], security_groups=[imported.efa_group], placement_group=None, max_nodes=4,
+        stack, "Pretrain", cluster=imported.cluster(stack), group=GroupNodes("pretrain", TRN1, max_nodes=4),
+        subnets=[imported.subnet], security_groups=[imported.efa_group], placement_group=None,
     ))
     (group,) = resources(template, "AWS::EKS::Nodegroup").values()
     assert group["Properties"]["ClusterName"] == CLUSTER_NAME
@@ -227,7 +227,7 @@ def test_training_workloads_alone_on_an_imported_cluster():
 
 def test_trainium_batch_alone_with_an_imported_file_system():
     batch, template = synth_alone(lambda stack, imported: TrainiumBatch(
-        stack, "Queue", group_name="pretrain", spec=TRN1, vpc=imported.vpc, subnets=[imported.subnet],
+        stack, "Queue", group=GroupNodes("pretrain", TRN1, max_nodes=2), vpc=imported.vpc, subnets=[imported.subnet],
         security_groups=[imported.efa_group], storage=imported.file_system(stack),
     ))
     (environment,) = resources(template, "AWS::Batch::ComputeEnvironment").values()
@@ -302,8 +302,7 @@ def test_api_access_host_alone_on_an_imported_group():
 def test_trainium_node_pools_alone():
     """A cdk8s chart, not a CDK construct: no cdk-nag; synthesized in a cdk8s App of its own."""
     chart = TrainiumNodePools(cdk8s.App(), "Pools", pools=[NodePoolProps(
-        name="pretrain", instance_type=TRN1.name, efa_interfaces=TRN1.efa_interfaces, vcpus=TRN1.vcpus,
-        max_nodes=4, node_role="their-node-role", subnet_ids=[PRIVATE_SUBNETS[0]], security_group_ids=[EFA_GROUP],
+        nodes=GroupNodes("pretrain", TRN1, max_nodes=4), node_role="their-node-role", subnet_ids=[PRIVATE_SUBNETS[0]], security_group_ids=[EFA_GROUP],
         ami_alias=KARPENTER_AMI_ALIAS,
     )])
     objects = {o["kind"]: o for o in chart.to_json()}
@@ -314,12 +313,12 @@ def test_trainium_node_pools_alone():
 @pytest.mark.parametrize("build, path", [
     (lambda s, i: TrainiumCluster(s, "Training", vpc=i.vpc, subnets=i.vpc.private_subnets, system_nodes=0),
      "Alone/Training.system_nodes"),
-    (lambda s, i: TrainiumBatch(s, "Queue", group_name="g", spec=TRN1, vpc=i.vpc, subnets=[],
+    (lambda s, i: TrainiumBatch(s, "Queue", group=GroupNodes("g", TRN1, max_nodes=2), vpc=i.vpc, subnets=[],
                                 security_groups=[i.efa_group]), "Alone/Queue.subnets"),
-    (lambda s, i: TrainiumNodeGroup(s, "Pretrain", cluster=i.cluster(s), group_name="g", spec=TRN1,
+    (lambda s, i: TrainiumNodeGroup(s, "Pretrain", cluster=i.cluster(s), group=GroupNodes("g", TRN1, max_nodes=1),
                                     subnets=[i.subnet], security_groups=[i.efa_group], placement_group=None,
-                                    max_nodes=1, capacity_block=True),
-     "Alone/Pretrain/LaunchTemplate.capacity_reservation_id"),
+                                    min_nodes=2),
+     "Alone/Pretrain.min_nodes, max_nodes"),
     (lambda s, i: LustreStorage(s, "Datasets", vpc=i.vpc, subnet=i.subnet, clients=[], capacity_gib=1000),
      "Alone/Datasets.capacity_gib"),
     (lambda s, i: TrainingImageRepository(s, "Images", images_kept=0), "Alone/Images.images_kept"),

@@ -8,6 +8,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
 from tests.helpers import resources
+from trainium_cdk.capacity import NodeCapacity
 from trainium_cdk.catalog import DEFAULT_CATALOG
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.errors import ConfigError
@@ -51,7 +52,8 @@ def test_a_type_without_efa_gets_instance_security_groups():
 
 @pytest.mark.parametrize("capacity_block", [False, True])
 def test_reservation_and_capacity_block(capacity_block):
-    data = _data(capacity_reservation_id=RESERVATION, capacity_block=capacity_block)
+    capacity = NodeCapacity.capacity_block(RESERVATION) if capacity_block else NodeCapacity.reservation(RESERVATION)
+    data = _data(capacity=capacity)
     target = data["CapacityReservationSpecification"]["CapacityReservationTarget"]
     assert target == {"CapacityReservationId": RESERVATION}
     if capacity_block:
@@ -61,5 +63,5 @@ def test_reservation_and_capacity_block(capacity_block):
 
 
 def test_a_capacity_block_needs_its_reservation_id():
-    with pytest.raises(ConfigError, match="capacity_reservation_id"):
-        _data(capacity_block=True)
+    with pytest.raises(ConfigError, match="NodeCapacity.reservation_id"):
+        NodeCapacity("capacity-block")

@@ -19,6 +19,7 @@ from aws_cdk.assertions import Annotations, Match, Template
 
 from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, resources, synth
 from tests.pcluster_schema import PclusterUnavailable, update_changes, validate_many, venv_or_skip
+from trainium_cdk.capacity import GroupNodes
 from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.config import ConfigError
 from trainium_cdk.constructs.parallelcluster import SlurmCluster
@@ -580,7 +581,7 @@ def test_a_failed_environment_build_says_what_failed():
 
 PRETRAIN = ClusterSettings(
     region="us-east-2",
-    queues=(SlurmQueue(name="pretrain", instance_type="trn1.32xlarge", max_nodes=4, efa=True),),
+    queues=(SlurmQueue(nodes=GroupNodes("pretrain", DEFAULT_CATALOG.get("trn1.32xlarge"), max_nodes=4)),),
     head_node=HeadNode(instance_type="m7i.xlarge", root_volume_gib=200, ssh_allowed_cidr="10.0.0.0/16"),
     new_file_system=NewFileSystem(capacity_gib=1200, deployment_type="PERSISTENT_2", throughput_mb_per_tib=250),
     tags=(("project", "research"),),

@@ -221,7 +221,7 @@ def test_the_s3_endpoint_reaches_the_accounts_buckets_the_named_ones_and_awss(ap
 
 
 def test_buckets_of_other_accounts_are_named_in_the_config():
-    from trainium_cdk.adapters.network import endpoint_buckets
+    from trainium_cdk.stacks.network_stack import endpoint_buckets
 
     config = config_with(network={"az_ids": ["usw2-az4", "usw2-az3"], "s3_buckets": ["public-corpus"]},
                          storage={"data_repository": {"bucket_name": "team-data"}})

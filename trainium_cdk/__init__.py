@@ -31,6 +31,8 @@ _PUBLIC = {
     "build_config": "trainium_cdk.config",
     "Catalog": "trainium_cdk.catalog",
     "InstanceSpec": "trainium_cdk.catalog",
+    "NodeCapacity": "trainium_cdk.capacity",
+    "GroupNodes": "trainium_cdk.capacity",
     "DEFAULT_CATALOG": "trainium_cdk.catalog",
     "JobSpec": "trainium_cdk.jobs",
     "NeuronTrack": "trainium_cdk.versions",
@@ -130,6 +132,7 @@ if TYPE_CHECKING:  # static type checkers see the real names
     from trainium_cdk.versions import NEURON_TRACKS, AmiQuery, NeuronTrack
     from trainium_cdk.constructs.prometheus import MetricsWorkspace
     from trainium_cdk.parallelcluster.configuration import ClusterSettings, HeadNode, NewFileSystem, SlurmQueue
+    from trainium_cdk.capacity import GroupNodes, NodeCapacity
     from trainium_cdk.catalog import DEFAULT_CATALOG, Catalog, InstanceSpec
     from trainium_cdk.charts.efa_device_plugin import EfaDevicePlugin
     from trainium_cdk.charts.fsx_storage import FsxStorage

@@ -1,8 +1,8 @@
-"""The config mapped to props: one adapter module per stack (network, storage) and per backend (eks,
-batch, parallelcluster, instance), each returning typed props (frozen dataclasses).
+"""The config mapped to the library's props where that is more than passing values through: the EKS backend's
+(the nodes' user data, the Karpenter node pools, the health gates, the workloads) and the ParallelCluster
+backend's (the cluster configuration's settings, which ``trn`` and dist/ render without the CDK).
 
-Constructs and charts never read the config (tests/test_layering.py, tests/test_props.py): what they
-need reaches them as values through these modules, which the stacks and dist/ call. The modules load
-the CDK only where their props are CDK types; ``parallelcluster`` loads none (the pcluster CLI's YAML
-is rendered without it).
+Every compute group's nodes reach every backend's node construct the same way, built once by
+``Config.group_nodes`` (a :class:`trainium_cdk.capacity.GroupNodes`); the other stacks pass config values to
+their constructs directly. Constructs and charts never read the config (tests/test_layering.py).
 """

@@ -1,22 +1,17 @@
-"""The EKS backend's adapter: the config mapped to the props of the cluster, its Trainium node groups or
-node pools, and its workloads."""
+"""The EKS backend's mapping from the config where it is more than passing a value: the Trainium nodes' user
+data and pre-pulled images, the Karpenter node pools, the node health gates and the workloads. The stack passes
+the rest (and each group's ``Config.group_nodes``) to the constructs as they are."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import cdk8s
-from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_logs as logs
 
 from trainium_cdk import eks_user_data, versions
-from trainium_cdk.adapters.groups import GroupNodes, group_nodes
-from trainium_cdk.catalog import Catalog
 from trainium_cdk.charts.karpenter import NodePoolProps
 from trainium_cdk.charts.node_health import NodeHealthProps
 from trainium_cdk.config import ComputeGroup, Config
-from trainium_cdk.constructs.defaults import retention
 from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR, TrainingWorkloadsOptions
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.examples import offers_bert_example
@@ -24,66 +19,8 @@ from trainium_cdk.lustre_tuning import eks_node_script
 from trainium_cdk.workloads import workload_charts
 
 
-@dataclass(frozen=True)
-class ClusterProps:
-    """TrainiumCluster's props of one deployment (see TrainiumCluster for each)."""
-
-    cluster_name: str
-    public_access_cidrs: Sequence[str]
-    admin_role_arns: Sequence[str]
-    creator_admin: bool
-    system_instance_type: ec2.InstanceType
-    system_nodes: int
-    log_retention: logs.RetentionDays
-    catalog: Catalog
-    neuron_scheduler_extension: bool
-    neuron_monitor: bool
-    volcano: bool
-    system_release_version: str
-
-
-@dataclass(frozen=True)
-class NodeGroupProps:
-    """One compute group's TrainiumNodeGroup props (see TrainiumNodeGroup for each)."""
-
-    nodes: GroupNodes
-    min_nodes: int
-    release_version: str
-    user_data: str | None
-    root_volume_throughput: int | None
-
-
 def cluster_name(config: Config) -> str:
     return config.stack_name("eks")
-
-
-def cluster_props(config: Config) -> ClusterProps:
-    eks = config.eks
-    return ClusterProps(
-        cluster_name=cluster_name(config),
-        public_access_cidrs=eks.public_access_cidrs if eks.endpoint_access == "public-and-private" else (),
-        admin_role_arns=eks.admin_role_arns,
-        creator_admin=eks.creator_admin,
-        system_instance_type=ec2.InstanceType(eks.system_instance_type),
-        system_nodes=eks.system_nodes,
-        log_retention=retention(eks.log_retention_days),
-        catalog=config.catalog,
-        neuron_scheduler_extension=eks.neuron_scheduler_extension,
-        neuron_monitor=eks.neuron_monitor,
-        volcano=config.workloads.volcano,
-        # The system nodes on the Trainium nodes' EKS AMI release: one release per cluster, the track's.
-        system_release_version=config.neuron_track.eks_nodegroup_release_version,
-    )
-
-
-def node_group_props(config: Config, group: ComputeGroup, storage: LustreMount | None = None) -> NodeGroupProps:
-    return NodeGroupProps(
-        nodes=group_nodes(config, group),
-        min_nodes=group.min_nodes,
-        release_version=config.neuron_track.eks_nodegroup_release_version,
-        user_data=node_user_data(config, group, storage),
-        root_volume_throughput=eks_user_data.root_volume_throughput(fast_image_pull=config.eks.fast_image_pull),
-    )
 
 
 def node_user_data(config: Config, group: ComputeGroup, storage: LustreMount | None) -> str | None:
@@ -127,20 +64,12 @@ def node_pool_props(
     storage: LustreMount | None = None,
 ) -> NodePoolProps:
     """One compute group's Karpenter NodePool and EC2NodeClass; the ids are the stack's tokens."""
-    nodes = group_nodes(config, group)
     return NodePoolProps(
-        name=group.name,
-        instance_type=nodes.spec.name,
-        efa_interfaces=nodes.spec.efa_interfaces,
-        vcpus=nodes.spec.vcpus,
-        max_nodes=nodes.max_nodes,
+        nodes=config.group_nodes(group),
         node_role=node_role,
         subnet_ids=list(subnet_ids),
         security_group_ids=list(security_group_ids),
         placement_group=placement_group,
-        capacity=group.capacity.type,
-        reservation_id=nodes.capacity_reservation_id,
-        root_volume_gib=nodes.root_volume_gib,
         ami_alias=config.neuron_track.karpenter_ami_alias,
         consolidate_after=config.eks.consolidate_after,
         user_data=node_user_data(config, group, storage),

@@ -21,15 +21,8 @@ def cluster_settings(config: Config) -> ClusterSettings:
         region=config.region,
         queues=tuple(
             SlurmQueue(
-                name=group.name,
-                instance_type=group.instance_type,
-                max_nodes=group.maximum,
-                efa=config.spec(group).has_efa,
-                capacity_type=group.capacity.type,
-                reservation_id=group.capacity.reservation_id,
+                nodes=config.group_nodes(group),
                 placement_group=group.placement_group,
-                existing_placement_group=group.capacity.placement_group,
-                root_volume_gib=group.root_volume_gib,
                 custom_ami=settings.custom_ami,
                 # Without storage, no Lustre mount to tune.
                 lustre_tuning=tuple(lustre_tuning_args(config.spec(group))) if config.storage.enabled else (),

@@ -28,10 +28,10 @@ from typing import Any
 from cdk8s import Chart
 from constructs import Construct
 
-from trainium_cdk import defaults
+from trainium_cdk.capacity import CapacityKind, GroupNodes
 from trainium_cdk.charts._k8s import CHART_LABELS, INSTANCE_TYPE_LABEL, api_object, check_name
 from trainium_cdk.names import GROUP_LABEL, HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE, NEURON_TAINT_KEY, NEURON_TAINT_VALUE, NODE_EFA_LABEL, NODE_INSTANCE_TYPE_LABEL
-from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.errors import ConfigError
 
 NODE_POOLS_CHART_ID = "karpenter-node-pools"
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
@@ -41,7 +41,6 @@ ROOT_DEVICE_NAME = "/dev/xvda"
 # Identity, node agents use the host network, so no container needs to reach IMDS.
 METADATA_HOP_LIMIT = 1
 DEFAULT_CONSOLIDATE_AFTER = "10m"
-CAPACITY_KINDS = ("on-demand", "reservation", "capacity-block")
 
 
 def compute_node_labels(group: str, instance_type: str, efa: bool) -> dict[str, str]:
@@ -49,7 +48,7 @@ def compute_node_labels(group: str, instance_type: str, efa: bool) -> dict[str, 
     return {GROUP_LABEL: group, NODE_INSTANCE_TYPE_LABEL: instance_type, NODE_EFA_LABEL: "true" if efa else "false"}
 
 
-def capacity_types(capacity: str) -> list[str]:
+def capacity_types(capacity: CapacityKind) -> list[str]:
     """Karpenter capacity types of a group, in the order Karpenter prefers them (reserved first).
 
     A reservation falls back to on-demand when it is full (same price, outside the reservation). A
@@ -65,18 +64,14 @@ def capacity_types(capacity: str) -> list[str]:
 class NodePoolProps:
     """One compute group as Karpenter sees it.
 
-    :param name: the group's name (the NodePool's and EC2NodeClass's name, and GROUP_LABEL).
-    :param instance_type: its instance type.
-    :param efa_interfaces: EFA interfaces of the type (catalog), one per network card; 0 for none.
-    :param vcpus: vCPUs of the type (catalog), for the NodePool's cpu limit.
-    :param max_nodes: the most nodes the pool may launch.
+    :param nodes: the group's nodes: its name (the NodePool's and EC2NodeClass's name, and GROUP_LABEL), its
+        instance type (its EFA interfaces, one per network card, and its vCPUs for the NodePool's cpu limit), the
+        most nodes the pool may launch, the root volume, and how they are bought (a reservation or Capacity Block
+        is selected by its id).
     :param node_role: name of the IAM role of the nodes (a token works).
     :param subnet_ids: the group's compute subnets (exactly one for an EFA type: EFA needs one subnet).
     :param security_group_ids: groups of every interface (the EFA group and the cluster group).
     :param placement_group: name of the group's cluster placement group, or None.
-    :param capacity: on-demand, reservation or capacity-block. Default: on-demand.
-    :param reservation_id: the cr-... id of a reservation or Capacity Block. Default: none.
-    :param root_volume_gib: encrypted gp3 root volume, GiB. Default: 512.
     :param ami_alias: the EC2NodeClass AMI alias, such as al2023@v20260930.
     :param consolidate_after: how long a node stays empty before it goes. Default: 10m.
     :param tags: EC2 tags of the instances and volumes. Default: none.
@@ -85,35 +80,27 @@ class NodePoolProps:
     :param root_volume_throughput: the root volume's gp3 throughput, MiB/s. Default: gp3's baseline.
     """
 
-    name: str
-    instance_type: str
-    efa_interfaces: int
-    vcpus: int
-    max_nodes: int
+    nodes: GroupNodes
     node_role: str
     subnet_ids: Sequence[str]
     security_group_ids: Sequence[str]
     ami_alias: str
     placement_group: str | None = None
-    capacity: str = "on-demand"
-    reservation_id: str | None = None
-    root_volume_gib: int = defaults.ROOT_VOLUME_GIB
     consolidate_after: str = DEFAULT_CONSOLIDATE_AFTER
     tags: Mapping[str, str] = field(default_factory=dict)
     user_data: str | None = None
     root_volume_throughput: int | None = None
 
+    @property
+    def name(self) -> str:
+        """The group's name: the NodePool's and the EC2NodeClass's."""
+        return self.nodes.group_name
+
     def __post_init__(self) -> None:
-        check_name("NodePoolProps.name", self.name)
-        if self.capacity not in CAPACITY_KINDS:
-            raise ConfigError("NodePoolProps.capacity", self.capacity, one_of(CAPACITY_KINDS))
-        if (self.capacity == "on-demand") != (self.reservation_id is None):
-            raise ConfigError(
-                "NodePoolProps.reservation_id", self.reservation_id, "set exactly when capacity is not on-demand"
-            )
-        if self.max_nodes < 1:
-            raise ConfigError("NodePoolProps.max_nodes", self.max_nodes, "at least 1")
-        if not self.subnet_ids or (self.efa_interfaces and len(self.subnet_ids) != 1):
+        check_name("NodePoolProps.nodes.group_name", self.name)
+        if self.nodes.max_nodes < 1:
+            raise ConfigError("NodePoolProps.nodes.max_nodes", self.nodes.max_nodes, "at least 1")
+        if not self.subnet_ids or (self.nodes.spec.efa_interfaces and len(self.subnet_ids) != 1):
             raise ConfigError(
                 "NodePoolProps.subnet_ids", list(self.subnet_ids), "one subnet for an EFA type, at least one otherwise"
             )
@@ -153,7 +140,7 @@ def ec2_node_class_spec(pool: NodePoolProps) -> dict[str, Any]:
                 "deviceName": ROOT_DEVICE_NAME,
                 "rootVolume": True,
                 "ebs": {
-                    "volumeSize": f"{pool.root_volume_gib}Gi", "volumeType": "gp3", "encrypted": True,
+                    "volumeSize": f"{pool.nodes.root_volume_gib}Gi", "volumeType": "gp3", "encrypted": True,
                     "deleteOnTermination": True,
                     **({"throughput": pool.root_volume_throughput} if pool.root_volume_throughput else {}),
                 },
@@ -162,13 +149,13 @@ def ec2_node_class_spec(pool: NodePoolProps) -> dict[str, Any]:
     }
     if pool.user_data is not None:
         spec["userData"] = pool.user_data
-    interfaces = network_interfaces(pool.efa_interfaces)
+    interfaces = network_interfaces(pool.nodes.spec.efa_interfaces)
     if interfaces:
         spec["networkInterfaces"] = interfaces
     if pool.placement_group is not None:
         spec["placementGroupSelector"] = {"name": pool.placement_group}
-    if pool.reservation_id is not None:
-        spec["capacityReservationSelectorTerms"] = [{"id": pool.reservation_id}]
+    if pool.nodes.capacity.reservation_id is not None:
+        spec["capacityReservationSelectorTerms"] = [{"id": pool.nodes.capacity.reservation_id}]
     if pool.tags:
         spec["tags"] = dict(pool.tags)
     if pool.user_data is not None:
@@ -179,12 +166,12 @@ def ec2_node_class_spec(pool: NodePoolProps) -> dict[str, Any]:
 def node_pool_spec(pool: NodePoolProps) -> dict[str, Any]:
     return {
         "template": {
-            "metadata": {"labels": compute_node_labels(pool.name, pool.instance_type, pool.efa_interfaces > 0)},
+            "metadata": {"labels": compute_node_labels(pool.name, pool.nodes.spec.name, pool.nodes.spec.efa_interfaces > 0)},
             "spec": {
                 "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": pool.name},
                 "requirements": [
-                    {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [pool.instance_type]},
-                    {"key": CAPACITY_TYPE_LABEL, "operator": "In", "values": capacity_types(pool.capacity)},
+                    {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [pool.nodes.spec.name]},
+                    {"key": CAPACITY_TYPE_LABEL, "operator": "In", "values": capacity_types(pool.nodes.capacity.kind)},
                     {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
                     {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
                 ],
@@ -198,7 +185,7 @@ def node_pool_spec(pool: NodePoolProps) -> dict[str, Any]:
             },
         },
         # nodes: the node count (docs, concepts/nodepools.md "spec.limits"); cpu too, which every 1.x counts.
-        "limits": {"nodes": str(pool.max_nodes), "cpu": str(pool.max_nodes * pool.vcpus)},
+        "limits": {"nodes": str(pool.nodes.max_nodes), "cpu": str(pool.nodes.max_nodes * pool.nodes.spec.vcpus)},
         "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": pool.consolidate_after},
     }
 

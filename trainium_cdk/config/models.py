@@ -28,6 +28,7 @@ from trainium_cdk.config.workload_settings import (
 )
 from trainium_cdk import backends as backend_registry
 from trainium_cdk import defaults
+from trainium_cdk.capacity import CapacityKind, GroupNodes, NodeCapacity
 from trainium_cdk.config.validation import (
     check_backends, check_deployment, check_offerings_shape, check_single_node_types, check_track,
 )
@@ -44,7 +45,7 @@ REMOVAL_POLICIES = defaults.REMOVAL_POLICIES
 class Capacity(_Model):
     """How the nodes of a compute group are bought."""
 
-    type: Literal["on-demand", "reservation", "capacity-block"] = Field(
+    type: CapacityKind = Field(
         "on-demand", description="on-demand, an On-Demand Capacity Reservation, or an EC2 Capacity Block for ML."
     )
     reservation_id: str | None = Field(
@@ -382,6 +383,18 @@ class Config(_Model):
 
     def spec(self, group: ComputeGroup) -> InstanceSpec:
         return self.catalog.get(group.instance_type)
+
+    def group_nodes(self, group: ComputeGroup) -> GroupNodes:
+        """A compute group's nodes as every backend's node construct takes them: the one place a per-group
+        field of the config reaches the constructs (docs/contributing/adding-a-backend.md)."""
+        capacity = group.capacity
+        return GroupNodes(
+            group_name=group.name,
+            spec=self.spec(group),
+            max_nodes=group.maximum,
+            root_volume_gib=group.root_volume_gib,
+            capacity=NodeCapacity(capacity.type, capacity.reservation_id, capacity.placement_group),
+        )
 
     def offered_az_ids(self, spec: InstanceSpec) -> tuple[str, ...] | None:
         known = spec.az_ids_in(self.region)

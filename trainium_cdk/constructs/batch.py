@@ -24,6 +24,7 @@ from constructs import Construct
 
 from trainium_cdk import defaults
 from trainium_cdk.batch_job import ALL_NODES, SCRIPT_PARAMETER, default_script
+from trainium_cdk.capacity import GroupNodes
 from trainium_cdk.catalog import BATCH_MAX_ATTEMPTS, BATCH_MAX_UPDATE_TIMEOUT_MINUTES, InstanceSpec, check_ami_id
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.batch_grants import BatchGrants
@@ -48,7 +49,6 @@ SHARED_MEMORY_FRACTION = 0.25
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
 JOB_QUEUE_PRIORITY = 1
 DEFAULT_NODES = 2
-DEFAULT_ROOT_VOLUME_GIB = defaults.ROOT_VOLUME_GIB
 # Pre-training runs for days: an attempt stops after a week unless the config says otherwise (a host failure
 # retries before that, and resumes from the newest checkpoint).
 DEFAULT_JOB_TIMEOUT = Duration.days(7)
@@ -96,20 +96,15 @@ class TrainiumBatch(Construct, BatchGrants):
     its own or, given ``roles``, those every group of the stack shares. ``grant_submit_job`` and
     ``grant_job_control`` (:class:`~trainium_cdk.constructs.batch_grants.BatchGrants`) give a principal its jobs.
 
-    :param group_name: the compute group's short name: in the queue and job definition names, the role
-        descriptions, the log stream prefix and the compile cache directory.
-    :param spec: its instance type from the catalog (a training type).
+    :param group: the compute group's nodes: its short name (in the queue and job definition names, the role
+        descriptions, the log stream prefix and the compile cache directory), its instance type (a training
+        type), the most nodes the compute environment scales to, each node's root volume and how the nodes are
+        bought (AWS Batch cannot use a Capacity Block: a warning says so).
     :param vpc: the training VPC.
     :param subnets: the group's compute subnets: exactly one for an EFA type (EFA needs one subnet).
     :param security_groups: groups of every node interface (the EFA group); 1 to 5.
     :param placement_group: the group's cluster placement group; default none (with a reservation).
     :param nodes: nodes a job runs on (the multi-node job definition's default count); default 2.
-    :param max_nodes: most nodes the compute environment scales to; default: ``nodes``.
-    :param root_volume_gib: encrypted gp3 root volume of each node, GiB; default 512.
-    :param capacity_reservation_id: the ``cr-...`` id of a capacity reservation or Capacity Block the
-        nodes launch into; default none (on-demand).
-    :param capacity_block: whether the reservation is a Capacity Block for ML (AWS Batch cannot use one:
-        a warning says so); default false.
     :param image_uri: the training image; default: the MLP example image, built at deploy time from
         ``trainium_cdk/examples/mlp`` on the track's Neuron PyTorch training container (a Docker image asset).
     :param command: the training script and its arguments, which every node runs under torchrun;
@@ -149,17 +144,12 @@ class TrainiumBatch(Construct, BatchGrants):
         scope: Construct,
         construct_id: str,
         *,
-        group_name: str,
-        spec: InstanceSpec,
+        group: GroupNodes,
         vpc: ec2.IVpc,
         subnets: Sequence[ec2.ISubnet],
         security_groups: Sequence[ec2.ISecurityGroup],
         placement_group: ec2.IPlacementGroup | None = None,
         nodes: int = DEFAULT_NODES,
-        max_nodes: int | None = None,
-        root_volume_gib: int = DEFAULT_ROOT_VOLUME_GIB,
-        capacity_reservation_id: str | None = None,
-        capacity_block: bool = False,
         image_uri: str | None = None,
         command: Sequence[str] | None = None,
         job_timeout: Duration = DEFAULT_JOB_TIMEOUT,
@@ -178,7 +168,8 @@ class TrainiumBatch(Construct, BatchGrants):
         roles: BatchRoles | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        maximum = max_nodes if max_nodes is not None else nodes
+        group_name, spec, maximum = group.group_name, group.spec, group.max_nodes
+        capacity_block = group.capacity.is_capacity_block
         _check(
             spec=spec, subnets=subnets, security_groups=security_groups, nodes=nodes, maximum=maximum,
             command=command, retry_attempts=retry_attempts,
@@ -227,9 +218,8 @@ class TrainiumBatch(Construct, BatchGrants):
             spec=spec,
             security_groups=security_groups,
             placement_group=placement_group,
-            root_volume_gib=root_volume_gib,
-            capacity_reservation_id=capacity_reservation_id,
-            capacity_block=capacity_block,
+            root_volume_gib=group.root_volume_gib,
+            capacity=group.capacity,
             image_id=image_id,
             user_data=self.node_setup.user_data,
         )

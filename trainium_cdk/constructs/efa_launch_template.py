@@ -13,8 +13,9 @@ from aws_cdk import Fn
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
+from trainium_cdk.capacity import NodeCapacity
 from trainium_cdk.catalog import InstanceSpec
-from trainium_cdk.errors import ConfigError, names_construct_path
+from trainium_cdk.errors import names_construct_path
 
 ROOT_DEVICE_NAME = "/dev/xvda"
 # Nothing in a container needs the node's role: EKS pods use Pod Identity and Batch tasks their ECS task
@@ -31,10 +32,8 @@ class EfaLaunchTemplate(Construct):
     :param security_groups: groups of every interface (the EFA group first).
     :param placement_group: a cluster placement group, or None (always None with a reservation).
     :param root_volume_gib: size of the encrypted gp3 root volume.
-    :param capacity_reservation_id: the ``cr-...`` id of an On-Demand Capacity Reservation or a Capacity
-        Block the instances launch into; default none (on-demand).
-    :param capacity_block: whether ``capacity_reservation_id`` is a Capacity Block for ML (launched with
-        the capacity-block market type); default false.
+    :param capacity: how the instances are bought: into a reservation's or a Capacity Block's ``cr-...`` id (a
+        block with the capacity-block market type); default on-demand.
     :param image_id: an AMI; default none (EKS picks the AMI from the node group's AMI type).
     :param user_data: plain user data (base64-encoded here); default none.
     :param root_volume_throughput: the root volume's gp3 throughput, MiB/s; default gp3's baseline.
@@ -50,15 +49,12 @@ class EfaLaunchTemplate(Construct):
         security_groups: Sequence[ec2.ISecurityGroup],
         placement_group: ec2.IPlacementGroup | None,
         root_volume_gib: int,
-        capacity_reservation_id: str | None = None,
-        capacity_block: bool = False,
+        capacity: NodeCapacity = NodeCapacity(),
         image_id: str | None = None,
         user_data: str | None = None,
         root_volume_throughput: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        if capacity_block and capacity_reservation_id is None:
-            raise ConfigError("capacity_reservation_id", None, "the cr-... id of the capacity block (capacity_block is set)")
         group_ids = [sg.security_group_id for sg in security_groups]
         data = ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
             instance_type=spec.name,
@@ -97,15 +93,15 @@ class EfaLaunchTemplate(Construct):
             capacity_reservation_specification=(
                 ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
                     capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
-                        capacity_reservation_id=capacity_reservation_id
+                        capacity_reservation_id=capacity.reservation_id
                     )
                 )
-                if capacity_reservation_id is not None
+                if capacity.reservation_id is not None
                 else None
             ),
             instance_market_options=(
                 ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="capacity-block")
-                if capacity_block
+                if capacity.is_capacity_block
                 else None
             ),
         )

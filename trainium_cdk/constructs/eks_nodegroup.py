@@ -15,8 +15,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
-from trainium_cdk import defaults
-from trainium_cdk.catalog import InstanceSpec
+from trainium_cdk.capacity import GroupNodes
 from trainium_cdk.charts.karpenter import compute_node_labels
 from trainium_cdk.constructs.cluster_autoscaler import node_template_tags
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
@@ -42,7 +41,6 @@ def without_cni_policy(role: iam.IRole, cni_association: IConstruct) -> None:
     role.node.add_dependency(cni_association)
 
 DEFAULT_MIN_NODES = 0  # no idle Trainium node unless asked: Cluster Autoscaler scales up from zero
-DEFAULT_ROOT_VOLUME_GIB = defaults.ROOT_VOLUME_GIB
 # The EKS-optimized Neuron AMI release of the default Neuron track (versions.py): never "latest".
 DEFAULT_RELEASE_VERSION = EKS_NODEGROUP_RELEASE_VERSION
 
@@ -53,18 +51,13 @@ class TrainiumNodeGroup(Construct):
 
     :param cluster: the EKS cluster; an imported one (``eks.Cluster.from_cluster_attributes``) needs its
         ``cluster_security_group_id``, which the launch template adds to every interface.
-    :param group_name: the compute group: the nodes' group label, what jobs select.
-    :param spec: its instance type from the catalog.
+    :param group: the compute group's nodes: its name (the nodes' group label, what jobs select), instance type,
+        most nodes, root volume and capacity (a capacity block's group stays at zero nodes until you scale it up
+        once the block starts).
     :param subnets: the group's compute subnets (exactly one for an EFA type).
     :param security_groups: the EFA group; the cluster security group is added here.
     :param placement_group: the group's cluster placement group, or None.
-    :param max_nodes: the most nodes the group scales to.
     :param min_nodes: nodes kept when idle. Default: 0.
-    :param root_volume_gib: the encrypted gp3 root volume of each node. Default: 512.
-    :param capacity_reservation_id: the ``cr-...`` id of a capacity reservation or capacity block the
-        nodes launch into. Default: None (on-demand).
-    :param capacity_block: the reservation is a capacity block for ML: the group stays at zero
-        nodes until you scale it up once the block starts. Default: False.
     :param release_version: the EKS AMI release of the nodes (``1.35.8-20260930``). Default: the pinned
         release of the default Neuron track.
     :param cni_association: the VPC CNI's Pod Identity association (``TrainiumCluster.cni_association``):
@@ -81,22 +74,18 @@ class TrainiumNodeGroup(Construct):
         construct_id: str,
         *,
         cluster: eks.ICluster,
-        group_name: str,
-        spec: InstanceSpec,
+        group: GroupNodes,
         subnets: Sequence[ec2.ISubnet],
         security_groups: Sequence[ec2.ISecurityGroup],
         placement_group: ec2.IPlacementGroup | None,
-        max_nodes: int,
         min_nodes: int = DEFAULT_MIN_NODES,
-        root_volume_gib: int = DEFAULT_ROOT_VOLUME_GIB,
-        capacity_reservation_id: str | None = None,
-        capacity_block: bool = False,
         release_version: str = DEFAULT_RELEASE_VERSION,
         cni_association: IConstruct | None = None,
         user_data: str | None = None,
         root_volume_throughput: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        spec, max_nodes, capacity_block = group.spec, group.max_nodes, group.capacity.is_capacity_block
         if not 0 <= min_nodes <= max_nodes or max_nodes < 1:
             raise ConfigError("min_nodes, max_nodes", [min_nodes, max_nodes], "0 <= min_nodes <= max_nodes, max_nodes >= 1")
         self.spec = spec
@@ -107,13 +96,12 @@ class TrainiumNodeGroup(Construct):
             # A launch template that names security groups replaces the cluster group: add it back.
             security_groups=[*security_groups, cluster.cluster_security_group],
             placement_group=placement_group,
-            root_volume_gib=root_volume_gib,
-            capacity_reservation_id=capacity_reservation_id,
-            capacity_block=capacity_block,
+            root_volume_gib=group.root_volume_gib,
+            capacity=group.capacity,
             user_data=user_data,
             root_volume_throughput=root_volume_throughput,
         )
-        self.labels = compute_node_labels(group_name, spec.name, spec.has_efa)
+        self.labels = compute_node_labels(group.group_name, spec.name, spec.has_efa)
         self.nodegroup = eks.Nodegroup(
             self,
             "Nodegroup",

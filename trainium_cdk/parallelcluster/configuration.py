@@ -11,9 +11,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from trainium_cdk import defaults, versions
+from trainium_cdk.capacity import CapacityKind, GroupNodes
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.names import CACHE_GROUP, SHARED_MOUNT
 from trainium_cdk.node.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
@@ -36,23 +37,19 @@ SHARED_SCRIPTS = f"{CLUSTER_HOME}/trainium"
 # How a queue change reaches running nodes: DRAIN lets running jobs finish, then replaces the nodes
 # (TERMINATE would kill multi-day training runs; the default needs the whole fleet stopped first).
 QUEUE_UPDATE_STRATEGY = "DRAIN"
-CapacityType = Literal["on-demand", "reservation", "capacity-block"]
-_CAPACITY_TYPE = {"on-demand": "ONDEMAND", "reservation": "ONDEMAND", "capacity-block": "CAPACITY_BLOCK"}
+# ParallelCluster's CapacityType of each kind: a reservation is bought on-demand (its CapacityReservationTarget
+# says which), a block is CAPACITY_BLOCK.
+_CAPACITY_TYPE: dict[CapacityKind, str] = {"on-demand": "ONDEMAND", "reservation": "ONDEMAND", "capacity-block": "CAPACITY_BLOCK"}
 
 
 @dataclass(frozen=True)
 class SlurmQueue:
     """One Slurm queue: one compute group's nodes.
 
-    :param name: the queue's name (the compute group's).
-    :param instance_type: its EC2 instance type.
-    :param max_nodes: the most nodes it scales to.
-    :param efa: the type has EFA.
-    :param capacity_type: ``on-demand``, ``reservation`` or ``capacity-block``. Default: on-demand.
-    :param reservation_id: the ``cr-...`` id of the reservation or capacity block. Default: none.
+    :param nodes: the group's nodes: its name (the queue's), instance type (EFA if the type has it), most nodes,
+        root volume (encrypted gp3) and how they are bought (a capacity block runs as static nodes; a
+        reservation's own placement group is used by name).
     :param placement_group: a cluster placement group of ParallelCluster's. Default: True.
-    :param existing_placement_group: the reservation's own placement group, by name. Default: none.
-    :param root_volume_gib: the encrypted gp3 root volume of each node. Default: 512.
     :param custom_ami: the compute nodes' AMI (``parallelcluster/image.py`` builds it). Default: none
         (ParallelCluster's official AMI).
     :param lustre_tuning: the arguments of the FSx client's tuning for the instance type
@@ -60,21 +57,18 @@ class SlurmQueue:
         (no OnNodeStart: a cluster without storage).
     """
 
-    name: str
-    instance_type: str
-    max_nodes: int
-    efa: bool
-    capacity_type: CapacityType = "on-demand"
-    reservation_id: str | None = None
+    nodes: GroupNodes
     placement_group: bool = True
-    existing_placement_group: str | None = None
-    root_volume_gib: int = defaults.ROOT_VOLUME_GIB
     custom_ami: str | None = None
     lustre_tuning: tuple[str, ...] = ()
 
     @property
+    def name(self) -> str:
+        return self.nodes.group_name
+
+    @property
     def compute_resource_name(self) -> str:
-        return self.instance_type.replace(".", "-")
+        return self.nodes.spec.name.replace(".", "-")
 
 
 @dataclass(frozen=True)
@@ -259,24 +253,25 @@ def render_configuration(settings: ClusterSettings, ids: ClusterIds) -> dict[str
 def _queue(
     settings: SlurmQueue, ids: ClusterIds, action: dict[str, Any], s3_access: list[dict[str, Any]]
 ) -> dict[str, Any]:
+    nodes, capacity = settings.nodes, settings.nodes.capacity
     compute_resource: dict[str, Any] = {
         "Name": settings.compute_resource_name,
-        "InstanceType": settings.instance_type,
+        "InstanceType": nodes.spec.name,
         "MinCount": 0,
-        "MaxCount": settings.max_nodes,
-        "Efa": {"Enabled": settings.efa},
+        "MaxCount": nodes.max_nodes,
+        "Efa": {"Enabled": nodes.spec.has_efa},
     }
-    if settings.capacity_type == "capacity-block":
+    if capacity.is_capacity_block:
         # ParallelCluster runs a capacity block as static nodes: MinCount must equal MaxCount (> 0).
-        compute_resource["MinCount"] = settings.max_nodes
-    if settings.capacity_type != "on-demand":
-        compute_resource["CapacityReservationTarget"] = {"CapacityReservationId": settings.reservation_id}
+        compute_resource["MinCount"] = nodes.max_nodes
+    if capacity.reservation_id is not None:
+        compute_resource["CapacityReservationTarget"] = {"CapacityReservationId": capacity.reservation_id}
     queue: dict[str, Any] = {
         "Name": settings.name,
-        "CapacityType": _CAPACITY_TYPE[settings.capacity_type],
+        "CapacityType": _CAPACITY_TYPE[capacity.kind],
         "ComputeResources": [compute_resource],
         "ComputeSettings": {
-            "LocalStorage": {"RootVolume": {"Size": settings.root_volume_gib, "Encrypted": True, "VolumeType": "gp3"}}
+            "LocalStorage": {"RootVolume": {"Size": nodes.root_volume_gib, "Encrypted": True, "VolumeType": "gp3"}}
         },
         "Networking": {
             # EFA needs every node of a job in one subnet; the group has exactly one.
@@ -313,8 +308,9 @@ def _compute_policies(ids: ClusterIds) -> list[dict[str, str]]:
 
 
 def _placement_group(queue: SlurmQueue) -> dict[str, Any]:
-    if queue.existing_placement_group is not None:  # the reservation's own: ParallelCluster uses it by name
-        return {"Enabled": True, "Name": queue.existing_placement_group}
+    existing = queue.nodes.capacity.placement_group
+    if existing is not None:  # the reservation's own: ParallelCluster uses it by name
+        return {"Enabled": True, "Name": existing}
     return {"Enabled": queue.placement_group}
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shlex
 
-from aws_cdk import CfnOutput, NestedStack, Stack
+from aws_cdk import CfnOutput, Duration, NestedStack, Stack
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_sns as sns
 from constructs import Construct
@@ -23,6 +23,7 @@ from trainium_cdk.constructs.alerts import batch_job_failed, batch_job_failed_me
 from trainium_cdk.constructs.batch import SCRIPT_PARAMETER, TrainiumBatch
 from trainium_cdk.constructs.batch_roles import BatchRoles
 from trainium_cdk.constructs.batch_tasks import BatchTaskRules
+from trainium_cdk.constructs.defaults import retention
 from trainium_cdk.constructs.nag import acknowledge_default_policy
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
@@ -30,7 +31,6 @@ from trainium_cdk.constructs.secrets import grant_secret_read
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.constructs.training_images import TrainingImageRepository
 from trainium_cdk.constructs.prometheus import MetricsWorkspace
-from trainium_cdk.adapters.batch import batch_props
 from trainium_cdk.names import (
     BATCH_JOB_DEFINITION_ARN, BATCH_JOB_DEFINITION_NAME, BATCH_JOB_QUEUE_ARN, BATCH_JOB_QUEUE_NAME,
     BATCH_LOG_GROUP_NAME, BATCH_SUBMIT_JOB, OUTPUT_BATCH_GROUPS, OUTPUT_DASHBOARD_NAME,
@@ -142,8 +142,7 @@ def _training(
     prometheus_remote_write: str | None = None,
 ) -> TrainiumBatch:
     """One compute group's TrainiumBatch, on the network and file system, its props mapped from the config."""
-    props = batch_props(config, group)
-    nodes = props.nodes
+    settings = config.batch
     return TrainiumBatch(
         scope,
         f"Batch-{group.name}",
@@ -156,25 +155,23 @@ def _training(
         metrics_deployment=name_prefix,
         prometheus_remote_write=prometheus_remote_write,
         roles=roles,
-        group_name=nodes.group_name,
-        spec=nodes.spec,
-        max_nodes=nodes.max_nodes,
-        root_volume_gib=nodes.root_volume_gib,
-        capacity_reservation_id=nodes.capacity_reservation_id,
-        capacity_block=nodes.capacity_block,
-        nodes=props.job_nodes,
-        image_uri=props.image_uri,
-        command=props.command,
-        job_timeout=props.job_timeout,
-        update_timeout=props.update_timeout,
-        runnable_timeout=props.runnable_timeout,
-        retry_attempts=props.retry_attempts,
-        log_retention=props.log_retention,
-        log_removal_policy=props.log_removal_policy,
-        track=props.track,
-        precompile_steps=props.precompile_steps,
-        ami_id=props.ami_id,
+        group=config.group_nodes(group),
+        nodes=group.nodes,
+        image_uri=settings.image_uri,
+        command=settings.command,
+        job_timeout=Duration.minutes(settings.job_timeout_minutes),
+        update_timeout=_minutes(settings.update_timeout_minutes),
+        runnable_timeout=_minutes(settings.runnable_timeout_minutes),
+        retry_attempts=settings.retry_attempts,
+        log_retention=retention(settings.log_retention_days),
+        track=config.neuron_track,
+        precompile_steps=config.neuron.precompile_steps,
+        ami_id=settings.ami_id,
     )
+
+
+def _minutes(minutes: int | None) -> Duration | None:
+    return Duration.minutes(minutes) if minutes is not None else None
 
 
 def group_entry(region: str, training: TrainiumBatch) -> dict[str, str]:

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import cdk8s
 from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from trainium_cdk import eks_user_data
 from trainium_cdk.charts import FSX_CHART_ID
 from trainium_cdk.charts._k8s import KUBE_SYSTEM
 from trainium_cdk.charts.node_health import NAME as NODE_HEALTH_NAME, NODE_HEALTH_CHART_ID, NodeHealthCheck
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.api_access import ApiAccessHost
+from trainium_cdk.constructs.defaults import retention
 from trainium_cdk.constructs.eks_cluster import TrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
 from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
@@ -46,25 +49,26 @@ class EksStack(Stack):
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, description="trainium-cdk: EKS cluster with Trainium node groups", **kwargs)
-        props = adapter.cluster_props(config)
+        eks = config.eks
         self.training = TrainiumCluster(
             self,
             "Eks",
             vpc=network.vpc,
             subnets=network.private_subnets,
-            cluster_name=props.cluster_name,
-            public_access_cidrs=props.public_access_cidrs,
-            admin_role_arns=props.admin_role_arns,
-            creator_admin=props.creator_admin,
-            system_instance_type=props.system_instance_type,
-            system_nodes=props.system_nodes,
-            log_retention=props.log_retention,
-            catalog=props.catalog,
-            neuron_scheduler_extension=props.neuron_scheduler_extension,
-            neuron_monitor=props.neuron_monitor,
+            cluster_name=adapter.cluster_name(config),
+            public_access_cidrs=eks.public_access_cidrs if eks.endpoint_access == "public-and-private" else (),
+            admin_role_arns=eks.admin_role_arns,
+            creator_admin=eks.creator_admin,
+            system_instance_type=ec2.InstanceType(eks.system_instance_type),
+            system_nodes=eks.system_nodes,
+            log_retention=retention(eks.log_retention_days),
+            catalog=config.catalog,
+            neuron_scheduler_extension=eks.neuron_scheduler_extension,
+            neuron_monitor=eks.neuron_monitor,
             metrics_exporters=metrics_workspace is not None,
-            volcano=props.volcano,
-            system_release_version=props.system_release_version,
+            volcano=config.workloads.volcano,
+            # The system nodes on the Trainium nodes' EKS AMI release: one release per cluster, the track's.
+            system_release_version=config.neuron_track.eks_nodegroup_release_version,
         )
         cluster = self.training.cluster_ref
         self.access_host: ApiAccessHost | None = None
@@ -84,8 +88,6 @@ class EksStack(Stack):
                                           storage=storage)
         if config.eks.capacity == "managed":
             for group in config.compute_groups:
-                group_props = adapter.node_group_props(config, group, storage)
-                nodes = group_props.nodes
                 self.node_groups[group.name] = TrainiumNodeGroup(
                     self,
                     f"NodeGroup-{group.name}",
@@ -94,16 +96,11 @@ class EksStack(Stack):
                     security_groups=[network.efa_security_group],
                     placement_group=network.placement_group(group.name),
                     cni_association=self.training.cni_association,
-                    group_name=nodes.group_name,
-                    spec=nodes.spec,
-                    max_nodes=nodes.max_nodes,
-                    min_nodes=group_props.min_nodes,
-                    root_volume_gib=nodes.root_volume_gib,
-                    capacity_reservation_id=nodes.capacity_reservation_id,
-                    capacity_block=nodes.capacity_block,
-                    release_version=group_props.release_version,
-                    user_data=group_props.user_data,
-                    root_volume_throughput=group_props.root_volume_throughput,
+                    group=config.group_nodes(group),
+                    min_nodes=group.min_nodes,
+                    release_version=config.neuron_track.eks_nodegroup_release_version,
+                    user_data=adapter.node_user_data(config, group, storage),
+                    root_volume_throughput=eks_user_data.root_volume_throughput(fast_image_pull=eks.fast_image_pull),
                 )
         # Every Trainium node joins with the health taint; this checker takes it off (charts/node_health.py).
         self.node_health = cluster.add_cdk8s_chart(NODE_HEALTH_CHART_ID, NodeHealthCheck(

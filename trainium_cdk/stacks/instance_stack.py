@@ -7,7 +7,6 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from trainium_cdk.adapters.instance import dev_instance_props
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.dev_instance import DevInstance
 from trainium_cdk.constructs.network import TrainingNetwork
@@ -32,23 +31,24 @@ class InstanceStack(Stack):
         super().__init__(scope, construct_id, description="trainium-cdk: Neuron development instance", **kwargs)
         # No alarm here: the instance's EC2 scheduled changes reach alarm_topic through the network stack's rule.
         del alarm_topic
-        props = dev_instance_props(config)
-        mount = storage if props.mount_storage else None
+        settings = config.instance
+        mount = storage if settings.mount_storage else None
         self.dev = DevInstance(
             self,
             "Dev",
             vpc=network.vpc,
-            spec=props.spec,
+            spec=config.catalog.get(settings.instance_type, field="instance.instance_type"),
             vpc_subnets=ec2.SubnetSelection(
-                subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[props.az_id]
+                # The config checked that the AZ is one of the VPC's and offers the type.
+                subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[config.dev_instance_az_id()]
             ),
-            dlami=props.dlami,
-            root_volume_gib=props.root_volume_gib,
-            instance_connect_endpoint=props.instance_connect_endpoint,
+            dlami=settings.dlami,
+            root_volume_gib=settings.root_volume_gib,
+            instance_connect_endpoint=settings.instance_connect_endpoint,
             storage=mount,
             storage_client_group=network.efa_security_group if mount is not None else None,
-            track=props.track,
-            ami_id=props.ami_id,
+            track=config.neuron_track,
+            ami_id=settings.ami_id,
             metrics_workspace=metrics_workspace,
         )
         instance_id = self.dev.instance_id

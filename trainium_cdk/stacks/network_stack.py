@@ -8,9 +8,10 @@ from constructs import Construct
 
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.alerts import EC2_SCHEDULED_CHANGE, AlarmTopic, ec2_scheduled_change_message, notify
-from trainium_cdk.constructs.network import TrainingNetwork
+from trainium_cdk.constructs.defaults import retention
+from trainium_cdk.constructs.network import ComputePlacement, TrainingNetwork
+from trainium_cdk.examples import BERT_DATASET_ARCHIVE, offers_bert_example
 from trainium_cdk.constructs.prometheus import MetricsWorkspace
-from trainium_cdk.adapters.network import network_props
 from trainium_cdk.names import (
     OUTPUT_ALARM_TOPIC_ARN, OUTPUT_PROMETHEUS_REMOTE_WRITE_URL, OUTPUT_PROMETHEUS_WORKSPACE_ARN,
     OUTPUT_PROMETHEUS_WORKSPACE_ID, OUTPUT_COMPUTE_SUBNET, OUTPUT_EFA_SECURITY_GROUP_ID, OUTPUT_VPC_ID, group_output,
@@ -20,19 +21,27 @@ from trainium_cdk.names import (
 class NetworkStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, *, config: Config, **kwargs) -> None:
         super().__init__(scope, construct_id, description="trainium-cdk: training VPC and EFA networking", **kwargs)
-        props = network_props(config)
+        network = config.network
         self.network = TrainingNetwork(
             self,
             "Network",
-            az_ids=props.az_ids,
-            compute_groups=props.compute_groups,
-            cidr=props.cidr,
-            public_subnet_mask=props.public_subnet_mask,
-            private_subnet_mask=props.private_subnet_mask,
-            nat_gateways=props.nat_gateways,
-            interface_endpoints=props.interface_endpoints,
-            flow_log_retention=props.flow_log_retention,
-            s3_buckets=props.s3_buckets,
+            az_ids=config.vpc_az_ids,
+            compute_groups=[
+                ComputePlacement(
+                    name=group.name,
+                    az_ids=tuple(group.az_ids),
+                    placement_group=group.placement_group,
+                    existing_placement_group=group.capacity.placement_group,
+                )
+                for group in config.compute_groups
+            ],
+            cidr=network.cidr,
+            public_subnet_mask=network.public_subnet_mask,
+            private_subnet_mask=network.private_subnet_mask,
+            nat_gateways=1 if network.nat_gateways == "one" else len(config.vpc_az_ids),
+            interface_endpoints=network.interface_endpoints,
+            flow_log_retention=retention(network.flow_log_retention_days),
+            s3_buckets=endpoint_buckets(config),
         )
         self.vpc_output = CfnOutput(self, OUTPUT_VPC_ID, value=self.network.vpc.vpc_id)
         CfnOutput(self, OUTPUT_EFA_SECURITY_GROUP_ID, value=self.network.efa_security_group.security_group_id)
@@ -61,3 +70,17 @@ class NetworkStack(Stack):
             # What a pcluster CLI user fills into dist/parallelcluster/ (its cluster YAML and remote-write policy).
             CfnOutput(self, OUTPUT_PROMETHEUS_WORKSPACE_ARN, value=self.metrics.workspace_arn)
             CfnOutput(self, OUTPUT_PROMETHEUS_REMOTE_WRITE_URL, value=self.metrics.remote_write_url)
+
+
+def endpoint_buckets(config: Config) -> list[str]:
+    """The buckets the config names, which the S3 gateway endpoint must reach even in another account: the data
+    repository's, the data loader's, the BERT-large example's dataset (Neuron's) and ``network.s3_buckets``."""
+    named = list(config.network.s3_buckets)
+    repository = config.storage.data_repository if config.storage.enabled else None
+    if repository is not None and repository.bucket_name:
+        named.append(repository.bucket_name)
+    if config.workloads.data_loader is not None:
+        named.append(config.workloads.data_loader.bucket)
+    if offers_bert_example(config):
+        named.append(BERT_DATASET_ARCHIVE.removeprefix("s3://").split("/", 1)[0])
+    return sorted(set(named))

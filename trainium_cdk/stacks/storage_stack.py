@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_fsx as fsx
 from constructs import Construct
 
 from trainium_cdk.config import Config
 from trainium_cdk.constructs.network import TrainingNetwork
-from trainium_cdk.constructs.storage import LustreStorage
-from trainium_cdk.adapters.storage import storage_props
+from trainium_cdk.constructs.defaults import removal_policy
+from trainium_cdk.constructs.storage import DataRepositoryProps, LustreStorage
 from trainium_cdk.names import (
     OUTPUT_DATA_BUCKET_NAME, OUTPUT_FILE_SYSTEM_DNS_NAME, OUTPUT_FILE_SYSTEM_ID, OUTPUT_FILE_SYSTEM_MOUNT_NAME,
     OUTPUT_FILE_SYSTEM_SECURITY_GROUP_ID,
@@ -22,21 +23,25 @@ class StorageStack(Stack):
         super().__init__(
             scope, construct_id, description="trainium-cdk: FSx for Lustre shared storage (stateful)", **kwargs
         )
-        props = storage_props(config)
+        settings = config.storage
+        repo = settings.data_repository
         self.storage = LustreStorage(
             self,
             "Storage",
             vpc=network.vpc,
             subnet=network.compute_subnet(config.storage_group.name),
             clients=[network.efa_security_group],
-            capacity_gib=props.capacity_gib,
-            deployment_type=props.deployment_type,
-            throughput_mb_per_tib=props.throughput_mb_per_tib,
-            compression=props.compression,
-            file_system_type_version=props.file_system_type_version,
-            removal_policy=props.removal_policy,
-            backup_retention_days=props.backup_retention_days,
-            data_repository=props.data_repository,
+            capacity_gib=settings.capacity_gib,
+            deployment_type=fsx.LustreDeploymentType[settings.deployment_type],
+            throughput_mb_per_tib=settings.throughput_mb_per_tib,
+            compression=fsx.LustreDataCompressionType[settings.compression],
+            file_system_type_version=fsx.FileSystemTypeVersion["V_" + settings.lustre_version.replace(".", "_")],
+            removal_policy=removal_policy(settings.removal_policy),
+            backup_retention_days=settings.backup_retention_days,
+            data_repository=None if repo is None else DataRepositoryProps(
+                bucket_name=repo.bucket_name, s3_prefix=repo.s3_prefix, file_system_path=repo.file_system_path,
+                auto_import=repo.auto_import, auto_export=repo.auto_export,
+            ),
         )
         self.file_system_output = CfnOutput(self, OUTPUT_FILE_SYSTEM_ID, value=self.storage.file_system_id)
         CfnOutput(self, OUTPUT_FILE_SYSTEM_DNS_NAME, value=self.storage.dns_name)

@@ -114,7 +114,7 @@ fi
 start() {
   counters=""
   if command -v awk >/dev/null && tally="$(mktemp -d)" && mkfifo "$tally/1" "$tally/2"; then
-    touch "$tally/start"  # the native track's new cache entries are newer than this
+    : > "$tally/start"  # (no touch: the shell writes it) the native track's new cache entries are newer than this
     for fd in 1 2; do
       awk -v seen="$tally/seen.$fd" '{ print; fflush(); kind = "" }
         /Using a cached neff at / { kind = "hit" }

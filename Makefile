@@ -95,7 +95,7 @@ checkov-env: $(DEV)
 
 ## docs: regenerate the generated pages of the site (docs/: config reference, architecture, Day-2 table, API reference, waivers) from the code
 docs: setup
-	$(RUN) $(PY) -m trainium_cdk.docs --write
+	$(RUN) $(PY) -m trainium_cdk.app.docs --write
 
 ## bench: cold synth time and peak memory through the CDK CLI, median of 3 (not a test)
 bench: setup

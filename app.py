@@ -16,12 +16,12 @@ use_bundled_node()  # before aws_cdk starts its JavaScript process
 
 import aws_cdk as cdk  # noqa: E402
 
-from trainium_cdk.app_context import check_context  # noqa: E402
-from trainium_cdk.config import DEFAULT_CONFIG_PATH, OVERRIDES, ConfigError, load_config  # noqa: E402
-from trainium_cdk.cost import BILL_FILE, bill, render  # noqa: E402
-from trainium_cdk.dist import DIST, write_dist  # noqa: E402
-from trainium_cdk.stacks import compose  # noqa: E402
-from trainium_cdk.stacks.pipeline_stack import PipelineStack  # noqa: E402
+from trainium_cdk.app.app_context import check_context  # noqa: E402
+from trainium_cdk.app.config import DEFAULT_CONFIG_PATH, OVERRIDES, ConfigError, load_config  # noqa: E402
+from trainium_cdk.app.cost import BILL_FILE, bill, render  # noqa: E402
+from trainium_cdk.app.dist import DIST, write_dist  # noqa: E402
+from trainium_cdk.app.stacks import compose  # noqa: E402
+from trainium_cdk.app.stacks.pipeline_stack import PipelineStack  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 

@@ -80,7 +80,7 @@ class SynthesizedPipeline:
 @cache
 def synthesized_pipeline() -> SynthesizedPipeline:
     """The pipeline app, synthesized once per session with cdk-nag (AwsSolutions and NIST 800-53 rev 5)."""
-    from trainium_cdk.stacks.pipeline_stack import PipelineStack
+    from trainium_cdk.app.stacks.pipeline_stack import PipelineStack
 
     outdir = new_outdir()
     app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)

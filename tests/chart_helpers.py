@@ -8,7 +8,7 @@ from typing import Any
 import kubernetes_validate
 from kubernetes_validate.utils import all_versions, major_minor
 
-from trainium_cdk.versions import KUBERNETES_VERSION
+from trainium_cdk.facts.versions import KUBERNETES_VERSION
 
 SUPPORTED_VERSIONS = sorted({major_minor(v) for v in all_versions()}, key=lambda v: tuple(map(int, v.split("."))))
 # The cluster's version when kubernetes-validate has its schemas, else the newest it has (the

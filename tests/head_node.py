@@ -1,4 +1,4 @@
-"""The ParallelCluster head node's setup (trainium_cdk/parallelcluster/neuron_setup.sh), run here in a folder that
+"""The ParallelCluster head node's setup (trainium_cdk/node/neuron_setup.sh), run here in a folder that
 stands for its root.
 
 The head node runs the script at configure time and again from OnNodeUpdated after every cluster update. The
@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 from tests.helpers import config_with
-from trainium_cdk.parallelcluster.cluster_config import SCRIPTS_BUCKET, SCRIPTS_PREFIX, placeholder, placeholder_ids, setup_args
-from trainium_cdk.parallelcluster.dist import fetched_digests, fetched_files
-from trainium_cdk.names import CACHE_GROUP
+from trainium_cdk.app.parallelcluster.cluster_config import SCRIPTS_BUCKET, SCRIPTS_PREFIX, placeholder, placeholder_ids, setup_args
+from trainium_cdk.app.dist.parallelcluster import fetched_digests, fetched_files
+from trainium_cdk.facts.names import CACHE_GROUP
 from trainium_cdk.parallelcluster.parts import SETUP_SCRIPT
-from trainium_cdk.versions import XLA_TRACK
+from trainium_cdk.facts.versions import XLA_TRACK
 
 # setfacl -d -m u::rwx,g::rwx,o::rx PATH...: the default ACL of each directory, as the kernel reads it
 # (system.posix_acl_default: version 2, then tag, permissions, id per entry; acl(5), linux/posix_acl_xattr.h).

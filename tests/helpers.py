@@ -17,8 +17,8 @@ import aws_cdk as cdk
 import cdk_nag
 from aws_cdk.assertions import Template
 
-from trainium_cdk.config import Config, build_config
-from trainium_cdk.stacks import TrainingApp, compose
+from trainium_cdk.app.config import Config, build_config
+from trainium_cdk.app.stacks import TrainingApp, compose
 
 ROOT = Path(__file__).resolve().parent.parent
 # The feature flags of cdk.json, so that tests synthesize what `cdk synth` does.
@@ -49,7 +49,7 @@ CFN_LINT_UNKNOWN_TYPES = ("trn2u.48xlarge",)
 def for_type(instance_type: str, **group: Any) -> dict[str, Any]:
     """config_with() arguments for a single group of ``instance_type`` in a region cfn-lint knows (one
     node per job for a type without EFA: the config refuses more)."""
-    from trainium_cdk.catalog import DEFAULT_CATALOG
+    from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 
     if not DEFAULT_CATALOG.get(instance_type).has_efa:
         group = {"nodes": 1, **group}

@@ -28,9 +28,9 @@ import yaml
 from tests.helpers import Synthesized, resources
 from tests.reachability import Reachability
 from tests.scheduling import PodTemplate, pod_templates
-from trainium_cdk.dist import write_dist
-from trainium_cdk.names import TRAINING_NAMESPACE
-from trainium_cdk.workloads import render_job
+from trainium_cdk.app.dist import write_dist
+from trainium_cdk.facts.names import TRAINING_NAMESPACE
+from trainium_cdk.app.workloads import render_job
 
 # The node setup's line that turns the block on (trainium_cdk/node/batch_node.sh); what it does to the agent's
 # configuration is tested by running it (tests/test_batch_node_setup.py).

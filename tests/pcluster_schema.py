@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainium_cdk.versions import PARALLELCLUSTER_VERSION
+from trainium_cdk.facts.versions import PARALLELCLUSTER_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-pcluster"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainium_cdk.names import STARTUP_TAINT_PREFIX
+from trainium_cdk.facts.names import STARTUP_TAINT_PREFIX
 
 ALL = "-1"
 INTERNET = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))

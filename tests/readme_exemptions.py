@@ -560,7 +560,7 @@ def _template_definition(walk: Walkthrough, arn: str) -> tuple[dict[str, Any], s
 
 
 def _images(batch: Any, arn: str) -> set[str]:
-    from trainium_cdk.batch_job import images_of
+    from trainium_cdk.runtime.batch_job import images_of
 
     (found,) = batch.describe_job_definitions(jobDefinitions=[arn])["jobDefinitions"]
     return images_of(found)
@@ -589,7 +589,7 @@ def _image_workdir(walk: Walkthrough, images: set[str]) -> Path | None:
 def mirror_data_repository(walk: Walkthrough) -> None:
     """FSx's automatic import, for the walkthrough's /fsx: every object of the storage stack's data bucket under
     the association's path (the default config's: /fsx/s3), as the file system shows it after `trn sync`."""
-    from trainium_cdk.config import load_config
+    from trainium_cdk.app.config import load_config
 
     config = load_config(walk.sandbox / "config" / "default.yaml")
     repository = config.storage.data_repository
@@ -607,7 +607,7 @@ def mirror_data_repository(walk: Walkthrough) -> None:
 
 def _deployed_revision(walk: Walkthrough, arn: str) -> str:
     """The deployed job definition a revision copies (`trn submit --image` tags its revisions with it), or itself."""
-    from trainium_cdk.batch_job import BASED_ON_TAG
+    from trainium_cdk.runtime.batch_job import BASED_ON_TAG
 
     (found,) = walk.boto3("batch").describe_job_definitions(jobDefinitions=[arn])["jobDefinitions"]
     return str((found.get("tags") or {}).get(BASED_ON_TAG, arn))

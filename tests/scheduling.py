@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.reachability import NodeSet
-from trainium_cdk.catalog import DEFAULT_CATALOG, EFA_RESOURCE, NEURON_RESOURCE, NEURONCORE_RESOURCE, node_capacity
+from trainium_cdk.facts.catalog import (
+    DEFAULT_CATALOG, EFA_RESOURCE, NEURON_RESOURCE, NEURONCORE_RESOURCE, node_capacity,
+)
 
 # EKS AL2023 kube-reserved: memory 255 MiB + 11 MiB per pod (110 pods assumed, the most any of our
 # types runs) plus the 100 MiB hard eviction threshold; CPU 6% of the first core, 1% of the second,

@@ -14,7 +14,7 @@ from tests.helpers import BASE_CONFIG, config_with, resources, synth
 from tests.reachability import ACCESS_HOST, CONTROL_PLANE, EKS_CLUSTER_SG, VPC_ENDPOINT, Reachability
 from tests.test_cli_connect import HOST, OWN_CLUSTER, OWN_STACK, deployed, home, tools  # noqa: F401 (fixture)
 from tests.test_cli_support import REGION, assert_one_clean_line, run_cli
-from trainium_cdk.names import OUTPUT_CONNECT_POLICY_ARN
+from trainium_cdk.facts.names import OUTPUT_CONNECT_POLICY_ARN
 
 pytest_plugins = ["tests.test_cli_support"]
 

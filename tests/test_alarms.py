@@ -20,7 +20,7 @@ from tests.helpers import config_with, resources, synth
 from trainium_cdk.constructs.alerts import KARPENTER_USERNAME
 from trainium_cdk.charts.node_health import NAME as NODE_HEALTH_NAME
 from trainium_cdk.constructs.karpenter import KARPENTER_NAMESPACE, KARPENTER_SERVICE_ACCOUNT
-from trainium_cdk.names import TRAINING_NAMESPACE
+from trainium_cdk.facts.names import TRAINING_NAMESPACE
 
 ACCOUNT, PARTITION = "123456789012", "aws"
 EMAIL = "ml-oncall@example.com"

@@ -24,12 +24,12 @@ from tests.amis import publish_ami
 from tests.apps import VARIANTS, synthesized
 from tests.helpers import CDK_CONTEXT, cfn_lint_errors, config_with, nag_violations, resources, synth
 from tests.test_cli_support import AwsCalls
-from trainium_cdk.catalog import DEFAULT_CATALOG
-from trainium_cdk.config import ConfigError
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
+from trainium_cdk.app.config import ConfigError
 from trainium_cdk.constructs.ami_lookup import HANDLER_DIR, RESOURCE_TYPE, RUNTIME
 from trainium_cdk.constructs.dev_instance import DevInstance
 from trainium_cdk.lambdas.ami_lookup import index as handler
-from trainium_cdk.versions import (
+from trainium_cdk.facts.versions import (
     ECS_NEURON_AMI_NAME, NEURON_TRACKS, XLA_TRACK, AmiQuery, dlami_name, ecs_neuron_ami_parameter,
 )
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import CDK_CONTEXT
-from trainium_cdk.app_context import KNOWN_KEYS, check_context, unknown_keys
-from trainium_cdk.config import ConfigError
+from trainium_cdk.app.app_context import KNOWN_KEYS, check_context, unknown_keys
+from trainium_cdk.app.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = str(ROOT / "config" / "default.yaml")

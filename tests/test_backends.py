@@ -9,8 +9,8 @@ import aws_cdk as cdk
 import pytest
 
 from tests.helpers import config_with
-from trainium_cdk import backends
-from trainium_cdk.backends import Backend
+from trainium_cdk.app import backends
+from trainium_cdk.app.backends import Backend
 
 
 def test_the_built_in_backends_in_stack_order():
@@ -48,7 +48,8 @@ def toy_dist(config, outdir: Path) -> list[Path]:
 
 
 def toy_idle(config, region):
-    from trainium_cdk import cost, prices
+    from trainium_cdk.app import cost
+    from trainium_cdk.facts import prices
 
     return [cost._line("toy controller", 1, "node", prices.instance_price("m7i.large"), region)]
 
@@ -64,9 +65,9 @@ def toy(monkeypatch):
 
 
 def test_a_registered_backend_is_deployed_written_and_billed_from_its_entry(toy, tmp_path):
-    from trainium_cdk.cost import bill
-    from trainium_cdk.dist import write_dist
-    from trainium_cdk.stacks import compose
+    from trainium_cdk.app.cost import bill
+    from trainium_cdk.app.dist import write_dist
+    from trainium_cdk.app.stacks import compose
 
     config = config_with(backends=["toy"])
     app = cdk.App(outdir=str(tmp_path / "out"))

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests import node_files
-from trainium_cdk import node, versions
-from trainium_cdk.catalog import DEFAULT_CATALOG
+from trainium_cdk import node
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.constructs.batch_node import node_setup
 
 DRIVER = versions.XLA_TRACK.driver

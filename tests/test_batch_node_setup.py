@@ -13,7 +13,7 @@ import pytest
 
 from tests import node_files
 from tests.helpers import config_with, synth, template_text
-from trainium_cdk.catalog import DEFAULT_CATALOG
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.constructs.batch_node import node_setup
 
 REFUSED = ["systemctl mask --now ecs.service", "shutdown -h now"]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import cfn_lint_errors, config_with, nag_violations, resources, synth
-from trainium_cdk.config import ConfigError
+from trainium_cdk.app.config import ConfigError
 
 BLOCK = "cr-0bbbbbbbbbbbbbbbb"
 RESERVATION = "cr-0aaaaaaaaaaaaaaaa"

@@ -18,14 +18,14 @@ import yaml
 from tests.apps import VARIANTS, synthesized
 from tests.helpers import helm_chart_name, resources, synth
 from tests.reachability import Reachability
-from trainium_cdk import prices, versions
-from trainium_cdk.capacity import GroupNodes, NodeCapacity
-from trainium_cdk.catalog import DEFAULT_CATALOG
+from trainium_cdk.facts import prices, versions
+from trainium_cdk.facts.capacity import GroupNodes, NodeCapacity
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.charts.karpenter import NodePoolProps, network_interfaces
 from trainium_cdk.cli import main
-from trainium_cdk.config import ConfigError, load_config
+from trainium_cdk.app.config import ConfigError, load_config
 from trainium_cdk.constructs.volcano import VOLCANO_SCHEDULER_CONFIG
-from trainium_cdk.cost import INTERFACE_ENDPOINT_COUNT, bill
+from trainium_cdk.app.cost import INTERFACE_ENDPOINT_COUNT, bill
 
 CRDS = Path(__file__).parent / "data" / "karpenter"
 ALL_BACKENDS = "eks,batch,parallelcluster,instance"

@@ -1,4 +1,4 @@
-"""The capacity vocabulary is written once (trainium_cdk/capacity.py) and every writer knows every kind of it; a
+"""The capacity vocabulary is written once (trainium_cdk/facts/capacity.py) and every writer knows every kind of it; a
 compute group's nodes reach every backend as the one GroupNodes the config maps them to."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import pytest
 
 import trainium_cdk
 from tests.helpers import config_with
-from trainium_cdk.capacity import CAPACITY_KINDS, CapacityKind, GroupNodes, NodeCapacity
-from trainium_cdk.catalog import DEFAULT_CATALOG
+from trainium_cdk.facts.capacity import CAPACITY_KINDS, CapacityKind, GroupNodes, NodeCapacity
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.charts.karpenter import capacity_types
 from trainium_cdk.errors import ConfigError
 
 PACKAGE = Path(trainium_cdk.__file__).resolve().parent
-HOME = PACKAGE / "capacity.py"
+HOME = PACKAGE / "facts" / "capacity.py"
 RESERVATION = "cr-0aaaaaaaaaaaaaaaa"
 
 
@@ -44,11 +44,11 @@ def test_the_kinds_are_spelled_out_only_in_their_home():
         for path in sorted(PACKAGE.rglob("*.py")) if path != HOME
         for lines in [_literals_with("capacity-block", path)] if lines
     }
-    assert not copies, f"the capacity kinds written again (use trainium_cdk.capacity.CapacityKind): {copies}"
+    assert not copies, f"the capacity kinds written again (use trainium_cdk.facts.capacity.CapacityKind): {copies}"
 
 
 def test_the_config_speaks_the_vocabulary():
-    from trainium_cdk.config.models import Capacity
+    from trainium_cdk.app.config.models import Capacity
 
     assert typing.get_args(Capacity.model_fields["type"].annotation) == CAPACITY_KINDS == typing.get_args(CapacityKind)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainium_cdk.catalog import DEFAULT_CATALOG, EFA_TRAINING_TYPES, SUPPORTED_TRAINING_TYPES, InstanceSpec
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG, EFA_TRAINING_TYPES, SUPPORTED_TRAINING_TYPES, InstanceSpec
 from trainium_cdk.errors import ConfigError
 
 # (Neuron devices, NeuronCores, EFA interfaces, vCPU, memory GiB), from the EC2 and Neuron docs.
@@ -72,7 +72,7 @@ def test_register_rejects_more_efa_than_cards():
 def test_the_lustre_literals_the_config_types_with_are_the_facts_the_constructs_read():
     from typing import get_args
 
-    from trainium_cdk import catalog
+    from trainium_cdk.facts import catalog
 
     assert tuple(catalog.LUSTRE_THROUGHPUT_MB_PER_TIB) == get_args(catalog.LustreDeploymentType)
     assert catalog.LUSTRE_VERSIONS == get_args(catalog.LustreVersion) and catalog.LUSTRE_VERSIONS

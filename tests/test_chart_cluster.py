@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from tests.chart_helpers import container, of_kind, validate_all
-from trainium_cdk import versions
-from trainium_cdk.catalog import BUILTIN_INSTANCE_TYPES, Catalog
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.catalog import BUILTIN_INSTANCE_TYPES, Catalog
 from trainium_cdk.charts import (
     EFA_CHART_ID, FSX_CHART_ID, NAMESPACE_CHART_ID, NEURON_CHART_ID, EfaDevicePlugin, FsxStorage, FsxStorageProps,
     NeuronDevicePlugin, TrainingNamespace,

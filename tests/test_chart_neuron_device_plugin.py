@@ -13,8 +13,8 @@ from tests.chart_helpers import (
     K8S_VERSION, SUPPORTED_VERSIONS, affinity_types, container, host_paths, of_kind, one, pod_spec, tolerations,
     validate_all,
 )
-from trainium_cdk import versions
-from trainium_cdk.catalog import DEFAULT_CATALOG
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.charts import NeuronDevicePlugin
 from trainium_cdk.errors import ConfigError
 

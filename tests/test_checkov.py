@@ -18,7 +18,7 @@ import yaml
 
 from tests.apps import VARIANTS, synthesized, synthesized_pipeline
 from tests.checkov_env import CheckovUnavailable, ensure_venv, scan
-from trainium_cdk.dist import write_dist
+from trainium_cdk.app.dist import write_dist
 
 WAIVERS = Path(__file__).with_name("checkov_waivers.yaml")
 

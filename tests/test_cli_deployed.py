@@ -16,7 +16,7 @@ from tests import container_engine_standin as engine
 from tests.deployed import Account, assembly_stacks
 from tests.helpers import synth
 from tests.test_cli_support import ACCOUNT, DEFAULT_YAML, REGION, run_cli
-from trainium_cdk.config import build_config
+from trainium_cdk.app.config import build_config
 
 pytest_plugins = ["tests.test_cli_support"]
 # The harness's stand-in stack body (deployed.py): moto's CloudFormation says it does not model it, which is fine.

@@ -33,8 +33,8 @@ from tests.test_cli_support import (
 from trainium_cdk.cli import doctor as doctor_module
 from trainium_cdk.cli.doctor import Doctor
 from trainium_cdk.cli.doctor_local import PASS, SKIP, WARN, CommandResult, neuron_versions
-from trainium_cdk.config import build_config
-from trainium_cdk.versions import NATIVE_TRACK, XLA_TRACK
+from trainium_cdk.app.config import build_config
+from trainium_cdk.facts.versions import NATIVE_TRACK, XLA_TRACK
 from tests.amis import publish_ami
 
 RESERVATION = "cr-0123456789abcdef0"
@@ -575,7 +575,7 @@ def test_batch_with_an_image_of_ones_own_needs_no_container_engine(ready, machin
 def test_batch_ami_not_published_in_the_region_fails_naming_the_field(ready, tmp_path, monkeypatch):
     import dataclasses
 
-    from trainium_cdk import versions
+    from trainium_cdk.facts import versions
 
     missing = "al2023-ami-ecs-neuron-hvm-2099.0.20990101-kernel-6.1-x86_64"
     monkeypatch.setitem(versions.NEURON_TRACKS, "xla", dataclasses.replace(XLA_TRACK, ecs_neuron_ami=missing))

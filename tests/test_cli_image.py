@@ -20,9 +20,9 @@ import yaml
 
 from tests import container_engine_standin as engine
 from tests.test_cli_support import ACCOUNT, DEFAULT_YAML, REGION, AwsCalls, assert_one_clean_line, client_error, run_cli
-from trainium_cdk import versions
+from trainium_cdk.facts import versions
 from trainium_cdk.cli import image
-from trainium_cdk.names import OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, output_key
+from trainium_cdk.facts.names import OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, output_key
 
 pytest_plugins = ["tests.test_cli_support"]
 
@@ -308,7 +308,7 @@ def test_push_of_a_recipe_builds_its_folder_under_a_recipe_tag(aws, repositories
     """`trn image push --recipe NAME`: the recipe's folder is the Dockerfile's and the context; the tag
     recipe-NAME-<time> is what `trn submit --job NAME` looks for."""
     from trainium_cdk import recipes
-    from trainium_cdk.config import TrainingJobSettings
+    from trainium_cdk.app.config import TrainingJobSettings
 
     folder = tmp_path / "toy_recipe"
     folder.mkdir()
@@ -332,7 +332,7 @@ def test_push_of_a_recipe_that_shares_files_builds_from_the_recipes_folder(aws, 
     """A recipe that imports another's file (titan-llama3 uses hf_lora/hf_token.py: one home, no copy) is built
     with the package's recipes folder as the context and its own Dockerfile, which copies both folders."""
     from trainium_cdk import recipes
-    from trainium_cdk.config import TrainingJobSettings
+    from trainium_cdk.app.config import TrainingJobSettings
 
     folder = tmp_path / "toy_recipe"
     folder.mkdir()

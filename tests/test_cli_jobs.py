@@ -37,7 +37,7 @@ from tests.test_cli_support import (
 )
 from trainium_cdk.cli import batch_jobs, jobs
 from trainium_cdk.cli._common import CliError
-from trainium_cdk.names import (
+from trainium_cdk.facts.names import (
     BATCH_JOB_DEFINITION_ARN, BATCH_JOB_QUEUE_ARN, BATCH_LOG_GROUP_NAME, OUTPUT_BATCH_GROUPS, output_key,
 )
 
@@ -453,7 +453,7 @@ def test_importing_the_cli_is_cheap_and_synth_never_imports_it():
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
     package = ROOT / "trainium_cdk"
-    synth_side = [ROOT / "app.py", package / "__init__.py", *(package / "stacks").glob("*.py")]
+    synth_side = [ROOT / "app.py", package / "__init__.py", *(package / "app" / "stacks").glob("*.py")]
     for path in synth_side:
         assert "trainium_cdk.cli" not in path.read_text(), path
 
@@ -491,8 +491,8 @@ def _in_namespace(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
 
 def expected_job(config_path: Path, *, name: str, nodes: int | None, image: str = IMAGE, job: str | None = None) -> Any:
     """What the job chart renders for these arguments: the object the API must receive, whole."""
-    from trainium_cdk.workloads import render_job
-    from trainium_cdk.config import load_config
+    from trainium_cdk.app.workloads import render_job
+    from trainium_cdk.app.config import load_config
 
     (obj,) = render_job(load_config(config_path), name=name, image=image, nodes=nodes, group="train", job=job)
     return obj
@@ -691,7 +691,7 @@ def test_eks_submit_unknown_kind_is_one_line(aws, eks_stack, kube, config):
 def expected_fabric_job(config_path: Path, *, name: str, nodes: int, image: str = IMAGE) -> Any:
     """The fabric check's Volcano job for these arguments: the object the API must receive, whole."""
     from trainium_cdk.cli.check import eks_job
-    from trainium_cdk.config import load_config
+    from trainium_cdk.app.config import load_config
 
     (obj,) = eks_job(load_config(config_path), name=name, nodes=nodes, group_name="train", image=image)
     return obj

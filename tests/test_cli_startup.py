@@ -32,7 +32,7 @@ def test_rendering_an_eks_job_loads_no_cdk():
     code = (
         "import json, sys\n"
         "from trainium_cdk.cli.eks_jobs import render\n"
-        "from trainium_cdk.config import load_config\n"
+        "from trainium_cdk.app.config import load_config\n"
         "config = load_config(None)\n"
         "from trainium_cdk.cli.jobs import UserJob\n"
         "job = UserJob(group=config.compute_groups[0], nodes=None, program=('train.py',), job=None, env={})\n"

@@ -19,7 +19,7 @@ import yaml
 
 from tests.test_cli_support import DEFAULT_YAML, REGION, AwsCalls, assert_one_clean_line, client_error, run_cli
 from trainium_cdk.cli import sync
-from trainium_cdk.names import OUTPUT_DATA_BUCKET_NAME, OUTPUT_FILE_SYSTEM_ID, output_key
+from trainium_cdk.facts.names import OUTPUT_DATA_BUCKET_NAME, OUTPUT_FILE_SYSTEM_ID, output_key
 
 pytest_plugins = ["tests.test_cli_support"]
 

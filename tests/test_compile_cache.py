@@ -23,8 +23,8 @@ import pytest
 from tests.test_cli_support import run_cli
 from tests.test_own_job import config  # noqa: F401 (the fixture: the default config with every backend)
 from trainium_cdk.cli.compile_cache import summary_of
-from trainium_cdk.launcher import COMPILE_CACHE_SUMMARY, launch_command
-from trainium_cdk.names import COMPILE_CACHE_HITS_METRIC, COMPILE_CACHE_MISSES_METRIC, METRICS_DIR_VARIABLE
+from trainium_cdk.runtime.launcher import COMPILE_CACHE_SUMMARY, launch_command
+from trainium_cdk.facts.names import COMPILE_CACHE_HITS_METRIC, COMPILE_CACHE_MISSES_METRIC, METRICS_DIR_VARIABLE
 
 pytest_plugins = ["tests.test_cli_support"]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from trainium_cdk.config import DEFAULT_CONFIG_PATH, ConfigError, az_id_prefix, build_config, load_config
+from trainium_cdk.app.config import DEFAULT_CONFIG_PATH, ConfigError, az_id_prefix, build_config, load_config
 from tests.helpers import BASE_CONFIG, US_EAST_2
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainium_cdk.config import DEFAULT_CONFIG_PATH, Config, ConfigError, build_config, load_config
+from trainium_cdk.app.config import DEFAULT_CONFIG_PATH, Config, ConfigError, build_config, load_config
 
 
 def one_line(err: pytest.ExceptionInfo[ConfigError], *words: str) -> str:

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from tests.helpers import cfn_lint_errors, config_with, for_type, nag_violations, resources, synth
-from trainium_cdk.config import Config, ConfigError
+from trainium_cdk.app.config import Config, ConfigError
 
 ALL_BACKENDS = ["eks", "batch", "parallelcluster", "instance"]
 RESERVATION = "cr-0123456789abcdef0"
@@ -88,7 +88,7 @@ def result(request):
 
 
 def test_the_variants_take_every_literal_value():
-    from trainium_cdk import backends
+    from trainium_cdk.app import backends
 
     # `backends` is checked against the backend registry, not a Literal: every registered name counts.
     fields = {**literal_fields(Config), "backends[]": backends.names()}

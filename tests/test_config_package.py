@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import trainium_cdk.config as config_package
-from trainium_cdk.config import DEFAULT_CONFIG_PATH, PROJECT_CONFIG_PATH, ConfigError, build_config
+import trainium_cdk.app.config as config_package
+from trainium_cdk.app.config import DEFAULT_CONFIG_PATH, PROJECT_CONFIG_PATH, ConfigError, build_config
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = {
@@ -22,12 +22,12 @@ PIPELINE = {
 
 
 def _imported_from_config() -> set[str]:
-    """Every name a module of the repository imports with ``from trainium_cdk.config import ...``."""
+    """Every name a module of the repository imports with ``from trainium_cdk.app.config import ...``."""
     names: set[str] = set()
     files = [ROOT / "app.py", *(path for d in ("trainium_cdk", "tests", "tools") for path in (ROOT / d).rglob("*.py"))]
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module == "trainium_cdk.config":
+            if isinstance(node, ast.ImportFrom) and node.module == "trainium_cdk.app.config":
                 names.update(alias.name for alias in node.names)
     return names
 
@@ -41,9 +41,9 @@ def test_every_name_the_project_imports_is_exported():
 
 
 def test_the_packaged_default_is_the_project_file():
-    """trainium_cdk/config/default.yaml, which the wheel carries, is a link to config/default.yaml (the
+    """trainium_cdk/app/config/default.yaml, which the wheel carries, is a link to config/default.yaml (the
     file users edit): one file, no copy to keep in step."""
-    packaged = ROOT / "trainium_cdk" / "config" / "default.yaml"
+    packaged = ROOT / "trainium_cdk" / "app" / "config" / "default.yaml"
     assert packaged.is_symlink()
     assert packaged.resolve() == (ROOT / PROJECT_CONFIG_PATH).resolve() == DEFAULT_CONFIG_PATH
     assert json.loads((ROOT / "cdk.json").read_text())["context"]["config"] == PROJECT_CONFIG_PATH.as_posix()

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import CDK_CONTEXT, config_with, resources
 from trainium_cdk.cli import yaml_edit
-from trainium_cdk.config import ConfigError, load_config, parse_yaml
+from trainium_cdk.app.config import ConfigError, load_config, parse_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE_EXAMPLE = "config/pipeline.example.yaml"

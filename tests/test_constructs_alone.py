@@ -27,11 +27,11 @@ from trainium_cdk import (
     SlurmCluster, TrainingImageRepository, TrainingNetwork, TrainingWorkloads, TrainingWorkloadsOptions, TrainiumBatch,
     TrainiumCluster, TrainiumNodeGroup, TrainiumNodePools,
 )
-from trainium_cdk.adapters.parallelcluster import cluster_settings
+from trainium_cdk.app.adapters.parallelcluster import cluster_settings
 from trainium_cdk.constructs.api_access import ApiAccessHost
 from trainium_cdk.constructs.dev_instance import DevInstance
 from trainium_cdk.constructs.network import ComputePlacement
-from trainium_cdk.versions import KARPENTER_AMI_ALIAS
+from trainium_cdk.facts.versions import KARPENTER_AMI_ALIAS
 
 ENV = cdk.Environment(account="123456789012", region="us-west-2")
 STACK = "Alone"

@@ -29,8 +29,8 @@ import pytest
 
 from tests.helpers import Synthesized, resources, synth
 from tests.pcluster_schema import update_changes, venv_or_skip
-from trainium_cdk import versions
-from trainium_cdk.config import Config, build_config
+from trainium_cdk.facts import versions
+from trainium_cdk.app.config import Config, build_config
 
 BASE: dict[str, Any] = {
     "project": "t",
@@ -417,11 +417,11 @@ def _running_jobs_effects(base: Synthesized, now: Synthesized) -> list[Any]:
 
 @pytest.mark.parametrize("change", sorted(CHANGES))
 def test_the_day2_table_says_where_a_change_stops_running_jobs(pairs, policies, change):
-    """The README's table (trainium_cdk/day2.py) against each service's rules on the templates: Batch
+    """The README's table (trainium_cdk/app/day2.py) against each service's rules on the templates: Batch
     infrastructure updates and managed node group rolls (tests/lifecycle.py), ParallelCluster's own update
     policies (a change it applies only with the compute fleet stopped). Karpenter waits for the job:
     test_karpenter_drift_waits_for_the_job_on_the_default_app."""
-    from trainium_cdk import day2
+    from trainium_cdk.app import day2
 
     (row,) = [c for c in day2.CHANGES if c.key == change]
     effects = _running_jobs_effects(*pairs[change])
@@ -436,7 +436,7 @@ def test_the_day2_table_says_where_a_change_stops_running_jobs(pairs, policies, 
 def test_the_readme_holds_the_generated_day2_table():
     from pathlib import Path
 
-    from trainium_cdk import day2
+    from trainium_cdk.app import day2
 
     from tests.readme import page
 
@@ -480,7 +480,7 @@ def test_karpenter_drift_waits_for_the_job_on_the_default_app():
     drifted node (a pin, the instance type) is replaced after its job."""
     from tests.lifecycle import karpenter_effects
     from tests.reachability import Reachability
-    from trainium_cdk.workloads import render_job
+    from trainium_cdk.app.workloads import render_job
 
     result = synth(build_config({**json.loads(json.dumps(BASE)), "eks": {}}), nag=False)
     objects = [o for _, objs in Reachability.from_dir(result.outdir).manifests() for o in objs]
@@ -522,7 +522,7 @@ def test_the_day2_table_says_where_a_change_replaces_the_development_instance(in
     """A pin change makes the DLAMI lookup run again (another SDK release in its query): the instance gets
     another ImageId, which CloudFormation applies by replacing it (tests/lifecycle.py). Nothing else does."""
     from tests.lifecycle import instance_effects
-    from trainium_cdk import day2
+    from trainium_cdk.app import day2
 
     before, now = instance_pairs[change]
     effects = instance_effects(before.template_json("instance"), now.template_json("instance"))

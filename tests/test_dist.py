@@ -7,7 +7,7 @@ import yaml
 
 from tests.chart_helpers import validate_all
 from tests.helpers import config_with
-from trainium_cdk.dist import PLACEHOLDERS, write_dist
+from trainium_cdk.app.dist import PLACEHOLDERS, write_dist
 
 
 @pytest.fixture(scope="module")

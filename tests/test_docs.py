@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainium_cdk import docs
+from trainium_cdk.app import docs
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -18,7 +18,7 @@ def test_the_config_reference_is_generated_from_the_model():
 
 def test_the_instance_catalog_table_is_generated_from_the_catalog():
     """docs/reference/instance-catalog.md: a row per built-in type, its facts as catalog.py has them."""
-    from trainium_cdk.catalog import BUILTIN_INSTANCE_TYPES
+    from trainium_cdk.facts.catalog import BUILTIN_INSTANCE_TYPES
 
     text = docs.CATALOG_PAGE.read_text()
     start, end = text.index(docs.CATALOG_BEGIN), text.index(docs.CATALOG_END) + len(docs.CATALOG_END)
@@ -47,7 +47,7 @@ def test_the_architecture_is_generated_from_the_app():
 
 def test_the_waivers_are_listed_in_one_generated_file():
     """docs/waivers.md: every cdk-nag acknowledgment of the apps and every checkov waiver, as the code has them."""
-    from trainium_cdk import waivers
+    from trainium_cdk.facts import waivers
 
     listed = waivers.acknowledgments()
     generated = waivers.document(listed)

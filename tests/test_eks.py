@@ -9,12 +9,12 @@ import re
 import pytest
 
 from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, helm_chart_name, resources, synth
-from trainium_cdk.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
-from trainium_cdk.eks_user_data import FAST_IMAGE_PULL_ROOT_VOLUME_THROUGHPUT
-from trainium_cdk.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
+from trainium_cdk.runtime.eks_user_data import FAST_IMAGE_PULL_ROOT_VOLUME_THROUGHPUT
+from trainium_cdk.facts.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE
 from tests.chart_helpers import affinity_types
-from trainium_cdk import versions
-from trainium_cdk.versions import KUBERNETES_VERSION
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.versions import KUBERNETES_VERSION
 
 # One app holds a group of every type, in us-east-2 where cfn-lint knows Trn1 and Trn2.
 AZ = {"trn1.2xlarge": "use2-az2"}
@@ -215,7 +215,7 @@ def test_a_private_endpoint_brings_an_access_host_and_a_public_one_none(every_ty
 
 @pytest.mark.parametrize("wide", ["0.0.0.0/0", "0.0.0.0/1", "64.0.0.0/3"])
 def test_a_public_endpoint_open_to_most_of_the_internet_is_refused(wide):
-    from trainium_cdk.config import ConfigError
+    from trainium_cdk.app.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"public_access_cidrs\[0\] = .*: a network of /8 or narrower"):
         config_with(eks={"endpoint_access": "public-and-private", "public_access_cidrs": [wide]})

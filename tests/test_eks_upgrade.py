@@ -15,7 +15,8 @@ from tests.helpers import Synthesized, synth
 from tests.lifecycle import control_plane_update, karpenter_drift, kubernetes_version, system_nodegroup_changes
 from tests.test_day2 import CHANGES, REVERSED, _config
 from tests.test_neuron_tracks import _manifest_objects
-from trainium_cdk import day2, versions
+from trainium_cdk.app import day2
+from trainium_cdk.facts import versions
 
 UPSTREAM = Path(__file__).resolve().parent / "data" / "upstream"
 # The changes that touch the EKS stack (an image change only re-applies workloads; a backend added is another stack).
@@ -50,7 +51,7 @@ def karpenter_pairs() -> dict[str, tuple[Synthesized, Synthesized]]:
 
 
 def _job_pod_annotations(result: Synthesized) -> list[dict[str, str]]:
-    from trainium_cdk.workloads import render_job
+    from trainium_cdk.app.workloads import render_job
 
     pods = []
     for job in ("mlp", "mlp-distributed"):

@@ -8,9 +8,9 @@ import re
 import pytest
 
 from tests.helpers import US_EAST_2, config_with, helm_chart_name, resources, synth
-from trainium_cdk import versions
+from trainium_cdk.facts import versions
 from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR
-from trainium_cdk.adapters.eks import workloads_options
+from trainium_cdk.app.adapters.eks import workloads_options
 
 
 @pytest.fixture(scope="module")
@@ -136,11 +136,11 @@ def bare():
     from aws_cdk.assertions import Template
     from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 
-    from trainium_cdk.catalog import DEFAULT_CATALOG
+    from trainium_cdk.facts.catalog import DEFAULT_CATALOG
     from trainium_cdk.charts.training import QUEUE_CHART_ID, VolcanoQueue, training_job
     from trainium_cdk.constructs.eks_workloads import TrainingWorkloads, TrainingWorkloadsOptions
-    from trainium_cdk.jobs import JobSpec
-    from trainium_cdk.versions import KUBERNETES_VERSION
+    from trainium_cdk.runtime.jobs import JobSpec
+    from trainium_cdk.facts.versions import KUBERNETES_VERSION
 
     stack = Stack(App(), "Bare")
     cluster = eks.Cluster(

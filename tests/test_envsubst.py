@@ -22,10 +22,10 @@ import yaml
 from tests.helpers import ROOT, config_with
 from tests.rehearsal import Stage, assert_trained
 from tests.test_rehearsal import run_kubernetes_job
-from trainium_cdk import envsubst
-from trainium_cdk.dist import PLACEHOLDERS, write_dist
-from trainium_cdk.parallelcluster.cluster_config import placeholder_names
-from trainium_cdk.parallelcluster.image import IMAGE_PLACEHOLDERS
+from trainium_cdk.runtime import envsubst
+from trainium_cdk.app.dist import PLACEHOLDERS, write_dist
+from trainium_cdk.app.parallelcluster.cluster_config import placeholder_names
+from trainium_cdk.app.parallelcluster.image import IMAGE_PLACEHOLDERS
 
 CONFIG = config_with(project="trainium", backends=["eks", "parallelcluster"])
 # Every placeholder name the code makes: EKS manifests, the cluster and image configurations.

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from trainium_cdk import versions
+from trainium_cdk.facts import versions
 from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR
 from trainium_cdk.examples import BERT_LARGE_PHASE1_COMMAND, BERT_SCRIPT
 

@@ -19,12 +19,12 @@ from tests.rehearsal import Stage, neuron_ls, nccom_test, run_batch_node_propert
 from tests.test_cli_support import assert_one_clean_line, run_cli
 from tests.test_own_job import config as all_backends  # noqa: F401 (the fixture: the default config, every backend)
 from tests.test_rehearsal import app, config, run_slurm_script  # noqa: F401
-from trainium_cdk.catalog import DEFAULT_CATALOG, FABRIC_REFERENCES, fabric_reference
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG, FABRIC_REFERENCES, fabric_reference
 from trainium_cdk.cli import main
 from trainium_cdk.cli.check import FABRIC_ENV, batch_request, eks_job
-from trainium_cdk.fabric import fabric_command, parse_report, parse_reports, verdict
+from trainium_cdk.runtime.fabric import fabric_command, parse_report, parse_reports, verdict
 from trainium_cdk.node.fabric_check import OPERATIONS, framed
-from trainium_cdk.parallelcluster.sbatch import fabric_script_name, render_all
+from trainium_cdk.app.parallelcluster.sbatch import fabric_script_name, render_all
 
 # End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
 pytestmark = pytest.mark.e2e
@@ -106,7 +106,7 @@ def test_a_provisional_pass_line_says_so_and_where_a_figure_was_looked_for(tmp_p
                                "(searched 2026-11-27: the Neuron nccom-test guide (v2.29.0)")
     assert ("provisional: Neuron publishes no bus bandwidth between trn1n.32xlarge hosts; the pass line is a guess "
             "until a known-good pair's measurement is recorded with its date in FABRIC_REFERENCES "
-            "(trainium_cdk/catalog.py); --min-fraction sets another") in lines
+            "(trainium_cdk/facts/catalog.py); --min-fraction sets another") in lines
     trn1 = run_cli("check", "fabric", "--report", str(log), "-c", "instance_type=trn1.32xlarge")
     assert trn1.code == 0 and "provisional" not in trn1.out
 

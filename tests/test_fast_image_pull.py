@@ -24,8 +24,9 @@ from tests.helpers import resources, synth, template_text
 from tests.test_neuron_tracks import RAW as TRACK_RAW
 from tests.test_neuron_tracks import _manifest_objects
 from tests.test_node_programs import shellcheck
-from trainium_cdk import eks_user_data, versions
-from trainium_cdk.config import build_config
+from trainium_cdk.runtime import eks_user_data
+from trainium_cdk.facts import versions
+from trainium_cdk.app.config import build_config
 
 NODEADM = Path(__file__).resolve().parent / "data" / "nodeadm"
 RAW = {"backends": ["eks"], "storage": {"enabled": False}}
@@ -229,7 +230,7 @@ def _run(tmp_path: Path, script: str, *args: str, containerd: str, images: str =
 
 def test_the_prepull_hands_itself_to_systemd_after_nodeadm_run_and_pulls_where_kubelet_looks(tmp_path):
     config = _config("xla", prepull_images=True)
-    from trainium_cdk.adapters.eks import node_user_data
+    from trainium_cdk.app.adapters.eks import node_user_data
 
     (script,) = [b for t, b in parts(node_user_data(config, config.compute_groups[0], None) or "") if t == eks_user_data.SHELL_CONTENT_TYPE]
     # At boot (cloud-init): one transient unit after nodeadm's run phase, nothing pulled yet.

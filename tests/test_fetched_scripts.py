@@ -19,10 +19,10 @@ import pytest
 from tests.head_node import CONFIG, HeadNode
 from tests.helpers import resources, synth
 from tests.test_parallelcluster_image import make_host
-from trainium_cdk.parallelcluster.cluster_config import cluster_configuration, placeholder_ids
-from trainium_cdk.parallelcluster.dist import fetched_digests, fetched_files
+from trainium_cdk.app.parallelcluster.cluster_config import cluster_configuration, placeholder_ids
+from trainium_cdk.app.dist.parallelcluster import fetched_digests, fetched_files
 from trainium_cdk.parallelcluster.parts import NEURON_METRICS_NAME, PROLOG_NAME, SETUP_SCRIPT
-from trainium_cdk.parallelcluster.sbatch import head_node_files
+from trainium_cdk.app.parallelcluster.sbatch import head_node_files
 
 HOSTILE = "#!/bin/bash\ntouch \"$HOME/owned\"  # written by someone who can write the bucket\n"
 

@@ -1,4 +1,4 @@
-"""The time-to-first-step model (trainium_cdk/first_step.py): its sums, its README table, its sources, and the EKS
+"""The time-to-first-step model (trainium_cdk/app/first_step.py): its sums, its README table, its sources, and the EKS
 cut read from what the app synthesizes: the image pull term drops exactly when the synthesized Trainium node user
 data turns on FastImagePull and pre-pulls the training image."""
 
@@ -13,8 +13,8 @@ import pytest
 from tests.helpers import synth
 from tests.test_fast_image_pull import OWN_IMAGE, node_configs, prepulled
 from tests.test_neuron_tracks import _manifest_objects
-from trainium_cdk import first_step
-from trainium_cdk.config import build_config
+from trainium_cdk.app import first_step
+from trainium_cdk.app.config import build_config
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "concepts" / "launcher.md"
 

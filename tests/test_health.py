@@ -15,9 +15,9 @@ from tests import node_files
 from tests.helpers import config_with
 from tests.rehearsal import neuron_ls, scontrol_recorder
 from tests.test_node_health import DATA, host_tree, nccom_test
-from trainium_cdk.parallelcluster.cluster_config import placeholder_ids, cluster_configuration
-from trainium_cdk.parallelcluster.dist import fetched_digests
-from trainium_cdk.parallelcluster.health import PROLOG_NAME, SCRIPT, render_prolog
+from trainium_cdk.app.parallelcluster.cluster_config import placeholder_ids, cluster_configuration
+from trainium_cdk.app.dist.parallelcluster import fetched_digests
+from trainium_cdk.app.parallelcluster.health import PROLOG_NAME, SCRIPT, render_prolog
 
 NODE = "train-st-trn1-32xlarge-3"
 ONE_NODE, FAILURE = DATA / "nccom_test_allr_one_node.txt", DATA / "nccom_test_failure.txt"

@@ -47,8 +47,8 @@ from tests import recorder_standin
 from tests.helpers import Synthesized, resources, synth, template_text
 from tests.rehearsal import Stage
 from tests.test_hostile_inputs import FREE_TEXT, FULL, PATHS, _get, _set
-from trainium_cdk.config import ConfigError, build_config
-from trainium_cdk.dist import write_dist
+from trainium_cdk.app.config import ConfigError, build_config
+from trainium_cdk.app.dist import write_dist
 
 pytest_plugins = ["tests.test_cli_support"]
 
@@ -284,8 +284,8 @@ def _env_flags() -> list[str]:
 def test_trn_submit_to_slurm_queues_the_command_as_sbatch_arguments(aws, no_sleep, config_file, tmp_path):
     from tests.ssm_host import Host, serve_run_command
     from tests.test_cli_support import run_cli
-    from trainium_cdk.config import load_config
-    from trainium_cdk.parallelcluster.sbatch import head_node_files
+    from trainium_cdk.app.config import load_config
+    from trainium_cdk.app.parallelcluster.sbatch import head_node_files
 
     host = Host(tmp_path / "head-node", Stage(tmp_path / "nodes"))
     (host.home / "trainium").mkdir()

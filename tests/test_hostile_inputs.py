@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import synth
-from trainium_cdk.config import ConfigError, build_config
-from trainium_cdk.dist import write_dist
+from trainium_cdk.app.config import ConfigError, build_config
+from trainium_cdk.app.dist import write_dist
 
 # A config with every section and most optional strings set, each to a valid value.
 FULL: dict[str, Any] = {

@@ -22,13 +22,13 @@ import yaml
 
 from tests.apps import synthesized
 from tests.helpers import resources
-from trainium_cdk.dist import write_dist
-from trainium_cdk.launcher import PRECOMPILE_STEPS_VARIABLE
-from trainium_cdk.names import (
+from trainium_cdk.app.dist import write_dist
+from trainium_cdk.runtime.launcher import PRECOMPILE_STEPS_VARIABLE
+from trainium_cdk.facts.names import (
     CACHE_DIR_NAME, METRICS_DIR_VARIABLE, METRICS_PUSH_URL_VARIABLE, NODE_METRICS_DIR, PUSHGATEWAY_URL, SHARED_MOUNT,
 )
-from trainium_cdk.parallelcluster.cluster_config import batch_script_name
-from trainium_cdk.training_env import LARGE_MODEL_ENVIRONMENT
+from trainium_cdk.app.parallelcluster.cluster_config import batch_script_name
+from trainium_cdk.runtime.training_env import LARGE_MODEL_ENVIRONMENT
 
 CONTAINER_ONLY = {"CCOM_SOCKET_IFNAME"}
 # The Pushgateway of observability.prometheus (on in this app): EKS jobs push, the others write the node's folder.

@@ -22,10 +22,11 @@ from tests.helpers import config_with, resources, synth
 from tests.reachability import Reachability
 from tests.test_compile_cache import launch, torchrun_stand_in
 from tests.test_network_policy import COREDNS, SYSTEM_PODS, Pod, _pods, _policies, connects
-from trainium_cdk import dashboards, versions
+from trainium_cdk import dashboards
+from trainium_cdk.facts import versions
 from trainium_cdk.charts.job_metrics import NAME_LABEL
-from trainium_cdk.dist import write_dist
-from trainium_cdk.names import (
+from trainium_cdk.app.dist import write_dist
+from trainium_cdk.facts.names import (
     COMPILE_CACHE_HITS_METRIC, COMPILE_CACHE_MISSES_METRIC, METRICS_PUSH_URL_VARIABLE, PUSHGATEWAY_NAME,
     PUSHGATEWAY_PORT, PUSHGATEWAY_URL, TRAINING_NAMESPACE,
 )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainium_cdk.launcher import launch_command
+from trainium_cdk.runtime.launcher import launch_command
 
 BASE = {"NPROC_PER_NODE": "32", "MASTER_PORT": "29500"}
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from trainium_cdk import defaults
-from trainium_cdk.launcher import launch_command
+from trainium_cdk.facts import defaults
+from trainium_cdk.runtime.launcher import launch_command
 
 NODE_SOFT_LIMIT = 1024  # systemd's DefaultLimitNOFILE soft limit, what a daemon's children start with
 _, HARD = resource.getrlimit(resource.RLIMIT_NOFILE)

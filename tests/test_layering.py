@@ -1,7 +1,7 @@
 """Layering: charts import neither the CDK nor the config; constructs take props, not config.
 
 Only the stacks' adapters (and top-level helpers such as dist.py and workloads.py) read
-``trainium_cdk.config``; a chart must also build without ``aws_cdk`` so that the ``trn`` CLI, which
+``trainium_cdk.app.config``; a chart must also build without ``aws_cdk`` so that the ``trn`` CLI, which
 renders charts, loads no CDK.
 """
 
@@ -15,7 +15,7 @@ import pytest
 import trainium_cdk
 
 PACKAGE = Path(trainium_cdk.__file__).resolve().parent
-CONFIG = "trainium_cdk.config"
+CONFIG = "trainium_cdk.app.config"
 
 
 def _nodes(tree: ast.AST) -> list[ast.AST]:
@@ -68,9 +68,9 @@ def test_constructs_take_props_not_config(path):
 
 def test_the_walk_sees_the_imports_it_forbids(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from aws_cdk import Token\nfrom trainium_cdk import config\n"
+    module.write_text("def f():\n    from aws_cdk import Token\nfrom trainium_cdk.app import config\n"
                       "if TYPE_CHECKING:\n    import boto3\n")
-    assert {"aws_cdk", "trainium_cdk.config"} <= imported_modules(module)
+    assert {"aws_cdk", "trainium_cdk.app.config"} <= imported_modules(module)
     assert "boto3" not in imported_modules(module)
 
 

@@ -16,7 +16,7 @@ import pytest
 from tests import node_files
 from trainium_cdk import node
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.lustre_client import BOOT_SCRIPT, SCRIPT, mount_script
+from trainium_cdk.runtime.lustre_client import BOOT_SCRIPT, SCRIPT, mount_script
 
 UNIT = "trainium-lustre-client.service"
 FSTAB_OPTIONS = (

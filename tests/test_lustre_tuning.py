@@ -25,8 +25,9 @@ from tests.apps import VARIANTS, synthesized
 from tests.helpers import resources
 from tests.test_node_programs import TOKEN_TEXT as TOKEN
 from tests.test_node_programs import _joined, shellcheck
-from trainium_cdk import eks_user_data, node
-from trainium_cdk.lustre_tuning import TUNER_PATH
+from trainium_cdk.runtime import eks_user_data
+from trainium_cdk import node
+from trainium_cdk.runtime.lustre_tuning import TUNER_PATH
 
 MODULE_OPTIONS = ["options ptlrpc ptlrpcd_per_cpt_max=32", "options ksocklnd credits=2560"]
 RPCS = ["osc.*OST*.max_rpcs_in_flight=32", "mdc.*.max_rpcs_in_flight=64", "mdc.*.max_mod_rpcs_in_flight=50"]
@@ -263,10 +264,10 @@ def test_without_storage_no_node_is_tuned():
     import yaml
 
     from tests.helpers import config_with
-    from trainium_cdk.catalog import DEFAULT_CATALOG
+    from trainium_cdk.facts.catalog import DEFAULT_CATALOG
     from trainium_cdk.constructs.batch_node import node_setup
-    from trainium_cdk.parallelcluster.cluster_config import render_cluster_yaml
-    from trainium_cdk.parallelcluster.dist import fetched_digests
+    from trainium_cdk.app.parallelcluster.cluster_config import render_cluster_yaml
+    from trainium_cdk.app.dist.parallelcluster import fetched_digests
 
     config = config_with(backends=["parallelcluster"], storage={
         "enabled": False, "deployment_type": "SCRATCH_2", "throughput_mb_per_tib": None, "capacity_gib": 2400})

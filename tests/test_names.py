@@ -1,5 +1,5 @@
 """One home per shared name: the taint key, labels, claim, queue, paths and stack output keys live in
-trainium_cdk/names.py; every writer and reader imports them. The CLI reads outputs by the exact keys the
+trainium_cdk/facts/names.py; every writer and reader imports them. The CLI reads outputs by the exact keys the
 synthesized stacks declare."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 
 from tests.apps import synthesized
 from tests.helpers import template_text
-from trainium_cdk import names
+from trainium_cdk.facts import names
 
 PACKAGE = Path(__file__).resolve().parent.parent / "trainium_cdk"
-HOMES = {PACKAGE / "names.py", PACKAGE / "catalog.py"}  # the taint key is the catalog's Neuron resource name
+HOMES = {PACKAGE / "facts" / "names.py", PACKAGE / "facts" / "catalog.py"}  # the taint key is the catalog's Neuron resource name
 
 
 def _string_literals(path: Path) -> list[tuple[int, str]]:
@@ -55,7 +55,7 @@ def test_no_stray_copy_of_a_shared_name(what):
         f"{path.relative_to(PACKAGE)}:{line}" for path in _modules() for line, text in _string_literals(path)
         if text == value
     ]
-    assert not strays, f"{what} ({value!r}) spelled out outside trainium_cdk/names.py: {strays}"
+    assert not strays, f"{what} ({value!r}) spelled out outside trainium_cdk/facts/names.py: {strays}"
 
 
 def test_no_stray_copy_of_an_output_key():
@@ -76,7 +76,7 @@ def test_no_stray_copy_of_an_output_key():
 
 
 def test_every_output_id_the_stacks_write_comes_from_names():
-    stacks = sorted((PACKAGE / "stacks").glob("*.py"))
+    stacks = sorted((PACKAGE / "app" / "stacks").glob("*.py"))
     literal_ids = [
         f"{p.name}:{m.group(0)}" for p in stacks for m in re.finditer(r"CfnOutput\(\s*self,\s*f?\"[^\"]*\"", p.read_text())
     ]
@@ -87,7 +87,7 @@ def test_the_cli_reads_the_keys_the_synthesized_stacks_declare():
     """The exact keys the CLI asks for (Batch queue, definition, log group; the EKS image; dist/'s
     placeholders) are outputs of the synthesized stacks, for every group."""
     from trainium_cdk.cli import eks_jobs
-    from trainium_cdk.dist import PLACEHOLDERS
+    from trainium_cdk.app.dist import PLACEHOLDERS
 
     app = synthesized("trn1n.32xlarge+trn1.2xlarge")  # two groups, one of them named like a prefix
     outputs = app.template_json("batch")["Outputs"]

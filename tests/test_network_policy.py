@@ -20,8 +20,8 @@ import yaml
 
 from tests.helpers import config_with, resources, synth
 from tests.reachability import Reachability
-from trainium_cdk.dist import write_dist
-from trainium_cdk.names import TRAINING_NAMESPACE
+from trainium_cdk.app.dist import write_dist
+from trainium_cdk.facts.names import TRAINING_NAMESPACE
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from tests.helpers import ROOT, resources, synth
-from trainium_cdk.config import build_config
-from trainium_cdk.dist import write_dist
+from trainium_cdk.app.config import build_config
+from trainium_cdk.app.dist import write_dist
 from trainium_cdk.errors import ConfigError
-from trainium_cdk import versions
-from trainium_cdk.versions import NEURON_TRACKS
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.versions import NEURON_TRACKS
 
 # trn2 in us-east-2, where CloudFormation's and cfn-lint's instance data know it (synth validates it).
 TRN2_OFFERINGS = {"trn2.48xlarge": {"us-east-2": ["use2-az3", "use2-az2"]}}
@@ -220,14 +220,14 @@ def test_every_backend_s_jobs_carry_the_track_s_pins():
     """The launcher's preflight compares the node's driver and the image's runtime with TRN_NEURON_*:
     EKS jobs, the Batch job definition and the Slurm batch script all carry the configured track's pins."""
     from tests.apps import synthesized
-    from trainium_cdk.launcher import neuron_pins
-    from trainium_cdk.parallelcluster.sbatch import render_sbatch
+    from trainium_cdk.runtime.launcher import neuron_pins
+    from trainium_cdk.app.parallelcluster.sbatch import render_sbatch
 
     app = synthesized("trn1.32xlarge")
     config = app.config
     pins = neuron_pins(config.neuron_track)
     assert pins["TRN_NEURON_DRIVER"] == config.neuron_track.driver
-    from trainium_cdk.workloads import example_jobs
+    from trainium_cdk.app.workloads import example_jobs
 
     jobs = example_jobs(config, image="x")
     assert jobs and all(pins.items() <= job.environment().items() for job in jobs)

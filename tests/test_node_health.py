@@ -24,10 +24,11 @@ from tests.chart_helpers import validate_all
 from tests.fake_kube import _certificates
 from tests.reachability import Reachability
 from tests.scheduling import lands_on, pod_templates, why_not
-from trainium_cdk import node, versions
-from trainium_cdk.catalog import DEFAULT_CATALOG
+from trainium_cdk import node
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.charts.node_health import NAME, NodeHealthCheck, NodeHealthProps
-from trainium_cdk.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE, NEURON_TAINT_KEY, STARTUP_TAINT_PREFIX
+from trainium_cdk.facts.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE, NEURON_TAINT_KEY, STARTUP_TAINT_PREFIX
 
 PROGRAM = node.FOLDER / "health_check.py"
 DRIVER = versions.XLA_TRACK.driver
@@ -218,7 +219,7 @@ def test_every_trainium_node_joins_with_the_health_taint_and_only_the_checker_la
     groups = [n for n in model.of_backend("eks") if n.labels.get("trainium-cdk/compute-group")]
     assert groups and all(n.startup_taints == ({"Key": HEALTH_TAINT_KEY, "Value": HEALTH_TAINT_VALUE,
                                                  "Effect": n.startup_taints[0]["Effect"]},) for n in groups)
-    from trainium_cdk.workloads import render_job
+    from trainium_cdk.app.workloads import render_job
 
     config = result.config
     checkers = [p for p in pod_templates(_health_objects(model)) if p.kind == "DaemonSet"]

@@ -19,8 +19,8 @@ import yaml
 
 from tests.test_cli_jobs import DEFINITION, QUEUE
 from tests.test_cli_support import DEFAULT_YAML, REGION, assert_one_clean_line, run_cli
-from trainium_cdk.batch_job import BASED_ON_TAG, register_request
-from trainium_cdk.launcher import launch_command
+from trainium_cdk.runtime.batch_job import BASED_ON_TAG, register_request
+from trainium_cdk.runtime.launcher import launch_command
 
 pytest_plugins = ["tests.test_cli_support"]
 
@@ -253,7 +253,7 @@ def test_batch_image_of_the_deployed_definition_registers_nothing(aws, definitio
 
 def test_every_job_backend_can_be_rehearsed():
     """`trn rehearse --backend B` for every backend `trn submit` takes."""
-    from trainium_cdk import backends
+    from trainium_cdk.app import backends
     from trainium_cdk.cli.rehearse import RUNNERS
 
     assert set(RUNNERS) == set(backends.job_backends())

@@ -23,7 +23,7 @@ from tests.rehearsal import Stage
 from tests.ssm_host import Host, serve_run_command
 from tests.test_cli_support import client_error, run_cli
 from tests.test_own_job import config  # noqa: F401 (the fixture: the default config with every backend)
-from trainium_cdk.parallelcluster.sbatch import head_node_files
+from trainium_cdk.app.parallelcluster.sbatch import head_node_files
 
 pytestmark = pytest.mark.e2e
 pytest_plugins = ["tests.test_cli_support"]
@@ -143,7 +143,7 @@ def _outputs(stack: str, **values: str) -> Any:
 @pytest.fixture
 def head_node(aws, config, tmp_path, no_sleep) -> Host:
     """The deployed cluster's head node: ~/trainium as its OnNodeConfigured action leaves it, Slurm stand-ins."""
-    from trainium_cdk.config import load_config
+    from trainium_cdk.app.config import load_config
 
     stage = Stage(tmp_path / "nodes")
     host = Host(tmp_path / "head-node", stage)

@@ -47,8 +47,8 @@ def test_wheel_carries_the_package_data(installed):
     _, site = installed
     package = site / "trainium_cdk"
     for relative in (
-        "py.typed", "parallelcluster/neuron_setup.sh", "parallelcluster/head_node_setup.sh",
-        "examples/mlp/Dockerfile", "examples/mlp/train.py", "examples/bert/Dockerfile", "config/default.yaml",
+        "py.typed", "node/neuron_setup.sh", "node/head_node_setup.sh",
+        "examples/mlp/Dockerfile", "examples/mlp/train.py", "examples/bert/Dockerfile", "app/config/default.yaml",
         # `trn image init`'s starter files
         "examples/starter/Dockerfile", "examples/starter/requirements.txt", "examples/starter/dockerignore",
         # A recipe's image is built from its folder in the package (`trn image push --recipe hf-lora`).
@@ -59,11 +59,11 @@ def test_wheel_carries_the_package_data(installed):
     ):
         assert (package / relative).is_file(), relative
     # In the checkout the packaged default is a link to config/default.yaml; the wheel carries the file.
-    default = package / "config" / "default.yaml"
+    default = package / "app" / "config" / "default.yaml"
     assert not default.is_symlink()
     assert default.read_bytes() == (ROOT / "config" / "default.yaml").read_bytes()
     # The vendored Helm charts the EKS stack deploys as assets, every file (.helmignore too): the pinned digests.
-    from trainium_cdk import versions
+    from trainium_cdk.facts import versions
     from trainium_cdk.constructs.vendored_charts import tree_digest
 
     for name, digest in versions.HELM_CHART_DIGESTS.items():
@@ -121,8 +121,8 @@ INSTALLED_DEFAULTS = textwrap.dedent(
     """
     import json
 
-    from trainium_cdk.config import DEFAULT_CONFIG_PATH, load_config
-    from trainium_cdk.stacks.pipeline_stack import cli_version
+    from trainium_cdk.app.config import DEFAULT_CONFIG_PATH, load_config
+    from trainium_cdk.app.stacks.pipeline_stack import cli_version
 
     print(json.dumps({
         "path": str(DEFAULT_CONFIG_PATH), "config": load_config().model_dump(mode="json"), "cli": cli_version(),
@@ -134,7 +134,7 @@ INSTALLED_DEFAULTS = textwrap.dedent(
 def test_the_installed_package_finds_its_defaults(installed):
     """An app that pip-installed the wheel, away from any checkout: load_config() reads the packaged
     default config, and the pipeline knows the CDK CLI version without package.json."""
-    from trainium_cdk.config import load_config
+    from trainium_cdk.app.config import load_config
 
     tmp, site = installed
     env = {**os.environ, "PYTHONPATH": str(site)}
@@ -144,13 +144,13 @@ def test_the_installed_package_finds_its_defaults(installed):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert found["path"] == str(site / "trainium_cdk" / "config" / "default.yaml")
+    assert found["path"] == str(site / "trainium_cdk" / "app" / "config" / "default.yaml")
     assert found["config"] == load_config(ROOT / "config" / "default.yaml").model_dump(mode="json")
     assert found["cli"] == json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]
 
 
 def test_the_cdk_cli_pin_is_package_json_s():
-    from trainium_cdk.versions import CDK_CLI_VERSION
+    from trainium_cdk.facts.versions import CDK_CLI_VERSION
 
     assert CDK_CLI_VERSION == json.loads((ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]
 

@@ -18,11 +18,11 @@ import pytest
 
 from tests.helpers import synth, template_text, vendored_chart_hashes
 from tests.test_hostile_inputs import FULL
-from trainium_cdk.config import build_config
-from trainium_cdk.dist import write_dist
+from trainium_cdk.app.config import build_config
+from trainium_cdk.app.dist import write_dist
 from trainium_cdk.parallelcluster.configuration import setup_args
-from trainium_cdk import versions
-from trainium_cdk.versions import NEURON_TRACKS
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.versions import NEURON_TRACKS
 
 # A dnf repository section: from its [id] line to the next section, heredoc end or blank line.
 YUM_SECTION = re.compile(r"^\[[\w.-]+\]\n(?:(?!\n\n|\n\[|\nEOF)[\s\S])*?\bbaseurl=.*(?:\n(?!\[|EOF)[^\n]+)*", re.M)
@@ -199,7 +199,7 @@ def test_every_pip_install_of_a_neuron_package_is_exact_and_from_neurons_reposit
 
 @pytest.mark.parametrize("track", sorted(NEURON_TRACKS))
 def test_the_slurm_setup_gets_every_neuron_package_exact(track, generated):
-    """The ParallelCluster setup's --pip arguments (its venv, parallelcluster/neuron_setup.sh): each NAME==VERSION, for
+    """The ParallelCluster setup's --pip arguments (its venv, node/neuron_setup.sh): each NAME==VERSION, for
     every track, and in the cluster configuration dist/ and the template carry."""
     args = setup_args({}, NEURON_TRACKS[track])
     pins = [args[i + 1] for i, arg in enumerate(args) if arg == "--pip"]

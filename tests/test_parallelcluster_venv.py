@@ -19,9 +19,9 @@ import pytest
 
 from tests.head_node import NEW_PINS, HeadNode
 from tests.helpers import config_with
-from trainium_cdk.parallelcluster.cluster_config import VENV
+from trainium_cdk.app.parallelcluster.cluster_config import VENV
 from trainium_cdk.parallelcluster.parts import HEAD_NODE_SCRIPT, SETUP_SCRIPT
-from trainium_cdk.versions import XLA_TRACK
+from trainium_cdk.facts.versions import XLA_TRACK
 
 
 def _tree(path: Path) -> dict[str, tuple[int, int]]:
@@ -81,7 +81,7 @@ def test_a_neuron_package_that_pypi_resolved_fails_the_build_and_links_nothing(h
     assert proc.returncode != 0
     assert not head.link.exists()
     (line,) = [line for line in proc.stderr.splitlines() if line.startswith("neuron_setup: refused the venv")]
-    assert from_pypi in line and "trainium_cdk/versions.py" in line
+    assert from_pypi in line and "trainium_cdk/facts/versions.py" in line
     assert not any((venv / ".trainium-complete").exists() for venv in head.home.glob("neuron-venv-*"))
 
 
@@ -173,7 +173,7 @@ def test_without_an_answer_from_squeue_no_venv_is_removed(head):
 
 
 def test_the_batch_scripts_activate_the_venv_through_the_link():
-    from trainium_cdk.parallelcluster.sbatch import render_all
+    from trainium_cdk.app.parallelcluster.sbatch import render_all
 
     for name, script in render_all(config_with(backends=["parallelcluster"])).items():
         # Resolved once, by the batch step: every node of the job (srun passes PATH on) uses one venv,

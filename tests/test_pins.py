@@ -18,7 +18,7 @@ import pytest
 
 from tests.apps import VARIANTS, synthesized
 from tests.helpers import helm_chart_name, resources
-from trainium_cdk import versions
+from trainium_cdk.facts import versions
 
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = Path(__file__).parent / "data" / "upstream"
@@ -250,7 +250,7 @@ def test_make_pins_prints_every_pin_its_source_and_what_upstream_says():
     for name, version in versions.EKS_ADDON_VERSIONS[versions.KUBERNETES_VERSION].items():
         assert rows[f"EKS_ADDON_VERSIONS[{versions.KUBERNETES_VERSION}][{name}]"] == ("ok" if version else "unverified")
     assert "Volcano 1.15 is rated for Kubernetes 1.23 to 1.35 (github.com/volcano-sh/volcano" in out
-    assert "[pinned in trainium_cdk/versions.py]" in out
+    assert "[pinned in trainium_cdk/facts/versions.py]" in out
     assert {"CDK_CLI_VERSION", "KUBERNETES_VERSION"} <= set(rows)
     assert out.splitlines()[-1].startswith("pins: ") and " 0 OUTSIDE" in out.splitlines()[-1]
 

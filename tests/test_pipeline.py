@@ -10,8 +10,8 @@ import pytest
 
 from tests.apps import PIPELINE, synthesized_pipeline
 from tests.helpers import cfn_lint_errors, config_with, resources
-from trainium_cdk.config import ConfigError
-from trainium_cdk.stacks.pipeline_stack import cli_version
+from trainium_cdk.app.config import ConfigError
+from trainium_cdk.app.stacks.pipeline_stack import cli_version
 
 
 @pytest.fixture(scope="module")

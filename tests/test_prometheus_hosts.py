@@ -22,13 +22,14 @@ from tests.helpers import config_with, resources, synth
 from tests.pcluster_schema import validate_many, venv_or_skip
 from tests.test_parallelcluster_image import make_host
 from tests.test_prometheus_metrics import _release
-from trainium_cdk import names, prometheus_setup, versions
-from trainium_cdk.adapters.parallelcluster import cluster_name
+from trainium_cdk.facts import names, versions
+from trainium_cdk.runtime import prometheus_setup
+from trainium_cdk.app.adapters.parallelcluster import cluster_name
 from trainium_cdk.constructs.dev_instance import PROMETHEUS_CLIENT_COMMAND
-from trainium_cdk.dist import write_dist
+from trainium_cdk.app.dist import write_dist
 from trainium_cdk.node import prometheus_node as node_program
 from trainium_cdk.node.prometheus_node import OPT, UNITS
-from trainium_cdk.parallelcluster.cluster_config import SCRIPTS_BUCKET, SCRIPTS_PREFIX, cluster_file_name
+from trainium_cdk.app.parallelcluster.cluster_config import SCRIPTS_BUCKET, SCRIPTS_PREFIX, cluster_file_name
 from trainium_cdk.parallelcluster.parts import PROMETHEUS_NODE_NAME, PROMETHEUS_POLICY_NAME, SETUP_SCRIPT
 
 PROGRAM = Path(node_program.__file__)
@@ -245,7 +246,7 @@ FILLED = {
 
 @pytest.fixture(scope="module")
 def pcluster_dist(tmp_path_factory) -> Path:
-    """dist/parallelcluster/ as `make synth` writes it (app.py: trainium_cdk.dist.write_dist)."""
+    """dist/parallelcluster/ as `make synth` writes it (app.py: trainium_cdk.app.dist.write_dist)."""
     out = tmp_path_factory.mktemp("dist")
     write_dist(PCLUSTER, out)
     return out / "parallelcluster"

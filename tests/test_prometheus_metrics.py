@@ -23,9 +23,10 @@ import yaml
 
 from tests.chart_helpers import validate_all
 from tests.helpers import config_with, resources, synth
-from trainium_cdk import dashboards, names
+from trainium_cdk import dashboards
+from trainium_cdk.facts import names
 from trainium_cdk.charts.metrics_exporters import NAME_LABEL
-from trainium_cdk.dist import write_dist
+from trainium_cdk.app.dist import write_dist
 from trainium_cdk.node import prometheus_node as node_program
 from trainium_cdk.node.prometheus_node import (
     EFA_COUNTERS, EFA_PREFIX, NEURON_MONITOR_METRICS, NEURON_MONITOR_PORT, NODE_EXPORTER_PORT, UNITS,
@@ -333,8 +334,8 @@ REMOTE_WRITE = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1/a
 def test_a_batch_node_setup_installs_and_starts_the_exporters_and_the_agent(host, tmp_path):
     """The setup a Batch node runs (its user data's program), the Prometheus lines as they are, with the releases
     served from stand-ins (their URLs and digests swapped for the pins') and the host's root under tmp_path."""
-    from trainium_cdk import versions
-    from trainium_cdk.catalog import DEFAULT_CATALOG
+    from trainium_cdk.facts import versions
+    from trainium_cdk.facts.catalog import DEFAULT_CATALOG
     from trainium_cdk.constructs.batch_node import node_setup
 
     root, downloads, bindir, calls = host
@@ -368,7 +369,7 @@ def test_a_batch_node_setup_installs_and_starts_the_exporters_and_the_agent(host
 
 def test_a_failed_install_leaves_the_batch_node_to_its_work(host, tmp_path):
     """GitHub unreachable at boot: the node reports and goes on (its health check and ECS agent still run)."""
-    from trainium_cdk.catalog import DEFAULT_CATALOG
+    from trainium_cdk.facts.catalog import DEFAULT_CATALOG
     from trainium_cdk.constructs.batch_node import node_setup
 
     setup = node_setup(DEFAULT_CATALOG.get("trn1.32xlarge"), None, metrics_deployment="t-batch",

@@ -1,5 +1,5 @@
 """Constructs and charts take props, never the config: every public construct's and chart's parameters,
-and the fields of every props dataclass they take (recursively), name no type of ``trainium_cdk.config``
+and the fields of every props dataclass they take (recursively), name no type of ``trainium_cdk.app.config``
 and no callable (a callable prop is how the config used to reach SlurmCluster and TrainingWorkloads,
 closed over). A static check of the types, beside test_layering's check of the imports; and the default
 app, built, hands no construct a Config at all."""
@@ -20,9 +20,9 @@ from constructs import Construct
 
 import trainium_cdk
 from trainium_cdk import charts as charts_package
-from trainium_cdk.config import BatchSettings
+from trainium_cdk.app.config import BatchSettings
 
-CONFIG_PACKAGE = "trainium_cdk.config"
+CONFIG_PACKAGE = "trainium_cdk.app.config"
 
 
 def _public_classes() -> list[type]:
@@ -99,11 +99,11 @@ class _Options:
 
 
 def test_the_walk_sees_a_config_or_a_callable_however_deep():
-    from trainium_cdk.config import Config
+    from trainium_cdk.app.config import Config
 
-    assert _bad_types(Config, "c", set()) == ["c: trainium_cdk.config.models.Config"]
+    assert _bad_types(Config, "c", set()) == ["c: trainium_cdk.app.config.models.Config"]
     assert _bad_types(_Options, "o", set()) == [
-        "o.inner.settings: trainium_cdk.config.backend_settings.BatchSettings",
+        "o.inner.settings: trainium_cdk.app.config.backend_settings.BatchSettings",
         "o.build: a callable (collections.abc.Callable[[str], str])",
     ]
     assert _bad_types(types.SimpleNamespace, "n", set()) == []
@@ -113,7 +113,7 @@ def test_the_default_app_hands_no_construct_a_config():
     """Built for real: no construct of the app (but the stacks, which compose) holds a Config, or a function
     closed over one, in its attributes."""
     from tests.apps import synthesized
-    from trainium_cdk.config import Config
+    from trainium_cdk.app.config import Config
 
     app = synthesized("trn1.32xlarge")
     stacks = {id(s) for s in app.stacks.stacks}

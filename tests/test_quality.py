@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import cfn_lint_errors, config_with, for_type, nag_violations, synth
-from trainium_cdk.catalog import SUPPORTED_TRAINING_TYPES
+from trainium_cdk.facts.catalog import SUPPORTED_TRAINING_TYPES
 
 VARIANTS = {
     **{f"group of {t}": for_type(t) for t in SUPPORTED_TRAINING_TYPES},

@@ -15,8 +15,8 @@ from tests.apps import VARIANTS, synthesized
 from tests.reachability import (
     ACCESS_HOST, CONTROL_PLANE, EKS_CLUSTER_SG, LUSTRE_PORTS, VPC_DEFAULT_SG, Interface, NodeSet, Reachability, Rule,
 )
-from trainium_cdk.catalog import SUPPORTED_TRAINING_TYPES
-from trainium_cdk.training_env import MASTER_PORT
+from trainium_cdk.facts.catalog import SUPPORTED_TRAINING_TYPES
+from trainium_cdk.runtime.training_env import MASTER_PORT
 
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS), ids=sorted(VARIANTS))

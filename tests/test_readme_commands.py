@@ -146,7 +146,7 @@ def assert_the_warmup_filled_its_jobs_cache(walk: Walkthrough) -> None:
 def assert_sessions_forward_the_private_endpoint(walk: Walkthrough) -> None:
     """Every Session Manager session `trn connect` opened, as the API received it: port forwarding to the
     cluster's private endpoint on 443, through the access host the EKS stack deployed, nothing else."""
-    from trainium_cdk.names import OUTPUT_ACCESS_HOST_ID
+    from trainium_cdk.facts.names import OUTPUT_ACCESS_HOST_ID
 
     connects = [r for r in walk.ran if r.command.text.startswith("trn connect") and "--stop" not in r.command.text]
     started = [s for s in walk.sessions() if s["action"] == "StartSession"]
@@ -173,8 +173,8 @@ def test_the_readmes_envsubst_fills_in_the_placeholders_and_nothing_else(tmp_pat
     import yaml
 
     from tests.helpers import ROOT
-    from trainium_cdk.config import build_config
-    from trainium_cdk.dist import write_dist
+    from trainium_cdk.app.config import build_config
+    from trainium_cdk.app.dist import write_dist
 
     envsubst = shutil.which("envsubst")
     assert envsubst, "envsubst (gettext-base) is needed: the README's commands use it"

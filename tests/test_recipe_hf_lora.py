@@ -20,7 +20,7 @@ import yaml
 from tests.chart_helpers import validate_all
 from tests.test_cli_support import assert_one_clean_line, batch_dry_run_request, run_cli
 from tests.tiny_llama import DATASET, MODEL, jsonl, make_all, make_tiny_model
-from trainium_cdk.names import HF_TOKEN_SERVICE_ACCOUNT
+from trainium_cdk.facts.names import HF_TOKEN_SERVICE_ACCOUNT
 from trainium_cdk.recipes.hf_lora import DATA_DIR, FOLDER
 
 pytest_plugins = ["tests.test_cli_support"]
@@ -249,7 +249,7 @@ def test_hf_token_reads_the_secret_as_a_string_or_json(aws):
 @pytest.fixture(scope="module")
 def deployed() -> Any:
     from tests.helpers import synth
-    from trainium_cdk.config import build_config
+    from trainium_cdk.app.config import build_config
 
     return synth(build_config(NATIVE), nag=True)
 

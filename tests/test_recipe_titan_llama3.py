@@ -22,7 +22,7 @@ import yaml
 from tests.chart_helpers import validate_all
 from tests.test_cli_support import assert_one_clean_line, batch_dry_run_request, run_cli
 from tests.tiny_titan import WORDS, make_tokenizer_and_texts
-from trainium_cdk import versions
+from trainium_cdk.facts import versions
 from trainium_cdk.recipes.titan_llama3 import DATA_DIR, FOLDER, parallel_sizes
 
 pytest_plugins = ["tests.test_cli_support"]

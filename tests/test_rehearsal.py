@@ -31,11 +31,11 @@ from tests.rehearsal import (
     run_slurm_script,
     run_volcano_job,
 )
-from trainium_cdk import defaults
-from trainium_cdk.config import EXAMPLE_COMMAND, build_config
-from trainium_cdk.dist import write_dist
-from trainium_cdk.parallelcluster.sbatch import render_sbatch
-from trainium_cdk.versions import NATIVE_TRACK
+from trainium_cdk.facts import defaults
+from trainium_cdk.app.config import EXAMPLE_COMMAND, build_config
+from trainium_cdk.app.dist import write_dist
+from trainium_cdk.app.parallelcluster.sbatch import render_sbatch
+from trainium_cdk.facts.versions import NATIVE_TRACK
 
 # End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
 pytestmark = pytest.mark.e2e
@@ -138,7 +138,7 @@ def test_eks_jobs_of_the_stack_template_train(stage, app):
 
 
 def test_a_job_rendered_by_trn_submit_trains(stage, config):
-    from trainium_cdk.workloads import render_job
+    from trainium_cdk.app.workloads import render_job
 
     (job,) = render_job(config, name="rehearsal", image="example.com/train:1", nodes=2, job="mlp")
     assert job["kind"] == "Job" and job["apiVersion"] == "batch.volcano.sh/v1alpha1"

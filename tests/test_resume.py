@@ -20,9 +20,9 @@ import pytest
 
 from tests.helpers import resources
 from tests.rehearsal import EXAMPLE_DIR, Stage, assert_trained, batch_retry_action
-from trainium_cdk.launcher import PEER_LOST_EXIT_CODE
+from trainium_cdk.runtime.launcher import PEER_LOST_EXIT_CODE
 from tests.test_rehearsal import app, config, dist, run_batch_job, run_slurm_script, run_volcano_job  # noqa: F401
-from trainium_cdk.parallelcluster.sbatch import render_sbatch
+from trainium_cdk.app.parallelcluster.sbatch import render_sbatch
 
 # End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
 pytestmark = pytest.mark.e2e
@@ -193,7 +193,7 @@ def test_slurm_requeue_resumes_under_the_same_job_id(stage, config):
 
 
 def test_without_shared_storage_no_checkpoint_directory_is_set(config):
-    from trainium_cdk.jobs import JobSpec
+    from trainium_cdk.runtime.jobs import JobSpec
 
     job = JobSpec(name="x", instance=config.spec(config.compute_groups[0]), command=["t.py"], image="i", shared_storage=False)
     assert "TRN_CHECKPOINT_ROOT" not in job.environment()

@@ -15,7 +15,7 @@ from aws_cdk import NestedStack, Stack
 
 from tests.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, synth
 from tests.template_limits import MAX_OUTPUTS, MAX_RESOURCES, MAX_TEMPLATE_BYTES, template_limit_violations
-from trainium_cdk.catalog import BATCH_MAX_COMPUTE_GROUPS
+from trainium_cdk.facts.catalog import BATCH_MAX_COMPUTE_GROUPS
 from trainium_cdk.errors import ConfigError
 
 SIZES = (10, 30, BATCH_MAX_COMPUTE_GROUPS)

@@ -15,8 +15,8 @@ import pytest
 from tests.helpers import cfn_lint_errors, config_with, nag_violations, resources, synth
 from tests.pcluster_schema import validate_many, venv_or_skip
 from tests.template_limits import template_limit_violations
-from trainium_cdk.catalog import PARALLELCLUSTER_MAX_COMPUTE_RESOURCES, PARALLELCLUSTER_MAX_QUEUES
-from trainium_cdk.config import ConfigError
+from trainium_cdk.facts.catalog import PARALLELCLUSTER_MAX_COMPUTE_RESOURCES, PARALLELCLUSTER_MAX_QUEUES
+from trainium_cdk.app.config import ConfigError
 
 MAXIMUM = min(PARALLELCLUSTER_MAX_QUEUES, PARALLELCLUSTER_MAX_COMPUTE_RESOURCES)
 # Equal steps, so that the growth of each step can be compared.

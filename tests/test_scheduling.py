@@ -15,8 +15,8 @@ from tests.apps import VARIANTS, synthesized
 from tests.reachability import LUSTRE_PORTS, Reachability
 from tests.scheduling import PodTemplate, lands_on, pod_templates, requests, why_not
 from trainium_cdk.charts.fsx_storage import DEFAULT_CLAIM_NAME
-from trainium_cdk.workloads import render_job
-from trainium_cdk.dist import write_dist
+from trainium_cdk.app.workloads import render_job
+from trainium_cdk.app.dist import write_dist
 
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS), ids=sorted(VARIANTS))

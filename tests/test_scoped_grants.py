@@ -16,7 +16,7 @@ import yaml
 
 from tests.helpers import config_with, resources, synth
 from tests.reachability import Reachability
-from trainium_cdk.dist import write_dist
+from trainium_cdk.app.dist import write_dist
 from trainium_cdk.errors import ConfigError
 
 ADMIN = "arn:aws:iam::123456789012:role/ml-platform-admin"
@@ -221,7 +221,7 @@ def test_the_s3_endpoint_reaches_the_accounts_buckets_the_named_ones_and_awss(ap
 
 
 def test_buckets_of_other_accounts_are_named_in_the_config():
-    from trainium_cdk.stacks.network_stack import endpoint_buckets
+    from trainium_cdk.app.stacks.network_stack import endpoint_buckets
 
     config = config_with(network={"az_ids": ["usw2-az4", "usw2-az3"], "s3_buckets": ["public-corpus"]},
                          storage={"data_repository": {"bucket_name": "team-data"}})

@@ -154,7 +154,7 @@ def test_scratch_with_existing_bucket(scratch_existing_bucket):
 def test_the_default_config_links_a_created_bucket_to_s3():
     """`trn sync` works out of the box: config/default.yaml has a data repository (a bucket it creates)."""
     from tests.helpers import ROOT
-    from trainium_cdk.config import DataRepository, load_config
+    from trainium_cdk.app.config import DataRepository, load_config
 
     assert load_config(ROOT / "config" / "default.yaml").storage.data_repository == DataRepository(file_system_path="/s3")
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainium_cdk import storage_sizing
-from trainium_cdk.catalog import check_lustre
+from trainium_cdk.facts import storage_sizing
+from trainium_cdk.facts.catalog import check_lustre
 from trainium_cdk.cli import main
 from trainium_cdk.errors import ConfigError
 

@@ -292,7 +292,7 @@ def test_make_bench_configs_are_valid(tmp_path):
     import yaml
 
     from tools import bench
-    from trainium_cdk.config import build_config
+    from trainium_cdk.app.config import build_config
 
     path = tmp_path / "eight.yaml"
     bench.eight_group_config(path)

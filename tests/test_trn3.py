@@ -1,5 +1,5 @@
 """Trn3 (Trainium3): not in the catalog while EC2 publishes no Trn3 instance type nor its EFA layout
-(trainium_cdk/catalog.py lists what is public, with sources, and what is missing). A user who can launch
+(trainium_cdk/facts/catalog.py lists what is public, with sources, and what is missing). A user who can launch
 one describes it under `custom_instance_types` and runs it on the native track; these tests walk that path
 from the config to the synthesized launch template and `trn cost`.
 """
@@ -12,11 +12,11 @@ import botocore.session
 import pytest
 
 from tests.helpers import cfn_lint_errors, resources, synth
-from trainium_cdk import prices
-from trainium_cdk.catalog import DEFAULT_CATALOG
-from trainium_cdk.config import build_config
-from trainium_cdk.cost import bill
-from trainium_cdk.versions import NEURON_TRACKS
+from trainium_cdk.facts import prices
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
+from trainium_cdk.app.config import build_config
+from trainium_cdk.app.cost import bill
+from trainium_cdk.facts.versions import NEURON_TRACKS
 
 # What a user would copy from `aws ec2 describe-instance-types` in an account that can launch the type.
 # Placeholders: EC2 publishes none of these facts yet; only the path they take is under test.

@@ -20,7 +20,7 @@ import yaml
 
 from tests.apps import synthesized
 from tests.helpers import ROOT, helm_chart_name, resources, vendored_chart_hashes
-from trainium_cdk import versions
+from trainium_cdk.facts import versions
 from trainium_cdk.constructs import vendored_charts
 from trainium_cdk.constructs.vendored_charts import CHARTS_DIR, chart_versions, drift, tree_digest
 

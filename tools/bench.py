@@ -93,8 +93,8 @@ def synth_in_process(raw: dict, outdir: Path) -> list[dict]:
     """Every template of the app ``raw`` describes (nested stacks included), as CDK writes them."""
     import aws_cdk as cdk
 
-    from trainium_cdk.config import build_config
-    from trainium_cdk.stacks import compose
+    from trainium_cdk.app.config import build_config
+    from trainium_cdk.app.stacks import compose
 
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
     app = cdk.App(outdir=str(outdir), context=context)

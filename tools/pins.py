@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = ROOT / "tests" / "data" / "upstream"
 NEURON_RELEASES = ROOT / "tests" / "data"
-VERSIONS_PY = "trainium_cdk/versions.py"
+VERSIONS_PY = "trainium_cdk/facts/versions.py"
 # The verdicts, worst first; OUTSIDE fails `make pins`.
 OK, OUTSIDE, BEHIND, UNVERIFIED, PINNED = "ok", "OUTSIDE", "behind", "unverified", "pinned"
 
@@ -228,9 +228,9 @@ def other_pins(v: ModuleType) -> Iterator[Pin]:
 
 
 def check(v: ModuleType | None = None) -> list[Pin]:
-    """Every pin of ``v`` (default: trainium_cdk.versions) with its verdict."""
+    """Every pin of ``v`` (default: trainium_cdk.facts.versions) with its verdict."""
     if v is None:
-        from trainium_cdk import versions as v
+        from trainium_cdk.facts import versions as v
     kubernetes = Pin("KUBERNETES_VERSION", v.KUBERNETES_VERSION, VERSIONS_PY, PINNED,
                      "the minor every per-minor table and compatibility check below is read at")
     return [kubernetes, *volcano(v), *karpenter(v), *eks_addons(v), *device_plugins(v), *parallelcluster(v),

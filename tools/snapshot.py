@@ -21,8 +21,8 @@ use_bundled_node()
 
 from tests.apps import VARIANTS  # noqa: E402
 from tests.helpers import config_with, synth  # noqa: E402
-from trainium_cdk.config import load_config  # noqa: E402
-from trainium_cdk.dist import write_dist  # noqa: E402
+from trainium_cdk.app.config import load_config  # noqa: E402
+from trainium_cdk.app.dist import write_dist  # noqa: E402
 
 HASH = re.compile(r"[0-9a-f]{64}")
 

@@ -29,7 +29,7 @@ EXIT_CONFIG = 2
 # CLI lines that say nothing the summary does not.
 NOISE = ("Successfully synthesized to ", "Supply a stack id ")
 RECORD = "trainium-cdk-synth.json"  # tools/assembly.py reads it, and `trn` (cli/_common.py SYNTH_RECORD)
-BILL_FILE = "bill.txt"  # trainium_cdk.cost.BILL_FILE (tools/ imports nothing of the package)
+BILL_FILE = "bill.txt"  # trainium_cdk.app.cost.BILL_FILE (tools/ imports nothing of the package)
 
 
 def swap(new: Path = TMP, out: Path = OUT) -> None:
@@ -68,7 +68,7 @@ def synth(args: Sequence[str], *, cdk: Sequence[str] = (str(CDK),)) -> int:
     swap()
     print("\n".join(summary()))
     bill = OUT / BILL_FILE
-    if bill.is_file():  # the app's cost estimate of this config (trainium_cdk/cost.py)
+    if bill.is_file():  # the app's cost estimate of this config (trainium_cdk/app/cost.py)
         print("\n" + bill.read_text().rstrip("\n"))
     return 0
 

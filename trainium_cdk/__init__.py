@@ -25,22 +25,22 @@ __version__ = "0.1.0"
 # name -> module that defines it
 _PUBLIC = {
     # configuration and facts
-    "Config": "trainium_cdk.config",
+    "Config": "trainium_cdk.app.config",
     "ConfigError": "trainium_cdk.errors",
-    "load_config": "trainium_cdk.config",
-    "build_config": "trainium_cdk.config",
-    "Catalog": "trainium_cdk.catalog",
-    "InstanceSpec": "trainium_cdk.catalog",
-    "NodeCapacity": "trainium_cdk.capacity",
-    "GroupNodes": "trainium_cdk.capacity",
-    "DEFAULT_CATALOG": "trainium_cdk.catalog",
-    "JobSpec": "trainium_cdk.jobs",
-    "NeuronTrack": "trainium_cdk.versions",
-    "NEURON_TRACKS": "trainium_cdk.versions",
-    "AmiQuery": "trainium_cdk.versions",
+    "load_config": "trainium_cdk.app.config",
+    "build_config": "trainium_cdk.app.config",
+    "Catalog": "trainium_cdk.facts.catalog",
+    "InstanceSpec": "trainium_cdk.facts.catalog",
+    "NodeCapacity": "trainium_cdk.facts.capacity",
+    "GroupNodes": "trainium_cdk.facts.capacity",
+    "DEFAULT_CATALOG": "trainium_cdk.facts.catalog",
+    "JobSpec": "trainium_cdk.runtime.jobs",
+    "NeuronTrack": "trainium_cdk.facts.versions",
+    "NEURON_TRACKS": "trainium_cdk.facts.versions",
+    "AmiQuery": "trainium_cdk.facts.versions",
     # backends
-    "Backend": "trainium_cdk.backends",
-    "register_backend": "trainium_cdk.backends",
+    "Backend": "trainium_cdk.app.backends",
+    "register_backend": "trainium_cdk.app.backends",
     # constructs
     "TrainingNetwork": "trainium_cdk.constructs.network",
     "ComputePlacement": "trainium_cdk.constructs.network",
@@ -72,15 +72,15 @@ _PUBLIC = {
     "MetricsWorkspace": "trainium_cdk.constructs.prometheus",
     "DevInstance": "trainium_cdk.constructs.dev_instance",
     # stacks
-    "compose": "trainium_cdk.stacks.composition",
-    "TrainingApp": "trainium_cdk.stacks.composition",
-    "NetworkStack": "trainium_cdk.stacks.network_stack",
-    "StorageStack": "trainium_cdk.stacks.storage_stack",
-    "EksStack": "trainium_cdk.stacks.eks_stack",
-    "BatchStack": "trainium_cdk.stacks.batch_stack",
-    "ParallelClusterStack": "trainium_cdk.stacks.parallelcluster_stack",
-    "InstanceStack": "trainium_cdk.stacks.instance_stack",
-    "PipelineStack": "trainium_cdk.stacks.pipeline_stack",
+    "compose": "trainium_cdk.app.stacks.composition",
+    "TrainingApp": "trainium_cdk.app.stacks.composition",
+    "NetworkStack": "trainium_cdk.app.stacks.network_stack",
+    "StorageStack": "trainium_cdk.app.stacks.storage_stack",
+    "EksStack": "trainium_cdk.app.stacks.eks_stack",
+    "BatchStack": "trainium_cdk.app.stacks.batch_stack",
+    "ParallelClusterStack": "trainium_cdk.app.stacks.parallelcluster_stack",
+    "InstanceStack": "trainium_cdk.app.stacks.instance_stack",
+    "PipelineStack": "trainium_cdk.app.stacks.pipeline_stack",
     # cdk8s charts
     "NeuronDevicePlugin": "trainium_cdk.charts.neuron_device_plugin",
     "EfaDevicePlugin": "trainium_cdk.charts.efa_device_plugin",
@@ -118,8 +118,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static type checkers see the real names
-    from trainium_cdk.backends import Backend
-    from trainium_cdk.backends import register as register_backend
+    from trainium_cdk.app.backends import Backend
+    from trainium_cdk.app.backends import register as register_backend
     from trainium_cdk.charts.fsx_storage import FsxStorageProps
     from trainium_cdk.charts.karpenter import NodePoolProps, TrainiumNodePools
     from trainium_cdk.charts.namespace import TrainingNamespace
@@ -129,18 +129,18 @@ if TYPE_CHECKING:  # static type checkers see the real names
     from trainium_cdk.constructs.eks_workloads import TrainingWorkloadsOptions
     from trainium_cdk.constructs.karpenter import KarpenterController, KarpenterOptions
     from trainium_cdk.constructs.observability import ClusterObservability
-    from trainium_cdk.versions import NEURON_TRACKS, AmiQuery, NeuronTrack
+    from trainium_cdk.facts.versions import NEURON_TRACKS, AmiQuery, NeuronTrack
     from trainium_cdk.constructs.prometheus import MetricsWorkspace
     from trainium_cdk.parallelcluster.configuration import ClusterSettings, HeadNode, NewFileSystem, SlurmQueue
-    from trainium_cdk.capacity import GroupNodes, NodeCapacity
-    from trainium_cdk.catalog import DEFAULT_CATALOG, Catalog, InstanceSpec
+    from trainium_cdk.facts.capacity import GroupNodes, NodeCapacity
+    from trainium_cdk.facts.catalog import DEFAULT_CATALOG, Catalog, InstanceSpec
     from trainium_cdk.charts.efa_device_plugin import EfaDevicePlugin
     from trainium_cdk.charts.fsx_storage import FsxStorage
     from trainium_cdk.charts.neuron_device_plugin import NeuronDevicePlugin
     from trainium_cdk.charts.training import (
         DataLoaderJob, DistributedTrainingJob, ShellPod, SingleNodeTrainingJob, TensorBoard, VolcanoQueue,
     )
-    from trainium_cdk.config import Config, build_config, load_config
+    from trainium_cdk.app.config import Config, build_config, load_config
     from trainium_cdk.constructs.batch import TrainiumBatch
     from trainium_cdk.constructs.batch_roles import BatchRoles
     from trainium_cdk.constructs.dev_instance import DevInstance
@@ -155,12 +155,12 @@ if TYPE_CHECKING:  # static type checkers see the real names
     )
     from trainium_cdk.constructs.training_images import TrainingImageRepository
     from trainium_cdk.errors import ConfigError
-    from trainium_cdk.jobs import JobSpec
-    from trainium_cdk.stacks.batch_stack import BatchStack
-    from trainium_cdk.stacks.composition import TrainingApp, compose
-    from trainium_cdk.stacks.eks_stack import EksStack
-    from trainium_cdk.stacks.instance_stack import InstanceStack
-    from trainium_cdk.stacks.network_stack import NetworkStack
-    from trainium_cdk.stacks.parallelcluster_stack import ParallelClusterStack
-    from trainium_cdk.stacks.pipeline_stack import PipelineStack
-    from trainium_cdk.stacks.storage_stack import StorageStack
+    from trainium_cdk.runtime.jobs import JobSpec
+    from trainium_cdk.app.stacks.batch_stack import BatchStack
+    from trainium_cdk.app.stacks.composition import TrainingApp, compose
+    from trainium_cdk.app.stacks.eks_stack import EksStack
+    from trainium_cdk.app.stacks.instance_stack import InstanceStack
+    from trainium_cdk.app.stacks.network_stack import NetworkStack
+    from trainium_cdk.app.stacks.parallelcluster_stack import ParallelClusterStack
+    from trainium_cdk.app.stacks.pipeline_stack import PipelineStack
+    from trainium_cdk.app.stacks.storage_stack import StorageStack

@@ -14,7 +14,7 @@ from typing import Any
 import cdk8s
 from constructs import Construct
 
-from trainium_cdk.catalog import DEFAULT_CATALOG, Catalog
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG, Catalog
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.charts.efa_device_plugin import EfaDevicePlugin
 from trainium_cdk.charts.fsx_storage import FsxStorage, FsxStorageProps

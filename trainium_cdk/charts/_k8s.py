@@ -16,9 +16,9 @@ from typing import Any
 from cdk8s import ApiObject, JsonPatch
 from constructs import Construct
 
-from trainium_cdk import envsubst
+from trainium_cdk.runtime import envsubst
 from trainium_cdk.errors import ConfigError, one_of
-from trainium_cdk.names import NEURON_TAINT_KEY
+from trainium_cdk.facts.names import NEURON_TAINT_KEY
 
 KUBE_SYSTEM = "kube-system"
 SYSTEM_NODE_CRITICAL = "system-node-critical"
@@ -42,7 +42,7 @@ _NUMBER_TOKEN_MARKER = 0xFBFF
 
 
 def placeholder(name: str) -> str:
-    """``${NAME}``: a value known only after deploy, for dist/ manifests (trainium_cdk/envsubst.py)."""
+    """``${NAME}``: a value known only after deploy, for dist/ manifests (trainium_cdk/runtime/envsubst.py)."""
     value = envsubst.placeholder(name)
     assert _PLACEHOLDER.fullmatch(value), name
     return value

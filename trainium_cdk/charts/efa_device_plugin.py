@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from cdk8s import Chart
 from constructs import Construct
 
-from trainium_cdk import versions
-from trainium_cdk.catalog import DEFAULT_CATALOG
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.charts._k8s import (
     CHART_LABELS, CRITICAL_ADDONS_ONLY, DEVICE_PLUGIN_DIR, EFA_TAINT, KUBE_SYSTEM, NEURON_NO_SCHEDULE, POD_SECURITY,
     SYSTEM_NODE_CRITICAL, check_instance_types, check_name, host_path, instance_type_affinity, is_token, toleration,

@@ -6,7 +6,7 @@ take. The Prometheus docs name the Pushgateway for exactly this ("When to use th
 https://prometheus.io/docs/practices/pushing/: "capturing the outcome of a service-level batch job"), and its
 caveats fit: one gateway per cluster, series kept until deleted, as the textfiles are kept on a host.
 
-One Deployment and its Service (:data:`~trainium_cdk.names.PUSHGATEWAY_URL`) in the training namespace, restricted
+One Deployment and its Service (:data:`~trainium_cdk.facts.names.PUSHGATEWAY_URL`) in the training namespace, restricted
 Pod Security (non-root, read-only root, no capabilities, RuntimeDefault seccomp, no API token), and a
 NetworkPolicy beside the namespace's own: the namespace's pods may push (port 9091), and the managed collector may
 scrape from its network interfaces, which sit in the cluster's subnets (``collector_cidr``). Nothing else may
@@ -20,10 +20,10 @@ from typing import Any
 from cdk8s import ApiObject, Chart
 from constructs import Construct
 
-from trainium_cdk import versions
+from trainium_cdk.facts import versions
 from trainium_cdk.charts._k8s import CHART_LABELS, POD_SECURITY, api_object, check_name, container_security, workload
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.names import PUSHGATEWAY_NAME, PUSHGATEWAY_PORT, TRAINING_NAMESPACE
+from trainium_cdk.facts.names import PUSHGATEWAY_NAME, PUSHGATEWAY_PORT, TRAINING_NAMESPACE
 
 NAME_LABEL = "app.kubernetes.io/name"
 NOBODY = 65534

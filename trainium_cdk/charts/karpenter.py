@@ -28,9 +28,9 @@ from typing import Any
 from cdk8s import Chart
 from constructs import Construct
 
-from trainium_cdk.capacity import CapacityKind, GroupNodes
+from trainium_cdk.facts.capacity import CapacityKind, GroupNodes
 from trainium_cdk.charts._k8s import CHART_LABELS, INSTANCE_TYPE_LABEL, api_object, check_name
-from trainium_cdk.names import GROUP_LABEL, HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE, NEURON_TAINT_KEY, NEURON_TAINT_VALUE, NODE_EFA_LABEL, NODE_INSTANCE_TYPE_LABEL
+from trainium_cdk.facts.names import GROUP_LABEL, HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE, NEURON_TAINT_KEY, NEURON_TAINT_VALUE, NODE_EFA_LABEL, NODE_INSTANCE_TYPE_LABEL
 from trainium_cdk.errors import ConfigError
 
 NODE_POOLS_CHART_ID = "karpenter-node-pools"
@@ -75,7 +75,7 @@ class NodePoolProps:
     :param ami_alias: the EC2NodeClass AMI alias, such as al2023@v20260930.
     :param consolidate_after: how long a node stays empty before it goes. Default: 10m.
     :param tags: EC2 tags of the instances and volumes. Default: none.
-    :param user_data: the nodes' user data (MIME multi-part with NodeConfig parts, trainium_cdk.eks_user_data),
+    :param user_data: the nodes' user data (MIME multi-part with NodeConfig parts, trainium_cdk.runtime.eks_user_data),
         which Karpenter merges with its own. Default: none.
     :param root_volume_throughput: the root volume's gp3 throughput, MiB/s. Default: gp3's baseline.
     """

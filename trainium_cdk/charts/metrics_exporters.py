@@ -2,7 +2,7 @@
 
 One DaemonSet on Neuron instance types, in kube-system (its pods mount host paths, which the ``training``
 namespace's Pod Security admission refuses): node_exporter with only its textfile collector, serving
-``*.prom`` files of :data:`trainium_cdk.names.NODE_METRICS_DIR`, and a second container that writes the EFA
+``*.prom`` files of :data:`trainium_cdk.facts.names.NODE_METRICS_DIR`, and a second container that writes the EFA
 hardware counters there (trainium_cdk/node/prometheus_node.py ``efa``). Neuron metrics come from neuron-monitor
 (:class:`~trainium_cdk.charts.neuron_device_plugin.NeuronDevicePlugin` with ``monitor=True``). The managed
 collector scrapes both by the pod labels and ports below (:func:`scrape_configuration`).
@@ -16,14 +16,15 @@ import yaml
 from cdk8s import ApiObject, Chart
 from constructs import Construct
 
-from trainium_cdk import node, versions
-from trainium_cdk.catalog import DEFAULT_CATALOG
+from trainium_cdk import node
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.charts._k8s import (
     CHART_LABELS, CRITICAL_ADDONS_ONLY, KUBE_SYSTEM, NEURON_NO_SCHEDULE, POD_SECURITY, SYSTEM_NODE_CRITICAL,
     api_object, check_instance_types, check_name, container_security, host_path, instance_type_affinity, workload,
 )
 from trainium_cdk.charts.neuron_device_plugin import MONITOR_NAME
-from trainium_cdk.names import NODE_METRICS_DIR, PUSHGATEWAY_NAME, PUSHGATEWAY_PORT, TRAINING_NAMESPACE
+from trainium_cdk.facts.names import NODE_METRICS_DIR, PUSHGATEWAY_NAME, PUSHGATEWAY_PORT, TRAINING_NAMESPACE
 from trainium_cdk.node.prometheus_node import (
     DEPLOYMENT_LABEL, NEURON_JOB, NEURON_MONITOR_PORT, NODE_EXPORTER_PORT, NODE_JOB, NODE_LABEL, SCRAPE_INTERVAL,
     SYS_INFINIBAND,

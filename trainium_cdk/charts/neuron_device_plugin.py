@@ -13,8 +13,8 @@ import yaml
 from cdk8s import ApiObject, Chart
 from constructs import Construct
 
-from trainium_cdk import versions
-from trainium_cdk.catalog import DEFAULT_CATALOG, NEURON_RESOURCE, NEURONCORE_RESOURCE
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG, NEURON_RESOURCE, NEURONCORE_RESOURCE
 from trainium_cdk.charts._k8s import (
     CHART_LABELS, CRITICAL_ADDONS_ONLY, DEVICE_PLUGIN_DIR, KUBE_SYSTEM, NEURON_NO_SCHEDULE, POD_SECURITY,
     SYSTEM_NODE_CRITICAL,

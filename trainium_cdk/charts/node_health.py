@@ -20,14 +20,15 @@ from dataclasses import dataclass
 from cdk8s import Chart
 from constructs import Construct
 
-from trainium_cdk import node, versions
+from trainium_cdk import node
+from trainium_cdk.facts import versions
 from trainium_cdk.charts._k8s import (
     CHART_LABELS, CRITICAL_ADDONS_ONLY, KUBE_SYSTEM, NEURON_NO_SCHEDULE, POD_SECURITY, SYSTEM_NODE_CRITICAL,
     api_object, check_name, cluster_role, cluster_role_binding, container_security, host_path, rule, service_account,
     toleration, workload,
 )
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.names import GROUP_LABEL, HEALTH_TAINT_KEY
+from trainium_cdk.facts.names import GROUP_LABEL, HEALTH_TAINT_KEY
 
 NODE_HEALTH_CHART_ID = "node-health"
 NAME = "trainium-node-health"

@@ -16,17 +16,17 @@ from typing import Any
 from cdk8s import Chart
 from constructs import Construct
 
-from trainium_cdk import versions
-from trainium_cdk.catalog import EFA_RESOURCE, NEURON_RESOURCE
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.catalog import EFA_RESOURCE, NEURON_RESOURCE
 from trainium_cdk.charts.admission import loader_admission
 from trainium_cdk.charts._k8s import (
     CHART_LABELS, INSTANCE_TYPE_LABEL, NEURON_NO_SCHEDULE, POD_SECURITY, api_object, check_name,
     container_security, service_account, workload,
 )
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.jobs import JobSpec
-from trainium_cdk.launcher import LEADER_TASK, RANK_OFFSET_VARIABLE, WORKER_TASK
-from trainium_cdk.names import (
+from trainium_cdk.runtime.jobs import JobSpec
+from trainium_cdk.runtime.launcher import LEADER_TASK, RANK_OFFSET_VARIABLE, WORKER_TASK
+from trainium_cdk.facts.names import (
     CLAIM_NAME, DATA_LOADER_JOB, DATA_LOADER_SERVICE_ACCOUNT, GROUP_LABEL, JOB_LABEL, QUEUE_NAME, RANK_LABEL,
     SHARED_MOUNT, TRAINING_NAMESPACE,
 )
@@ -158,7 +158,7 @@ class DistributedTrainingJob(Chart):
     (nodes - 1 pods, node rank = task index + 1). Volcano's ``svc`` plugin gives every pod a stable
     name, ``<job>-leader-0.<job>``, which is the rendezvous address (``VC_LEADER_HOSTS``); its ``env``
     plugin exports ``VC_TASK_INDEX``. The launcher derives node rank and count from them at run time
-    (``trainium_cdk.launcher``). A failed or evicted pod restarts the whole job, up to ``job.retries`` times.
+    (``trainium_cdk.runtime.launcher``). A failed or evicted pod restarts the whole job, up to ``job.retries`` times.
 
     :param job: the job (``nodes`` at least 2).
     :param queue: the Volcano queue. Default: ``training``.

@@ -17,7 +17,7 @@
     trn sync LOCAL_DIR [--to PREFIX] [--dry-run]
     trn --version
 
-Import has no side effects and makes no AWS call; the synth path (app.py, trainium_cdk.stacks) never
+Import has no side effects and makes no AWS call; the synth path (app.py, trainium_cdk.app.stacks) never
 imports this package. Errors a user can fix print one line on stderr and exit 2.
 """
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainium_cdk.config import BUILTIN_DEFAULTS, OVERRIDES, PROJECT_CONFIG_PATH, Config, load_config
+from trainium_cdk.app.config import BUILTIN_DEFAULTS, OVERRIDES, PROJECT_CONFIG_PATH, Config, load_config
 from trainium_cdk.errors import ConfigError, one_of
 
 PROG = "trn"
@@ -274,7 +274,7 @@ def stack_outputs(
 def deployed_output(config: Config, part: str, output_id: str) -> str:
     """One output of the deployed ``<project>-<part>`` stack (``output_id``: its names.OUTPUT_* id), or one line
     saying to redeploy a stack that lacks it."""
-    from trainium_cdk.names import output_key
+    from trainium_cdk.facts.names import output_key
 
     stack = config.stack_name(part)
     outputs = stack_outputs(client(session(config.region), "cloudformation"), stack, config.region, backend=part)

@@ -10,12 +10,12 @@ import argparse
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainium_cdk.catalog import DEFAULT_CATALOG
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.cli import yaml_edit
 from trainium_cdk.cli._common import (
     NO_CONFIG, CliError, client, find_config_path, natural_az_key, session, synth_context, table,
 )
-from trainium_cdk.config import BUILTIN_DEFAULTS, az_id_prefix, load_config
+from trainium_cdk.app.config import BUILTIN_DEFAULTS, az_id_prefix, load_config
 from trainium_cdk.errors import ConfigError
 
 

@@ -31,13 +31,13 @@ from trainium_cdk.cli.jobs import (
     user_job,
     watch,
 )
-from trainium_cdk.batch_job import (
+from trainium_cdk.runtime.batch_job import (
     BASED_ON_TAG, BatchSubmission, images_of, register_request, resource_name, same_but_image,
 )
-from trainium_cdk.config import ComputeGroup, Config
-from trainium_cdk.config.fields import IMAGE
+from trainium_cdk.app.config import ComputeGroup, Config
+from trainium_cdk.app.config.fields import IMAGE
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.names import (
+from trainium_cdk.facts.names import (
     BATCH_JOB_DEFINITION_ARN, BATCH_JOB_QUEUE_ARN, BATCH_LOG_GROUP_NAME, OUTPUT_BATCH_GROUPS, output_key,
 )
 
@@ -94,8 +94,8 @@ def recipe_job(config: Config, job: UserJob) -> UserJob:
     the recipe's job differs from the job definition's (its compile cache set, its precompile steps, its own
     variables), the user's --env last."""
     from trainium_cdk import recipes
-    from trainium_cdk.batch_job import definition_container
-    from trainium_cdk.jobs import JOB_NAME_VARIABLE
+    from trainium_cdk.runtime.batch_job import definition_container
+    from trainium_cdk.runtime.jobs import JOB_NAME_VARIABLE
 
     assert job.job is not None
     settings = recipes.job(config, job.job, group=job.group, backend="batch", nodes=job.nodes)

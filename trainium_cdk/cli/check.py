@@ -1,4 +1,4 @@
-"""`trn check fabric`: submit the fabric check (trainium_cdk.fabric) as a job, or read its report.
+"""`trn check fabric`: submit the fabric check (trainium_cdk.runtime.fabric) as a job, or read its report.
 
     trn check fabric --nodes 2 [--backend batch|eks] [--group NAME] [--min-fraction F] [--dry-run]
     trn check fabric --report LOG [--group NAME] [--min-fraction F]
@@ -10,7 +10,7 @@ the Kubernetes API with your kubeconfig as `trn submit` does (--dry-run prints i
 On Batch and EKS every NeuronCore of every node joins one torch.distributed group (torchrun's rendezvous, no
 ssh) and measures all-reduce, all-gather and reduce-scatter in bf16 across the hosts; on ParallelCluster
 nccom-test does (MPI over ssh). The job's log (rank 0) holds one report per operation in nccom-test's table;
---report parses it and prints PASS or FAIL against the type's reference figure (trainium_cdk/catalog.py).
+--report parses it and prints PASS or FAIL against the type's reference figure (trainium_cdk/facts/catalog.py).
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import yaml
 
 from trainium_cdk.cli._common import client, parse_overrides, read_config, session, stack_outputs
 from trainium_cdk.cli.jobs import JOB_BACKENDS, backend_of, check_nodes, default_name, group_of, same_job_flags
-from trainium_cdk.config import Config
+from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.fabric import (
+from trainium_cdk.runtime.fabric import (
     FABRIC_SIZES, check_applies, fabric_command, parse_reports, verdict,
 )
-from trainium_cdk.launcher import launch_command
-from trainium_cdk.names import DIST_BACKEND_VARIABLE, NEURON_DEVICE, TORCH_DEVICE_VARIABLE
+from trainium_cdk.runtime.launcher import launch_command
+from trainium_cdk.facts.names import DIST_BACKEND_VARIABLE, NEURON_DEVICE, TORCH_DEVICE_VARIABLE
 
 # One process per NeuronCore (the job definition's NPROC_PER_NODE), on TorchNeuron's device and process group.
 FABRIC_ENV = {TORCH_DEVICE_VARIABLE: NEURON_DEVICE, DIST_BACKEND_VARIABLE: NEURON_DEVICE, **FABRIC_SIZES}
@@ -81,7 +81,7 @@ def eks_job(config: Config, *, name: str, nodes: int, group_name: str, image: st
     import cdk8s
 
     from trainium_cdk.charts.training import training_job
-    from trainium_cdk.jobs import JobSpec
+    from trainium_cdk.runtime.jobs import JobSpec
 
     group = group_of(config, group_name)
     spec = config.spec(group)
@@ -113,13 +113,13 @@ def fabric(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if backend == "eks":
         return _eks(args, config, name=name, nodes=nodes, group_name=group.name, out=out)
     if backend == "parallelcluster":
-        from trainium_cdk.parallelcluster.sbatch import fabric_script_name
+        from trainium_cdk.app.parallelcluster.sbatch import fabric_script_name
 
         out.write(f"on the head node (`trn` does not reach Slurm): sbatch -N {nodes} ~/trainium/"
                   f"{fabric_script_name(group)}\n  then: trn check fabric --report fabric-<job id>.out\n")
         return 0
     from trainium_cdk.cli.batch_jobs import STACK_PART, group_output_value
-    from trainium_cdk.names import BATCH_JOB_DEFINITION_ARN, BATCH_JOB_QUEUE_ARN
+    from trainium_cdk.facts.names import BATCH_JOB_DEFINITION_ARN, BATCH_JOB_QUEUE_ARN
 
     sess = session(config.region)
     stack = config.stack_name(STACK_PART)

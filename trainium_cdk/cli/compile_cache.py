@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
-from trainium_cdk.launcher import COMPILE_CACHE_SUMMARY, LAUNCHER_NAME
+from trainium_cdk.runtime.launcher import COMPILE_CACHE_SUMMARY, LAUNCHER_NAME
 
 
 def summary_of(line: str) -> dict[str, Any] | None:

@@ -6,8 +6,8 @@ import argparse
 from typing import Any, TextIO
 
 from trainium_cdk.cli._common import parse_overrides, read_config
-from trainium_cdk.config import az_id_prefix
-from trainium_cdk.cost import bill, render
+from trainium_cdk.app.config import az_id_prefix
+from trainium_cdk.app.cost import bill, render
 
 
 def add_parser(sub: Any) -> None:
@@ -16,7 +16,7 @@ def add_parser(sub: Any) -> None:
         help="print the idle floor (per hour and month) and each compute group's price at full size",
         description="Estimate what a config costs: the idle floor (EKS control plane, NAT gateways, FSx, system "
         "nodes, interface endpoints, head node) and each compute group's hourly price at max_nodes, from the "
-        "price table pinned in trainium_cdk/prices.py. No AWS call.",
+        "price table pinned in trainium_cdk/facts/prices.py. No AWS call.",
     )
     p.add_argument("--config", metavar="PATH", help="config YAML (default: config/default.yaml)")
     p.add_argument("--region", metavar="REGION", help="price in this region (default: the config's region)")

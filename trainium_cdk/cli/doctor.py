@@ -38,7 +38,7 @@ from trainium_cdk.cli.doctor_errors import is_api_error, unexpected
 from trainium_cdk.cli.doctor_local import (
     FAIL, PASS, WARN, Check, CommandRunner, container_engine, neuron_versions, run_command, session_manager_plugin,
 )
-from trainium_cdk.config import ComputeGroup, Config
+from trainium_cdk.app.config import ComputeGroup, Config
 
 DEFAULT_BOOTSTRAP_QUALIFIER = "hnb659fds"
 # Synthesized templates refuse bootstrap versions 1-5 (the CheckBootstrapVersion rule).

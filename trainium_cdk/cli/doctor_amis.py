@@ -8,7 +8,7 @@ from typing import Any
 
 from trainium_cdk.cli._common import error_code
 from trainium_cdk.cli.doctor_local import FAIL, PASS, Check
-from trainium_cdk.config import Config
+from trainium_cdk.app.config import Config
 
 
 def amis(config: Config, client: Callable[[str], Any]) -> list[Check]:

@@ -12,9 +12,9 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from trainium_cdk import backends as backend_registry
-from trainium_cdk.config import Config
-from trainium_cdk.versions import NeuronTrack
+from trainium_cdk.app import backends as backend_registry
+from trainium_cdk.app.config import Config
+from trainium_cdk.facts.versions import NeuronTrack
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 # A check that does not apply to this machine: printed, not counted.

@@ -1,6 +1,6 @@
 """Jobs on the EKS backend, through the Kubernetes API with the user's kubeconfig.
 
-``submit`` creates the objects of the training job chart (``trainium_cdk.workloads.render_job``,
+``submit`` creates the objects of the training job chart (``trainium_cdk.app.workloads.render_job``,
 imported only here: it pulls in cdk8s); ``status`` reads the Job and its pods; ``logs`` streams the
 pod labelled ``trainium-cdk/rank=0`` of the job.
 """
@@ -31,10 +31,10 @@ from trainium_cdk.cli.jobs import (
     user_job,
     watch,
 )
-from trainium_cdk.config import Config
+from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.launcher import WORKER_TASK
-from trainium_cdk.names import (
+from trainium_cdk.runtime.launcher import WORKER_TASK
+from trainium_cdk.facts.names import (
     BERT_EXAMPLE_JOB, GROUP_LABEL, JOB_LABEL, OUTPUT_BERT_IMAGE_URI, OUTPUT_EXAMPLE_IMAGE_URI, RANK_LABEL, TRAINING_NAMESPACE,
     output_key,
 )
@@ -141,7 +141,7 @@ def training_image(args: argparse.Namespace, config: Config, *, dry_run: bool = 
 def _recipe(config: Config, name: str | None) -> Any:
     """The recipe ``--job`` names, unless a configured job or an example has that name (they come first)."""
     from trainium_cdk import recipes
-    from trainium_cdk.workloads import example_settings
+    from trainium_cdk.app.workloads import example_settings
 
     if name is None or name in {s.name for s in (*config.workloads.jobs, *example_settings(config))}:
         return None
@@ -149,7 +149,7 @@ def _recipe(config: Config, name: str | None) -> Any:
 
 
 def render(config: Config, job: UserJob, *, name: str, image: str) -> list[dict[str, Any]]:
-    from trainium_cdk.workloads import render_job
+    from trainium_cdk.app.workloads import render_job
 
     objects = render_job(
         config, group=job.group.name, name=name, nodes=job.nodes, job=job.job, image=image,

@@ -1,6 +1,6 @@
 """Jobs on the development instance: a systemd unit per job, started and read through SSM Run Command.
 
-The instance is the ``<project>-instance`` stack's output; the scripts are :mod:`trainium_cdk.instance_job`'s.
+The instance is the ``<project>-instance`` stack's output; the scripts are :mod:`trainium_cdk.runtime.instance_job`'s.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from trainium_cdk.cli.jobs import (
     CLOCK, FAILED, SUCCEEDED, Clock, JobState, announce, default_name, user_job, watch,
 )
 from trainium_cdk.cli.ssm_run import LineFilter, checked, parse_chunk, print_log, run, send_request
-from trainium_cdk.config import Config
+from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.instance_job import (
+from trainium_cdk.runtime.instance_job import (
     EXAMPLE_SCRIPT, InstanceSubmission, cancel_script, job_environment_of, jobs_script, log_script, status_script,
 )
-from trainium_cdk.names import OUTPUT_INSTANCE_ID, output_key
+from trainium_cdk.facts.names import OUTPUT_INSTANCE_ID, output_key
 
 STACK_PART = "instance"
 BACKEND = "instance"

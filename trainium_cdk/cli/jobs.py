@@ -14,16 +14,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO, cast
 
-from trainium_cdk import backends as backend_registry
+from trainium_cdk.app import backends as backend_registry
 from trainium_cdk.cli._common import CliError, is_interactive, parse_overrides, read_config
 from trainium_cdk.cli.compile_cache import SummaryWatch, describe
-from trainium_cdk.config import ComputeGroup, Config
-from trainium_cdk.config.fields import check_environment_name
+from trainium_cdk.app.config import ComputeGroup, Config
+from trainium_cdk.app.config.fields import check_environment_name
 from trainium_cdk.errors import ConfigError, one_of
-from trainium_cdk.jobs import check_node_count
-from trainium_cdk.launcher import WORKDIR_VARIABLE
+from trainium_cdk.runtime.jobs import check_node_count
+from trainium_cdk.runtime.launcher import WORKDIR_VARIABLE
 
-JOB_BACKENDS = backend_registry.job_backends()  # the backends with a job client (trainium_cdk/backends.py)
+JOB_BACKENDS = backend_registry.job_backends()  # the backends with a job client (trainium_cdk/app/backends.py)
 SUCCEEDED, FAILED = "SUCCEEDED", "FAILED"
 TERMINAL = (SUCCEEDED, FAILED)
 # Polling: first wait, growth per poll without a change, longest wait; a heartbeat line this often

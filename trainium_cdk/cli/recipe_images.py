@@ -10,8 +10,8 @@ import re
 from typing import Any
 
 from trainium_cdk.cli._common import CliError, client, deployed_output, session
-from trainium_cdk.config import Config
-from trainium_cdk.names import OUTPUT_TRAINING_IMAGE_REPOSITORY_URI
+from trainium_cdk.app.config import Config
+from trainium_cdk.facts.names import OUTPUT_TRAINING_IMAGE_REPOSITORY_URI
 from trainium_cdk.recipes import Recipe
 
 # What a dry run shows for a recipe's image it did not look up (it asks AWS nothing).

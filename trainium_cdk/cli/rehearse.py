@@ -20,9 +20,9 @@ from typing import Any, TextIO
 
 from trainium_cdk.cli._common import CliError
 from trainium_cdk.cli.jobs import _common, add_job_arguments, load, user_job
-from trainium_cdk.config import Config
+from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.names import SHARED_MOUNT
+from trainium_cdk.facts.names import SHARED_MOUNT
 from trainium_cdk.rehearsal import PROCESSES_PER_NODE, TIMEOUT_S, NodeResult, Stage
 from trainium_cdk.rehearsal.stage import CPU_FOR_NEURON, EXAMPLE_DIR, IMAGE_EXAMPLE_DIR
 
@@ -140,7 +140,7 @@ def _eks(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> t
 
 
 def _batch(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> tuple[str, list[NodeResult]]:
-    from trainium_cdk.batch_job import BatchSubmission, definition_container
+    from trainium_cdk.runtime.batch_job import BatchSubmission, definition_container
     from trainium_cdk.rehearsal import run_batch_node_properties
 
     job = user_job(args, config)
@@ -162,9 +162,9 @@ def _batch(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) ->
 
 def _slurm(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> tuple[str, list[NodeResult]]:
     from trainium_cdk.cli.slurm_jobs import submission
-    from trainium_cdk.parallelcluster.cluster_config import queue_name
-    from trainium_cdk.parallelcluster.sbatch import head_node_files
-    from trainium_cdk.parallelcluster.submit import SCRIPTS_DIR
+    from trainium_cdk.app.parallelcluster.cluster_config import queue_name
+    from trainium_cdk.app.parallelcluster.sbatch import head_node_files
+    from trainium_cdk.app.parallelcluster.submit import SCRIPTS_DIR
     from trainium_cdk.rehearsal import run_slurm_script
 
     sub = submission(args, config)
@@ -184,8 +184,8 @@ def _slurm(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) ->
 
 def _instance(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> tuple[str, list[NodeResult]]:
     from trainium_cdk.cli.instance_jobs import submission
-    from trainium_cdk.instance_job import EXIT_RECORD, LAUNCH_SCRIPT, OUTPUT_LOG, RUN_SCRIPT
-    from trainium_cdk.launcher import LAUNCHER
+    from trainium_cdk.runtime.instance_job import EXIT_RECORD, LAUNCH_SCRIPT, OUTPUT_LOG, RUN_SCRIPT
+    from trainium_cdk.runtime.launcher import LAUNCHER
     from trainium_cdk.rehearsal import run_nodes
 
     sub = submission(args, config)

@@ -1,7 +1,7 @@
 """Jobs on the ParallelCluster backend: `sbatch`, `scontrol`, `scancel` on the head node through SSM Run Command.
 
 The head node is the ``<project>-parallelcluster`` stack's output; the scripts are
-:mod:`trainium_cdk.parallelcluster.submit`'s, run as the cluster's OS user.
+:mod:`trainium_cdk.app.parallelcluster.submit`'s, run as the cluster's OS user.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from trainium_cdk.cli.jobs import (
     watch,
 )
 from trainium_cdk.cli.ssm_run import LineFilter, checked, parse_chunk, print_log, run, send_request
-from trainium_cdk.config import Config
+from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.names import OUTPUT_HEAD_NODE_INSTANCE_ID, output_key
-from trainium_cdk.parallelcluster.cluster_config import EXAMPLE_SCRIPT_NAME, batch_script_name, queue_name
-from trainium_cdk.parallelcluster.submit import (
+from trainium_cdk.facts.names import OUTPUT_HEAD_NODE_INSTANCE_ID, output_key
+from trainium_cdk.app.parallelcluster.cluster_config import EXAMPLE_SCRIPT_NAME, batch_script_name, queue_name
+from trainium_cdk.app.parallelcluster.submit import (
     PARSABLE_SEPARATOR, SCRIPTS_DIR, SlurmSubmission, cancel_script, jobs_script, log_script, status_script,
 )
 

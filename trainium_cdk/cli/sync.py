@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from trainium_cdk.cli._common import CliError, client, parse_overrides, read_config, session, stack_outputs
-from trainium_cdk.config import Config, DataRepository
+from trainium_cdk.app.config import Config, DataRepository
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.names import OUTPUT_DATA_BUCKET_NAME, OUTPUT_FILE_SYSTEM_ID, SHARED_MOUNT, output_key
+from trainium_cdk.facts.names import OUTPUT_DATA_BUCKET_NAME, OUTPUT_FILE_SYSTEM_ID, SHARED_MOUNT, output_key
 
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".venv"})
 IGNORE_FILE = ".trnignore"

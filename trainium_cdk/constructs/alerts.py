@@ -36,7 +36,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from trainium_cdk.names import OUTPUT_HEAD_NODE_SESSION
+from trainium_cdk.facts.names import OUTPUT_HEAD_NODE_SESSION
 
 # The services that publish to the topic: CloudWatch for alarm actions, EventBridge for rule targets.
 ALARM_PUBLISHER = "cloudwatch.amazonaws.com"

@@ -23,22 +23,22 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from trainium_cdk import defaults
-from trainium_cdk.catalog import InstanceSpec, check_ami_id
+from trainium_cdk.facts import defaults
+from trainium_cdk.facts.catalog import InstanceSpec, check_ami_id
 from trainium_cdk.constructs.ami_lookup import AmiLookup, ImageIdImage
 from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.prometheus import MetricsWorkspace
-from trainium_cdk.constructs.session_manager import session_manager_role
+from trainium_cdk.facts.session_manager.cdk import session_manager_role
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.errors import ConfigError, names_construct_path
-from trainium_cdk.lustre_client import mount_script as lustre_mount_script
-from trainium_cdk.lustre_tuning import install_commands as lustre_tuning_commands
-from trainium_cdk.names import CACHE_DIR_NAME, SHARED_MOUNT
-from trainium_cdk.prometheus_setup import SETUP_PATH as PROMETHEUS_SETUP_PATH
-from trainium_cdk.prometheus_setup import fetched_setup_lines
-from trainium_cdk.prometheus_setup import setup_script as prometheus_setup_script
-from trainium_cdk.versions import XLA_TRACK, AmiQuery, NeuronTrack
+from trainium_cdk.runtime.lustre_client import mount_script as lustre_mount_script
+from trainium_cdk.runtime.lustre_tuning import install_commands as lustre_tuning_commands
+from trainium_cdk.facts.names import CACHE_DIR_NAME, SHARED_MOUNT
+from trainium_cdk.runtime.prometheus_setup import SETUP_PATH as PROMETHEUS_SETUP_PATH
+from trainium_cdk.runtime.prometheus_setup import fetched_setup_lines
+from trainium_cdk.runtime.prometheus_setup import setup_script as prometheus_setup_script
+from trainium_cdk.facts.versions import XLA_TRACK, AmiQuery, NeuronTrack
 
 # The MLP example, at the path the example image has it (Batch and EKS run it there).
 EXAMPLE_SOURCE = Path(__file__).resolve().parent.parent / "examples" / "mlp" / "train.py"
@@ -287,7 +287,7 @@ def _lustre_mount_commands(spec: InstanceSpec, family: str, dns_name: str, mount
     """The client's tuning for ``spec`` (its module options before the mount loads the modules), the mount at
     /fsx (and the client for the running kernel at every boot), and the compile cache when the file system has
     none: one that exists keeps its owner and mode (a ParallelCluster head node on the same file system gives it
-    to the group its users share: parallelcluster/neuron_setup.sh)."""
+    to the group its users share: node/neuron_setup.sh)."""
     cache = f"{SHARED_MOUNT}/{CACHE_DIR_NAME}"
     return [
         "set -euxo pipefail",

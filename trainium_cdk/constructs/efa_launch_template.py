@@ -13,8 +13,8 @@ from aws_cdk import Fn
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from trainium_cdk.capacity import NodeCapacity
-from trainium_cdk.catalog import InstanceSpec
+from trainium_cdk.facts.capacity import NodeCapacity
+from trainium_cdk.facts.catalog import InstanceSpec
 from trainium_cdk.errors import names_construct_path
 
 ROOT_DEVICE_NAME = "/dev/xvda"

@@ -15,14 +15,14 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
-from trainium_cdk.capacity import GroupNodes
+from trainium_cdk.facts.capacity import GroupNodes
 from trainium_cdk.charts.karpenter import compute_node_labels
 from trainium_cdk.constructs.cluster_autoscaler import node_template_tags
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.nag import acknowledge, acknowledge_default_policy
 from trainium_cdk.errors import ConfigError, names_construct_path
-from trainium_cdk.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE, NEURON_TAINT_KEY, NEURON_TAINT_VALUE
-from trainium_cdk.versions import EKS_NODEGROUP_RELEASE_VERSION
+from trainium_cdk.facts.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE, NEURON_TAINT_KEY, NEURON_TAINT_VALUE
+from trainium_cdk.facts.versions import EKS_NODEGROUP_RELEASE_VERSION
 
 # What the L2 node group attaches to its node role; the CNI's goes to the VPC CNI's own Pod Identity role
 # when the cluster has one (TrainiumCluster.cni_association): every pod of a node could act with it.
@@ -63,7 +63,7 @@ class TrainiumNodeGroup(Construct):
     :param cni_association: the VPC CNI's Pod Identity association (``TrainiumCluster.cni_association``):
         the node role then goes without the CNI policy. Default: None (the node role keeps it).
     :param user_data: the nodes' user data, MIME multi-part (EKS requires it in the launch template of a node
-        group with an AMI type, and merges its own NodeConfig: trainium_cdk.eks_user_data). Default: none.
+        group with an AMI type, and merges its own NodeConfig: trainium_cdk.runtime.eks_user_data). Default: none.
     :param root_volume_throughput: the root volume's gp3 throughput, MiB/s. Default: gp3's baseline.
     """
 

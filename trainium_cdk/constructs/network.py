@@ -16,8 +16,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from trainium_cdk.addressing import check_subnets_fit, check_vpc_cidr
-from trainium_cdk.constructs.defaults import LOG_RETENTION
+from trainium_cdk.facts.addressing import check_subnets_fit, check_vpc_cidr
+from trainium_cdk.facts.defaults.cdk import LOG_RETENTION
 from trainium_cdk.constructs.log_encryption import encrypt_log_groups
 from trainium_cdk.constructs.nag import NIST, acknowledge, acknowledge_default_policy
 from trainium_cdk.constructs.s3_endpoint_policy import restrict_s3_endpoint

@@ -28,7 +28,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sns as sns
 from constructs import Construct, IConstruct
 
-from trainium_cdk import versions
+from trainium_cdk.facts import versions
 from trainium_cdk.constructs.alerts import alarm_to
 from trainium_cdk.constructs.nag import acknowledge, acknowledge_alarm_without_action, nag_form
 from trainium_cdk.constructs.pod_identity import pod_identity_role

@@ -32,8 +32,8 @@ from trainium_cdk.parallelcluster.parts import (
     HEAD_NODE_SCRIPT, LUSTRE_TUNING_NAME, PROLOG_NAME, SETUP_SCRIPT, ClusterIds, NeuronMetrics, PrometheusWriter, S3Object,
     neuron_metrics_policy,
 )
-from trainium_cdk.session_manager import session_manager_policy
-from trainium_cdk.versions import parallelcluster_provider_template_url
+from trainium_cdk.facts.session_manager import session_manager_policy
+from trainium_cdk.facts.versions import parallelcluster_provider_template_url
 
 CLUSTER_RESOURCE_TYPE = "Custom::PclusterCluster"
 # The provider's Lambda may attach only the managed policies it is told about to the node roles.
@@ -49,7 +49,7 @@ class SlurmCluster(Construct):
     :param cluster_name: the cluster's name (it must differ from every stack name).
     :param settings: what the cluster configuration says besides the ids this construct supplies: the
         region, a queue per compute group, the head node, the Neuron track, tags
-        (``trainium_cdk.adapters.parallelcluster.cluster_settings`` maps a config to them).
+        (``trainium_cdk.app.adapters.parallelcluster.cluster_settings`` maps a config to them).
     :param head_node_subnet: the head node's subnet.
     :param compute_subnets: queue (compute group) name -> its one compute subnet.
     :param security_group: the group of every node (the EFA group, also the one FSx accepts clients from).

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainium_cdk.names import SHARED_MOUNT
+from trainium_cdk.facts.names import SHARED_MOUNT
 
 if TYPE_CHECKING:
-    from trainium_cdk.config import Config
+    from trainium_cdk.app.config import Config
 
 # The tokenized Wikipedia corpus of Neuron's BERT tutorial (aws-neuron-sdk, frameworks/torch/torch-neuronx/
 # tutorials/training/tutorial_source_code/bert_training/bert_setup_code.sh): one tar, about 48 GB, in

@@ -13,7 +13,7 @@ nccom-test guide, "MPI Execution" and "Slurm Execution".)
 multi-host: node 0's nccom-test drives every host itself (``--hosts``, NEURON_RT_ROOT_COMM_ID), the nodes run sshd.
 
 Both print nccom-test's table (its columns; GB/s are GiB/s, bus bandwidth by its factors: Neuron nccom-test
-guide, "Bus Bandwidth Calculation"), one framed report per operation, which trainium_cdk/fabric.py reads back
+guide, "Bus Bandwidth Calculation"), one framed report per operation, which trainium_cdk/runtime/fabric.py reads back
 from the job's log (it imports the markers below). TRN_FABRIC_SIZES: MIN:MAX:FACTOR in bytes.
 """
 

@@ -15,7 +15,7 @@ Checks (one line on stderr per failed check, exit 1; exit 0 when all pass):
            version X or greater").
   fsx      PATH is a Lustre mount (/proc/1/mounts: the host's, also from a container that mounts /proc).
   collective  (--collective) a short on-node collective over all NeuronCores: nccom-test's bf16 all-reduce at
-           COLLECTIVE_SIZES, the fabric check's tool and table on one node (trainium_cdk/fabric.py); it fails when
+           COLLECTIVE_SIZES, the fabric check's tool and table on one node (trainium_cdk/runtime/fabric.py); it fails when
            nccom-test fails, reports no bus bandwidth or has not finished after --collective-timeout seconds
            (COLLECTIVE_TIMEOUT_S): a hung collective is the failure it is there to find. nccom-test needs the
            Neuron runtime and collectives libraries beside the tools: where it is not installed the check is not

@@ -1,5 +1,5 @@
 #!/bin/sh
-# trainium-launch: torchrun on every node of a job, wired at run time (trainium_cdk/launcher.py).
+# trainium-launch: torchrun on every node of a job, wired at run time (trainium_cdk/runtime/launcher.py).
 set -eu
 : "${PEER_LOST_EXIT:?the header sets PEER_LOST_EXIT}"
 say() { echo "trainium-launch: $*" >&2; }

@@ -1,6 +1,6 @@
 #!/bin/bash
 # trainium-cdk: the FSx for Lustre client settings of a Trainium node, decided per instance type from the FSx
-# user guide's "Performance tips" (trainium_cdk/lustre_tuning.py), and the stripe layout of shared directories.
+# user guide's "Performance tips" (trainium_cdk/runtime/lustre_tuning.py), and the stripe layout of shared directories.
 #   lustre_tuning.sh install NAME=value...   as root, before the file system is mounted: the module options
 #       in modprobe.d (read when the modules load, at the first mount and at every boot), this program as
 #       /usr/local/sbin/trainium-lustre-tuning with its settings, and its service, started now

@@ -12,7 +12,7 @@ Three exporters, each the documented or well-kept tool where one exists:
   EFA node exporter uses, so that queries carry over from it.
 - node_exporter (pinned release) with only its textfile collector on, port :data:`NODE_EXPORTER_PORT`: it serves
   the EFA file and the per-job files the launcher writes (``*.prom`` in :data:`METRICS_DIR`, the value of
-  ``trainium_cdk.names.NODE_METRICS_DIR``).
+  ``trainium_cdk.facts.names.NODE_METRICS_DIR``).
 
 On EKS the managed collector scrapes these from pods (trainium_cdk/charts/metrics_exporters.py); on AWS Batch and
 ParallelCluster hosts ``install`` puts them on the host as systemd services, with a Prometheus in agent mode that
@@ -47,10 +47,10 @@ NODE_JOB = "node-exporter"
 NODE_LABEL = "node"
 DEPLOYMENT_LABEL = "deployment"
 SCRAPE_INTERVAL = "30s"
-# The per-job textfiles carry a ``job`` label (the training job, trainium_cdk/names.py); the node exporter's scrape
+# The per-job textfiles carry a ``job`` label (the training job, trainium_cdk/facts/names.py); the node exporter's scrape
 # honors it (honor_labels), or Prometheus would rename it exported_job under its own job="node-exporter"
 # (Prometheus configuration docs, scrape_config honor_labels).
-# The same value as trainium_cdk.names.NODE_METRICS_DIR (tests/test_prometheus_metrics.py checks): this file
+# The same value as trainium_cdk.facts.names.NODE_METRICS_DIR (tests/test_prometheus_metrics.py checks): this file
 # runs on nodes without the package.
 METRICS_DIR = "/var/lib/trainium-cdk/metrics"
 EFA_FILE = "efa.prom"

@@ -12,13 +12,13 @@ from typing import Any
 _PUBLIC = {
     "ClusterIds": "trainium_cdk.parallelcluster.parts",
     "S3Object": "trainium_cdk.parallelcluster.parts",
-    "cluster_configuration": "trainium_cdk.parallelcluster.cluster_config",
-    "cluster_name": "trainium_cdk.parallelcluster.cluster_config",
-    "render_cluster_yaml": "trainium_cdk.parallelcluster.cluster_config",
-    "image_configuration": "trainium_cdk.parallelcluster.image",
-    "render_image_yaml": "trainium_cdk.parallelcluster.image",
-    "render_sbatch": "trainium_cdk.parallelcluster.sbatch",
-    "write_dist": "trainium_cdk.parallelcluster.dist",
+    "cluster_configuration": "trainium_cdk.app.parallelcluster.cluster_config",
+    "cluster_name": "trainium_cdk.app.parallelcluster.cluster_config",
+    "render_cluster_yaml": "trainium_cdk.app.parallelcluster.cluster_config",
+    "image_configuration": "trainium_cdk.app.parallelcluster.image",
+    "render_image_yaml": "trainium_cdk.app.parallelcluster.image",
+    "render_sbatch": "trainium_cdk.app.parallelcluster.sbatch",
+    "write_dist": "trainium_cdk.app.dist.parallelcluster",
 }
 __all__ = sorted(_PUBLIC)
 

@@ -14,8 +14,8 @@ from trainium_cdk.node.neuron_metrics import policy_statement
 SETUP_SCRIPT_NAME = "neuron_setup.sh"
 # The head node's action: runs the queues' setup script with their arguments (see the script).
 HEAD_NODE_SCRIPT_NAME = "head_node_setup.sh"
-SETUP_SCRIPT = Path(__file__).resolve().parent / SETUP_SCRIPT_NAME
-HEAD_NODE_SCRIPT = Path(__file__).resolve().parent / HEAD_NODE_SCRIPT_NAME
+SETUP_SCRIPT = Path(__file__).resolve().parent.parent / "node" / SETUP_SCRIPT_NAME
+HEAD_NODE_SCRIPT = Path(__file__).resolve().parent.parent / "node" / HEAD_NODE_SCRIPT_NAME
 # The node health check (parallelcluster/health.py renders it).
 PROLOG_NAME = "50_trainium_neuron_devices.sh"
 # neuron-monitor into CloudWatch on the compute nodes (trainium_cdk/node/neuron_metrics.py).
@@ -113,7 +113,7 @@ class ClusterIds:
     :param neuron_metrics: neuron-monitor into CloudWatch on the compute nodes; default none.
     :param prometheus: the Prometheus-format exporters and agent on the compute nodes; default none.
     :param session_manager_policy_arn: a managed policy with Session Manager's minimal instance actions
-        (trainium_cdk/session_manager.py), for the head node; default none (no Session Manager).
+        (trainium_cdk/facts/session_manager/__init__.py), for the head node; default none (no Session Manager).
     :param lustre_tuning: trainium_cdk/node/lustre_tuning.sh, the queues' OnNodeStart with each queue's
         arguments (SlurmQueue.lustre_tuning); default none (no tuning).
     """

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from trainium_cdk.errors import ConfigError, one_of
 
 if TYPE_CHECKING:
-    from trainium_cdk.config import ComputeGroup, Config, TrainingJobSettings
+    from trainium_cdk.app.config import ComputeGroup, Config, TrainingJobSettings
 
 FOLDER = Path(__file__).resolve().parent
 # Where a recipe's folder is on the nodes: in its image, and on the Slurm head node (its home, shared with every

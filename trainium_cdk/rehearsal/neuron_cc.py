@@ -44,9 +44,9 @@ import uuid
 from pathlib import Path
 
 COMPILER_VERSION = "0.0.0.0+rehearsal"
-# The recipes' device variable (trainium_cdk.names.TORCH_DEVICE_VARIABLE; this file imports nothing of the package).
+# The recipes' device variable (trainium_cdk.facts.names.TORCH_DEVICE_VARIABLE; this file imports nothing of the package).
 NATIVE_TRACK_MARKER = "TRN_TORCH_DEVICE"
-# The track the launcher's pins name (trainium_cdk.launcher.neuron_pins).
+# The track the launcher's pins name (trainium_cdk.runtime.launcher.neuron_pins).
 TRACK_VARIABLE = "TRN_NEURON_TRACK"
 NEFF_CACHE_VARIABLE = "TORCH_NEURONX_NEFF_CACHE_DIR"
 DEBUG_LEVEL = 3  # NeuronLogging.h: ERROR 0, WARNING 1 (the default), INFO 2, DEBUG 3

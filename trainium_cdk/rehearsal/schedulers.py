@@ -105,7 +105,7 @@ def run_slurm_script(
     variables in it (``TRN_JOB_ENV`` lines) get the stage's values. ``user``: a command that runs the batch step
     as the submitting user (slurmd starts it with the user's uid and the groups slurmctld sent), such as
     ``setpriv --reuid ...``; default: this process's user."""
-    from trainium_cdk.parallelcluster.sbatch import JOB_ENV_VARIABLE
+    from trainium_cdk.app.parallelcluster.sbatch import JOB_ENV_VARIABLE
 
     path = stage.root / f"job-{job_id}.sbatch"
     path.write_text(stage.substitute_script(script, **substitute))

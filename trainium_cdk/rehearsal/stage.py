@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainium_cdk.launcher import WORKDIR_VARIABLE
+from trainium_cdk.runtime.launcher import WORKDIR_VARIABLE
 from trainium_cdk.node.fabric_check import SIZES_VARIABLE as FABRIC_SIZES_VARIABLE
-from trainium_cdk.names import (
+from trainium_cdk.facts.names import (
     COMPILE_BACKEND_VARIABLE, DIST_BACKEND_VARIABLE, NEURON_BIN, NEURON_DEVICE, NODE_METRICS_DIR, SHARED_MOUNT,
     TORCH_DEVICE_VARIABLE,
 )
@@ -199,7 +199,7 @@ class Stage:
     @property
     def substitutions(self) -> dict[str, str]:
         from trainium_cdk import recipes
-        from trainium_cdk.parallelcluster.cluster_config import VENV
+        from trainium_cdk.app.parallelcluster.cluster_config import VENV
 
         # A recipe's folder, where its image and the Slurm head node have it: the package's copy.
         recipe_folders = {

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainium_cdk.config import TrainingJobSettings
-from trainium_cdk.names import (
+from trainium_cdk.app.config import TrainingJobSettings
+from trainium_cdk.facts.names import (
     DIST_BACKEND_VARIABLE, HF_TOKEN_SERVICE_ACCOUNT, NEURON_DEVICE, SHARED_MOUNT, TORCH_DEVICE_VARIABLE,
 )
 from trainium_cdk.recipes import Recipe, RecipeContext, register

@@ -15,10 +15,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from trainium_cdk.catalog import DEFAULT_CATALOG
-from trainium_cdk.config import TrainingJobSettings
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
+from trainium_cdk.app.config import TrainingJobSettings
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.names import (
+from trainium_cdk.facts.names import (
     COMPILE_BACKEND_VARIABLE,
     DIST_BACKEND_VARIABLE,
     NEURON_DEVICE,

@@ -1,0 +1,1 @@
+"""What runs in jobs and on nodes, as Python: the job environment, launcher, per-backend job forms."""

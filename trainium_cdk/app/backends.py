@@ -110,17 +110,6 @@ def _load(ref: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), attribute)
 
 
-def eks_image_build(config: Any) -> str | None:
-    """TrainingWorkloads builds the MLP example image (a DockerImageAsset) on every EKS deploy, and the
-    BERT-large example's where the config offers that example."""
-    from trainium_cdk.examples import offers_bert_example
-
-    mlp = "the MLP example image (trainium_cdk/examples/mlp/Dockerfile)"
-    if not offers_bert_example(config):
-        return mlp
-    return f"{mlp} and the BERT-large example image (trainium_cdk/examples/bert/Dockerfile)"
-
-
 register(Backend(
     name="eks",
     summary="EKS with Trainium nodes (Karpenter or managed node groups), device plugins, FSx, Volcano",
@@ -129,22 +118,15 @@ register(Backend(
     jobs="trainium_cdk.cli.eks_jobs",
     check="trainium_cdk.app.config.validation:check_eks",
     idle_cost="trainium_cdk.app.cost:eks_idle",
-    image_build="trainium_cdk.app.backends:eks_image_build",
+    image_build="trainium_cdk.app.workloads:eks_image_build",
 ))
-def batch_image_build(config: Any) -> str | None:
-    """TrainiumBatch builds the MLP example image when batch.image_uri names no image of the user's."""
-    if config.batch.image_uri:
-        return None
-    return "the MLP example image of the Batch job definitions (trainium_cdk/examples/mlp/Dockerfile)"
-
-
 register(Backend(
     name="batch",
     summary="AWS Batch multi-node parallel jobs, one queue per compute group",
     stack="trainium_cdk.app.stacks.batch_stack:BatchStack",
     jobs="trainium_cdk.cli.batch_jobs",
     check="trainium_cdk.app.config.validation:check_batch",
-    image_build="trainium_cdk.app.backends:batch_image_build",
+    image_build="trainium_cdk.app.workloads:batch_image_build",
 ))
 register(Backend(
     name="parallelcluster",

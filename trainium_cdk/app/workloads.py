@@ -146,3 +146,21 @@ def render_job(
         raise ConfigError(field, err.value, err.allowed) from None
     app = cdk8s.App()
     return training_job(app, name, job=spec, queue=config.workloads.queue).to_json()
+
+
+# The backends' image_build entries (app/backends.py names them by string: the registry imports no example,
+# since the examples' checks take the config, whose models import the registry).
+def eks_image_build(config: Config) -> str | None:
+    """TrainingWorkloads builds the MLP example image (a DockerImageAsset) on every EKS deploy, and the
+    BERT-large example's where the config offers that example."""
+    mlp = "the MLP example image (trainium_cdk/examples/mlp/Dockerfile)"
+    if not offers_bert_example(config):
+        return mlp
+    return f"{mlp} and the BERT-large example image (trainium_cdk/examples/bert/Dockerfile)"
+
+
+def batch_image_build(config: Config) -> str | None:
+    """TrainiumBatch builds the MLP example image when batch.image_uri names no image of the user's."""
+    if config.batch.image_uri:
+        return None
+    return "the MLP example image of the Batch job definitions (trainium_cdk/examples/mlp/Dockerfile)"

@@ -60,15 +60,17 @@ def test_the_waivers_are_listed_in_one_generated_file():
 
 
 def test_the_api_reference_is_generated_and_lists_every_public_name():
-    """docs/reference/api/: one mkdocstrings entry per name of the package root (``trainium_cdk.__all__``)."""
+    """docs/reference/api/: one mkdocstrings entry per public name of the library (``trainium_cdk.__all__``) and
+    the app (``trainium_cdk.app.__all__``)."""
     import trainium_cdk
+    from trainium_cdk import app
 
     pages = docs.api_pages()
     for name, text in pages.items():
         assert (docs.API_DIR / f"{name}.md").read_text() == text, "run: make docs"
     entries = [line for text in pages.values() for line in text.splitlines() if line.startswith("::: ")]
     assert sorted(entry.rsplit(".", 1)[1] for entry in entries) == sorted(
-        trainium_cdk._ALIASES.get(name, name) for name in trainium_cdk.__all__
+        package._ALIASES.get(name, name) for package in (trainium_cdk, app) for name in package.__all__
     )
     assert sorted(p.name for p in docs.API_DIR.glob("*.md")) == sorted(f"{name}.md" for name in pages)
 

@@ -81,6 +81,21 @@ def test_public_api_is_listed_and_resolves():
         trainium_cdk.NoSuchConstruct  # noqa: B018
 
 
+def test_the_root_exports_the_library_and_the_app_its_own_module():
+    """The package root is the library (constructs, charts, props, facts); the app's names (config, stacks,
+    composition, backend registry) are trainium_cdk.app's, and the root says where one went."""
+    import trainium_cdk
+    from trainium_cdk import app
+
+    for name in app.__all__:
+        assert getattr(app, name) is not None, name
+    assert not set(app.__all__) & set(trainium_cdk.__all__)
+    assert not [m for m in trainium_cdk._PUBLIC.values() if m.startswith("trainium_cdk.app")]
+    assert app.register_backend is app.backends.register
+    with pytest.raises(AttributeError, match=r"it is trainium_cdk\.app\.compose"):
+        trainium_cdk.compose  # noqa: B018
+
+
 def test_a_separate_cdk_app_imports_and_synthesizes_the_constructs(installed):
     tmp, site = installed
     app_dir, out = tmp / "user-app", tmp / "cdk.out"

@@ -2,7 +2,11 @@
 
 The public API, importable from the package root::
 
-    from trainium_cdk import TrainingNetwork, LustreStorage, TrainiumCluster, TrainiumNodeGroup, load_config
+    from trainium_cdk import TrainingNetwork, LustreStorage, TrainiumCluster, TrainiumNodeGroup, DEFAULT_CATALOG
+
+The library: the constructs, the charts, their props and the public facts; none of it reads a config. The app
+that builds a deployment from a config (the config, the stacks, ``compose``, ``TrainingApp``, the backend
+registry) is :mod:`trainium_cdk.app`.
 
 Names resolve on first use, so that ``import trainium_cdk`` (and the ``trn`` CLI) does not start the
 CDK's JavaScript runtime until a construct is needed.
@@ -24,11 +28,8 @@ __version__ = "0.1.0"
 
 # name -> module that defines it
 _PUBLIC = {
-    # configuration and facts
-    "Config": "trainium_cdk.app.config",
+    # facts
     "ConfigError": "trainium_cdk.errors",
-    "load_config": "trainium_cdk.app.config",
-    "build_config": "trainium_cdk.app.config",
     "Catalog": "trainium_cdk.facts.catalog",
     "InstanceSpec": "trainium_cdk.facts.catalog",
     "NodeCapacity": "trainium_cdk.facts.capacity",
@@ -38,9 +39,6 @@ _PUBLIC = {
     "NeuronTrack": "trainium_cdk.facts.versions",
     "NEURON_TRACKS": "trainium_cdk.facts.versions",
     "AmiQuery": "trainium_cdk.facts.versions",
-    # backends
-    "Backend": "trainium_cdk.app.backends",
-    "register_backend": "trainium_cdk.app.backends",
     # constructs
     "TrainingNetwork": "trainium_cdk.constructs.network",
     "ComputePlacement": "trainium_cdk.constructs.network",
@@ -71,16 +69,6 @@ _PUBLIC = {
     "NewFileSystem": "trainium_cdk.parallelcluster.configuration",
     "MetricsWorkspace": "trainium_cdk.constructs.prometheus",
     "DevInstance": "trainium_cdk.constructs.dev_instance",
-    # stacks
-    "compose": "trainium_cdk.app.stacks.composition",
-    "TrainingApp": "trainium_cdk.app.stacks.composition",
-    "NetworkStack": "trainium_cdk.app.stacks.network_stack",
-    "StorageStack": "trainium_cdk.app.stacks.storage_stack",
-    "EksStack": "trainium_cdk.app.stacks.eks_stack",
-    "BatchStack": "trainium_cdk.app.stacks.batch_stack",
-    "ParallelClusterStack": "trainium_cdk.app.stacks.parallelcluster_stack",
-    "InstanceStack": "trainium_cdk.app.stacks.instance_stack",
-    "PipelineStack": "trainium_cdk.app.stacks.pipeline_stack",
     # cdk8s charts
     "NeuronDevicePlugin": "trainium_cdk.charts.neuron_device_plugin",
     "EfaDevicePlugin": "trainium_cdk.charts.efa_device_plugin",
@@ -100,13 +88,16 @@ _PUBLIC = {
 __all__ = sorted(_PUBLIC)
 
 
-# Exported under another name than the module's.
-_ALIASES = {"register_backend": "register"}
+# Exported under another name than the module's (none today; trainium_cdk.app has one).
+_ALIASES: dict[str, str] = {}
 
 
 def __getattr__(name: str) -> Any:
     module = _PUBLIC.get(name)
     if module is None:
+        # importlib, not `from trainium_cdk import app`: that asks this function for `app` again.
+        if name in importlib.import_module("trainium_cdk.app").__all__:  # exported here before 0.1.0's layout: say where it went
+            raise AttributeError(f"module 'trainium_cdk' has no attribute {name!r}: it is trainium_cdk.app.{name}")
         raise AttributeError(f"module 'trainium_cdk' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), _ALIASES.get(name, name))
     globals()[name] = value
@@ -118,8 +109,6 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static type checkers see the real names
-    from trainium_cdk.app.backends import Backend
-    from trainium_cdk.app.backends import register as register_backend
     from trainium_cdk.charts.fsx_storage import FsxStorageProps
     from trainium_cdk.charts.karpenter import NodePoolProps, TrainiumNodePools
     from trainium_cdk.charts.namespace import TrainingNamespace
@@ -140,7 +129,6 @@ if TYPE_CHECKING:  # static type checkers see the real names
     from trainium_cdk.charts.training import (
         DataLoaderJob, DistributedTrainingJob, ShellPod, SingleNodeTrainingJob, TensorBoard, VolcanoQueue,
     )
-    from trainium_cdk.app.config import Config, build_config, load_config
     from trainium_cdk.constructs.batch import TrainiumBatch
     from trainium_cdk.constructs.batch_roles import BatchRoles
     from trainium_cdk.constructs.dev_instance import DevInstance
@@ -156,11 +144,3 @@ if TYPE_CHECKING:  # static type checkers see the real names
     from trainium_cdk.constructs.training_images import TrainingImageRepository
     from trainium_cdk.errors import ConfigError
     from trainium_cdk.runtime.jobs import JobSpec
-    from trainium_cdk.app.stacks.batch_stack import BatchStack
-    from trainium_cdk.app.stacks.composition import TrainingApp, compose
-    from trainium_cdk.app.stacks.eks_stack import EksStack
-    from trainium_cdk.app.stacks.instance_stack import InstanceStack
-    from trainium_cdk.app.stacks.network_stack import NetworkStack
-    from trainium_cdk.app.stacks.parallelcluster_stack import ParallelClusterStack
-    from trainium_cdk.app.stacks.pipeline_stack import PipelineStack
-    from trainium_cdk.app.stacks.storage_stack import StorageStack

@@ -41,7 +41,7 @@ def dialect_of(text: str) -> str:
 def test_the_folder_has_the_programs():
     assert {p.name for p in SCRIPTS} == {
         "launcher.sh", "lustre_client.sh", "lustre_client_boot.sh", "lustre_tuning.sh", "slurm_prolog.sh", "batch_node.sh",
-        "prepull_images.sh", "batch_bootstrap.sh"}
+        "prepull_images.sh", "batch_bootstrap.sh", "neuron_setup.sh", "head_node_setup.sh"}
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
@@ -120,9 +120,8 @@ def test_the_user_data_as_synthesized_passes_shellcheck():
 LATEST_ARTEFACT = re.compile(
     r"(?:https?|s3)://(?!docs\.aws\.amazon\.com/)[^\s\"'\\]*latest[^\s\"'\\]*|[\w.-]+(?:/[\w.-]+)+:latest\b", re.I
 )
-# Every program a node or a host runs at boot: the node folder, ParallelCluster's setup scripts.
-HOST_PROGRAMS = sorted({*node.FOLDER.glob("*.sh"), *node.FOLDER.glob("*.py"), *node.FOLDER.glob("*.yaml"),
-                        *(node.FOLDER.parent / "parallelcluster").glob("*.sh")})
+# Every program a node or a host runs at boot: the node folder (ParallelCluster's setup scripts included).
+HOST_PROGRAMS = sorted({*node.FOLDER.glob("*.sh"), *node.FOLDER.glob("*.py"), *node.FOLDER.glob("*.yaml")})
 
 
 def test_no_user_data_or_node_program_of_any_backend_fetches_a_latest_artefact():

@@ -90,6 +90,7 @@ def test_the_root_exports_the_library_and_the_app_its_own_module():
     for name in app.__all__:
         assert getattr(app, name) is not None, name
     assert not set(app.__all__) & set(trainium_cdk.__all__)
+    assert trainium_cdk._MOVED_TO_APP == set(app.__all__)
     assert not [m for m in trainium_cdk._PUBLIC.values() if m.startswith("trainium_cdk.app")]
     assert app.register_backend is app.backends.register
     with pytest.raises(AttributeError, match=r"it is trainium_cdk\.app\.compose"):

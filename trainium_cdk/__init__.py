@@ -92,11 +92,18 @@ __all__ = sorted(_PUBLIC)
 _ALIASES: dict[str, str] = {}
 
 
+# Exported here before 0.1.0's layout, trainium_cdk.app's now (named, not imported: a construct's import, which
+# may ask this module for a name it lacks, loads no app; tests/test_package.py keeps the set equal to app.__all__).
+_MOVED_TO_APP = frozenset({
+    "Backend", "BatchStack", "Config", "EksStack", "InstanceStack", "NetworkStack", "ParallelClusterStack",
+    "PipelineStack", "StorageStack", "TrainingApp", "build_config", "compose", "load_config", "register_backend",
+})
+
+
 def __getattr__(name: str) -> Any:
     module = _PUBLIC.get(name)
     if module is None:
-        # importlib, not `from trainium_cdk import app`: that asks this function for `app` again.
-        if name in importlib.import_module("trainium_cdk.app").__all__:  # exported here before 0.1.0's layout: say where it went
+        if name in _MOVED_TO_APP:  # exported here before 0.1.0's layout: say where it went
             raise AttributeError(f"module 'trainium_cdk' has no attribute {name!r}: it is trainium_cdk.app.{name}")
         raise AttributeError(f"module 'trainium_cdk' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), _ALIASES.get(name, name))

@@ -87,11 +87,11 @@ test-e2e: setup-dev pcluster-schema checkov-env
 
 ## pcluster-schema: ParallelCluster's own package in .venv-pcluster (it pins CDK v1: never in .venv)
 pcluster-schema: $(DEV)
-	$(PY) -m tests.pcluster_schema --setup || test "$$CI" != true
+	$(PY) -m tests.support.pcluster_schema --setup || test "$$CI" != true
 
 ## checkov-env: checkov in .venv-checkov (it pins boto3 exactly: never in .venv)
 checkov-env: $(DEV)
-	$(PY) -m tests.checkov_env --setup || test "$$CI" != true
+	$(PY) -m tests.support.checkov_env --setup || test "$$CI" != true
 
 ## docs: regenerate the generated pages of the site (docs/: config reference, architecture, Day-2 table, API reference, waivers) from the code
 docs: setup

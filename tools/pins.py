@@ -8,7 +8,7 @@ the EFA installer's published checksum. Offline: nothing here calls AWS or the n
 
 Each pin gets one verdict:
   ok          the upstream data rate the combination the project ships (Kubernetes minor x the pin)
-  OUTSIDE     the upstream data say the combination is not rated: the exit code is 1 (tests/test_pins.py)
+  OUTSIDE     the upstream data say the combination is not rated: the exit code is 1 (tests/meta/test_pins.py)
   behind      upstream publishes a newer version than the pin (not an error)
   unverified  no upstream data in reach say anything of it (the reason is printed)
   pinned      a pin with no upstream data vendored for it (listed so that nothing is pinned unseen)

@@ -4,7 +4,7 @@ Stacks in deploy order with their region and dependencies, then each stack's res
 When `make synth` kept the assembly before it (cdk.out.prev), what changed since: resources added,
 removed, changed (each changed value, also inside the Kubernetes manifests the EKS stack applies) and
 replaced, judged by CloudFormation's own rule: a change to a create-only property of the resource type
-(tools/create_only.json, from the resource schemas cfn-lint ships; tests/test_make_plan.py keeps it in
+(tools/create_only.json, from the resource schemas cfn-lint ships; tests/e2e/test_make_plan.py keeps it in
 step). On an account where the stacks already exist `make diff` compares with them (it needs credentials).
 
 A stack of the synth before that this synth no longer has (a backend switched off) is not deleted by

@@ -19,8 +19,8 @@ from trainium_cdk.node_runtime import use_bundled_node  # noqa: E402
 
 use_bundled_node()
 
-from tests.apps import VARIANTS  # noqa: E402
-from tests.helpers import config_with, synth  # noqa: E402
+from tests.support.apps import VARIANTS  # noqa: E402
+from tests.support.helpers import config_with, synth  # noqa: E402
 from trainium_cdk.app.config import load_config  # noqa: E402
 from trainium_cdk.app.dist import write_dist  # noqa: E402
 

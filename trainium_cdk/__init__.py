@@ -93,7 +93,7 @@ _ALIASES: dict[str, str] = {}
 
 
 # Exported here before 0.1.0's layout, trainium_cdk.app's now (named, not imported: a construct's import, which
-# may ask this module for a name it lacks, loads no app; tests/test_package.py keeps the set equal to app.__all__).
+# may ask this module for a name it lacks, loads no app; tests/e2e/test_package.py keeps the set equal to app.__all__).
 _MOVED_TO_APP = frozenset({
     "Backend", "BatchStack", "Config", "EksStack", "InstanceStack", "NetworkStack", "ParallelClusterStack",
     "PipelineStack", "StorageStack", "TrainingApp", "build_config", "compose", "load_config", "register_backend",

@@ -3,8 +3,8 @@
 One row per change a user makes once the deployment runs. ``stops`` names where running jobs are stopped
 and how (``eks-managed``: EKS with ``eks.capacity: managed``; ``eks-karpenter``: Karpenter, the default, which
 waits for the job when it replaces a drifted node);
-``tests/test_day2.py`` checks it, change by change, against what each service's own rules make of the
-synthesized templates (tests/lifecycle.py, ParallelCluster's update policies), and `make docs` writes the
+``tests/app/test_day2.py`` checks it, change by change, against what each service's own rules make of the
+synthesized templates (tests/support/lifecycle.py, ParallelCluster's update policies), and `make docs` writes the
 table from here. Pure data: no CDK.
 """
 
@@ -18,13 +18,13 @@ STOPPER_NAMES = {
     "eks-karpenter": "EKS with Karpenter", "eks-managed": "EKS with `eks.capacity: managed`", "batch": "Batch", "parallelcluster": "ParallelCluster",
     "instance": "the development instance",
 }
-BEGIN = "<!-- day2:begin (generated from trainium_cdk/app/day2.py by `make docs`; tests/test_day2.py checks it) -->"
+BEGIN = "<!-- day2:begin (generated from trainium_cdk/app/day2.py by `make docs`; tests/app/test_day2.py checks it) -->"
 END = "<!-- day2:end -->"
 
 
 @dataclass(frozen=True)
 class Change:
-    key: str  # tests/test_day2.py CHANGES
+    key: str  # tests/app/test_day2.py CHANGES
     label: str
     eks: str
     batch: str

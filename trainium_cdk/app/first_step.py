@@ -1,7 +1,7 @@
 """Time to first step: a model, per backend, of the minutes from "a job is submitted to capacity that is not
 running yet" to its first training step, from documented figures (each with its source; an estimate says so),
 and the cut EKS makes (FastImagePull and the image pre-pull of ``eks_user_data``), shown as the model's terms
-with the cut on and off. ``make docs`` writes :func:`block` into docs/concepts/launcher.md; tests/test_first_step.py checks
+with the cut on and off. ``make docs`` writes :func:`block` into docs/concepts/launcher.md; tests/unit/facts/test_first_step.py checks
 the sums, the block and that the pre-pull term drops when the synthesized node user data pre-pulls.
 
 Not a measurement: no Trainium node was timed for it. The terms:
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 
-BEGIN = "<!-- first-step:begin (generated from trainium_cdk/app/first_step.py by `make docs`; tests/test_first_step.py checks it) -->"
+BEGIN = "<!-- first-step:begin (generated from trainium_cdk/app/first_step.py by `make docs`; tests/unit/facts/test_first_step.py checks it) -->"
 END = "<!-- first-step:end -->"
 
 

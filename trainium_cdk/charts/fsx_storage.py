@@ -28,7 +28,7 @@ DEPLOYMENT_TYPES: tuple[str, ...] = tuple(LUSTRE_THROUGHPUT_MB_PER_TIB)
 COMPRESSION_TYPES: tuple[str, ...] = LUSTRE_COMPRESSION_TYPES
 RECLAIM_POLICIES = ("Retain", "Delete")
 
-# The config's defaults too (tests/test_chart_fsx_storage.py holds them together).
+# The config's defaults too (tests/unit/charts/test_chart_fsx_storage.py holds them together).
 DEFAULT_DEPLOYMENT_TYPE = "PERSISTENT_2"
 DEFAULT_THROUGHPUT_MB_PER_TIB = 250
 DEFAULT_LUSTRE_VERSION = LUSTRE_VERSIONS[0]

@@ -117,7 +117,7 @@ class ApiAccessHost(Construct):
             "AwsSolutions::AwsSolutions-EC26",
             None,
             "cdk-nag 3.0.2's EC26 throws on an instance without a launch template in a stack that has one (it "
-            "reads the name of an undefined template). The root volume is encrypted (tests/test_eks.py).",
+            "reads the name of an undefined template). The root volume is encrypted (tests/app/eks/test_eks.py).",
         )
         acknowledge(
             self.instance,

@@ -44,7 +44,7 @@ MIME_BOUNDARY = node.MIME_BOUNDARY
 # What every Batch node runs (trainium_cdk/node/batch_node.sh), then, with storage, the Lustre client; the
 # client's tuning goes first (lustre_tuning.py): its module options must be in place before the mount.
 # batch_node.sh's own comments are few: every group's launch template carries it, and 25 trn2.48xlarge groups
-# fill a template close to CloudFormation's 1 MB (tests/test_scale_batch.py). Its variables and reasons:
+# fill a template close to CloudFormation's 1 MB (tests/app/batch/test_scale_batch.py). Its variables and reasons:
 #   NEURON_DRIVER, NEURON_YUM_REPO  the track's aws-neuronx-dkms version and Neuron's yum repository: the
 #       driver is installed (or downgraded: a pin older than the AMI's) when the AMI carries another version,
 #       and the loaded module is replaced; the tools when missing.

@@ -57,7 +57,7 @@ def acknowledge_custom_resource_lambda(function: IConstruct, name: str) -> None:
 
 def acknowledge_alarm_without_action(alarm: IConstruct) -> None:
     """NIST CloudWatchAlarmAction on an alarm built without a topic (a construct used alone, given no
-    ``alarm_topic``): it shows on its dashboard. The app always gives the deployment's topic (tests/test_alarms.py)."""
+    ``alarm_topic``): it shows on its dashboard. The app always gives the deployment's topic (tests/app/test_alarms.py)."""
     acknowledge(
         alarm, f"{NIST}-CloudWatchAlarmAction", None,
         "The alarm's state shows on the deployment's CloudWatch dashboard (its Alarms widget) and in the "

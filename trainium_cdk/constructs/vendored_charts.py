@@ -8,7 +8,7 @@ construct's values as `--values`; no chart repository is asked. A directory asse
 asset with `zipfile` (CDK zips a directory asset; a file asset is uploaded as it is, and a `.tgz` is no zip).
 
 What each folder holds is pinned twice: `versions.HELM_CHART_DIGESTS` (the sha256 of the tree, `tree_digest`) and its
-Chart.yaml version against the version pin (`chart_versions`); tests/test_vendored_charts.py fails when either drifts.
+Chart.yaml version against the version pin (`chart_versions`); tests/unit/charts/test_vendored_charts.py fails when either drifts.
 `make vendor-chart` refreshes a folder from a git checkout of the chart's source (tools/vendor_chart.py).
 """
 

@@ -3,7 +3,7 @@ Neuron (neuron-monitor), EFA (the EFA hardware counters) and jobs (per-job compi
 
 Each is a dashboard JSON model with a Prometheus data source variable, so that it imports into Amazon Managed
 Grafana or any Grafana (Dashboards > New > Import) with the deployment's Amazon Managed Service for Prometheus
-workspace as its data source. Their queries name only metrics the collectors emit (tests/test_prometheus_metrics.py).
+workspace as its data source. Their queries name only metrics the collectors emit (tests/app/test_prometheus_metrics.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Names more than one layer uses: the stacks, constructs and charts write them; the CLI, dist/ and
-the pipeline read them. Each has its home here (``tests/test_names.py`` fails on a stray copy).
+the pipeline read them. Each has its home here (``tests/meta/test_names.py`` fails on a stray copy).
 
 Pure Python: the ``trn`` CLI imports it.
 """

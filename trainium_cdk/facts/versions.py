@@ -11,7 +11,7 @@ from typing import Any
 KUBERNETES_VERSION = "1.35"
 # Every pin that follows the Kubernetes minor is a table keyed by the minor, never built from it by string
 # formatting: a patch or build that nobody checked exists must not appear when the minor moves. A minor the
-# project ships has a row in each table (tests/test_pins.py); `make pins` prints them with their sources.
+# project ships has a row in each table (tests/meta/test_pins.py); `make pins` prints them with their sources.
 # The Kubernetes patch of the EKS AL2023 AMI builds the tracks pin (see EKS_AL2023_AMI_RELEASE below):
 # 1.35.8 is Kubernetes 1.35's build of release v20260930.
 # No 1.36 row: the newest awslabs/amazon-eks-ami CHANGELOG reached (v20260714: 1.35.6-20260714 and
@@ -147,7 +147,7 @@ def parallelcluster_provider_template_url(region: str, url_suffix: str = "amazon
 # "Retrieving Amazon ECS-optimized Linux AMI metadata": `amazon-linux-2023/neuron/<version>`;
 # `inf/` is Amazon Linux 2's Neuron variant). The name below is in aws/amazon-ecs-ami's release
 # 20260922 and in the Parameter Store dump moto 5.2.5 ships (moto/ssm/resources/ecs/optimized_amis,
-# every region); tests/test_ami.py reads that dump. The user data then installs the track's driver
+# every region); tests/app/test_ami.py reads that dump. The user data then installs the track's driver
 # when the AMI carries another one, so one ECS AMI serves every track.
 ECS_NEURON_AMI_PARAMETER_PREFIX = "/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron"
 ECS_NEURON_AMI_NAME = "al2023-ami-ecs-neuron-hvm-2023.0.20260922-kernel-6.1-x86_64"
@@ -347,7 +347,7 @@ XLA_TRACK = NeuronTrack(
     # torch-neuronx 2.9 loads the Neuron PJRT plugin from libneuronxla (only on Neuron's repository; PyPI's
     # libneuronxla is AWS's 1.0 placeholder), at the release's version.
     # aws-neuronx-runtime-discovery 2.9: what libneuronxla environments install beside it; Neuron's manifest names
-    # it at 2.9 in earlier 2.x releases, the vendored 2.29.1 entry does not list it (tests/test_neuron_tracks.py).
+    # it at 2.9 in earlier 2.x releases, the vendored 2.29.1 entry does not list it (tests/app/test_neuron_tracks.py).
     pip_dependencies={"libneuronxla": "2.2.16408.0", "aws-neuronx-runtime-discovery": "2.9"},
     framework="torch-neuronx 2.9 (PyTorch/XLA)",
     # aws-neuron/deep-learning-containers image list: pytorch-training-neuronx, SDK 2.29.1.
@@ -464,7 +464,7 @@ CLUSTER_AUTOSCALER_IMAGE_TAG = CLUSTER_AUTOSCALER_IMAGE_TAGS[KUBERNETES_VERSION]
 
 # The Helm charts the EKS stack installs, vendored in trainium_cdk/helm_charts/<name>/ (its README names each one's
 # source commit) and deployed as CDK assets, never pulled from a chart repository: the sha256 of each folder
-# (constructs/vendored_charts.py tree_digest). tests/test_vendored_charts.py fails when a byte differs or a chart's
+# (constructs/vendored_charts.py tree_digest). tests/unit/charts/test_vendored_charts.py fails when a byte differs or a chart's
 # Chart.yaml version is not its pin above; `make vendor-chart` refreshes one (README "Supply chain").
 HELM_CHART_DIGESTS: Mapping[str, str] = {
     "karpenter": "e8eb23dc0ff893fd821356a5f7253f3f99f2433bd8de5ad3fb8e01cc591d43c9",
@@ -479,10 +479,10 @@ def cluster_autoscaler_image_tag(minor: str | None = None) -> str:
     return CLUSTER_AUTOSCALER_IMAGE_TAGS[minor or KUBERNETES_VERSION]
 
 
-# The Kubernetes minors the app deploys: those with a row in every per-minor table above (tests/test_pins.py) and
+# The Kubernetes minors the app deploys: those with a row in every per-minor table above (tests/meta/test_pins.py) and
 # rated by the Volcano and Karpenter the project pins (tests/data/upstream). 1.36 has rows for its add-ons, kube-
 # scheduler and Cluster Autoscaler, but not for the EKS AMI release (above), and Volcano 1.15 is rated up to 1.35:
-# the move to 1.36 is modelled (tests/test_day2.py) and told (README, "Upgrading EKS"), not shipped.
+# the move to 1.36 is modelled (tests/app/test_day2.py) and told (README, "Upgrading EKS"), not shipped.
 SUPPORTED_KUBERNETES_VERSIONS: tuple[str, ...] = ("1.35",)
 PER_MINOR_TABLES: Mapping[str, Mapping[str, Any]] = {
     "EKS_ADDON_VERSIONS": EKS_ADDON_VERSIONS, "EKS_AL2023_KUBERNETES_PATCHES": EKS_AL2023_KUBERNETES_PATCHES,
@@ -492,6 +492,6 @@ PER_MINOR_TABLES: Mapping[str, Mapping[str, Any]] = {
 # The titan-llama3 recipe (trainium_cdk/recipes/titan_llama3): TorchTitan Neuron, aws-neuron/torchtitan-neuron
 # 0.2.2+neuron.1 (beta, Neuron 2.33, torch-neuronx 2.14; Llama3, Qwen3, DeepSeek-V3, GPT-OSS with FSDP2/TP/CP/EP/PP)
 # on the native track's training image (NATIVE_TRACK.training_image_tag); its requirements.txt pins the same
-# (tests/test_recipe_titan_llama3.py checks). The CPU rehearsal runs PyPI's torchtitan (requirements-dev.txt).
+# (tests/unit/jobs/test_recipe_titan_llama3.py checks). The CPU rehearsal runs PyPI's torchtitan (requirements-dev.txt).
 TORCHTITAN_NEURON_VERSION = "0.2.2+neuron.1"
 TORCHTITAN_REHEARSAL_VERSION = "0.3.0"

@@ -50,7 +50,7 @@ SCRAPE_INTERVAL = "30s"
 # The per-job textfiles carry a ``job`` label (the training job, trainium_cdk/facts/names.py); the node exporter's scrape
 # honors it (honor_labels), or Prometheus would rename it exported_job under its own job="node-exporter"
 # (Prometheus configuration docs, scrape_config honor_labels).
-# The same value as trainium_cdk.facts.names.NODE_METRICS_DIR (tests/test_prometheus_metrics.py checks): this file
+# The same value as trainium_cdk.facts.names.NODE_METRICS_DIR (tests/app/test_prometheus_metrics.py checks): this file
 # runs on nodes without the package.
 METRICS_DIR = "/var/lib/trainium-cdk/metrics"
 EFA_FILE = "efa.prom"

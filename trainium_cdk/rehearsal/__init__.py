@@ -41,7 +41,7 @@ native track)                          at ``TORCH_NEURONX_LOG_LEVEL=3``, as Torc
 =====================================  ==========================================================
 
 The tests add stand-ins of their own on the stage (``neuron-ls``, ``nccom-test``, a recording ``scontrol``:
-tests/rehearsal.py lists them).
+tests/support/rehearsal.py lists them).
 """
 
 from trainium_cdk.rehearsal.schedulers import (

@@ -4,5 +4,5 @@ backend's (the cluster configuration's settings, which ``trn`` and dist/ render 
 
 Every compute group's nodes reach every backend's node construct the same way, built once by
 ``Config.group_nodes`` (a :class:`trainium_cdk.facts.capacity.GroupNodes`); the other stacks pass config values to
-their constructs directly. Constructs and charts never read the config (tests/test_layering.py).
+their constructs directly. Constructs and charts never read the config (tests/meta/test_layering.py).
 """

@@ -5,7 +5,7 @@ adding or removing a group never moves another group's resources between templat
 ids (a group's job queue has a fixed name, and CloudFormation creates a moved resource before it deletes the
 old one: the move fails on the name; a moved compute environment or job definition is replaced, killing its
 jobs). One template per group also keeps every template small whatever the number of groups, up to AWS Batch's
-limit of 50 job queues (config validation): a trn2.48xlarge group is a few KiB (tests/test_scale_batch.py), the
+limit of 50 job queues (config validation): a trn2.48xlarge group is a few KiB (tests/app/batch/test_scale_batch.py), the
 parent holds the shared roles, the images repository and one nested stack resource per group.
 """
 

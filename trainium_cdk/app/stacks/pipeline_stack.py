@@ -244,7 +244,7 @@ class PipelineStack(Stack):
                     acknowledge(
                         policy, "AwsSolutions-IAM5", ["Resource::*"],
                         "cdk-nag reads the policy before escape hatches: the template grants the codebuild "
-                        "actions on the pipeline's own projects only (tests/test_pipeline.py reads it).",
+                        "actions on the pipeline's own projects only (tests/app/test_pipeline.py reads it).",
                     )
 
     def _acknowledge(self) -> None:

@@ -1,0 +1,1 @@
+"""The app as a whole, synthesized from a config: what crosses backends."""

@@ -1,0 +1,1 @@
+"""The EKS backend, synthesized."""

@@ -1,0 +1,1 @@
+"""The ParallelCluster backend, synthesized."""

@@ -1,0 +1,56 @@
+"""app.py as the CDK CLI runs it: context overrides, and bad input that stops before any template."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.support import paths
+
+ROOT = paths.ROOT
+
+
+def run_app(tmp_path: Path, context: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    # The CLI hands context and the output folder to the app through these variables.
+    env = {**os.environ, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(tmp_path)}
+    env.pop("AWS_PROFILE", None)
+    return subprocess.run(
+        [sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def default_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("default")
+    proc = run_app(out, {})
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_default_app_stacks(default_out):
+    names = sorted(p.name for p in default_out.glob("*.template.json"))
+    assert names == ["trainium-eks.template.json", "trainium-network.template.json", "trainium-storage.template.json"]
+    manifest = json.loads((default_out / "manifest.json").read_text())
+    envs = {a["environment"] for a in manifest["artifacts"].values() if a["type"] == "aws:cloudformation:stack"}
+    assert envs == {"aws://unknown-account/us-west-2"}
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        ({"nodes": "99"}, "compute_groups[0].nodes = 99: between 1 and the group maximum max_nodes (4)"),
+        ({"instance_type": "trn9.large"}, "compute_groups[0].instance_type = 'trn9.large': unknown instance type"),
+        ({"backends": "eks,slurm"}, "unknown backend 'slurm'"),
+        ({"config": "does/not/exist.yaml"}, "config = 'does/not/exist.yaml': a YAML file that exists"),
+    ],
+)
+def test_bad_input_stops_before_any_template(tmp_path, context, message):
+    proc = run_app(tmp_path, context)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr and "jsii" not in proc.stderr
+    assert not list(tmp_path.glob("*.template.json"))

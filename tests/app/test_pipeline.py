@@ -1,0 +1,200 @@
+"""CDK Pipelines deployment: self-mutating, one stage per account, smoke step, offline synth."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+
+from tests.support.apps import PIPELINE, synthesized_pipeline
+from tests.support.helpers import cfn_lint_errors, config_with, resources
+from trainium_cdk.app.config import ConfigError
+from trainium_cdk.app.stacks.pipeline_stack import cli_version
+
+
+@pytest.fixture(scope="module")
+def synthesized():
+    result = synthesized_pipeline()
+    return result.stack, result.assembly, result.outdir
+
+
+def _template(assembly) -> dict:
+    return assembly.get_stack_by_name("t-pipeline").template
+
+
+def test_self_mutating_pipeline_with_a_stage_per_environment(synthesized):
+    _, assembly, _ = synthesized
+    (pipeline,) = resources(_template(assembly), "AWS::CodePipeline::Pipeline").values()
+    stages = [s["Name"] for s in pipeline["Properties"]["Stages"]]
+    assert stages[:3] == ["Source", "Build", "UpdatePipeline"]
+    assert stages.index("dev") < stages.index("prod")
+
+
+def _synth_commands(assembly) -> list[str]:
+    projects = resources(_template(assembly), "AWS::CodeBuild::Project").values()
+    (spec,) = [json.loads(p["Properties"]["Source"]["BuildSpec"]) for p in projects
+               if "pipeline=true" in p["Properties"]["Source"].get("BuildSpec", "")]
+    return spec["phases"]["build"]["commands"]
+
+
+def test_synth_step_uses_the_config_it_was_synthesized_from(synthesized):
+    _, assembly, _ = synthesized
+    commands = _synth_commands(assembly)
+    assert commands[-1] == "npx cdk synth --quiet -c pipeline=true -c config=config/ml-prod.yaml -c nodes=4"
+    assert not any("make " in c for c in commands)  # `make synth` installs the dev tools
+
+
+def test_synth_step_installs_runtime_dependencies_only(synthesized):
+    _, assembly, _ = synthesized
+    installs = [c for c in _synth_commands(assembly) if "pip install" in c]
+    assert installs and all("-r requirements.txt" in c and "requirements-dev" not in c for c in installs)
+
+
+def test_the_config_path_is_a_repository_path():
+    import app
+
+    assert app.repository_path(None) == "config/default.yaml"
+    assert app.repository_path("config/../config/prod.yaml") == "config/prod.yaml"
+    with pytest.raises(ConfigError, match="a file in the repository"):
+        app.repository_path("/etc/trainium.yaml")
+    assert json.loads(Path("cdk.json").read_text())["context"]["config"] == "config/default.yaml"
+
+
+def test_cli_is_pinned(synthesized):
+    _, assembly, _ = synthesized
+    projects = [json.dumps(p) for p in resources(_template(assembly), "AWS::CodeBuild::Project").values()]
+    assert cli_version() == json.loads(Path("package.json").read_text())["devDependencies"]["aws-cdk"]
+    assert any(f"aws-cdk@{cli_version()}" in p for p in projects)  # self-mutation uses the pinned CLI
+
+
+def test_smoke_step_reads_the_stage_outputs(synthesized):
+    _, assembly, _ = synthesized
+    projects = [json.dumps(p) for p in resources(_template(assembly), "AWS::CodeBuild::Project").values()]
+    smoke = [p for p in projects if "describe-cluster" in p]
+    assert len(smoke) == 2  # dev and prod
+    assert all("describe-vpcs" in p and "describe-file-systems" in p for p in smoke)
+
+
+def test_smoke_step_runs_in_the_stage_account(synthesized):
+    stack, assembly, _ = synthesized
+    template = _template(assembly)
+    projects = [p for p in resources(template, "AWS::CodeBuild::Project").values() if "describe-cluster" in json.dumps(p)]
+    for project in projects:
+        spec = json.loads(project["Properties"]["Source"]["BuildSpec"])
+        commands = spec["phases"]["build"]["commands"]
+        assert commands[0].startswith('eval "$(aws sts assume-role --role-arn "$SMOKE_ROLE_ARN"')
+    arns = json.dumps([p["Properties"]["Environment"]["EnvironmentVariables"] for p in projects])
+    for account in ("222222222222", "333333333333"):
+        assert f":iam::{account}:role/t-pipeline-smoke-us-west-2" in arns
+    # The step's own role may only assume those roles.
+    policies = json.dumps(resources(template, "AWS::IAM::Policy"))
+    assert "sts:AssumeRole" in policies and "ec2:DescribeVpcs" not in policies
+    # Each stage creates its role, trusting the smoke steps' role, with describe calls only.
+    for name, account in (("dev", "222222222222"), ("prod", "333333333333")):
+        stage_stack = stack.stages[name].smoke
+        template = cdk.assertions.Template.from_stack(stage_stack).to_json()
+        (role,) = resources(template, "AWS::IAM::Role").values()
+        assert role["Properties"]["RoleName"] == "t-pipeline-smoke-us-west-2"
+        assert "111111111111" in json.dumps(role["Properties"]["AssumeRolePolicyDocument"])
+        actions = role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"]
+        assert sorted(actions) == ["ec2:DescribeVpcs", "eks:DescribeCluster", "fsx:DescribeFileSystems"]
+        assert stage_stack.account == account
+
+
+def test_manual_approval_before_the_stages_that_ask_for_it(synthesized):
+    _, assembly, _ = synthesized
+    (pipeline,) = resources(_template(assembly), "AWS::CodePipeline::Pipeline").values()
+    stages = {s["Name"]: s["Actions"] for s in pipeline["Properties"]["Stages"]}
+    approvals = {
+        name: [a["Name"] for a in actions if a["ActionTypeId"]["Category"] == "Approval"] for name, actions in stages.items()
+    }
+    assert approvals["prod"] == ["Approve-prod"] and approvals["dev"] == []
+    (approve,) = [a for a in stages["prod"] if a["Name"] == "Approve-prod"]
+    assert approve["RunOrder"] < min(a["RunOrder"] for a in stages["prod"] if a["Name"] != "Approve-prod")
+
+
+def test_stages_deploy_to_their_accounts_without_lookups(synthesized):
+    stack, _, outdir = synthesized
+    assert {s.account for s in stack.stages.values()} == {"222222222222", "333333333333"}
+    manifest = json.loads((outdir / "manifest.json").read_text())
+    assert "missing" not in manifest  # AZs come from the config, not from an AWS lookup
+
+
+def test_every_template_passes_cfn_lint(synthesized):
+    _, _, outdir = synthesized
+    paths = sorted(outdir.rglob("*.template.json"))
+    assert len(paths) == 1 + 2 * 4  # the pipeline, then network, storage, eks and the smoke role per stage
+    for path in paths:
+        assert cfn_lint_errors(path, "us-west-2") == []
+
+
+def test_deploy_roles_are_the_target_accounts_bootstrap_roles(synthesized):
+    _, assembly, _ = synthesized
+    (pipeline,) = resources(_template(assembly), "AWS::CodePipeline::Pipeline").values()
+    roles = {
+        stage["Name"]: {a["Configuration"]["RoleArn"]["Fn::Sub"] for a in stage["Actions"] if "RoleArn" in a.get("Configuration", {})}
+        for stage in pipeline["Properties"]["Stages"] if stage["Name"] in ("dev", "prod")
+    }
+    assert roles["dev"] == {"arn:${AWS::Partition}:iam::222222222222:role/cdk-hnb659fds-cfn-exec-role-222222222222-us-west-2"}
+    assert roles["prod"] == {"arn:${AWS::Partition}:iam::333333333333:role/cdk-hnb659fds-cfn-exec-role-333333333333-us-west-2"}
+
+
+def test_pipeline_needs_its_config_section():
+    with pytest.raises(ConfigError, match="pipeline.environments"):
+        config_with(pipeline={**PIPELINE, "environments": []})
+
+
+def _statements(template: dict) -> list[tuple[str, dict]]:
+    return [
+        (logical_id, statement)
+        for logical_id, policy in resources(template, "AWS::IAM::Policy").items()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_no_policy_starts_builds_outside_the_pipeline(synthesized):
+    """CDK Pipelines gives its asset roles codebuild:StartBuild on `*`: with a buildspec override, a build
+    would run as any project's role in the pipeline account. Every codebuild grant names the pipeline's
+    own projects."""
+    _, assembly, _ = synthesized
+    template = _template(assembly)
+    projects = {
+        json.dumps({"Fn::GetAtt": [logical_id, "Arn"]}) for logical_id in resources(template, "AWS::CodeBuild::Project")
+    }
+    starts = [(lid, s) for lid, s in _statements(template) if "codebuild:StartBuild" in json.dumps(s["Action"])]
+    assert {lid.split("DefaultPolicy")[0] for lid, _ in starts} >= {
+        "PipelineAssetsFileRole", "PipelineAssetsDockerRole", "PipelineCodeBuildActionRole",
+    }
+    for logical_id, statement in starts:
+        arns = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        assert arns and all(json.dumps(arn) in projects for arn in arns), (logical_id, statement["Resource"])
+    assert not [lid for lid, s in _statements(template) if s["Resource"] == "*" and "codebuild:" in json.dumps(s["Action"])]
+
+
+def test_each_smoke_role_trusts_only_the_smoke_steps_role(synthesized):
+    stack, assembly, _ = synthesized
+    template = _template(assembly)
+    (step_role_id,) = [k for k, r in resources(template, "AWS::IAM::Role").items()
+                       if r["Properties"].get("RoleName") == "t-pipeline-smoke-step-us-west-2"]
+    smoke_projects = [p for p in resources(template, "AWS::CodeBuild::Project").values() if "describe-cluster" in json.dumps(p)]
+    assert len(smoke_projects) == 2
+    assert all(p["Properties"]["ServiceRole"] == {"Fn::GetAtt": [step_role_id, "Arn"]} for p in smoke_projects)
+    for name in ("dev", "prod"):
+        role_template = cdk.assertions.Template.from_stack(stack.stages[name].smoke).to_json()
+        (role,) = resources(role_template, "AWS::IAM::Role").values()
+        (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        principal = json.dumps(statement["Principal"])
+        assert ":root" not in principal and "Service" not in principal
+        assert principal.endswith(':iam::111111111111:role/t-pipeline-smoke-step-us-west-2"]]}}')
+
+
+def test_cdk_nag_reports_nothing_unacknowledged(synthesized):
+    """cdk-nag AwsSolutions runs in the pipeline app's synth (tests/support/apps.py), over the pipeline stack and
+    every stage's stacks, and fails it on a finding not acknowledged; the report says so too."""
+    _, _, outdir = synthesized
+    report = json.loads((outdir / "validation-report.json").read_text())
+    plugins = {p["pluginName"]: p for p in report["pluginReports"]}
+    assert plugins["AwsSolutions"]["conclusion"] == "success"
+    assert plugins["AwsSolutions"].get("violations", []) == []

@@ -1,0 +1,1 @@
+"""Checks over the project itself: docs, site, layering, types, names, pins, quality, toolchain."""

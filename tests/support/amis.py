@@ -1,0 +1,34 @@
+"""AMIs published by Amazon in moto's EC2, for the AMI lookup and `trn doctor` tests.
+
+moto answers DescribeImages with its own filter logic (owners, name and description wildcards); it
+loads Amazon's public AMIs from its data files but no Neuron DLAMI, so a test publishes the ones it
+needs here, as Amazon would: owner alias ``amazon``, public, with a creation date.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+
+from moto.ec2.models import ec2_backends
+from moto.ec2.models.amis import Ami
+
+from tests.support.cli_support import ACCOUNT
+
+# The account that owns the DLAMIs (an "amazon" alias account; the value does not matter to the lookup).
+DLAMI_OWNER = "898082745236"
+_IDS = itertools.count(0x0A1B2C3D4E5F60000)
+
+
+def publish_ami(region: str, name: str, description: str, created: dt.datetime, *, owner_alias: str | None = "amazon",
+                architecture: str = "x86_64") -> str:
+    """Register an AMI in moto's ``region`` as its owner would publish it; its id."""
+    backend = ec2_backends[ACCOUNT][region]
+    ami_id = f"ami-{next(_IDS):017x}"
+    backend.amis[ami_id] = Ami(
+        backend, ami_id, name=name, description=description, owner_id=DLAMI_OWNER if owner_alias else ACCOUNT,
+        owner_alias=owner_alias, public=owner_alias is not None, architecture=architecture,
+        virtualization_type="hvm", creation_date=created, root_device_type="ebs", root_device_name="/dev/sda1",
+        region_name=region,
+    )
+    return ami_id

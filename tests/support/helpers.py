@@ -1,0 +1,188 @@
+"""Synthesize an app once and hand tests its templates, with cdk-nag and cfn-lint on the side."""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import functools
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import cdk_nag
+from aws_cdk.assertions import Template
+
+from trainium_cdk.app.config import Config, build_config
+from trainium_cdk.app.stacks import TrainingApp, compose
+from tests.support import paths
+
+ROOT = paths.ROOT
+# The feature flags of cdk.json, so that tests synthesize what `cdk synth` does.
+CDK_CONTEXT: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]
+
+BASE_CONFIG: dict[str, Any] = {
+    "project": "t",
+    "region": "us-west-2",
+    "network": {"az_ids": ["usw2-az4", "usw2-az3"]},
+    "compute_groups": [{"name": "train", "instance_type": "trn1.32xlarge", "nodes": 2, "az_ids": "usw2-az4"}],
+    # The catalog knows no AZs for these types in us-east-2: tests declare them as `trn azs` writes them.
+    "instance_offerings": {
+        t: {"us-east-2": ["use2-az3", "use2-az2"]}
+        for t in ("trn1.2xlarge", "trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge", "trn2u.48xlarge")
+    },
+}
+
+
+# cfn-lint's instance data lists trn2.48xlarge only in us-east-2 (and ap-south-2), so trn2 variants
+# are tested there.
+US_EAST_2: dict[str, Any] = {"region": "us-east-2", "network": {"az_ids": ["use2-az3", "use2-az2"]}}
+TRN2_TYPES = ("trn2.48xlarge", "trn2u.48xlarge")
+# cfn-lint 1.58 lists trn2u.48xlarge (UltraServer) in no region at all: only its "unknown instance
+# type" finding (E3628) is waived, and only for that type.
+CFN_LINT_UNKNOWN_TYPES = ("trn2u.48xlarge",)
+
+
+def for_type(instance_type: str, **group: Any) -> dict[str, Any]:
+    """config_with() arguments for a single group of ``instance_type`` in a region cfn-lint knows (one
+    node per job for a type without EFA: the config refuses more)."""
+    from trainium_cdk.facts.catalog import DEFAULT_CATALOG
+
+    if not DEFAULT_CATALOG.get(instance_type).has_efa:
+        group = {"nodes": 1, **group}
+    if instance_type in TRN2_TYPES:
+        return {**US_EAST_2, "group": {"instance_type": instance_type, "az_ids": "use2-az3", **group}}
+    return {"group": {"instance_type": instance_type, **group}}
+
+
+# Every cloud assembly of a test run (about 57 MB each with the kubectl layer) goes under one folder,
+# removed when the run ends.
+_OUTDIRS = Path(tempfile.mkdtemp(prefix="trainium-cdk-tests-"))
+atexit.register(shutil.rmtree, _OUTDIRS, True)
+
+
+def new_outdir() -> Path:
+    return Path(tempfile.mkdtemp(dir=_OUTDIRS))
+
+
+def config_with(**changes: Any) -> Config:
+    """BASE_CONFIG with top-level sections replaced and `group` merged into the first compute group."""
+    raw = json.loads(json.dumps(BASE_CONFIG))
+    group = changes.pop("group", None)
+    if group:
+        raw["compute_groups"][0].update(group)
+    raw.update(changes)
+    return build_config(raw)
+
+
+@dataclass
+class Synthesized:
+    config: Config
+    stacks: TrainingApp
+    assembly: cdk.cx_api.CloudAssembly
+    outdir: Path
+
+    def template_json(self, role: str) -> dict[str, Any]:
+        stack = self._stack(role)
+        return self.assembly.get_stack_by_name(stack.stack_name).template
+
+    def template_with_nested(self, role: str) -> dict[str, Any]:
+        """The stack's template with its nested stacks' resources and parameters merged in (each Batch compute group
+        is a nested stack: stacks/batch_stack.py), for tests that look for resources of a kind wherever they are."""
+        merged = copy.deepcopy(self.template_json(role))
+        for nested in self._stack(role).node.find_all():
+            if isinstance(nested, cdk.NestedStack):
+                template = json.loads((self.outdir / nested.template_file).read_text())
+                for section in ("Resources", "Parameters"):
+                    merged.setdefault(section, {}).update(template.get(section, {}))
+        return merged
+
+    def template(self, role: str) -> Template:
+        return Template.from_json(self.template_json(role))
+
+    def template_paths(self) -> list[Path]:
+        return sorted(self.outdir.glob("*.template.json"))
+
+    def _stack(self, role: str) -> cdk.Stack:
+        if role == "network":
+            return self.stacks.network
+        if role == "storage":
+            assert self.stacks.storage is not None
+            return self.stacks.storage
+        return self.stacks.backends[role]
+
+
+def add_nag_packs(app: cdk.App) -> None:
+    """cdk-nag's packs the project answers to: AwsSolutions and NIST 800-53 rev 5. A finding not acknowledged
+    (trainium_cdk/constructs/nag.py) fails the app's synth."""
+    cdk.Validations.of(app).add_plugins(cdk_nag.AwsSolutionsChecks(app), cdk_nag.NIST80053R5Checks(app))
+
+
+def synth(config: Config, *, nag: bool = True) -> Synthesized:
+    """Synthesize the whole app for a config; with cdk-nag, a finding not acknowledged fails the synth."""
+    outdir = new_outdir()
+    app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
+    if nag:
+        add_nag_packs(app)
+    stacks = compose(app, config)
+    assembly = app.synth()
+    return Synthesized(config=config, stacks=stacks, assembly=assembly, outdir=outdir)
+
+
+def nag_violations(result: Synthesized) -> list[str]:
+    report = json.loads((result.outdir / "validation-report.json").read_text())
+    return [
+        f"{v['ruleName']} at {c['constructPath']}"
+        for plugin in report["pluginReports"]
+        for v in plugin.get("violations", [])
+        for c in v["violatingConstructs"]
+    ]
+
+
+def cfn_lint_errors(path: Path, region: str) -> list[str]:
+    """cfn-lint errors (E rules) of one template; warnings and informational findings pass."""
+    from cfnlint.api import ManualArgs, lint
+
+    matches = lint(path.read_text(), config=ManualArgs(regions=[region]))
+    return [
+        f"{m.rule.id} {m.message} ({path.name}:{m.linenumber})"
+        for m in matches
+        if m.rule.id.startswith("E")
+        and not (m.rule.id == "E3628" and any(f"'{t}' is not one of" in m.message for t in CFN_LINT_UNKNOWN_TYPES))
+    ]
+
+
+def resources(template: dict[str, Any], type_name: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == type_name}
+
+
+def template_text(value: Any) -> str:
+    """A template value as text: an Fn::Join's parts joined, any other token as "<token>"."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return separator.join(template_text(p) for p in parts)
+    return "<token>"
+
+
+@functools.cache
+def vendored_chart_hashes() -> dict[str, str]:
+    """Each vendored Helm chart's CDK asset hash (the S3 key of its zip), to its folder name."""
+    from aws_cdk import aws_eks_v2
+
+    from trainium_cdk.constructs.vendored_charts import chart_asset, chart_versions
+
+    stack = cdk.Stack(cdk.App(outdir=tempfile.mkdtemp(prefix="charts-")))
+    cluster = aws_eks_v2.Cluster.from_cluster_attributes(stack, "Cluster", cluster_name="c")
+    return {chart_asset(stack, name, name, cluster).asset_hash: name for name in chart_versions()}
+
+
+def helm_chart_name(props: dict[str, Any]) -> str:
+    """The vendored chart a synthesized ``Custom::AWSCDK-EKS-HelmChart`` installs (by its ``ChartAssetURL``)."""
+    [key] = re.findall(r"/([0-9a-f]{64})\.zip", json.dumps(props["ChartAssetURL"]))
+    return vendored_chart_hashes()[key]

@@ -1,0 +1,1 @@
+"""Tests of one part on its own, in a folder per kind of part."""

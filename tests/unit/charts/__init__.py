@@ -1,0 +1,1 @@
+"""The cdk8s charts and the manifests written from them."""

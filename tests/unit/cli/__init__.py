@@ -1,0 +1,1 @@
+"""The `trn` CLI, run as a user types it, against moto and stand-ins."""

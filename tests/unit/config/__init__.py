@@ -1,0 +1,1 @@
+"""The typed config: defaults, overrides, and input refused with one line."""

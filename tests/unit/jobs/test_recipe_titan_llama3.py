@@ -1,0 +1,255 @@
+"""Recipes titan-llama3 and titan-llama3-data (trainium_cdk/recipes/titan_llama3) through the verbs a user types.
+
+`trn rehearse --job titan-llama3-data` and `--job titan-llama3` run the recipe's real code on the CPU as 2 nodes x
+2 processes: TorchTitan's Llama 3 model at a tiny size, FSDP2 over the two nodes and tensor parallel within each,
+DCP checkpoints on the stand-in /fsx, with a tokenizer and texts this test makes (nothing downloaded). `trn submit
+--job ... --dry-run` renders each job for EKS and Batch, the backends of the native track; the job's TOML config
+carries the parallel sizes of the compute group.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.chart_helpers import validate_all
+from tests.support.cli_support import assert_one_clean_line, batch_dry_run_request, run_cli
+from tests.support.tiny_titan import WORDS, make_tokenizer_and_texts
+from trainium_cdk.facts import versions
+from trainium_cdk.recipes.titan_llama3 import DATA_DIR, FOLDER, parallel_sizes
+from tests.support import paths
+
+pytest_plugins = ["tests.support.cli_support"]
+
+IMAGE = "123456789012.dkr.ecr.us-east-2.amazonaws.com/trainium-eks-trainingimages:recipe-titan-llama3-20261126-000000"
+# A native-track deployment as a user writes it (trn2 in us-east-2).
+NATIVE = {
+    "backends": ["eks", "batch"],
+    "region": "us-east-2",
+    "network": {"az_ids": ["use2-az3", "use2-az2"]},
+    "neuron": {"track": "native"},
+    "instance_offerings": {"trn2.48xlarge": {"us-east-2": ["use2-az3", "use2-az2"]}},
+    "compute_groups": [{"name": "train", "instance_type": "trn2.48xlarge", "nodes": 2, "az_ids": "use2-az3"}],
+}
+# What the test's runs pass as a user would (`--env TITAN_<SECTION>_<KEY>`): the tiny model, short windows.
+TINY = ("--env", "TITAN_MODEL_FLAVOR=tiny", "--env", "TITAN_TRAINING_SEQ_LEN=32", "--env",
+        "TITAN_TRAINING_LOCAL_BATCH_SIZE=2", "--env", "TITAN_TRAINING_LR=0.003", "--env",
+        "TITAN_TRAINING_WARMUP_STEPS=2", "--env", "TITAN_CHECKPOINT_INTERVAL=3")
+def _config(tmp_path: Path, **changes: Any) -> Path:
+    path = tmp_path / "native.yaml"
+    path.write_text(yaml.safe_dump({**NATIVE, **changes}, sort_keys=False))
+    return path
+
+
+def records(text: str) -> list[dict[str, Any]]:
+    """The recipe's reports (rank 0's), in order."""
+    return [json.loads(line.split("TITAN ", 1)[1]) for line in text.splitlines() if "TITAN {" in line]
+
+
+# -- trn rehearse: the recipe's code on the CPU, 2 nodes x 2 processes -----------------------------------
+
+
+@pytest.mark.e2e
+def test_rehearse_prepares_trains_saves_is_stopped_and_resumes_where_it_was(tmp_path, monkeypatch):
+    work = tmp_path / "project"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    fsx = work / ".trn-rehearse" / "fsx"
+    tokenizer, dataset = make_tokenizer_and_texts(fsx / "team")
+    config = str(_config(tmp_path))
+    began = time.monotonic()
+    data = run_cli("rehearse", "--backend", "eks", "--config", config, "--job", "titan-llama3-data",
+                   "--env", f"TITAN_DATA_TOKENIZER={tokenizer}", "--env", f"TITAN_DATA_DATASET={dataset}")
+    assert data.code == 0, data.out[-4000:] + data.err
+    (prepared,) = [r["prepared"] for r in records(data.out) if "prepared" in r]
+    assert (prepared["documents"], prepared["vocab_size"], prepared["end_of_text"]) == (600, len(set(WORDS)) + 2, 1)
+    made = fsx / "datasets" / "titan-llama3"
+    assert (made / "tokens.bin").stat().st_size == 4 * prepared["tokens"]
+    assert (made / "tokenizer" / "tokenizer.json").is_file()
+
+    first = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3", *TINY,
+                    "--env", "TITAN_TRAINING_STEPS=6")
+    assert first.code == 0, first.out[-4000:] + first.err
+    assert "node 0 exit 0, node 1 exit 0" in first.out
+    ran = records(first.out)
+    start = ran[0]["start"]
+    # 4 processes: TP 2 within each node (the config's 8, capped at the node's 2 processes), FSDP across the 2.
+    assert (start["world"], start["tensor_parallel_degree"], start["data_parallel_shard_degree"]) == (4, 2, 2)
+    assert (start["device"], start["backend"], start["compile"], start["first_step"]) == ("cpu", "gloo", "eager", 1)
+    losses = {r["step"]: r["loss"] for r in ran if "loss" in r and "resumed_from" not in r}
+    assert sorted(losses) == [1, 2, 3, 4, 5, 6] and losses[6] < losses[1]
+    checkpoints = fsx / "checkpoints" / "rehearsal"
+    assert [r["checkpoint"] for r in ran if "checkpoint" in r] == [
+        str(checkpoints / "step-00000003"), str(checkpoints / "step-00000006")]
+    # Sharded: every rank wrote its own part (DCP's __<rank>_0.distcp), beside its metadata.
+    assert sorted(p.name for p in (checkpoints / "step-00000003").iterdir()) == [
+        ".metadata", "__0_0.distcp", "__1_0.distcp", "__2_0.distcp", "__3_0.distcp", "trainer.json"]
+
+    # Stopped after its checkpoint of step 3: the run that follows finds that one as the newest.
+    shutil.rmtree(checkpoints / "step-00000006")
+    second = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3", *TINY,
+                     "--env", "TITAN_TRAINING_STEPS=8")
+    assert second.code == 0, second.out[-4000:] + second.err
+    again = records(second.out)
+    assert again[0] == {"resumed_from": str(checkpoints / "step-00000003"), "step": 3, "loss": losses[3]}
+    assert again[1]["start"]["first_step"] == 4
+    resumed = {r["step"]: r["loss"] for r in again if "loss" in r and "resumed_from" not in r}
+    assert sorted(resumed) == [4, 5, 6, 7, 8]
+    # The same steps, the same data, the same sharded weights and optimizer state: the same losses.
+    for step in (4, 5, 6):
+        assert resumed[step] == pytest.approx(losses[step], abs=1e-4), (step, resumed, losses)
+    assert again[-1] == {"done": {"step": 8, "checkpoint": str(checkpoints / "step-00000008")}}
+    print(f"rehearsal of titan-llama3-data and titan-llama3 twice: {time.monotonic() - began:.0f} s")
+
+
+# -- the job's config: parallel sizes from the compute group ------------------------------------------------
+
+
+@pytest.mark.parametrize(("instance_type", "nodes", "dp", "tp"), [
+    # trn2.48xlarge: 64 NeuronCores at the default LNC=2 (the catalog's neuron_cores); TP 8 (Llama 3's 8 KV heads).
+    ("trn2.48xlarge", 1, 8, 8), ("trn2.48xlarge", 2, 16, 8), ("trn2.48xlarge", 16, 128, 8),
+    ("trn2u.48xlarge", 4, 32, 8),
+    # 2 NeuronCores a node: TP 2 within it, FSDP across.
+    ("trn1.2xlarge", 1, 1, 2),
+])
+def test_parallel_sizes_per_instance_type(instance_type, nodes, dp, tp):
+    sizes = parallel_sizes(instance_type, nodes)
+    assert sizes == {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": dp,
+                     "tensor_parallel_degree": tp}
+
+
+def _container_env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def test_eks_renders_both_jobs_and_they_validate(no_credentials, tmp_path):
+    config = str(_config(tmp_path, compute_groups=[
+        {"name": "train", "instance_type": "trn2.48xlarge", "nodes": 4, "az_ids": "use2-az3"}]))
+    train = run_cli("submit", "--backend", "eks", "--config", config, "--job", "titan-llama3", "--name", "pt",
+                    "--dry-run", "--image", IMAGE)
+    assert train.code == 0, train.err
+    (job,) = [o for o in yaml.safe_load_all(train.out) if o]
+    assert job["apiVersion"] == "batch.volcano.sh/v1alpha1" and job["spec"]["minAvailable"] == 4
+    for task in job["spec"]["tasks"]:
+        pod = task["template"]["spec"]
+        validate_all([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": pod}])
+        (container,) = pod["containers"]
+        assert container["image"] == IMAGE
+        assert container["command"][-1] == "/opt/trainium-cdk/recipes/titan_llama3/train.py"
+        env = _container_env(container)
+        assert (env["TRN_TORCH_DEVICE"], env["TRN_DIST_BACKEND"], env["TRN_COMPILE_BACKEND"]) == ("neuron",) * 3
+        # Its own compile cache set on /fsx, and precompile's graph extraction capped at the recipe's 3 steps.
+        assert (env["TRN_CACHE_DIR"], env["TRN_PRECOMPILE_STEPS"]) == ("/fsx/neuron-cache/titan-llama3", "3")
+        # The launcher makes TRN_CHECKPOINT_DIR of the root and the job's name: /fsx/checkpoints/<job>.
+        assert env["TRN_CHECKPOINT_ROOT"] == "/fsx/checkpoints"
+        toml = tomllib.loads(env["TITAN_JOB_CONFIG"])
+        # 4 nodes x 64 NeuronCores: TP 8 within a node, FSDP over the other 32.
+        assert toml["parallelism"] == {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 32,
+                                       "tensor_parallel_degree": 8}
+        assert toml["model"] == {"name": "llama3", "flavor": "8B"}
+        assert (toml["training"]["dataset_path"], toml["checkpoint"]["enable"]) == (DATA_DIR, True)
+
+    data = run_cli("submit", "--backend", "eks", "--config", config, "--job", "titan-llama3-data", "--name",
+                   "pt-data", "--dry-run", "--image", IMAGE)
+    assert data.code == 0, data.err
+    (job,) = [o for o in yaml.safe_load_all(data.out) if o]
+    validate_all([job])
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    env = _container_env(container)
+    assert (env["TITAN_DATA_DIR"], env["AWS_DEFAULT_REGION"], env["NPROC_PER_NODE"]) == (DATA_DIR, "us-east-2", "1")
+    assert container["command"][-1] == "/opt/trainium-cdk/recipes/titan_llama3/prepare.py"
+
+
+def test_batch_submits_both_jobs_as_batch_takes_them(no_credentials, tmp_path):
+    config = str(_config(tmp_path))
+    for name, script, nodes in (("titan-llama3", "train.py", 2), ("titan-llama3-data", "prepare.py", 1)):
+        request, out = batch_dry_run_request(config, name)
+        assert request["nodeOverrides"]["numNodes"] == nodes
+        (node,) = request["nodeOverrides"]["nodePropertyOverrides"]
+        overrides = node["containerOverrides"]
+        assert overrides["command"][-1] == f"/opt/trainium-cdk/recipes/titan_llama3/{script}"
+        env = {e["name"]: e["value"] for e in overrides["environment"]}
+        assert env["TRN_CACHE_DIR"] == f"/fsx/neuron-cache/{name}"
+        if name == "titan-llama3":
+            assert tomllib.loads(env["TITAN_JOB_CONFIG"])["parallelism"]["data_parallel_shard_degree"] == 16
+        assert "${RECIPE_IMAGE}" in out
+
+
+def test_a_gated_tokenizer_token_is_read_by_secret_name_only(no_credentials, tmp_path):
+    config = str(_config(tmp_path, hugging_face={"token_secret": "hf-token"}))
+    request, _ = batch_dry_run_request(config, "titan-llama3-data")
+    (node,) = request["nodeOverrides"]["nodePropertyOverrides"]
+    env = {e["name"]: e["value"] for e in node["containerOverrides"]["environment"]}
+    assert env["HF_TOKEN_SECRET"] == "hf-token"
+
+
+def test_the_xla_track_does_not_offer_it(no_credentials, tmp_path):
+    config = _config(tmp_path, neuron={"track": "xla"}, region="us-west-2", network={"az_ids": ["usw2-az4", "usw2-az3"]},
+                     instance_offerings={}, compute_groups=[{"name": "train", "instance_type": "trn1.32xlarge"}])
+    result = run_cli("submit", "--backend", "batch", "--config", str(config), "--job", "titan-llama3", "--dry-run")
+    assert_one_clean_line(result, "--job", "titan-llama3 runs on native")
+
+
+# -- pieces the rehearsal does not reach ------------------------------------------------------------------
+
+
+def _recipe_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recipe's folder first on the path, and no other recipe's knobs or train module (hf_lora has both)."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(FOLDER))
+    for name in ("knobs", "train"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+def test_export_copies_a_checkpoint_folder_to_s3(aws_env, tmp_path, monkeypatch):
+    import boto3
+    from moto import mock_aws
+
+    _recipe_modules(monkeypatch)
+    from train import export_to_s3  # the recipe's own module (its image runs it as a script)
+
+    step = tmp_path / "step-00000500"
+    (step / "sub").mkdir(parents=True)
+    for name in (".metadata", "__0_0.distcp", "trainer.json", "sub/x"):
+        (step / name).write_text(name)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-2")
+        s3.create_bucket(Bucket="team-ckpt", CreateBucketConfiguration={"LocationConstraint": "us-east-2"})
+        assert export_to_s3(step, "s3://team-ckpt/llama3/run-1/", client=s3) == 4
+        keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="team-ckpt")["Contents"])
+    assert keys == [f"llama3/run-1/step-00000500/{n}" for n in (".metadata", "__0_0.distcp", "sub/x", "trainer.json")]
+
+
+def test_under_graph_extraction_it_trains_the_capped_steps_without_checkpoints(monkeypatch):
+    _recipe_modules(monkeypatch)
+    import knobs
+
+    monkeypatch.delenv("NEURON_EXTRACT_GRAPHS_ONLY", raising=False)
+    assert knobs.extraction_steps() is None
+    # neuron_parallel_compile sets the first; the launcher gives the job's cap (TRN_PRECOMPILE_STEPS).
+    monkeypatch.setenv("NEURON_EXTRACT_GRAPHS_ONLY", "1")
+    monkeypatch.setenv("TRN_PRECOMPILE_STEPS", "3")
+    assert knobs.extraction_steps() == 3
+
+
+def test_the_image_and_versions_pin_the_same_torchtitan_neuron():
+    pins = dict(line.split("==", 1) for line in (FOLDER / "requirements.txt").read_text().splitlines()
+                if line and not line.startswith("#"))
+    assert pins["torchtitan"] == versions.TORCHTITAN_NEURON_VERSION == "0.2.2+neuron.1"
+    # What the Dockerfile installs from Neuron's repository alone (tests/unit/node/test_package_repositories.py): the same pin.
+    neuron = [line for line in (FOLDER / "neuron-requirements.txt").read_text().splitlines() if line and line[0] != "#"]
+    assert neuron == [f"torchtitan=={versions.TORCHTITAN_NEURON_VERSION}"]
+    rehearsal = (paths.ROOT / "requirements-rehearsal.txt").read_text()
+    assert f"torchtitan=={versions.TORCHTITAN_REHEARSAL_VERSION}\n" in rehearsal
+    dockerfile = (FOLDER / "Dockerfile").read_text()
+    # Its build context is the recipes folder: the shared hf_token.py has one home, the hf-lora recipe's.
+    assert "COPY hf_lora/hf_token.py /opt/trainium-cdk/recipes/hf_lora/hf_token.py" in dockerfile
+    assert not (FOLDER / "hf_token.py").exists()

@@ -1,0 +1,1 @@
+"""What runs on nodes: every node program, run here against stand-ins."""

@@ -74,11 +74,6 @@ def dist(config, tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
 
 
 @pytest.fixture
-def stage(tmp_path) -> Stage:
-    return Stage(tmp_path)
-
-
-@pytest.fixture
 def node_limits() -> Iterator[int]:
     """Each node starts as a process of slurmd, containerd or the ECS agent's Docker may: with systemd's default
     soft limit of 1024 open files (under this machine's hard limit). Yields the soft limit the launcher must

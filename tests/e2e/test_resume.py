@@ -31,11 +31,6 @@ EPOCHS = 12
 LONGER = ["--epochs", str(EPOCHS)]
 
 
-@pytest.fixture
-def stage(tmp_path) -> Stage:
-    return Stage(tmp_path)
-
-
 def _checkpoint_after(directory: Path, epoch: int):
     return lambda: (directory / f"epoch-{epoch:05d}.pt").exists() or (directory / f"epoch-{epoch + 1:05d}.pt").exists()
 

@@ -27,7 +27,6 @@ import yaml
 from botocore.exceptions import EndpointConnectionError
 
 from tests.support.cli_support import (
-    DEFAULT_YAML,
     REGION,
     ROOT,
     AwsCalls,
@@ -51,13 +50,9 @@ pytest_plugins = ["tests.support.cli_support"]
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Path:
+def config(default_config) -> Path:
     """The default config with the Batch backend (the EKS tests pass --backend eks)."""
-    raw = yaml.safe_load(DEFAULT_YAML.read_text())
-    raw["backends"] = ["batch"]
-    path = tmp_path / "jobs.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
+    return default_config("batch", name="jobs.yaml")
 
 
 def group_outputs(groups: dict[str, dict[str, str]]) -> dict[str, str]:

@@ -29,13 +29,9 @@ IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/team/train:2"
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Path:
+def config(default_config) -> Path:
     """The default config with every backend (each test names the one it submits to)."""
-    raw = yaml.safe_load(DEFAULT_YAML.read_text())
-    raw["backends"] = ["eks", "batch", "parallelcluster", "instance"]
-    path = tmp_path / "all.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
+    return default_config("eks", "batch", "parallelcluster", "instance", name="all.yaml")
 
 
 # -- dry runs: no credentials, exactly what would be sent ---------------------------------------------

@@ -50,12 +50,8 @@ def toy(tmp_path: Path) -> Any:
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Path:
-    raw = yaml.safe_load(DEFAULT_YAML.read_text())
-    raw["backends"] = ["eks", "batch", "parallelcluster"]
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
+def config(default_config) -> Path:
+    return default_config("eks", "batch", "parallelcluster")
 
 
 def test_a_recipe_on_eks_renders_its_command_env_and_cache_set(no_credentials, toy, config):

@@ -33,7 +33,6 @@ from trainium_cdk.facts.versions import (
     ECS_NEURON_AMI_NAME, NEURON_TRACKS, XLA_TRACK, AmiQuery, dlami_name, ecs_neuron_ami_parameter,
 )
 
-pytest_plugins = ["tests.support.cli_support"]
 
 # The one parameter a template may read that neither AWS publishes nor the app creates: the CDK
 # bootstrap stack's version (every CDK template checks it); `cdk bootstrap` writes it and `trn doctor`

@@ -29,7 +29,6 @@ from tests.support import paths
 
 # End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
 pytestmark = pytest.mark.e2e
-pytest_plugins = ["tests.support.cli_support"]
 
 DATA = paths.DATA
 TWO_TRN1 = DATA / "nccom_test_allr_2x_trn1.txt"

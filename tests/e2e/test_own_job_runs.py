@@ -26,7 +26,6 @@ from tests.unit.jobs.test_own_job import config  # noqa: F401 (the fixture: the 
 from trainium_cdk.app.parallelcluster.sbatch import head_node_files
 
 pytestmark = pytest.mark.e2e
-pytest_plugins = ["tests.support.cli_support"]
 
 # A user's training script: its own arguments, its own variable, a collective over every rank.
 USER_SCRIPT = '''\

@@ -16,7 +16,6 @@ from tests.unit.cli.test_cli_connect import HOST, OWN_CLUSTER, OWN_STACK, deploy
 from tests.support.cli_support import REGION, assert_one_clean_line, run_cli
 from trainium_cdk.facts.names import OUTPUT_CONNECT_POLICY_ARN
 
-pytest_plugins = ["tests.support.cli_support"]
 
 SESSION_MANAGER = ("ssm", "ssmmessages", "ec2messages")
 

@@ -21,9 +21,6 @@ from trainium_cdk.app.config import ConfigError, load_config
 # What moto 5.2.5 answers in us-west-2 (its AZ names map to these IDs in its fake account).
 MOTO_TRN1 = {"us-west-2b": "usw2-az1", "us-west-2d": "usw2-az4"}
 
-# The shared fixtures (aws, aws_env, no_credentials, no_sleep).
-pytest_plugins = ["tests.support.cli_support"]
-
 
 def test_lists_az_names_and_ids(aws):
     result = run_cli("azs", "--instance-type", "trn1.32xlarge", "--region", "us-west-2")

@@ -21,7 +21,6 @@ from tests.support.cli_support import (
 )
 from trainium_cdk.cli.connect import role_arn_of
 
-pytest_plugins = ["tests.support.cli_support"]
 
 EKS_STACK = "trainium-eks"
 HOST = "i-0123456789abcdef0"

@@ -18,7 +18,6 @@ from tests.support.helpers import synth
 from tests.support.cli_support import ACCOUNT, DEFAULT_YAML, REGION, run_cli
 from trainium_cdk.app.config import build_config
 
-pytest_plugins = ["tests.support.cli_support"]
 # The harness's stand-in stack body (deployed.py): moto's CloudFormation says it does not model it, which is fine.
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS.*WaitConditionHandle")
 

@@ -39,9 +39,6 @@ from tests.support.amis import publish_ami
 
 RESERVATION = "cr-0123456789abcdef0"
 
-# The shared fixtures (aws, aws_env, no_credentials, no_sleep).
-pytest_plugins = ["tests.support.cli_support"]
-
 
 @dataclass
 class Machine:

@@ -17,8 +17,6 @@ from trainium_cdk import __version__
 from trainium_cdk.cli._common import find_config_path
 from trainium_cdk.cli.jobs import CANCEL_REASON
 
-pytest_plugins = ["tests.support.cli_support"]
-
 
 def test_version(capsys):
     assert run_cli("--version").code == 0

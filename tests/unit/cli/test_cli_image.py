@@ -24,7 +24,6 @@ from trainium_cdk.facts import versions
 from trainium_cdk.cli import image
 from trainium_cdk.facts.names import OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, output_key
 
-pytest_plugins = ["tests.support.cli_support"]
 
 NOW = dt.datetime(2026, 11, 26, 15, 30, 12, tzinfo=dt.UTC)
 TRACK = versions.XLA_TRACK  # the default config's track

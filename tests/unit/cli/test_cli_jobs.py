@@ -45,9 +45,6 @@ STACK = "trainium-batch"
 QUEUE = BATCH_JOB_QUEUE_ARN
 DEFINITION = BATCH_JOB_DEFINITION_ARN
 
-# The shared fixtures (aws, aws_env, no_credentials, no_sleep).
-pytest_plugins = ["tests.support.cli_support"]
-
 
 @pytest.fixture
 def config(default_config) -> Path:

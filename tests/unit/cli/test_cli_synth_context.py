@@ -22,8 +22,6 @@ from tests.support.cli_support import ROOT, Result, run_cli
 sys.path.insert(0, str(ROOT / "tools"))
 import synth as synth_tool  # noqa: E402
 
-# The shared fixtures (aws, aws_env, no_credentials, no_sleep).
-pytest_plugins = ["tests.support.cli_support"]
 
 NOTICE = "trn: using the context of the last `make synth` (cdk.out/trainium-cdk-synth.json): "
 

@@ -20,9 +20,6 @@ from tests.support.cli_support import DEFAULT_YAML, ROOT, assert_one_clean_line,
 from trainium_cdk.facts.catalog import MAX_NODES_PER_GROUP
 from trainium_cdk.app.config.fields import ENV_NAME, check_environment_name
 
-# The shared fixtures (aws_env: no AWS, a working directory of its own).
-pytest_plugins = ["tests.support.cli_support"]
-
 
 def written(tmp_path: Path, text: str) -> Path:
     """A config file of ``text`` as a user types it (every setting it leaves out takes its default)."""

@@ -22,7 +22,6 @@ from tests.support.cli_support import DEFAULT_YAML, REGION, assert_one_clean_lin
 from trainium_cdk.runtime.batch_job import BASED_ON_TAG, register_request
 from trainium_cdk.runtime.launcher import launch_command
 
-pytest_plugins = ["tests.support.cli_support"]
 
 COMMAND = ("--", "train.py", "--lr", "3e-4")
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/team/train:2"

@@ -23,7 +23,6 @@ from tests.support.tiny_llama import DATASET, MODEL, jsonl, make_all, make_tiny_
 from trainium_cdk.facts.names import HF_TOKEN_SERVICE_ACCOUNT
 from trainium_cdk.recipes.hf_lora import DATA_DIR, FOLDER
 
-pytest_plugins = ["tests.support.cli_support"]
 
 SECRET = "hf-token"
 TOKEN = "hf_TheTokenOfThisTestNeverInATemplate"  # noqa: S105 (a test's stand-in)

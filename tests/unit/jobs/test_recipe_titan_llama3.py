@@ -26,7 +26,6 @@ from trainium_cdk.facts import versions
 from trainium_cdk.recipes.titan_llama3 import DATA_DIR, FOLDER, parallel_sizes
 from tests.support import paths
 
-pytest_plugins = ["tests.support.cli_support"]
 
 IMAGE = "123456789012.dkr.ecr.us-east-2.amazonaws.com/trainium-eks-trainingimages:recipe-titan-llama3-20261126-000000"
 # A native-track deployment as a user writes it (trn2 in us-east-2).

@@ -21,7 +21,6 @@ from trainium_cdk import recipes
 from trainium_cdk.app.config import TrainingJobSettings
 from trainium_cdk.runtime.launcher import launch_command
 
-pytest_plugins = ["tests.support.cli_support"]
 
 TOY_SCRIPT = """import json, os, sys
 import torch.distributed as dist

@@ -50,7 +50,6 @@ from tests.unit.config.test_hostile_inputs import FREE_TEXT, FULL, PATHS, _get, 
 from trainium_cdk.app.config import ConfigError, build_config
 from trainium_cdk.app.dist import write_dist
 
-pytest_plugins = ["tests.support.cli_support"]
 
 # Where a value that ran as code leaves its marker: a folder of this run, empty unless something ran.
 MARKERS = Path(tempfile.mkdtemp(prefix="trn-hostile-"))

@@ -18,8 +18,8 @@ from aws_cdk import aws_iam as iam
 from tests.support.helpers import CDK_CONTEXT, add_nag_packs, cfn_lint_errors, new_outdir, resources
 from tests.support.reachability import Reachability
 from trainium_cdk import (
-    DEFAULT_CATALOG, ComputePlacement, ConfigError, DataRepositoryProps, DevInstance, LustreStorage, TrainiumBatch,
-    TrainiumCluster, TrainingNetwork,
+    DEFAULT_CATALOG, ComputePlacement, ConfigError, DataRepositoryProps, DevInstance, GroupNodes, LustreStorage,
+    TrainiumBatch, TrainiumCluster, TrainingNetwork,
 )
 
 ENV = cdk.Environment(account="123456789012", region="us-west-2")
@@ -36,7 +36,7 @@ def build(stack: cdk.Stack) -> dict[str, Any]:
                               compute_groups=[ComputePlacement(name="pretrain", az_ids=("usw2-az4",))])
     storage = LustreStorage(stack, "Datasets", vpc=network.vpc, subnet=network.compute_subnet("pretrain"),
                             clients=[network.efa_security_group], data_repository=DataRepositoryProps(s3_prefix="data/"))
-    queue = TrainiumBatch(stack, "Queue", group_name="pretrain", spec=TRN1N, vpc=network.vpc,
+    queue = TrainiumBatch(stack, "Queue", group=GroupNodes("pretrain", TRN1N, max_nodes=2), vpc=network.vpc,
                           subnets=network.compute_subnets("pretrain"), security_groups=[network.efa_security_group],
                           placement_group=network.placement_group("pretrain"), storage=storage, image_uri=IMAGE)
     cluster = TrainiumCluster(stack, "Trainer", vpc=network.vpc, subnets=network.private_subnets, system_nodes=1)

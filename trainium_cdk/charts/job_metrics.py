@@ -63,7 +63,11 @@ class JobMetricsGateway(Chart):
                     "ports": [{"name": "http", "containerPort": PUSHGATEWAY_PORT}],
                     "readinessProbe": probe("/-/ready"),
                     "livenessProbe": probe("/-/healthy"),
-                    "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
+                    # Limits well above its use (a few pushes a job, a scrape a minute) bound it on the node
+                    # (checkov CKV_K8S_11, CKV_K8S_13).
+                    "resources": {
+                        "requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"},
+                    },
                     "securityContext": {**container_security(run_as_user=NOBODY), "readOnlyRootFilesystem": True},
                     "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
                 }],

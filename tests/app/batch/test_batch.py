@@ -680,7 +680,6 @@ def test_tasks_cannot_reach_the_instance_metadata(every_type, tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     driver = versions.XLA_TRACK.driver
-    (bindir / "rpm").write_text(f'#!/bin/sh\ncase "$*" in *aws-neuronx-dkms*) printf {driver} ;; esac\n')
     (bindir / "modprobe").write_text("#!/bin/sh\nexit 0\n")
     # The program holds the ECS agent and lets it go at its end (tests/unit/node/test_batch_node.py): never this machine's.
     (bindir / "systemctl").write_text("#!/bin/sh\nexit 0\n")
@@ -689,6 +688,13 @@ def test_tasks_cannot_reach_the_instance_metadata(every_type, tmp_path):
         stand_in.chmod(0o755)
     for instance_type in SUPPORTED_TRAINING_TYPES:
         values, _ = Group(every_type, _name(instance_type)).setup
+        # The AMI has the track's driver, runtime and collectives (the on-node collective's), so nothing installs.
+        (bindir / "rpm").write_text(
+            f'#!/bin/sh\ncase "$*" in *aws-neuronx-dkms*) printf {driver} ;; '
+            f'*aws-neuronx-runtime-lib*) printf {values["NEURON_RUNTIME"]} ;; '
+            f'*aws-neuronx-collectives*) printf {values["NEURON_COLLECTIVES"]} ;; esac\n'
+        )
+        (bindir / "rpm").chmod(0o755)
         values = {k: v for k, v in values.items() if k != "EFA_INSTALLER_URL"}  # this machine has no EFA device
         config = tmp_path / "ecs.config"
         config.write_text("ECS_CLUSTER=batch-cluster\n")

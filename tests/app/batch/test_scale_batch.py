@@ -91,13 +91,16 @@ def test_the_largest_group_type_fits_the_templates_too():
     limits. Measured 2026-11-26: each group's own template 29.8 KB (its launch template's user data 3.4 KB: the node
     setup is an S3 asset) and 2.4 KB more in the Batch stack (its nested stack resource, its grants, its output
     entry): the Batch stack 131 KB at 50 groups. Before, the setup was in every launch template (14 KB of user
-    data), groups cost 39.7 KB each, and 50 groups needed 1,040,112 and 987,832 bytes in two templates."""
+    data), groups cost 39.7 KB each, and 50 groups needed 1,040,112 and 987,832 bytes in two templates.
+    Measured 2026-11-27: 41.7 KB a group (was 39.1 KB at b4e6ce9): the job definition, which carries the launcher,
+    grew from 16.7 to 19.3 KB with the native track's compile-cache counts and the EKS metrics push; the budget
+    moved from 40 to 44 KB, still 1/25 of CloudFormation's 1 MB."""
     _, paths = _synthesized(BATCH_MAX_COMPUTE_GROUPS, "trn2.48xlarge")
     templates = _templates(paths)
     assert template_limit_violations(templates) == []
     groups = {name: path.stat().st_size for name, path in paths.items() if name.endswith(".nested.template.json")}
     assert len(groups) == BATCH_MAX_COMPUTE_GROUPS
-    assert max(groups.values()) <= 40 * 1024
+    assert max(groups.values()) <= 44 * 1024
     assert max(path.stat().st_size for path in paths.values()) <= MAX_TEMPLATE_BYTES // 4
     for name, template in templates.items():
         assert len(template.get("Resources", {})) <= MAX_RESOURCES // 4, name

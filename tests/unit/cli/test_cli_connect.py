@@ -19,6 +19,7 @@ import yaml
 from tests.support.cli_support import (
     REGION, AwsCalls, assert_one_clean_line, client_error, copy_default_config, run_cli, write_config,
 )
+from tests.support.walkthrough import free_port
 from trainium_cdk.cli.connect import role_arn_of
 
 
@@ -101,17 +102,10 @@ def test_the_caller_without_an_access_entry_is_told_how_to_get_one(aws, home, tm
     assert "eks.admin_role_arns" in result.err and "aws iam get-role --role-name" in result.err
 
 
-def _free_port() -> str:
-    """A port free now: the tests that start a forwarding must not depend on the default 8443 being free on the
-    machine (the e2e walkthrough's `trn connect` holds it while both suites run at once)."""
-    with socket.create_server(("127.0.0.1", 0)) as probe:
-        return str(probe.getsockname()[1])
-
-
 def test_a_private_endpoint_needs_the_session_manager_plugin(aws, home, tmp_path, monkeypatch):
     deployed(aws, access_host=True)
     tools(tmp_path, monkeypatch, aws="exit 0")
-    result = run_cli("connect", "--port", _free_port(), "--config", str(copy_default_config(tmp_path)))
+    result = run_cli("connect", "--port", str(free_port()), "--config", str(copy_default_config(tmp_path)))
     assert_one_clean_line(result, "session-manager-plugin", "is not on PATH", "session-manager-working-with-install-plugin")
     assert not (home / ".kube" / "config").exists()
 
@@ -121,7 +115,7 @@ def test_a_session_that_does_not_start_is_reported_with_its_output(aws, home, tm
     tools(tmp_path, monkeypatch, session_manager_plugin="echo 1.2.707.0",
           aws='echo "An error occurred (TargetNotConnected) when calling the StartSession operation: '
               f'{HOST} is not connected." >&2; exit 254')
-    result = run_cli("connect", "--port", _free_port(), "--config", str(copy_default_config(tmp_path)))
+    result = run_cli("connect", "--port", str(free_port()), "--config", str(copy_default_config(tmp_path)))
     assert_one_clean_line(result, f"through {HOST} did not start", "TargetNotConnected", "ssm:StartSession")
     assert list((home / ".local" / "state" / "trainium-cdk").glob("*.json")) == []  # nothing left to --stop
 
@@ -195,7 +189,7 @@ def test_the_private_endpoint_of_ones_own_app_is_forwarded_through_its_access_ho
     argv = tmp_path / "argv"
     tools(tmp_path, monkeypatch, session_manager_plugin="echo 1.2.707.0",
           aws=f'printf "%s\\n" "$@" > {argv}; echo "TargetNotConnected" >&2; exit 254')
-    result = run_cli("connect", "--stack", OWN_STACK, "--region", REGION, "--port", _free_port())
+    result = run_cli("connect", "--stack", OWN_STACK, "--region", REGION, "--port", str(free_port()))
     assert_one_clean_line(result, f"through {HOST} did not start")
     sent = argv.read_text().splitlines()
     assert sent[:7] == ["ssm", "start-session", "--region", REGION, "--target", HOST, "--document-name"]

@@ -143,9 +143,11 @@ reap() {  # torchrun's exit code, after it ended (a trapped signal interrupts wa
 series() { printf '# TYPE %s counter\n%s{job="%s",node="%s"} %s\n' "$1" "$1" "$label" "$NODE_RANK" "$(( $2 ))"; }
 finish() {
   [ -n "$tally" ] || return 0
-  # The counters end with torchrun's output: at most 10 s more if something it started still holds it.
+  # The counters end with torchrun's output: at most 10 s more if something it started still holds it. The guard
+  # holds none of the launcher's output: its sleep outlives a kill of its subshell, and whatever reads the launcher's
+  # output (SSM Run Command, `trn rehearse`, a pipe) would wait for it.
   # shellcheck disable=SC2086  # the counters' process ids
-  ( sleep 10; kill $counters 2>/dev/null ) &
+  ( sleep 10; kill $counters 2>/dev/null ) </dev/null >/dev/null 2>&1 &
   guard=$!
   # shellcheck disable=SC2086
   wait $counters || true
@@ -199,7 +201,8 @@ interval="${TRN_HEARTBEAT_S:-30}"
 start_limit="${TRN_PEER_START_S:-1800}"
 mkdir -p "$beats"
 started=$(date +%s)
-( while :; do touch "$beats/node-$NODE_RANK"; sleep "$interval"; done ) &
+# (No output: the sleep outlives the kill of its loop, and would hold the launcher's output for an interval.)
+( while :; do touch "$beats/node-$NODE_RANK"; sleep "$interval"; done ) </dev/null >/dev/null 2>&1 &
 beating=$!
 peers() {
   # pending: no exit code yet; lost: of those, beat older than 4 intervals, or none start_limit after our start.

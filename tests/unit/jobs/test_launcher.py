@@ -89,3 +89,25 @@ def test_a_broken_environment_fails_before_torchrun(bin_dir, env, words):
     result = launch(bin_dir, env)
     assert result.returncode != 0 and "torchrun" not in result.stdout
     assert words in result.stderr
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        # A Batch child node with shared storage: the heartbeat loop runs beside torchrun.
+        {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+         "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.1.5", "TRN_HEARTBEAT_S": "30"},
+    ],
+    ids=["one node", "batch child with heartbeats"],
+)
+def test_the_launchers_output_ends_when_it_exits(bin_dir, tmp_path, env):
+    """Whatever reads the launcher's output (SSM Run Command on Slurm and the dev instance, `trn rehearse`) sees its
+    end when it exits: the counters' 10 s guard and the heartbeat's sleep held it open after the exit."""
+    import time
+
+    env = {**env, "TRN_CHECKPOINT_DIR": str(tmp_path / "ckpt")} if env else env
+    started = time.monotonic()
+    result = launch(bin_dir, env)  # returns at the end of the output, not at the exit
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 5

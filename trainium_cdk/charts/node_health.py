@@ -96,7 +96,10 @@ class NodeHealthProps:
 
 def probe_pod(group: NodeHealthProps, image: str, namespace: str = KUBE_SYSTEM) -> dict[str, Any]:
     """The probe Pod of ``group``'s nodes, but for its name and spec.nodeName (the checker sets both): all the node's
-    Neuron devices, the Neuron training image, the collective (kube_probe.py) from the checker's ConfigMap."""
+    Neuron devices, the Neuron training image, the collective (kube_probe.py) from the checker's ConfigMap.
+
+    spec.nodeName, not a node affinity: the pod is bound at its creation and never pending, so neither the scheduler
+    nor Karpenter or Cluster Autoscaler (which launch nodes for unschedulable pods) ever consider it elsewhere."""
     devices = str(group.devices)
     return {
         "apiVersion": "v1", "kind": "Pod",

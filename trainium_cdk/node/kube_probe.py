@@ -66,7 +66,7 @@ def run(kube, node, path, namespace, measured):
         status = finish(kube, f"{pods}/{name}", pod["spec"]["activeDeadlineSeconds"] + GRACE_S)
         log = kube.call("GET", f"{pods}/{name}/log?container={pod['spec']['containers'][0]['name']}", raw=True)
     finally:
-        kube.call("DELETE", f"{pods}/{name}")
+        delete(kube, f"{pods}/{name}")
     return verdict(status, log, pod["spec"]["containers"][0]["image"], measured)
 
 
@@ -84,15 +84,27 @@ def advertised(kube, node, resources, timeout):
 
 
 def create(kube, pods, pod):
-    """Create the probe; one left by a checker that was stopped mid-probe (a DaemonSet update) is deleted first."""
-    try:
-        kube.call("POST", pods, pod)
-    except urllib.error.HTTPError as error:
-        if error.code != 409:
-            raise
-        kube.call("DELETE", f"{pods}/{pod['metadata']['name']}")
+    """Create the probe. One left by a checker stopped mid-probe (a DaemonSet update) is deleted first, and the new
+    one created once it is gone: a pod's deletion waits for its containers to stop (its grace period, 30 s)."""
+    deadline = time.monotonic() + GRACE_S * 2
+    while True:
+        try:
+            kube.call("POST", pods, pod)
+            return
+        except urllib.error.HTTPError as error:
+            if error.code != 409 or time.monotonic() >= deadline:
+                raise
+        delete(kube, f"{pods}/{pod['metadata']['name']}")
         time.sleep(stand_in("POLL", POLL_S))
-        kube.call("POST", pods, pod)
+
+
+def delete(kube, path):
+    """Delete the pod at ``path``; one already gone is no error."""
+    try:
+        kube.call("DELETE", path)
+    except urllib.error.HTTPError as error:
+        if error.code != 404:
+            raise
 
 
 def finish(kube, path, timeout):

@@ -329,6 +329,8 @@ class StandInApi:
             return 200, self.node
         name = path.removeprefix(pods).strip("/").split("/")[0]
         if method == "POST":
+            if body["metadata"]["name"] in self.pods:
+                return 409, {"kind": "Status", "reason": "AlreadyExists", "code": 409}
             pod = {**body, "status": {"phase": "Pending"}}
             self.pods[body["metadata"]["name"]] = pod
             if self.kubelet == "run":

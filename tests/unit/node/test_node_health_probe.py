@@ -247,3 +247,22 @@ def test_the_probe_reads_what_the_trn2_catalog_says():
     assert json.loads(chart.to_json()[0]["data"]["probe-big.json"]) == pod
     without = NodeHealthCheck(App(), "y", groups=[NodeHealthProps(group="big", devices=16, cores=(64,), efa_interfaces=16)])
     assert without.probes == {} and set(without.to_json()[0]["data"]) == {"health_check.py"}
+
+
+def test_a_probe_left_by_a_stopped_checker_is_replaced_by_a_new_one(tmp_path, eks_app):
+    """A checker replaced mid-probe (a DaemonSet update) left its probe pod: the new checker's create meets it (409),
+    deletes it and creates its own, which then runs as usual."""
+    _, model = eks_app
+    group = _first_group(model)
+    devices, _, _ = _expected(model, group)
+    nccom_test(tmp_path / "bin", DATA / "nccom_test_allr_one_node.txt", tmp_path / "nccom.log")
+    api = StandInApi(tmp_path, _node_object(karpenter=True, neuron_devices=devices), bin_dir=tmp_path / "bin")
+    pod = probe_pod(model, group)
+    api.pods[pod["metadata"]["name"]] = {**pod, "status": {"phase": "Running"}}
+    result = run_checker(tmp_path, model, group, _good_node(tmp_path, model, group), api)
+    assert result.returncode == 0, result.stderr
+    advertised, create, *rest = probe_calls(model, group)
+    assert api.requests[:-2] == [
+        ("GET", f"/api/v1/nodes/{NODE}", "application/json", None), advertised, create,
+        ("DELETE", f"{PODS}/{pod['metadata']['name']}", "application/json", None), create, *rest]
+    assert [m for m, *_ in api.requests[-2:]] == ["GET", "PATCH"]  # the taint off

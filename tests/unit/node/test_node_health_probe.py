@@ -227,7 +227,10 @@ def test_a_probe_image_that_cannot_run_replaces_no_node(tmp_path, eks_app):
     assert result.stderr.splitlines() == [
         "trainium-cdk health: FAIL probe: no nccom-test in the probe pod's image (the Neuron training image installs "
         "aws-neuronx-tools)"]
-    assert [m for m, *_ in api.requests][-2:] == ["DELETE", "PATCH"]  # the probe deleted; the node marked, kept
+    # The probe deleted; the node marked, and kept.
+    assert api.requests[:-1] == [("GET", f"/api/v1/nodes/{NODE}", "application/json", None), *probe_calls(model, group)]
+    assert _condition_patch(api)["status"]["conditions"][0]["message"] == (
+        "probe: no nccom-test in the probe pod's image (the Neuron training image installs aws-neuronx-tools)")
     assert re.fullmatch(rf"trainium-cdk health: node {NODE} left tainted: the probe pod could not run here, .*",
                         result.stdout.splitlines()[-1])
 

@@ -159,6 +159,7 @@ def admission_policy(service_account_user: str, probe_images: Sequence[str] = ()
               "resources": ["nodes", "nodes/status"]}]
     if probe_images:
         rules.append({"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "DELETE"], "resources": ["pods"]})
+
         def probe(p: str) -> str:
             return (f"has({p}.metadata.labels) && 'app.kubernetes.io/component' in {p}.metadata.labels && "
                     f"{p}.metadata.labels['app.kubernetes.io/component'] == '{PROBE_COMPONENT}' && "

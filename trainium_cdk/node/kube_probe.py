@@ -12,8 +12,9 @@ nccom-test fails: the image is the Neuron training image, which installs aws-neu
 
 :func:`run` (in the checker, health_check.py --kube --probe FILE) starts that pod on its own node and reads its verdict:
   1. waits until the node advertises all its Neuron devices (status.allocatable, the device plugin's): a pod with
-     spec.nodeName skips the scheduler, and the kubelet rejects one whose extended resources the node does not have
-     (Kubernetes docs, "Assigning Pods to Nodes", nodeName: "the kubelet ... rejects the Pod if it does not fit");
+     spec.nodeName skips the scheduler, and its kubelet fails it at once when the node lacks what it requests
+     (kubernetes/kubernetes test/e2e/framework/pod/node_selection.go: setting NodeName "will bypass the scheduler,
+     potentially causing kubelet to Fail the pod immediately if it's out of resources");
   2. creates the pod of FILE (the chart's) with its name and spec.nodeName set;
   3. waits for it to end (its activeDeadlineSeconds, and a minute), reads its log, deletes it;
   4. returns the failed checks: the pod's FAIL lines, or why it gave none.

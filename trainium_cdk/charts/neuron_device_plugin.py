@@ -19,8 +19,9 @@ from trainium_cdk.charts._k8s import (
     CHART_LABELS, CRITICAL_ADDONS_ONLY, DEVICE_PLUGIN_DIR, KUBE_SYSTEM, NEURON_NO_SCHEDULE, POD_SECURITY,
     SYSTEM_NODE_CRITICAL,
     api_object, check_instance_types, check_name, cluster_role, cluster_role_binding, host_path,
-    instance_type_affinity, rule, service_account, workload,
+    instance_type_affinity, rule, service_account, toleration, workload,
 )
+from trainium_cdk.facts.names import HEALTH_TAINT_KEY
 
 DEFAULT_NAMESPACE = KUBE_SYSTEM
 DEFAULT_INSTANCE_TYPES: tuple[str, ...] = DEFAULT_CATALOG.neuron_types()
@@ -36,7 +37,9 @@ NEURONDEVICE_RESOURCE = "aws.amazon.com/neurondevice"
 KUBE_SCHEDULER_PORT = 10259
 
 _NO_ESCALATION = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-_NEURON_NODE_TOLERATIONS = [CRITICAL_ADDONS_ONLY, NEURON_NO_SCHEDULE]
+# And the health taint: a node is checked with its devices advertised (the health check's probe pod requests them all),
+# and neuron-monitor watches a node from its start.
+_NEURON_NODE_TOLERATIONS = [CRITICAL_ADDONS_ONLY, NEURON_NO_SCHEDULE, toleration(HEALTH_TAINT_KEY, "NoSchedule")]
 
 
 class NeuronDevicePlugin(Chart):

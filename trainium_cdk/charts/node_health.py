@@ -10,12 +10,23 @@ delete nodes and patch their status: RBAC cannot name "the caller's own node" (r
 ValidatingAdmissionPolicy narrows it: the checker's service account may change or delete only the node its pod
 runs on (the bound token's ``authentication.kubernetes.io/node-name``, Kubernetes 1.32+: KEP-4193, the same check
 the NodeRestriction admission plugin makes for kubelets), and on that node may only take taints off.
+
+The on-node collective (with ``probe_image``): the checker's own pod holds no Neuron device (a DaemonSet pod that
+requested them would hold them for as long as it lives) and its image has no Neuron runtime. So, its own checks
+passed, it starts a short probe Pod on its node (spec.nodeName: no scheduler) that requests all of the node's
+Neuron devices through the device plugin, in the track's Neuron training image, and runs the collective there
+(trainium_cdk/node/kube_probe.py); the probe's spec is this chart's, shipped in the ConfigMap beside the program.
+A namespaced Role lets it create, read and delete pods and read their logs in its namespace only, and the policy
+narrows that to a probe pod on its own node: the pinned image, the program's ConfigMap as its only volume, no
+privilege, no host namespace, no service-account token.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cdk8s import Chart
 from constructs import Construct
@@ -27,16 +38,24 @@ from trainium_cdk.charts._k8s import (
     api_object, check_name, cluster_role, cluster_role_binding, container_security, host_path, rule, service_account,
     toleration, workload,
 )
+from trainium_cdk.node.health_check import COLLECTIVE_TIMEOUT_S
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts.catalog import NEURON_RESOURCE
 from trainium_cdk.facts.names import GROUP_LABEL, HEALTH_TAINT_KEY
 
 NODE_HEALTH_CHART_ID = "node-health"
 NAME = "trainium-node-health"
 PROGRAM = "health_check.py"
+PROBE_PROGRAM = "kube_probe.py"
 PROGRAM_DIR = "/opt/trainium-cdk"
 HOST_ROOT = "/host"
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 NOBODY = 65534
+PROBE_COMPONENT = "probe"
+# How long the probe pod may live (activeDeadlineSeconds: the kubelet fails it then): the collective's own bound
+# (COLLECTIVE_TIMEOUT_S) and 15 minutes to pull the Neuron training image, several GB, where the node's boot-time
+# pre-pull (node/prepull_images.sh) has not finished it yet.
+PROBE_DEADLINE_S = 900 + COLLECTIVE_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -69,30 +88,110 @@ class NodeHealthProps:
                 "--efa", str(self.efa_interfaces), *(["--min-driver", self.min_driver] if self.min_driver else []),
                 "--kube"]
 
+    @property
+    def probe_file(self) -> str:
+        """The ConfigMap key of this group's probe pod."""
+        return f"probe-{self.group}.json"
 
-def admission_policy(service_account_user: str) -> dict:
-    """The ValidatingAdmissionPolicy spec: the checker changes only its own node, and only by taking taints off."""
-    own_node = (f"has(request.userInfo.extra) && '{NODE_NAME_EXTRA}' in request.userInfo.extra && "
-                f"request.userInfo.extra['{NODE_NAME_EXTRA}'][0] == request.name")
+
+def probe_pod(group: NodeHealthProps, image: str, namespace: str = KUBE_SYSTEM) -> dict[str, Any]:
+    """The probe Pod of ``group``'s nodes, but for its name and spec.nodeName (the checker sets both): all the node's
+    Neuron devices, the Neuron training image, the collective (kube_probe.py) from the checker's ConfigMap.
+
+    spec.nodeName, not a node affinity: the pod is bound at its creation and never pending, so neither the scheduler
+    nor Karpenter or Cluster Autoscaler (which launch nodes for unschedulable pods) ever consider it elsewhere."""
+    devices = str(group.devices)
     return {
-        "failurePolicy": "Fail",
-        "matchConstraints": {"resourceRules": [{
-            "apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE", "DELETE"],
-            "resources": ["nodes", "nodes/status"],
-        }]},
-        "matchConditions": [{"name": "the-health-checker", "expression": f"request.userInfo.username == '{service_account_user}'"}],
-        "validations": [
-            {"expression": own_node, "message": "the node health checker may change only the node it runs on"},
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": namespace, "labels": {
+            "app.kubernetes.io/name": NAME, "app.kubernetes.io/instance": group.group,
+            "app.kubernetes.io/component": PROBE_COMPONENT}},
+        "spec": {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": PROBE_DEADLINE_S,
+            # No API access: the probe reports through its log and exit, which the checker reads.
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": POD_SECURITY,
+            # spec.nodeName skips the scheduler, and the kubelet admits a pod whatever NoSchedule taints its node has;
+            # the tolerations say what the pod is, for anything that reads them (the node's taints are these two).
+            "tolerations": [toleration(HEALTH_TAINT_KEY, "NoSchedule"), NEURON_NO_SCHEDULE],
+            "containers": [{
+                "name": PROBE_COMPONENT,
+                "image": image,
+                # The image's entrypoint (the DLC's hostname workaround for SageMaker) is not needed: python3 directly.
+                "command": ["python3", f"{PROGRAM_DIR}/{PROBE_PROGRAM}", "--cores", str(min(group.cores)),
+                            "--timeout", str(COLLECTIVE_TIMEOUT_S)],
+                # Every Neuron device of the node, so that no training pod can take one while the collective runs: the
+                # device plugin then hands the container the /dev/neuron<N> nodes, no privilege or hostPath needed.
+                "resources": {"requests": {NEURON_RESOURCE: devices}, "limits": {NEURON_RESOURCE: devices}},
+                # Root, the image's user, with no capabilities: the Neuron runtime opens the device nodes the device
+                # plugin passed in; nothing it does on one node needs a capability (EFA's memory locking is for
+                # collectives across nodes).
+                "securityContext": container_security(),
+                "volumeMounts": [{"name": "program", "mountPath": PROGRAM_DIR, "readOnly": True}],
+            }],
+            "volumes": [{"name": "program", "configMap": {"name": NAME}}],
+        },
+    }
+
+
+def admission_policy(service_account_user: str, probe_images: Sequence[str] = ()) -> dict:
+    """The ValidatingAdmissionPolicy spec: the checker changes only its own node, and only by taking taints off; and,
+    with ``probe_images``, creates and deletes only a probe pod on its own node, in one of those images."""
+    token_node = (f"has(request.userInfo.extra) && '{NODE_NAME_EXTRA}' in request.userInfo.extra && "
+                  f"request.userInfo.extra['{NODE_NAME_EXTRA}'][0]")
+    nodes, pods = "request.resource.resource == 'nodes'", "request.resource.resource == 'pods'"
+    validations = [
+        {"expression": f"!({nodes}) || ({token_node} == request.name)",
+         "message": "the node health checker may change only the node it runs on"},
+        {
+            "expression": (
+                f"!({nodes}) || request.operation != 'UPDATE' || request.subResource == 'status' || "
+                "(object.metadata.labels == oldObject.metadata.labels && "
+                "(!has(object.spec.taints) || object.spec.taints.all(t, has(oldObject.spec.taints) && "
+                "t in oldObject.spec.taints)))"
+            ),
+            "message": "the node health checker may only take taints off its node",
+        },
+    ]
+    rules = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE", "DELETE"],
+              "resources": ["nodes", "nodes/status"]}]
+    if probe_images:
+        rules.append({"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "DELETE"], "resources": ["pods"]})
+
+        def probe(p: str) -> str:
+            return (f"has({p}.metadata.labels) && 'app.kubernetes.io/component' in {p}.metadata.labels && "
+                    f"{p}.metadata.labels['app.kubernetes.io/component'] == '{PROBE_COMPONENT}' && "
+                    f"has({p}.spec.nodeName) && {token_node} == {p}.spec.nodeName")
+
+        images = ", ".join(f"'{image}'" for image in probe_images)
+        validations += [
+            {"expression": (f"!({pods}) || (request.operation == 'CREATE' && {probe('object')}) || "
+                            f"(request.operation == 'DELETE' && {probe('oldObject')})"),
+             "message": "the node health checker may create and delete only a probe pod on the node it runs on"},
             {
                 "expression": (
-                    "request.operation != 'UPDATE' || request.subResource == 'status' || "
-                    "(object.metadata.labels == oldObject.metadata.labels && "
-                    "(!has(object.spec.taints) || object.spec.taints.all(t, has(oldObject.spec.taints) && "
-                    "t in oldObject.spec.taints)))"
+                    f"!({pods}) || request.operation != 'CREATE' || ("
+                    f"object.spec.containers.all(c, c.image in [{images}] && (!has(c.securityContext) || "
+                    "!has(c.securityContext.privileged) || !c.securityContext.privileged)) && "
+                    "!has(object.spec.initContainers) && !has(object.spec.ephemeralContainers) && "
+                    "(!has(object.spec.volumes) || object.spec.volumes.all(v, has(v.configMap) && "
+                    f"v.configMap.name == '{NAME}')) && "
+                    "(!has(object.spec.hostNetwork) || !object.spec.hostNetwork) && "
+                    "(!has(object.spec.hostPID) || !object.spec.hostPID) && "
+                    "(!has(object.spec.hostIPC) || !object.spec.hostIPC) && "
+                    "has(object.spec.automountServiceAccountToken) && !object.spec.automountServiceAccountToken)"
                 ),
-                "message": "the node health checker may only take taints off its node",
+                "message": ("the node health checker's probe pod runs the pinned image, unprivileged, with no volume but "
+                            "its program and no service account token"),
             },
-        ],
+        ]
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": rules},
+        "matchConditions": [{"name": "the-health-checker", "expression": f"request.userInfo.username == '{service_account_user}'"}],
+        "validations": validations,
     }
 
 
@@ -102,23 +201,40 @@ class NodeHealthCheck(Chart):
     :param groups: one per compute group.
     :param namespace: where the namespaced objects go. Default: kube-system.
     :param image: a Python 3 image. Default: versions.NODE_HEALTH_IMAGE.
+    :param probe_image: the Neuron training image the on-node collective's probe pod runs in (the track's:
+        ``versions.neuron_public_training_image``, or ``neuron_training_image`` of a region). Default: none, and no
+        on-node collective.
     """
 
     def __init__(self, scope: Construct, id: str, *, groups: Sequence[NodeHealthProps], namespace: str = KUBE_SYSTEM,
-                 image: str = versions.NODE_HEALTH_IMAGE) -> None:
+                 image: str = versions.NODE_HEALTH_IMAGE, probe_image: str | None = None) -> None:
         if not groups:
             raise ConfigError("NodeHealthCheck.groups", [], "at least one compute group")
         super().__init__(scope, id, labels=CHART_LABELS)
+        self.probe_image = probe_image
+        self.probes = {g.group: probe_pod(g, probe_image, namespace) for g in groups} if probe_image else {}
+        data = {PROGRAM: node.source(PROGRAM)}
+        if probe_image:
+            data[PROBE_PROGRAM] = node.source(PROBE_PROGRAM)
+            data.update({g.probe_file: json.dumps(self.probes[g.group], indent=1) for g in groups})
         self.program = api_object(self, "Program", api_version="v1", kind="ConfigMap", name=NAME, namespace=namespace,
-                                  data={PROGRAM: node.source(PROGRAM)})
+                                  data=data)
         service_account(self, "ServiceAccount", name=NAME, namespace=namespace)
         cluster_role(self, "ClusterRole", name=NAME, rules=[
             rule(["nodes"], ["get", "patch", "delete"]), rule(["nodes/status"], ["patch"]),
         ])
         cluster_role_binding(self, "ClusterRoleBinding", name=NAME, role=NAME, service_account=NAME, namespace=namespace)
+        if probe_image:
+            # Pods in its own namespace only (a Role, not a ClusterRole); the policy below narrows it to its probe.
+            api_object(self, "ProbeRole", api_version="rbac.authorization.k8s.io/v1", kind="Role", name=NAME,
+                       namespace=namespace, rules=[rule(["pods"], ["create", "get", "delete"]), rule(["pods/log"], ["get"])])
+            api_object(self, "ProbeRoleBinding", api_version="rbac.authorization.k8s.io/v1", kind="RoleBinding",
+                       name=NAME, namespace=namespace,
+                       roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
+                       subjects=[{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}])
         user = f"system:serviceaccount:{namespace}:{NAME}"
         api_object(self, "OwnNodeOnly", api_version="admissionregistration.k8s.io/v1", kind="ValidatingAdmissionPolicy",
-                   name=NAME, spec=admission_policy(user))
+                   name=NAME, spec=admission_policy(user, [probe_image] if probe_image else []))
         api_object(self, "OwnNodeOnlyBinding", api_version="admissionregistration.k8s.io/v1",
                    kind="ValidatingAdmissionPolicyBinding", name=NAME,
                    spec={"policyName": NAME, "validationActions": ["Deny"]})
@@ -139,7 +255,8 @@ class NodeHealthCheck(Chart):
                 "containers": [{
                     "name": "check",
                     "image": image,
-                    "command": ["python3", f"{PROGRAM_DIR}/{PROGRAM}", *group.args],
+                    "command": ["python3", f"{PROGRAM_DIR}/{PROGRAM}", *group.args,
+                                *(["--probe", f"{PROGRAM_DIR}/{group.probe_file}"] if self.probe_image else [])],
                     "env": [
                         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                         {"name": "TAINT_KEY", "value": HEALTH_TAINT_KEY},

@@ -1,7 +1,7 @@
 """trainium-cdk node health check: before a Trainium node takes work, check it against the catalog of its type.
 
     python3 health_check.py --devices N --cores N[,N] --efa N [--driver VERSION | --min-driver VERSION] [--fsx PATH]
-                            [--collective [--collective-timeout SECONDS]] [--kube]
+                            [--collective [--collective-timeout SECONDS]] [--kube [--probe FILE]]
 
 Checks (one line on stderr per failed check, exit 1; exit 0 when all pass):
   devices  Neuron devices: ``neuron-ls --json-output`` where the Neuron tools are installed, else /dev/neuron<N>.
@@ -40,9 +40,14 @@ it (an instance set Unhealthy is terminated and replaced: EC2 Auto Scaling User 
 check"); the checker holds no AWS credentials to make that call itself.
 A failed driver check alone replaces nothing: the AMI release brings the driver, so every replacement would fail
 the same way.
+
+--probe FILE (with --kube): once the node's own checks pass, run the on-node collective in the probe pod FILE
+describes (kube_probe.py: the checker's pod holds no Neuron device and has no Neuron runtime); a failed collective
+fails the node like any other check, before the taint comes off.
 """
 
 import glob
+import importlib
 import json
 import os
 import re
@@ -192,12 +197,20 @@ class Kube:
         self.context = ssl.create_default_context(cafile=os.path.join(account, "ca.crt"))
         self.base = f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:{os.environ['KUBERNETES_SERVICE_PORT']}"
 
-    def call(self, method, path, body=None, content_type="application/json"):
+    def call(self, method, path, body=None, content_type="application/json", raw=False):
+        """The response as JSON, or with ``raw`` as text (a pod's log)."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base + path, data=data, method=method, headers={
-            "Authorization": f"Bearer {self.token}", "Accept": "application/json", "Content-Type": content_type})
+            "Authorization": f"Bearer {self.token}", "Accept": "*/*" if raw else "application/json",
+            "Content-Type": content_type})
         with urllib.request.urlopen(request, context=self.context, timeout=30) as response:
-            return json.loads(response.read() or b"{}")
+            text = response.read()
+            return text.decode(errors="replace") if raw else json.loads(text or b"{}")
+
+    @property
+    def namespace(self):
+        account = os.environ.get("TRN_HEALTH_SERVICE_ACCOUNT_DIR", SERVICE_ACCOUNT_DIR)
+        return read(os.path.join(account, "namespace"))
 
 
 def untaint(kube, node, key):
@@ -223,7 +236,8 @@ def untaint(kube, node, key):
 
 def mark_failed(kube, node, failed):
     """The failed checks as the node's TrainiumHealthy condition; then a Karpenter node is deleted (replaced), unless
-    only the driver failed (the AMI's: a replacement would fail the same way). What happened, in a line."""
+    only the driver failed (the AMI's: a replacement would fail the same way) or the probe pod could not run (its
+    image, the API: the same on any node). What happened, in a line."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     kube.call("PATCH", f"/api/v1/nodes/{node}/status", {"status": {"conditions": [{
         "type": CONDITION, "status": "False", "reason": "HealthCheckFailed", "message": "; ".join(failed),
@@ -232,6 +246,8 @@ def mark_failed(kube, node, failed):
     if all(line.startswith("driver:") for line in failed):
         return ("left tainted: its AMI release brings this driver, so a replacement would fail the same way: "
                 "move the Neuron track's EKS AMI release (docs/guide/health.md, Node health)")
+    if all(line.startswith(("driver:", "probe:")) for line in failed):
+        return "left tainted: the probe pod could not run here, nor would it on a replacement (docs/guide/health.md)"
     current = kube.call("GET", f"/api/v1/nodes/{node}")
     if KARPENTER_NODEPOOL_LABEL in (current.get("metadata", {}).get("labels") or {}):
         kube.call("DELETE", f"/api/v1/nodes/{node}")
@@ -257,6 +273,7 @@ def parse(argv):
     parser.add_argument("--collective", action="store_true")
     parser.add_argument("--collective-timeout", type=float, default=COLLECTIVE_TIMEOUT_S)
     parser.add_argument("--kube", action="store_true")
+    parser.add_argument("--probe", default="")
     return parser.parse_args(argv)
 
 
@@ -268,6 +285,11 @@ def main(argv):
         return wait()
     measured = []
     failed = check(args, measured)
+    if args.kube and args.probe and not failed:
+        # kube_probe.py: the file beside this one (the ConfigMap carries both), or this package's module.
+        probe = importlib.import_module(f"{__package__}.kube_probe" if __package__ else "kube_probe")
+        kube = Kube()
+        failed += probe.run(kube, os.environ["NODE_NAME"], args.probe, kube.namespace, measured)
     for line in measured:
         print(f"{PREFIX} {line}", flush=True)
     for line in failed:

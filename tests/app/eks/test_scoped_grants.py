@@ -63,7 +63,8 @@ def _admitted_owner(objects: list[dict[str, Any]], namespace: str, service_accou
     for binding in (o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"):
         spec = binding["spec"]
         policy = policies[spec["policyName"]]["spec"]
-        # A policy about other objects (the node health checker's, on nodes) admits or refuses no pod.
+        # A policy about other objects admits or refuses no pod; one about the node health checker's own pods (its
+        # probes) binds to no namespace, and matches the checker's service account only.
         if not any("pods" in rule["resources"] for rule in policy["matchConstraints"]["resourceRules"]):
             continue
         if spec.get("matchResources") != {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}:

@@ -15,11 +15,16 @@ from tests.support.chart_helpers import (
 )
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG
+from trainium_cdk.facts.names import HEALTH_TAINT_KEY
 from trainium_cdk.charts import NeuronDevicePlugin
 from trainium_cdk.errors import ConfigError
 from tests.support import paths
 
-NEURON_TOLERATIONS = [("CriticalAddonsOnly", "Exists", None), ("aws.amazon.com/neuron", "Exists", "NoSchedule")]
+# And the health taint (not upstream's: the project's own): the plugin advertises the devices of a node not yet checked,
+# for the health check's probe pod (tests/unit/node/test_node_health_probe.py).
+HEALTH_TOLERATION = (HEALTH_TAINT_KEY, "Exists", "NoSchedule")
+NEURON_TOLERATIONS = [("CriticalAddonsOnly", "Exists", None), ("aws.amazon.com/neuron", "Exists", "NoSchedule"),
+                      HEALTH_TOLERATION]
 # What the Neuron Helm chart pinned in versions.py deploys (its values, transcribed with their source).
 NEURON_HELM_CHART = json.loads(
     (paths.DATA / "upstream" / "device-plugins.json").read_text())["neuron_helm_chart"]
@@ -104,7 +109,7 @@ def test_daemon_set_runs_what_the_neuron_helm_chart_runs(full):
     assert read_only == set(chart["device_plugin"]["read_only"])
     assert pod_spec(ds)["priorityClassName"] == chart["device_plugin"]["priority_class"]
     upstream = [(t["key"], t["operator"], t.get("effect")) for t in chart["device_plugin"]["tolerations"]]
-    assert set(tolerations(ds)) == {t for t in upstream if not t[0].startswith("sagemaker.")}
+    assert set(tolerations(ds)) == {t for t in upstream if not t[0].startswith("sagemaker.")} | {HEALTH_TOLERATION}
     extension = container(one(full[1], "Deployment", "k8s-neuron-scheduler"))
     assert extension["image"] == chart["scheduler"]["image"]
     assert {e["name"]: e["value"] for e in extension["env"]} == chart["scheduler"]["env"]

@@ -274,16 +274,26 @@ def test_the_checker_objects_validate_and_hold_least_privilege(eks_app):
 
 class StandInApi:
     """The Kubernetes API of one node, over HTTPS on loopback: GET, PATCH and DELETE of /api/v1/nodes/<name> (and
-    its status), each request kept in :attr:`requests` (method, path, content type, body) for tests to assert."""
+    its status), and the checker's probe pods: create, get, log and delete in its namespace, a created pod run to its
+    end at once as its node's kubelet would run it (:meth:`run_pod`: its command on this machine, its program from the
+    ConfigMap, the node's Neuron tools from ``bin_dir``). Each request is kept in :attr:`requests` (method, path,
+    content type, body) for tests to assert."""
 
-    def __init__(self, tmp_path: Path, node_object: dict[str, Any]) -> None:
+    def __init__(self, tmp_path: Path, node_object: dict[str, Any], *, bin_dir: Path | None = None,
+                 kubelet: str = "run") -> None:
         self.node = node_object
+        self.bin_dir = bin_dir
+        self.kubelet = kubelet  # run: run a created pod; hang: leave it Running
+        self.program_dir = tmp_path / "program"
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.logs: dict[str, str] = {}
         self.requests: list[tuple[str, str, str, Any]] = []
         ca, cert, key = _certificates(("localhost",))
         self.account = tmp_path / "serviceaccount"
         self.account.mkdir()
         (self.account / "ca.crt").write_bytes(ca)
         (self.account / "token").write_text("stand-in-token")
+        (self.account / "namespace").write_text("kube-system")
         (tmp_path / "cert.pem").write_bytes(cert)
         (tmp_path / "key.pem").write_bytes(key)
         api = self
@@ -297,12 +307,15 @@ class StandInApi:
                 body = json.loads(self.rfile.read(length)) if length else None
                 assert self.headers["Authorization"] == "Bearer stand-in-token"
                 api.requests.append((self.command, self.path, self.headers.get("Content-Type", ""), body))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
+                code, answer = api.answer(self.command, self.path, body)
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain" if isinstance(answer, str) else "application/json")
+                data = answer.encode() if isinstance(answer, str) else json.dumps(answer).encode()
+                self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(json.dumps(api.node).encode())
+                self.wfile.write(data)
 
-            do_GET = do_PATCH = do_DELETE = _handle
+            do_GET = do_PATCH = do_DELETE = do_POST = _handle
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -310,37 +323,78 @@ class StandInApi:
         self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def answer(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        pods = "/api/v1/namespaces/kube-system/pods"
+        if not path.startswith(pods):
+            return 200, self.node
+        name = path.removeprefix(pods).strip("/").split("/")[0]
+        if method == "POST":
+            if body["metadata"]["name"] in self.pods:
+                return 409, {"kind": "Status", "reason": "AlreadyExists", "code": 409}
+            pod = {**body, "status": {"phase": "Pending"}}
+            self.pods[body["metadata"]["name"]] = pod
+            if self.kubelet == "run":
+                self.run_pod(pod)
+            else:
+                pod["status"] = {"phase": "Running", "containerStatuses": [
+                    {"name": "probe", "state": {"running": {}}}]}
+            return 201, {**body, "status": {"phase": "Pending"}}
+        if method == "DELETE":
+            return 200, self.pods.pop(name)
+        if path.startswith(f"{pods}/{name}/log"):
+            return 200, self.logs.get(name, "")
+        return 200, self.pods[name]
+
+    def run_pod(self, pod: dict[str, Any]) -> None:
+        """The pod's one container as the kubelet would run it on the stand-in node: its command (python3 its program
+        in the ConfigMap's mount), the node's Neuron tools on PATH; its log, its phase from the exit code."""
+        (container,) = pod["spec"]["containers"]
+        (mount,) = container["volumeMounts"]
+        python, *args = [a.replace(mount["mountPath"], str(self.program_dir)) for a in container["command"]]
+        assert python == "python3"
+        path = f"{self.bin_dir}:/usr/bin:/bin" if self.bin_dir else "/usr/bin:/bin"
+        run = subprocess.run([sys.executable, *args], env={"PATH": path}, capture_output=True, text=True, timeout=60,
+                             check=False)
+        self.logs[pod["metadata"]["name"]] = run.stdout + run.stderr
+        pod["status"] = {"phase": "Succeeded" if run.returncode == 0 else "Failed", "containerStatuses": [
+            {"name": container["name"], "state": {"terminated": {"exitCode": run.returncode}}}]}
+
     def env(self) -> dict[str, str]:
         return {"KUBERNETES_SERVICE_HOST": "localhost", "KUBERNETES_SERVICE_PORT": str(self.server.server_address[1]),
-                "TRN_HEALTH_SERVICE_ACCOUNT_DIR": str(self.account), "TRN_HEALTH_EXIT": "1"}
+                "TRN_HEALTH_SERVICE_ACCOUNT_DIR": str(self.account), "TRN_HEALTH_EXIT": "1", "TRN_HEALTH_POLL": "0.05"}
 
 
 INSTANCE = "i-0a1b2c3d4e5f60718"
 
 
-def _node_object(karpenter: bool) -> dict[str, Any]:
+def _node_object(karpenter: bool, neuron_devices: int = 16) -> dict[str, Any]:
+    """The node as the API serves it: tainted, and with ``neuron_devices`` advertised (by the Neuron device plugin)."""
     labels = {"trainium-cdk/compute-group": "train", **({"karpenter.sh/nodepool": "train"} if karpenter else {})}
     return {"metadata": {"name": NODE, "resourceVersion": "41", "labels": labels}, "spec": {
         "providerID": f"aws:///us-west-2d/{INSTANCE}",
         "taints": [
             {"key": NEURON_TAINT_KEY, "value": "true", "effect": "NoSchedule"},
             {"key": HEALTH_TAINT_KEY, "value": HEALTH_TAINT_VALUE, "effect": "NoSchedule"},
-        ]}}
+        ]}, "status": {"allocatable": {"cpu": "127", NEURON_TAINT_KEY: str(neuron_devices)}}}
 
 
 def run_checker(tmp_path: Path, model: Reachability, group: str, root: Path, api: StandInApi):
     """The group's DaemonSet container as the synthesized manifest carries it: its program (the ConfigMap's text),
     command and environment, with the host tree at TRN_HEALTH_ROOT (the pod's /host) and the stand-in API."""
     objects = _health_objects(model)
-    (program,) = [o["data"]["health_check.py"] for o in objects if o["kind"] == "ConfigMap"]
-    assert program == PROGRAM.read_text()
+    (files,) = [o["data"] for o in objects if o["kind"] == "ConfigMap"]
+    assert files["health_check.py"] == PROGRAM.read_text()
     (ds,) = [o for o in objects if o["kind"] == "DaemonSet"
              and o["spec"]["template"]["spec"]["nodeSelector"]["trainium-cdk/compute-group"] == group]
     (container,) = ds["spec"]["template"]["spec"]["containers"]
-    python, path, *args = container["command"]
-    assert python == "python3" and path.endswith("/health_check.py")
-    script = tmp_path / "health_check.py"
-    script.write_text(program)
+    (mount,) = [m["mountPath"] for m in container["volumeMounts"] if m["name"] == "program"]
+    # The ConfigMap's files where the pods mount them (the checker's, and the probe pod's: the same ConfigMap).
+    api.program_dir.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (api.program_dir / name).write_text(text)
+    python, *args = [a.replace(mount, str(api.program_dir)) for a in container["command"]]
+    script, *args = args
+    assert python == "python3" and script == str(api.program_dir / "health_check.py")
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     assert env["TRN_HEALTH_ROOT"] == "/host" and env["TAINT_KEY"] == HEALTH_TAINT_KEY
     env = {**env, "TRN_HEALTH_ROOT": str(root), "NODE_NAME": NODE, "PATH": "/usr/bin:/bin", **api.env()}
@@ -348,23 +402,60 @@ def run_checker(tmp_path: Path, model: Reachability, group: str, root: Path, api
                           check=False)
 
 
-def test_on_a_good_node_the_checker_takes_the_health_taint_off(tmp_path, eks_app):
+def test_on_a_good_node_the_checker_runs_the_on_node_collective_then_takes_the_health_taint_off(tmp_path, eks_app):
+    """Its own checks pass; then the probe pod on its node (the group's, from the ConfigMap, named for the node) runs
+    the all-reduce over the node's NeuronCores, the checker reads its verdict and deletes it, and takes the taint off.
+    Every call, in full."""
     _, model = eks_app
-    api = StandInApi(tmp_path, _node_object(karpenter=True))
     group = _first_group(model)
     devices, cores, efa = _expected(model, group)
+    calls = tmp_path / "nccom.log"
+    nccom_test(tmp_path / "bin", DATA / "nccom_test_allr_one_node.txt", calls)
+    api = StandInApi(tmp_path, _node_object(karpenter=True, neuron_devices=devices), bin_dir=tmp_path / "bin")
     root = host_tree(tmp_path / "host", devices=devices, cores_per_device=cores // devices, efa=efa, lustre=False)
     result = run_checker(tmp_path, model, group, root, api)
     assert result.returncode == 0, result.stderr
     path = f"/api/v1/nodes/{NODE}"
     assert api.requests == [
         ("GET", path, "application/json", None),  # still tainted: not checked before
+        *probe_calls(model, group),
         ("GET", path, "application/json", None),
         ("PATCH", path, "application/json-patch+json", [
             {"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
             {"op": "replace", "path": "/spec/taints", "value": [
                 {"key": NEURON_TAINT_KEY, "value": "true", "effect": "NoSchedule"}]},
         ]),
+    ]
+    assert calls.read_text() == f"-r {cores} -N 1 -b 32MB -e 32MB -n 5 -w 2 -d bf16 allr\n"
+    measured, passed, untainted = result.stdout.splitlines()
+    assert re.fullmatch(rf"trainium-cdk health: collective: bf16 all-reduce over {cores} NeuronCores, bus bandwidth "
+                        r"40\.69 GB/s in \d+\.\d s", measured), measured
+    assert passed == f"trainium-cdk health: PASS ({devices} Neuron devices, {efa} EFA interfaces)"
+    assert untainted == f"trainium-cdk health: node {NODE}: {HEALTH_TAINT_KEY} removed"
+
+
+PODS = "/api/v1/namespaces/kube-system/pods"
+
+
+def probe_pod(model: Reachability, group: str) -> dict[str, Any]:
+    """The group's probe pod as the checker creates it: the ConfigMap's, with its name and its node."""
+    (files,) = [o["data"] for o in _health_objects(model) if o["kind"] == "ConfigMap"]
+    pod = json.loads(files[f"probe-{group}.json"])
+    pod["metadata"]["name"] = f"{NAME}-probe-{NODE}"
+    pod["spec"]["nodeName"] = NODE
+    return pod
+
+
+def probe_calls(model: Reachability, group: str, *, polls: int = 1) -> list[tuple[str, str, str, Any]]:
+    """The checker's calls for a probe that runs: the node's advertised devices, the pod created, read to its end
+    (``polls`` times), its log, its deletion."""
+    pod = f"{PODS}/{NAME}-probe-{NODE}"
+    return [
+        ("GET", f"/api/v1/nodes/{NODE}", "application/json", None),
+        ("POST", PODS, "application/json", probe_pod(model, group)),
+        *[("GET", pod, "application/json", None)] * polls,
+        ("GET", f"{pod}/log?container=probe", "application/json", None),
+        ("DELETE", pod, "application/json", None),
     ]
 
 
@@ -431,15 +522,18 @@ def test_the_eks_checker_wants_the_tracks_driver_or_newer(tmp_path, eks_app, loa
     replacement would come up with the same AMI."""
     _, model = eks_app
     group = _first_group(model)
-    assert run_args(model, group)[-3:] == ["--min-driver", DRIVER, "--kube"]
+    assert run_args(model, group)[-5:] == ["--min-driver", DRIVER, "--kube", "--probe",
+                                           f"/opt/trainium-cdk/probe-{group}.json"]
     devices, cores, efa = _expected(model, group)
-    api = StandInApi(tmp_path, _node_object(karpenter=True))
+    nccom_test(tmp_path / "bin", DATA / "nccom_test_allr_one_node.txt", tmp_path / "nccom.log")
+    api = StandInApi(tmp_path, _node_object(karpenter=True, neuron_devices=devices), bin_dir=tmp_path / "bin")
     root = host_tree(tmp_path / "host", devices=devices, cores_per_device=cores // devices, efa=efa, driver=loaded,
                      lustre=False)
     result = run_checker(tmp_path, model, group, root, api)
     if passes:
         assert result.returncode == 0, result.stderr
-        assert [m for m, *_ in api.requests] == ["GET", "GET", "PATCH"]  # the taint off
+        # The probe, then the taint off.
+        assert [m for m, *_ in api.requests] == ["GET", "GET", "POST", "GET", "GET", "DELETE", "GET", "PATCH"]
         return
     assert result.returncode == 1
     line = f"driver: Neuron driver {loaded or 'none'} loaded, expected {DRIVER} or newer"

@@ -88,6 +88,12 @@ def node_health_props(config: Config) -> list[NodeHealthProps]:
     ]
 
 
+def node_health_probe_image(config: Config) -> str:
+    """The image of the on-node collective's probe pod: the track's Neuron training image, the one every node pre-pulls
+    at boot (prepull_images) and pulls without a registry login."""
+    return versions.neuron_public_training_image(config.neuron_track.name)
+
+
 def workloads_options(config: Config) -> TrainingWorkloadsOptions:
     """The example image on the configured Neuron track (and the BERT-large example's image where the
     config offers that example), the data loader's bucket and the Hugging Face token's secret."""

@@ -104,7 +104,8 @@ class EksStack(Stack):
                 )
         # Every Trainium node joins with the health taint; this checker takes it off (charts/node_health.py).
         self.node_health = cluster.add_cdk8s_chart(NODE_HEALTH_CHART_ID, NodeHealthCheck(
-            cdk8s.App(), NODE_HEALTH_CHART_ID, groups=adapter.node_health_props(config)))
+            cdk8s.App(), NODE_HEALTH_CHART_ID, groups=adapter.node_health_props(config),
+            probe_image=adapter.node_health_probe_image(config)))
         if storage is not None:
             # The data pods (loader, shell, TensorBoard) run on the system nodes, which carry only the
             # cluster security group: Lustre opens to that group rather than pin them to Trainium nodes

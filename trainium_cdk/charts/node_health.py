@@ -39,6 +39,7 @@ from trainium_cdk.charts._k8s import (
     toleration, workload,
 )
 from trainium_cdk.node.health_check import COLLECTIVE_TIMEOUT_S
+from trainium_cdk.charts.training import TRAINING_SECURITY
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts.catalog import NEURON_RESOURCE
 from trainium_cdk.facts.names import GROUP_LABEL, HEALTH_TAINT_KEY
@@ -125,10 +126,10 @@ def probe_pod(group: NodeHealthProps, image: str, namespace: str = KUBE_SYSTEM) 
                 # Every Neuron device of the node, so that no training pod can take one while the collective runs: the
                 # device plugin then hands the container the /dev/neuron<N> nodes, no privilege or hostPath needed.
                 "resources": {"requests": {NEURON_RESOURCE: devices}, "limits": {NEURON_RESOURCE: devices}},
-                # Root, the image's user, with no capabilities: the Neuron runtime opens the device nodes the device
-                # plugin passed in; nothing it does on one node needs a capability (EFA's memory locking is for
-                # collectives across nodes).
-                "securityContext": container_security(),
+                # The training pods' own: root, the image's user, with the runtime's default capabilities but NET_RAW
+                # (charts/training.py). The probe measures the node as a job uses it; one with fewer capabilities
+                # than the jobs' could fail on every node and have Karpenter replace nodes in a loop.
+                "securityContext": TRAINING_SECURITY,
                 "volumeMounts": [{"name": "program", "mountPath": PROGRAM_DIR, "readOnly": True}],
             }],
             "volumes": [{"name": "program", "configMap": {"name": NAME}}],

@@ -45,7 +45,7 @@ def test_the_probe_pod_holds_all_the_nodes_devices_in_the_tracks_image_and_nothi
         assert container["image"] == versions.neuron_public_training_image(config.neuron_track.name)
         assert container["command"] == ["python3", "/opt/trainium-cdk/kube_probe.py",
                                         "--cores", str(min(spec.neuron_core_counts)), "--timeout", "300"]
-        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["NET_RAW"]}}
         assert pod["spec"]["nodeName"] == NODE and pod["spec"]["restartPolicy"] == "Never"
         assert pod["spec"]["activeDeadlineSeconds"] == PROBE_DEADLINE_S == 1200
         assert pod["spec"]["automountServiceAccountToken"] is False

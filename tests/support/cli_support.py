@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import botocore.client
+import botocore.loaders
+import botocore.session
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
@@ -70,9 +72,25 @@ def _service(client: Any) -> str:
     return client.meta.service_model.service_name
 
 
+# One botocore data loader for every session of a test process. Each `trn` command makes its own boto3 session, and
+# each session's loader parsed the service models and endpoints.json again (about 1.5 s of JSON per command; the
+# loader caches per instance: botocore/loaders.py, instance_cache). The files are botocore's own, read only.
+_LOADERS: dict[str | None, botocore.loaders.Loader] = {}
+
+
+def _shared_loader(search_path_string: str | None = None) -> botocore.loaders.Loader:
+    if search_path_string not in _LOADERS:
+        _LOADERS[search_path_string] = botocore.loaders.create_loader(search_path_string)
+    return _LOADERS[search_path_string]
+
+
 @pytest.fixture
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Fake credentials and a region, and no shared config that could point anywhere real."""
+    monkeypatch.setattr(botocore.session, "create_loader", _shared_loader)
+    # moto's EC2 otherwise creates its ~1,300 public AMIs, each with a volume and a snapshot, in every region a test
+    # touches (moto settings.ec2_load_default_amis): a test's AMIs are the ones it registers or fakes.
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
     for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")

@@ -7,7 +7,7 @@ Not Auto Mode: Trainium nodes need launch templates with every EFA interface.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import cdk8s
 import jsii
@@ -489,3 +489,8 @@ class TrainiumCluster(Construct):
         what = "CDK's kubectl provider (aws-eks-v2: its kubectl handler and the provider framework's onEvent function)"
         acknowledge_custom_resource_lambda(provider, what)
         acknowledge_default_policy(provider, what)
+
+
+if TYPE_CHECKING:  # mypy holds both to the interface
+    def _both_are_trainium_clusters(made: TrainiumCluster, imported: ImportedTrainiumCluster) -> list[ITrainiumCluster]:
+        return [made, imported]

@@ -122,3 +122,4 @@ class ImportedTrainiumCluster(Construct):
     def connections(self) -> ec2.Connections:
         """The cluster security group (every node carries it), as aws-eks-v2's imported cluster gives it."""
         return self._cluster.connections
+

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import jsii
 
@@ -377,3 +377,8 @@ class _ImportedTrainingNetwork(_ComputeGroups, Construct):
     def connections(self) -> ec2.Connections:
         """The EFA security group's (``ec2.IConnectable``)."""
         return self.efa_security_group.connections
+
+
+if TYPE_CHECKING:  # mypy holds both to the interface
+    def _both_are_training_networks(made: TrainingNetwork, imported: _ImportedTrainingNetwork) -> list[ITrainingNetwork]:
+        return [made, imported]

@@ -19,7 +19,10 @@ from aws_cdk import aws_iam as iam
 import trainium_cdk
 from tests.support import readme
 from tests.support.helpers import CDK_CONTEXT, add_nag_packs, cfn_lint_errors, new_outdir, resources
-from trainium_cdk import DEFAULT_CATALOG, ComputePlacement, ConfigError, TrainiumCluster, TrainingNetwork
+from trainium_cdk import (
+    DEFAULT_CATALOG, ComputePlacement, ConfigError, KarpenterController, KarpenterOptions, TrainiumCluster,
+    TrainingNetwork,
+)
 
 ENV = cdk.Environment(account="111122223333", region="us-west-2")
 STACK = "MyTraining"
@@ -204,12 +207,43 @@ def test_bad_cluster_attributes_name_the_attribute(stack, attributes, field):
 
 
 def test_the_imported_cluster_is_what_the_node_constructs_take(stack):
-    provider = eks_v2.KubectlProvider.from_kubectl_provider_attributes(stack, "Kubectl", service_token=KUBECTL)
     imported = TrainiumCluster.from_cluster_attributes(
         stack, "Eks", cluster_name="platform", cluster_security_group_id=CLUSTER_GROUP, vpc=vpc_of(stack),
-        kubectl_provider=provider,
     )
     assert imported.cluster_ref.cluster_name == "platform"
     assert imported.cluster_name == "platform"
     assert imported.cni_association is None and imported.volcano is None
     assert [g.security_group_id for g in imported.connections.security_groups] == [CLUSTER_GROUP]
+
+
+def test_a_kubectl_provider_without_its_role_names_the_attribute(stack):
+    """aws-eks-v2's Helm charts grant the provider's role read on their asset: without one, a TypeError."""
+    provider = eks_v2.KubectlProvider.from_kubectl_provider_attributes(stack, "Kubectl", service_token=KUBECTL)
+    with pytest.raises(ConfigError, match=r"^MyTraining/Eks\.kubectl_provider = .*imported with its role"):
+        TrainiumCluster.from_cluster_attributes(stack, "Eks", cluster_name="platform", vpc=vpc_of(stack),
+                                                cluster_security_group_id=CLUSTER_GROUP, kubectl_provider=provider)
+
+
+def test_karpenter_runs_on_the_imported_cluster_through_its_kubectl_provider(stack):
+    provider = eks_v2.KubectlProvider.from_kubectl_provider_attributes(
+        stack, "Kubectl", service_token=KUBECTL,
+        role=iam.Role.from_role_arn(stack, "KubectlRole", "arn:aws:iam::111122223333:role/platform-kubectl"),
+    )
+    imported = TrainiumCluster.from_cluster_attributes(
+        stack, "Eks", cluster_name="platform", cluster_security_group_id=CLUSTER_GROUP, vpc=vpc_of(stack),
+        kubectl_provider=provider,
+    )
+    KarpenterController(stack, "Karpenter", cluster=imported.cluster_ref, cluster_name=imported.cluster_name,
+                        options=KarpenterOptions(node_selector={"role": "system"}),
+                        cni_association=imported.cni_association)
+    template = cdk.assertions.Template.from_stack(stack).to_json()
+    charts = {r["Properties"]["Release"]: r["Properties"] for r in
+              resources(template, "Custom::AWSCDK-EKS-HelmChart").values()}
+    assert set(charts) == {"karpenter", "karpenter-crd"}
+    assert all(c["ClusterName"] == "platform" and c["ServiceToken"] == KUBECTL for c in charts.values())
+    for kind in ("AWS::EKS::AccessEntry", "AWS::EKS::PodIdentityAssociation"):
+        assert [r["Properties"]["ClusterName"] for r in resources(template, kind).values()] == ["platform"]
+    # The cluster's VPC CNI is not this app's: the Karpenter node role keeps the CNI policy.
+    (node_role,) = [r["Properties"] for r in resources(template, "AWS::IAM::Role").values()
+                    if r["Properties"].get("Description") == "Trainium nodes launched by Karpenter"]
+    assert any("AmazonEKS_CNI_Policy" in json.dumps(arn) for arn in node_role["ManagedPolicyArns"])

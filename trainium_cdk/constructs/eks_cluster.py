@@ -374,9 +374,9 @@ class TrainiumCluster(Construct):
         :param cluster_security_group_id: the cluster security group EKS made (``aws eks describe-cluster --query
             cluster.resourcesVpcConfig.clusterSecurityGroupId``): node launch templates add it to every interface.
         :param vpc: the cluster's VPC.
-        :param kubectl_provider: the cluster's kubectl provider (``eks.KubectlProvider.from_kubectl_provider_attributes``),
-            which manifests and Helm charts (Karpenter's, ``device_plugins``) go through. Default: none (node
-            groups only).
+        :param kubectl_provider: the cluster's kubectl provider, imported with its role
+            (``eks.KubectlProvider.from_kubectl_provider_attributes``): manifests and Helm charts (Karpenter's,
+            ``device_plugins``) go through it. Default: none (node groups only).
         :param device_plugins: install the training namespace and the Neuron and EFA device plugins, as
             :class:`TrainiumCluster` does; needs ``kubectl_provider``. Default: False (the cluster has them).
         :param catalog: the instance types the device plugins' node affinity lists. Default: the built-in catalog.

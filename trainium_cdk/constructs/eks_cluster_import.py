@@ -76,6 +76,12 @@ class ImportedTrainiumCluster(Construct):
             raise ConfigError("cluster_security_group_id", cluster_security_group_id, "the cluster security group "
                               "(aws eks describe-cluster --query cluster.resourcesVpcConfig.clusterSecurityGroupId): "
                               "node launch templates name it, or nodes cannot reach the control plane")
+        if kubectl_provider is not None and kubectl_provider.role is None:
+            # aws-eks-v2's HelmChart grants the provider's role read on the chart's asset: without a role it fails
+            # with "Cannot read properties of undefined (reading 'grantPrincipal')" (Karpenter's charts are assets).
+            raise ConfigError("kubectl_provider", kubectl_provider.service_token, "a provider imported with its role "
+                              "(eks.KubectlProvider.from_kubectl_provider_attributes(..., role=...)): Helm charts "
+                              "from assets are granted to it")
         if device_plugins and kubectl_provider is None:
             raise ConfigError("kubectl_provider", None, "the cluster's kubectl provider "
                               "(eks.KubectlProvider.from_kubectl_provider_attributes) with device_plugins=True: "

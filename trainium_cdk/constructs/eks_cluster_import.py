@@ -72,7 +72,8 @@ class ImportedTrainiumCluster(Construct):
         if Token.is_unresolved(cluster_name) or not CLUSTER_NAME.match(cluster_name):
             raise ConfigError("cluster_name", cluster_name, "the cluster's name, a literal (Karpenter's IAM conditions "
                               "and queue name use it at synth): letters, digits, '-' and '_', at most 100")
-        if not Token.is_unresolved(cluster_security_group_id) and not SECURITY_GROUP_ID.match(cluster_security_group_id):
+        group_id = cluster_security_group_id
+        if not Token.is_unresolved(group_id) and not SECURITY_GROUP_ID.match(group_id):
             raise ConfigError("cluster_security_group_id", cluster_security_group_id, "the cluster security group "
                               "(aws eks describe-cluster --query cluster.resourcesVpcConfig.clusterSecurityGroupId): "
                               "node launch templates name it, or nodes cannot reach the control plane")

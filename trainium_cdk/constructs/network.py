@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-import jsii
-
 from aws_cdk import RemovalPolicy, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
@@ -333,7 +331,6 @@ class TrainingNetwork(_ComputeGroups, Construct):
         return self.vpc.private_subnets
 
 
-@jsii.implements(ec2.IConnectable)
 class _ImportedTrainingNetwork(_ComputeGroups, Construct):
     """What :meth:`TrainingNetwork.from_vpc` returns: an imported VPC, and the EFA group and placement groups."""
 
@@ -356,7 +353,9 @@ class _ImportedTrainingNetwork(_ComputeGroups, Construct):
         for i, subnet in enumerate(subnets):
             try:
                 az = subnet.availability_zone
-            except Exception:  # jsii: "You cannot reference a Subnet's availability zone if it was not supplied"
+            # aws-cdk-lib's ImportedSubnet throws: "You cannot reference a Subnet's availability zone if it was
+            # not supplied. Add the availabilityZone when importing using Subnet.fromSubnetAttributes()".
+            except RuntimeError:
                 az = None
             if az is None or Token.is_unresolved(az):
                 raise ConfigError(f"private_subnets[{i}].availability_zone", subnet.subnet_id,
@@ -373,12 +372,9 @@ class _ImportedTrainingNetwork(_ComputeGroups, Construct):
     def private_subnets(self) -> list[ec2.ISubnet]:
         return list(self._private_subnets)
 
-    @property
-    def connections(self) -> ec2.Connections:
-        """The EFA security group's (``ec2.IConnectable``)."""
-        return self.efa_security_group.connections
-
 
 if TYPE_CHECKING:  # mypy holds both to the interface
-    def _both_are_training_networks(made: TrainingNetwork, imported: _ImportedTrainingNetwork) -> list[ITrainingNetwork]:
+    def _both_are_training_networks(
+        made: TrainingNetwork, imported: _ImportedTrainingNetwork
+    ) -> list[ITrainingNetwork]:
         return [made, imported]

@@ -42,6 +42,7 @@ _PUBLIC = {
     # constructs
     "TrainingNetwork": "trainium_cdk.constructs.network",
     "ComputePlacement": "trainium_cdk.constructs.network",
+    "ITrainingNetwork": "trainium_cdk.constructs.network",
     "LustreStorage": "trainium_cdk.constructs.storage",
     "DataRepositoryProps": "trainium_cdk.constructs.storage",
     "ILustreStorage": "trainium_cdk.constructs.storage",
@@ -49,6 +50,7 @@ _PUBLIC = {
     "LustreConnections": "trainium_cdk.constructs.storage",
     "EfaLaunchTemplate": "trainium_cdk.constructs.efa_launch_template",
     "TrainiumCluster": "trainium_cdk.constructs.eks_cluster",
+    "ITrainiumCluster": "trainium_cdk.constructs.eks_cluster_import",
     "ApiAccessHost": "trainium_cdk.constructs.api_access",
     "TrainiumNodeGroup": "trainium_cdk.constructs.eks_nodegroup",
     "KarpenterController": "trainium_cdk.constructs.karpenter",
@@ -141,9 +143,10 @@ if TYPE_CHECKING:  # static type checkers see the real names
     from trainium_cdk.constructs.dev_instance import DevInstance
     from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
     from trainium_cdk.constructs.eks_cluster import TrainiumCluster
+    from trainium_cdk.constructs.eks_cluster_import import ITrainiumCluster
     from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
     from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
-    from trainium_cdk.constructs.network import ComputePlacement, TrainingNetwork
+    from trainium_cdk.constructs.network import ComputePlacement, ITrainingNetwork, TrainingNetwork
     from trainium_cdk.constructs.parallelcluster import SlurmCluster
     from trainium_cdk.constructs.storage import (
         DataRepositoryProps, ILustreStorage, LustreConnections, LustreMount, LustreStorage,

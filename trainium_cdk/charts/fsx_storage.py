@@ -65,8 +65,8 @@ class FsxStorage(Chart):
         Default: Retain.
     :param storage_class_name: Default: ``fsx-lustre``.
     :param file_system_id: an existing file system (fs-...) to expose as a static volume. Default: none.
-    :param dns_name: its DNS name; required with ``file_system_id``.
-    :param mount_name: its Lustre mount name; required with ``file_system_id``.
+    :param dns_name: its DNS name; required with ``file_system_id``. Default: none.
+    :param mount_name: its Lustre mount name; required with ``file_system_id``. Default: none.
     :param capacity_gib: its storage capacity, GiB (an int, or a string token). Default: 1200.
     :param volume_name: name of the static PersistentVolume. Default: ``fsx-lustre-static``.
     :param claim_name: name of the claim bound to it. Default: ``fsx-lustre``.

@@ -71,7 +71,7 @@ class NodePoolProps:
     :param node_role: name of the IAM role of the nodes (a token works).
     :param subnet_ids: the group's compute subnets (exactly one for an EFA type: EFA needs one subnet).
     :param security_group_ids: groups of every interface (the EFA group and the cluster group).
-    :param placement_group: name of the group's cluster placement group, or None.
+    :param placement_group: name of the group's cluster placement group, or None. Default: None.
     :param ami_alias: the EC2NodeClass AMI alias, such as al2023@v20260930.
     :param consolidate_after: how long a node stays empty before it goes. Default: 10m.
     :param tags: EC2 tags of the instances and volumes. Default: none.

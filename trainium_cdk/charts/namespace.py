@@ -29,7 +29,7 @@ ALLOW_POLICY_NAME = "job-traffic"
 class TrainingNamespace(Chart):
     """A namespace with Pod Security Admission labels pinned to the cluster's Kubernetes version.
 
-    :param name: default ``training``.
+    :param name: Default: ``training``.
     :param enforce: the enforced level. Default: ``baseline``.
     :param audit: the level audited and warned about. Default: ``restricted``.
     """

@@ -128,7 +128,7 @@ class SingleNodeTrainingJob(Chart):
 
     :param job: the job (``nodes`` must be 1).
     :param claim_name: the FSx PersistentVolumeClaim mounted at /fsx. Default: ``fsx-lustre``.
-    :param namespace: default ``default``.
+    :param namespace: Default: ``default``.
     """
 
     def __init__(
@@ -163,7 +163,7 @@ class DistributedTrainingJob(Chart):
     :param job: the job (``nodes`` at least 2).
     :param queue: the Volcano queue. Default: ``training``.
     :param claim_name: the FSx PersistentVolumeClaim mounted at /fsx. Default: ``fsx-lustre``.
-    :param namespace: default ``default``.
+    :param namespace: Default: ``default``.
     """
 
     def __init__(
@@ -216,7 +216,7 @@ class ServiceAccountChart(Chart):
     jobs that name it (``TrainingJobSettings.service_account``).
 
     :param name: its name.
-    :param namespace: default ``training``.
+    :param namespace: Default: ``training``.
     """
 
     def __init__(self, scope: Construct, id: str, *, name: str, namespace: str = DEFAULT_NAMESPACE) -> None:
@@ -228,7 +228,7 @@ class ServiceAccountChart(Chart):
 class VolcanoQueue(Chart):
     """The Volcano queue training jobs are submitted to.
 
-    :param name: default ``training``.
+    :param name: Default: ``training``.
     :param weight: share of the cluster against other queues. Default: 1.
     """
 
@@ -250,7 +250,10 @@ class DataLoaderJob(Chart):
 
     :param s3_uri: ``s3://bucket/prefix``.
     :param path: directory under /fsx. Default: ``datasets``.
-    :param service_account: default ``data-loader``.
+    :param service_account: the service account the Job runs as. Default: ``data-loader``.
+    :param claim_name: the FSx PersistentVolumeClaim mounted at /fsx. Default: ``fsx-lustre``.
+    :param namespace: the Job's namespace. Default: ``training``.
+    :param image: the AWS CLI image that copies. Default: ``versions.AWS_CLI_IMAGE``.
     """
 
     def __init__(
@@ -376,6 +379,10 @@ class ShellPod(Chart):
     """An interactive pod with the FSx volume at /fsx: `kubectl exec -it data-shell -- bash`.
 
     Runs on the system nodes (no Neuron devices), in the training image so its tools match.
+
+    :param image: the training image.
+    :param claim_name: the FSx PersistentVolumeClaim mounted at /fsx. Default: ``fsx-lustre``.
+    :param namespace: the pod's namespace. Default: ``training``.
     """
 
     def __init__(
@@ -409,6 +416,9 @@ class TensorBoard(Chart):
     no password baked into an image): `kubectl port-forward svc/tensorboard 6006`.
 
     :param log_dir: directory under /fsx with the event files. Default: ``runs``.
+    :param claim_name: the FSx PersistentVolumeClaim mounted at /fsx. Default: ``fsx-lustre``.
+    :param namespace: its namespace. Default: ``training``.
+    :param image: the TensorBoard image. Default: ``versions.TENSORBOARD_IMAGE``.
     """
 
     PORT = 6006

@@ -103,35 +103,37 @@ class TrainiumBatch(Construct, BatchGrants):
     :param vpc: the training VPC.
     :param subnets: the group's compute subnets: exactly one for an EFA type (EFA needs one subnet).
     :param security_groups: groups of every node interface (the EFA group); 1 to 5.
-    :param placement_group: the group's cluster placement group; default none (with a reservation).
-    :param nodes: nodes a job runs on (the multi-node job definition's default count); default 2.
-    :param image_uri: the training image; default: the MLP example image, built at deploy time from
+    :param placement_group: the group's cluster placement group. Default: none (with a reservation).
+    :param nodes: nodes a job runs on (the multi-node job definition's default count). Default: 2.
+    :param image_uri: the training image. Default: the MLP example image, built at deploy time from
         ``trainium_cdk/examples/mlp`` on the track's Neuron PyTorch training container (a Docker image asset).
-    :param command: the training script and its arguments, which every node runs under torchrun;
-        default: the job definition's ``script`` parameter (the example's script in the example image,
+    :param command: the training script and its arguments, which every node runs under torchrun.
+        Default: the job definition's ``script`` parameter (the example's script in the example image,
         else ``/fsx/code/train.py``).
-    :param job_timeout: a job attempt is stopped after this long; default 7 days.
+    :param job_timeout: a job attempt is stopped after this long. Default: 7 days.
     :param runnable_timeout: a job that waits this long in RUNNABLE because its instances cannot be had (no
         capacity, a group or an instance type that cannot hold it) is cancelled, with that reason, so that the jobs
-        behind it in the queue can start; None: it waits. 10 minutes to 1 day; default 4 hours, and None with a
+        behind it in the queue can start; None: it waits. 10 minutes to 1 day. Default: 4 hours, and None with a
         capacity block (jobs queued before the block opens wait for it).
     :param update_timeout: how long running jobs go on after an infrastructure update before they are stopped (and
-        retried), 1 minute to 5 days (Batch's limit); default: the job timeout, at most 5 days.
-    :param retry_attempts: attempts of a job, 1 to 10; default 2.
-    :param log_retention: retention of the job log group; default one month.
-    :param log_removal_policy: what deleting the stack does to the job log group; default destroy.
+        retried), 1 minute to 5 days (Batch's limit). Default: the job timeout, at most 5 days.
+    :param retry_attempts: attempts of a job, 1 to 10. Default: 2.
+    :param log_retention: retention of the job log group. Default: one month.
+    :param log_removal_policy: what deleting the stack does to the job log group. Default: destroy.
     :param track: the Neuron track (versions.py): the default image, the node AMI and the driver
-        version; default: the XLA track.
+        version. Default: the XLA track.
     :param precompile_steps: the steps of precompile's graph extraction (``TRN_PRECOMPILE_STEPS`` in the job's
-        environment; a job submitted with ``TRN_PRECOMPILE=1`` precompiles first); default 10.
-    :param ami_id: the nodes' AMI (an ECS-optimized AMI with the Neuron driver, such as one you built);
-        default: the track's ECS-optimized AL2023 Neuron AMI, through AWS's public per-AMI-name parameter.
-    :param storage: the FSx for Lustre file system, mounted at /fsx on the nodes and in the jobs;
-        default none (the Neuron compile cache then stays in each container).
-    :param name_prefix: prefix of the job queue and job definition names; default: generated names.
+        environment; a job submitted with ``TRN_PRECOMPILE=1`` precompiles first). Default: 10.
+    :param ami_id: the nodes' AMI (an ECS-optimized AMI with the Neuron driver, such as one you built).
+        Default: the track's ECS-optimized AL2023 Neuron AMI, through AWS's public per-AMI-name parameter.
+    :param storage: the FSx for Lustre file system, mounted at /fsx on the nodes and in the jobs.
+        Default: none (the Neuron compile cache then stays in each container).
+    :param name_prefix: prefix of the job queue and job definition names. Default: generated names.
     :param metrics_deployment: publish every node's neuron-monitor metrics to CloudWatch (namespace
-        ``neuron_metrics.NAMESPACE``) with this value of the ``Deployment`` dimension; default none
+        ``neuron_metrics.NAMESPACE``) with this value of the ``Deployment`` dimension. Default: none
         (no metrics).
+    :param prometheus_remote_write: the ARN of an Amazon Managed Service for Prometheus workspace the nodes'
+        Prometheus-format exporters and agent write to (``aps:RemoteWrite`` on it alone). Default: none.
     :param roles: the execution and job roles, shared with other groups (the stack's :class:`BatchRoles`); this
         group grants them its image pulls and log writes. Default: roles of its own. The nodes' instance role
         and profile are always the group's own (:class:`BatchInstanceRole`): its ECS agent reaches this

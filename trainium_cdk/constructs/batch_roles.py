@@ -70,8 +70,8 @@ class BatchInstanceRole(Construct):
     cluster only (:meth:`scope_to`), pulls its images and reads its node setup (granted by the group).
 
     :param description: whose nodes, in the role's description.
-    :param metrics: the nodes publish neuron-monitor's metrics (PutMetricData in the Neuron namespace);
-        default false.
+    :param metrics: the nodes publish neuron-monitor's metrics (PutMetricData in the Neuron namespace).
+        Default: false.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, description: str, metrics: bool = False) -> None:
@@ -136,7 +136,7 @@ class BatchInstanceRole(Construct):
 class BatchRoles(Construct):
     """The execution and job roles of the jobs of one or more compute groups.
 
-    :param description: who the roles serve, in their descriptions; default: "AWS Batch compute groups".
+    :param description: who the roles serve, in their descriptions. Default: "AWS Batch compute groups".
 
     Each :class:`~trainium_cdk.constructs.batch.TrainiumBatch` given these roles grants the execution role its
     image pulls; its job definition's log driver grants it writes to its log group. Its nodes' instance role is

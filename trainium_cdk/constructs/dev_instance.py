@@ -78,24 +78,24 @@ class DevInstance(Construct):
     :param vpc: the training VPC.
     :param spec: the instance type from the catalog.
     :param vpc_subnets: where the instance goes (the first subnet selected, as with ``ec2.Instance``):
-        pick a subnet in an AZ that offers the instance type; default: the VPC's default selection (its
+        pick a subnet in an AZ that offers the instance type. Default: the VPC's default selection (its
         private subnets).
     :param dlami: the Neuron DLAMI flavour, as Neuron names them below /aws/service/neuron/dlami/
         (``multi-framework/ubuntu-24.04``, ``base/amazon-linux-2023``, ``pytorch-2.9/ubuntu-24.04``); its
-        image of the track's SDK release is found at deploy; default: the track's DLAMI (versions.py).
-    :param root_volume_gib: the encrypted gp3 root volume, GiB; default 512.
+        image of the track's SDK release is found at deploy. Default: the track's DLAMI (versions.py).
+    :param root_volume_gib: the encrypted gp3 root volume, GiB. Default: 512.
     :param instance_connect_endpoint: add an EC2 Instance Connect endpoint (SSH from inside the VPC) in
-        the instance's subnet; default false.
-    :param storage: a file system to mount at /fsx; default none.
+        the instance's subnet. Default: false.
+    :param storage: a file system to mount at /fsx. Default: none.
     :param storage_client_group: the security group the file system accepts clients from (the EFA
-        group); required with ``storage``.
-    :param track: the Neuron track whose DLAMI the instance boots; default: the XLA track.
+        group); required with ``storage``. Default: none.
+    :param track: the Neuron track whose DLAMI the instance boots. Default: the XLA track.
     :param ami_id: boot this AMI instead (of the same OS as ``dlami``: the root device and user follow
-        it); default: the DLAMI found at deploy.
+        it). Default: the DLAMI found at deploy.
     :param metrics_workspace: install the Prometheus-format exporters and agent (trainium_cdk/node/
         prometheus_node.py, as on AWS Batch and ParallelCluster compute nodes) and let the instance's role
-        aps:RemoteWrite into this workspace alone; default none.
-    :param metrics_deployment: the ``deployment`` label of the instance's series; default: the stack's name.
+        aps:RemoteWrite into this workspace alone. Default: none.
+    :param metrics_deployment: the ``deployment`` label of the instance's series. Default: the stack's name.
     """
 
     @names_construct_path

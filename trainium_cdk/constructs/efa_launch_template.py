@@ -33,10 +33,10 @@ class EfaLaunchTemplate(Construct):
     :param placement_group: a cluster placement group, or None (always None with a reservation).
     :param root_volume_gib: size of the encrypted gp3 root volume.
     :param capacity: how the instances are bought: into a reservation's or a Capacity Block's ``cr-...`` id (a
-        block with the capacity-block market type); default on-demand.
-    :param image_id: an AMI; default none (EKS picks the AMI from the node group's AMI type).
-    :param user_data: plain user data (base64-encoded here); default none.
-    :param root_volume_throughput: the root volume's gp3 throughput, MiB/s; default gp3's baseline.
+        block with the capacity-block market type). Default: on-demand.
+    :param image_id: an AMI. Default: none (EKS picks the AMI from the node group's AMI type).
+    :param user_data: plain user data (base64-encoded here). Default: none.
+    :param root_volume_throughput: the root volume's gp3 throughput, MiB/s. Default: gp3's baseline.
     """
 
     @names_construct_path

@@ -7,7 +7,7 @@ Not Auto Mode: Trainium nodes need launch templates with every EFA interface.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import cdk8s
 import jsii
@@ -26,6 +26,7 @@ from trainium_cdk.facts.catalog import DEFAULT_CATALOG, Catalog
 from trainium_cdk.charts import FSX_CHART_ID, NAMESPACE_CHART_ID, FsxStorage, FsxStorageProps, cluster_charts
 from trainium_cdk.facts.defaults.cdk import LOG_RETENTION
 from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT, ROOT_DEVICE_NAME
+from trainium_cdk.constructs.eks_cluster_import import ImportedTrainiumCluster, ITrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import CNI_POLICY, NODE_MANAGED_POLICIES, without_cni_policy
 from trainium_cdk.constructs.log_encryption import encrypt_log_groups
 from trainium_cdk.constructs.nag import (
@@ -155,6 +156,7 @@ class TrainiumCluster(Construct):
                 "ship in the Neuron device plugin's chart)"
             )
         cluster_name = cluster_name or Names.unique_resource_name(self, max_length=100, separator="-")
+        self.cluster_name = cluster_name
         retention = log_retention
         # EKS writes control-plane logs to /aws/eks/<name>/cluster and creates that group, without a
         # retention, unless it exists: create it first, named, so that it expires.
@@ -352,6 +354,40 @@ class TrainiumCluster(Construct):
             if device_plugins or chart.node.id == NAMESPACE_CHART_ID:
                 self._add_chart(chart)
 
+    @staticmethod
+    def from_cluster_attributes(
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_name: str,
+        cluster_security_group_id: str,
+        vpc: ec2.IVpc,
+        kubectl_provider: eks.IKubectlProvider | None = None,
+        device_plugins: bool = False,
+        catalog: Catalog = DEFAULT_CATALOG,
+    ) -> ITrainiumCluster:
+        """An EKS cluster made elsewhere, for Trainium nodes: ``TrainiumNodeGroup(cluster=imported.cluster_ref,
+        ...)``, ``KarpenterController(cluster=imported.cluster_ref, cluster_name=imported.cluster_name, ...)``,
+        ``imported.connections``. Its control plane, add-ons and access entries stay its owner's.
+
+        :param cluster_name: the cluster's name, a literal.
+        :param cluster_security_group_id: the cluster security group EKS made (``aws eks describe-cluster --query
+            cluster.resourcesVpcConfig.clusterSecurityGroupId``): node launch templates add it to every interface.
+        :param vpc: the cluster's VPC.
+        :param kubectl_provider: the cluster's kubectl provider, imported with its role
+            (``eks.KubectlProvider.from_kubectl_provider_attributes``): manifests and Helm charts (Karpenter's,
+            ``device_plugins``) go through it. Default: none (node groups only).
+        :param device_plugins: install the training namespace and the Neuron and EFA device plugins, as
+            :class:`TrainiumCluster` does; needs ``kubectl_provider``. Default: False (the cluster has them).
+        :param catalog: the instance types the device plugins' node affinity lists. Default: the built-in catalog.
+        :raises ConfigError: a name that is not a literal EKS name, a malformed group id, device plugins without
+            a kubectl provider.
+        """
+        return ImportedTrainiumCluster(
+            scope, construct_id, cluster_name=cluster_name, cluster_security_group_id=cluster_security_group_id,
+            vpc=vpc, kubectl_provider=kubectl_provider, device_plugins=device_plugins, catalog=catalog,
+        )
+
     @property
     def connections(self) -> ec2.Connections:
         """The cluster's ``connections``, aws-eks-v2's: the cluster security group (every node) and the API
@@ -453,3 +489,8 @@ class TrainiumCluster(Construct):
         what = "CDK's kubectl provider (aws-eks-v2: its kubectl handler and the provider framework's onEvent function)"
         acknowledge_custom_resource_lambda(provider, what)
         acknowledge_default_policy(provider, what)
+
+
+if TYPE_CHECKING:  # mypy holds both to the interface
+    def _both_are_trainium_clusters(made: TrainiumCluster, imported: ImportedTrainiumCluster) -> list[ITrainiumCluster]:
+        return [made, imported]

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import RemovalPolicy, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -66,7 +67,113 @@ class ComputePlacement:
     existing_placement_group: str | None = None
 
 
-class TrainingNetwork(Construct):
+class ITrainingNetwork(Protocol):
+    """A training network as the constructs take its parts: the VPC, the EFA security group, the private subnets
+    and, per compute group, its subnets and placement group. :class:`TrainingNetwork` is one; so is what
+    :meth:`TrainingNetwork.from_vpc` returns for a VPC made elsewhere."""
+
+    @property
+    def vpc(self) -> ec2.IVpc: ...
+
+    @property
+    def efa_security_group(self) -> ec2.ISecurityGroup: ...
+
+    @property
+    def private_subnets(self) -> list[ec2.ISubnet]: ...
+
+    def compute_subnets(self, group_name: str) -> list[ec2.ISubnet]: ...
+
+    def compute_subnet(self, group_name: str) -> ec2.ISubnet: ...
+
+    def placement_group(self, group_name: str) -> ec2.IPlacementGroup | None: ...
+
+
+class _ComputeGroups:
+    """The compute groups' subnets and placement groups, by AZ ID: TrainingNetwork's and an imported VPC's."""
+
+    az_ids: tuple[str, ...]
+    placement_groups: dict[str, ec2.IPlacementGroup]
+    _groups: dict[str, ComputePlacement]
+
+    @property
+    def private_subnets(self) -> list[ec2.ISubnet]:
+        raise NotImplementedError
+
+    def _add_compute_groups(self, scope: Construct, compute_groups: Sequence[ComputePlacement]) -> None:
+        self.placement_groups = {}
+        self._groups = {g.name: g for g in compute_groups}
+        for group in compute_groups:
+            self.compute_subnets(group.name)  # fails early for an AZ outside the VPC
+            if group.existing_placement_group is not None:  # the reservation's own, made with it
+                self.placement_groups[group.name] = ec2.PlacementGroup.from_placement_group_name(
+                    scope, f"PlacementGroup-{group.name}", group.existing_placement_group
+                )
+            elif group.placement_group:
+                self.placement_groups[group.name] = ec2.PlacementGroup(
+                    scope, f"PlacementGroup-{group.name}", strategy=ec2.PlacementGroupStrategy.CLUSTER
+                )
+
+    def compute_subnets(self, group_name: str) -> list[ec2.ISubnet]:
+        """The private subnets of a compute group: one for an EFA group, whose nodes share one subnet."""
+        group = self._group(group_name)
+        by_az: dict[str, ec2.ISubnet] = {}
+        for subnet in self.private_subnets:
+            by_az.setdefault(subnet.availability_zone, subnet)
+        missing = [a for a in group.az_ids if a not in by_az]
+        if missing:
+            raise ConfigError(
+                f"compute group {group.name}: az_ids", list(group.az_ids), "AZ IDs of the VPC; " + one_of(self.az_ids)
+            )
+        return [by_az[a] for a in group.az_ids]
+
+    def compute_subnet(self, group_name: str) -> ec2.ISubnet:
+        """The one subnet of the group's first AZ: where its EFA nodes and the file system live."""
+        return self.compute_subnets(group_name)[0]
+
+    def placement_group(self, group_name: str) -> ec2.IPlacementGroup | None:
+        """The group's cluster placement group, or None when it uses a reservation or capacity block."""
+        self._group(group_name)
+        return self.placement_groups.get(group_name)
+
+    def _group(self, group_name: str) -> ComputePlacement:
+        try:
+            return self._groups[group_name]
+        except KeyError:
+            raise ConfigError("compute group", group_name, one_of(self._groups)) from None
+
+
+def efa_security_group(scope: Construct, vpc: ec2.IVpc) -> ec2.SecurityGroup:
+    """The EFA security group: all traffic from and to itself, all outbound."""
+    # EFA's OS-bypass traffic is not IP: it matches only rules that reference a group, so the group
+    # needs all traffic in from itself AND out to itself; a 0.0.0.0/0 egress does not carry it
+    # (AWS Batch EFA guide; ParallelCluster's EFA validator). CDK drops explicit egress rules when
+    # allow_all_outbound is on: both egress rules are added here instead.
+    group = ec2.SecurityGroup(
+        scope,
+        "EfaSecurityGroup",
+        vpc=vpc,
+        description="EFA: all traffic from and to itself; all outbound",
+        allow_all_outbound=False,
+    )
+    group.add_ingress_rule(group, ec2.Port.all_traffic(), "EFA from itself")
+    group.add_egress_rule(group, ec2.Port.all_traffic(), "EFA to itself")
+    # Image pulls, AWS APIs, the FSx client and torchrun's TCP rendezvous. Inline, through the L1: the
+    # L2 refuses an all-traffic egress rule on a group without allow_all_outbound, and a separate
+    # rule would collide with the default EC2 adds to a group created without inline egress.
+    cfn_group = group.node.default_child
+    assert isinstance(cfn_group, ec2.CfnSecurityGroup)
+    cfn_group.add_property_override(
+        "SecurityGroupEgress", [{"CidrIp": "0.0.0.0/0", "IpProtocol": "-1", "Description": "All outbound"}]
+    )
+    acknowledge(
+        group, f"{NIST}-EC2RestrictedCommonPorts", None,
+        "The only all-port ingress rule is from the group itself: EFA's OS-bypass traffic needs all traffic "
+        "from and to the group (EFA user guide, 'Prepare an EFA-enabled security group'); nothing else comes in.",
+    )
+    return group
+
+
+class TrainingNetwork(_ComputeGroups, Construct):
     """The training VPC, the EFA security group and the placement groups.
 
     :param az_ids: AZ IDs of the VPC, at least two; every compute group's AZ must be among them.
@@ -170,46 +277,32 @@ class TrainingNetwork(Construct):
                 if name in SESSION_MANAGER_ENDPOINTS:
                     self.session_manager_endpoints.append(endpoint)
 
-        # EFA's OS-bypass traffic is not IP: it matches only rules that reference a group, so the group
-        # needs all traffic in from itself AND out to itself; a 0.0.0.0/0 egress does not carry it
-        # (AWS Batch EFA guide; ParallelCluster's EFA validator). CDK drops explicit egress rules when
-        # allow_all_outbound is on: both egress rules are added here instead.
-        self.efa_security_group = ec2.SecurityGroup(
-            self,
-            "EfaSecurityGroup",
-            vpc=self.vpc,
-            description="EFA: all traffic from and to itself; all outbound",
-            allow_all_outbound=False,
-        )
-        self.efa_security_group.add_ingress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA from itself")
-        self.efa_security_group.add_egress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA to itself")
-        # Image pulls, AWS APIs, the FSx client and torchrun's TCP rendezvous. Inline, through the L1: the
-        # L2 refuses an all-traffic egress rule on a group without allow_all_outbound, and a separate
-        # rule would collide with the default EC2 adds to a group created without inline egress.
-        cfn_group = self.efa_security_group.node.default_child
-        assert isinstance(cfn_group, ec2.CfnSecurityGroup)
-        cfn_group.add_property_override(
-            "SecurityGroupEgress", [{"CidrIp": "0.0.0.0/0", "IpProtocol": "-1", "Description": "All outbound"}]
-        )
+        self.efa_security_group = efa_security_group(self, self.vpc)
+        self._add_compute_groups(self, compute_groups)
 
-        acknowledge(
-            self.efa_security_group, f"{NIST}-EC2RestrictedCommonPorts", None,
-            "The only all-port ingress rule is from the group itself: EFA's OS-bypass traffic needs all traffic "
-            "from and to the group (EFA user guide, 'Prepare an EFA-enabled security group'); nothing else comes in.",
-        )
+    @staticmethod
+    def from_vpc(
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        compute_groups: Sequence[ComputePlacement],
+        private_subnets: Sequence[ec2.ISubnet] | None = None,
+    ) -> ITrainingNetwork:
+        """A VPC made elsewhere (``ec2.Vpc.from_lookup``, ``ec2.Vpc.from_vpc_attributes``, another stack's) as a
+        training network: the EFA security group and the compute groups' placement groups are created in it, in
+        ``scope``; nothing else (its subnets, routes, NAT and endpoints are the VPC's own).
 
-        self.placement_groups: dict[str, ec2.PlacementGroup] = {}
-        self._groups = {g.name: g for g in compute_groups}
-        for group in compute_groups:
-            self.compute_subnets(group.name)  # fails early for an AZ outside the VPC
-            if group.existing_placement_group is not None:  # the reservation's own, made with it
-                self.placement_groups[group.name] = ec2.PlacementGroup.from_placement_group_name(  # type: ignore[assignment]
-                    self, f"PlacementGroup-{group.name}", group.existing_placement_group
-                )
-            elif group.placement_group:
-                self.placement_groups[group.name] = ec2.PlacementGroup(
-                    self, f"PlacementGroup-{group.name}", strategy=ec2.PlacementGroupStrategy.CLUSTER
-                )
+        :param vpc: the VPC.
+        :param compute_groups: the groups whose compute subnets and placement groups the network provides; each
+            group's ``az_ids`` are matched against the subnets' ``availability_zone``.
+        :param private_subnets: the subnets nodes, file systems and the cluster go in, each imported with its
+            AZ (``ec2.Subnet.from_subnet_attributes(..., availability_zone="usw2-az4")``: an AZ ID, as
+            ``ComputePlacement`` names AZs). Default: the VPC's private subnets.
+        :raises ConfigError: no subnet; a subnet without an AZ; a compute group's AZ without a subnet.
+        """
+        return _ImportedTrainingNetwork(scope, construct_id, vpc=vpc, compute_groups=compute_groups,
+                                        private_subnets=private_subnets)
 
     def _acknowledge_public_subnets(self) -> None:
         for subnet in self.vpc.public_subnets:
@@ -237,28 +330,51 @@ class TrainingNetwork(Construct):
     def private_subnets(self) -> list[ec2.ISubnet]:
         return self.vpc.private_subnets
 
-    def compute_subnets(self, group_name: str) -> list[ec2.ISubnet]:
-        """The private subnets of a compute group: one for an EFA group, whose nodes share one subnet."""
-        group = self._group(group_name)
-        by_az = {s.availability_zone: s for s in self.vpc.private_subnets}
-        missing = [a for a in group.az_ids if a not in by_az]
-        if missing:
-            raise ConfigError(
-                f"compute group {group.name}: az_ids", list(group.az_ids), "AZ IDs of the VPC; " + one_of(self.az_ids)
-            )
-        return [by_az[a] for a in group.az_ids]
 
-    def compute_subnet(self, group_name: str) -> ec2.ISubnet:
-        """The one subnet of the group's first AZ: where its EFA nodes and the file system live."""
-        return self.compute_subnets(group_name)[0]
+class _ImportedTrainingNetwork(_ComputeGroups, Construct):
+    """What :meth:`TrainingNetwork.from_vpc` returns: an imported VPC, and the EFA group and placement groups."""
 
-    def placement_group(self, group_name: str) -> ec2.PlacementGroup | None:
-        """The group's cluster placement group, or None when it uses a reservation or capacity block."""
-        self._group(group_name)
-        return self.placement_groups.get(group_name)
+    @names_construct_path
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        compute_groups: Sequence[ComputePlacement],
+        private_subnets: Sequence[ec2.ISubnet] | None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        subnets = list(vpc.private_subnets if private_subnets is None else private_subnets)
+        if not subnets:
+            raise ConfigError("private_subnets", [], "at least one subnet of the VPC (the VPC has no private "
+                              "subnet: import it with private_subnet_ids, or give private_subnets)")
+        azs = []
+        for i, subnet in enumerate(subnets):
+            try:
+                az = subnet.availability_zone
+            # aws-cdk-lib's ImportedSubnet throws: "You cannot reference a Subnet's availability zone if it was
+            # not supplied. Add the availabilityZone when importing using Subnet.fromSubnetAttributes()".
+            except RuntimeError:
+                az = None
+            if az is None or Token.is_unresolved(az):
+                raise ConfigError(f"private_subnets[{i}].availability_zone", subnet.subnet_id,
+                                  "a subnet imported with its AZ: ec2.Subnet.from_subnet_attributes(subnet_id=..., "
+                                  "availability_zone=AZ ID), or a VPC imported with availability_zones")
+            azs.append(az)
+        self.vpc = vpc
+        self.az_ids = tuple(dict.fromkeys(azs))
+        self._private_subnets = subnets
+        self.efa_security_group = efa_security_group(self, vpc)
+        self._add_compute_groups(self, compute_groups)
 
-    def _group(self, group_name: str) -> ComputePlacement:
-        try:
-            return self._groups[group_name]
-        except KeyError:
-            raise ConfigError("compute group", group_name, one_of(self._groups)) from None
+    @property
+    def private_subnets(self) -> list[ec2.ISubnet]:
+        return list(self._private_subnets)
+
+
+if TYPE_CHECKING:  # mypy holds both to the interface
+    def _both_are_training_networks(
+        made: TrainingNetwork, imported: _ImportedTrainingNetwork
+    ) -> list[ITrainingNetwork]:
+        return [made, imported]

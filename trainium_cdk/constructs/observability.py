@@ -68,9 +68,9 @@ class ClusterObservability(Construct):
     :param cluster: the EKS cluster.
     :param cluster_name: its name as known at synth (metric dimension ``ClusterName``).
     :param after: what the add-ons with pods wait for (the system node group; the device plugins,
-        without which the agent sees no Neuron or EFA device).
-    :param file_system_id: the FSx for Lustre file system whose throughput the dashboard shows; default none.
-    :param alarm_topic: the SNS topic the alarms notify (``AlarmTopic``); default none (no alarm actions).
+        without which the agent sees no Neuron or EFA device). Default: nothing.
+    :param file_system_id: the FSx for Lustre file system whose throughput the dashboard shows. Default: none.
+    :param alarm_topic: the SNS topic the alarms notify (``AlarmTopic``). Default: none (no alarm actions).
     """
 
     def __init__(
@@ -158,9 +158,9 @@ class NeuronNodeMetrics(Construct):
     hardware errors and a dashboard (NeuronCore utilization, device memory, hardware errors per node, FSx).
 
     :param deployment: the ``Deployment`` dimension the nodes publish with (neuron_metrics.py ``--deployment``).
-    :param dashboard_name: the dashboard's name; default: ``<deployment>-training``.
-    :param file_system_id: the FSx for Lustre file system whose throughput the dashboard shows; default none.
-    :param alarm_topic: the SNS topic the alarm notifies (``AlarmTopic``); default none (no alarm action).
+    :param dashboard_name: the dashboard's name. Default: ``<deployment>-training``.
+    :param file_system_id: the FSx for Lustre file system whose throughput the dashboard shows. Default: none.
+    :param alarm_topic: the SNS topic the alarm notifies (``AlarmTopic``). Default: none (no alarm action).
     """
 
     def __init__(

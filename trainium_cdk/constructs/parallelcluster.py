@@ -53,24 +53,24 @@ class SlurmCluster(Construct):
     :param head_node_subnet: the head node's subnet.
     :param compute_subnets: queue (compute group) name -> its one compute subnet.
     :param security_group: the group of every node (the EFA group, also the one FSx accepts clients from).
-    :param file_system_id: the FSx for Lustre file system to mount; default none (the configuration
+    :param file_system_id: the FSx for Lustre file system to mount. Default: none (the configuration
         then describes one ParallelCluster creates).
     :param batch_scripts: file name -> text of the batch scripts the head node copies to
-        ``~/trainium``; default none.
-    :param health_prolog: text of the Slurm prolog the head node installs (the node health check);
-        default none.
+        ``~/trainium``. Default: none.
+    :param health_prolog: text of the Slurm prolog the head node installs (the node health check).
+        Default: none.
     :param setup_script: the Neuron setup script (the queues' OnNodeConfigured and the head node's
-        OnNodeUpdated); default: the package's ``neuron_setup.sh``.
+        OnNodeUpdated). Default: the package's ``neuron_setup.sh``.
     :param head_node_script: the head node's OnNodeConfigured script, whose S3 key must never change
-        (ParallelCluster cannot update it); default: the package's ``head_node_setup.sh``.
+        (ParallelCluster cannot update it). Default: the package's ``head_node_setup.sh``.
     :param removal_policy: what deleting the stack does to the cluster: destroy (ParallelCluster's
-        Delete) or retain; default destroy.
+        Delete) or retain. Default: destroy.
     :param metrics_deployment: the compute nodes publish neuron-monitor's metrics to CloudWatch
         (trainium_cdk/node/neuron_metrics.py, uploaded as an asset, with a managed policy that allows
-        PutMetricData in its namespace only) with this ``Deployment`` dimension; default none (no metrics).
+        PutMetricData in its namespace only) with this ``Deployment`` dimension. Default: none (no metrics).
     :param metrics_workspace: with ``metrics_deployment``, the compute nodes also run the Prometheus-format
         exporters and agent (trainium_cdk/node/prometheus_node.py, an asset) and remote-write into this
-        workspace (a managed policy with aps:RemoteWrite on it alone); default none.
+        workspace (a managed policy with aps:RemoteWrite on it alone). Default: none.
     """
 
     @names_construct_path

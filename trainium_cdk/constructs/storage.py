@@ -393,9 +393,16 @@ class LustreStorage(Construct):
         """A file system made elsewhere (another stack, the console), for ``add_lustre_storage``,
         ``TrainiumBatch(storage=...)`` and ``DevInstance(storage=...)``. Nothing is created here.
 
+        :param file_system_id: the file system's id (``fs-...``).
+        :param dns_name: its DNS name.
+        :param mount_name: its Lustre mount name.
         :param security_group: the group on the file system's interfaces; clients are opened in it.
-        The other props are what the file system is (the StorageClass repeats them); defaults as
-        :class:`LustreStorage`'s.
+        :param capacity_gib: its storage capacity, GiB.
+        :param deployment_type: what the file system is (the StorageClass repeats it). Default: ``PERSISTENT_2``,
+            as :class:`LustreStorage`'s.
+        :param throughput_mb_per_tib: its throughput per TiB, MB/s. Default: 250, as :class:`LustreStorage`'s.
+        :param compression: its data compression. Default: ``LZ4``, as :class:`LustreStorage`'s.
+        :param file_system_type_version: its Lustre version. Default: 2.15, as :class:`LustreStorage`'s.
         """
         check_lustre(deployment_type.value, capacity_gib, throughput_mb_per_tib)
         return _ImportedLustreStorage(

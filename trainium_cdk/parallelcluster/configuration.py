@@ -91,9 +91,11 @@ class HeadNode:
 class NewFileSystem:
     """The FSx for Lustre file system ParallelCluster creates when the cluster is given none.
 
-    :param capacity_gib: its capacity. :param deployment_type: ``PERSISTENT_2`` or ``SCRATCH_2``.
-    :param throughput_mb_per_tib: PERSISTENT_2 throughput, or None. :param compression: ``LZ4`` or ``NONE``.
-    :param removal_policy: ``retain`` or ``destroy`` (ParallelCluster's Retain or Delete).
+    :param capacity_gib: its capacity.
+    :param deployment_type: ``PERSISTENT_2`` or ``SCRATCH_2``.
+    :param throughput_mb_per_tib: PERSISTENT_2 throughput, or None. Default: None.
+    :param compression: ``LZ4`` or ``NONE``. Default: ``LZ4``.
+    :param removal_policy: ``retain`` or ``destroy`` (ParallelCluster's Retain or Delete). Default: ``retain``.
     """
 
     capacity_gib: int

@@ -110,12 +110,12 @@ class ClusterIds:
     :param batch_scripts: batch script file name -> object, copied to the head node's ``~/trainium`` and, for every user, ``/home/trainium-cdk/trainium``.
     :param prologs: Slurm prolog file name -> object, installed by the head node into the shared
         ``/opt/slurm/etc/scripts/prolog.d`` (the node health check).
-    :param neuron_metrics: neuron-monitor into CloudWatch on the compute nodes; default none.
-    :param prometheus: the Prometheus-format exporters and agent on the compute nodes; default none.
+    :param neuron_metrics: neuron-monitor into CloudWatch on the compute nodes. Default: none.
+    :param prometheus: the Prometheus-format exporters and agent on the compute nodes. Default: none.
     :param session_manager_policy_arn: a managed policy with Session Manager's minimal instance actions
-        (trainium_cdk/facts/session_manager/__init__.py), for the head node; default none (no Session Manager).
+        (trainium_cdk/facts/session_manager/__init__.py), for the head node. Default: none (no Session Manager).
     :param lustre_tuning: trainium_cdk/node/lustre_tuning.sh, the queues' OnNodeStart with each queue's
-        arguments (SlurmQueue.lustre_tuning); default none (no tuning).
+        arguments (SlurmQueue.lustre_tuning). Default: none (no tuning).
     """
 
     head_node_subnet_id: str

@@ -52,24 +52,27 @@ class JobSpec:
     :param command: the training program and its arguments, as one process runs it (``train.py ...``
         or ``python3 train.py ...``); the launcher runs it under torchrun on every node.
     :param image: container image.
-    :param nodes: nodes of the job; above 1 it is a distributed (gang-scheduled) job.
-    :param max_nodes: the compute group's maximum; nodes above it can never be scheduled.
-    :param processes_per_node: default: every NeuronCore of the instance.
+    :param nodes: nodes of the job; above 1 it is a distributed (gang-scheduled) job. Default: 1.
+    :param max_nodes: the compute group's maximum; nodes above it can never be scheduled. Default: none (no
+        check).
+    :param processes_per_node: Default: every NeuronCore of the instance.
     :param cache_set: the Neuron compile cache directory (``/fsx/neuron-cache/<cache_set>``): jobs that
-        run at the same time must not share one.
+        run at the same time must not share one. Default: ``default``.
     :param precompile: first extract the command's graphs with neuron_parallel_compile over a few steps and
-        compile them into the cache, then run it for real (see :mod:`trainium_cdk.runtime.launcher`).
+        compile them into the cache, then run it for real (see :mod:`trainium_cdk.runtime.launcher`). Default:
+        False.
     :param precompile_steps: the steps of that trial run (``TRN_PRECOMPILE_STEPS``, for the script to read).
-    :param env: extra environment.
-    :param retries: restarts of the whole job after a failure.
-    :param group: the compute group whose nodes run it.
+        Default: 10 (``defaults.PRECOMPILE_STEPS``).
+    :param env: extra environment. Default: none.
+    :param retries: restarts of the whole job after a failure. Default: 3.
+    :param group: the compute group whose nodes run it. Default: none (any node of the instance type).
     :param shared_storage: mount the shared file system at /fsx (and keep the compile cache there);
-        without it the cache stays on the node.
+        without it the cache stays on the node. Default: True.
     :param neuron_track: the Neuron track the image and nodes are on: its pins (``TRN_NEURON_*``) go
         into the environment, and the launcher's preflight prints them beside the node's versions.
         Default: none.
-    :param service_account: EKS: the service account its pods run as (AWS permissions through EKS Pod Identity);
-        default: none (the pods get no credentials and no Kubernetes API token).
+    :param service_account: EKS: the service account its pods run as (AWS permissions through EKS Pod Identity).
+        Default: none (the pods get no credentials and no Kubernetes API token).
     :param metrics_push_url: the Pushgateway its launcher pushes the job's metrics to (``TRN_METRICS_PUSH_URL``):
         EKS with observability.prometheus. Default: none.
     """

@@ -143,17 +143,37 @@ def nag_violations(result: Synthesized) -> list[str]:
     ]
 
 
+# cfn-lint's findings depend only on the template's text, the region and cfn-lint's own version (its rules and
+# schemas ship in the package): content-addressed, they are kept for every worker and later runs. Many apps of the
+# suite write the same network or storage template, which cfn-lint took seconds to read again each time.
+LINT_CACHE = ROOT / ".pytest_cache" / "trainium-cdk" / "cfn-lint"
+
+
 def cfn_lint_errors(path: Path, region: str) -> list[str]:
     """cfn-lint errors (E rules) of one template; warnings and informational findings pass."""
+    import hashlib
+    import os
+
+    import cfnlint.version
     from cfnlint.api import ManualArgs, lint
 
-    matches = lint(path.read_text(), config=ManualArgs(regions=[region]))
-    return [
-        f"{m.rule.id} {m.message} ({path.name}:{m.linenumber})"
-        for m in matches
-        if m.rule.id.startswith("E")
-        and not (m.rule.id == "E3628" and any(f"'{t}' is not one of" in m.message for t in CFN_LINT_UNKNOWN_TYPES))
-    ]
+    text = path.read_text()
+    key = hashlib.sha256(f"{cfnlint.version.__version__}\0{region}\0{CFN_LINT_UNKNOWN_TYPES}\0{text}".encode())
+    cached = LINT_CACHE / f"{key.hexdigest()}.json"
+    if cached.is_file():
+        found = json.loads(cached.read_text())
+    else:
+        found = [
+            [m.rule.id, m.message, m.linenumber]
+            for m in lint(text, config=ManualArgs(regions=[region]))
+            if m.rule.id.startswith("E")
+            and not (m.rule.id == "E3628" and any(f"'{t}' is not one of" in m.message for t in CFN_LINT_UNKNOWN_TYPES))
+        ]
+        LINT_CACHE.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".{os.getpid()}")
+        partial.write_text(json.dumps(found))
+        partial.replace(cached)  # atomic: a worker reads a whole entry or none
+    return [f"{rule} {message} ({path.name}:{line})" for rule, message, line in found]
 
 
 def resources(template: dict[str, Any], type_name: str) -> dict[str, dict[str, Any]]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.support import paths
+from tests.support.walkthrough import free_port
 
 # End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
 pytestmark = pytest.mark.e2e
@@ -56,18 +57,12 @@ def test_every_rank_writes_its_line_in_one_write(example, monkeypatch):
     assert json.loads(writes[-1]) == {"graph_extraction": {"rank": 0, "steps": 2}}
 
 
-def _free_port() -> int:
-    from trainium_cdk.rehearsal.stage import free_port  # below the ephemeral range (its comment says why)
-
-    return free_port()
-
-
 def test_data_parallel_under_torchrun(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
     proc = subprocess.run(
         [
             sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
-            f"--master_port={_free_port()}", str(SCRIPT), "--epochs", "4", "--samples", "1024", "--output-dir", str(tmp_path),
+            f"--master_port={free_port()}", str(SCRIPT), "--epochs", "4", "--samples", "1024", "--output-dir", str(tmp_path),
         ],
         env=env, capture_output=True, text=True, timeout=120, check=False,
     )

@@ -55,3 +55,11 @@ def batch_node_setup(user_data: str, outdir: Path) -> tuple[dict[str, str], str]
     (program,) = [text for path in outdir.glob("asset.*.sh")
                   if hashlib.sha256((text := path.read_text()).encode()).hexdigest() == values["NODE_SETUP_SHA256"]]
     return values, program
+
+
+def rpm_stand_in(driver: str, runtime: str, collectives: str) -> str:
+    """The body of an ``rpm`` stand-in for a Batch host whose AMI has this Neuron driver, runtime and collectives
+    (``rpm -q --qf %{VERSION}`` of each package) and no python3-boto3."""
+    return (f'case "$*" in *aws-neuronx-dkms*) printf "{driver}" ;; *python3-boto3*) exit 1 ;;\n'
+            f'  *aws-neuronx-runtime-lib*) printf "{runtime}" ;; *aws-neuronx-collectives*) printf "{collectives}" ;;\n'
+            f'esac\n')

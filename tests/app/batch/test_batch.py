@@ -690,9 +690,7 @@ def test_tasks_cannot_reach_the_instance_metadata(every_type, tmp_path):
         values, _ = Group(every_type, _name(instance_type)).setup
         # The AMI has the track's driver, runtime and collectives (the on-node collective's), so nothing installs.
         (bindir / "rpm").write_text(
-            f'#!/bin/sh\ncase "$*" in *aws-neuronx-dkms*) printf {driver} ;; '
-            f'*aws-neuronx-runtime-lib*) printf {values["NEURON_RUNTIME"]} ;; '
-            f'*aws-neuronx-collectives*) printf {values["NEURON_COLLECTIVES"]} ;; esac\n'
+            "#!/bin/sh\n" + node_files.rpm_stand_in(driver, values["NEURON_RUNTIME"], values["NEURON_COLLECTIVES"])
         )
         (bindir / "rpm").chmod(0o755)
         values = {k: v for k, v in values.items() if k != "EFA_INSTALLER_URL"}  # this machine has no EFA device

@@ -66,9 +66,7 @@ class Host:
         bindir = tmp_path / "bin"
         bindir.mkdir()
         stand_ins = {
-            "rpm": (f'case "$*" in *aws-neuronx-dkms*) printf {driver} ;; *python3-boto3*) exit 1 ;;\n'
-                    f'  *aws-neuronx-runtime-lib*) printf "{libraries[0]}" ;; *aws-neuronx-collectives*) '
-                    f'printf "{libraries[1]}" ;; esac\n'),
+            "rpm": node_files.rpm_stand_in(driver, *libraries),
             "dnf": "",
             "modprobe": "",
             # curl -fsSL -o FILE URL: the file is what this network serves.

@@ -143,13 +143,24 @@ def admission_policy(service_account_user: str, probe_images: Sequence[str] = ()
     token_node = (f"has(request.userInfo.extra) && '{NODE_NAME_EXTRA}' in request.userInfo.extra && "
                   f"request.userInfo.extra['{NODE_NAME_EXTRA}'][0]")
     nodes, pods = "request.resource.resource == 'nodes'", "request.resource.resource == 'pods'"
+
+    def same(path: str) -> str:
+        # The API server hands CEL an object as its JSON: an unset field is absent, reading it is an error, has()
+        # tests it (Kubernetes docs, "Validating Admission Policy").
+        return f"(has(object.{path}) ? has(oldObject.{path}) && object.{path} == oldObject.{path} : !has(oldObject.{path}))"
+
+    # Every field of a Node an update may change but its taints: metadata (a write to nodes/status keeps the
+    # metadata it is sent: pkg/registry/core/node/strategy.go, nodeStatusStrategy.PrepareForUpdate resets only
+    # spec) and spec.unschedulable (the other spec fields cannot change once set). No exception for nodes/status:
+    # request.subResource is absent from a request to the node itself (omitempty), so reading it would err.
+    unchanged = " && ".join(same(f) for f in ("metadata.labels", "metadata.annotations", "metadata.finalizers",
+                                              "metadata.ownerReferences", "spec.unschedulable"))
     validations = [
         {"expression": f"!({nodes}) || ({token_node} == request.name)",
          "message": "the node health checker may change only the node it runs on"},
         {
             "expression": (
-                f"!({nodes}) || request.operation != 'UPDATE' || request.subResource == 'status' || "
-                "(object.metadata.labels == oldObject.metadata.labels && "
+                f"!({nodes}) || request.operation != 'UPDATE' || ({unchanged} && "
                 "(!has(object.spec.taints) || object.spec.taints.all(t, has(oldObject.spec.taints) && "
                 "t in oldObject.spec.taints)))"
             ),
@@ -162,7 +173,9 @@ def admission_policy(service_account_user: str, probe_images: Sequence[str] = ()
         rules.append({"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "DELETE"], "resources": ["pods"]})
 
         def probe(p: str) -> str:
-            return (f"has({p}.metadata.labels) && 'app.kubernetes.io/component' in {p}.metadata.labels && "
+            return (f"has({p}.metadata.labels) && 'app.kubernetes.io/name' in {p}.metadata.labels && "
+                    f"{p}.metadata.labels['app.kubernetes.io/name'] == '{NAME}' && "
+                    f"'app.kubernetes.io/component' in {p}.metadata.labels && "
                     f"{p}.metadata.labels['app.kubernetes.io/component'] == '{PROBE_COMPONENT}' && "
                     f"has({p}.spec.nodeName) && {token_node} == {p}.spec.nodeName")
 
@@ -174,8 +187,9 @@ def admission_policy(service_account_user: str, probe_images: Sequence[str] = ()
             {
                 "expression": (
                     f"!({pods}) || request.operation != 'CREATE' || ("
-                    f"object.spec.containers.all(c, c.image in [{images}] && (!has(c.securityContext) || "
-                    "!has(c.securityContext.privileged) || !c.securityContext.privileged)) && "
+                    f"object.spec.containers.all(c, c.image in [{images}] && (!has(c.securityContext) || ("
+                    "(!has(c.securityContext.privileged) || !c.securityContext.privileged) && "
+                    "(!has(c.securityContext.capabilities) || !has(c.securityContext.capabilities.add))))) && "
                     "!has(object.spec.initContainers) && !has(object.spec.ephemeralContainers) && "
                     "(!has(object.spec.volumes) || object.spec.volumes.all(v, has(v.configMap) && "
                     f"v.configMap.name == '{NAME}')) && "

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.admission_cel import Request, evaluate
 from tests.support.helpers import config_with, resources, synth
 from tests.support.reachability import Reachability
 from trainium_cdk.app.dist import write_dist
@@ -56,33 +57,27 @@ def _loader_role(template: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
 # -- who may run as the loader's service account ---------------------------------------------------------------
 
 def _admitted_owner(objects: list[dict[str, Any]], namespace: str, service_account: str) -> str | None:
-    """What Kubernetes admits as ``service_account`` in ``namespace``: None for any pod (no policy), else the one
-    Job whose pods a ValidatingAdmissionPolicy bound to the namespace still lets through. The policy's expression is
-    the contract modelled here, so the test reads it whole (a change to it must change the model)."""
+    """What Kubernetes admits as ``service_account`` in ``namespace``: None when any pod may run as it, else the one
+    Job (of those applied) whose pods the ValidatingAdmissionPolicies bound to the namespace let through, each
+    evaluated by a CEL engine (tests/support/admission_cel.py) on the pod the Job controller creates."""
     policies = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"}
-    for binding in (o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"):
-        spec = binding["spec"]
-        policy = policies[spec["policyName"]]["spec"]
-        # A policy about other objects admits or refuses no pod; one about the node health checker's own pods (its
-        # probes) binds to no namespace, and matches the checker's service account only.
-        if not any("pods" in rule["resources"] for rule in policy["matchConstraints"]["resourceRules"]):
-            continue
-        if spec.get("matchResources") != {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}:
-            continue
-        assert spec["validationActions"] == ["Deny"]
-        assert policy["failurePolicy"] == "Fail"
-        assert policy["matchConstraints"] == {"resourceRules": [
-            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
-        ]}
-        (validation,) = policy["validations"]
-        job = "data-loader"
-        if validation["expression"] == (
-            f"!has(object.spec.serviceAccountName) || object.spec.serviceAccountName != '{service_account}' || "
-            "(has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, "
-            f"r.apiVersion == 'batch/v1' && r.kind == 'Job' && r.name == '{job}' && has(r.controller) && r.controller))"
-        ):
-            return f"Job/{job}"
-    return None
+    bindings = [(policies[b["spec"]["policyName"]], b) for b in objects if b["kind"] == "ValidatingAdmissionPolicyBinding"]
+
+    def admitted(owner: dict[str, Any] | None, user: str) -> bool:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "generateName": "x-", "namespace": namespace, **({"ownerReferences": [owner]} if owner else {})},
+            "spec": {"serviceAccountName": service_account, "containers": [{"name": "main", "image": "python:3.12"}]}}
+        request = Request("CREATE", "pods", user, namespace=namespace, object=pod)
+        return all(evaluate(policy, request, binding).allowed for policy, binding in bindings)
+
+    if admitted(None, "a user of the namespace"):
+        return None
+    jobs = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "Job" and o["metadata"].get("namespace") == namespace)
+    owners = [f"Job/{job}" for job in jobs if admitted(
+        {"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": "u", "controller": True, "blockOwnerDeletion": True},
+        "system:serviceaccount:kube-system:job-controller")]
+    (owner,) = owners or [None]
+    return owner
 
 
 def _pods_as(objects: list[dict[str, Any]], namespace: str, service_account: str) -> list[str]:

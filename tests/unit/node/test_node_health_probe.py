@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.admission_cel import Request, evaluate
 from tests.support.chart_helpers import validate_all
 from tests.support.reachability import Reachability
 from tests.support.scheduling import lands_on, pod_templates
@@ -19,7 +20,7 @@ from tests.unit.node.test_node_health import (  # noqa: F401 - eks_app is a fixt
     DATA, INSTANCE, NODE, PODS, StandInApi, _condition_patch, _expected, _first_group, _health_objects, _node_object,
     eks_app, host_tree, nccom_test, probe_calls, probe_pod, run_checker,
 )
-from trainium_cdk.charts.node_health import NAME, PROBE_DEADLINE_S
+from trainium_cdk.charts.node_health import NAME, NODE_NAME_EXTRA, PROBE_DEADLINE_S
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.facts.names import HEALTH_TAINT_KEY, NEURON_TAINT_KEY
@@ -82,57 +83,22 @@ def test_the_neuron_device_plugin_runs_on_a_node_not_yet_checked(eks_app):
 
 # -- the admission policy --------------------------------------------------------------------------------------------
 
-def _policy(model: Reachability) -> dict[str, Any]:
-    (policy,) = [o["spec"] for o in _health_objects(model) if o["kind"] == "ValidatingAdmissionPolicy"]
-    return policy
-
-
-def test_the_admission_policy_lets_the_checker_create_only_its_own_nodes_probe(eks_app):
-    """The policy's expressions are the contract (as tests/app/eks/test_scoped_grants.py reads the data loader's):
-    read whole, so that a change to them must change this test. Pods: only a probe (its label) on the node of the
-    caller's bound token, created and deleted; created only in the pinned image, unprivileged, with no host
-    namespace, no volume but the program's ConfigMap and no service-account token."""
+def test_the_admission_policy_admits_every_groups_probe_as_the_checker_creates_it(eks_app):
+    """The policy's rows (who may do what) are tests/unit/charts/test_admission_cel.py's, evaluated by a CEL engine;
+    here: every compute group's probe, as the checker creates it on its node, is one the policy admits."""
     result, model = eks_app
-    policy = _policy(model)
-    image = versions.neuron_public_training_image(result.config.neuron_track.name)
-    assert policy["failurePolicy"] == "Fail"
-    assert policy["matchConditions"] == [{"name": "the-health-checker", "expression": f"request.userInfo.username == '{USER}'"}]
-    assert policy["matchConstraints"]["resourceRules"] == [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE", "DELETE"], "resources": ["nodes", "nodes/status"]},
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "DELETE"], "resources": ["pods"]},
-    ]
-    token = ("has(request.userInfo.extra) && 'authentication.kubernetes.io/node-name' in request.userInfo.extra && "
-             "request.userInfo.extra['authentication.kubernetes.io/node-name'][0]")
-
-    def probe(p: str) -> str:
-        return (f"has({p}.metadata.labels) && 'app.kubernetes.io/component' in {p}.metadata.labels && "
-                f"{p}.metadata.labels['app.kubernetes.io/component'] == 'probe' && "
-                f"has({p}.spec.nodeName) && {token} == {p}.spec.nodeName")
-
-    own_node, taints_off, own_probe, safe_probe = [v["expression"] for v in policy["validations"]]
-    assert own_node == f"!(request.resource.resource == 'nodes') || ({token} == request.name)"
-    assert taints_off.startswith("!(request.resource.resource == 'nodes') || request.operation != 'UPDATE' || ")
-    assert own_probe == (f"!(request.resource.resource == 'pods') || (request.operation == 'CREATE' && "
-                         f"{probe('object')}) || (request.operation == 'DELETE' && {probe('oldObject')})")
-    assert safe_probe == (
-        "!(request.resource.resource == 'pods') || request.operation != 'CREATE' || ("
-        f"object.spec.containers.all(c, c.image in ['{image}'] && (!has(c.securityContext) || "
-        "!has(c.securityContext.privileged) || !c.securityContext.privileged)) && "
-        "!has(object.spec.initContainers) && !has(object.spec.ephemeralContainers) && "
-        f"(!has(object.spec.volumes) || object.spec.volumes.all(v, has(v.configMap) && v.configMap.name == '{NAME}')) && "
-        "(!has(object.spec.hostNetwork) || !object.spec.hostNetwork) && "
-        "(!has(object.spec.hostPID) || !object.spec.hostPID) && "
-        "(!has(object.spec.hostIPC) || !object.spec.hostIPC) && "
-        "has(object.spec.automountServiceAccountToken) && !object.spec.automountServiceAccountToken)")
-    # ... and the probe the checker creates is one it admits: labelled a probe, on its node, in that image, with
-    # only its program, unprivileged and without a token.
+    objects = _health_objects(model)
+    (policy,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    (binding,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert policy["spec"]["failurePolicy"] == "Fail"  # an expression that errs refuses, too
     for group in result.config.compute_groups:
         pod = probe_pod(model, group.name)
-        assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "probe" and pod["spec"]["nodeName"] == NODE
-        assert [c["image"] for c in pod["spec"]["containers"]] == [image]
-        assert all("configMap" in v and v["configMap"]["name"] == NAME for v in pod["spec"]["volumes"])
-        assert not {"initContainers", "ephemeralContainers", "hostNetwork", "hostPID", "hostIPC"} & set(pod["spec"])
-        assert "privileged" not in pod["spec"]["containers"][0]["securityContext"]
+        request = Request("CREATE", "pods", USER, namespace="kube-system", object=pod,
+                          extra={NODE_NAME_EXTRA: [NODE]})
+        verdict = evaluate(policy, request, binding)
+        assert verdict.applies and verdict.allowed, (group.name, verdict)
+        other = Request("CREATE", "pods", USER, namespace="kube-system", object=pod, extra={NODE_NAME_EXTRA: ["other"]})
+        assert not evaluate(policy, other, binding).allowed
 
 
 # -- the checker: probes that fail ------------------------------------------------------------------------------------

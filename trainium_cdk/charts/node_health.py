@@ -231,7 +231,9 @@ class NodeHealthCheck(Chart):
         data = {PROGRAM: node.source(PROGRAM)}
         if probe_image:
             data[PROBE_PROGRAM] = node.source(PROBE_PROGRAM)
-            data.update({g.probe_file: json.dumps(self.probes[g.group], indent=1) for g in groups})
+            # Compact: the ConfigMap travels as a string in the EKS stack's template, where an indented pod spec per
+            # group took 50 managed node groups past CloudFormation's 1 MB (tests/app/eks/test_scale_eks.py).
+            data.update({g.probe_file: json.dumps(self.probes[g.group], separators=(",", ":")) for g in groups})
         self.program = api_object(self, "Program", api_version="v1", kind="ConfigMap", name=NAME, namespace=namespace,
                                   data=data)
         service_account(self, "ServiceAccount", name=NAME, namespace=namespace)

@@ -23,8 +23,14 @@ pytest_plugins = ["tests.support.cli_support"]
 
 def pytest_configure(config: pytest.Config) -> None:
     """The controller (or a run without xdist) makes the run's cache of synthesized apps, which its workers
-    inherit through the environment (tests/support/synth_cache.py); a folder set by hand is kept."""
-    if hasattr(config, "workerinput") or os.environ.get(synth_cache.ENV):
+    inherit through the environment (tests/support/synth_cache.py). A folder set by hand is kept across runs,
+    but in CI, where every run starts from a fresh one."""
+    if hasattr(config, "workerinput"):
+        return
+    kept = os.environ.get(synth_cache.ENV)
+    if kept and os.environ.get("CI") != "true":
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        os.environ[synth_cache.ENV] = str(Path(kept).resolve())  # the workers' view, wherever they start
         return
     folder = tempfile.mkdtemp(prefix="trainium-cdk-synths-")
     os.environ[synth_cache.ENV] = folder

@@ -8,8 +8,9 @@ decides its output:
 
 - the config's full dump (``Config.model_dump_json()``), the cdk-nag flag and the CDK context (cdk.json);
 - the backend registry (a test may register its own backend: tests/app/test_backends.py);
-- a digest of the package's files (trainium_cdk/**), cdk.json and the requirements locks, so that a
-  folder kept across runs (``TRN_TEST_SYNTH_CACHE`` set by hand) never returns an app of other code.
+- a digest of the package's files (trainium_cdk/**), cdk.json, constraints.txt and the requirements files, so
+  that a folder kept across runs (``TRN_TEST_SYNTH_CACHE`` set by hand; never in CI) never returns an app of
+  other code.
 
 The first worker to need an entry synthesizes it under an exclusive ``fcntl.flock`` on the entry's lock file;
 the others wait on the lock, then read the assembly from disk (``cx_api.CloudAssembly(directory)``). A synth
@@ -78,7 +79,7 @@ def code_digest() -> str:
     """A digest of what else decides a synth's output: the package's files, cdk.json, the requirements locks."""
     digest = hashlib.sha256()
     files = sorted(p for p in (paths.ROOT / "trainium_cdk").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    files += [paths.ROOT / "cdk.json", *sorted(paths.ROOT.glob("requirements*.txt"))]
+    files += [paths.ROOT / "cdk.json", paths.ROOT / "constraints.txt", *sorted(paths.ROOT.glob("requirements*.txt"))]
     for path in files:
         digest.update(str(path.relative_to(paths.ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()

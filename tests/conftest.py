@@ -7,15 +7,51 @@ AWS calls) live in tests/support/cli_support.py, registered here once for every 
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support import paths
+from tests.support import paths, synth_cache  # synth_cache first: it tracks every MonkeyPatch made after it
 
 pytest_plugins = ["tests.support.cli_support"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller (or a run without xdist) makes the run's cache of synthesized apps, which its workers
+    inherit through the environment (tests/support/synth_cache.py). A folder set by hand is kept across runs,
+    but in CI, where every run starts from a fresh one."""
+    if hasattr(config, "workerinput"):
+        return
+    kept = os.environ.get(synth_cache.ENV)
+    if kept and os.environ.get("CI") != "true":
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        os.environ[synth_cache.ENV] = str(Path(kept).resolve())  # the workers' view, wherever they start
+        return
+    folder = tempfile.mkdtemp(prefix="trainium-cdk-synths-")
+    os.environ[synth_cache.ENV] = folder
+    config.stash[_OWN_CACHE] = Path(folder)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    folder = synth_cache.folder()
+    if folder is not None and not hasattr(config, "workerinput"):
+        cached, uncached = synth_cache.count(folder)
+        terminalreporter.write_line(f"synthesized apps: {cached} into the run's cache, {uncached} uncached")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_OWN_CACHE, None)
+    if folder is not None:
+        del os.environ[synth_cache.ENV]
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_OWN_CACHE = pytest.StashKey[Path]()
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ fails its synth).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
+from tests.support import synth_cache
 from tests.support.helpers import CDK_CONTEXT, US_EAST_2, Synthesized, add_nag_packs, config_with, new_outdir, synth
 
 ALL_BACKENDS = ["eks", "batch", "parallelcluster", "instance"]
@@ -66,28 +66,55 @@ PIPELINE: dict[str, Any] = {
 PIPELINE_CONFIG_PATH = "config/ml-prod.yaml"
 
 
-@dataclass
 class SynthesizedPipeline:
-    stack: Any  # PipelineStack
-    assembly: cdk.cx_api.CloudAssembly
-    outdir: Path
+    """The pipeline app's cloud assembly and its live stack (composed on first use when read from the run's
+    cache, like Synthesized.stacks)."""
+
+    def __init__(self, stack: Any, assembly: cdk.cx_api.CloudAssembly, outdir: Path):
+        self._stack, self.assembly, self.outdir = stack, assembly, outdir
+
+    @property
+    def stack(self) -> Any:  # PipelineStack
+        if self._stack is None:
+            self._stack = _pipeline_stack(cdk.App(outdir=str(new_outdir()), context=CDK_CONTEXT))
+        return self._stack
 
     def template_paths(self) -> list[Path]:
         """The pipeline stack's template and every stage's (nested assemblies)."""
         return sorted(self.outdir.rglob("*.template.json"))
 
 
-@cache
-def synthesized_pipeline() -> SynthesizedPipeline:
-    """The pipeline app, synthesized once per session with cdk-nag (AwsSolutions and NIST 800-53 rev 5)."""
+def _pipeline_stack(app: cdk.App) -> Any:
     from trainium_cdk.app.stacks.pipeline_stack import PipelineStack
 
-    outdir = new_outdir()
-    app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
-    add_nag_packs(app)  # raises on a finding
     config = config_with(pipeline=PIPELINE)
-    stack = PipelineStack(
+    return PipelineStack(
         app, "t-pipeline", config=config, config_path=PIPELINE_CONFIG_PATH, overrides={"nodes": "4"},
         env=cdk.Environment(region=config.region),
     )
-    return SynthesizedPipeline(stack=stack, assembly=app.synth(), outdir=outdir)
+
+
+@cache
+def synthesized_pipeline() -> SynthesizedPipeline:
+    """The pipeline app, synthesized once per run (tests/support/synth_cache.py) with cdk-nag (AwsSolutions and
+    NIST 800-53 rev 5)."""
+    stacks: list[Any] = []
+
+    def synthesize(outdir: Path) -> cdk.cx_api.CloudAssembly:
+        app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
+        add_nag_packs(app)  # raises on a finding
+        stacks.append(_pipeline_stack(app))
+        return app.synth()
+
+    config = config_with(pipeline=PIPELINE)
+    cached = synth_cache.entry(
+        "pipeline", config, synthesize, context=CDK_CONTEXT, path=PIPELINE_CONFIG_PATH, overrides={"nodes": "4"},
+    )
+    if cached is None:
+        outdir = new_outdir()
+        assembly = synthesize(outdir)
+        synth_cache.log_uncached("pipeline", config)
+        return SynthesizedPipeline(stack=stacks[0], assembly=assembly, outdir=outdir)
+    outdir, _ = cached
+    return SynthesizedPipeline(stack=stacks[0] if stacks else None, assembly=cdk.cx_api.CloudAssembly(str(outdir)),
+                               outdir=outdir)

@@ -9,7 +9,6 @@ import json
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from aws_cdk.assertions import Template
 
 from trainium_cdk.app.config import Config, build_config
 from trainium_cdk.app.stacks import TrainingApp, compose
-from tests.support import paths
+from tests.support import paths, synth_cache
 
 ROOT = paths.ROOT
 # The feature flags of cdk.json, so that tests synthesize what `cdk synth` does.
@@ -79,12 +78,20 @@ def config_with(**changes: Any) -> Config:
     return build_config(raw)
 
 
-@dataclass
 class Synthesized:
-    config: Config
-    stacks: TrainingApp
-    assembly: cdk.cx_api.CloudAssembly
-    outdir: Path
+    """An app's cloud assembly and, for the tests that read live constructs, its stacks (``stacks``). An app read
+    from the run's cache (tests/support/synth_cache.py) composes its stacks on first use, into an app of their
+    own that is never synthesized: composing costs a fraction of a synth, and the construct tree, hence every
+    stack name, artifact id and nested template file, is the same."""
+
+    def __init__(self, config: Config, stacks: TrainingApp | None, assembly: cdk.cx_api.CloudAssembly, outdir: Path):
+        self.config, self._stacks, self.assembly, self.outdir = config, stacks, assembly, outdir
+
+    @property
+    def stacks(self) -> TrainingApp:
+        if self._stacks is None:
+            self._stacks = compose(cdk.App(outdir=str(new_outdir()), context=CDK_CONTEXT), self.config)
+        return self._stacks
 
     def template_json(self, role: str) -> dict[str, Any]:
         stack = self._stack(role)
@@ -123,14 +130,26 @@ def add_nag_packs(app: cdk.App) -> None:
 
 
 def synth(config: Config, *, nag: bool = True) -> Synthesized:
-    """Synthesize the whole app for a config; with cdk-nag, a finding not acknowledged fails the synth."""
-    outdir = new_outdir()
-    app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
-    if nag:
-        add_nag_packs(app)
-    stacks = compose(app, config)
-    assembly = app.synth()
-    return Synthesized(config=config, stacks=stacks, assembly=assembly, outdir=outdir)
+    """Synthesize the whole app for a config; with cdk-nag, a finding not acknowledged fails the synth. Within a
+    test run, an app synthesized before (by any worker) is read from the run's cache (tests/support/synth_cache.py)."""
+    composed: list[TrainingApp] = []
+
+    def synthesize(outdir: Path) -> cdk.cx_api.CloudAssembly:
+        app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
+        if nag:
+            add_nag_packs(app)
+        composed.append(compose(app, config))
+        return app.synth()
+
+    cached = synth_cache.entry("app", config, synthesize, nag=nag, context=CDK_CONTEXT)
+    if cached is None:
+        outdir = new_outdir()
+        assembly = synthesize(outdir)
+        synth_cache.log_uncached("app", config)
+        return Synthesized(config=config, stacks=composed[0], assembly=assembly, outdir=outdir)
+    outdir, _ = cached
+    return Synthesized(config=config, stacks=composed[0] if composed else None,
+                       assembly=cdk.cx_api.CloudAssembly(str(outdir)), outdir=outdir)
 
 
 def nag_violations(result: Synthesized) -> list[str]:

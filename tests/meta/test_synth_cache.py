@@ -1,0 +1,90 @@
+"""The run's cache of synthesized apps (tests/support/synth_cache.py): what it returns is what a fresh synth
+returns, and an entry is never shared by two apps that differ."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.support import paths, synth_cache
+from tests.support.helpers import Synthesized, config_with, synth
+
+SMALL = {"backends": ["instance"]}
+
+
+@contextmanager
+def cache_in(folder: Path | None) -> Iterator[None]:
+    """The run's cache set to ``folder`` (None: no cache), restored after. Not a MonkeyPatch: one holding a change
+    turns the cache off."""
+    before = os.environ.pop(synth_cache.ENV, None)
+    if folder is not None:
+        os.environ[synth_cache.ENV] = str(folder)
+    try:
+        yield
+    finally:
+        os.environ.pop(synth_cache.ENV, None)
+        if before is not None:
+            os.environ[synth_cache.ENV] = before
+
+
+def templates(result: Synthesized) -> dict[str, dict]:
+    return {p.name: json.loads(p.read_text()) for p in result.outdir.rglob("*.template.json")}
+
+
+def synths(folder: Path) -> list[str]:
+    return (folder / synth_cache.LOG).read_text().splitlines()
+
+
+def test_an_app_read_from_the_cache_is_the_app_a_fresh_synth_makes(tmp_path):
+    with cache_in(tmp_path):
+        first = synth(config_with(**SMALL), nag=False)
+        again = synth(config_with(**SMALL), nag=False)
+        # Another worker: a process of its own reads the entry and synthesizes nothing.
+        other = subprocess.run(
+            [sys.executable, "-c", "from tests.support.helpers import synth, config_with\n"
+             f"print(synth(config_with(**{SMALL!r}), nag=False).outdir)"],
+            cwd=paths.ROOT, env=os.environ.copy(), capture_output=True, text=True, check=True,
+        )
+    with cache_in(None):
+        fresh = synth(config_with(**SMALL), nag=False)
+
+    assert len(synths(tmp_path)) == 1
+    assert again.outdir == first.outdir == Path(other.stdout.strip()) and first.outdir.parent == tmp_path
+    assert templates(again) == templates(fresh) and templates(again)
+    assert [s.stack_name for s in again.assembly.stacks] == [s.stack_name for s in fresh.assembly.stacks]
+    # The live stacks of a cached app are composed on first use, with the names of the synthesized ones.
+    assert again._stacks is None
+    assert [(s.stack_name, s.artifact_id) for s in again.stacks.stacks] == [
+        (s.stack_name, s.artifact_id) for s in fresh.stacks.stacks
+    ]
+    assert again.template_json("instance") == fresh.template_json("instance")
+
+
+def test_apps_that_differ_never_share_an_entry(tmp_path):
+    with cache_in(tmp_path):
+        small = synth(config_with(**SMALL), nag=False)
+        bigger = synth(config_with(**SMALL, group={"nodes": 1, "instance_type": "trn1.2xlarge"}), nag=False)
+        nagged = synth(config_with(**SMALL), nag=True)
+
+    assert len({small.outdir, bigger.outdir, nagged.outdir}) == 3
+    assert len(synths(tmp_path)) == 3
+    assert templates(small) != templates(bigger)
+    assert templates(small) == templates(nagged)  # the same app: only the flag tells their entries apart
+
+
+def test_a_synth_while_a_monkeypatch_holds_a_change_is_not_cached(tmp_path):
+    from trainium_cdk.facts import versions
+
+    with cache_in(tmp_path), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(versions, "__doc__", "patched")
+        result = synth(config_with(**SMALL), nag=False)
+
+    assert result.outdir.parent != tmp_path
+    assert synths(tmp_path) == [f"{os.getpid()} app t uncached"]

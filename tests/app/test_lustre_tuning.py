@@ -28,18 +28,29 @@ from tests.unit.node.test_node_programs import _joined, shellcheck
 from trainium_cdk.runtime import eks_user_data
 from trainium_cdk import node
 from trainium_cdk.runtime.lustre_tuning import TUNER_PATH
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 
 MODULE_OPTIONS = ["options ptlrpc ptlrpcd_per_cpt_max=32", "options ksocklnd credits=2560"]
 RPCS = ["osc.*OST*.max_rpcs_in_flight=32", "mdc.*.max_rpcs_in_flight=64", "mdc.*.max_mod_rpcs_in_flight=50"]
-# Per instance type (catalog: vCPUs / GiB): lru_size is 100 x vCPUs above 64 GiB; the module options and the
-# RPCs in flight above 64 vCPUs. trn1.2xlarge (8 / 32) gets none of it.
-EXPECTED: dict[str, tuple[list[str], list[str]]] = {
-    "trn1.2xlarge": ([], []),
-    "trn1.32xlarge": (MODULE_OPTIONS, ["ldlm.namespaces.*.lru_max_age=600000", "ldlm.namespaces.*.lru_size=12800", *RPCS]),
-    "trn1n.32xlarge": (MODULE_OPTIONS, ["ldlm.namespaces.*.lru_max_age=600000", "ldlm.namespaces.*.lru_size=12800", *RPCS]),
-    "trn2.48xlarge": (MODULE_OPTIONS, ["ldlm.namespaces.*.lru_max_age=600000", "ldlm.namespaces.*.lru_size=19200", *RPCS]),
-    "trn2u.48xlarge": (MODULE_OPTIONS, ["ldlm.namespaces.*.lru_max_age=600000", "ldlm.namespaces.*.lru_size=19200", *RPCS]),
-}
+
+
+def guide_tuning(instance_type: str) -> tuple[list[str], list[str]]:
+    """The FSx for Lustre guide's client tuning ("Performance tips") for a type's vCPUs and memory (catalog): above
+    64 GiB the lock LRU at 100 x vCPUs; above 64 vCPUs the module options and the RPCs in flight. A type on either
+    side needs no edit here (trn1.2xlarge, 8 / 32 GiB, gets none of it; trn1.32xlarge, 128 / 512, lru_size=12800)."""
+    spec = DEFAULT_CATALOG.get(instance_type)
+    lru = ["ldlm.namespaces.*.lru_max_age=600000", f"ldlm.namespaces.*.lru_size={100 * spec.vcpus}"]
+    params = lru if spec.memory_gib > 64 else []
+    many_cpus = spec.vcpus > 64
+    return (MODULE_OPTIONS if many_cpus else []), params + (RPCS if many_cpus else [])
+
+
+def test_the_variants_hold_types_on_both_sides_of_the_guide_thresholds():
+    """Else the rule above would go untested on one side."""
+    tuned = {bool(guide_tuning(g["instance_type"])[1]) for v in VARIANTS.values() for g in v["compute_groups"]}
+    assert tuned == {True, False}
+
+
 LAYOUT = ["-E", "100M", "-c", "1", "-E", "10G", "-c", "8", "-E", "-1", "-c", "-1"]
 
 
@@ -127,7 +138,7 @@ def test_every_trainium_node_of_every_backend_carries_the_tuning_of_its_instance
     assert {b: sorted(t) for b, t in seen.items()} == expected
     for _, where, instance_type, text in found:
         settings = _settings(text)
-        modules, params = EXPECTED[instance_type]
+        modules, params = guide_tuning(instance_type)
         options = [f"options {o.replace(':', ' ', 1)}" for o in settings["LUSTRE_MODULE_OPTIONS"].split()]
         assert options == modules, where
         assert settings["LUSTRE_TUNING_PARAMS"].split() == params, where
@@ -216,7 +227,7 @@ def test_the_node_writes_the_module_options_a_unit_and_sets_every_parameter_afte
     source = f"10.0.0.5@tcp:/{TOKEN}" if eks else "10.0.0.5@tcp:/abcdefgh"
     root = tmp_path / "root"
     calls = _run_as_node(tmp_path, text, target=target, source=source, command=[])
-    modules, params = EXPECTED[instance_type]
+    modules, params = guide_tuning(instance_type)
     modprobe = root / "etc/modprobe.d/trainium-lustre.conf"
     if modules:
         assert modprobe.read_text().splitlines()[1:] == modules

@@ -19,6 +19,7 @@ from trainium_cdk.app.config import build_config
 from trainium_cdk.app.dist import write_dist
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts import versions
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.facts.versions import NEURON_TRACKS
 
 # trn2 in us-east-2, where CloudFormation's and cfn-lint's instance data know it (synth validates it).
@@ -197,7 +198,8 @@ def test_eks_nodes_take_the_configured_track_s_release_not_a_module_pin(capacity
         assert {json.dumps(c["spec"]["amiSelectorTerms"]) for c in node_classes} == {'[{"alias": "al2023@v20991231"}]'}
 
 
-@pytest.mark.parametrize("instance_type", ["trn1.32xlarge", "trn1n.32xlarge", "trn1.2xlarge"])
+# TorchNeuron runs on Trn2 and Trn3 only (Neuron 2.33.0 release notes): every first-generation Trainium type is refused.
+@pytest.mark.parametrize("instance_type", [s.name for s in DEFAULT_CATALOG if s.accelerator == "Trainium"])
 def test_native_track_on_trn1_is_rejected_naming_the_field_and_what_is_allowed(instance_type):
     raw = {"neuron": {"track": "native"}, "compute_groups": [{"name": "train", "instance_type": instance_type}]}
     with pytest.raises(ConfigError) as err:
@@ -278,16 +280,20 @@ def test_every_pin_of_a_track_is_its_releases_package(name):
     assert track.driver == release["packages"]["aws-neuronx-dkms"]
 
 
-def test_the_native_track_is_neurons_2_33_1_patch():
-    """What moved from 2.33.0 (its table before this release): driver, runtime, collectives, the image and the
-    DLAMI lookup; compiler, tools, NKI and torch-neuronx did not (2.33.1 release notes)."""
-    track = NEURON_TRACKS["native"]
-    release = _release("native")
-    assert (track.neuron_release, track.released) == ("2.33.1", release["released"])
-    assert (track.driver, track.runtime, track.collectives) == ("2.31.8.0", "2.35.33.0", "2.35.49.0")
-    assert {k: v for k, v in track.pip_packages.items() if k != "torch-neuronx"} == {"neuronx-cc": "2.28.7631.0", "nki": "0.7.0"}
-    assert track.apt_packages["aws-neuronx-tools"] == "2.33.38.0"
-    assert "sdk2.33.1" in track.training_image_tag and track.dlami.description == "*Neuron SDK 2.33.1*"
+@pytest.mark.parametrize("name", sorted(NEURON_TRACKS))
+def test_a_tracks_release_date_image_and_dlami_are_its_releases(name):
+    """The fields the package check above does not reach: the release date, the runtime and collectives the launcher's
+    preflight compares, the training image's SDK (DLC tags carry "sdk<version>") and the DLAMI lookup ("Neuron SDK
+    <version>" in the description, the Neuron DLAMI guide). A release bump that leaves one behind fails here, and
+    a correct bump needs no edit."""
+    track = NEURON_TRACKS[name]
+    release = _release(name)
+    if "released" in release:  # the xla track's manifest entry carries no date; the native track's notes do
+        assert track.released == release["released"]
+    assert (track.runtime, track.collectives) == (
+        release["packages"]["aws-neuronx-runtime-lib"], release["packages"]["aws-neuronx-collectives"])
+    assert f"-sdk{track.neuron_release}-" in track.training_image_tag
+    assert track.dlami.description == f"*Neuron SDK {track.neuron_release}*"
 
 
 def test_a_pin_that_is_not_the_releases_fails_the_check():

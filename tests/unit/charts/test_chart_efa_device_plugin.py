@@ -30,10 +30,9 @@ def test_every_object_is_valid(manifests):
 def test_affinity_lists_exactly_the_catalog_efa_types(daemon_set):
     types = affinity_types(daemon_set)
     assert types == list(DEFAULT_CATALOG.efa_types())
-    assert set(types) == {"trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge", "trn2u.48xlarge"}
-    # Nodes without EFA would crash-loop the plugin.
-    assert "trn1.2xlarge" not in types
-    assert not [t for t in types if t.startswith("inf2.")]
+    # Nodes without EFA would crash-loop the plugin; every node with EFA needs it to offer its interfaces.
+    assert {t for t in types if not DEFAULT_CATALOG.get(t).has_efa} == set()
+    assert {s.name for s in DEFAULT_CATALOG if s.has_efa} == set(types) and types
 
 
 def test_host_network_and_device_plugin_socket(daemon_set):

@@ -118,7 +118,9 @@ def test_daemon_set_runs_what_the_neuron_helm_chart_runs(full):
 def test_affinity_lists_the_catalog_neuron_types(default):
     types = affinity_types(one(default[1], "DaemonSet"))
     assert types == list(DEFAULT_CATALOG.neuron_types())
-    assert {"trn1.2xlarge", "trn1.32xlarge", "trn2.48xlarge", "inf2.xlarge"} <= set(types)
+    # Every type with a Neuron device, inference types included: the plugin is what offers their devices to pods.
+    assert set(types) == {s.name for s in DEFAULT_CATALOG if s.neuron_devices > 0}
+    assert {DEFAULT_CATALOG.get(t).for_training for t in types} == {True, False}
 
 
 def test_instance_types_prop():

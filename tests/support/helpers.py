@@ -17,6 +17,7 @@ import cdk_nag
 from aws_cdk.assertions import Template
 
 from trainium_cdk.app.config import Config, build_config
+from trainium_cdk.facts.catalog import SUPPORTED_TRAINING_TYPES
 from trainium_cdk.app.stacks import TrainingApp, compose
 from tests.support import paths, synth_cache
 
@@ -32,7 +33,7 @@ BASE_CONFIG: dict[str, Any] = {
     # The catalog knows no AZs for these types in us-east-2: tests declare them as `trn azs` writes them.
     "instance_offerings": {
         t: {"us-east-2": ["use2-az3", "use2-az2"]}
-        for t in ("trn1.2xlarge", "trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge", "trn2u.48xlarge")
+        for t in SUPPORTED_TRAINING_TYPES
     },
 }
 

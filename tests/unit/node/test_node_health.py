@@ -216,7 +216,7 @@ def checked_type(daemon_set: dict[str, Any]) -> str:
     """The instance type a checker DaemonSet's required node affinity selects (with GROUP_LABEL: our groups' nodes)."""
     (term,) = daemon_set["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    ours, (of_type,) = term["matchExpressions"]
+    ours, of_type = term["matchExpressions"]
     assert ours == {"key": "trainium-cdk/compute-group", "operator": "Exists"}, ours
     assert of_type["key"] == "node.kubernetes.io/instance-type" and of_type["operator"] == "In", of_type
     (instance_type,) = of_type["values"]

@@ -3,8 +3,9 @@
 trainium_cdk/node/health_check.py on each new node of our compute groups of that type, against the catalog of the
 type, and takes the taint off on pass. Per type, not per compute group: everything it checks (devices, cores, EFA
 interfaces, the probe pod's devices) is the type's, and the driver the track's; a DaemonSet and a probe spec per
-group took the EKS stack's template past CloudFormation's 1 MB at 50 managed node groups (tests/app/eks/test_scale_eks.py). On failure the taint stays, the node gets the condition TrainiumHealthy=False and a Karpenter node
-is deleted (Karpenter terminates the instance and launches another for the pending pods).
+group took the EKS stack's template past CloudFormation's 1 MB at 50 managed node groups
+(tests/app/eks/test_scale_eks.py). On failure the taint stays, the node gets the condition TrainiumHealthy=False
+and a Karpenter node is deleted (Karpenter terminates the instance and launches another for the pending pods).
 
 Least privilege: the checker reads the host's /dev and /sys through read-only hostPath mounts, as an unprivileged
 user with no capabilities (listing /dev and reading sysfs need neither). Its ClusterRole may get, patch and
@@ -37,8 +38,8 @@ from trainium_cdk import node
 from trainium_cdk.facts import versions
 from trainium_cdk.charts._k8s import (
     CHART_LABELS, CRITICAL_ADDONS_ONLY, KUBE_SYSTEM, NEURON_NO_SCHEDULE, POD_SECURITY, SYSTEM_NODE_CRITICAL,
-    INSTANCE_TYPE_LABEL, api_object, check_name, cluster_role, cluster_role_binding, container_security, host_path, rule, service_account,
-    toleration, workload,
+    INSTANCE_TYPE_LABEL, api_object, check_name, cluster_role, cluster_role_binding, container_security, host_path,
+    rule, service_account, toleration, workload,
 )
 from trainium_cdk.node.health_check import COLLECTIVE_TIMEOUT_S
 from trainium_cdk.charts.training import TRAINING_SECURITY
@@ -82,7 +83,8 @@ class NodeHealthProps:
 
     def __post_init__(self) -> None:
         if not isinstance(self.instance_type, str) or "." not in self.instance_type:
-            raise ConfigError("NodeHealthProps.instance_type", self.instance_type, "an EC2 instance type: trn1.32xlarge")
+            raise ConfigError("NodeHealthProps.instance_type", self.instance_type,
+                              "an EC2 instance type: trn1.32xlarge")
         check_name("NodeHealthProps.instance_type", f"{NAME}-{self.key}")
         if self.devices < 1 or not self.cores:
             raise ConfigError(f"NodeHealthProps({self.instance_type}).devices", self.devices,
@@ -106,8 +108,8 @@ class NodeHealthProps:
 
 
 def probe_pod(group: NodeHealthProps, image: str, namespace: str = KUBE_SYSTEM) -> dict[str, Any]:
-    """The probe Pod of the nodes of ``group``'s instance type, but for its name and spec.nodeName (the checker sets both): all the node's
-    Neuron devices, the Neuron training image, the collective (kube_probe.py) from the checker's ConfigMap.
+    """The probe Pod of the nodes of ``group``'s instance type, but for its name and spec.nodeName (the checker sets
+    both): all the node's Neuron devices, the Neuron training image, the collective (kube_probe.py) from the checker's ConfigMap.
 
     spec.nodeName, not a node affinity: the pod is bound at its creation and never pending, so neither the scheduler
     nor Karpenter or Cluster Autoscaler (which launch nodes for unschedulable pods) ever consider it elsewhere."""
@@ -280,8 +282,10 @@ class NodeHealthCheck(Chart):
                 # The nodes of our compute groups (every one carries GROUP_LABEL: charts/karpenter.py
                 # compute_node_labels, for NodePools and managed node groups alike) of this instance type.
                 "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": GROUP_LABEL, "operator": "Exists"},
-                                          {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [group.instance_type]}]},
+                    {"matchExpressions": [
+                        {"key": GROUP_LABEL, "operator": "Exists"},
+                        {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [group.instance_type]},
+                    ]},
                 ]}}},
                 # The one pod (with the node agents) that runs on an unchecked node: training pods never tolerate it.
                 "tolerations": [toleration(HEALTH_TAINT_KEY, "NoSchedule"), NEURON_NO_SCHEDULE, CRITICAL_ADDONS_ONLY],

@@ -45,7 +45,8 @@ def test_two_groups_of_one_type_share_one_checker_and_two_types_get_two(app):
     assert sorted(o["metadata"]["name"] for o in objects if o["kind"] == "DaemonSet") == [
         "trainium-node-health-trn1-32xlarge", "trainium-node-health-trn1n-32xlarge"]
     (files,) = [o["data"] for o in objects if o["kind"] == "ConfigMap"]
-    assert sorted(f for f in files if f.startswith("probe-")) == ["probe-trn1-32xlarge.json", "probe-trn1n-32xlarge.json"]
+    assert sorted(f for f in files if f.startswith("probe-")) == [
+        "probe-trn1-32xlarge.json", "probe-trn1n-32xlarge.json"]
     for instance_type in set(GROUPS.values()):
         (ds,) = [o for o in objects if o["metadata"]["name"] == f"{NAME}-{instance_type.replace('.', '-')}"]
         (container,) = ds["spec"]["template"]["spec"]["containers"]
@@ -55,7 +56,8 @@ def test_two_groups_of_one_type_share_one_checker_and_two_types_get_two(app):
         assert (args["--devices"], args["--efa"]) == (str(spec.neuron_devices), str(spec.efa_interfaces))
         assert args["--probe"] == f"/opt/trainium-cdk/probe-{instance_type.replace('.', '-')}.json"
         probe = json.loads(files[args["--probe"].rsplit("/", 1)[1]])
-        assert probe["spec"]["containers"][0]["resources"]["limits"] == {"aws.amazon.com/neuron": str(spec.neuron_devices)}
+        limits = probe["spec"]["containers"][0]["resources"]["limits"]
+        assert limits == {"aws.amazon.com/neuron": str(spec.neuron_devices)}
 
 
 def test_each_checker_lands_on_the_new_nodes_of_our_groups_of_its_type_only(app):

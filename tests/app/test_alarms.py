@@ -456,7 +456,7 @@ def karpenter_removal(*, drained: list[str], force: bool = False) -> list[dict[s
     return [*events, audit_event("delete", KARPENTER, "nodes", NODE)]
 
 
-DAEMONS = ["kube-system/aws-node-x7k2p", "kube-system/trainium-node-health-train-5qv8d", "kube-system/neuron-device-plugin-h2m4c"]
+DAEMONS = ["kube-system/aws-node-x7k2p", "kube-system/trainium-node-health-trn1-32xlarge-5qv8d", "kube-system/neuron-device-plugin-h2m4c"]
 
 
 @pytest.mark.parametrize("removal, mailed", [

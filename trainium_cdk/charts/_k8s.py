@@ -22,6 +22,8 @@ from trainium_cdk.facts.names import NEURON_TAINT_KEY
 
 KUBE_SYSTEM = "kube-system"
 SYSTEM_NODE_CRITICAL = "system-node-critical"
+# A well-known label the kubelet sets on every node from its cloud provider (Kubernetes docs, "Node Labels Populated
+# By The Kubelet" and "Well-Known Labels, Annotations and Taints": node.kubernetes.io/instance-type).
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 EFA_TAINT = "aws.amazon.com/efa"
 CHART_LABELS = {"app.kubernetes.io/part-of": "trainium-cdk", "app.kubernetes.io/managed-by": "cdk8s"}

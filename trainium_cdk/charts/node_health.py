@@ -1,8 +1,11 @@
 """NodeHealthCheck: health before work on EKS. Trainium nodes join with the startup taint names.HEALTH_TAINT_KEY
-(Karpenter NodePools' ``startupTaints``, managed node groups' taints); a DaemonSet per compute group runs
-trainium_cdk/node/health_check.py on each new node against the catalog of the group's type and takes the taint
-off on pass. On failure the taint stays, the node gets the condition TrainiumHealthy=False and a Karpenter node
-is deleted (Karpenter terminates the instance and launches another for the pending pods).
+(Karpenter NodePools' ``startupTaints``, managed node groups' taints); a DaemonSet per instance type runs
+trainium_cdk/node/health_check.py on each new node of our compute groups of that type, against the catalog of the
+type, and takes the taint off on pass. Per type, not per compute group: everything it checks (devices, cores, EFA
+interfaces, the probe pod's devices) is the type's, and the driver the track's; a DaemonSet and a probe spec per
+group took the EKS stack's template past CloudFormation's 1 MB at 50 managed node groups
+(tests/app/eks/test_scale_eks.py). On failure the taint stays, the node gets the condition TrainiumHealthy=False
+and a Karpenter node is deleted (Karpenter terminates the instance and launches another for the pending pods).
 
 Least privilege: the checker reads the host's /dev and /sys through read-only hostPath mounts, as an unprivileged
 user with no capabilities (listing /dev and reading sysfs need neither). Its ClusterRole may get, patch and
@@ -35,14 +38,14 @@ from trainium_cdk import node
 from trainium_cdk.facts import versions
 from trainium_cdk.charts._k8s import (
     CHART_LABELS, CRITICAL_ADDONS_ONLY, KUBE_SYSTEM, NEURON_NO_SCHEDULE, POD_SECURITY, SYSTEM_NODE_CRITICAL,
-    api_object, check_name, cluster_role, cluster_role_binding, container_security, host_path, rule, service_account,
-    toleration, workload,
+    INSTANCE_TYPE_LABEL, api_object, check_name, cluster_role, cluster_role_binding, container_security, host_path,
+    rule, service_account, toleration, workload,
 )
 from trainium_cdk.node.health_check import COLLECTIVE_TIMEOUT_S
 from trainium_cdk.charts.training import TRAINING_SECURITY
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts.catalog import NEURON_RESOURCE
-from trainium_cdk.facts.names import GROUP_LABEL, HEALTH_TAINT_KEY
+from trainium_cdk.facts.names import GROUP_LABEL, HEALTH_TAINT_KEY, instance_type_dns_label
 
 NODE_HEALTH_CHART_ID = "node-health"
 NAME = "trainium-node-health"
@@ -61,9 +64,9 @@ PROBE_DEADLINE_S = 900 + COLLECTIVE_TIMEOUT_S
 
 @dataclass(frozen=True)
 class NodeHealthProps:
-    """What one compute group's nodes must show (the catalog of its type).
+    """What the nodes of one instance type in our compute groups must show (the catalog of the type).
 
-    :param group: the compute group (its nodes' GROUP_LABEL).
+    :param instance_type: the EC2 instance type (its nodes' well-known label node.kubernetes.io/instance-type).
     :param devices: Neuron devices.
     :param cores: NeuronCore counts that pass (Trainium2: physical and logical).
     :param efa_interfaces: EFA interfaces.
@@ -72,16 +75,25 @@ class NodeHealthProps:
         as its own release's. Default: no driver check.
     """
 
-    group: str
+    instance_type: str
     devices: int
     cores: Sequence[int]
     efa_interfaces: int
     min_driver: str | None = None
 
     def __post_init__(self) -> None:
-        check_name("NodeHealthProps.group", self.group)
+        if not isinstance(self.instance_type, str) or "." not in self.instance_type:
+            raise ConfigError("NodeHealthProps.instance_type", self.instance_type,
+                              "an EC2 instance type: trn1.32xlarge")
+        check_name("NodeHealthProps.instance_type", f"{NAME}-{self.key}")
         if self.devices < 1 or not self.cores:
-            raise ConfigError(f"NodeHealthProps({self.group}).devices", self.devices, "at least 1, with core counts")
+            raise ConfigError(f"NodeHealthProps({self.instance_type}).devices", self.devices,
+                              "at least 1, with core counts")
+
+    @property
+    def key(self) -> str:
+        """The type as a DNS label (trn1-32xlarge): its DaemonSet's name and app.kubernetes.io/instance."""
+        return instance_type_dns_label(self.instance_type)
 
     @property
     def args(self) -> list[str]:
@@ -91,13 +103,13 @@ class NodeHealthProps:
 
     @property
     def probe_file(self) -> str:
-        """The ConfigMap key of this group's probe pod."""
-        return f"probe-{self.group}.json"
+        """The ConfigMap key of this type's probe pod."""
+        return f"probe-{self.key}.json"
 
 
 def probe_pod(group: NodeHealthProps, image: str, namespace: str = KUBE_SYSTEM) -> dict[str, Any]:
-    """The probe Pod of ``group``'s nodes, but for its name and spec.nodeName (the checker sets both): all the node's
-    Neuron devices, the Neuron training image, the collective (kube_probe.py) from the checker's ConfigMap.
+    """The probe Pod of the nodes of ``group``'s instance type, but for its name and spec.nodeName (the checker sets
+    both): all the node's Neuron devices, the Neuron training image, the collective (kube_probe.py) from the checker's ConfigMap.
 
     spec.nodeName, not a node affinity: the pod is bound at its creation and never pending, so neither the scheduler
     nor Karpenter or Cluster Autoscaler (which launch nodes for unschedulable pods) ever consider it elsewhere."""
@@ -105,7 +117,7 @@ def probe_pod(group: NodeHealthProps, image: str, namespace: str = KUBE_SYSTEM) 
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"namespace": namespace, "labels": {
-            "app.kubernetes.io/name": NAME, "app.kubernetes.io/instance": group.group,
+            "app.kubernetes.io/name": NAME, "app.kubernetes.io/instance": group.key,
             "app.kubernetes.io/component": PROBE_COMPONENT}},
         "spec": {
             "restartPolicy": "Never",
@@ -211,9 +223,9 @@ def admission_policy(service_account_user: str, probe_images: Sequence[str] = ()
 
 
 class NodeHealthCheck(Chart):
-    """The checker's program (a ConfigMap), RBAC, admission policy and one DaemonSet per compute group.
+    """The checker's program (a ConfigMap), RBAC, admission policy and one DaemonSet per instance type.
 
-    :param groups: one per compute group.
+    :param groups: one per instance type of the compute groups (the nodes of every GROUP_LABEL of that type).
     :param namespace: where the namespaced objects go. Default: kube-system.
     :param image: a Python 3 image. Default: versions.NODE_HEALTH_IMAGE.
     :param probe_image: the Neuron training image the on-node collective's probe pod runs in (the track's:
@@ -224,16 +236,18 @@ class NodeHealthCheck(Chart):
     def __init__(self, scope: Construct, id: str, *, groups: Sequence[NodeHealthProps], namespace: str = KUBE_SYSTEM,
                  image: str = versions.NODE_HEALTH_IMAGE, probe_image: str | None = None) -> None:
         if not groups:
-            raise ConfigError("NodeHealthCheck.groups", [], "at least one compute group")
+            raise ConfigError("NodeHealthCheck.groups", [], "at least one instance type")
+        types = [g.instance_type for g in groups]
+        if len(set(types)) != len(types):
+            raise ConfigError("NodeHealthCheck.groups", types, "one NodeHealthProps per instance type")
         super().__init__(scope, id, labels=CHART_LABELS)
         self.probe_image = probe_image
-        self.probes = {g.group: probe_pod(g, probe_image, namespace) for g in groups} if probe_image else {}
+        self.probes = {g.instance_type: probe_pod(g, probe_image, namespace) for g in groups} if probe_image else {}
         data = {PROGRAM: node.source(PROGRAM)}
         if probe_image:
             data[PROBE_PROGRAM] = node.source(PROBE_PROGRAM)
-            # Compact: the ConfigMap travels as a string in the EKS stack's template, where an indented pod spec per
-            # group took 50 managed node groups past CloudFormation's 1 MB (tests/app/eks/test_scale_eks.py).
-            data.update({g.probe_file: json.dumps(self.probes[g.group], separators=(",", ":")) for g in groups})
+            # Compact: the ConfigMap travels as a string in the EKS stack's template (CloudFormation's 1 MB).
+            data.update({g.probe_file: json.dumps(self.probes[g.instance_type], separators=(",", ":")) for g in groups})
         self.program = api_object(self, "Program", api_version="v1", kind="ConfigMap", name=NAME, namespace=namespace,
                                   data=data)
         service_account(self, "ServiceAccount", name=NAME, namespace=namespace)
@@ -255,18 +269,24 @@ class NodeHealthCheck(Chart):
         api_object(self, "OwnNodeOnlyBinding", api_version="admissionregistration.k8s.io/v1",
                    kind="ValidatingAdmissionPolicyBinding", name=NAME,
                    spec={"policyName": NAME, "validationActions": ["Deny"]})
-        self.daemon_sets = {g.group: self._daemon_set(g, namespace, image) for g in groups}
+        self.daemon_sets = {g.instance_type: self._daemon_set(g, namespace, image) for g in groups}
 
     def _daemon_set(self, group: NodeHealthProps, namespace: str, image: str):
-        name = f"{NAME}-{group.group}"
         return workload(
-            self, f"DaemonSet-{group.group}", kind="DaemonSet", name=name[:63].rstrip("-"), namespace=namespace,
-            labels={"app.kubernetes.io/name": NAME, "app.kubernetes.io/instance": group.group},
+            self, f"DaemonSet-{group.key}", kind="DaemonSet", name=f"{NAME}-{group.key}", namespace=namespace,
+            labels={"app.kubernetes.io/name": NAME, "app.kubernetes.io/instance": group.key},
             pod_spec={
                 "serviceAccountName": NAME,
                 "priorityClassName": SYSTEM_NODE_CRITICAL,
                 "securityContext": POD_SECURITY,
-                "nodeSelector": {GROUP_LABEL: group.group},
+                # The nodes of our compute groups (every one carries GROUP_LABEL: charts/karpenter.py
+                # compute_node_labels, for NodePools and managed node groups alike) of this instance type.
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [
+                        {"key": GROUP_LABEL, "operator": "Exists"},
+                        {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [group.instance_type]},
+                    ]},
+                ]}}},
                 # The one pod (with the node agents) that runs on an unchecked node: training pods never tolerate it.
                 "tolerations": [toleration(HEALTH_TAINT_KEY, "NoSchedule"), NEURON_NO_SCHEDULE, CRITICAL_ADDONS_ONLY],
                 "containers": [{

@@ -173,6 +173,12 @@ def group_output(kind: str, group: str) -> str:
     return f"{kind}-{group}"
 
 
+def instance_type_dns_label(instance_type: str) -> str:
+    """An instance type as a DNS label, for object names: ``trn1.32xlarge`` -> ``trn1-32xlarge`` (RFC 1123 labels
+    take no dot)."""
+    return instance_type.replace(".", "-")
+
+
 def output_key(output_id: str) -> str:
     """The key CloudFormation lists for a stack-level CfnOutput of this id: ``JobQueueArntrain``."""
     return _NOT_IN_LOGICAL_ID.sub("", output_id)

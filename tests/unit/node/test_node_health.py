@@ -212,10 +212,26 @@ def _health_objects(model: Reachability) -> list[dict[str, Any]]:
             if o["metadata"].get("name", "").startswith(NAME)]
 
 
+def checked_type(daemon_set: dict[str, Any]) -> str:
+    """The instance type a checker DaemonSet's required node affinity selects (with GROUP_LABEL: our groups' nodes)."""
+    (term,) = daemon_set["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    ours, of_type = term["matchExpressions"]
+    assert ours == {"key": "trainium-cdk/compute-group", "operator": "Exists"}, ours
+    assert of_type["key"] == "node.kubernetes.io/instance-type" and of_type["operator"] == "In", of_type
+    (instance_type,) = of_type["values"]
+    return instance_type
+
+
+def _checker(model: Reachability, instance_type: str) -> dict[str, Any]:
+    (ds,) = [o for o in _health_objects(model) if o["kind"] == "DaemonSet" and checked_type(o) == instance_type]
+    return ds
+
+
 def test_every_trainium_node_joins_with_the_health_taint_and_only_the_checker_lands_before_it_is_off(eks_app):
     """Each compute group's nodes (NodePool startupTaints, or the managed node group's taints) carry the health
-    taint as a startup taint; before the check no training pod lands there, only the group's checker; after it,
-    the training pods land and the checker stays."""
+    taint as a startup taint; before the check no training pod lands there, only the checker of the group's instance
+    type; after it, the training pods land and the checker stays."""
     result, model = eks_app
     groups = [n for n in model.of_backend("eks") if n.labels.get("trainium-cdk/compute-group")]
     assert groups and all(n.startup_taints == ({"Key": HEALTH_TAINT_KEY, "Value": HEALTH_TAINT_VALUE,
@@ -224,16 +240,17 @@ def test_every_trainium_node_joins_with_the_health_taint_and_only_the_checker_la
 
     config = result.config
     checkers = [p for p in pod_templates(_health_objects(model)) if p.kind == "DaemonSet"]
-    assert len(checkers) == len(config.compute_groups)
+    assert len(checkers) == len({g.instance_type for g in config.compute_groups})
     for group in config.compute_groups:
         (nodes,) = [n for n in groups if n.labels["trainium-cdk/compute-group"] == group.name]
         job = render_job(config, name="t", group=group.name, job="mlp", nodes=1, image="example.com/train:1")
         (pod,) = pod_templates(job)
         assert any("startup-taint" in reason for reason in why_not(pod, nodes, checked=False))
         assert lands_on(pod, [nodes], checked=True) == [nodes]
-        (checker,) = [c for c in checkers if c.spec["nodeSelector"]["trainium-cdk/compute-group"] == group.name]
+        (checker,) = [c for c in checkers if c.name == f"{NAME}-{group.instance_type.replace('.', '-')}"]
         assert lands_on(checker, [nodes], checked=False) == [nodes]
-        assert [n for n in groups if lands_on(checker, [n])] == [nodes]
+        assert [n for n in groups if lands_on(checker, [n])] == [n for n in groups
+                                                                 if n.instance_type == group.instance_type]
 
 
 def test_the_managed_node_group_taint_is_one_cluster_autoscaler_and_eks_take(eks_app):
@@ -378,15 +395,13 @@ def _node_object(karpenter: bool, neuron_devices: int = 16) -> dict[str, Any]:
         ]}, "status": {"allocatable": {"cpu": "127", NEURON_TAINT_KEY: str(neuron_devices)}}}
 
 
-def run_checker(tmp_path: Path, model: Reachability, group: str, root: Path, api: StandInApi):
-    """The group's DaemonSet container as the synthesized manifest carries it: its program (the ConfigMap's text),
+def run_checker(tmp_path: Path, model: Reachability, instance_type: str, root: Path, api: StandInApi):
+    """The instance type's DaemonSet container as the synthesized manifest carries it: its program (the ConfigMap's text),
     command and environment, with the host tree at TRN_HEALTH_ROOT (the pod's /host) and the stand-in API."""
     objects = _health_objects(model)
     (files,) = [o["data"] for o in objects if o["kind"] == "ConfigMap"]
     assert files["health_check.py"] == PROGRAM.read_text()
-    (ds,) = [o for o in objects if o["kind"] == "DaemonSet"
-             and o["spec"]["template"]["spec"]["nodeSelector"]["trainium-cdk/compute-group"] == group]
-    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    (container,) = _checker(model, instance_type)["spec"]["template"]["spec"]["containers"]
     (mount,) = [m["mountPath"] for m in container["volumeMounts"] if m["name"] == "program"]
     # The ConfigMap's files where the pods mount them (the checker's, and the probe pod's: the same ConfigMap).
     api.program_dir.mkdir(exist_ok=True)
@@ -403,11 +418,11 @@ def run_checker(tmp_path: Path, model: Reachability, group: str, root: Path, api
 
 
 def test_on_a_good_node_the_checker_runs_the_on_node_collective_then_takes_the_health_taint_off(tmp_path, eks_app):
-    """Its own checks pass; then the probe pod on its node (the group's, from the ConfigMap, named for the node) runs
+    """Its own checks pass; then the probe pod on its node (its type's, from the ConfigMap, named for the node) runs
     the all-reduce over the node's NeuronCores, the checker reads its verdict and deletes it, and takes the taint off.
     Every call, in full."""
     _, model = eks_app
-    group = _first_group(model)
+    group = _first_type(model)
     devices, cores, efa = _expected(model, group)
     calls = tmp_path / "nccom.log"
     nccom_test(tmp_path / "bin", DATA / "nccom_test_allr_one_node.txt", calls)
@@ -437,10 +452,10 @@ def test_on_a_good_node_the_checker_runs_the_on_node_collective_then_takes_the_h
 PODS = "/api/v1/namespaces/kube-system/pods"
 
 
-def probe_pod(model: Reachability, group: str) -> dict[str, Any]:
-    """The group's probe pod as the checker creates it: the ConfigMap's, with its name and its node."""
+def probe_pod(model: Reachability, instance_type: str) -> dict[str, Any]:
+    """The type's probe pod as the checker creates it: the ConfigMap's, with its name and its node."""
     (files,) = [o["data"] for o in _health_objects(model) if o["kind"] == "ConfigMap"]
-    pod = json.loads(files[f"probe-{group}.json"])
+    pod = json.loads(files[f"probe-{instance_type.replace('.', '-')}.json"])
     pod["metadata"]["name"] = f"{NAME}-probe-{NODE}"
     pod["spec"]["nodeName"] = NODE
     return pod
@@ -460,16 +475,15 @@ def probe_calls(model: Reachability, group: str, *, polls: int = 1) -> list[tupl
 
 
 def _expected(model: Reachability, group: str) -> tuple[int, int, int]:
-    """(devices, NeuronCores, EFA interfaces) the group's checker expects, from its command line."""
+    """(devices, NeuronCores, EFA interfaces) the type's checker expects, from its command line."""
     args = run_args(model, group)
     value = dict(zip(args[0::2], args[1::2]))
     return int(value["--devices"]), int(value["--cores"].split(",")[0]), int(value["--efa"])
 
 
-def _first_group(model: Reachability) -> str:
-    objects = _health_objects(model)
-    return sorted(o["spec"]["template"]["spec"]["nodeSelector"]["trainium-cdk/compute-group"]
-                  for o in objects if o["kind"] == "DaemonSet")[0]
+def _first_type(model: Reachability) -> str:
+    """The instance type of the first checker DaemonSet."""
+    return sorted(checked_type(o) for o in _health_objects(model) if o["kind"] == "DaemonSet")[0]
 
 
 def _condition_patch(api: StandInApi) -> dict[str, Any]:
@@ -489,7 +503,7 @@ def test_on_a_bad_node_the_taint_stays_the_node_is_marked_and_replaced(tmp_path,
     a managed node group's node is left for its Auto Scaling group, with the command that has it replaced."""
     _, model = eks_app
     api = StandInApi(tmp_path, _node_object(karpenter=karpenter))
-    group = _first_group(model)
+    group = _first_type(model)
     spec_devices, _, _ = _expected(model, group)
     root = host_tree(tmp_path / "host", devices=spec_devices - 1, cores_per_device=2, efa=0, lustre=False)
     result = run_checker(tmp_path, model, group, root, api)
@@ -521,9 +535,9 @@ def test_the_eks_checker_wants_the_tracks_driver_or_newer(tmp_path, eks_app, loa
     CHANGELOG): the track's or newer passes; an older one, or none, fails but replaces nothing, because every
     replacement would come up with the same AMI."""
     _, model = eks_app
-    group = _first_group(model)
+    group = _first_type(model)
     assert run_args(model, group)[-5:] == ["--min-driver", DRIVER, "--kube", "--probe",
-                                           f"/opt/trainium-cdk/probe-{group}.json"]
+                                           f"/opt/trainium-cdk/probe-{group.replace('.', '-')}.json"]
     devices, cores, efa = _expected(model, group)
     nccom_test(tmp_path / "bin", DATA / "nccom_test_allr_one_node.txt", tmp_path / "nccom.log")
     api = StandInApi(tmp_path, _node_object(karpenter=True, neuron_devices=devices), bin_dir=tmp_path / "bin")
@@ -543,10 +557,8 @@ def test_the_eks_checker_wants_the_tracks_driver_or_newer(tmp_path, eks_app, loa
     assert result.stdout.splitlines()[-1].startswith(f"trainium-cdk health: node {NODE} left tainted: its AMI release")
 
 
-def run_args(model: Reachability, group: str) -> list[str]:
-    (ds,) = [o for o in _health_objects(model) if o["kind"] == "DaemonSet"
-             and o["spec"]["template"]["spec"]["nodeSelector"]["trainium-cdk/compute-group"] == group]
-    return ds["spec"]["template"]["spec"]["containers"][0]["command"][2:]
+def run_args(model: Reachability, instance_type: str) -> list[str]:
+    return _checker(model, instance_type)["spec"]["template"]["spec"]["containers"][0]["command"][2:]
 
 
 def test_a_node_checked_before_is_left_alone(tmp_path, eks_app):
@@ -556,20 +568,24 @@ def test_a_node_checked_before_is_left_alone(tmp_path, eks_app):
     node_object = _node_object(karpenter=True)
     node_object["spec"]["taints"] = node_object["spec"]["taints"][:1]
     api = StandInApi(tmp_path, node_object)
-    result = run_checker(tmp_path, model, _first_group(model), tmp_path / "empty-host", api)
+    result = run_checker(tmp_path, model, _first_type(model), tmp_path / "empty-host", api)
     assert result.returncode == 0, result.stderr
     assert [m for m, *_ in api.requests] == ["GET"]
 
 
-def test_the_chart_alone_needs_a_group():
+def test_the_chart_alone_needs_one_props_per_instance_type():
     from cdk8s import App
 
     from trainium_cdk.errors import ConfigError
 
     with pytest.raises(ConfigError):
         NodeHealthCheck(App(), "x", groups=[])
-    with pytest.raises(ConfigError):
-        NodeHealthProps(group="Bad_Name", devices=16, cores=(32,), efa_interfaces=8)
+    for bad in ("Trn1.32xlarge", "trn1_32xlarge", "trn1"):
+        with pytest.raises(ConfigError, match="NodeHealthProps.instance_type"):
+            NodeHealthProps(instance_type=bad, devices=16, cores=(32,), efa_interfaces=8)
+    twice = [NodeHealthProps(instance_type="trn1.32xlarge", devices=16, cores=(32,), efa_interfaces=8)] * 2
+    with pytest.raises(ConfigError, match="one NodeHealthProps per instance type"):
+        NodeHealthCheck(App(), "y", groups=twice)
 
 
 # -- Batch: before the ECS agent starts ------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from tests.support.chart_helpers import validate_all
 from tests.support.reachability import Reachability
 from tests.support.scheduling import lands_on, pod_templates
 from tests.unit.node.test_node_health import (  # noqa: F401 - eks_app is a fixture
-    DATA, INSTANCE, NODE, PODS, StandInApi, _condition_patch, _expected, _first_group, _health_objects, _node_object,
+    DATA, INSTANCE, NODE, PODS, StandInApi, _condition_patch, _expected, _first_type, _health_objects, _node_object,
     eks_app, host_tree, nccom_test, probe_calls, probe_pod, run_checker,
 )
 from trainium_cdk.charts.node_health import NAME, NODE_NAME_EXTRA, PROBE_DEADLINE_S
@@ -31,15 +31,16 @@ USER = f"system:serviceaccount:kube-system:{NAME}"
 # -- what the chart deploys ----------------------------------------------------------------------------------------
 
 def test_the_probe_pod_holds_all_the_nodes_devices_in_the_tracks_image_and_nothing_more(eks_app):
-    """Per compute group: every Neuron device of its type (so no training pod can take one meanwhile), the track's
-    Neuron training image (the one the nodes pre-pull), the collective over the type's NeuronCores, bounded; no
-    token, no host path, no privilege. It validates as the checker creates it."""
+    """Per instance type of the compute groups: every Neuron device of the type (so no training pod can take one
+    meanwhile), the track's Neuron training image (the one the nodes pre-pull), the collective over the type's
+    NeuronCores, bounded; no token, no host path, no privilege. It validates as the checker creates it."""
     result, model = eks_app
     config = result.config
     for group in config.compute_groups:
         spec = config.spec(group)
-        pod = probe_pod(model, group.name)
+        pod = probe_pod(model, group.instance_type)
         assert validate_all([pod]) == 1
+        assert pod["metadata"]["labels"]["app.kubernetes.io/instance"] == group.instance_type.replace(".", "-")
         (container,) = pod["spec"]["containers"]
         assert container["resources"] == {"requests": {NEURON_TAINT_KEY: str(spec.neuron_devices)},
                                           "limits": {NEURON_TAINT_KEY: str(spec.neuron_devices)}}
@@ -85,14 +86,14 @@ def test_the_neuron_device_plugin_runs_on_a_node_not_yet_checked(eks_app):
 
 def test_the_admission_policy_admits_every_groups_probe_as_the_checker_creates_it(eks_app):
     """The policy's rows (who may do what) are tests/unit/charts/test_admission_cel.py's, evaluated by a CEL engine;
-    here: every compute group's probe, as the checker creates it on its node, is one the policy admits."""
+    here: every instance type's probe, as the checker creates it on its node, is one the policy admits."""
     result, model = eks_app
     objects = _health_objects(model)
     (policy,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
     (binding,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
     assert policy["spec"]["failurePolicy"] == "Fail"  # an expression that errs refuses, too
     for group in result.config.compute_groups:
-        pod = probe_pod(model, group.name)
+        pod = probe_pod(model, group.instance_type)
         request = Request("CREATE", "pods", USER, namespace="kube-system", object=pod,
                           extra={NODE_NAME_EXTRA: [NODE]})
         verdict = evaluate(policy, request, binding)
@@ -122,7 +123,7 @@ def _marked_and_replaced(api: StandInApi, before: list[tuple[str, str, str, Any]
 
 def test_a_node_whose_probe_collective_fails_keeps_its_taint_and_is_replaced(tmp_path, eks_app):
     _, model = eks_app
-    group = _first_group(model)
+    group = _first_type(model)
     devices, cores, _ = _expected(model, group)
     nccom_test(tmp_path / "bin", DATA / "nccom_test_failure.txt", tmp_path / "nccom.log", exit_code=1)
     api = StandInApi(tmp_path, _node_object(karpenter=True, neuron_devices=devices), bin_dir=tmp_path / "bin")
@@ -140,7 +141,7 @@ def test_a_probe_that_never_finishes_fails_the_node_at_the_checkers_bound_and_is
     reports): the checker stops waiting at its bound (the pod's deadline and a minute; here shortened), deletes the
     pod, and fails the node."""
     _, model = eks_app
-    group = _first_group(model)
+    group = _first_type(model)
     devices, _, _ = _expected(model, group)
     api = StandInApi(tmp_path, _node_object(karpenter=True, neuron_devices=devices), kubelet="hang")
     api_env = api.env
@@ -164,7 +165,7 @@ def test_a_node_whose_devices_are_never_advertised_fails_without_a_probe(tmp_pat
     would be rejected by the kubelet, so none is created; after the wait (here shortened) the node fails with a line
     of its own."""
     _, model = eks_app
-    group = _first_group(model)
+    group = _first_type(model)
     devices, _, _ = _expected(model, group)
     api = StandInApi(tmp_path, _node_object(karpenter=True, neuron_devices=0))
     api_env = api.env
@@ -184,7 +185,7 @@ def test_a_probe_image_that_cannot_run_replaces_no_node(tmp_path, eks_app):
     """The probe's image lacks nccom-test (an image other than the Neuron training image): every replacement would
     fail the same way, so the node is marked and left tainted, and says why."""
     _, model = eks_app
-    group = _first_group(model)
+    group = _first_type(model)
     devices, _, _ = _expected(model, group)
     (tmp_path / "bin").mkdir()
     api = StandInApi(tmp_path, _node_object(karpenter=True, neuron_devices=devices), bin_dir=tmp_path / "bin")
@@ -209,12 +210,14 @@ def test_the_probe_reads_what_the_trn2_catalog_says():
 
     spec = DEFAULT_CATALOG.get("trn2.48xlarge")
     chart = NodeHealthCheck(App(), "x", probe_image="example.com/neuron:1", groups=[NodeHealthProps(
-        group="big", devices=spec.neuron_devices, cores=spec.neuron_core_counts, efa_interfaces=spec.efa_interfaces)])
-    pod = chart.probes["big"]
+        instance_type=spec.name, devices=spec.neuron_devices, cores=spec.neuron_core_counts,
+        efa_interfaces=spec.efa_interfaces)])
+    pod = chart.probes["trn2.48xlarge"]
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {NEURON_TAINT_KEY: "16"}
     assert pod["spec"]["containers"][0]["command"][3] == "64"
-    assert json.loads(chart.to_json()[0]["data"]["probe-big.json"]) == pod
-    without = NodeHealthCheck(App(), "y", groups=[NodeHealthProps(group="big", devices=16, cores=(64,), efa_interfaces=16)])
+    assert json.loads(chart.to_json()[0]["data"]["probe-trn2-48xlarge.json"]) == pod
+    without = NodeHealthCheck(App(), "y", groups=[NodeHealthProps(instance_type="trn2.48xlarge", devices=16, cores=(64,),
+                                                                  efa_interfaces=16)])
     assert without.probes == {} and set(without.to_json()[0]["data"]) == {"health_check.py"}
 
 
@@ -222,7 +225,7 @@ def test_a_probe_left_by_a_stopped_checker_is_replaced_by_a_new_one(tmp_path, ek
     """A checker replaced mid-probe (a DaemonSet update) left its probe pod: the new checker's create meets it (409),
     deletes it and creates its own, which then runs as usual."""
     _, model = eks_app
-    group = _first_group(model)
+    group = _first_type(model)
     devices, _, _ = _expected(model, group)
     nccom_test(tmp_path / "bin", DATA / "nccom_test_allr_one_node.txt", tmp_path / "nccom.log")
     api = StandInApi(tmp_path, _node_object(karpenter=True, neuron_devices=devices), bin_dir=tmp_path / "bin")

@@ -79,12 +79,13 @@ def node_pool_props(
 
 
 def node_health_props(config: Config) -> list[NodeHealthProps]:
-    """What each compute group's nodes must show before they take work (the catalog of the group's type)."""
+    """What the nodes of each instance type of the compute groups must show before they take work (the catalog of
+    the type): one per type, however many groups have it."""
+    specs = {spec.name: spec for spec in map(config.spec, config.compute_groups)}
     return [
-        NodeHealthProps(group=group.name, devices=spec.neuron_devices, cores=spec.neuron_core_counts,
+        NodeHealthProps(instance_type=spec.name, devices=spec.neuron_devices, cores=spec.neuron_core_counts,
                         efa_interfaces=spec.efa_interfaces, min_driver=config.neuron_track.driver)
-        for group in config.compute_groups
-        for spec in [config.spec(group)]
+        for spec in specs.values()
     ]
 
 

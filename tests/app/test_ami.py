@@ -81,7 +81,7 @@ def test_the_ssm_walk_sees_both_ways_of_reading_a_parameter():
 ACCESS_HOST_IMAGE = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-6.1-arm64"
 
 
-def test_every_public_parameter_a_template_reads_is_published_in_its_region(aws, variant):
+def test_every_public_parameter_a_template_reads_is_published_in_its_region(moto_public_amis, aws, variant):
     """moto's copy of AWS's public parameters (its ECS dump) answers for the Batch AMI of each region."""
     region = variant.config.region
     ssm, ec2_client = boto3.client("ssm", region_name=region), boto3.client("ec2", region_name=region)

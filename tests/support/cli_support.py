@@ -103,6 +103,12 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @pytest.fixture
+def moto_public_amis(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto's copy of AWS's public AMIs, for a test that reads one through AWS's public parameters (before ``aws``)."""
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "true")
+
+
+@pytest.fixture
 def no_credentials(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")

@@ -69,3 +69,25 @@ def test_data_parallel_under_torchrun(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     history = json.loads((tmp_path / "metrics.json").read_text())["loss_per_epoch"]
     assert len(history) == 4 and history[-1] < 0.5 * history[0], history
+
+
+def test_a_resumed_run_writes_each_line_in_one_write(example, monkeypatch, tmp_path):
+    """Every rank of a restarted job prints where it resumed from, at the same moment: in two writes, two ranks'
+    lines came out as one (seen on CI: ``{"resumed_from": ..., "next_epoch": 3}{"resumed_from": ...}``), which
+    the resume test could not read. The checkpoint lines go one write each too."""
+    example.train(epochs=1, samples=64, checkpoint_dir=tmp_path)
+    writes = []
+
+    class Unbuffered:
+        def write(self, text):
+            writes.append(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stdout", Unbuffered())
+    example.train(epochs=2, samples=64, checkpoint_dir=tmp_path)
+    assert writes and all(w.endswith("\n") and w.count("\n") == 1 for w in writes), writes
+    records = [json.loads(w) for w in writes]
+    assert records[0]["next_epoch"] == 1 and records[-1] == {"checkpoint": 1}

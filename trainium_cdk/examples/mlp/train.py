@@ -199,7 +199,7 @@ def train(
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         history, start = list(state["history"]), state["epoch"] + 1
-        print(json.dumps({"resumed_from": str(checkpoint), "next_epoch": start}), flush=True)
+        say({"resumed_from": str(checkpoint), "next_epoch": start})  # every rank resumes: one write each
     model = model.to(device)
     plain = model
     if _distributed() and xm is None:
@@ -231,7 +231,7 @@ def train(
         if checkpoint_dir is not None and rank == 0:
             state = {"epoch": epoch, "model": plain.state_dict(), "optimizer": optimizer.state_dict(), "history": history}
             save_checkpoint(checkpoint_dir, _on_cpu(state))
-            print(json.dumps({"checkpoint": epoch}), flush=True)
+            say({"checkpoint": epoch})
     if max_steps is not None:
         say({"graph_extraction": {"rank": rank, "steps": steps}})  # every rank: one write, or lines interleave
     return history
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0:
-        print(json.dumps({"preflight": preflight()}), flush=True)
+        say({"preflight": preflight()})
     extracting = extraction_steps()
     history = train(
         epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, samples=args.samples,
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
         checkpoint_dir=None if extracting else args.checkpoint_dir, max_steps=extracting,
     )
     if not extracting and rank == 0:
-        print(json.dumps({"loss_per_epoch": history}))
+        say({"loss_per_epoch": history})
         if args.output_dir is not None:
             args.output_dir.mkdir(parents=True, exist_ok=True)
             (args.output_dir / "metrics.json").write_text(json.dumps({"loss_per_epoch": history}))

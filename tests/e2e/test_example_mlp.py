@@ -27,6 +27,28 @@ def example():
     return module
 
 
+class _Unbuffered:
+    """stdout as torchrun's ``python -u`` leaves it: each write recorded as it reaches the shared output."""
+
+    def __init__(self, writes: list[str]) -> None:
+        self.writes = writes
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def record_stdout(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What the script writes from here on, write by write. In the test's body: pytest's capture takes sys.stdout
+    back between a fixture's setup and the test."""
+    recorded: list[str] = []
+    monkeypatch.setattr(sys, "stdout", _Unbuffered(recorded))
+    return recorded
+
+
 def test_runs_on_cpu_without_torch_neuronx(example):
     assert example.xm is None
 
@@ -41,17 +63,7 @@ def test_every_rank_writes_its_line_in_one_write(example, monkeypatch):
     """torchrun runs the script with ``python -u``: every write reaches the shared output at once, so a line
     written in two writes (print's text, then its newline) interleaves with another rank's (seen on CI:
     ``{"graph_extraction": {"rank": 2, ...}}{"graph_extraction": {"rank": 3, ...}}``)."""
-    writes = []
-
-    class Unbuffered:
-        def write(self, text):
-            writes.append(text)
-            return len(text)
-
-        def flush(self):
-            pass
-
-    monkeypatch.setattr(sys, "stdout", Unbuffered())
+    writes = record_stdout(monkeypatch)
     example.train(epochs=1, samples=64, max_steps=2)  # graph extraction: every rank prints its line
     assert writes and all(w.endswith("\n") and w.count("\n") == 1 for w in writes), writes
     assert json.loads(writes[-1]) == {"graph_extraction": {"rank": 0, "steps": 2}}
@@ -71,22 +83,12 @@ def test_data_parallel_under_torchrun(tmp_path):
     assert len(history) == 4 and history[-1] < 0.5 * history[0], history
 
 
-def test_a_resumed_run_writes_each_line_in_one_write(example, monkeypatch, tmp_path):
+def test_a_resumed_run_writes_each_line_in_one_write(example, tmp_path, monkeypatch):
     """Every rank of a restarted job prints where it resumed from, at the same moment: in two writes, two ranks'
     lines came out as one (seen on CI: ``{"resumed_from": ..., "next_epoch": 3}{"resumed_from": ...}``), which
     the resume test could not read. The checkpoint lines go one write each too."""
     example.train(epochs=1, samples=64, checkpoint_dir=tmp_path)
-    writes = []
-
-    class Unbuffered:
-        def write(self, text):
-            writes.append(text)
-            return len(text)
-
-        def flush(self):
-            pass
-
-    monkeypatch.setattr(sys, "stdout", Unbuffered())
+    writes = record_stdout(monkeypatch)
     example.train(epochs=2, samples=64, checkpoint_dir=tmp_path)
     assert writes and all(w.endswith("\n") and w.count("\n") == 1 for w in writes), writes
     records = [json.loads(w) for w in writes]

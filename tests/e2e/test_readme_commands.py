@@ -108,7 +108,9 @@ def test_readme_session_runs(name, tmp_path):
     try:
         for ran in walk.run_blocks(SESSIONS[name]):
             where = f"{ran.command.where} (session {name}, on {ran.host})"
-            assert ran.code == 0, f"{where}: `{ran.command.text}` exited {ran.code}:\n{ran.output[-4000:]}"
+            assert ran.code == 0, (
+                f"{where}: `{ran.command.text}` exited {ran.code}:\n{ran.output[-8000:]}\n{walk.job_logs()}"
+            )
             # jsii's banner about the Node.js it runs on (end-of-life, untested): the README's commands run on a
             # supported one, whatever node the machine has (the workstation's PATH has the machine's).
             assert JSII_BANNER not in ran.output, f"{where}: `{ran.command.text}` printed jsii's Node.js banner"

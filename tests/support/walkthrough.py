@@ -252,6 +252,12 @@ class Walkthrough:
             return []
         return [json.loads(line) for line in self.sessions_log.read_text().splitlines()]
 
+    def job_logs(self, limit: int = 4000) -> str:
+        """The tail of every job log the session's instance stand-ins hold (a unit's output goes to its log, not to
+        the Run Command that started it): what a failed command's message adds."""
+        logs = sorted(self.tmp.glob("**/.trainium/jobs/*/output.log"))
+        return "".join(f"--- {log.relative_to(self.tmp)}:\n{log.read_text(errors='replace')[-limit:]}\n" for log in logs)
+
     def close(self) -> None:
         exemptions.stop_background(self)
         for shell in self.shells.values():

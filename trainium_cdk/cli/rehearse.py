@@ -95,7 +95,8 @@ def rehearse(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         started = time.monotonic()
         label, results = run(args, config, stage, cwd)
         took = time.monotonic() - started
-        for result in results:
+        # A failed node's output last, next to the summary: the lines that say why (a terminal or a log's tail).
+        for result in sorted(results, key=lambda r: r.code != 0):
             out.write(result.output if result.output.endswith("\n") or not result.output else result.output + "\n")
         _report(label, results, stage, took=took, backend=backend, out=out)
         shutil.rmtree(Path(root) / "bin", ignore_errors=True)

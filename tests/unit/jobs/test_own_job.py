@@ -274,3 +274,19 @@ def test_a_rehearsals_rendezvous_port_is_one_no_outgoing_connection_can_take(mon
     narrow.write_text(f"{stage.PORT_FLOOR + 10}\t60999\n")
     monkeypatch.setattr(stage, "EPHEMERAL_RANGE", narrow)
     assert stage.free_port() >= stage.PORT_FLOOR + 10
+
+
+def test_rehearse_prints_a_failed_nodes_output_last(config, tmp_path, monkeypatch):
+    """The lines that say why a node failed sit next to the summary (a terminal's last screen, a log's tail), whatever
+    its rank. The nodes' results are the runner's (the processes are not what this test is about)."""
+    from trainium_cdk.cli import rehearse
+    from trainium_cdk.rehearsal import NodeResult
+
+    def runner(args, config, stage, cwd):
+        return "job x", [NodeResult(0, 1, "node 0: bad data\n"), NodeResult(1, 0, "node 1: fine\n")]
+
+    monkeypatch.setitem(rehearse.RUNNERS, "eks", runner)
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("rehearse", "--backend", "eks", "--config", str(config), "--", "train.py")
+    assert result.code == 1
+    assert result.out.index("node 1: fine") < result.out.index("node 0: bad data") < result.out.index("\nrehearsed job x")

@@ -8,7 +8,9 @@ as a subprocess.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -29,6 +31,10 @@ PACKAGE = next(
 CHECKOV = VENV / "bin" / "checkov"
 STAMP = VENV / f".installed-{PACKAGE.replace('==', '-')}"
 SCAN_TIMEOUT_S = 900
+# checkov's report depends only on the files it reads (their paths under the scanned folder and their text), the
+# frameworks and checkov's own pinned packages: content-addressed, it is kept for later runs as cfn-lint's findings
+# are (tests/support/helpers.py's LINT_CACHE). A scan of every app's templates took about 70 s.
+SCAN_CACHE = ROOT / ".pytest_cache" / "trainium-cdk" / "checkov"
 
 
 class CheckovUnavailable(PclusterUnavailable):
@@ -53,8 +59,13 @@ def ensure_venv() -> Path:
 
 
 def scan(directory: Path, frameworks: Sequence[str] = ("cloudformation", "kubernetes")) -> list[dict[str, Any]]:
-    """checkov's JSON report of every file under ``directory``: one report per framework."""
+    """checkov's JSON report of every file under ``directory``: one report per framework (from SCAN_CACHE when the
+    same files were scanned before)."""
     checkov = ensure_venv()
+    key = scan_key(directory, frameworks)
+    cached = SCAN_CACHE / f"{key}.json"
+    if cached.is_file():
+        return json.loads(cached.read_text())
     done = subprocess.run(
         [str(checkov), "--directory", str(directory), "--framework", *frameworks, "--output", "json",
          "--compact", "--skip-download"],
@@ -65,7 +76,23 @@ def scan(directory: Path, frameworks: Sequence[str] = ("cloudformation", "kubern
     if done.returncode not in (0, 1) or not done.stdout.strip():
         raise RuntimeError(f"checkov failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
     report = json.loads(done.stdout)
-    return report if isinstance(report, list) else [report]
+    reports = report if isinstance(report, list) else [report]
+    SCAN_CACHE.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(f".{os.getpid()}")
+    partial.write_text(json.dumps(reports))
+    partial.replace(cached)  # atomic: a reader gets a whole entry or none
+    return reports
+
+
+def scan_key(directory: Path, frameworks: Sequence[str]) -> str:
+    """What decides a scan's report: checkov's pins, the frameworks, and each file's path (under ``directory``)
+    and bytes."""
+    digest = hashlib.sha256()
+    for part in (REQUIREMENTS.read_bytes(), CONSTRAINTS.read_bytes(), json.dumps(list(frameworks)).encode()):
+        digest.update(part + b"\0")
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def main(argv: Sequence[str]) -> int:

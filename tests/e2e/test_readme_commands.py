@@ -195,3 +195,48 @@ def test_the_readmes_envsubst_fills_in_the_placeholders_and_nothing_else(tmp_pat
     # Only $TRAINING_IMAGE / ${TRAINING_IMAGE} change (the file's header comment names the variable too).
     assert run(words[1]) == re.sub(r"\$\{?TRAINING_IMAGE\}?", env["TRAINING_IMAGE"], text)
     assert '"$MASTER_ADDR"' not in run()  # the old README line: every $VAR of the launcher emptied
+
+
+# Imported first by every process torchrun starts (PYTHONPATH): at exit, after the script's own handlers, a
+# DistributedDataParallel still in memory (referenced, or in a cycle no collection has freed) fails the process.
+_DDP_AT_EXIT = '''\
+import atexit, gc, os, sys
+
+def _no_ddp_left():
+    ddp = sys.modules.get("torch.nn.parallel")
+    if ddp is not None and any(isinstance(o, ddp.DistributedDataParallel) for o in gc.get_objects()):
+        sys.stderr.write("DistributedDataParallel alive at exit\\n")
+        sys.stderr.flush()
+        os._exit(97)
+
+atexit.register(_no_ddp_left)
+'''
+
+
+def test_the_site_scripts_free_ddp_before_the_process_group_goes(tmp_path):
+    """DDP's reducer holds the process group in a reference cycle. A script that leaves its DDP model to interpreter
+    exit has the group torn down there with gloo's threads running, and a rank aborts now and then ("terminate called
+    without an active exception", SIGABRT: 2 runs in 50 of the walkthrough's train.py here; CI's red run at
+    205f002). Every file block of the site that wraps a model in DDP runs under torchrun with a check at exit."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.support.rehearsal import free_port
+
+    found = [b for b in readme.site_blocks() if b.file and b.file.endswith(".py")
+             and "DistributedDataParallel(" in b.commands[0].text]
+    assert found, "the walkthroughs' own script wraps its model in DDP"
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "sitecustomize.py").write_text(_DDP_AT_EXIT)
+    for block in found:
+        subprocess.run(["bash", "-c", block.commands[0].text], cwd=tmp_path, check=True)
+        torchrun = Path(sys.executable).parent / "torchrun"
+        done = subprocess.run(
+            [str(torchrun), "--nnodes=1", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+             f"--master_port={free_port()}", block.file, "--steps", "3"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+            env={"PATH": f"{torchrun.parent}:/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1",
+                 "PYTHONPATH": str(tmp_path / "probe")},
+        )
+        assert done.returncode == 0, f"{block.page}:{block.line} ({block.file}):\n{done.stdout[-2000:]}{done.stderr[-3000:]}"

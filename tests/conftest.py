@@ -22,15 +22,19 @@ pytest_plugins = ["tests.support.cli_support"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The controller (or a run without xdist) makes the run's cache of synthesized apps, which its workers
-    inherit through the environment (tests/support/synth_cache.py). A folder set by hand is kept across runs,
-    but in CI, where every run starts from a fresh one."""
+    """The controller (or a run without xdist) names the cache of synthesized apps, which its workers inherit
+    through the environment (tests/support/synth_cache.py): the folder kept for this code under .pytest_cache, or
+    one set by hand. ``-p no:cacheprovider`` (no .pytest_cache) gets a folder for the run, deleted after."""
     if hasattr(config, "workerinput"):
         return
     kept = os.environ.get(synth_cache.ENV)
-    if kept and os.environ.get("CI") != "true":
+    if kept:
         Path(kept).mkdir(parents=True, exist_ok=True)
         os.environ[synth_cache.ENV] = str(Path(kept).resolve())  # the workers' view, wherever they start
+        return
+    cache = getattr(config, "cache", None)  # none under -p no:cacheprovider
+    if cache is not None:
+        os.environ[synth_cache.ENV] = str(synth_cache.kept_folder(cache.mkdir(synth_cache.KEPT)))
         return
     folder = tempfile.mkdtemp(prefix="trainium-cdk-synths-")
     os.environ[synth_cache.ENV] = folder
@@ -41,7 +45,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     folder = synth_cache.folder()
     if folder is not None and not hasattr(config, "workerinput"):
         cached, uncached = synth_cache.count(folder)
-        terminalreporter.write_line(f"synthesized apps: {cached} into the run's cache, {uncached} uncached")
+        terminalreporter.write_line(f"synthesized apps: {cached} into the cache ({folder}), {uncached} uncached")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -88,3 +88,41 @@ def test_a_synth_while_a_monkeypatch_holds_a_change_is_not_cached(tmp_path):
 
     assert result.outdir.parent != tmp_path
     assert synths(tmp_path) == [f"{os.getpid()} app t uncached"]
+
+
+def test_the_kept_folder_is_this_codes_and_drops_other_codes(tmp_path):
+    kept = tmp_path / "kept"
+    stale = kept / "0123456789abcdef"
+    stale.mkdir(parents=True)
+    (stale / "entry").mkdir()
+    own = synth_cache.kept_folder(kept)
+    (own / synth_cache.LOG).write_text("a synth of the last run\n")
+
+    assert own == kept / synth_cache.code_digest()[:16] and own.is_dir()
+    assert not stale.exists()  # its digest is in none of this code's keys
+    assert synth_cache.kept_folder(kept) == own and not (own / synth_cache.LOG).exists()  # a run counts its own
+
+
+def test_a_second_run_of_the_same_code_synthesizes_nothing(tmp_path):
+    """Two pytest runs with the same cache folder (`-o cache_dir`, as .pytest_cache between two `make test`): the
+    first synthesizes this module's small app into the kept folder, the second reads it."""
+    env = {k: v for k, v in os.environ.items() if k not in (synth_cache.ENV, "PYTEST_XDIST_WORKER")}
+
+    def run() -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-o", f"cache_dir={tmp_path / 'cache'}",
+             f"{__file__}::test_a_small_app_synthesizes"],
+            cwd=paths.ROOT, env=env, capture_output=True, text=True, check=False,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+        (line,) = [x for x in done.stdout.splitlines() if x.startswith("synthesized apps:")]
+        return line
+
+    first, second = run(), run()
+    folder = tmp_path / "cache" / "d" / synth_cache.KEPT / synth_cache.code_digest()[:16]
+    assert first == f"synthesized apps: 1 into the cache ({folder}), 0 uncached"
+    assert second == f"synthesized apps: 0 into the cache ({folder}), 0 uncached"
+
+
+def test_a_small_app_synthesizes():
+    assert synth(config_with(**SMALL), nag=False).template_json("instance")["Resources"]

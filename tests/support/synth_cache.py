@@ -8,9 +8,13 @@ decides its output:
 
 - the config's full dump (``Config.model_dump_json()``), the cdk-nag flag and the CDK context (cdk.json);
 - the backend registry (a test may register its own backend: tests/app/test_backends.py);
-- a digest of the package's files (trainium_cdk/**), cdk.json, constraints.txt and the requirements files, so
-  that a folder kept across runs (``TRN_TEST_SYNTH_CACHE`` set by hand; never in CI) never returns an app of
+- a digest of the package's files (trainium_cdk/**), the test support code that builds apps (tests/support/*.py),
+  cdk.json, constraints.txt and the requirements files, so that a folder kept across runs never returns an app of
   other code.
+
+The folder is kept across runs: ``.pytest_cache/d/trainium-cdk-synth/<code digest>/`` (KEPT), so that a second `make
+test` on the same code synthesizes nothing; the controller deletes the folders of other code digests when a run
+starts (tests/conftest.py). ``TRN_TEST_SYNTH_CACHE`` set by hand names another folder.
 
 The first worker to need an entry synthesizes it under an exclusive ``fcntl.flock`` on the entry's lock file;
 the others wait on the lock, then read the assembly from disk (``cx_api.CloudAssembly(directory)``). A synth
@@ -40,6 +44,7 @@ from _pytest import monkeypatch as _monkeypatch
 from tests.support import paths
 
 ENV = "TRN_TEST_SYNTH_CACHE"
+KEPT = "trainium-cdk-synth"  # under pytest's cache folder (.pytest_cache/d/): <code digest>/<entry>, kept_folder()
 OFF = "TRN_TEST_SYNTH_CACHE_OFF"  # =1: every synth fresh, as before the cache (still counted in the log)
 LOG = "synths.log"
 _DONE = "complete"  # written last into an entry: a worker killed mid-synth leaves no entry others would read
@@ -79,10 +84,26 @@ def code_digest() -> str:
     """A digest of what else decides a synth's output: the package's files, cdk.json, the requirements locks."""
     digest = hashlib.sha256()
     files = sorted(p for p in (paths.ROOT / "trainium_cdk").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    files += sorted((paths.ROOT / "tests" / "support").glob("*.py"))
     files += [paths.ROOT / "cdk.json", paths.ROOT / "constraints.txt", *sorted(paths.ROOT.glob("requirements*.txt"))]
     for path in files:
         digest.update(str(path.relative_to(paths.ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def kept_folder(kept: Path) -> Path:
+    """This code's folder in ``kept``, made; the folders of other code are deleted (their entries can never be read
+    again: their digest is in every key)."""
+    import shutil
+
+    own = kept / code_digest()[:16]
+    if kept.is_dir():
+        for other in kept.iterdir():
+            if other != own:
+                shutil.rmtree(other, ignore_errors=True)
+    own.mkdir(parents=True, exist_ok=True)
+    (own / LOG).unlink(missing_ok=True)  # the log counts this run's synths
+    return own
 
 
 def key(kind: str, config: Any, **extra: Any) -> str:

@@ -111,10 +111,16 @@ fi
 # XLA track: neuron_cc_wrapper's lines ("Neuron Persistent Cache"). Native track, at TORCH_NEURONX_LOG_LEVEL=3 only:
 # "Persistent cache hit [after lock acquisition] key= K persistent_key= H" and "Stored to persistent cache key= K
 # persistent_key= H" (torch-neuronx csrc/core/compilation/CompilationCache.cpp, TORCH_NEURONX_DEBUG).
+neffs() {  # TorchNeuron's cache entries: <dir>/ab/cd/<key>.neff (PersistentCacheBackend.h)
+  d="${TORCH_NEURONX_NEFF_CACHE_DIR:-/tmp/neff_cache}"
+  find "$d" -mindepth 3 -maxdepth 3 -path "$d/??/??/*.neff" 2>/dev/null || true
+}
 start() {
   counters=""
   if command -v awk >/dev/null && tally="$(mktemp -d)" && mkfifo "$tally/1" "$tally/2"; then
-    : > "$tally/start"  # (no touch: the shell writes it) the native track's new cache entries are newer than this
+    # The native track's NEFFs before the run: the new ones at the end are its misses (a list, not a time: a file
+    # written in the marker's clock tick would not be newer than it).
+    [ -z "$native" ] || neffs > "$tally/before"
     for fd in 1 2; do
       awk -v seen="$tally/seen.$fd" '{ print; fflush(); kind = "" }
         /Using a cached neff at / { kind = "hit" }
@@ -158,8 +164,8 @@ finish() {
   if [ -n "$native" ] && [ "$3" = 0 ]; then
     # No debug lines: a hit leaves no trace; misses are the NEFFs new in the cache (PersistentCacheBackend.h's
     # <dir>/ab/cd/<key>.neff, renamed into place), from any node of the job on a shared cache (launcher.py).
-    d="${TORCH_NEURONX_NEFF_CACHE_DIR:-/tmp/neff_cache}"
-    set -- null "$(find "$d" -mindepth 3 -maxdepth 3 -path "$d/??/??/*.neff" -newer "$tally/start" 2>/dev/null | wc -l)"
+    set -- null "$(neffs | awk -v before="$tally/before" 'BEGIN { while ((getline f < before) > 0) old[f] = 1 }
+      !($0 in old) { n++ } END { print n + 0 }')"
   fi
   rm -rf "$tally"
   case "$job" in ''|*[!A-Za-z0-9_.-]*) label="" ;; *) label="$job" ;; esac

@@ -208,12 +208,16 @@ NATIVE_LINES = [
 ]
 
 
-def native_torchrun(bin_dir: Path, *, lines: list[str], new_neffs: int = 0) -> None:
+def native_torchrun(bin_dir: Path, *, lines: list[str], new_neffs: int = 0, clock_behind_s: int = 0) -> None:
     """torchrun that prints its cache variables and ``lines`` on stdout, and puts ``new_neffs`` NEFFs into the cache
-    the way TorchNeuron does (a temporary file renamed into its shard)."""
+    the way TorchNeuron does (a temporary file renamed into its shard); ``clock_behind_s``: as another node of the job
+    whose clock is that far behind this one's writes them on the shared cache (their times in this node's past)."""
     writes = "".join(
         f'mkdir -p "$TORCH_NEURONX_NEFF_CACHE_DIR/{h[:2]}/{h[2:4]}" && echo neff > "$TORCH_NEURONX_NEFF_CACHE_DIR/'
-        f'{h[:2]}/{h[2:4]}/.t" && mv "$TORCH_NEURONX_NEFF_CACHE_DIR/{h[:2]}/{h[2:4]}/.t" '
+        f'{h[:2]}/{h[2:4]}/.t" && '
+        + (f'touch -d "@$(( $(date +%s) - {clock_behind_s} ))" "$TORCH_NEURONX_NEFF_CACHE_DIR/{h[:2]}/{h[2:4]}/.t" && '
+           if clock_behind_s else "")
+        + f'mv "$TORCH_NEURONX_NEFF_CACHE_DIR/{h[:2]}/{h[2:4]}/.t" '
         f'"$TORCH_NEURONX_NEFF_CACHE_DIR/{h[:2]}/{h[2:4]}/{h}.neff"\n'
         for h in (H1, H2, H3)[:new_neffs]
     )
@@ -267,10 +271,14 @@ def test_native_track_debug_lines_are_counted_by_graph(tmp_path):
     )
 
 
-def test_native_track_without_debug_lines_misses_are_the_new_neffs_and_hits_are_unknown(tmp_path):
+@pytest.mark.parametrize("clock_behind_s", [0, 2], ids=["this node", "a node whose clock is behind"])
+def test_native_track_without_debug_lines_misses_are_the_new_neffs_and_hits_are_unknown(tmp_path, clock_behind_s):
+    """The new NEFFs are the misses, whenever their files say they were written: a NEFF written in the clock tick
+    of the run's start, or by a node of the job whose clock is behind this one's on the shared cache, is new too
+    (the launcher compared times once, and counted 1 of 2 now and then: `make test` on 2026-11-27)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    native_torchrun(bin_dir, lines=["step 1 loss 9.1"], new_neffs=2)
+    native_torchrun(bin_dir, lines=["step 1 loss 9.1"], new_neffs=2, clock_behind_s=clock_behind_s)
     cache, metrics, checkpoints = tmp_path / "cache", tmp_path / "metrics", tmp_path / "checkpoints"
     old = cache / "ff" / "ee" / f"{'ffee' * 16}.neff"  # an earlier run's graph: not this run's miss
     old.parent.mkdir(parents=True)

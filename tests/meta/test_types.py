@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import io
+import re
 import subprocess
 import sys
+import tokenize
 import tomllib
 from functools import cache
 from pathlib import Path
@@ -33,23 +36,27 @@ def _file(module: str) -> Path | None:
     return None
 
 
-def _imports(tree: ast.AST, module: str, is_package: bool, *, skip_submodule_list: bool = False) -> set[str]:
-    """The aws_cdk modules ``tree`` imports, at any depth (jsii's modules import their types' modules under
-    ``if TYPE_CHECKING:``). ``skip_submodule_list``: not the root's ``from . import x as x`` of every module."""
+def _import_lines(text: str) -> str:
+    """A jsii module's imports: the lines between its docstring (the README, with code examples that import
+    modules too) and its first class (but the helper class of its lazy imports); the root module's ``from . import x as x`` of every module comes after."""
+    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+    first = next(t for t in tokens if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE))
+    lines = text.splitlines()[first.end[0] if first.type == tokenize.STRING else 0:]
+    body = next((i for i, line in enumerate(lines)
+                 if line.startswith(("class ", "@jsii")) and not line.startswith("class _LazyImport")), len(lines))
+    return "\n".join(lines[:body])
+
+
+def _imports(text: str, module: str, is_package: bool) -> set[str]:
+    """The aws_cdk modules that ``text`` imports, at any depth (jsii's modules import their types' modules under
+    ``if TYPE_CHECKING:``). Read line by line: parsing aws-cdk-lib's large modules took 15 s."""
     found = set()
     package = module.split(".") if is_package else module.split(".")[:-1]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                if skip_submodule_list and node.level == 1 and node.module is None:
-                    continue
-                base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
-            else:
-                base = node.module or ""
-            found.add(base)
-            found.update(f"{base}.{a.name}" for a in node.names)  # `from aws_cdk import aws_ec2`
+    for dots, name, names in re.findall(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([\w, \t*]+)", text, re.M):
+        base = ".".join(package[: len(package) - len(dots) + 1] + ([name] if name else [])) if dots else name
+        found.add(base)
+        found.update(f"{base}.{n.split()[0]}" for n in names.split(",") if n.strip() not in ("", "*"))
+    found.update(re.findall(r"^[ \t]*import[ \t]+([\w.]+)", text, re.M))
     return {m for m in found if m.split(".")[0] == "aws_cdk" and _file(m) is not None}
 
 
@@ -59,13 +66,18 @@ def read_cdk_modules() -> list[str]:
     type the package touches (an argument's type, a base class, an attribute's)."""
     imported: set[str] = set()
     for path in (ROOT / "trainium_cdk").rglob("*.py"):
-        imported |= _imports(ast.parse(path.read_text()), "trainium_cdk", True)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                imported.add(node.module)
+                imported.update(f"{node.module}.{a.name}" for a in node.names)
+    imported = {m for m in imported if m.split(".")[0] == "aws_cdk" and _file(m) is not None}
     read = set(imported)
     for module in imported:
         path = _file(module)
         assert path is not None
-        read |= _imports(ast.parse(path.read_text()), module, path.name == "__init__.py",
-                         skip_submodule_list=module == "aws_cdk")
+        read |= _imports(_import_lines(path.read_text()), module, path.name == "__init__.py")
     return sorted(read)
 
 

@@ -87,7 +87,8 @@ def test_a_synth_while_a_monkeypatch_holds_a_change_is_not_cached(tmp_path):
         result = synth(config_with(**SMALL), nag=False)
 
     assert result.outdir.parent != tmp_path
-    assert synths(tmp_path) == [f"{os.getpid()} app t uncached"]
+    test = "tests/meta/test_synth_cache.py::test_a_synth_while_a_monkeypatch_holds_a_change_is_not_cached"
+    assert synths(tmp_path) == [f"{os.getpid()} app t uncached {test}"]  # the line names the test that synthesized
 
 
 def test_the_kept_folder_is_this_codes_and_drops_other_codes(tmp_path):

@@ -147,7 +147,7 @@ def entry(kind: str, config: Any, synth: Callable[[Path], None], **extra: Any) -
         synth(outdir)
         share_assets(root, outdir)
         (outdir / _DONE).write_text("")
-        log(root, f"{os.getpid()} {kind} {config.project} {name} {time.monotonic() - start:.1f}s")
+        log(root, f"{os.getpid()} {kind} {config.project} {name} {time.monotonic() - start:.1f}s {_test()}")
     return outdir, True
 
 
@@ -203,11 +203,16 @@ def log_uncached(kind: str, config: Any) -> None:
     """Count a synth that the cache did not hold (turned off, or a MonkeyPatch held a change)."""
     root = folder()
     if root is not None:
-        log(root, f"{os.getpid()} {kind} {config.project} uncached")
+        log(root, f"{os.getpid()} {kind} {config.project} uncached {_test()}")
+
+
+def _test() -> str:
+    """The test that asked for the synth (pytest's PYTEST_CURRENT_TEST, without its phase)."""
+    return os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
 
 
 def count(root: Path) -> tuple[int, int]:
     """The run's synths: (cached entries written, uncached)."""
     lines = (root / LOG).read_text().splitlines() if (root / LOG).exists() else []
-    uncached = sum(line.endswith(" uncached") for line in lines)
+    uncached = sum(line.split()[3] == "uncached" for line in lines)
     return len(lines) - uncached, uncached

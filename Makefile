@@ -78,7 +78,7 @@ vendor-chart: setup
 	@$(PY) tools/vendor_chart.py "$(NAME)" "$(GIT_DIR)" "$(REF)" "$(CHART_PATH)" $(if $(DEST),"$(DEST)")
 
 # pytest on every core, a test module per worker (its synthesized apps stay with it); the wall time last.
-PYTEST = start=$$(date +%s); $(RUN) $(PY) -m pytest -n auto --dist loadfile $(ARGS) -m
+PYTEST = start=$$(date +%s); $(RUN) $(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder $(ARGS) -m
 WALL = ; rc=$$?; echo "$@: $$(( $$(date +%s) - start )) s wall"; exit $$rc
 
 ## test: the suite but the end-to-end runs (CDK assertions, cdk-nag, cfn-lint, manifests, models, config errors)

@@ -1,31 +1,41 @@
-"""Quality gates over every variant the project claims: cdk-nag AwsSolutions and cfn-lint, zero errors."""
+"""Quality gates over every variant the project claims: cdk-nag AwsSolutions and cfn-lint, zero errors.
+
+The shared apps (tests/support/apps.py: every supported instance type once, every backend, both EKS capacity
+paths, Prometheus metrics everywhere) and two variants of their own: a data repository with interface endpoints
+and a NAT gateway per AZ, and a capacity reservation with scratch storage."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.support.helpers import cfn_lint_errors, config_with, for_type, nag_violations, synth
+from tests.support import apps
+from tests.support.helpers import cfn_lint_errors, config_with, nag_violations, synth
 from trainium_cdk.facts.catalog import SUPPORTED_TRAINING_TYPES
 
 VARIANTS = {
-    **{f"group of {t}": for_type(t) for t in SUPPORTED_TRAINING_TYPES},
     "data repository, endpoints, per-AZ NAT": {
         "storage": {"data_repository": {"s3_prefix": "data/"}},
         "network": {"az_ids": ["usw2-az4", "usw2-az3"], "interface_endpoints": True, "nat_gateways": "per-az"},
-    },
-    "Prometheus metrics, every backend": {
-        "backends": ["eks", "batch", "parallelcluster", "instance"], "observability": {"prometheus": True},
     },
     "capacity reservation, scratch": {
         "group": {"capacity": {"type": "reservation", "reservation_id": "cr-0123456789abcdef0"}},
         "storage": {"deployment_type": "SCRATCH_2", "throughput_mb_per_tib": None, "capacity_gib": 2400},
     },
 }
+APPS = sorted(apps.VARIANTS) + sorted(VARIANTS)
 
 
-@pytest.fixture(scope="module", params=sorted(VARIANTS), ids=sorted(VARIANTS))
+def test_the_shared_apps_hold_every_type_and_backend():
+    groups = [g for name in apps.VARIANTS for g in apps.VARIANTS[name]["compute_groups"]]
+    assert sorted({g["instance_type"] for g in groups}) == sorted(SUPPORTED_TRAINING_TYPES)
+    assert {b for v in apps.VARIANTS.values() for b in v["backends"]} == set(apps.ALL_BACKENDS)
+
+
+@pytest.fixture(scope="module", params=APPS, ids=APPS)
 def result(request):
     # cdk-nag runs inside synth: an unacknowledged finding raises here with its report.
+    if request.param in apps.VARIANTS:
+        return apps.synthesized(request.param)
     return synth(config_with(**VARIANTS[request.param]))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,8 @@ def pytest_configure(config: pytest.Config) -> None:
     one set by hand. ``-p no:cacheprovider`` (no .pytest_cache) gets a folder for the run, deleted after."""
     if hasattr(config, "workerinput"):
         return
+    if sys.pycache_prefix:
+        prune_compiled_temp_files(Path(sys.pycache_prefix), Path(tempfile.gettempdir()), paths.ROOT)
     kept = os.environ.get(synth_cache.ENV)
     if kept:
         Path(kept).mkdir(parents=True, exist_ok=True)
@@ -56,6 +59,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 _OWN_CACHE = pytest.StashKey[Path]()
+
+
+def prune_compiled_temp_files(prefix: Path, temp: Path, root: Path) -> None:
+    """`make` keeps compiled modules in one tree (PYTHONPYCACHEPREFIX=.venv/pycache, Makefile), which mirrors the
+    path of each source: the modules of a temporary folder (the end-to-end tests' clones and virtual environments,
+    pip's build folders: 230 MB a run) are never read again, and are dropped when a run starts. The checkout's own
+    stay, wherever it is."""
+    temp, root = temp.resolve(), root.resolve()
+    mirror = prefix / temp.relative_to(temp.anchor)
+    if not mirror.is_dir():
+        return
+    for child in mirror.iterdir():
+        if not (root == temp / child.name or (temp / child.name) in root.parents):
+            shutil.rmtree(child, ignore_errors=True)
 
 
 @pytest.fixture

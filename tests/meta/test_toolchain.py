@@ -298,3 +298,39 @@ def test_make_bench_configs_are_valid(tmp_path):
     path = tmp_path / "eight.yaml"
     bench.eight_group_config(path)
     assert len(build_config(yaml.safe_load(path.read_text())).compute_groups) == 8
+
+
+# -- compiled modules ----------------------------------------------------------------------------------
+
+
+def test_make_keeps_compiled_modules_in_the_venv_where_the_machine_says_not_to():
+    """A machine's PYTHONDONTWRITEBYTECODE=1 made every process compile aws-cdk-lib's modules again (5 s a pytest
+    worker or an app.py run); make's commands write them under .venv/pycache, never beside the sources (an asset
+    folder with a __pycache__ would change its hash)."""
+    probe = "import sys; print(sys.pycache_prefix, sys.dont_write_bytecode)"
+    done = subprocess.run(
+        ["make", "-s", "--no-print-directory", "--eval", f"probe: ; @$(RUN) $(PY) -c '{probe}'", "probe"],
+        cwd=ROOT, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, capture_output=True, text=True, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(ROOT / ".venv" / "pycache"), "False"]
+
+
+def test_a_run_drops_the_compiled_modules_of_temporary_folders_and_keeps_the_checkouts(tmp_path):
+    from tests.conftest import prune_compiled_temp_files
+
+    prefix, temp = tmp_path / "pycache", tmp_path / "tmp"
+    checkout = temp / "clone" / "trainium-cdk"  # a checkout that is itself in the temporary folder (CI's)
+    mirror = prefix / temp.resolve().relative_to(temp.resolve().anchor)
+    kept = [mirror / "clone" / "trainium-cdk" / "app.cpython-311.pyc", prefix / "usr" / "lib" / "os.cpython-311.pyc"]
+    dropped = [mirror / "pytest-of-root" / "pytest-3" / "x.cpython-311.pyc", mirror / "pip-target-ab12" / "y.pyc"]
+    for path in kept + dropped:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    checkout.mkdir(parents=True)
+
+    prune_compiled_temp_files(prefix, temp, checkout)
+
+    assert [p.exists() for p in kept] == [True, True]
+    assert [p.exists() for p in dropped] == [False, False]
+    assert [p.name for p in mirror.iterdir()] == ["clone"]

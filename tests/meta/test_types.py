@@ -38,7 +38,8 @@ def _file(module: str) -> Path | None:
 
 def _import_lines(text: str) -> str:
     """A jsii module's imports: the lines between its docstring (the README, with code examples that import
-    modules too) and its first class (but the helper class of its lazy imports); the root module's ``from . import x as x`` of every module comes after."""
+    modules too) and its first class but the helper class of its lazy imports. The list of a package's own
+    modules (``from . import x as x``, the root's names all 680) comes after its classes."""
     tokens = tokenize.generate_tokens(io.StringIO(text).readline)
     first = next(t for t in tokens if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE))
     lines = text.splitlines()[first.end[0] if first.type == tokenize.STRING else 0:]

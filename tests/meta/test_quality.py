@@ -1,28 +1,19 @@
 """Quality gates over every variant the project claims: cdk-nag AwsSolutions and cfn-lint, zero errors.
 
 The shared apps (tests/support/apps.py: every supported instance type once, every backend, both EKS capacity
-paths, Prometheus metrics everywhere) and two variants of their own: a data repository with interface endpoints
-and a NAT gateway per AZ, and a capacity reservation with scratch storage."""
+paths, a data repository, Prometheus metrics everywhere) here, and the variants that take every value of every
+config Literal (a capacity reservation and a block, scratch storage, a NAT gateway per AZ with interface endpoints,
+the native track...) in tests/unit/config/test_config_literals.py."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.support import apps
-from tests.support.helpers import cfn_lint_errors, config_with, nag_violations, synth
+from tests.support.helpers import cfn_lint_errors, nag_violations
 from trainium_cdk.facts.catalog import SUPPORTED_TRAINING_TYPES
 
-VARIANTS = {
-    "data repository, endpoints, per-AZ NAT": {
-        "storage": {"data_repository": {"s3_prefix": "data/"}},
-        "network": {"az_ids": ["usw2-az4", "usw2-az3"], "interface_endpoints": True, "nat_gateways": "per-az"},
-    },
-    "capacity reservation, scratch": {
-        "group": {"capacity": {"type": "reservation", "reservation_id": "cr-0123456789abcdef0"}},
-        "storage": {"deployment_type": "SCRATCH_2", "throughput_mb_per_tib": None, "capacity_gib": 2400},
-    },
-}
-APPS = sorted(apps.VARIANTS) + sorted(VARIANTS)
+APPS = sorted(apps.VARIANTS)
 
 
 def test_the_shared_apps_hold_every_type_and_backend():
@@ -34,9 +25,7 @@ def test_the_shared_apps_hold_every_type_and_backend():
 @pytest.fixture(scope="module", params=APPS, ids=APPS)
 def result(request):
     # cdk-nag runs inside synth: an unacknowledged finding raises here with its report.
-    if request.param in apps.VARIANTS:
-        return apps.synthesized(request.param)
-    return synth(config_with(**VARIANTS[request.param]))
+    return apps.synthesized(request.param)
 
 
 def test_cdk_nag_reports_nothing_unacknowledged(result):

@@ -21,13 +21,14 @@ INF2 = {
 }
 
 # Together these configs take every value of every Literal (checked below); each is synthesized once
-# with every backend, cdk-nag on.
+# with every backend, cdk-nag on, and linted (with tests/support/apps.py's apps, the quality gates'
+# variants: tests/meta/test_quality.py).
 VARIANTS: dict[str, dict[str, Any]] = {
     "defaults": {"backends": ALL_BACKENDS},
     "others": {
         "backends": ALL_BACKENDS,
         "group": {"capacity": {"type": "reservation", "reservation_id": RESERVATION}},
-        "network": {"az_ids": ["usw2-az4", "usw2-az3"], "nat_gateways": "per-az"},
+        "network": {"az_ids": ["usw2-az4", "usw2-az3"], "nat_gateways": "per-az", "interface_endpoints": True},
         "storage": {
             "deployment_type": "SCRATCH_2", "throughput_mb_per_tib": None, "capacity_gib": 2400,
             "compression": "NONE", "removal_policy": "destroy",

@@ -51,7 +51,10 @@ def context_from_cli() -> dict[str, Any] | None:
     a file of its own (CONTEXT_OVERFLOW_LOCATION_ENV, for a context too large for the environment)."""
     if os.environ.get("CONTEXT_OVERFLOW_LOCATION_ENV"):
         return None
-    context = json.loads(os.environ.get("CDK_CONTEXT_JSON") or "{}")
+    try:
+        context = json.loads(os.environ.get("CDK_CONTEXT_JSON") or "{}")
+    except ValueError:  # the App reads it again and says what is wrong
+        return None
     return context if isinstance(context, dict) else None
 
 

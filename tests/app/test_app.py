@@ -68,3 +68,18 @@ def test_a_config_error_stops_before_the_cdk_loads(tmp_path):
     loaded = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "trainium_cdk.app.config" in loaded
     assert not {m for m in loaded if m.split(".")[0] in ("aws_cdk", "cdk8s", "jsii", "constructs")}
+
+
+@pytest.mark.parametrize("environment", [{"CDK_CONTEXT_JSON": "{not json"}, {"CONTEXT_OVERFLOW_LOCATION_ENV": "/x"}])
+def test_a_context_the_app_cannot_read_early_is_left_to_the_cdk(environment):
+    """A context that is not JSON, or partly in the CLI's overflow file: the early check steps aside (no traceback of
+    its own) and the App reads the context as before."""
+    import app
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("CDK_CONTEXT_JSON", "CONTEXT_OVERFLOW_LOCATION_ENV"):
+            patch.delenv(name, raising=False)
+        for name, value in environment.items():
+            patch.setenv(name, value)
+        assert app.context_from_cli() is None
+        app.check_config_first()  # returns: nothing to check

@@ -23,7 +23,7 @@ ARGS ?=
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 # --no-compile: byte-compiling all of aws-cdk-lib and botocore at install costs more than compiling,
-# on first import, the modules synth uses.
+# on first import, the modules synth uses (kept in .venv/pycache: PYCACHE above).
 PIP_INSTALL = PYTHONUNBUFFERED=1 $(PIP) install --progress-bar off --no-compile
 PROGRESS = 2>&1 | { grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR)' || true; } | sed -u 's/^/  /'
 

@@ -77,7 +77,8 @@ pins: setup
 vendor-chart: setup
 	@$(PY) tools/vendor_chart.py "$(NAME)" "$(GIT_DIR)" "$(REF)" "$(CHART_PATH)" $(if $(DEST),"$(DEST)")
 
-# pytest on every core, a test module per worker (its synthesized apps stay with it); the wall time last.
+# pytest on every core, a test module per worker, handed out in collection order (xdist's default orders them by
+# test count, and a slow module of two tests ran last and alone); the wall time last.
 PYTEST = start=$$(date +%s); $(RUN) $(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder $(ARGS) -m
 WALL = ; rc=$$?; echo "$@: $$(( $$(date +%s) - start )) s wall"; exit $$rc
 

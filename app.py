@@ -31,11 +31,8 @@ def repository_path(config: str | None) -> str:
         raise ConfigError("config", str(path), "a file in the repository: the pipeline synthesizes from its checkout") from None
 
 
-def replace_dist(staged: Path, dist: Path | None = None) -> None:
+def replace_dist(staged: Path, dist: Path) -> None:
     """dist/ becomes exactly what this synth wrote (nothing at all when it wrote nothing)."""
-    from trainium_cdk.app.dist import DIST
-
-    dist = dist or DIST
     old = dist.with_name(f".{dist.name}.old-{os.getpid()}")
     if dist.exists():
         dist.rename(old)
@@ -117,7 +114,7 @@ def main() -> None:
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise
-    replace_dist(staged)
+    replace_dist(staged, DIST)
 
 
 if __name__ == "__main__":

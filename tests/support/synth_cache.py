@@ -31,6 +31,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -95,8 +96,6 @@ def code_digest() -> str:
 def kept_folder(kept: Path) -> Path:
     """This code's folder in ``kept``, made; the folders of other code are deleted (their entries can never be read
     again: their digest is in every key)."""
-    import shutil
-
     own = kept / code_digest()[:16]
     if kept.is_dir():
         for other in kept.iterdir():
@@ -140,8 +139,6 @@ def entry(kind: str, config: Any, synth: Callable[[Path], None], **extra: Any) -
         if (outdir / _DONE).exists():
             return outdir, False
         if outdir.exists():  # a synth that died halfway
-            import shutil
-
             shutil.rmtree(outdir)
         start = time.monotonic()
         synth(outdir)
@@ -155,8 +152,6 @@ def share_assets(root: Path, outdir: Path) -> None:
     """Every ``asset.<hash>`` of the assembly, file or folder, made hard links to one copy in ``root/assets``: the
     name is the hash of the content (the CDK's asset staging), and most apps stage the same kubectl and Helm layers
     (tens of MB each: 4.8 GB for a run's 112 entries before, kept across runs)."""
-    import shutil
-
     store = root / ASSETS
     store.mkdir(exist_ok=True)
     staged = [

@@ -82,12 +82,22 @@ vendor-chart: setup
 PYTEST = start=$$(date +%s); $(RUN) $(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder $(ARGS) -m
 WALL = ; rc=$$?; echo "$@: $$(( $$(date +%s) - start )) s wall"; exit $$rc
 
+# Compiled once after set-up, as pip does at install (PIP_INSTALL's --no-compile skips that for all of aws-cdk-lib):
+# the modules a test run imports when it collects (aws-cdk-lib's that the package uses, moto, the package, the
+# tests), into .venv/pycache (PYCACHE). Before, each pytest worker of a fresh clone compiled the same modules at the
+# same time, 12 s before its first test.
+COMPILED := $(VENV)/.test-modules-compiled
+$(COMPILED): $(DEV)
+	@echo "compiling the modules the tests import into $(VENV)/pycache (once)..."
+	@$(RUN) $(PY) -m pytest --collect-only -q -p no:cacheprovider > /dev/null
+	@touch $@
+
 ## test: the suite but the end-to-end runs (CDK assertions, cdk-nag, cfn-lint, manifests, models, config errors)
-test: setup-dev pcluster-schema checkov-env
+test: setup-dev pcluster-schema checkov-env $(COMPILED)
 	@$(PYTEST) "not e2e" $(WALL)
 
 ## test-e2e: the end-to-end runs: README walkthroughs, jobs trained on CPU torch, the wheel (CI runs both)
-test-e2e: setup-dev pcluster-schema checkov-env
+test-e2e: setup-dev pcluster-schema checkov-env $(COMPILED)
 	@$(PYTEST) e2e $(WALL)
 
 ## pcluster-schema: ParallelCluster's own package in .venv-pcluster (it pins CDK v1: never in .venv)

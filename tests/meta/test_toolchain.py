@@ -103,6 +103,19 @@ def test_make_test_adds_the_dev_tools_on_top(tmp_path):
         assert not re.search(rf"^{heavy}==", runtime, re.M), heavy
 
 
+def test_make_test_compiles_what_the_tests_import_once_after_the_installs(tmp_path):
+    """On a fresh clone each pytest worker compiled the same modules at once (12 s before its first test, twice the
+    work on 2 cores): set-up compiles them once, into .venv/pycache, as pip compiles at install."""
+    for target in ("test", "test-e2e"):
+        lines = make_dry(target, tmp_path).splitlines()
+        collect = [i for i, line in enumerate(lines) if "-m pytest --collect-only" in line]
+        run = [i for i, line in enumerate(lines) if "-m pytest -n auto" in line]
+        installs = [i for i, line in enumerate(lines) if " install " in line]
+        assert len(collect) == 1 and installs and run and max(installs) < collect[0] < run[0], lines
+        assert 'PYTHONPYCACHEPREFIX="' in lines[collect[0]] and "/.venv/pycache" in lines[collect[0]]
+        assert "touch .venv/.test-modules-compiled" in lines[collect[0] + 1]
+
+
 def test_ci_runs_make_test_and_its_end_to_end_runs():
     assert (ROOT / ".ci" / "run").read_text().strip().splitlines()[-2:] == ["make test", "make test-e2e"]
 

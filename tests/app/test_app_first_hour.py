@@ -1,5 +1,6 @@
-"""app.py as a new user meets it: typos in -c keys, config files that cannot be read, dist/ written afresh,
-no Node banner. Each runs the real app in a subprocess, in a scratch working directory (dist/ lands there)."""
+"""app.py as a new user meets it: typos in -c keys, config files that cannot be read, no Node banner. Each runs the
+real app in a subprocess, in a scratch working directory (dist/ lands there). dist/ written afresh, and kept when a
+synth fails: through `make synth` and the CDK CLI, in tests/meta/test_toolchain.py."""
 
 from __future__ import annotations
 
@@ -37,10 +38,6 @@ def run_app(cwd: Path, context: dict[str, object], *, path: str | None = None) -
         [sys.executable, str(ROOT / "app.py")], cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
         check=False,
     )
-
-
-def files(folder: Path) -> list[str]:
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
 def assert_config_error(proc: subprocess.CompletedProcess[str], *words: str) -> None:
@@ -85,30 +82,6 @@ def test_yaml_error_through_the_app_names_file_and_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("project: x\nbackends: [eks\n")
     assert_config_error(run_app(tmp_path, {"config": str(bad)}), f"{bad}:3:", "valid YAML")
-
-
-# -- dist/ ---------------------------------------------------------------------------------------------
-
-
-def test_each_synth_writes_dist_afresh_and_a_failed_one_keeps_it(tmp_path):
-    stale = tmp_path / "dist" / "parallelcluster" / "other-project-cluster.yaml"
-    stale.parent.mkdir(parents=True)
-    stale.write_text("from another project\n")
-
-    proc = run_app(tmp_path, {})
-    assert proc.returncode == 0, proc.stderr
-    eks = files(tmp_path / "dist")
-    assert not stale.exists()
-    assert eks and all(f.startswith("eks/") for f in eks) and "eks/neuron-device-plugin.k8s.yaml" in eks
-
-    failed = run_app(tmp_path, {"nodes": "99"})
-    assert failed.returncode == 2
-    assert files(tmp_path / "dist") == eks  # the last good dist/ stays
-
-    proc = run_app(tmp_path, {"backends": "batch"})
-    assert proc.returncode == 0, proc.stderr
-    assert not (tmp_path / "dist").exists()  # a Batch-only synth produces no dist/ files
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".dist")]  # no staging folders left
 
 
 # -- the Node banner ---------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The set-up a new user runs: make's layering and help, `make synth` through the real CDK CLI (quiet,
-atomic, exit 2 on a config error), `make plan`, and cdk.json (feature flags, notices, telemetry)."""
+atomic, exit 2 on a config error, dist/ written afresh and kept on an error), `make plan`, and cdk.json (feature
+flags, notices, telemetry)."""
 
 from __future__ import annotations
 
@@ -144,6 +145,13 @@ def run_synth(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+STALE = Path("dist/parallelcluster/other-project-cluster.yaml")
+
+
+def files(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     """A working directory as the CLI sees the repository: cdk.json, node_modules, the real app."""
@@ -152,6 +160,8 @@ def project(tmp_path_factory) -> Path:
     cdk_json["context"] = {**CDK_JSON["context"], "config": str(ROOT / "config" / "default.yaml")}
     (project / "cdk.json").write_text(json.dumps(cdk_json))
     (project / "node_modules").symlink_to(ROOT / "node_modules")
+    (project / STALE).parent.mkdir(parents=True)  # dist/ as another project's synth left it
+    (project / STALE).write_text("from another project\n")
     return project
 
 
@@ -169,6 +179,9 @@ def test_synth_prints_exactly_what_it_wrote_and_nothing_else(project, first_synt
                          "cdk.out/trainium-storage.template.json"]
     listed, _, bill = first_synth.stdout.partition("\n\n")
     assert listed.splitlines() == templates + dist
+    # dist/ is written afresh: what another synth left there is gone.
+    assert not (project / STALE).exists()
+    assert all(f.startswith("dist/eks/") for f in dist) and "dist/eks/neuron-device-plugin.k8s.yaml" in dist
     # Then the bill of the config (the app writes it to cdk.out/bill.txt).
     assert bill.startswith("Cost estimate, us-west-2") and "total idle floor" in bill
 
@@ -190,6 +203,7 @@ def test_no_feature_flag_needs_attention(project, first_synth):
 
 def test_a_config_error_exits_2_and_keeps_the_last_good_cdk_out(project, first_synth):
     before = {p.name: p.read_bytes() for p in (project / "cdk.out").glob("*.template.json")}
+    dist = files(project / "dist")
     done = run_synth(project, "-c", "nodes=99")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
@@ -199,6 +213,7 @@ def test_a_config_error_exits_2_and_keeps_the_last_good_cdk_out(project, first_s
     assert done.stdout == ""
     assert {p.name: p.read_bytes() for p in (project / "cdk.out").glob("*.template.json")} == before
     assert not (project / "cdk.out.tmp").exists()
+    assert files(project / "dist") == dist  # the last good dist/ stays too
 
 
 def test_a_batch_only_synth_lists_no_stale_files(project, first_synth):
@@ -210,7 +225,8 @@ def test_a_batch_only_synth_lists_no_stale_files(project, first_synth):
                                    # the compute group's own template (stacks/batch_stack.py)
                                    "cdk.out/trainiumbatchGrouptrainA1A79672.nested.template.json"]
     assert "total idle floor" in bill
-    assert not (project / "dist").exists()
+    assert not (project / "dist").exists()  # a Batch-only synth writes no dist/ files
+    assert not [p for p in project.iterdir() if p.name.startswith(".dist")]  # no staging folders left
     assert not (project / "cdk.out" / "trainium-eks.template.json").exists()
     plan_lines = plan(project / "cdk.out")
     assert plan_lines[0].startswith("trainium-network (us-west-2): ")

@@ -48,6 +48,25 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
+# Capacity blocks and reservations across the backends that take them: a block group and a reserved group with the
+# reservation's own placement group (tests/app/test_capacity.py reads its templates; tests/unit/config/
+# test_config_literals.py synthesizes it with cdk-nag and lints it as its "capacity block" variant: one app for both).
+CAPACITY_BLOCK_ID = "cr-0bbbbbbbbbbbbbbbb"
+CAPACITY_RESERVATION_ID = "cr-0aaaaaaaaaaaaaaaa"
+CAPACITY_PLACEMENT_GROUP = "ml-reservation-pg"
+CAPACITY: dict[str, Any] = {
+    "backends": ["eks", "batch", "parallelcluster"],
+    "eks": {"capacity": "managed"},  # node groups; Karpenter's reservation terms: tests/app/test_capacity_from_zero.py
+    "compute_groups": [
+        {"name": "block", "nodes": 2, "max_nodes": 2, "az_ids": "usw2-az4",
+         "capacity": {"type": "capacity-block", "reservation_id": CAPACITY_BLOCK_ID}},
+        {"name": "reserved", "nodes": 2, "max_nodes": 4, "az_ids": "usw2-az4",
+         "capacity": {"type": "reservation", "reservation_id": CAPACITY_RESERVATION_ID,
+                      "placement_group": CAPACITY_PLACEMENT_GROUP}},
+    ],
+}
+
+
 @cache
 def synthesized(name: str) -> Synthesized:
     """The app of one variant, synthesized once per run with cdk-nag (a finding not acknowledged fails it;

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel
 
+from tests.support import apps
 from tests.support.helpers import cfn_lint_errors, config_with, for_type, nag_violations, resources, synth
 from trainium_cdk.app.config import Config, ConfigError
 
@@ -36,11 +37,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "eks": {"endpoint_access": "public-and-private", "public_access_cidrs": ["203.0.113.0/24"]},
         "parallelcluster": {"head_node_subnet": "public", "deletion_policy": "Retain"},
     },
-    "capacity block": {
-        "backends": ["eks", "parallelcluster"],
-        "eks": {"capacity": "managed"},
-        "group": {"capacity": {"type": "capacity-block", "reservation_id": RESERVATION}},
-    },
+    # A block and a reservation with its placement group on EKS, Batch and ParallelCluster: test_capacity's app.
+    "capacity block": apps.CAPACITY,
     # The native Neuron track runs on trn2 only, and not with ParallelCluster (us-east-2: see for_type).
     "native track": {"backends": ["eks", "batch"], "neuron": {"track": "native"}, **for_type("trn2.48xlarge")},
 }

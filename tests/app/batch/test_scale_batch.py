@@ -1,7 +1,7 @@
 """The Batch backend at AWS Batch's own limit: 50 compute groups (job queues and compute environments per
 account and region) synthesize into templates CloudFormation accepts, and each further group costs the
 same few resources and bytes (shared roles, one JSON output, each group a nested stack of its own); adding or
-removing a group moves no other group."""
+removing a group moves no other group. Every app's groups are of the largest group type (trn2.48xlarge)."""
 
 from __future__ import annotations
 
@@ -22,21 +22,24 @@ from trainium_cdk.errors import ConfigError
 # The stability test's apps (27 groups, 28 after "add one") and the maximum: three sizes, no app of their own.
 STABLE_GROUPS = 27
 SIZES = (STABLE_GROUPS, STABLE_GROUPS + 1, BATCH_MAX_COMPUTE_GROUPS)
+# Every size of the largest group type: trn2.48xlarge (16 EFA interfaces, 16 Neuron devices) writes the largest group
+# template. In us-east-2: cfn-lint knows trn2 there only.
+TYPE = "trn2.48xlarge"
 
 
-def _groups(count: int, instance_type: str = "trn1.32xlarge", az_id: str = "usw2-az4") -> list[dict[str, Any]]:
-    return [{"name": f"group-{i}", "instance_type": instance_type, "nodes": 2, "az_ids": az_id} for i in range(count)]
+def _groups(count: int) -> list[dict[str, Any]]:
+    return [{"name": f"group-{i}", "instance_type": TYPE, "nodes": 2, "az_ids": "use2-az3"} for i in range(count)]
+
+
+def _config(groups: list[dict[str, Any]]) -> Any:
+    return config_with(backends=["batch"], compute_groups=groups, **US_EAST_2)
 
 
 @functools.cache
-def _synthesized(count: int, instance_type: str = "trn1.32xlarge") -> tuple[Any, dict[str, Path]]:
+def _synthesized(count: int) -> tuple[Any, dict[str, Path]]:
     """The app of ``count`` identical groups (cdk-nag on: a finding fails the synth), and its templates by
     file name, nested ones included."""
-    if instance_type == "trn1.32xlarge":
-        config = config_with(backends=["batch"], compute_groups=_groups(count))
-    else:  # cfn-lint knows trn2 in us-east-2 only
-        config = config_with(backends=["batch"], compute_groups=_groups(count, instance_type, "use2-az3"), **US_EAST_2)
-    result = synth(config)
+    result = synth(_config(_groups(count)))
     return result, {p.name: p for p in result.template_paths()}
 
 
@@ -93,7 +96,7 @@ def test_the_templates_at_the_maximum_lint_clean():
     assert len(shapes) == 1, "the group templates differ by more than the group's name"
     longest = max(groups.values(), key=lambda path: path.stat().st_size)
     linted = [path for path in paths.values() if ".nested." not in path.name] + [longest]
-    errors = [e for path in linted for e in cfn_lint_errors(path, "us-west-2")]
+    errors = [e for path in linted for e in cfn_lint_errors(path, US_EAST_2["region"])]
     assert errors == []
 
 
@@ -115,7 +118,7 @@ def test_the_largest_group_type_fits_the_templates_too():
     Measured 2026-11-27: 41.7 KB a group (was 39.1 KB at b4e6ce9): the job definition, which carries the launcher,
     grew from 16.7 to 19.3 KB with the native track's compile-cache counts and the EKS metrics push; the budget
     moved from 40 to 44 KB, still 1/25 of CloudFormation's 1 MB."""
-    _, paths = _synthesized(BATCH_MAX_COMPUTE_GROUPS, "trn2.48xlarge")
+    _, paths = _synthesized(BATCH_MAX_COMPUTE_GROUPS)
     templates = _templates(paths)
     assert template_limit_violations(templates) == []
     groups = {name: path.stat().st_size for name, path in paths.items() if name.endswith(".nested.template.json")}
@@ -128,13 +131,13 @@ def test_the_largest_group_type_fits_the_templates_too():
 
 def test_one_group_past_the_maximum_is_refused_by_the_config():
     with pytest.raises(ConfigError, match=rf"compute_groups = {BATCH_MAX_COMPUTE_GROUPS + 1}: at most "):
-        config_with(backends=["batch"], compute_groups=_groups(BATCH_MAX_COMPUTE_GROUPS + 1))
+        _config(_groups(BATCH_MAX_COMPUTE_GROUPS + 1))
 
 
 def _group_templates(groups: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     """By group name: the template that holds the group's resources (their logical ids and properties) and the
     parent's resource of that template when it is a nested stack (its template URL and parameters), else None."""
-    result = synth(config_with(backends=["batch"], compute_groups=groups))  # as _synthesized: the same entry
+    result = synth(_config(groups))  # as _synthesized: the same entry
     stack = result.stacks.backends["batch"]
     parent = result.template_json("batch")
     found = {}

@@ -5,6 +5,7 @@ synthesized stacks declare."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from pathlib import Path
@@ -20,6 +21,7 @@ PACKAGE = paths.ROOT / "trainium_cdk"
 HOMES = {PACKAGE / "facts" / "names.py", PACKAGE / "facts" / "catalog.py"}  # the taint key is the catalog's Neuron resource name
 
 
+@functools.cache  # each test reads every module: parsed once
 def _string_literals(path: Path) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):

@@ -186,6 +186,12 @@ def test_synth_prints_exactly_what_it_wrote_and_nothing_else(project, first_synt
     assert bill.startswith("Cost estimate, us-west-2") and "total idle floor" in bill
 
 
+def test_the_default_apps_stacks_are_in_the_configs_region_in_the_account_deploying(project, first_synth):
+    manifest = json.loads((project / "cdk.out" / "manifest.json").read_text())
+    envs = {a["environment"] for a in manifest["artifacts"].values() if a["type"] == "aws:cloudformation:stack"}
+    assert envs == {"aws://unknown-account/us-west-2"}
+
+
 def test_no_feature_flag_needs_attention(project, first_synth):
     """The library's own list of flags (the feature-flag report in the cloud assembly): each one is
     configured, or unconfigured behaves as recommended (what `cdk flags` and the CLI warning count)."""

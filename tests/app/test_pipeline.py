@@ -8,7 +8,7 @@ from pathlib import Path
 import aws_cdk as cdk
 import pytest
 
-from tests.support.apps import PIPELINE, synthesized_pipeline
+from tests.support.apps import PIPELINE, same_but_values, synthesized_pipeline
 from tests.support.helpers import cfn_lint_errors, config_with, resources
 from trainium_cdk.app.config import ConfigError
 from trainium_cdk.app.stacks.pipeline_stack import cli_version
@@ -122,10 +122,27 @@ def test_stages_deploy_to_their_accounts_without_lookups(synthesized):
     assert "missing" not in manifest  # AZs come from the config, not from an AWS lookup
 
 
-def test_every_template_passes_cfn_lint(synthesized):
-    _, _, outdir = synthesized
-    paths = sorted(outdir.rglob("*.template.json"))
-    assert len(paths) == 1 + 2 * 4  # the pipeline, then network, storage, eks and the smoke role per stage
+def test_the_stages_templates_differ_by_values_only():
+    """The dev stage deploys the prod stage's app to another account: the same stacks, resources, types and property
+    structure; what differs is values (the account, the stage's name in ids). So cfn-lint and checkov read prod's."""
+    result = synthesized_pipeline()
+    dev, prod = result.stage_templates("dev"), result.stage_templates("prod")
+    assert sorted(dev) == sorted(prod) == ["eks", "network", "smoke", "storage"]
+    for stack in dev:
+        assert dev[stack] != prod[stack] or stack == "smoke"  # values differ (the smoke role's template holds none)
+        assert same_but_values(dev[stack], prod[stack]), stack
+    # The comparison sees a change of structure: a property more on one resource.
+    changed = json.loads(json.dumps(prod["storage"]))
+    next(iter(changed["Resources"].values())).setdefault("Properties", {})["Extra"] = "x"
+    assert not same_but_values(changed, prod["storage"])
+
+
+def test_every_template_passes_cfn_lint():
+    result = synthesized_pipeline()
+    # The pipeline, then network, storage, eks and the smoke role per stage.
+    assert len(result.template_paths()) == 1 + 2 * 4
+    paths = result.checked_template_paths()
+    assert len(paths) == 1 + 4 and all("dev" not in p.parent.name for p in paths)  # the dev stage: above
     for path in paths:
         assert cfn_lint_errors(path, "us-west-2") == []
 

@@ -1,7 +1,7 @@
 """checkov (pinned in requirements-checkov.txt) over every synthesized template and every manifest in dist/.
 
-The apps of tests/support/apps.py (every backend, every supported instance type, the pipeline app with its
-stages) and the dist/ each writes.
+The apps of tests/support/apps.py (every backend, every supported instance type, the pipeline app with its prod
+stage) and the dist/ each writes.
 A failed check must be fixed or waived in tests/checkov_waivers.yaml, with its resources and reason;
 a waiver that no longer matches anything fails too, so the file never outlives its findings.
 """
@@ -39,8 +39,9 @@ def report(tmp_path_factory):
         for path in result.template_paths():
             shutil.copy(path, root / "cfn" / f"{i}-{path.name}")
         write_dist(result.config, root / "dist" / str(i))
-    # The pipeline app: the pipeline stack and each stage's stacks (nested assemblies).
-    for path in synthesized_pipeline().template_paths():
+    # The pipeline app: the pipeline stack and the prod stage's stacks (the dev stage's differ by values only:
+    # tests/app/test_pipeline.py).
+    for path in synthesized_pipeline().checked_template_paths():
         shutil.copy(path, root / "cfn" / f"pipeline-{path.parent.name}-{path.name}")
     return {r["check_type"]: r for r in scan(root)}
 

@@ -9,6 +9,8 @@ acknowledged fails its synth); tests/meta/test_quality.py lints them.
 
 from __future__ import annotations
 
+import json
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -102,6 +104,40 @@ class SynthesizedPipeline:
     def template_paths(self) -> list[Path]:
         """The pipeline stack's template and every stage's (nested assemblies)."""
         return sorted(self.outdir.rglob("*.template.json"))
+
+    def checked_template_paths(self) -> list[Path]:
+        """What cfn-lint and checkov read: the pipeline stack's template and the last stage's (prod). The other
+        stages deploy the same app to another account, their templates prod's but for values (the account, the
+        stage's name in ids and names): same_but_values() asserts it in tests/app/test_pipeline.py."""
+        last = PIPELINE["environments"][-1]["name"]
+        return [p for p in self.template_paths()
+                if p.parent == self.outdir or p.parent.name == f"assembly-t-pipeline-{last}"]
+
+    def stage_templates(self, stage: str) -> dict[str, dict[str, Any]]:
+        """A stage's templates by stack (network, storage, eks, smoke)."""
+        folder = self.outdir / f"assembly-t-pipeline-{stage}"
+        prefix = f"tpipeline{stage}t"
+        return {re.sub(r"[0-9A-F]{8}$", "", p.name.removesuffix(".template.json")).removeprefix(prefix):
+                json.loads(p.read_text()) for p in folder.glob("*.template.json")}
+
+
+def value_shape(value: Any) -> Any:
+    """A template value with every string, number and boolean written as its type: its structure, not its values."""
+    if isinstance(value, dict):
+        return {k: value_shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [value_shape(v) for v in value]
+    return type(value).__name__
+
+
+def same_but_values(one: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether two templates hold the same resources (types, properties, attributes) and sections, values aside
+    (logical ids too, which may carry a stage's name)."""
+    def shapes(template: dict[str, Any]) -> list[str]:
+        return sorted(json.dumps(value_shape(r), sort_keys=True) for r in template.get("Resources", {}).values())
+
+    return sorted(one) == sorted(other) and shapes(one) == shapes(other) and all(
+        len(one[section]) == len(other[section]) for section in one if isinstance(one[section], dict))
 
 
 def _pipeline_stack(app: cdk.App) -> Any:

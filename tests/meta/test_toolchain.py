@@ -106,7 +106,8 @@ def test_make_test_adds_the_dev_tools_on_top(tmp_path):
 
 def test_make_test_compiles_what_the_tests_import_once_after_the_installs(tmp_path):
     """On a fresh clone each pytest worker compiled the same modules at once (12 s before its first test, twice the
-    work on 2 cores): set-up compiles them once, into .venv/pycache, as pip compiles at install."""
+    work on 2 cores): set-up compiles them once, into .venv/pycache, as pip compiles at install; and has mypy read
+    the aws-cdk-lib modules the package uses once (tests/support/mypy_deps.py)."""
     for target in ("test", "test-e2e"):
         lines = make_dry(target, tmp_path).splitlines()
         collect = [i for i, line in enumerate(lines) if "-m pytest --collect-only" in line]
@@ -114,7 +115,8 @@ def test_make_test_compiles_what_the_tests_import_once_after_the_installs(tmp_pa
         installs = [i for i, line in enumerate(lines) if " install " in line]
         assert len(collect) == 1 and installs and run and max(installs) < collect[0] < run[0], lines
         assert 'PYTHONPYCACHEPREFIX="' in lines[collect[0]] and "/.venv/pycache" in lines[collect[0]]
-        assert "touch .venv/.test-modules-compiled" in lines[collect[0] + 1]
+        assert "-m tests.support.mypy_deps" in lines[collect[0] + 1]  # mypy's reading of aws-cdk-lib, cached
+        assert "touch .venv/.test-modules-compiled" in lines[collect[0] + 2]
 
 
 def test_ci_runs_make_test_and_its_end_to_end_runs():

@@ -136,7 +136,7 @@ class CloudFormation(http.server.BaseHTTPRequestHandler):
 def cloudformation() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     CloudFormation.bodies = []
     server = http.server.HTTPServer(("127.0.0.1", 0), CloudFormation)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}/response", CloudFormation.bodies
     server.shutdown()

@@ -107,7 +107,7 @@ class FakeCluster:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(self.tls_dir / "cert.pem", self.tls_dir / "key.pem")
         self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self.server.server_address[1]
 
     def write_kubeconfig(self, path: Path, port: int) -> Path:

@@ -59,7 +59,7 @@ class _Gateway(http.server.BaseHTTPRequestHandler):
 def gateway() -> Iterator[http.server.HTTPServer]:
     server = http.server.HTTPServer(("127.0.0.1", 0), _Gateway)
     server.requests, server.status = [], 200  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield server
     server.shutdown()

@@ -111,7 +111,9 @@ def test_a_second_run_of_the_same_code_synthesizes_nothing(tmp_path):
 
     def run() -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-o", f"cache_dir={tmp_path / 'cache'}",
+            # Without xdist, and without the CLI's fixtures (moto): this module needs neither.
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:tests.support.cli_support",
+             "-o", f"cache_dir={tmp_path / 'cache'}",
              f"{__file__}::test_a_small_app_synthesizes"],
             cwd=paths.ROOT, env=env, capture_output=True, text=True, check=False,
         )

@@ -25,7 +25,8 @@ INF2 = {
 # with every backend, cdk-nag on, and linted (with tests/support/apps.py's apps, the quality gates'
 # variants: tests/meta/test_quality.py).
 VARIANTS: dict[str, dict[str, Any]] = {
-    "defaults": {"backends": ALL_BACKENDS},
+    # Every Literal at its default (asserted below): the shared app with every backend, linted by test_quality too.
+    "defaults": apps.VARIANTS["trn1.32xlarge"],
     "others": {
         "backends": ALL_BACKENDS,
         "group": {"capacity": {"type": "reservation", "reservation_id": RESERVATION}},
@@ -98,6 +99,14 @@ def test_the_variants_take_every_literal_value():
         for path, allowed in fields.items()
     }
     assert {k: v for k, v in missing.items() if v} == {}
+
+
+def test_the_defaults_variant_takes_every_literals_default():
+    plain = config_with(backends=ALL_BACKENDS).model_dump(mode="json")
+    defaults = config_with(**VARIANTS["defaults"]).model_dump(mode="json")
+    assert defaults["backends"] == ALL_BACKENDS
+    fields = literal_fields(Config)
+    assert {p: values_at(defaults, p) for p in fields} == {p: values_at(plain, p) for p in fields}
 
 
 def test_every_variant_synthesizes_clean(result):

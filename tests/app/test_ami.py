@@ -22,7 +22,9 @@ from aws_cdk import aws_ec2 as ec2
 
 from tests.support.amis import publish_ami
 from tests.support.apps import VARIANTS, synthesized
-from tests.support.helpers import CDK_CONTEXT, cfn_lint_errors, config_with, nag_violations, resources, synth
+from tests.support.helpers import (
+    CDK_CONTEXT, cfn_lint_errors, config_with, nag_violations, quality_synth, resources, synth,
+)
 from tests.support.cli_support import AwsCalls
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.app.config import ConfigError
@@ -248,7 +250,7 @@ def test_the_handler_imports_nothing_but_the_standard_library_and_boto3():
 
 @pytest.fixture(scope="module")
 def instance_app():
-    return synth(config_with(backends=["instance", "batch"]))
+    return quality_synth(config_with(backends=["instance", "batch"]))
 
 
 def test_the_instance_boots_the_lookups_ami_and_the_lookup_carries_the_tracks_query(instance_app):

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support import apps
-from tests.support.helpers import config_with, resources, synth
+from tests.support.helpers import config_with, quality_synth, resources
 from trainium_cdk.app.config import ConfigError
 
 RESERVATION = apps.CAPACITY_RESERVATION_ID
@@ -22,7 +22,7 @@ CONFIG = config_with(**apps.CAPACITY)
 
 @pytest.fixture(scope="module")
 def result():
-    return synth(CONFIG)
+    return quality_synth(CONFIG)  # as test_config_literals': the same entry
 
 
 def _nodegroup(result, group: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
-from tests.support.helpers import cfn_lint_errors, config_with, nag_violations, resources, synth
+from tests.support.helpers import cfn_lint_errors, config_with, nag_violations, quality_synth, resources
 from trainium_cdk import node
 from trainium_cdk.app.config import ConfigError
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG
@@ -37,12 +37,12 @@ VARIANT = config_with(
 
 @pytest.fixture(scope="module")
 def default():
-    return synth(DEFAULT)
+    return quality_synth(DEFAULT)
 
 
 @pytest.fixture(scope="module")
 def variant():
-    return synth(VARIANT)
+    return quality_synth(VARIANT)
 
 
 def _instance(result) -> dict:

@@ -8,9 +8,11 @@ the native track...) in tests/unit/config/test_config_literals.py."""
 from __future__ import annotations
 
 import pytest
+from aws_cdk import aws_s3
 
 from tests.support import apps
-from tests.support.helpers import cfn_lint_errors, nag_violations
+from tests.support import helpers
+from tests.support.helpers import cfn_lint_errors, config_with, nag_violations, quality_synth, synth
 from trainium_cdk.facts.catalog import SUPPORTED_TRAINING_TYPES
 
 APPS = sorted(apps.VARIANTS)
@@ -38,3 +40,23 @@ def test_cfn_lint_has_no_errors(result):
     assert len([p for p in paths if ".nested." not in p.name]) == len(result.stacks.stacks)
     for path in paths:
         assert cfn_lint_errors(path, result.config.region) == []
+
+
+def test_the_gates_apps_run_the_cdks_own_validation_and_the_suites_other_synths_skip_it(monkeypatch):
+    """aws-cdk-lib checks every template it synthesizes against its own rules (CloudFormationValidatePlugin; cdk.json's
+    @aws-cdk/core:validateAgainstDefaultRules makes a finding fail `make synth`). The apps the quality gates read
+    (quality_synth: these, the config-literal variants, each linted app) keep it; the suite's other synths, which read
+    templates, skip it (0.15 s of each 0.7 s). A bucket name it refuses shows which is which."""
+    compose = helpers.compose
+
+    def with_a_bad_bucket(app, config):
+        composed = compose(app, config)
+        aws_s3.CfnBucket(composed.network, "BadName", bucket_name="Not_A_Bucket_Name")
+        return composed
+
+    monkeypatch.setattr(helpers, "compose", with_a_bad_bucket)
+    config = config_with(backends=["instance"])
+    # cdk-nag aside (it refuses the bucket too), a plain synth writes it: the CDK's own rules did not run.
+    assert synth(config, nag=False).template_json("network")["Resources"]["BadName"]
+    with pytest.raises(Exception, match="F3031"):  # BucketName does not match its pattern: the CDK's own rule
+        quality_synth(config)

@@ -17,7 +17,9 @@ from typing import Any
 
 import aws_cdk as cdk
 from tests.support import synth_cache
-from tests.support.helpers import CDK_CONTEXT, US_EAST_2, Synthesized, add_nag_packs, config_with, new_outdir, synth
+from tests.support.helpers import (
+    CDK_CONTEXT, US_EAST_2, Synthesized, add_nag_packs, config_with, new_outdir, quality_synth,
+)
 
 ALL_BACKENDS = ["eks", "batch", "parallelcluster", "instance"]
 
@@ -73,7 +75,7 @@ CAPACITY: dict[str, Any] = {
 def synthesized(name: str) -> Synthesized:
     """The app of one variant, synthesized once per run with cdk-nag (a finding not acknowledged fails it;
     tests/meta/test_quality.py lints it too)."""
-    return synth(config_with(**VARIANTS[name]))
+    return quality_synth(config_with(**VARIANTS[name]))
 
 
 PIPELINE: dict[str, Any] = {

@@ -11,7 +11,9 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from aws_cdk.assertions import Template
 
-from tests.support.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, resources, synth, template_text
+from tests.support.helpers import (
+    US_EAST_2, cfn_lint_errors, config_with, nag_violations, quality_synth, resources, template_text,
+)
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.capacity import GroupNodes
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES, InstanceSpec
@@ -48,7 +50,7 @@ def _group(instance_type: str) -> dict:
 @pytest.fixture(scope="module")
 def every_type():
     """A Batch compute group of every supported type, with the storage stack."""
-    return synth(
+    return quality_synth(
         config_with(**US_EAST_2, backends=["batch"], compute_groups=[_group(t) for t in SUPPORTED_TRAINING_TYPES])
     )
 
@@ -56,7 +58,7 @@ def every_type():
 @pytest.fixture(scope="module")
 def reserved():
     """A capacity reservation and a capacity block, no storage, and every Batch setting changed."""
-    return synth(
+    return quality_synth(
         config_with(
             **US_EAST_2,
             backends=["batch"],

@@ -8,7 +8,9 @@ import re
 
 import pytest
 
-from tests.support.helpers import US_EAST_2, cfn_lint_errors, config_with, helm_chart_name, resources, synth
+from tests.support.helpers import (
+    US_EAST_2, cfn_lint_errors, config_with, helm_chart_name, quality_synth, resources, synth,
+)
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.runtime.eks_user_data import FAST_IMAGE_PULL_ROOT_VOLUME_THROUGHPUT
 from trainium_cdk.facts.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE
@@ -34,7 +36,7 @@ def _group(instance_type: str) -> dict:
 @pytest.fixture(scope="module")
 def every_type():
     """One app with a compute group of every supported instance type."""
-    return synth(config_with(**US_EAST_2, eks={"capacity": "managed"},
+    return quality_synth(config_with(**US_EAST_2, eks={"capacity": "managed"},
                              compute_groups=[_group(t) for t in SUPPORTED_TRAINING_TYPES]))
 
 

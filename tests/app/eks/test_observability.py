@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from tests.support.helpers import cfn_lint_errors, config_with, helm_chart_name, nag_violations, resources, synth
+from tests.support.helpers import (
+    cfn_lint_errors, config_with, helm_chart_name, nag_violations, quality_synth, resources, synth,
+)
 from trainium_cdk.constructs.observability import (
     CLOUDWATCH_ADDON, CLOUDWATCH_NAMESPACE, CLOUDWATCH_SERVICE_ACCOUNT, NODE_MONITORING_ADDON,
 )
@@ -15,7 +17,7 @@ from trainium_cdk.constructs.observability import (
 
 @pytest.fixture(scope="module")
 def app():
-    return synth(config_with(backends=["eks"]))
+    return quality_synth(config_with(backends=["eks"]))
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Annotations, Match, Template
 
-from tests.support.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, resources, synth
+from tests.support.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, quality_synth, resources
 from tests.support.pcluster_schema import PclusterUnavailable, update_changes, validate_many, venv_or_skip
 from trainium_cdk.facts.capacity import GroupNodes
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
@@ -97,12 +97,12 @@ def concrete_ids(config, *, file_system: bool = True) -> ClusterIds:
 
 @pytest.fixture(scope="module")
 def every_type():
-    return synth(EVERY_TYPE)
+    return quality_synth(EVERY_TYPE)
 
 
 @pytest.fixture(scope="module")
 def reserved():
-    return synth(RESERVED)
+    return quality_synth(RESERVED)
 
 
 def _cluster(result) -> dict:

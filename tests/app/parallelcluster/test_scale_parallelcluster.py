@@ -33,7 +33,7 @@ def _config(groups: int, backends: tuple[str, ...] = ("parallelcluster",)):
 
 @pytest.fixture(scope="module")
 def apps():
-    return {n: synth(_config(n), nag=n == MAXIMUM) for n in SIZES}
+    return {n: synth(_config(n), nag=n == MAXIMUM, builtin_validation=n == MAXIMUM) for n in SIZES}
 
 
 def _templates(result) -> dict[str, dict[str, Any]]:

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from tests.support import apps
-from tests.support.helpers import cfn_lint_errors, config_with, for_type, nag_violations, resources, synth
+from tests.support.helpers import cfn_lint_errors, config_with, for_type, nag_violations, quality_synth, resources
 from trainium_cdk.app.config import Config, ConfigError
 
 ALL_BACKENDS = ["eks", "batch", "parallelcluster", "instance"]
@@ -84,7 +84,7 @@ def values_at(data: Any, path: str) -> list[Any]:
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS), ids=sorted(VARIANTS))
 def result(request):
-    return synth(config_with(**json.loads(json.dumps(VARIANTS[request.param]))))
+    return quality_synth(config_with(**json.loads(json.dumps(VARIANTS[request.param]))))
 
 
 def test_the_variants_take_every_literal_value():

@@ -9,6 +9,7 @@ a waiver that no longer matches anything fails too, so the file never outlives i
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -39,6 +40,13 @@ def report(tmp_path_factory):
         for path in result.template_paths():
             shutil.copy(path, root / "cfn" / f"{i}-{path.name}")
         write_dist(result.config, root / "dist" / str(i))
+    # A manifest the apps write alike (most charts) is scanned once: 51 of the 82 files differ.
+    seen: set[bytes] = set()
+    for path in sorted(p for p in (root / "dist").rglob("*") if p.is_file()):
+        digest = hashlib.sha256(path.read_bytes()).digest()
+        if digest in seen:
+            path.unlink()
+        seen.add(digest)
     # The pipeline app: the pipeline stack and the prod stage's stacks (the dev stage's differ by values only:
     # tests/app/test_pipeline.py).
     for path in synthesized_pipeline().checked_template_paths():

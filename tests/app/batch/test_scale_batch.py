@@ -35,16 +35,11 @@ def _config(groups: list[dict[str, Any]]) -> Any:
     return config_with(backends=["batch"], compute_groups=groups, **US_EAST_2)
 
 
-def _synth(groups: list[dict[str, Any]]) -> Any:
-    """The app of these groups; at the maximum, linted, it runs the CDK's built-in validation too (quality_synth)."""
-    return synth(_config(groups), builtin_validation=len(groups) == BATCH_MAX_COMPUTE_GROUPS)
-
-
 @functools.cache
 def _synthesized(count: int) -> tuple[Any, dict[str, Path]]:
     """The app of ``count`` identical groups (cdk-nag on: a finding fails the synth), and its templates by
     file name, nested ones included."""
-    result = _synth(_groups(count))
+    result = synth(_config(_groups(count)))
     return result, {p.name: p for p in result.template_paths()}
 
 
@@ -142,7 +137,7 @@ def test_one_group_past_the_maximum_is_refused_by_the_config():
 def _group_templates(groups: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     """By group name: the template that holds the group's resources (their logical ids and properties) and the
     parent's resource of that template when it is a nested stack (its template URL and parameters), else None."""
-    result = _synth(groups)  # as _synthesized: the same entry
+    result = synth(_config(groups))  # as _synthesized: the same entry
     stack = result.stacks.backends["batch"]
     parent = result.template_json("batch")
     found = {}

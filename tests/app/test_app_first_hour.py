@@ -1,5 +1,6 @@
 """app.py as a new user meets it: typos in -c keys, config files that cannot be read, no Node banner. Each runs the
-real app in a subprocess, in a scratch working directory (dist/ lands there). dist/ written afresh, and kept when a
+real app in a subprocess, in a scratch working directory (dist/ lands there); the banner check synthesizes a whole
+app, an end-to-end run (`make test-e2e`). dist/ written afresh, and kept when a
 synth fails: through `make synth` and the CDK CLI, in tests/meta/test_toolchain.py."""
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def test_yaml_error_through_the_app_names_file_and_line(tmp_path):
 # -- the Node banner ---------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e  # a whole synth by app.py in a process of its own: `make test-e2e`
 def test_app_on_a_machine_with_node_20_prints_no_banner(tmp_path):
     proc = run_app(tmp_path, {"backends": "batch"}, path=NODE20_PATH)
     assert proc.returncode == 0, proc.stderr

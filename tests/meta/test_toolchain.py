@@ -1,6 +1,6 @@
 """The set-up a new user runs: make's layering and help, `make synth` through the real CDK CLI (quiet,
-atomic, exit 2 on a config error, dist/ written afresh and kept on an error), `make plan`, and cdk.json (feature
-flags, notices, telemetry)."""
+atomic, exit 2 on a config error, dist/ written afresh and kept on an error: end-to-end runs, `make test-e2e`),
+`make plan`, and cdk.json (feature flags, notices, telemetry)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pytest
 from tools.plan import changes, deploy_order, plan
 from trainium_cdk.node_runtime import bundled_node
 from tests.support import paths
+from tests.support.apps import synthesized
 
 ROOT = paths.ROOT
 CDK_JSON = json.loads((ROOT / "cdk.json").read_text())
@@ -172,6 +173,9 @@ def first_synth(project):
     return run_synth(project)
 
 
+# `make synth` through the CDK CLI runs the whole default app in a process of its own (5-6 s a synth): these are
+# end-to-end runs (`make test-e2e`), like the README's walkthroughs that run it too.
+@pytest.mark.e2e
 def test_synth_prints_exactly_what_it_wrote_and_nothing_else(project, first_synth):
     assert first_synth.returncode == 0, first_synth.stderr
     assert first_synth.stderr == ""  # no flags count, no notices, no banner, no "Supply a stack id"
@@ -188,16 +192,18 @@ def test_synth_prints_exactly_what_it_wrote_and_nothing_else(project, first_synt
     assert bill.startswith("Cost estimate, us-west-2") and "total idle floor" in bill
 
 
+@pytest.mark.e2e
 def test_the_default_apps_stacks_are_in_the_configs_region_in_the_account_deploying(project, first_synth):
     manifest = json.loads((project / "cdk.out" / "manifest.json").read_text())
     envs = {a["environment"] for a in manifest["artifacts"].values() if a["type"] == "aws:cloudformation:stack"}
     assert envs == {"aws://unknown-account/us-west-2"}
 
 
-def test_no_feature_flag_needs_attention(project, first_synth):
-    """The library's own list of flags (the feature-flag report in the cloud assembly): each one is
-    configured, or unconfigured behaves as recommended (what `cdk flags` and the CLI warning count)."""
-    manifest = json.loads((project / "cdk.out" / "manifest.json").read_text())
+def test_no_feature_flag_needs_attention():
+    """The library's own list of flags (the feature-flag report in the cloud assembly of an app synthesized with
+    cdk.json's context): each one is configured, or unconfigured behaves as recommended (what `cdk flags` and the CLI
+    warning count)."""
+    manifest = json.loads((synthesized("trn1.32xlarge").outdir / "manifest.json").read_text())
     (report,) = [a for a in manifest["artifacts"].values() if a["type"] == "cdk:feature-flag-report"]
     flags = report["properties"]["flags"]
     assert len(flags) >= 100
@@ -209,6 +215,7 @@ def test_no_feature_flag_needs_attention(project, first_synth):
     assert attention == []
 
 
+@pytest.mark.e2e
 def test_a_config_error_exits_2_and_keeps_the_last_good_cdk_out(project, first_synth):
     before = {p.name: p.read_bytes() for p in (project / "cdk.out").glob("*.template.json")}
     dist = files(project / "dist")
@@ -224,6 +231,7 @@ def test_a_config_error_exits_2_and_keeps_the_last_good_cdk_out(project, first_s
     assert files(project / "dist") == dist  # the last good dist/ stays too
 
 
+@pytest.mark.e2e
 def test_a_batch_only_synth_lists_no_stale_files(project, first_synth):
     done = run_synth(project, "-c", "backends=batch")
     assert done.returncode == 0, done.stderr

@@ -125,6 +125,7 @@ def test_the_example_pipeline_config_loads_with_quoted_accounts():
     ]
 
 
+@pytest.mark.e2e  # the whole app.py in a process of its own: `make test-e2e`
 def test_the_example_pipeline_config_synthesizes_with_pipeline_true(tmp_path):
     """As the CDK CLI runs the app for `cdk synth -c pipeline=true -c config=config/pipeline.example.yaml`."""
     context = {**CDK_CONTEXT, "config": PIPELINE_EXAMPLE, "pipeline": "true"}

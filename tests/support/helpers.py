@@ -135,9 +135,9 @@ def synth(config: Config, *, nag: bool = True, builtin_validation: bool = False)
     test run, an app synthesized before (by any worker) is read from the run's cache (tests/support/synth_cache.py).
 
     ``builtin_validation``: the CDK's own CloudFormation validation (aws-cdk-lib's CloudFormationValidatePlugin, a
-    rule pack it runs in every synth unless told not to; its findings go to validation-report.json, which
-    nag_violations reads). It takes 0.15 s of a 0.7 s synth: it runs in the apps the quality gates read (quality_synth)
-    and in every `make synth`, not in the suite's other 100 synths, which read templates."""
+    rule pack it runs in every synth unless told not to; cdk.json's @aws-cdk/core:validateAgainstDefaultRules makes a
+    finding fail the synth). It takes 0.15 s of a 0.7 s synth: it runs in the apps the quality gates read
+    (quality_synth) and in every `make synth`, not in the suite's other synths (about 90), which read templates."""
     composed: list[TrainingApp] = []
 
     def synthesize(outdir: Path) -> cdk.cx_api.CloudAssembly:
@@ -161,17 +161,8 @@ def synth(config: Config, *, nag: bool = True, builtin_validation: bool = False)
 
 def quality_synth(config: Config) -> Synthesized:
     """An app the quality gates read: cdk-nag and the CDK's built-in CloudFormation validation in its synth (a
-    finding of either is in nag_violations), then cfn-lint and checkov over its templates."""
+    finding of either fails it), then cfn-lint (and checkov for the shared apps) over its templates."""
     return synth(config, builtin_validation=True)
-
-
-BUILTIN_VALIDATION = "cdk-validate"  # the built-in plugin's name in validation-report.json (CloudFormationValidatePlugin)
-
-
-def validation_plugins(result: Synthesized) -> list[str]:
-    """The plugins whose reports the synth wrote (validation-report.json)."""
-    report = json.loads((result.outdir / "validation-report.json").read_text())
-    return sorted(plugin["summary"]["pluginName"] for plugin in report["pluginReports"])
 
 
 def nag_violations(result: Synthesized) -> list[str]:

@@ -1,7 +1,7 @@
 """app.py as a new user meets it: typos in -c keys, config files that cannot be read, no Node banner. Each runs the
 real app in a subprocess, in a scratch working directory (dist/ lands there); the banner check synthesizes a whole
-app, an end-to-end run (`make test-e2e`). dist/ written afresh, and kept when a
-synth fails: through `make synth` and the CDK CLI, in tests/meta/test_toolchain.py."""
+app, an end-to-end run (`make test-e2e`). dist/ written afresh, and kept when a synth fails: through `make synth` and
+the CDK CLI, in tests/meta/test_toolchain.py."""
 
 from __future__ import annotations
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 from aws_cdk import aws_s3
 
-from tests.support import apps
-from tests.support import helpers
+from tests.support import apps, helpers
 from tests.support.helpers import cfn_lint_errors, config_with, nag_violations, quality_synth, synth
 from trainium_cdk.facts.catalog import SUPPORTED_TRAINING_TYPES
 

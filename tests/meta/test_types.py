@@ -6,9 +6,8 @@ aws-cdk-lib: the root module names its 680 modules under ``if TYPE_CHECKING:`` (
 6 s), and a cold run over all of them took 93 s on 2 cores, 15 s over these. pyproject.toml lists the modules read
 ([[tool.mypy.overrides]]); the first test keeps that list equal to what the package imports. `make test`'s
 set-up has mypy read them into .mypy_cache once (tests/support/mypy_deps.py), as it compiles the modules: a run
-then takes 3.6 s, the package alone. torch, transformers,
-peft and kubernetes are not read either (3,900 modules): the training programs run under torch in the end-to-end
-tests instead.
+then takes 3.6 s, the package alone. torch, transformers, peft and kubernetes are not read either (3,900 modules):
+the training programs run under torch in the end-to-end tests instead.
 """
 
 from __future__ import annotations

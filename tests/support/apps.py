@@ -111,13 +111,16 @@ class SynthesizedPipeline:
         """What cfn-lint and checkov read: the pipeline stack's template and the last stage's (prod). The other
         stages deploy the same app to another account, their templates prod's but for values (the account, the
         stage's name in ids and names): same_but_values() asserts it in tests/app/test_pipeline.py."""
-        last = PIPELINE["environments"][-1]["name"]
-        return [p for p in self.template_paths()
-                if p.parent == self.outdir or p.parent.name == f"assembly-t-pipeline-{last}"]
+        last = self._stage_folder(PIPELINE["environments"][-1]["name"])
+        return [p for p in self.template_paths() if p.parent in (self.outdir, last)]
+
+    def _stage_folder(self, stage: str) -> Path:
+        """A stage's nested cloud assembly (the CDK's ``assembly-<stack>-<stage>``)."""
+        return self.outdir / f"assembly-t-pipeline-{stage}"
 
     def stage_templates(self, stage: str) -> dict[str, dict[str, Any]]:
         """A stage's templates by stack (network, storage, eks, smoke)."""
-        folder = self.outdir / f"assembly-t-pipeline-{stage}"
+        folder = self._stage_folder(stage)
         prefix = f"tpipeline{stage}t"
         return {re.sub(r"[0-9A-F]{8}$", "", p.name.removesuffix(".template.json")).removeprefix(prefix):
                 json.loads(p.read_text()) for p in folder.glob("*.template.json")}

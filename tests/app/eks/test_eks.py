@@ -37,7 +37,7 @@ def _group(instance_type: str) -> dict:
 def every_type():
     """One app with a compute group of every supported instance type."""
     return quality_synth(config_with(**US_EAST_2, eks={"capacity": "managed"},
-                             compute_groups=[_group(t) for t in SUPPORTED_TRAINING_TYPES]))
+                                     compute_groups=[_group(t) for t in SUPPORTED_TRAINING_TYPES]))
 
 
 @pytest.fixture(scope="module")

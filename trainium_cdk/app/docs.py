@@ -141,8 +141,8 @@ def catalog_table() -> str:
 
     out = [
         "| type | accelerator | Neuron devices | NeuronCores (per process, default LNC) | EFA interfaces / network cards "
-        "| vCPU / GiB | network Gbps | training | AZ IDs known |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| vCPU / GiB | network Gbps | device memory GiB (a NeuronCore) | BF16 TFLOPS | training | AZ IDs known |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for spec in BUILTIN_INSTANCE_TYPES:
         single = not spec.has_efa and spec.for_training
@@ -150,10 +150,13 @@ def catalog_table() -> str:
         azs = "; ".join(f"{region}: {', '.join(ids)}" for region, ids in spec.offered_az_ids.items())
         if not azs:
             azs = "none: run `trn azs` or set `instance_offerings`" if spec.for_training else "none"
+        memory = (f"{spec.device_memory_gib * spec.neuron_devices} ({spec.core_memory_gib:g})"
+                  if spec.device_memory_gib is not None and spec.core_memory_gib is not None else "unknown")
+        peak = f"{spec.peak_bf16_tflops:,.0f}" if spec.peak_bf16_tflops is not None else "unknown"
         out.append(
             f"| {spec.name} | {spec.accelerator} | {spec.neuron_devices} | {spec.neuron_cores} | {efa} "
-            f"| {spec.vcpus} / {spec.memory_gib} | {spec.network_gbps} | {'yes' if spec.for_training else 'no'} "
-            f"| {azs} |"
+            f"| {spec.vcpus} / {spec.memory_gib} | {spec.network_gbps} | {memory} | {peak} "
+            f"| {'yes' if spec.for_training else 'no'} | {azs} |"
         )
     return "\n".join(out)
 

@@ -36,6 +36,8 @@ class InstanceSpec:
     ``neuron_cores`` is the number of NeuronCores one process can own at the default logical
     NeuronCore setting: the default ``--nproc_per_node`` of a job. ``offered_az_ids`` maps a region
     to the AZ IDs known to offer the type; a region missing here is unknown, not excluded.
+    ``device_memory_gib`` and ``device_bf16_tflops`` are one Neuron device's memory (HBM) and dense BF16
+    peak (None: unknown, and `trn fit` says it cannot check the type).
     """
 
     name: str
@@ -49,6 +51,8 @@ class InstanceSpec:
     network_gbps: int
     for_training: bool = True
     offered_az_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    device_memory_gib: int | None = None
+    device_bf16_tflops: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("neuron_devices", "neuron_cores", "vcpus", "memory_gib", "network_cards"):
@@ -91,6 +95,19 @@ class InstanceSpec:
         return (self.neuron_cores, 2 * self.neuron_cores)
 
     @property
+    def core_memory_gib(self) -> float | None:
+        """Device memory one process owns: one NeuronCore at the default logical NeuronCore size (trn2 at LNC=2:
+        96 GiB x 16 / 64 = 24 GiB)."""
+        if self.device_memory_gib is None:
+            return None
+        return self.device_memory_gib * self.neuron_devices / self.neuron_cores
+
+    @property
+    def peak_bf16_tflops(self) -> float | None:
+        """Dense BF16 peak of the whole instance (every Neuron device), the denominator of a job's MFU."""
+        return None if self.device_bf16_tflops is None else self.device_bf16_tflops * self.neuron_devices
+
+    @property
     def neuron_device_paths(self) -> tuple[str, ...]:
         return tuple(f"/dev/neuron{i}" for i in range(self.neuron_devices))
 
@@ -106,28 +123,37 @@ class InstanceSpec:
 # Public Neuron samples name these AZ IDs for Trn1 (AZ names differ per account; IDs do not).
 _TRN1_AZ_IDS = {"us-east-1": ("use1-az6", "use1-az5"), "us-west-2": ("usw2-az4", "usw2-az3")}
 
+# One device's memory and dense BF16 peak. Trainium: 32 GiB, 190 TFLOPS (Neuron docs, "Trainium Architecture":
+# "190 FP16/BF16/cFP8/TF32 TFLOPS", "32 GiB of device memory"; trn1.32xlarge 3,040 TFLOPS and 512 GiB, "Trn1/Trn1n
+# Architecture"). Trainium2: 96 GiB, 667 TFLOPS ("Trainium2 Architecture": "667 BF16/FP16/TF32 TFLOPS", "96 GiB of
+# device memory"). Inferentia2 is not for training here: left unknown.
 BUILTIN_INSTANCE_TYPES: tuple[InstanceSpec, ...] = (
     InstanceSpec(
         name="trn1.2xlarge", accelerator="Trainium", neuron_devices=1, neuron_cores=2, efa_interfaces=0,
         network_cards=1, vcpus=8, memory_gib=32, network_gbps=25, offered_az_ids=_TRN1_AZ_IDS,
+        device_memory_gib=32, device_bf16_tflops=190.0,
     ),
     InstanceSpec(
         name="trn1.32xlarge", accelerator="Trainium", neuron_devices=16, neuron_cores=32, efa_interfaces=8,
         network_cards=8, vcpus=128, memory_gib=512, network_gbps=800, offered_az_ids=_TRN1_AZ_IDS,
+        device_memory_gib=32, device_bf16_tflops=190.0,
     ),
     InstanceSpec(
         name="trn1n.32xlarge", accelerator="Trainium", neuron_devices=16, neuron_cores=32, efa_interfaces=16,
         network_cards=16, vcpus=128, memory_gib=512, network_gbps=1600, offered_az_ids=_TRN1_AZ_IDS,
+        device_memory_gib=32, device_bf16_tflops=190.0,
     ),
     # Trainium2: 128 physical NeuronCores, 64 logical at the default LNC=2. AZs not in the catalog:
     # `trn azs` writes them into the config.
     InstanceSpec(
         name="trn2.48xlarge", accelerator="Trainium2", neuron_devices=16, neuron_cores=64, efa_interfaces=16,
         network_cards=16, vcpus=192, memory_gib=2048, network_gbps=3200,
+        device_memory_gib=96, device_bf16_tflops=667.0,
     ),
     InstanceSpec(
         name="trn2u.48xlarge", accelerator="Trainium2", neuron_devices=16, neuron_cores=64, efa_interfaces=16,
         network_cards=16, vcpus=192, memory_gib=2048, network_gbps=3200,
+        device_memory_gib=96, device_bf16_tflops=667.0,
     ),
     # Trn3 (Trainium3) is not here: EC2 publishes no Trn3 instance type to key an entry on, nor its EFA
     # layout (checked 2026-11). What is public:

@@ -291,6 +291,12 @@ class CustomInstanceType(_Model):
     vcpus: int = Field(description="vCPUs.")
     memory_gib: int = Field(description="Memory, GiB.")
     network_gbps: int = Field(25, description="Network bandwidth, Gbps.")
+    device_memory_gib: int | None = Field(
+        None, description="Memory (HBM) of one Neuron device, GiB (Trainium3: 144); default: unknown, and `trn fit` "
+        "says it cannot check a job's memory on the type.")
+    device_bf16_tflops: float | None = Field(
+        None, description="Dense BF16 peak of one Neuron device, TFLOPS (Trainium3: 671); default: unknown, and a "
+        "recipe's log lines carry no MFU on the type.")
     offered_az_ids: dict[str, tuple[str, ...]] = Field(
         default_factory=dict, description="Region -> AZ IDs known to offer the type."
     )

@@ -4,8 +4,10 @@
     trn doctor [--config PATH] [-c key=value ...]
     trn connect [--port 8443] [--stop]
     trn submit [--backend B] [--group G] [--nodes N] [--name NAME] [--image URI] [--env K=V]... [--dry-run]
-               [-- SCRIPT [ARGS...] | --job WORKLOAD]
-    trn rehearse [--backend B] [--nodes N] [--procs-per-node P] [--env K=V]... [-- SCRIPT [ARGS...] | --job NAME]
+               [--skip-fit] [-- SCRIPT [ARGS...] | --job WORKLOAD]
+    trn fit [--group G] [--nodes N] [--config PATH] [-c K=V]... [--env K=V]... (--job NAME | -- SCRIPT [ARGS...])
+    trn rehearse [--backend B] [--nodes N] [--procs-per-node P] [--env K=V]... [--skip-fit]
+                 [-- SCRIPT [ARGS...] | --job NAME]
     trn status JOB [--wait]
     trn logs JOB [--rank N] [--follow]
     trn cancel JOB
@@ -34,7 +36,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trainium_cdk.cli import azs, check, connect, cost, doctor, image, jobs, rehearse, sync
+    from trainium_cdk.cli import azs, check, connect, cost, doctor, fit, image, jobs, rehearse, sync
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -46,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_parser(sub)
     connect.add_parser(sub)
     jobs.add_parsers(sub)
+    fit.add_parser(sub)
     rehearse.add_parser(sub)
     cost.add_parser(sub)
     check.add_parser(sub)

@@ -33,6 +33,7 @@ POLL_FACTOR = 1.5
 POLL_MAX_S = 30.0
 HEARTBEAT_S = 300.0
 CANCEL_REASON = "cancelled with trn cancel"
+SKIP_FIT_FLAG = "--skip-fit"
 JOBS_LIMIT = 20
 
 
@@ -116,6 +117,12 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_skip_fit_argument(p: argparse.ArgumentParser) -> None:
+    """`trn submit` and `trn rehearse`: go on when `trn fit` says a recipe's job does not fit."""
+    p.add_argument(SKIP_FIT_FLAG, action="store_true",
+                   help="a recipe's job: run it even when `trn fit` says it does not fit (a warning instead)")
+
+
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "submit", help="submit a training job (your command after --) to a compute group",
@@ -136,6 +143,7 @@ def add_parsers(sub: Any) -> None:
                    help="print exactly what would be sent (no AWS credentials needed), send nothing")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="print only the job's id (or name) on stdout, for JOB=$(trn submit -q ...); the rest on stderr")
+    add_skip_fit_argument(p)
     _common(p)
     p.set_defaults(func=submit)
 
@@ -269,6 +277,27 @@ def parse_env(pairs: Sequence[str] | None) -> dict[str, str]:
     return env
 
 
+def check_fit(args: argparse.Namespace, config: Config, job: UserJob, backend: str, err: TextIO) -> None:
+    """Before `trn submit --job` and `trn rehearse --job` run a recipe: stop (exit 1) when `trn fit` says its job
+    does not fit, naming the change that would; with --skip-fit, a warning and on."""
+    from trainium_cdk.recipes import fit_of
+
+    if job.job is None:
+        return
+    report = fit_of(config, job.job, group=job.group, backend=backend, nodes=job.nodes, env=job.env)
+    if report is None or report.fits:
+        return
+    gib = 2**30
+    verdict = (f"does not fit ({report.device_total / gib:.2f} of {report.device_limit / gib:.2f} GiB a NeuronCore, "
+               f"{report.host_total / gib:.2f} of {report.host_limit / gib:.2f} GiB a node)")
+    if getattr(args, "skip_fit", False):
+        err.write(f"trn {args.command} --job {job.job}: {verdict}; going on ({SKIP_FIT_FLAG}): `trn fit --job "
+                  f"{job.job}` prints the plan\n")
+        return
+    raise CliError(f"{verdict}: {report.suggestion}; `trn fit --job {job.job}` prints the plan, {SKIP_FIT_FLAG} "
+                   "submits anyway", code=1)
+
+
 def chatter(args: argparse.Namespace, out: TextIO, err: TextIO) -> TextIO:
     """Where submit's progress lines go: stdout, or stderr with --quiet (stdout then holds the job's id alone)."""
     return err if getattr(args, "quiet", False) else out
@@ -354,6 +383,7 @@ def _client(backend: str) -> Any:
 
 def submit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config, backend = load(args)
+    check_fit(args, config, user_job(args, config), backend, err)
     return _client(backend).submit(args, config, out, err)
 
 

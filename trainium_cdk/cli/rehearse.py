@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from trainium_cdk.cli._common import CliError
-from trainium_cdk.cli.jobs import _common, add_job_arguments, load, user_job
+from trainium_cdk.cli.jobs import _common, add_job_arguments, add_skip_fit_argument, check_fit, load, user_job
 from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts.names import SHARED_MOUNT
@@ -46,6 +46,7 @@ def add_parser(sub: Any) -> None:
         "(gloo) for Neuron and a local folder for /fsx. Prints what was substituted and where outputs went.",
     )
     add_job_arguments(p)
+    add_skip_fit_argument(p)
     p.add_argument("--procs-per-node", type=int, default=PROCESSES_PER_NODE, metavar="P",
                    help=f"processes per node, for the NeuronCores (default {PROCESSES_PER_NODE})")
     p.add_argument("--code", metavar="DIR",
@@ -82,7 +83,7 @@ def rehearse(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     args.nodes = _nodes(config, args, backend)
     args.name = JOB_NAME
     args.dry_run = False
-    user_job(args, config)  # every argument checked before anything runs
+    check_fit(args, config, user_job(args, config), backend, err)  # every argument checked before anything runs
     _check_torch()
     cwd = Path(args.code).resolve() if args.code else Path.cwd()
     if not cwd.is_dir():

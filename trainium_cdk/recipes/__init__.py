@@ -14,7 +14,7 @@ Pure Python: the `trn` CLI and the Slurm batch scripts read it without the CDK.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -48,6 +48,41 @@ class RecipeContext:
 
 
 @dataclass(frozen=True)
+class FitReport:
+    """What `trn fit` says of a recipe's job: one rank's device memory by part and the host memory of a node, each
+    against its limit (bytes), or what it cannot know.
+
+    :param summary: the job as planned (model, nodes, layout), one line.
+    :param device: (part, bytes) of one rank on one NeuronCore.
+    :param device_limit: the memory of that NeuronCore, and ``device_label`` what it is.
+    :param host: (part, bytes) of one node's host memory while the job loads, against ``host_limit``.
+    :param suggestion: when it does not fit, the change that would (flags of `trn submit`), or why none does.
+    :param assumptions: what the plan took as given (a tokenizer's vocabulary, a margin).
+    """
+
+    summary: str
+    device: tuple[tuple[str, float], ...]
+    device_limit: float
+    device_label: str
+    host: tuple[tuple[str, float], ...]
+    host_limit: float
+    suggestion: str | None = None
+    assumptions: tuple[str, ...] = ()
+
+    @property
+    def device_total(self) -> float:
+        return sum(value for _, value in self.device)
+
+    @property
+    def host_total(self) -> float:
+        return sum(value for _, value in self.host)
+
+    @property
+    def fits(self) -> bool:
+        return self.device_total <= self.device_limit and self.host_total <= self.host_limit
+
+
+@dataclass(frozen=True)
 class Recipe:
     """A shipped workload.
 
@@ -62,6 +97,8 @@ class Recipe:
         the same folder: one `trn image push --recipe`); default: its own.
     :param shares: files of other recipes' folders its code imports (one home for each, not a copy): its image is
         then built with this package's recipes folder as the context, and its Dockerfile copies them.
+    :param fit: its memory plan on a group with the job's ``--env`` (`trn fit`, and the check of `trn submit` and
+        `trn rehearse`); default: none, and `trn fit` says it cannot know.
     """
 
     name: str
@@ -72,6 +109,7 @@ class Recipe:
     data_prep: str | None = None
     image_from: str | None = None
     shares: tuple[Path, ...] = ()
+    fit: Callable[[RecipeContext, Mapping[str, str]], FitReport] | None = None
     folder: Path = field(default=None)  # type: ignore[assignment]  # set in __post_init__
 
     def __post_init__(self) -> None:
@@ -145,6 +183,18 @@ def job(config: Config, name: str, *, group: ComputeGroup, backend: str, nodes: 
     """The job of recipe ``name`` on ``group``, with its code where ``backend`` has it."""
     recipe = recipe_for(config, name, backend)
     return recipe.job(RecipeContext(config=config, group=group, nodes=nodes, code=recipe.code_on(backend)))
+
+
+def fit_of(config: Config, name: str, *, group: ComputeGroup, backend: str, nodes: int | None,
+           env: Mapping[str, str]) -> FitReport | None:
+    """The memory plan of the job of ``name`` on ``group`` with ``env`` (`--env`), or None: ``name`` is no recipe (an
+    example or a configured workload) or a recipe without a plan."""
+    if name not in _REGISTRY:
+        return None
+    recipe = recipe_for(config, name, backend)
+    if recipe.fit is None:
+        return None
+    return recipe.fit(RecipeContext(config=config, group=group, nodes=nodes, code=recipe.code_on(backend)), env)
 
 
 def _load_builtin() -> None:

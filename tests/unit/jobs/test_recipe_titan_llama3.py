@@ -23,7 +23,8 @@ from tests.support.chart_helpers import validate_all
 from tests.support.cli_support import assert_one_clean_line, batch_dry_run_request, run_cli
 from tests.support.tiny_titan import WORDS, make_tokenizer_and_texts
 from trainium_cdk.facts import versions
-from trainium_cdk.recipes.titan_llama3 import DATA_DIR, FOLDER, parallel_sizes
+from trainium_cdk.recipes.titan_llama3 import DATA_DIR, FOLDER, fit_plan, parallel_sizes
+from trainium_cdk.recipes.titan_llama3.knobs import FLAVORS
 from tests.support import paths
 
 
@@ -78,12 +79,21 @@ def test_rehearse_prepares_trains_saves_is_stopped_and_resumes_where_it_was(tmp_
     assert first.code == 0, first.out[-4000:] + first.err
     assert "node 0 exit 0, node 1 exit 0" in first.out
     ran = records(first.out)
-    start = ran[0]["start"]
-    # 4 processes: TP 2 within each node (the config's 8, capped at the node's 2 processes), FSDP across the 2.
+    (start,) = [r["start"] for r in ran if "start" in r]
+    # 4 processes: TP 2 within each node (the config's 4, capped at the node's 2 processes), FSDP across the 2.
     assert (start["world"], start["tensor_parallel_degree"], start["data_parallel_shard_degree"]) == (4, 2, 2)
     assert (start["device"], start["backend"], start["compile"], start["first_step"]) == ("cpu", "gloo", "eager", 1)
+    # bf16 compute, every second block recomputed (of the tiny model's 2), by default.
+    assert (start["param_dtype"], start["activation_checkpoint"], start["checkpointed_blocks"]) == (
+        "bfloat16", "selective", 1)
     losses = {r["step"]: r["loss"] for r in ran if "loss" in r and "resumed_from" not in r}
     assert sorted(losses) == [1, 2, 3, 4, 5, 6] and losses[6] < losses[1]
+    # Each step's throughput: the step's tokens (FSDP 2 x batch 2 x 32) a second, per node, and MFU against a
+    # trn2.48xlarge's 10,672 dense BF16 TFLOPS (the catalog's; on this CPU a tiny fraction, but the same sum).
+    flops = fit_plan.Shape.of(FLAVORS["tiny"], prepared["vocab_size"]).flops_per_token(32)
+    for r in (r for r in ran if "tokens_per_s_per_node" in r):
+        assert r["tokens_per_s_per_node"] == pytest.approx(2 * 2 * 32 / r["seconds"] / 2, rel=0.01)
+        assert r["mfu"] == pytest.approx(r["tokens_per_s_per_node"] * flops / 10672e12, rel=0.01)
     checkpoints = fsx / "checkpoints" / "rehearsal"
     assert [r["checkpoint"] for r in ran if "checkpoint" in r] == [
         str(checkpoints / "step-00000003"), str(checkpoints / "step-00000006")]
@@ -96,7 +106,7 @@ def test_rehearse_prepares_trains_saves_is_stopped_and_resumes_where_it_was(tmp_
     second = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3", *TINY,
                      "--env", "TITAN_TRAINING_STEPS=8")
     assert second.code == 0, second.out[-4000:] + second.err
-    again = records(second.out)
+    again = [r for r in records(second.out) if "built" not in r]
     assert again[0] == {"resumed_from": str(checkpoints / "step-00000003"), "step": 3, "loss": losses[3]}
     assert again[1]["start"]["first_step"] == 4
     resumed = {r["step"]: r["loss"] for r in again if "loss" in r and "resumed_from" not in r}
@@ -108,13 +118,62 @@ def test_rehearse_prepares_trains_saves_is_stopped_and_resumes_where_it_was(tmp_
     print(f"rehearsal of titan-llama3-data and titan-llama3 twice: {time.monotonic() - began:.0f} s")
 
 
+@pytest.mark.e2e
+def test_what_each_rank_holds_is_what_trn_fit_plans_and_no_rank_builds_the_whole_model(tmp_path, monkeypatch):
+    """The plan of `trn fit` (fit_plan) against a CPU rehearsal of 2 nodes x 2 processes: every rank's shard bytes
+    (parameters, gradients, AdamW state) after its first step, and what its forward saved for the backward without
+    checkpointing, within 5%. Then the 1B flavor, built and not trained: no rank's peak host memory comes near the
+    model's 6 GB of fp32 (each builds on the meta device and materializes its own shards only)."""
+    work = tmp_path / "project"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    tokenizer, dataset = make_tokenizer_and_texts(work / ".trn-rehearse" / "fsx" / "team")
+    config = str(_config(tmp_path))
+    data = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3-data",
+                   "--env", f"TITAN_DATA_TOKENIZER={tokenizer}", "--env", f"TITAN_DATA_DATASET={dataset}")
+    assert data.code == 0, data.out[-4000:] + data.err
+    (prepared,) = [r["prepared"] for r in records(data.out) if "prepared" in r]
+
+    measured = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3", *TINY,
+                       "--env", "TITAN_TRAINING_STEPS=1", "--env", "TITAN_CHECKPOINT_ENABLE=false",
+                       "--env", "TITAN_ACTIVATION_CHECKPOINT_MODE=none", "--env", "TITAN_METRICS_REPORT_MEMORY=true")
+    assert measured.code == 0, measured.out[-4000:] + measured.err
+    ran = records(measured.out)
+    (start,) = [r["start"] for r in ran if "start" in r]
+    (memory,) = [r["memory"]["per_rank"] for r in ran if "memory" in r]
+    shape = fit_plan.Shape.of(FLAVORS["tiny"], prepared["vocab_size"])
+    layout = fit_plan.Layout(dp=start["data_parallel_shard_degree"], tp=start["tensor_parallel_degree"], seq_len=32,
+                             local_batch_size=2, ac_mode="none")
+    planned = fit_plan.shard_bytes(shape, layout)
+    assert len(memory) == 4
+    for rank in memory:
+        for part in ("parameters", "gradients", "optimizer"):
+            assert rank[part] == pytest.approx(planned[part], rel=0.05), (part, rank, planned)
+        assert rank["activations"] == pytest.approx(fit_plan.saved_activations(shape, layout), rel=0.05), rank
+    # Rank 0 holds the first (largest) chunk of every split: the plan's figure exactly.
+    assert {part: memory[0][part] for part in planned} == planned
+
+    built = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3",
+                    "--env", "TITAN_MODEL_FLAVOR=1B", "--env", "TITAN_TRAINING_SEQ_LEN=32",
+                    "--env", "TITAN_TRAINING_STEPS=0")
+    assert built.code == 0, built.out[-4000:] + built.err
+    (report,) = [r["built"] for r in records(built.out) if "built" in r]
+    full = report["full_model_fp32"]
+    assert full == fit_plan.full_model_bytes(fit_plan.Shape.of(FLAVORS["1B"], prepared["vocab_size"])) > 3.8e9
+    for rank in report["per_rank"]:
+        # A quarter of the model (FSDP 2 x TP 2) and the process itself: well under half the whole.
+        assert rank["parameters"] == pytest.approx(full / 4, rel=0.01)
+        assert rank["peak_rss"] < full / 2, (rank, full)
+
+
 # -- the job's config: parallel sizes from the compute group ------------------------------------------------
 
 
 @pytest.mark.parametrize(("instance_type", "nodes", "dp", "tp"), [
-    # trn2.48xlarge: 64 NeuronCores at the default LNC=2 (the catalog's neuron_cores); TP 8 (Llama 3's 8 KV heads).
-    ("trn2.48xlarge", 1, 8, 8), ("trn2.48xlarge", 2, 16, 8), ("trn2.48xlarge", 16, 128, 8),
-    ("trn2u.48xlarge", 4, 32, 8),
+    # trn2.48xlarge: 64 NeuronCores at the default LNC=2 (the catalog's neuron_cores); TP 4 (one Trainium2's logical
+    # cores, Neuron's reference layout for 8B), FSDP over the rest.
+    ("trn2.48xlarge", 1, 16, 4), ("trn2.48xlarge", 2, 32, 4), ("trn2.48xlarge", 16, 256, 4),
+    ("trn2u.48xlarge", 4, 64, 4),
     # 2 NeuronCores a node: TP 2 within it, FSDP across.
     ("trn1.2xlarge", 1, 1, 2),
 ])
@@ -149,9 +208,12 @@ def test_eks_renders_both_jobs_and_they_validate(no_credentials, tmp_path):
         # The launcher makes TRN_CHECKPOINT_DIR of the root and the job's name: /fsx/checkpoints/<job>.
         assert env["TRN_CHECKPOINT_ROOT"] == "/fsx/checkpoints"
         toml = tomllib.loads(env["TITAN_JOB_CONFIG"])
-        # 4 nodes x 64 NeuronCores: TP 8 within a node, FSDP over the other 32.
-        assert toml["parallelism"] == {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 32,
-                                       "tensor_parallel_degree": 8}
+        # 4 nodes x 64 NeuronCores: TP 4 within a node, FSDP over the other 64.
+        assert toml["parallelism"] == {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 64,
+                                       "tensor_parallel_degree": 4}
+        assert toml["training"]["mixed_precision_param"] == "bfloat16"
+        assert toml["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "2"}
+        assert toml["metrics"]["peak_bf16_tflops_per_node"] == 16 * 667.0
         assert toml["model"] == {"name": "llama3", "flavor": "8B"}
         assert (toml["training"]["dataset_path"], toml["checkpoint"]["enable"]) == (DATA_DIR, True)
 
@@ -177,7 +239,7 @@ def test_batch_submits_both_jobs_as_batch_takes_them(no_credentials, tmp_path):
         env = {e["name"]: e["value"] for e in overrides["environment"]}
         assert env["TRN_CACHE_DIR"] == f"/fsx/neuron-cache/{name}"
         if name == "titan-llama3":
-            assert tomllib.loads(env["TITAN_JOB_CONFIG"])["parallelism"]["data_parallel_shard_degree"] == 16
+            assert tomllib.loads(env["TITAN_JOB_CONFIG"])["parallelism"]["data_parallel_shard_degree"] == 32
         assert "${RECIPE_IMAGE}" in out
 
 
@@ -204,7 +266,7 @@ def _recipe_modules(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
     monkeypatch.syspath_prepend(str(FOLDER))
-    for name in ("knobs", "train"):
+    for name in ("knobs", "train", "sharding", "fit_plan"):
         monkeypatch.delitem(sys.modules, name, raising=False)
 
 

@@ -11,7 +11,9 @@ titan-llama3` builds.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,9 @@ from trainium_cdk.facts.names import (
     TORCH_DEVICE_VARIABLE,
 )
 from trainium_cdk.recipes import FOLDER as RECIPES_FOLDER
-from trainium_cdk.recipes import Recipe, RecipeContext, register
-from trainium_cdk.recipes.titan_llama3.knobs import CONFIG_ENV, FLAVORS
+from trainium_cdk.recipes import FitReport, Recipe, RecipeContext, register
+from trainium_cdk.recipes.titan_llama3 import fit_plan
+from trainium_cdk.recipes.titan_llama3.knobs import CONFIG_ENV, FLAVORS, job_config as read_job_config, override_name
 
 FOLDER = Path(__file__).resolve().parent
 NAME = "titan-llama3"
@@ -36,12 +39,21 @@ DATA_NAME = "titan-llama3-data"
 DATA_DIR = f"{SHARED_MOUNT}/datasets/{NAME}"
 # The model: Llama 3 8B, TorchTitan's registry sizes (knobs.FLAVORS).
 FLAVOR = "8B"
-# Tensor parallel within a node, at most 8: Llama 3 (8B and 70B) has 8 key/value heads, and TP splits them (a
-# degree above that would have to replicate them). The data-parallel shard degree is every other process.
-TENSOR_PARALLEL = 8
+# Tensor parallel within a node: 4, as Neuron's reference TorchTitan config for an 8B model on trn2
+# (qwen3_8b_tp4_fsdp16_sac: TP 4 x FSDP 16 with selective activation checkpointing; Neuron docs, "Tutorial: Run a
+# basic TorchTitan training on Neuron"). At LNC=2 a Trainium2 has 4 logical NeuronCores: TP 4 stays on one chip, 8
+# would span two. It may not exceed Llama 3's 8 key/value heads, which TP splits. FSDP over every other process.
+TENSOR_PARALLEL = 4
 # The job's settings besides the parallel sizes; each is a `--env TITAN_<SECTION>_<KEY>=...` away (knobs.py).
+# bf16 compute with fp32 master weights and fp32 gradient reduction (FSDP2's MixedPrecisionPolicy; TorchTitan's
+# [training] mixed_precision_param and mixed_precision_reduce).
 TRAINING = {"dataset_path": DATA_DIR, "local_batch_size": 1, "seq_len": 8192, "steps": 1000, "lr": 3e-4,
-            "warmup_steps": 200, "max_norm": 1.0, "seed": 0}
+            "warmup_steps": 200, "max_norm": 1.0, "seed": 0, "mixed_precision_param": "bfloat16",
+            "mixed_precision_reduce": "float32"}
+# Activation checkpointing, TorchTitan 0.2's keys: "selective" recomputes every selective_ac_option-th block (its
+# layer option), "full" every block, "none" keeps all. Selective, as Neuron's reference config; `trn fit` says which
+# mode a job needs.
+ACTIVATION_CHECKPOINT = {"mode": "selective", "selective_ac_option": "2"}
 # Precompile's graph extraction (a job with precompile: neuron_parallel_compile, TRN_PRECOMPILE_STEPS): every step
 # after the first runs the same graphs (the same shapes: fixed seq_len windows), so 3 steps trace them all; Neuron's
 # guide says to keep the trial run to a few steps. train.py trains those steps and neither reads nor writes a
@@ -78,9 +90,14 @@ def job_config(instance_type: str, nodes: int, *, flavor: str = FLAVOR) -> str:
         "model": {"name": "llama3", "flavor": flavor},
         "training": TRAINING,
         "parallelism": parallel_sizes(instance_type, nodes, kv_heads=FLAVORS[flavor]["n_kv_heads"]),
+        "activation_checkpoint": ACTIVATION_CHECKPOINT,
         "checkpoint": CHECKPOINT,
         # torch.compile with TRN_COMPILE_BACKEND (neuron): Neuron's TorchTitan runs `--compile.backend neuron`.
         "compile": {"enable": True},
+        # MFU's denominator in the step lines: the node's dense BF16 peak (the catalog's); report_memory counts what
+        # the first step's forward saves for the backward (the rehearsal's check of `trn fit`'s activations).
+        "metrics": {"peak_bf16_tflops_per_node": DEFAULT_CATALOG.get(instance_type).peak_bf16_tflops or 0.0,
+                    "report_memory": False},
     }
     lines = []
     for section, values in sections.items():
@@ -105,6 +122,101 @@ def training_job(ctx: RecipeContext) -> TrainingJobSettings:
     )
 
 
+# `trn fit`'s search for a layout that fits: up to this many nodes, and these activation checkpointing modes in
+# order of cost (recomputation).
+FIT_MAX_NODES = 64
+
+
+def _layout(settings: dict[str, dict[str, Any]], *, world: int, local_world: int) -> fit_plan.Layout:
+    dp, tp = fit_plan.mesh_sizes(settings["parallelism"], world, local_world,
+                                 FLAVORS[settings["model"]["flavor"]]["n_kv_heads"])
+    ac = settings["activation_checkpoint"]
+    every = str(ac.get("selective_ac_option", "2"))
+    return fit_plan.Layout(dp=dp, tp=tp, seq_len=int(settings["training"]["seq_len"]),
+                           local_batch_size=int(settings["training"]["local_batch_size"]), ac_mode=str(ac["mode"]),
+                           ac_every=int(every) if every.isdigit() and int(every) > 0 else 2)
+
+
+def _settings(ctx: RecipeContext, env: Mapping[str, str], nodes: int) -> dict[str, dict[str, Any]]:
+    """The job's TOML config with the job's ``--env`` over it, as train.py reads it on the nodes."""
+    try:
+        settings = read_job_config(job_config(ctx.group.instance_type, nodes), env)
+    except SystemExit as error:  # knobs reports a mistyped override as train.py would
+        raise ConfigError("--env", str(error).split(":", 1)[0], str(error).split(":", 1)[-1].strip()) from None
+    flavor = settings["model"]["flavor"]
+    if flavor not in FLAVORS:
+        raise ConfigError("--env", f"{override_name('model', 'flavor')}={flavor}", "a Llama 3 size of the recipe: "
+                          + ", ".join(FLAVORS))
+    mode = settings["activation_checkpoint"]["mode"]
+    if mode not in fit_plan.AC_MODES:
+        raise ConfigError("--env", f"{override_name('activation_checkpoint', 'mode')}={mode}",
+                          ", ".join(fit_plan.AC_MODES))
+    return settings
+
+
+def fit(ctx: RecipeContext, env: Mapping[str, str]) -> FitReport:
+    """One rank's memory of the job on ``ctx.group`` (fit_plan: computed, checked against the CPU rehearsal), and
+    when it does not fit, the least change that does: fewer nodes first, then the fewest flags, the largest batch,
+    TP within one Trainium2 (4), the least recomputation."""
+    spec = ctx.config.spec(ctx.group)
+    nodes = ctx.nodes or ctx.group.nodes
+    settings = _settings(ctx, env, nodes)
+    flavor = settings["model"]["flavor"]
+    shape = fit_plan.Shape.of(FLAVORS[flavor], fit_plan.LLAMA3_VOCAB)
+    cores = spec.neuron_cores
+    if spec.core_memory_gib is None:
+        raise ConfigError("instance_type", spec.name, "a type whose Neuron device memory is known: set "
+                          "custom_instance_types[].device_memory_gib for `trn fit` to check it")
+
+    def planned(layout: fit_plan.Layout) -> fit_plan.Plan:
+        return fit_plan.plan(shape, layout, core_memory_gib=spec.core_memory_gib or 0.0,
+                             host_memory_gib=spec.memory_gib, processes_per_node=cores)
+
+    layout = _layout(settings, world=nodes * cores, local_world=cores)
+    result = planned(layout)
+    suggestion = None if result.fits else _suggest(ctx, shape, layout, nodes, planned)
+    every = f" (one block in {layout.ac_every})" if layout.ac_mode == "selective" else ""
+    summary = (f"titan-llama3 on {nodes} x {spec.name}: Llama 3 {flavor} ({shape.parameters() / 1e9:.2f}B parameters), "
+               f"{nodes * cores} ranks as FSDP {layout.dp} x TP {layout.tp}, seq_len {layout.seq_len}, local batch "
+               f"{layout.local_batch_size}, activation checkpointing {layout.ac_mode}{every}, bf16 compute")
+    return FitReport(
+        summary=summary, device=tuple(result.parts.items()), device_limit=result.device_limit,
+        device_label=f"one NeuronCore of {spec.name} ({spec.neuron_cores} a node at the default LNC: "
+                     f"{spec.device_memory_gib} GiB x {spec.neuron_devices} devices / {spec.neuron_cores})",
+        host=tuple(result.host_parts.items()), host_limit=result.host_limit, suggestion=suggestion,
+        assumptions=(f"vocabulary {fit_plan.LLAMA3_VOCAB:,} (Llama 3's tokenizer; the data job's tokenizer decides)",
+                     f"the Neuron runtime's reserve: {fit_plan.RUNTIME_RESERVE:.0%} of the core (our margin)",
+                     f"{fit_plan.HOST_PROCESS_GIB:g} GiB of host memory a process (our margin)"),
+    )
+
+
+def _suggest(ctx: RecipeContext, shape: fit_plan.Shape, layout: fit_plan.Layout, nodes: int, planned: Any) -> str:
+    """The `trn submit` flags of the cheapest layout that fits, or why none up to FIT_MAX_NODES nodes does."""
+    cores = ctx.config.spec(ctx.group).neuron_cores
+    modes = fit_plan.AC_MODES[fit_plan.AC_MODES.index(layout.ac_mode):]
+    batches = sorted({layout.local_batch_size, *(b for b in (1, 2, 4, 8) if b < layout.local_batch_size)},
+                     reverse=True)
+    tps = sorted({layout.tp, *(t for t in (4, 8) if t > layout.tp and shape.n_kv_heads % t == 0 and cores % t == 0)})
+    counts = [n for n in (nodes, *(2**k for k in range(7))) if nodes <= n <= FIT_MAX_NODES]
+    candidates = []
+    for n, batch_size, mode, tp in itertools.product(sorted(set(counts)), batches, modes, tps):
+        trial = layout.with_(dp=n * cores // tp, tp=tp, local_batch_size=batch_size, ac_mode=mode)
+        if planned(trial).fits:
+            flags = ([f"--nodes {n}"] if n != nodes else []) + [
+                f"--env {override_name(section, key)}={value}" for section, key, value, was in (
+                    ("training", "local_batch_size", batch_size, layout.local_batch_size),
+                    ("activation_checkpoint", "mode", mode, layout.ac_mode),
+                    ("parallelism", "tensor_parallel_degree", tp, layout.tp)) if value != was]
+            candidates.append(((n, len(flags), -batch_size, tp, modes.index(mode)), flags, n))
+    if not candidates:
+        return (f"no layout of up to {FIT_MAX_NODES} nodes fits (activation checkpointing up to full, local batch "
+                f"down to 1, TP up to {tps[-1]}): a shorter seq_len or a smaller flavor")
+    _, flags, n = min(candidates)
+    note = (f" (compute group {ctx.group.name} allows {ctx.group.maximum}: raise its max_nodes)"
+            if n > ctx.group.maximum else "")
+    return "fits with " + " ".join(flags) + note
+
+
 def data_job(ctx: RecipeContext) -> TrainingJobSettings:
     """One process on one node (CPU work) before the training job's nodes start. The token's secret by name only
     (hugging_face.token_secret); the job's role may read that secret."""
@@ -119,7 +231,7 @@ def data_job(ctx: RecipeContext) -> TrainingJobSettings:
 
 register(Recipe(
     name=NAME, summary="Llama 3 pretraining with TorchTitan's Llama 3 on TorchNeuron (FSDP2 + TP, DCP checkpoints)",
-    tracks=("native",), job=training_job, data_prep=DATA_NAME, shares=(RECIPES_FOLDER / "hf_lora" / "hf_token.py",),
+    tracks=("native",), job=training_job, data_prep=DATA_NAME, fit=fit, shares=(RECIPES_FOLDER / "hf_lora" / "hf_token.py",),
 ))
 register(Recipe(
     name=DATA_NAME, summary="titan-llama3's data: a tokenizer and a dataset tokenized onto /fsx (hub or S3)",

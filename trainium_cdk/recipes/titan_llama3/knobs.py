@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from typing import Any
 
 CONFIG_ENV = "TITAN_JOB_CONFIG"
@@ -80,18 +81,25 @@ def _typed(raw: str, like: object, name: str) -> object:
     return raw
 
 
-def job_config(text: str | None = None) -> dict[str, dict[str, Any]]:
-    """The job's TOML config, each ``TITAN_<SECTION>_<KEY>`` of the environment put over its key."""
-    text = text if text is not None else os.environ.get(CONFIG_ENV, "")
+def job_config(text: str | None = None, env: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """The job's TOML config, each ``TITAN_<SECTION>_<KEY>`` of ``env`` (the process's environment) put over its
+    key."""
+    env = os.environ if env is None else env
+    text = text if text is not None else env.get(CONFIG_ENV, "")
     if not text.strip():
         raise SystemExit(f"{CONFIG_ENV} is not set: the job sets it (trn submit --job titan-llama3)")
     config = tomllib.loads(text)
     for section, values in config.items():
         for key, value in values.items():
-            name = f"{OVERRIDE_PREFIX}{section}_{key}".upper()
-            if name in os.environ:
-                values[key] = _typed(os.environ[name], value, name)
+            name = override_name(section, key)
+            if name in env:
+                values[key] = _typed(env[name], value, name)
     return config
+
+
+def override_name(section: str, key: str) -> str:
+    """The environment variable that overrides ``[section] key``."""
+    return f"{OVERRIDE_PREFIX}{section}_{key}".upper()
 
 
 def extraction_steps() -> int | None:

@@ -1,22 +1,27 @@
-"""Llama 3 pretraining with TorchTitan's Llama 3 model on TorchNeuron: FSDP2 across nodes, tensor parallel within a
-node, sharded checkpoints with torch.distributed.checkpoint (DCP) on /fsx, resumed from the newest.
+"""Llama 3 pretraining with TorchTitan's Llama 3 model on TorchNeuron: FSDP2 across nodes, tensor and sequence
+parallel within a node, bf16 compute, activation checkpointing, sharded checkpoints with torch.distributed.checkpoint
+(DCP) on /fsx, resumed from the newest.
 
 `trn submit --job titan-llama3` runs it under torchrun on each node (one process per NeuronCore), with the TOML job
 config generated for the compute group in ``TITAN_JOB_CONFIG`` (knobs.py); `--job titan-llama3-data` (prepare.py)
-put the tokenizer and the token stream in ``[training] dataset_path`` first.
+put the tokenizer and the token stream in ``[training] dataset_path`` first. `trn fit --job titan-llama3` checks
+first that a rank's share fits a NeuronCore (fit_plan.py: the same layout, computed).
 
 What it takes from TorchTitan and what from torch (the model code is TorchTitan's; the loop is this file's):
 
-- the model: ``torchtitan.models.llama3`` (``Llama3Model`` and its layer builder, at the sizes of its model
-  registry: knobs.FLAVORS), with ``ScaledDotProductAttention`` as the inner attention (causal, no document masks):
-  TorchTitan 0.3's FlexAttention has no backward on the CPU ("FlexAttention does not support backward on CPU"),
-  and SDPA is an operator TorchNeuron runs;
-- the parallelism: torch's own ``fully_shard`` (FSDP2) over ``[parallelism] data_parallel_shard_degree`` and
-  ``parallelize_module`` (DTensor tensor parallel, Megatron's column/row split of attention and MLP) over
-  ``tensor_parallel_degree``, on a 2-D DeviceMesh of the ``neuron`` device: the parallelism Neuron's TorchNeuron
-  guide lists (FSDP2, DTensor; Neuron docs torch/guides/torch-distributed). TorchTitan's ``Trainer`` itself picks
-  its device from CUDA-style modules (torchtitan/tools/utils.py: ``device_type ... or "cuda"``), which is what
-  TorchTitan Neuron patches; this loop does not depend on it;
+- the model: ``torchtitan.models.llama3`` at the sizes of its model registry (knobs.FLAVORS), with
+  ``ScaledDotProductAttention`` as the inner attention (causal, no document masks): TorchTitan 0.3's FlexAttention
+  has no backward on the CPU, and SDPA is an operator TorchNeuron runs;
+- fit by construction: every rank builds the model on the meta device (no memory), shards it, and only then gives
+  its own shards memory on the device and initializes them (DTensor's seeded generator: every shard a slice of one
+  model). No rank ever holds the whole model: at 8B that was 32 GB of fp32 per rank, 64 ranks to a trn2 node;
+- the parallelism: torch's own ``fully_shard`` (FSDP2) over ``[parallelism] data_parallel_shard_degree`` with a
+  MixedPrecisionPolicy (``[training] mixed_precision_param`` bf16, ``mixed_precision_reduce`` fp32), and
+  ``parallelize_module`` over ``tensor_parallel_degree``: Megatron's split of attention and MLP, the embedding and
+  the output layer split by vocabulary with the loss computed on the shards (``loss_parallel``), sequence parallel
+  norms (TorchTitan's Llama 3 plan), on a 2-D DeviceMesh of the ``neuron`` device: the parallelism Neuron's
+  TorchNeuron guide lists (FSDP2, DTensor). ``[activation_checkpoint] mode``: ``selective`` recomputes every
+  ``selective_ac_option``-th block, ``full`` every block, ``none`` none;
 - checkpoints: ``torch.distributed.checkpoint`` with ``get_state_dict``/``set_state_dict`` (every rank writes its
   shards), a step's folder written under a temporary name and renamed when every rank is done; the optimizer state
   and the step with it; optionally copied to ``[checkpoint] export_s3`` after each save.
@@ -24,22 +29,29 @@ What it takes from TorchTitan and what from torch (the model code is TorchTitan'
 The launch rehearsal (`trn rehearse --job titan-llama3`) runs this file on the CPU: ``TRN_TORCH_DEVICE=cpu``,
 ``TRN_DIST_BACKEND=gloo``, ``TRN_COMPILE_BACKEND=eager`` (trainium_cdk/rehearsal's substitution table).
 
-Rank 0 prints one JSON line per event after ``TITAN ``: start, resumed_from, step (loss), checkpoint, export, done.
+Rank 0 prints one JSON line per event after ``TITAN ``: built (each rank's peak host memory and parameter bytes),
+resumed_from, start, memory (each rank's shard bytes after the first step; with ``[metrics] report_memory``, what
+its forward saved for the backward), step (loss, seconds, tokens per second per node, MFU against ``[metrics]
+peak_bf16_tflops_per_node``), checkpoint, export, done.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
 import os
 import re
+import resource
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+import fit_plan
 import knobs
 import torch
+from sharding import checkpointed_blocks, clip_grad_norm, materialize, parallelize
 import torch.distributed as dist
 
 PREFIX = "TITAN "
@@ -58,18 +70,6 @@ def fail(message: str) -> NoReturn:
 
 
 # -- sizes ------------------------------------------------------------------------------------------------
-
-
-def mesh_sizes(parallelism: dict[str, Any], world: int, local_world: int, kv_heads: int) -> tuple[int, int]:
-    """(data-parallel shard degree, tensor-parallel degree) for this world. The config's, when they multiply to the
-    world; otherwise (fewer processes a node than NeuronCores, as in the rehearsal) TP stays within a node: the
-    largest divisor of the config's TP, the processes of a node and the model's key/value heads (TP splits them),
-    and FSDP over the rest."""
-    dp, tp = int(parallelism["data_parallel_shard_degree"]), int(parallelism["tensor_parallel_degree"])
-    if dp * tp == world and kv_heads % tp == 0:
-        return dp, tp
-    tp = math.gcd(math.gcd(tp, local_world), kv_heads)
-    return world // tp, tp
 
 
 # -- model ------------------------------------------------------------------------------------------------
@@ -122,9 +122,7 @@ def _build_model_03(size: dict[str, Any], vocab_size: int, seq_len: int) -> torc
         lm_head=Linear.Config(in_features=dim, out_features=vocab_size, param_init=_output_linear_init(dim)),
         layers=layers,
     )
-    model = config.build()
-    model.init_states()
-    return model
+    return config.build()  # initialized where its shards are: materialize()
 
 
 def _build_model_02(size: dict[str, Any], vocab_size: int, seq_len: int) -> torch.nn.Module:
@@ -137,52 +135,7 @@ def _build_model_02(size: dict[str, Any], vocab_size: int, seq_len: int) -> torc
         vocab_size=vocab_size, multiple_of=size["ffn_multiple_of"], ffn_dim_multiplier=size["ffn_multiplier"],
         rope_theta=500000, max_seq_len=seq_len,
     )
-    model = Transformer(args)
-    model.init_weights()
-    return model
-
-
-def parallelize(model: Any, mesh, tp: int, compile_backend: str) -> Any:  # noqa: ANN001 (TorchTitan's model, a DeviceMesh)
-    """TP within a node (Megatron's split: q/k/v and w1/w3 by columns, wo and w2 by rows), then FSDP2 per block and
-    for the root over the data-parallel dimension."""
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-    # TorchTitan 0.3 names q/k/v attention.qkv_linear.w*; 0.2, attention.w*.
-    split: dict[str, Any] = {"wq": ColwiseParallel, "wk": ColwiseParallel, "wv": ColwiseParallel, "wo": RowwiseParallel,
-             "w1": ColwiseParallel, "w3": ColwiseParallel, "w2": RowwiseParallel}
-    for name, block in model.layers.items():
-        if tp > 1:
-            plan = {path: split[path.rsplit(".", 1)[-1]]() for path, _ in block.named_modules()
-                    if path.rsplit(".", 1)[-1] in split}
-            parallelize_module(block, mesh["tp"], plan)
-        if compile_backend:
-            block = torch.compile(block, backend=compile_backend)
-            model.layers[name] = block
-        fully_shard(block, mesh=mesh["dp_shard"])
-    fully_shard(model, mesh=mesh["dp_shard"])
-    return model
-
-
-def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
-    """Clip by the norm of every gradient together. FSDP2 over TP leaves the TP-split weights on the 2-D mesh and
-    the rest (embeddings, norms, output) on the data-parallel one, and DTensor refuses to stack norms of two meshes
-    (``torch.nn.utils.clip_grad_norm_``: "All operands in aten.stack.default must have the same mesh"): each
-    mesh's norm is reduced on its own, then combined."""
-    from torch.distributed.tensor import DTensor
-
-    by_mesh: dict[object, list[torch.nn.Parameter]] = {}
-    for p in parameters:
-        if p.grad is not None:
-            by_mesh.setdefault(p.grad.device_mesh if isinstance(p.grad, DTensor) else None, []).append(p)
-    norms = []
-    for params in by_mesh.values():
-        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None], 2.0)
-        norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)
-    total = torch.stack(norms).pow(2).sum().sqrt()
-    for params in by_mesh.values():
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
-    return total
+    return Transformer(args)  # initialized where its shards are: materialize()
 
 
 # -- data -------------------------------------------------------------------------------------------------
@@ -282,12 +235,58 @@ def learning_rate(step: int, *, lr: float, warmup: int) -> float:
     return lr * min(1.0, (step + 1) / max(1, warmup))
 
 
+def local_bytes(tensors) -> int:  # noqa: ANN001 (tensors or DTensors)
+    """Bytes of this rank's shards of ``tensors``."""
+    from torch.distributed.tensor import DTensor
+
+    total = 0
+    for t in tensors:
+        local = t.to_local() if isinstance(t, DTensor) else t
+        total += local.numel() * local.element_size()
+    return total
+
+
+class SavedTensors:
+    """Counts what autograd saves for the backward while it is entered (each storage once, parameters left out:
+    FSDP2 frees its gathered copies after the forward): the activation memory of a step, measured."""
+
+    def __init__(self) -> None:
+        self.storages: dict[int, Any] = {}
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        from torch.distributed.tensor import DTensor
+
+        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+        storage = local.untyped_storage()
+        self.storages[id(storage)] = storage  # held until counted: no address is reused meanwhile
+        return tensor
+
+    def hooks(self) -> Any:
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
+
+    def count(self, model: Any) -> int:
+        params = {local.untyped_storage().data_ptr() for local in
+                  (p.to_local() if hasattr(p, "to_local") else p for p in model.parameters())}
+        live = {s.data_ptr(): s.nbytes() for s in self.storages.values() if s.nbytes() and s.data_ptr() not in params}
+        self.storages.clear()
+        return sum(live.values())
+
+
+def gather(value: object) -> list[object]:
+    """Every rank's ``value``, in rank order."""
+    values: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values
+
+
 def train() -> None:  # noqa: PLR0915 (one loop, read top to bottom)
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import loss_parallel
 
     config = knobs.job_config()
     model_cfg, training, parallelism = config["model"], config["training"], config["parallelism"]
     checkpoint, compile_cfg = config["checkpoint"], config["compile"]
+    ac_cfg, metrics = config.get("activation_checkpoint", {}), config.get("metrics", {})
     device = torch.device(knobs.device("TRN_TORCH_DEVICE"))
     if device.type == "neuron":
         import torch_neuronx  # noqa: F401  (registers the neuron device and process group backend: Neuron's guide)
@@ -296,20 +295,45 @@ def train() -> None:  # noqa: PLR0915 (one loop, read top to bottom)
     dist.init_process_group(backend=backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    if model_cfg["flavor"] not in knobs.FLAVORS:
-        fail(f"[model] flavor={model_cfg['flavor']}: one of {', '.join(knobs.FLAVORS)}")
-    dp, tp = mesh_sizes(parallelism, world, local_world, knobs.FLAVORS[model_cfg["flavor"]]["n_kv_heads"])
-    mesh = init_device_mesh(device.type, (dp, tp), mesh_dim_names=("dp_shard", "tp"))
+    flavor = model_cfg["flavor"]
+    if flavor not in knobs.FLAVORS:
+        fail(f"[model] flavor={flavor}: one of {', '.join(knobs.FLAVORS)}")
+    size = knobs.FLAVORS[flavor]
+    dp, tp = fit_plan.mesh_sizes(parallelism, world, local_world, size["n_kv_heads"])
     seed, seq_len, batch_size = int(training["seed"]), int(training["seq_len"]), int(training["local_batch_size"])
-    torch.manual_seed(seed)  # every rank builds the same initial model before it is sharded
+    if seq_len % tp:
+        fail(f"[training] seq_len={seq_len}: a multiple of the tensor-parallel degree {tp} (sequence parallel splits it)")
+    ac_mode = str(ac_cfg.get("mode", "none"))
+    if ac_mode not in fit_plan.AC_MODES:
+        fail(f"[activation_checkpoint] mode={ac_mode}: one of {', '.join(fit_plan.AC_MODES)}")
+    every = str(ac_cfg.get("selective_ac_option", "2"))
+    if not every.isdigit() or int(every) < 1:
+        fail(f"[activation_checkpoint] selective_ac_option={every}: a layer frequency (1, 2, ...): this recipe "
+             "checkpoints every n-th block (TorchTitan's per-op option is not offered)")
+    dtypes = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+    precision = {key: str(training.get(key, "float32")) for key in ("mixed_precision_param", "mixed_precision_reduce")}
+    for key, value in precision.items():
+        if value not in dtypes:
+            fail(f"[training] {key}={value}: one of {', '.join(dtypes)}")
+    mesh = init_device_mesh(device.type, (dp, tp), mesh_dim_names=("dp_shard", "tp"))
     tokens, made = load_tokens(Path(training["dataset_path"]))
     extracting = knobs.extraction_steps()
     steps = extracting or int(training["steps"])
     # Graph extraction: outputs are not real, so no checkpoint is read or written.
     folder = os.environ.get(knobs.CHECKPOINT_ENV) if checkpoint.get("enable") and not extracting else None
     checkpoints = Path(folder) if folder else None
-    model = parallelize(build_model(model_cfg["flavor"], int(made["vocab_size"]), seq_len).to(device), mesh, tp,
-                        compile_backend)
+    shape = fit_plan.Shape.of(size, int(made["vocab_size"]))
+    # Built on the meta device (no memory), sharded, then each rank's shards materialized on the device.
+    with torch.device("meta"):
+        model = build_model(flavor, shape.vocab, seq_len)
+    ac = checkpointed_blocks(size["n_layers"], ac_mode, int(every))
+    model = parallelize(model, mesh, tp, compile_backend, ac=ac, param_dtype=dtypes[precision["mixed_precision_param"]],
+                        reduce_dtype=dtypes[precision["mixed_precision_reduce"]])
+    materialize(model, device, mesh, seed)
+    built = {"peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+             "parameters": local_bytes(model.parameters())}
+    builds = gather(built)
+    say(built={"full_model_fp32": fit_plan.full_model_bytes(shape), "per_rank": builds})
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(training["lr"]), weight_decay=0.1)
     start, history = 0, []
     resume = newest_checkpoint(checkpoints)
@@ -317,33 +341,55 @@ def train() -> None:  # noqa: PLR0915 (one loop, read top to bottom)
         record = load(resume, model, optimizer)
         start, history = record["step"], record["history"]
         say(resumed_from=str(resume), step=start, loss=history[-1]["loss"] if history else None)
-    say(start={"flavor": model_cfg["flavor"], "world": world, "data_parallel_shard_degree": dp,
-               "tensor_parallel_degree": tp, "device": device.type, "backend": backend,
-               "compile": compile_backend or None, "first_step": start + 1, "steps": steps,
+    say(start={"flavor": flavor, "world": world, "data_parallel_shard_degree": dp, "tensor_parallel_degree": tp,
+               "device": device.type, "backend": backend, "compile": compile_backend or None,
+               "activation_checkpoint": ac_mode, "checkpointed_blocks": len(ac), "param_dtype":
+               precision["mixed_precision_param"], "first_step": start + 1, "steps": steps,
                "checkpoints": str(checkpoints) if checkpoints else None, "tokens": len(tokens)})
     dp_rank = mesh["dp_shard"].get_local_rank()
     interval, export = int(checkpoint["interval"]), str(checkpoint.get("export_s3") or "")
+    nodes = max(1, world // local_world)
+    step_tokens = dp * batch_size * seq_len  # tokens of one step, every rank's batch (a TP group shares one)
+    peak = float(metrics.get("peak_bf16_tflops_per_node") or 0)
+    flops_per_token = shape.flops_per_token(seq_len)
+    saved = SavedTensors() if metrics.get("report_memory") else None
+    loss_context = loss_parallel if tp > 1 else contextlib.nullcontext
     for step in range(start, steps):
+        began = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, lr=float(training["lr"]), warmup=int(training["warmup_steps"]))
         ids = batch(tokens, step, dp_rank=dp_rank, dp=dp, batch_size=batch_size, seq_len=seq_len, seed=seed).to(device)
-        logits = model(ids[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
-        loss.backward()
+        measuring = saved if step == start else None
+        with measuring.hooks() if measuring else contextlib.nullcontext(), loss_context():
+            logits = model(ids[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+        activations = measuring.count(model) if measuring else None
+        with loss_context():
+            loss.backward()
         clip_grad_norm(list(model.parameters()), float(training["max_norm"]))
         optimizer.step()
+        if step == start:  # each rank's shards, measured: `trn fit` plans the same numbers
+            moments = [v for state in optimizer.state.values() for k, v in state.items() if k != "step"]
+            memory = {"parameters": local_bytes(model.parameters()),
+                      "gradients": local_bytes(p.grad for p in model.parameters() if p.grad is not None),
+                      "optimizer": local_bytes(moments), "activations": activations}
+            say(memory={"per_rank": gather(memory)})
         optimizer.zero_grad(set_to_none=True)
         done = step + 1
-        mean = loss.detach().float()
+        value = loss.full_tensor() if hasattr(loss, "full_tensor") else loss
+        mean = value.detach().float()
         dist.all_reduce(mean)
         history.append({"step": done, "loss": round(float(mean.cpu()) / world, 6)})
-        say(step=done, loss=history[-1]["loss"])
+        took = time.perf_counter() - began  # the loss on the host: the step has finished on every device
+        per_node = step_tokens / took / nodes
+        say(step=done, loss=history[-1]["loss"], seconds=round(took, 4), tokens_per_s_per_node=round(per_node, 1),
+            mfu=float(f"{per_node * flops_per_token / (peak * 1e12):.4g}") if peak else None)
         if checkpoints is not None and (done % interval == 0 or done == steps):
-            saved = save(checkpoints, done, model, optimizer, {"history": history[-100:]},
-                         keep=int(checkpoint["keep_latest_k"]))
-            say(checkpoint=str(saved), step=done)
+            saved_to = save(checkpoints, done, model, optimizer, {"history": history[-100:]},
+                            keep=int(checkpoint["keep_latest_k"]))
+            say(checkpoint=str(saved_to), step=done)
             if export and rank == 0:
-                say(export={"to": f"{export.rstrip('/')}/{saved.name}/", "files": export_to_s3(saved, export)})
+                say(export={"to": f"{export.rstrip('/')}/{saved_to.name}/", "files": export_to_s3(saved_to, export)})
     if extracting:
         say(graph_extraction={"steps": steps - start})
     else:

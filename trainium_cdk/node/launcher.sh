@@ -99,12 +99,23 @@ say "open files: soft limit $soft, hard limit $hard"
 set -- --nnodes="$NNODES" --node_rank="$NODE_RANK" --nproc_per_node="$NPROC_PER_NODE" \
   --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" "$@"
 if [ "${TRN_PRECOMPILE:-0}" = 1 ]; then
-  # Neuron's graph extraction over a few steps, no checkpoint directory; then the run (launcher.py).
   steps="${TRN_PRECOMPILE_STEPS:-$DEFAULT_PRECOMPILE_STEPS}"
   case "$steps" in ''|0*|*[!0-9]*) fail "TRN_PRECOMPILE_STEPS=$steps: 1 or more steps" ;; esac
-  command -v neuron_parallel_compile >/dev/null || fail "TRN_PRECOMPILE=1: no neuron_parallel_compile (torch-neuronx XLA)"
-  say "precompile: graph extraction over $steps steps, no TRN_CHECKPOINT_DIR"
-  ( unset TRN_CHECKPOINT_DIR; export TRN_PRECOMPILE_STEPS="$steps"; exec neuron_parallel_compile torchrun "$@" )
+  if [ -n "$native" ]; then
+    # TorchNeuron has no graph extraction (neuron_parallel_compile is PyTorch/XLA's): a warm-up of a few real steps
+    # compiles into the NEFF cache, no checkpoint directory, the script stopping at TRN_WARMUP_STEPS (launcher.py).
+    say "precompile: warm-up, $steps training step(s) into the compile cache, no TRN_CHECKPOINT_DIR"
+  else
+    # Neuron's graph extraction over a few steps, no checkpoint directory; then the run (launcher.py).
+    command -v neuron_parallel_compile >/dev/null || fail "TRN_PRECOMPILE=1: no neuron_parallel_compile (torch-neuronx XLA)"
+    say "precompile: graph extraction over $steps steps, no TRN_CHECKPOINT_DIR"
+  fi
+  (
+    unset TRN_CHECKPOINT_DIR
+    export TRN_PRECOMPILE_STEPS="$steps"
+    if [ -n "$native" ]; then export TRN_WARMUP_STEPS="$steps"; exec torchrun "$@"; fi
+    exec neuron_parallel_compile torchrun "$@"
+  )
 fi
 # The compile cache's hits and misses: the graphs torch-neuronx's compiler wrapper loaded from the cache or compiled
 # in this node's processes, read from torchrun's output as it passes; a summary when it ends (launcher.py).

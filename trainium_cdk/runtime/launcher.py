@@ -28,12 +28,16 @@ Open files: every node raises its soft ``RLIMIT_NOFILE`` to ``TRN_OPEN_FILES`` (
 :data:`~trainium_cdk.facts.defaults.OPEN_FILES`, Neuron's ``ulimit -n 65535``), or to the hard limit when that is
 lower (a process may not pass it: a warning names it), before torchrun; never lower.
 
-Precompile (``TRN_PRECOMPILE=1``): first ``neuron_parallel_compile torchrun <the same command>``, Neuron's
+Precompile (``TRN_PRECOMPILE=1``), xla track: first ``neuron_parallel_compile torchrun <the same command>``, Neuron's
 graph extraction: it runs the command with ``NEURON_EXTRACT_GRAPHS_ONLY=1`` (outputs are not real), then
 compiles every graph it saw into the cache. During it ``TRN_CHECKPOINT_DIR`` is unset, so nothing reaches
 the run's checkpoints, and ``TRN_PRECOMPILE_STEPS`` (default :data:`~trainium_cdk.facts.defaults.PRECOMPILE_STEPS`)
 is the number of steps after which the script should stop: Neuron's guide limits the trial run to a few
-steps, and only the script knows its steps. Then the real run, with the checkpoint directory.
+steps, and only the script knows its steps. Then the real run, with the checkpoint directory. Native track
+(``TRN_NEURON_TRACK=native``): graph extraction and ``neuron_parallel_compile`` are PyTorch/XLA's, so the first run is
+a warm-up of the same command that trains ``TRN_PRECOMPILE_STEPS`` real steps (TorchNeuron compiles each graph into
+the NEFF cache, ``TORCH_NEURONX_NEFF_CACHE_DIR``, as it first runs it), with ``TRN_WARMUP_STEPS`` set to that count
+for the script to stop at and no checkpoint directory; then the real run.
 
 Optionally the track's pins (``TRN_NEURON_RELEASE``, ``_DRIVER``, ``_RUNTIME``, ``_FRAMEWORK``): before
 torchrun, every node prints the Neuron driver it has loaded and the image's runtime next to them (one
@@ -150,6 +154,8 @@ LAUNCHER = node.program(
 # The variables a job (or its config) sets to change what the launcher does.
 PRECOMPILE_VARIABLE = "TRN_PRECOMPILE"
 PRECOMPILE_STEPS_VARIABLE = "TRN_PRECOMPILE_STEPS"
+# Set by the launcher in a native-track warm-up run only: the steps after which the script stops.
+WARMUP_STEPS_VARIABLE = "TRN_WARMUP_STEPS"
 
 
 def launch_command(program: Sequence[str]) -> list[str]:

@@ -20,7 +20,8 @@ from trainium_cdk.runtime.launcher import launch_command
 NODE_SOFT_LIMIT = 1024  # systemd's DefaultLimitNOFILE soft limit, what a daemon's children start with
 _, HARD = resource.getrlimit(resource.RLIMIT_NOFILE)
 # What torchrun prints here: its arguments, then what it got that this module is about.
-TORCHRUN = 'echo "torchrun open_files=$(ulimit -Sn) cc_flags=${NEURON_CC_FLAGS-unset} ckpt=${TRN_CHECKPOINT_DIR-unset} $*"\n'
+TORCHRUN = ('echo "torchrun open_files=$(ulimit -Sn) cc_flags=${NEURON_CC_FLAGS-unset} ckpt=${TRN_CHECKPOINT_DIR-unset} '
+            'warmup=${TRN_WARMUP_STEPS-unset} $*"\n')
 # neuron_parallel_compile as Neuron documents it: the command, with NEURON_EXTRACT_GRAPHS_ONLY=1.
 PARALLEL_COMPILE = (
     'echo "neuron_parallel_compile steps=${TRN_PRECOMPILE_STEPS-unset} ckpt=${TRN_CHECKPOINT_DIR-unset}"\n'
@@ -148,6 +149,23 @@ def test_precompile_without_neuron_parallel_compile_says_so(bin_dir):
     result = launch(bin_dir, {"TRN_PRECOMPILE": "1"})
     assert result.returncode != 0 and result.stdout == ""
     assert "TRN_PRECOMPILE=1: no neuron_parallel_compile" in result.stderr
+
+
+def test_native_precompile_is_a_warm_up_of_real_steps_without_neuron_parallel_compile(bin_dir, tmp_path):
+    """TorchNeuron has no graph extraction (neuron_parallel_compile and NEURON_EXTRACT_GRAPHS_ONLY are PyTorch/XLA's,
+    absent from the native image): the same command trains TRN_PRECOMPILE_STEPS real steps into the compile cache,
+    told so by TRN_WARMUP_STEPS, without the checkpoint directory; then the run, which has neither."""
+    (bin_dir / "neuron_parallel_compile").unlink()
+    env = {"TRN_NEURON_TRACK": "native", "TRN_PRECOMPILE": "1", "TRN_PRECOMPILE_STEPS": "3",
+           "TRN_CHECKPOINT_ROOT": str(tmp_path / "ckpt"), "TRN_JOB_NAME": "llama", "TRN_CACHE_DIR": str(tmp_path / "c")}
+    result = launch(bin_dir, env)
+    warm_up, run = torchrun_lines(result)
+    assert (warm_up["name"], warm_up["warmup"], warm_up["ckpt"]) == ("torchrun", "3", "unset")
+    assert (run["warmup"], run["ckpt"]) == ("unset", str(tmp_path / "ckpt" / "llama"))
+    warm_argv, run_argv = (line.split(" --nnodes=")[-1] for line in result.stdout.splitlines())
+    assert warm_argv == run_argv and run_argv.endswith("train.py --epochs 4")
+    assert "precompile: warm-up, 3 training step(s) into the compile cache" in result.stderr
+    assert "neuron_parallel_compile" not in result.stdout + result.stderr
 
 
 def test_a_failed_extraction_stops_the_job_before_the_run(bin_dir):

@@ -123,7 +123,7 @@ def test_what_each_rank_holds_is_what_trn_fit_plans_and_no_rank_builds_the_whole
     """The plan of `trn fit` (fit_plan) against a CPU rehearsal of 2 nodes x 2 processes: every rank's shard bytes
     (parameters, gradients, AdamW state) after its first step, and what its forward saved for the backward without
     checkpointing, within 5%. Then the 1B flavor, built and not trained: no rank's peak host memory comes near the
-    model's 6 GB of fp32 (each builds on the meta device and materializes its own shards only)."""
+    model's 3.9 GB of fp32 at the rehearsal's vocabulary (each builds on the meta device and materializes its own shards only)."""
     work = tmp_path / "project"
     work.mkdir()
     monkeypatch.chdir(work)
@@ -153,9 +153,27 @@ def test_what_each_rank_holds_is_what_trn_fit_plans_and_no_rank_builds_the_whole
     # Rank 0 holds the first (largest) chunk of every split: the plan's figure exactly.
     assert {part: memory[0][part] for part in planned} == planned
 
+    # Precompile on the native track: a warm-up of real steps (no graph extraction), no checkpoint; then the run.
+    warmed = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3", *TINY,
+                     "--env", "TITAN_TRAINING_STEPS=2", "--env", "TRN_PRECOMPILE=1", "--env", "TRN_PRECOMPILE_STEPS=1")
+    assert warmed.code == 0, warmed.out[-4000:] + warmed.err
+    events = [next(iter(r)) for r in records(warmed.out) if set(r) & {"warm_up", "step", "checkpoint", "done"}]
+    assert events == ["step", "warm_up", "step", "step", "checkpoint", "done"], events
+    assert "precompile: warm-up, 1 training step(s) into the compile cache" in warmed.out
+    saved = (work / ".trn-rehearse" / "fsx" / "checkpoints" / "rehearsal").glob("step-*")
+    assert [p.name for p in saved] == ["step-00000002"]  # none of the warm-up's
+
+    # Another flavor finds the tiny model's checkpoint of the same job: one line, before DCP's size mismatch.
+    other = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3",
+                    "--env", "TITAN_MODEL_FLAVOR=debugmodel", "--env", "TITAN_TRAINING_SEQ_LEN=32")
+    assert other.code == 1
+    assert ("step-00000002 holds {'flavor': 'tiny', 'vocab_size': 26}, this job trains {'flavor': 'debugmodel', "
+            "'vocab_size': 26}: give it another job name") in other.out
+    assert "Size mismatch" not in other.out
+
     built = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3",
                     "--env", "TITAN_MODEL_FLAVOR=1B", "--env", "TITAN_TRAINING_SEQ_LEN=32",
-                    "--env", "TITAN_TRAINING_STEPS=0")
+                    "--env", "TITAN_TRAINING_STEPS=0", "--env", "TITAN_CHECKPOINT_ENABLE=false")
     assert built.code == 0, built.out[-4000:] + built.err
     (report,) = [r["built"] for r in records(built.out) if "built" in r]
     full = report["full_model_fp32"]
@@ -289,16 +307,20 @@ def test_export_copies_a_checkpoint_folder_to_s3(aws_env, tmp_path, monkeypatch)
     assert keys == [f"llama3/run-1/step-00000500/{n}" for n in (".metadata", "__0_0.distcp", "sub/x", "trainer.json")]
 
 
-def test_under_graph_extraction_it_trains_the_capped_steps_without_checkpoints(monkeypatch):
+def test_the_launchers_warm_up_sets_the_steps_and_nothing_of_pytorch_xla_is_read(monkeypatch):
     _recipe_modules(monkeypatch)
     import knobs
 
-    monkeypatch.delenv("NEURON_EXTRACT_GRAPHS_ONLY", raising=False)
-    assert knobs.extraction_steps() is None
-    # neuron_parallel_compile sets the first; the launcher gives the job's cap (TRN_PRECOMPILE_STEPS).
-    monkeypatch.setenv("NEURON_EXTRACT_GRAPHS_ONLY", "1")
-    monkeypatch.setenv("TRN_PRECOMPILE_STEPS", "3")
-    assert knobs.extraction_steps() == 3
+    from trainium_cdk.runtime.launcher import WARMUP_STEPS_VARIABLE
+
+    monkeypatch.delenv(WARMUP_STEPS_VARIABLE, raising=False)
+    monkeypatch.setenv("NEURON_EXTRACT_GRAPHS_ONLY", "1")  # PyTorch/XLA's: not the native track's
+    assert knobs.warmup_steps() is None
+    monkeypatch.setenv(WARMUP_STEPS_VARIABLE, "3")  # the launcher's warm-up run (precompile on the native track)
+    assert knobs.WARMUP_STEPS_ENV == WARMUP_STEPS_VARIABLE and knobs.warmup_steps() == 3
+    for folder in (FOLDER, FOLDER.parent / "hf_lora"):  # the native track's recipes: no module reads the variable
+        for module in folder.glob("*.py"):
+            assert '"NEURON_EXTRACT_GRAPHS_ONLY"' not in module.read_text(), module
 
 
 def test_the_image_and_versions_pin_the_same_torchtitan_neuron():

@@ -43,9 +43,9 @@ DEFAULTS = {
     # The Secrets Manager secret holding a Hugging Face token, by name (gated models and datasets).
     "HF_TOKEN_SECRET": "",
 }
-# Graph extraction (precompile): neuron_parallel_compile sets the first; the launcher gives the step cap.
-EXTRACTION_ENV = "NEURON_EXTRACT_GRAPHS_ONLY"
-EXTRACTION_STEPS_ENV = "TRN_PRECOMPILE_STEPS"
+# Precompile on the native track: the launcher's warm-up run of a few real steps sets this to their count
+# (TorchNeuron has no graph extraction: NEURON_EXTRACT_GRAPHS_ONLY and neuron_parallel_compile are PyTorch/XLA's).
+WARMUP_STEPS_ENV = "TRN_WARMUP_STEPS"
 CHECKPOINT_ENV = "TRN_CHECKPOINT_DIR"
 # What the data preparation leaves in HF_LORA_DATA_DIR: the packed token blocks and what made them.
 TOKENIZED = "tokenized"
@@ -64,8 +64,7 @@ def number(name: str, kind: type = int):  # noqa: ANN201 (int or float)
         raise SystemExit(f"{name}={raw}: a number") from None
 
 
-def extraction_steps() -> int | None:
-    """Under neuron_parallel_compile's graph extraction, the steps to trace; None in a real run."""
-    if os.environ.get(EXTRACTION_ENV, "0").strip() in ("", "0"):
-        return None
-    return max(1, int(os.environ.get(EXTRACTION_STEPS_ENV) or 10))
+def warmup_steps() -> int | None:
+    """In the launcher's warm-up run (precompile), the steps to run; None in a real run."""
+    raw = os.environ.get(WARMUP_STEPS_ENV, "").strip()
+    return max(1, int(raw)) if raw else None

@@ -27,8 +27,8 @@ Checkpoints: every ``HF_LORA_SAVE_EVERY`` steps and at the end, rank 0 writes ``
 ``TRN_CHECKPOINT_DIR`` (the launcher's /fsx/checkpoints/<job>): the adapter (``adapter/``, PEFT's format, which
 ``PeftModel.from_pretrained`` loads) and the optimizer and scheduler state. Every rank resumes from the newest.
 
-Precompile (``TRN_PRECOMPILE=1``): under graph extraction (``NEURON_EXTRACT_GRAPHS_ONLY``) it trains
-``TRN_PRECOMPILE_STEPS`` steps, and neither reads nor writes a checkpoint.
+Precompile (``TRN_PRECOMPILE=1``): in the launcher's warm-up run (``TRN_WARMUP_STEPS``, the native track's: TorchNeuron
+has no graph extraction) it trains that many steps, and neither reads nor writes a checkpoint.
 
 Rank 0 prints one JSON line per event, after ``HF-LORA ``: start, resumed_from, step (with its loss), checkpoint,
 done.
@@ -184,11 +184,11 @@ def train() -> None:
     if not knobs.get("HF_LORA_DATA_DIR"):
         fail("HF_LORA_DATA_DIR is not set (the job sets it)")
     blocks, made = load_blocks(Path(knobs.get("HF_LORA_DATA_DIR")), model_id)
-    extracting = knobs.extraction_steps()
-    max_steps = extracting or knobs.number("HF_LORA_MAX_STEPS")
-    # Graph extraction: outputs are not real, so no checkpoint is read or written.
+    warming = knobs.warmup_steps()
+    max_steps = warming or knobs.number("HF_LORA_MAX_STEPS")
+    # The warm-up (precompile) fills the compile cache: no checkpoint is read or written.
     checkpoint_dir = os.environ.get(knobs.CHECKPOINT_ENV)
-    checkpoints = Path(checkpoint_dir) if checkpoint_dir and not extracting else None
+    checkpoints = Path(checkpoint_dir) if checkpoint_dir and not warming else None
     dtype = getattr(torch, knobs.get("HF_LORA_DTYPE"))
     model = build_model(model_id, dtype)
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -243,8 +243,8 @@ def train() -> None:
         if checkpoints is not None and rank == 0 and (done % save_every == 0 or done == max_steps):
             saved = save_checkpoint(checkpoints, done, model, optimizer, scheduler, history)
             say(checkpoint=str(saved), step=done)
-    if extracting:
-        say(graph_extraction={"steps": max_steps - start})
+    if warming:
+        say(warm_up={"steps": max_steps - start})
     elif rank == 0:
         newest = newest_checkpoint(checkpoints)
         say(done={"step": max_steps, "adapter": str(newest / ADAPTER) if newest else None})

@@ -54,10 +54,9 @@ TRAINING = {"dataset_path": DATA_DIR, "local_batch_size": 1, "seq_len": 8192, "s
 # layer option), "full" every block, "none" keeps all. Selective, as Neuron's reference config; `trn fit` says which
 # mode a job needs.
 ACTIVATION_CHECKPOINT = {"mode": "selective", "selective_ac_option": "2"}
-# Precompile's graph extraction (a job with precompile: neuron_parallel_compile, TRN_PRECOMPILE_STEPS): every step
-# after the first runs the same graphs (the same shapes: fixed seq_len windows), so 3 steps trace them all; Neuron's
-# guide says to keep the trial run to a few steps. train.py trains those steps and neither reads nor writes a
-# checkpoint.
+# Precompile (a job with TRN_PRECOMPILE=1): the launcher's warm-up of this many real steps fills the compile cache
+# (TorchNeuron has no graph extraction); every step after the first runs the same graphs (the same shapes: fixed
+# seq_len windows). train.py trains those steps and neither reads nor writes a checkpoint.
 PRECOMPILE_STEPS = 3
 CHECKPOINT = {"enable": True, "interval": 500, "keep_latest_k": 2, "export_s3": ""}
 

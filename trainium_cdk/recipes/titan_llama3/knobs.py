@@ -33,9 +33,9 @@ DATA_DEFAULTS = {
 # Where it runs (TorchNeuron's `neuron` device, process group backend and torch.compile backend). The launch
 # rehearsal substitutes these three (cpu, gloo, eager): trainium_cdk/rehearsal's table.
 DEVICE_DEFAULTS = {"TRN_TORCH_DEVICE": "neuron", "TRN_DIST_BACKEND": "neuron", "TRN_COMPILE_BACKEND": ""}
-# Graph extraction (precompile): neuron_parallel_compile sets the first; the launcher gives the step cap.
-EXTRACTION_ENV = "NEURON_EXTRACT_GRAPHS_ONLY"
-EXTRACTION_STEPS_ENV = "TRN_PRECOMPILE_STEPS"
+# Precompile on the native track: the launcher's warm-up run of a few real steps sets this to their count
+# (TorchNeuron has no graph extraction: NEURON_EXTRACT_GRAPHS_ONLY and neuron_parallel_compile are PyTorch/XLA's).
+WARMUP_STEPS_ENV = "TRN_WARMUP_STEPS"
 CHECKPOINT_ENV = "TRN_CHECKPOINT_DIR"
 # What the data preparation leaves in TITAN_DATA_DIR: the tokenizer, the token stream (little-endian uint32),
 # and what made them.
@@ -102,8 +102,7 @@ def override_name(section: str, key: str) -> str:
     return f"{OVERRIDE_PREFIX}{section}_{key}".upper()
 
 
-def extraction_steps() -> int | None:
-    """Under neuron_parallel_compile's graph extraction, the steps to trace; None in a real run."""
-    if os.environ.get(EXTRACTION_ENV, "0").strip() in ("", "0"):
-        return None
-    return max(1, int(os.environ.get(EXTRACTION_STEPS_ENV) or 10))
+def warmup_steps() -> int | None:
+    """In the launcher's warm-up run (precompile), the steps to run; None in a real run."""
+    raw = os.environ.get(WARMUP_STEPS_ENV, "").strip()
+    return max(1, int(raw)) if raw else None

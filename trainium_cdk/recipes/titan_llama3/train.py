@@ -202,15 +202,22 @@ def save(directory: Path, step: int, model, optimizer, record: dict, *, keep: in
     return final
 
 
-def load(path: Path, model, optimizer) -> dict:  # noqa: ANN001
+def load(path: Path, model, optimizer, *, model_record: dict) -> dict:  # noqa: ANN001
+    """Restore the shards of ``path``; a checkpoint of another model (flavor or vocabulary) stops the job in one line
+    (DCP's own error is a size mismatch deep in its planner)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+    record = json.loads((path / TRAINER_STATE).read_text())
+    saved = record.get("model", model_record)
+    if saved != model_record:
+        fail(f"{path} holds {saved}, this job trains {model_record}: give it another job name (its checkpoint "
+             f"directory) or [checkpoint] enable = false")
     model_state, optim_state = get_state_dict(model, optimizer)
     state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-    return json.loads((path / TRAINER_STATE).read_text())
+    return record
 
 
 def export_to_s3(folder: Path, uri: str, *, client=None) -> int:  # noqa: ANN001 (a boto3 S3 client)
@@ -317,10 +324,10 @@ def train() -> None:  # noqa: PLR0915 (one loop, read top to bottom)
             fail(f"[training] {key}={value}: one of {', '.join(dtypes)}")
     mesh = init_device_mesh(device.type, (dp, tp), mesh_dim_names=("dp_shard", "tp"))
     tokens, made = load_tokens(Path(training["dataset_path"]))
-    extracting = knobs.extraction_steps()
-    steps = extracting or int(training["steps"])
-    # Graph extraction: outputs are not real, so no checkpoint is read or written.
-    folder = os.environ.get(knobs.CHECKPOINT_ENV) if checkpoint.get("enable") and not extracting else None
+    warming = knobs.warmup_steps()
+    steps = warming or int(training["steps"])
+    # The warm-up (precompile) fills the compile cache: no checkpoint is read or written.
+    folder = os.environ.get(knobs.CHECKPOINT_ENV) if checkpoint.get("enable") and not warming else None
     checkpoints = Path(folder) if folder else None
     shape = fit_plan.Shape.of(size, int(made["vocab_size"]))
     # Built on the meta device (no memory), sharded, then each rank's shards materialized on the device.
@@ -336,9 +343,10 @@ def train() -> None:  # noqa: PLR0915 (one loop, read top to bottom)
     say(built={"full_model_fp32": fit_plan.full_model_bytes(shape), "per_rank": builds})
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(training["lr"]), weight_decay=0.1)
     start, history = 0, []
+    model_record = {"flavor": flavor, "vocab_size": shape.vocab}
     resume = newest_checkpoint(checkpoints)
     if resume is not None:
-        record = load(resume, model, optimizer)
+        record = load(resume, model, optimizer, model_record=model_record)
         start, history = record["step"], record["history"]
         say(resumed_from=str(resume), step=start, loss=history[-1]["loss"] if history else None)
     say(start={"flavor": flavor, "world": world, "data_parallel_shard_degree": dp, "tensor_parallel_degree": tp,
@@ -385,13 +393,13 @@ def train() -> None:  # noqa: PLR0915 (one loop, read top to bottom)
         say(step=done, loss=history[-1]["loss"], seconds=round(took, 4), tokens_per_s_per_node=round(per_node, 1),
             mfu=float(f"{per_node * flops_per_token / (peak * 1e12):.4g}") if peak else None)
         if checkpoints is not None and (done % interval == 0 or done == steps):
-            saved_to = save(checkpoints, done, model, optimizer, {"history": history[-100:]},
+            saved_to = save(checkpoints, done, model, optimizer, {"history": history[-100:], "model": model_record},
                             keep=int(checkpoint["keep_latest_k"]))
             say(checkpoint=str(saved_to), step=done)
             if export and rank == 0:
                 say(export={"to": f"{export.rstrip('/')}/{saved_to.name}/", "files": export_to_s3(saved_to, export)})
-    if extracting:
-        say(graph_extraction={"steps": steps - start})
+    if warming:
+        say(warm_up={"steps": steps - start})
     else:
         say(done={"step": steps, "checkpoint": str(newest_checkpoint(checkpoints) or "") or None})
     dist.barrier()

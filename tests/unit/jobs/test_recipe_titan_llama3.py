@@ -104,17 +104,20 @@ def test_rehearse_prepares_trains_saves_is_stopped_and_resumes_where_it_was(tmp_
     # Stopped after its checkpoint of step 3: the run that follows finds that one as the newest.
     shutil.rmtree(checkpoints / "step-00000006")
     second = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3", *TINY,
-                     "--env", "TITAN_TRAINING_STEPS=8")
+                     "--env", "TITAN_TRAINING_STEPS=6")
     assert second.code == 0, second.out[-4000:] + second.err
     again = [r for r in records(second.out) if "built" not in r]
     assert again[0] == {"resumed_from": str(checkpoints / "step-00000003"), "step": 3, "loss": losses[3]}
     assert again[1]["start"]["first_step"] == 4
-    resumed = {r["step"]: r["loss"] for r in again if "loss" in r and "resumed_from" not in r}
-    assert sorted(resumed) == [4, 5, 6, 7, 8]
+    resumed = {r["step"]: r["loss"] for r in again if "loss" in r and "resumed_from" not in r and "step" in r}
+    assert sorted(resumed) == [4, 5, 6]
     # The same steps, the same data, the same sharded weights and optimizer state: the same losses.
     for step in (4, 5, 6):
         assert resumed[step] == pytest.approx(losses[step], abs=1e-4), (step, resumed, losses)
-    assert again[-1] == {"done": {"step": 8, "checkpoint": str(checkpoints / "step-00000008")}}
+    assert again[-1] == {"done": {"step": 6, "checkpoint": str(checkpoints / "step-00000006")}}
+    # The rate: 2 warm-up steps to 0.003, then a cosine decay over the job's 6 steps towards a tenth of it.
+    rates = [r["lr"] for r in ran if "lr" in r]
+    assert rates == pytest.approx([0.0015, 0.003, 0.003, 0.00260459, 0.00165, 0.000695406], rel=1e-4), rates
     print(f"rehearsal of titan-llama3-data and titan-llama3 twice: {time.monotonic() - began:.0f} s")
 
 
@@ -182,6 +185,79 @@ def test_what_each_rank_holds_is_what_trn_fit_plans_and_no_rank_builds_the_whole
         # A quarter of the model (FSDP 2 x TP 2) and the process itself: well under half the whole.
         assert rank["parameters"] == pytest.approx(full / 4, rel=0.01)
         assert rank["peak_rss"] < full / 2, (rank, full)
+
+
+@pytest.mark.e2e
+def test_a_hugging_face_llama_goes_in_trains_and_comes_out_as_transformers_loads_it(tmp_path, monkeypatch):
+    """A tiny Llama 3 in Hugging Face's format (transformers' LlamaForCausalLM, saved as safetensors) is the start of
+    `trn rehearse --job titan-llama3` (2 nodes x 2 processes, fp32 for an exact comparison): its first step's loss is
+    what transformers computes on the same batches (the weights, the q/k permutation and RoPE came across). Three
+    steps later the recipe writes the trained model as safetensors and config.json; transformers loads it and gives
+    the held-out loss the recipe's last eval reported."""
+    import sys
+
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    work = tmp_path / "project"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    fsx = work / ".trn-rehearse" / "fsx"
+    tokenizer, dataset = make_tokenizer_and_texts(fsx / "team")
+    config = str(_config(tmp_path))
+    data = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3-data",
+                   "--env", f"TITAN_DATA_TOKENIZER={tokenizer}", "--env", f"TITAN_DATA_DATASET={dataset}")
+    assert data.code == 0, data.out[-4000:] + data.err
+    (prepared,) = [r["prepared"] for r in records(data.out) if "prepared" in r]
+    size = FLAVORS["tiny"]
+    torch.manual_seed(7)
+    start = LlamaForCausalLM(LlamaConfig(
+        hidden_size=size["dim"], intermediate_size=fit_plan.ffn_hidden(size["dim"], size["ffn_multiple_of"], None),
+        num_hidden_layers=size["n_layers"], num_attention_heads=size["n_heads"], num_key_value_heads=size["n_kv_heads"],
+        vocab_size=prepared["vocab_size"], rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=8192,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 8192}, tie_word_embeddings=False))
+    hf_in = fsx / "models" / "tiny-llama"
+    start.save_pretrained(hf_in, safe_serialization=True)
+
+    ran = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3", *TINY,
+                  "--env", "TITAN_TRAINING_STEPS=3", "--env", "TITAN_TRAINING_MIXED_PRECISION_PARAM=float32",
+                  "--env", f"TITAN_CHECKPOINT_INITIAL_LOAD_PATH={hf_in}", "--env", "TITAN_CHECKPOINT_LAST_SAVE_IN_HF=true",
+                  "--env", "TITAN_VALIDATION_FREQ=3", "--env", "TITAN_VALIDATION_STEPS=2")
+    assert ran.code == 0, ran.out[-4000:] + ran.err
+    reports = records(ran.out)
+    assert {"loaded_hf": str(hf_in)} in reports
+    (begun,) = [r["start"] for r in reports if "start" in r]
+    steps = {r["step"]: r["loss"] for r in reports if "loss" in r and "step" in r}
+    (last_eval,) = [r["eval"] for r in reports if "eval" in r]
+    (exported,) = [Path(r["exported_hf"]) for r in reports if "exported_hf" in r]
+    assert last_eval["step"] == 3 and exported.name == "hf-step-00000003"
+
+    # The recipe's own windows (its token_data module), as its 2 data-parallel ranks read them.
+    monkeypatch.syspath_prepend(str(FOLDER))
+    for name in ("knobs", "token_data"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    import numpy as np
+    from token_data import TokenWindows
+
+    tokens = np.memmap(fsx / "datasets" / "titan-llama3" / "tokens.bin", dtype="<u4", mode="r")
+    dp = begun["data_parallel_shard_degree"]
+    windows = TokenWindows(tokens, seq_len=32, seed=0, dp=dp, batch_size=2, held_out=2 * dp * 2)
+
+    def loss_of(model, rows) -> float:  # noqa: ANN001
+        with torch.no_grad():
+            logits = model(rows[:, :-1]).logits
+        return float(torch.nn.functional.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten()))
+
+    first = [loss_of(start, windows.batch(0, dp_rank=r)) for r in range(dp)]
+    assert steps[1] == pytest.approx(sum(first) / dp, abs=1e-4), (steps, first)
+
+    trained = AutoModelForCausalLM.from_pretrained(exported)
+    assert sorted(p.name for p in exported.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    held_out = [loss_of(trained, rows) for r in range(dp) for rows in windows.validation(dp_rank=r)]
+    assert last_eval["loss"] == pytest.approx(sum(held_out) / len(held_out), abs=1e-4), (last_eval, held_out)
+    untrained = [loss_of(start, rows) for r in range(dp) for rows in windows.validation(dp_rank=r)]
+    assert sum(held_out) < sum(untrained)  # it learned
 
 
 # -- the job's config: parallel sizes from the compute group ------------------------------------------------
@@ -284,7 +360,7 @@ def _recipe_modules(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
     monkeypatch.syspath_prepend(str(FOLDER))
-    for name in ("knobs", "train", "sharding", "fit_plan"):
+    for name in ("knobs", "train", "sharding", "fit_plan", "checkpoints", "token_data", "hf_format"):
         monkeypatch.delitem(sys.modules, name, raising=False)
 
 
@@ -293,7 +369,7 @@ def test_export_copies_a_checkpoint_folder_to_s3(aws_env, tmp_path, monkeypatch)
     from moto import mock_aws
 
     _recipe_modules(monkeypatch)
-    from train import export_to_s3  # the recipe's own module (its image runs it as a script)
+    from checkpoints import export_to_s3  # the recipe's own module (its image runs train.py as a script)
 
     step = tmp_path / "step-00000500"
     (step / "sub").mkdir(parents=True)

@@ -47,9 +47,16 @@ TENSOR_PARALLEL = 4
 # The job's settings besides the parallel sizes; each is a `--env TITAN_<SECTION>_<KEY>=...` away (knobs.py).
 # bf16 compute with fp32 master weights and fp32 gradient reduction (FSDP2's MixedPrecisionPolicy; TorchTitan's
 # [training] mixed_precision_param and mixed_precision_reduce).
-TRAINING = {"dataset_path": DATA_DIR, "local_batch_size": 1, "seq_len": 8192, "steps": 1000, "lr": 3e-4,
-            "warmup_steps": 200, "max_norm": 1.0, "seed": 0, "mixed_precision_param": "bfloat16",
-            "mixed_precision_reduce": "float32"}
+# global_batch_size -1: one micro-batch a step (local_batch_size x the data-parallel ranks); a multiple of that
+# accumulates gradients over several. AdamW's weight decay spares norms, the embedding and the output layer.
+TRAINING = {"dataset_path": DATA_DIR, "local_batch_size": 1, "global_batch_size": -1, "seq_len": 8192,
+            "steps": 1000, "lr": 3e-4, "warmup_steps": 200, "weight_decay": 0.1, "max_norm": 1.0, "seed": 0,
+            "mixed_precision_param": "bfloat16", "mixed_precision_reduce": "float32"}
+# After the warm-up the rate decays over the job's steps to min_lr_factor of [training] lr (TorchTitan's keys).
+LR_SCHEDULER = {"decay_type": "cosine", "min_lr_factor": 0.1}
+# The mean loss of windows held out from the end of the token stream (steps batches a data-parallel rank), every
+# freq steps and at the end.
+VALIDATION = {"enable": True, "freq": 500, "steps": 8}
 # Activation checkpointing, TorchTitan 0.2's keys: "selective" recomputes every selective_ac_option-th block (its
 # layer option), "full" every block, "none" keeps all. Selective, as Neuron's reference config; `trn fit` says which
 # mode a job needs.
@@ -58,7 +65,11 @@ ACTIVATION_CHECKPOINT = {"mode": "selective", "selective_ac_option": "2"}
 # (TorchNeuron has no graph extraction); every step after the first runs the same graphs (the same shapes: fixed
 # seq_len windows). train.py trains those steps and neither reads nor writes a checkpoint.
 PRECOMPILE_STEPS = 3
-CHECKPOINT = {"enable": True, "interval": 500, "keep_latest_k": 2, "export_s3": ""}
+# initial_load_path: a Hugging Face Llama 3 checkpoint (config.json and safetensors) to start from when the job has
+# no checkpoint of its own; last_save_in_hf: write the trained model as one (hf-step-N/ beside the checkpoints, in
+# export_dtype). TorchTitan's keys.
+CHECKPOINT = {"enable": True, "interval": 500, "keep_latest_k": 2, "export_s3": "", "initial_load_path": "",
+              "initial_load_in_hf": True, "last_save_in_hf": False, "export_dtype": "float32"}
 
 
 def parallel_sizes(instance_type: str, nodes: int, *, tensor_parallel: int = TENSOR_PARALLEL,
@@ -88,6 +99,8 @@ def job_config(instance_type: str, nodes: int, *, flavor: str = FLAVOR) -> str:
         "job": {"description": f"Llama 3 {flavor} pretraining on {nodes} x {instance_type}"},
         "model": {"name": "llama3", "flavor": flavor},
         "training": TRAINING,
+        "lr_scheduler": LR_SCHEDULER,
+        "validation": VALIDATION,
         "parallelism": parallel_sizes(instance_type, nodes, kv_heads=FLAVORS[flavor]["n_kv_heads"]),
         "activation_checkpoint": ACTIVATION_CHECKPOINT,
         "checkpoint": CHECKPOINT,

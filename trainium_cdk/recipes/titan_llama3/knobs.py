@@ -10,10 +10,12 @@ TITAN_TRAINING_STEPS=100``), as TorchTitan's own ``--training.steps 100`` overri
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import tomllib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 CONFIG_ENV = "TITAN_JOB_CONFIG"
 OVERRIDE_PREFIX = "TITAN_"
@@ -56,6 +58,20 @@ FLAVORS: dict[str, dict[str, Any]] = {
     "70B": {"dim": 8192, "n_layers": 80, "n_heads": 64, "n_kv_heads": 8, "ffn_multiple_of": 4096,
             "ffn_multiplier": 1.3},
 }
+
+
+# Rank 0's reports: one JSON line per event after this prefix (train.py's docstring lists them).
+PREFIX = "TITAN "
+
+
+def say(**record: object) -> None:
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(PREFIX + json.dumps(record), flush=True)
+
+
+def fail(message: str) -> NoReturn:
+    print(f"titan-llama3: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
 
 
 def device(name: str) -> str:

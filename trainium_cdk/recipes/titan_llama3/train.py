@@ -38,38 +38,21 @@ peak_bf16_tflops_per_node``), checkpoint, export, done.
 from __future__ import annotations
 
 import contextlib
-import json
+import math
 import os
-import re
 import resource
-import shutil
-import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+import checkpoints as ckpt
 import fit_plan
 import knobs
 import torch
-from sharding import checkpointed_blocks, clip_grad_norm, materialize, parallelize
 import torch.distributed as dist
-
-PREFIX = "TITAN "
-_STEP_DIR = re.compile(r"^step-(\d{8})$")
-TRAINER_STATE = "trainer.json"
-
-
-def say(**record: object) -> None:
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(PREFIX + json.dumps(record), flush=True)
-
-
-def fail(message: str) -> NoReturn:
-    print(f"titan-llama3: {message}", file=sys.stderr, flush=True)
-    raise SystemExit(2)
-
-
-# -- sizes ------------------------------------------------------------------------------------------------
+from knobs import fail, say
+from sharding import checkpointed_blocks, clip_grad_norm, materialize, parallelize
+from token_data import TokenWindows, load_tokens
 
 
 # -- model ------------------------------------------------------------------------------------------------
@@ -138,108 +121,30 @@ def _build_model_02(size: dict[str, Any], vocab_size: int, seq_len: int) -> torc
     return Transformer(args)  # initialized where its shards are: materialize()
 
 
-# -- data -------------------------------------------------------------------------------------------------
-
-
-def load_tokens(data_dir: Path) -> tuple[Any, dict]:
-    import numpy as np
-
-    manifest = data_dir / knobs.MANIFEST
-    if not manifest.is_file():
-        fail(f"no prepared data in {data_dir}: run the data preparation first (trn submit --job titan-llama3-data)")
-    made = json.loads(manifest.read_text())
-    return np.memmap(data_dir / knobs.TOKENS, dtype="<u4", mode="r"), made
-
-
-def batch(tokens, step: int, *, dp_rank: int, dp: int, batch_size: int, seq_len: int, seed: int) -> torch.Tensor:  # noqa: ANN001
-    """The windows of ``seq_len + 1`` tokens of data-parallel rank ``dp_rank`` at ``step``: each epoch a seeded
-    permutation of the stream's windows. A function of the step alone: a resumed run reads on where the saved run
-    stopped; the ranks of one TP group read the same batch."""
-    windows = (len(tokens) - 1) // seq_len
-    per_epoch = windows // (dp * batch_size)
-    if per_epoch == 0:
-        fail(f"{len(tokens)} tokens: fewer than one global batch ({dp} x {batch_size} x {seq_len} tokens)")
-    epoch, index = divmod(step, per_epoch)
-    order = torch.randperm(windows, generator=torch.Generator().manual_seed(seed + epoch))
-    start = (index * dp + dp_rank) * batch_size
-    rows = [torch.from_numpy(tokens[w * seq_len:w * seq_len + seq_len + 1].astype("int64"))
-            for w in order[start:start + batch_size].tolist()]
-    return torch.stack(rows)
-
-
-# -- checkpoints ------------------------------------------------------------------------------------------
-
-
-def newest_checkpoint(directory: Path | None) -> Path | None:
-    if directory is None or not directory.is_dir():
-        return None
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _STEP_DIR.match(p.name))]
-    return max(found)[1] if found else None
-
-
-def save(directory: Path, step: int, model, optimizer, record: dict, *, keep: int) -> Path:  # noqa: ANN001
-    """Every rank writes its shards into ``.step-<n>.partial``; rank 0 renames it once all are done: a job killed
-    mid-save leaves nothing that looks finished."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
-    final = directory / f"step-{step:08d}"
-    partial = directory / f".{final.name}.partial"
-    if dist.get_rank() == 0:
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-    dist.barrier()
-    model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(partial))
-    dist.barrier()
-    if dist.get_rank() == 0:
-        (partial / TRAINER_STATE).write_text(json.dumps({**record, "step": step}) + "\n")
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(partial, final)
-        for old in sorted(p for p in directory.iterdir() if _STEP_DIR.match(p.name))[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
-    dist.barrier()
-    return final
-
-
-def load(path: Path, model, optimizer, *, model_record: dict) -> dict:  # noqa: ANN001
-    """Restore the shards of ``path``; a checkpoint of another model (flavor or vocabulary) stops the job in one line
-    (DCP's own error is a size mismatch deep in its planner)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-    record = json.loads((path / TRAINER_STATE).read_text())
-    saved = record.get("model", model_record)
-    if saved != model_record:
-        fail(f"{path} holds {saved}, this job trains {model_record}: give it another job name (its checkpoint "
-             f"directory) or [checkpoint] enable = false")
-    model_state, optim_state = get_state_dict(model, optimizer)
-    state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
-    dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-    return record
-
-
-def export_to_s3(folder: Path, uri: str, *, client=None) -> int:  # noqa: ANN001 (a boto3 S3 client)
-    """Copy a finished checkpoint folder to ``s3://bucket/prefix/<folder name>/``; the number of files."""
-    import boto3
-
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    s3 = client or boto3.client("s3")
-    files = sorted(p for p in folder.rglob("*") if p.is_file())
-    for path in files:
-        key = "/".join(part for part in (prefix.strip("/"), folder.name, path.relative_to(folder).as_posix()) if part)
-        s3.upload_file(str(path), bucket, key)
-    return len(files)
-
-
 # -- training ---------------------------------------------------------------------------------------------
 
 
-def learning_rate(step: int, *, lr: float, warmup: int) -> float:
-    """Linear warm-up, then constant: the rate at a step does not depend on how many steps the job was given, so a
-    run stopped and resumed with more steps follows the same rates."""
-    return lr * min(1.0, (step + 1) / max(1, warmup))
+def learning_rate(step: int, *, lr: float, warmup: int, steps: int, decay: str, min_factor: float) -> float:
+    """Linear warm-up over ``warmup`` steps, then a decay over the rest of the job's ``steps`` to ``min_factor`` of
+    ``lr`` (TorchTitan's [lr_scheduler]: ``decay_type`` linear, cosine or none)."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if decay == "none" or steps <= warmup:
+        return lr
+    progress = min(1.0, (step - warmup) / max(1, steps - warmup))
+    shape = 1 - progress if decay == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
+    return lr * (min_factor + (1 - min_factor) * shape)
+
+
+def parameter_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW's groups: weight decay on the projections' matrices only, none on the norms, the embedding and the
+    output layer's vocabulary (GPT-2's and Llama's practice)."""
+    decayed: list[torch.nn.Parameter] = []
+    plain: list[torch.nn.Parameter] = []
+    for name, parameter in model.named_parameters():
+        vocabulary = "tok_embeddings" in name or "lm_head" in name or name.endswith("output.weight")
+        (plain if parameter.ndim < 2 or vocabulary else decayed).append(parameter)
+    return [{"params": decayed, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0}]
 
 
 def local_bytes(tensors) -> int:  # noqa: ANN001 (tensors or DTensors)
@@ -286,6 +191,21 @@ def gather(value: object) -> list[object]:
     return values
 
 
+def evaluate(model: Any, windows: TokenWindows, *, dp_rank: int, device: torch.device, loss_context: Any) -> float | None:
+    """The mean loss of the held-out windows (every rank's), or None when none are held out."""
+    batches = windows.validation(dp_rank=dp_rank)
+    if not batches:
+        return None
+    total = torch.zeros((), dtype=torch.float32, device=device)
+    with torch.no_grad(), loss_context():
+        for rows in batches:
+            ids = rows.to(device)
+            loss = torch.nn.functional.cross_entropy(model(ids[:, :-1]).flatten(0, 1).float(), ids[:, 1:].flatten())
+            total += (loss.full_tensor() if hasattr(loss, "full_tensor") else loss).detach().float()
+    dist.all_reduce(total)
+    return round(float(total.cpu()) / (dist.get_world_size() * len(batches)), 6)
+
+
 def train() -> None:  # noqa: PLR0915 (one loop, read top to bottom)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import loss_parallel
@@ -294,6 +214,7 @@ def train() -> None:  # noqa: PLR0915 (one loop, read top to bottom)
     model_cfg, training, parallelism = config["model"], config["training"], config["parallelism"]
     checkpoint, compile_cfg = config["checkpoint"], config["compile"]
     ac_cfg, metrics = config.get("activation_checkpoint", {}), config.get("metrics", {})
+    schedule, validation = config.get("lr_scheduler", {}), config.get("validation", {})
     device = torch.device(knobs.device("TRN_TORCH_DEVICE"))
     if device.type == "neuron":
         import torch_neuronx  # noqa: F401  (registers the neuron device and process group backend: Neuron's guide)
@@ -310,6 +231,12 @@ def train() -> None:  # noqa: PLR0915 (one loop, read top to bottom)
     seed, seq_len, batch_size = int(training["seed"]), int(training["seq_len"]), int(training["local_batch_size"])
     if seq_len % tp:
         fail(f"[training] seq_len={seq_len}: a multiple of the tensor-parallel degree {tp} (sequence parallel splits it)")
+    global_batch = int(training.get("global_batch_size", -1))
+    global_batch = dp * batch_size if global_batch <= 0 else global_batch
+    if global_batch % (dp * batch_size):
+        fail(f"[training] global_batch_size={global_batch}: a multiple of {dp * batch_size} (local_batch_size "
+             f"{batch_size} x {dp} data-parallel ranks)")
+    accumulation = global_batch // (dp * batch_size)
     ac_mode = str(ac_cfg.get("mode", "none"))
     if ac_mode not in fit_plan.AC_MODES:
         fail(f"[activation_checkpoint] mode={ac_mode}: one of {', '.join(fit_plan.AC_MODES)}")
@@ -317,19 +244,26 @@ def train() -> None:  # noqa: PLR0915 (one loop, read top to bottom)
     if not every.isdigit() or int(every) < 1:
         fail(f"[activation_checkpoint] selective_ac_option={every}: a layer frequency (1, 2, ...): this recipe "
              "checkpoints every n-th block (TorchTitan's per-op option is not offered)")
+    decay = str(schedule.get("decay_type", "cosine"))
+    if decay not in ("linear", "cosine", "none"):
+        fail(f"[lr_scheduler] decay_type={decay}: one of linear, cosine, none")
     dtypes = {"bfloat16": torch.bfloat16, "float32": torch.float32}
     precision = {key: str(training.get(key, "float32")) for key in ("mixed_precision_param", "mixed_precision_reduce")}
-    for key, value in precision.items():
+    for key, value in {**precision, "export_dtype": str(checkpoint.get("export_dtype", "float32"))}.items():
         if value not in dtypes:
             fail(f"[training] {key}={value}: one of {', '.join(dtypes)}")
     mesh = init_device_mesh(device.type, (dp, tp), mesh_dim_names=("dp_shard", "tp"))
-    tokens, made = load_tokens(Path(training["dataset_path"]))
+    data_dir = Path(training["dataset_path"])
+    tokens, made = load_tokens(data_dir)
+    held_out = int(validation.get("steps", 0)) * dp * batch_size if validation.get("enable") else 0
+    windows = TokenWindows(tokens, seq_len=seq_len, seed=seed, dp=dp, batch_size=batch_size, held_out=held_out)
     warming = knobs.warmup_steps()
     steps = warming or int(training["steps"])
     # The warm-up (precompile) fills the compile cache: no checkpoint is read or written.
     folder = os.environ.get(knobs.CHECKPOINT_ENV) if checkpoint.get("enable") and not warming else None
     checkpoints = Path(folder) if folder else None
     shape = fit_plan.Shape.of(size, int(made["vocab_size"]))
+    torch.manual_seed(seed)
     # Built on the meta device (no memory), sharded, then each rank's shards materialized on the device.
     with torch.device("meta"):
         model = build_model(flavor, shape.vocab, seq_len)
@@ -339,41 +273,59 @@ def train() -> None:  # noqa: PLR0915 (one loop, read top to bottom)
     materialize(model, device, mesh, seed)
     built = {"peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
              "parameters": local_bytes(model.parameters())}
-    builds = gather(built)
-    say(built={"full_model_fp32": fit_plan.full_model_bytes(shape), "per_rank": builds})
-    optimizer = torch.optim.AdamW(model.parameters(), lr=float(training["lr"]), weight_decay=0.1)
+    say(built={"full_model_fp32": fit_plan.full_model_bytes(shape), "per_rank": gather(built)})
+    optimizer = torch.optim.AdamW(parameter_groups(model, float(training.get("weight_decay", 0.1))),
+                                  lr=float(training["lr"]))
     start, history = 0, []
     model_record = {"flavor": flavor, "vocab_size": shape.vocab}
-    resume = newest_checkpoint(checkpoints)
+    resume = ckpt.newest_checkpoint(checkpoints)
+    initial = str(checkpoint.get("initial_load_path") or "")
     if resume is not None:
-        record = load(resume, model, optimizer, model_record=model_record)
+        record = ckpt.load(resume, model, optimizer, model_record=model_record)
         start, history = record["step"], record["history"]
         say(resumed_from=str(resume), step=start, loss=history[-1]["loss"] if history else None)
+    elif initial:
+        if not checkpoint.get("initial_load_in_hf", True):
+            fail("[checkpoint] initial_load_in_hf=false: the recipe starts from Hugging Face weights only (its own "
+                 "checkpoints resume by themselves)")
+        ckpt.load_hf(Path(initial), model, size, shape.vocab)
+        say(loaded_hf=initial)
     say(start={"flavor": flavor, "world": world, "data_parallel_shard_degree": dp, "tensor_parallel_degree": tp,
                "device": device.type, "backend": backend, "compile": compile_backend or None,
                "activation_checkpoint": ac_mode, "checkpointed_blocks": len(ac), "param_dtype":
-               precision["mixed_precision_param"], "first_step": start + 1, "steps": steps,
-               "checkpoints": str(checkpoints) if checkpoints else None, "tokens": len(tokens)})
+               precision["mixed_precision_param"], "gradient_accumulation": accumulation, "first_step": start + 1,
+               "steps": steps, "checkpoints": str(checkpoints) if checkpoints else None, "tokens": len(tokens),
+               "held_out_windows": windows.held_out})
     dp_rank = mesh["dp_shard"].get_local_rank()
     interval, export = int(checkpoint["interval"]), str(checkpoint.get("export_s3") or "")
+    exporter = ckpt.BackgroundExport(export) if export and rank == 0 else None
+    eval_every = int(validation.get("freq", 0)) if validation.get("enable") else 0
     nodes = max(1, world // local_world)
-    step_tokens = dp * batch_size * seq_len  # tokens of one step, every rank's batch (a TP group shares one)
+    step_tokens = global_batch * seq_len  # tokens of one step, every rank's batches (a TP group shares one)
     peak = float(metrics.get("peak_bf16_tflops_per_node") or 0)
     flops_per_token = shape.flops_per_token(seq_len)
     saved = SavedTensors() if metrics.get("report_memory") else None
     loss_context = loss_parallel if tp > 1 else contextlib.nullcontext
+    lr, warmup = float(training["lr"]), int(training["warmup_steps"])
     for step in range(start, steps):
         began = time.perf_counter()
+        rate = learning_rate(step, lr=lr, warmup=warmup, steps=int(training["steps"]), decay=decay,
+                             min_factor=float(schedule.get("min_lr_factor", 0.1)))
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, lr=float(training["lr"]), warmup=int(training["warmup_steps"]))
-        ids = batch(tokens, step, dp_rank=dp_rank, dp=dp, batch_size=batch_size, seq_len=seq_len, seed=seed).to(device)
-        measuring = saved if step == start else None
-        with measuring.hooks() if measuring else contextlib.nullcontext(), loss_context():
-            logits = model(ids[:, :-1])
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
-        activations = measuring.count(model) if measuring else None
-        with loss_context():
-            loss.backward()
+            group["lr"] = rate
+        total = torch.zeros((), dtype=torch.float32, device=device)
+        activations = None
+        for micro in range(accumulation):
+            ids = windows.batch(step * accumulation + micro, dp_rank=dp_rank).to(device)
+            measuring = saved if step == start and micro == 0 else None
+            with measuring.hooks() if measuring else contextlib.nullcontext(), loss_context():
+                logits = model(ids[:, :-1])
+                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+            if measuring:
+                activations = measuring.count(model)
+            with loss_context():
+                (loss / accumulation).backward()
+            total += (loss.full_tensor() if hasattr(loss, "full_tensor") else loss).detach().float()
         clip_grad_norm(list(model.parameters()), float(training["max_norm"]))
         optimizer.step()
         if step == start:  # each rank's shards, measured: `trn fit` plans the same numbers
@@ -384,24 +336,37 @@ def train() -> None:  # noqa: PLR0915 (one loop, read top to bottom)
             say(memory={"per_rank": gather(memory)})
         optimizer.zero_grad(set_to_none=True)
         done = step + 1
-        value = loss.full_tensor() if hasattr(loss, "full_tensor") else loss
-        mean = value.detach().float()
-        dist.all_reduce(mean)
-        history.append({"step": done, "loss": round(float(mean.cpu()) / world, 6)})
+        dist.all_reduce(total)
+        history.append({"step": done, "loss": round(float(total.cpu()) / (world * accumulation), 6)})
         took = time.perf_counter() - began  # the loss on the host: the step has finished on every device
         per_node = step_tokens / took / nodes
-        say(step=done, loss=history[-1]["loss"], seconds=round(took, 4), tokens_per_s_per_node=round(per_node, 1),
+        say(step=done, loss=history[-1]["loss"], lr=float(f"{rate:.6g}"), seconds=round(took, 4),
+            tokens_per_s_per_node=round(per_node, 1),
             mfu=float(f"{per_node * flops_per_token / (peak * 1e12):.4g}") if peak else None)
+        if eval_every and (done % eval_every == 0 or done == steps) and not warming:
+            say(eval={"step": done, "loss": evaluate(model, windows, dp_rank=dp_rank, device=device,
+                                                      loss_context=loss_context)})
         if checkpoints is not None and (done % interval == 0 or done == steps):
-            saved_to = save(checkpoints, done, model, optimizer, {"history": history[-100:], "model": model_record},
-                            keep=int(checkpoint["keep_latest_k"]))
+            copied = exporter.wait() if exporter else None  # the previous copy, before pruning may delete its folder
+            if copied:
+                say(export=copied)
+            saved_to = ckpt.save(checkpoints, done, model, optimizer, {"history": history[-100:], "model": model_record},
+                                 keep=int(checkpoint["keep_latest_k"]))
             say(checkpoint=str(saved_to), step=done)
-            if export and rank == 0:
-                say(export={"to": f"{export.rstrip('/')}/{saved_to.name}/", "files": export_to_s3(saved_to, export)})
+            if exporter:
+                exporter.start(saved_to)
+    if checkpoints is not None and checkpoint.get("last_save_in_hf") and steps > start:
+        exported = ckpt.export_hf(checkpoints / f"hf-step-{steps:08d}", model, size, shape.vocab, seq_len=seq_len,
+                                  dtype=str(checkpoint.get("export_dtype", "float32")), eos=made.get("end_of_text"),
+                                  tokenizer=data_dir / knobs.TOKENIZER_DIR)
+        say(exported_hf=str(exported))
+    copied = exporter.wait() if exporter else None
+    if copied:
+        say(export=copied)
     if warming:
         say(warm_up={"steps": steps - start})
     else:
-        say(done={"step": steps, "checkpoint": str(newest_checkpoint(checkpoints) or "") or None})
+        say(done={"step": steps, "checkpoint": str(ckpt.newest_checkpoint(checkpoints) or "") or None})
     dist.barrier()
     dist.destroy_process_group()
 

@@ -36,7 +36,8 @@ PROGRAM = Path(node_program.__file__)
 # What Prometheus itself records per target (Prometheus docs, "Jobs and instances": up, scrape_*).
 PROMETHEUS_OWN = {"up"}
 EMITTED = ({*NEURON_MONITOR_METRICS} | {EFA_PREFIX + c for c in EFA_COUNTERS}
-           | {names.COMPILE_CACHE_HITS_METRIC, names.COMPILE_CACHE_MISSES_METRIC} | PROMETHEUS_OWN)
+           | {names.COMPILE_CACHE_HITS_METRIC, names.COMPILE_CACHE_MISSES_METRIC} | PROMETHEUS_OWN
+           | {names.JOB_TOKENS_PER_SECOND_METRIC, names.JOB_MFU_METRIC})
 
 # -- PromQL: the metric names of an expression ------------------------------------------------------------------
 
@@ -92,6 +93,7 @@ def test_the_dashboards_show_what_the_issue_asks():
             "hardware_ecc_events_total", "execution_latency_seconds"} <= used["neuron"]
     assert {f"{EFA_PREFIX}{c}" for c in ("tx_bytes", "rx_bytes", "rx_drops", "rdma_read_bytes", "rdma_write_bytes")} <= used["efa"]
     assert {names.COMPILE_CACHE_HITS_METRIC, names.COMPILE_CACHE_MISSES_METRIC} <= used["jobs"]
+    assert {names.JOB_TOKENS_PER_SECOND_METRIC, names.JOB_MFU_METRIC} <= used["jobs"]
 
 
 @pytest.mark.parametrize("name", dashboards.DASHBOARDS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
+from trainium_cdk.cli.throughput import step_of
 from trainium_cdk.runtime.launcher import COMPILE_CACHE_SUMMARY, LAUNCHER_NAME
 
 
@@ -33,11 +34,13 @@ def summary_of(line: str) -> dict[str, Any] | None:
 
 
 class SummaryWatch:
-    """A stream that writes through to ``out`` and keeps the last compile-cache line it saw."""
+    """A stream that writes through to ``out`` and keeps the last compile-cache line it saw, and every step's
+    throughput (cli/throughput.py)."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.summary: dict[str, Any] | None = None
+        self.steps: list[dict[str, Any]] = []
         self._partial = ""
 
     def write(self, text: str) -> int:
@@ -51,6 +54,9 @@ class SummaryWatch:
         found = summary_of(line)
         if found is not None:
             self.summary = found
+        step = step_of(line)
+        if step is not None:
+            self.steps.append(step)
 
     def close_lines(self) -> None:
         """The last line, when the log did not end with a newline."""

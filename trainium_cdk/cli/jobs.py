@@ -16,6 +16,7 @@ from typing import Any, TextIO, cast
 
 from trainium_cdk.app import backends as backend_registry
 from trainium_cdk.cli._common import CliError, is_interactive, parse_overrides, read_config
+from trainium_cdk.cli import throughput
 from trainium_cdk.cli.compile_cache import SummaryWatch, describe
 from trainium_cdk.app.config import ComputeGroup, Config
 from trainium_cdk.app.config.fields import check_environment_name
@@ -161,7 +162,8 @@ def add_parsers(sub: Any) -> None:
                        "--rank N picks node rank N (default 0). Batch: the node's CloudWatch log stream; EKS: its "
                        "pod; Slurm: its lines of the job's output file; development instance: the job's log. "
                        "--follow streams until the job ends. Then, on stderr, the Neuron compile cache's hits and "
-                       "misses the launcher counted on that node (graphs loaded from the cache, graphs compiled).")
+                       "misses the launcher counted on that node (graphs loaded from the cache, graphs compiled), and the "
+                       "job's throughput where its log has step lines with tokens_per_s_per_node (the recipes' do).")
     p.add_argument("job", help="the job: Batch and Slurm job id, EKS and development instance job name")
     p.add_argument("--rank", type=int, default=0, metavar="N", help="node rank (0 .. nodes-1; default 0)")
     p.add_argument("--follow", "-f", action="store_true", help="keep streaming until the job ends")
@@ -399,6 +401,8 @@ def logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     watch.close_lines()
     if watch.summary is not None:
         err.write(describe(watch.summary, args.rank) + "\n")
+    if watch.steps:
+        err.write(throughput.describe(watch.steps, args.rank) + "\n")
     return int(code)
 
 

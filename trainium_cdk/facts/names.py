@@ -95,6 +95,11 @@ COMPILE_CACHE_MISSES_METRIC = "trn_neuron_compile_cache_misses_total"
 # launcher pushes the same text to the Prometheus Pushgateway at TRN_METRICS_PUSH_URL (Prometheus docs, "When to use
 # the Pushgateway": the outcome of a batch job), a Service of the training namespace (charts/job_metrics.py).
 METRICS_PUSH_URL_VARIABLE = "TRN_METRICS_PUSH_URL"
+# The job's label the launcher exports for the program's own series (recipes/*/job_metrics.py), and the gauges the
+# recipes publish each step: tokens a second per node, and the model FLOPs utilization against the node's BF16 peak.
+METRICS_JOB_VARIABLE = "TRN_METRICS_JOB"
+JOB_TOKENS_PER_SECOND_METRIC = "trn_job_tokens_per_second_per_node"
+JOB_MFU_METRIC = "trn_job_model_flops_utilization_ratio"
 PUSHGATEWAY_NAME = "pushgateway"
 PUSHGATEWAY_PORT = 9091
 PUSHGATEWAY_URL = f"http://{PUSHGATEWAY_NAME}.{TRAINING_NAMESPACE}.svc:{PUSHGATEWAY_PORT}"

@@ -369,7 +369,7 @@ XLA_TRACK = NeuronTrack(
 # Neuron 2.33 DLCs are Ubuntu 26.04 / Python 3.14 only (setup/pytorch/update-dlc, 2.33.0); the training tag
 # follows the DLC naming of that release and is not checked against a published tag list (README, "Neuron
 # tracks"). The EKS AMI release stays v20260930: no release note in reach says which EKS AMI carries driver
-# 2.31.8.0 (the launcher's preflight warns on the nodes when the driver differs).
+# 2.31.8.0 (the launcher's preflight stops a node whose driver is older than the pin, warns when it differs otherwise).
 NATIVE_TRACK = NeuronTrack(
     name="native",
     neuron_release="2.33.1",

@@ -3,6 +3,12 @@
 set -eu
 : "${PEER_LOST_EXIT:?the header sets PEER_LOST_EXIT}"
 say() { echo "trainium-launch: $*" >&2; }
+older() {  # is version $1 older than $2 in its major.minor (2.30.2.0 < 2.31.8.0)? Not numbers: no.
+  a="${1%%.*}" b="${2%%.*}" r1="${1#*.}" r2="${2#*.}"
+  c="${r1%%.*}" d="${r2%%.*}"
+  case "$a.$b.$c.$d" in *[!0-9.]*|*..*|.*|*.) return 1 ;; esac
+  [ "$a" -lt "$b" ] || { [ "$a" -eq "$b" ] && [ "$c" -lt "$d" ]; }
+}
 fail() { say "$*"; exit 2; }
 self_address() {
   # The first IPv4 address not link-local (awsvpc's ecs-eth0); hostname -I lists no loopback.
@@ -64,6 +70,11 @@ if [ -n "${TRN_CACHE_DIR:-}" ]; then
 fi
 job="${TRN_JOB_NAME:-${SLURM_JOB_ID:-${AWS_BATCH_JOB_ID:-}}}"
 job="${job%%#*}"  # a Batch node's job id is <job id>#<node index>
+# The job's metrics label (a name Prometheus and the Pushgateway take), for the launcher's series and the
+# program's own (TRN_METRICS_JOB: the recipes' throughput gauges).
+case "$job" in ''|*[!A-Za-z0-9_.-]*) label="" ;; *) label="$job" ;; esac
+TRN_METRICS_JOB="$label"
+export TRN_METRICS_JOB
 if [ -n "${TRN_CHECKPOINT_ROOT:-}" ]; then
   [ -n "$job" ] || fail "$scheduler: no job name or id for the checkpoint directory"
   export TRN_CHECKPOINT_DIR="${TRN_CHECKPOINT_DIR:-$TRN_CHECKPOINT_ROOT/$job}"
@@ -82,6 +93,10 @@ if [ -r "$version_file" ]; then
   runtime="$(dpkg-query -W -f='${Version}' aws-neuronx-runtime-lib 2>/dev/null || rpm -q --qf '%{VERSION}' aws-neuronx-runtime-lib 2>/dev/null || true)"
   runtime="${runtime%%-*}"  # a Debian revision follows the version
   say "neuron driver $driver${TRN_NEURON_DRIVER:+ (pinned $TRN_NEURON_DRIVER)}, runtime ${runtime:-not installed}${TRN_NEURON_RUNTIME:+ (pinned $TRN_NEURON_RUNTIME)}"
+  if [ -n "${TRN_NEURON_DRIVER:-}" ] && older "$driver" "$TRN_NEURON_DRIVER" && [ "${TRN_NEURON_DRIVER_CHECK:-stop}" != warn ]; then
+    # A runtime needs a driver of its release or newer (it fails later, in nrt_init): stop before torchrun.
+    fail "the node's Neuron driver $driver is older than the ${TRN_NEURON_RELEASE:-job}'s $TRN_NEURON_DRIVER, which its runtime needs: a node image (AMI) with that driver or newer (TRN_NEURON_DRIVER_CHECK=warn runs anyway)"
+  fi
   [ -z "${TRN_NEURON_DRIVER:-}" ] || [ "$driver" = "$TRN_NEURON_DRIVER" ] \
     || say "WARNING: the node's Neuron driver $driver is not the ${TRN_NEURON_RELEASE:-job}'s $TRN_NEURON_DRIVER"
 else
@@ -179,7 +194,6 @@ finish() {
       !($0 in old) { n++ } END { print n + 0 }')"
   fi
   rm -rf "$tally"
-  case "$job" in ''|*[!A-Za-z0-9_.-]*) label="" ;; *) label="$job" ;; esac
   line="{\"$CACHE_SUMMARY\": {\"job\": \"$label\", \"node\": $NODE_RANK, \"hits\": $1, \"misses\": $(( $2 ))}}"
   say "$line"
   summary="${TRN_CHECKPOINT_DIR:-}/.$CACHE_SUMMARY"  # hidden, as .nodes: not taken for a checkpoint

@@ -41,8 +41,10 @@ for the script to stop at and no checkpoint directory; then the real run.
 
 Optionally the track's pins (``TRN_NEURON_RELEASE``, ``_DRIVER``, ``_RUNTIME``, ``_FRAMEWORK``): before
 torchrun, every node prints the Neuron driver it has loaded and the image's runtime next to them (one
-line; skipped where no Neuron driver is loaded), and warns when the driver is not the pinned one: a runtime
-newer than the driver fails later, in nrt_init. (Under
+line; skipped where no Neuron driver is loaded). A driver older than the pinned one (its major.minor) stops the
+node before torchrun in one line: the release's runtime needs its driver or newer and would fail later, in
+nrt_init, on every rank (``TRN_NEURON_DRIVER_CHECK=warn``: a warning instead). Any other difference (newer, another
+patch) is a warning. (Under
 stand-ins, ``TRN_NEURON_VERSION_FILE`` names another file than ``/sys/module/neuron/version``.)
 
 A Batch multi-node job is retried when the main node's host fails, not a child's: then torchrun on the main node

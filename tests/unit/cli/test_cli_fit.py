@@ -122,6 +122,15 @@ def test_mistakes_are_one_line(config):
     assert_one_clean_line(run_cli("fit", "--config", config, "--job", "nope"), "--job", "nope")
 
 
+def test_on_trn1_the_llm_recipes_are_refused_with_the_reason(tmp_path):
+    # The xla track (trn1's: TorchNeuron runs on Trn2 and Trn3 only) offers no LLM recipe: one line, as submit says.
+    path = tmp_path / "trn1.yaml"
+    path.write_text(yaml.safe_dump({"region": "us-west-2", "backends": ["batch"], "neuron": {"track": "xla"},
+                                    "compute_groups": [{"name": "train", "instance_type": "trn1.32xlarge"}]}))
+    assert_one_clean_line(run_cli("fit", "--config", str(path), "--job", "titan-llama3"),
+                          "--job", "titan-llama3", "a recipe of neuron.track xla: titan-llama3 runs on native")
+
+
 def test_submit_and_rehearse_stop_on_a_job_that_does_not_fit_unless_told(config, no_credentials):
     too_big = ("--env", "TITAN_MODEL_FLAVOR=70B", "--env", "TITAN_TRAINING_LOCAL_BATCH_SIZE=8", "--nodes", "1")
     for verb in (("submit", "--backend", "batch", "--dry-run"), ("rehearse", "--backend", "batch")):

@@ -391,6 +391,33 @@ def test_logs_say_the_native_tracks_new_graphs_and_that_its_hits_were_not_logged
         "(TorchNeuron logs them at TORCH_NEURONX_LOG_LEVEL=3)\n"
 
 
+def test_logs_say_the_throughput_of_the_recipes_step_lines(aws, batch, config, monkeypatch):
+    """titan-llama3's step lines, printed by its own reporter (knobs.say, as node 0 prints them): `trn logs` passes
+    them through and says their median after the first step, which compiles."""
+    import contextlib
+    import io
+    import sys
+
+    from trainium_cdk.recipes.titan_llama3 import FOLDER
+
+    monkeypatch.syspath_prepend(str(FOLDER))
+    monkeypatch.delitem(sys.modules, "knobs", raising=False)
+    import knobs
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        knobs.say(start={"flavor": "8B"})
+        for step, (tokens, mfu) in enumerate([(900.0, 0.01), (12000.0, 0.41), (12400.0, 0.43), (11800.0, 0.4)], 1):
+            knobs.say(step=step, loss=3.0, lr=3e-4, seconds=1.0, tokens_per_s_per_node=tokens, mfu=mfu)
+    job_id = _submit(config)
+    _put_log(f"trainium-train/default/{job_id}", *printed.getvalue().splitlines())
+    result = run_cli("logs", job_id, "--config", str(config))
+    assert result.code == 0, result.err
+    assert result.out == printed.getvalue()
+    assert result.err == ("throughput, node 0's log: 4 step(s), median 12,000 tokens/s per node, MFU 41.0% (steps "
+                          "2-4; the first step, which compiles, left out)\n")
+
+
 def test_logs_before_the_job_starts(aws, config):
     jobs_sequence(aws, [{"status": "RUNNABLE"}])
     result = run_cli("logs", "abc", "--config", str(config))

@@ -39,7 +39,7 @@ def launch(bin_dir: Path, env: dict[str, str], *, driver: str | None) -> subproc
 
 def preflight_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("torchrun ")  # the preflight never stops a job
+    assert result.stdout.startswith("torchrun ")  # the preflight stops a job only on a driver older than the pin
     return [ln for ln in result.stderr.splitlines() if "neuron driver" in ln.lower() or "preflight" in ln]
 
 
@@ -57,13 +57,36 @@ def test_driver_and_runtime_next_to_the_pins(bin_dir):
     ]
 
 
-def test_a_driver_that_is_not_the_pinned_one_is_a_warning_not_a_failure(bin_dir):
+def test_a_newer_driver_than_the_pinned_one_is_a_warning_not_a_failure(bin_dir):
     env = neuron_pins(NATIVE_TRACK)
-    lines = preflight_lines(launch(bin_dir, env, driver=XLA_TRACK.driver))
+    lines = preflight_lines(launch(bin_dir, env, driver="2.99.1.0"))
     assert lines[-1] == (
-        f"trainium-launch: WARNING: the node's Neuron driver {XLA_TRACK.driver} is not the "
+        f"trainium-launch: WARNING: the node's Neuron driver 2.99.1.0 is not the "
         f"{NATIVE_TRACK.neuron_release}'s {NATIVE_TRACK.driver}"
     )
+
+
+@pytest.mark.parametrize("driver", [XLA_TRACK.driver, "2.30.2.0", "1.99.0.0"])
+def test_a_driver_older_than_the_tracks_stops_the_job_before_torchrun_in_one_line(bin_dir, driver):
+    """The native track's runtime needs its release's driver or newer (Neuron's runtime notes: "Requires Neuron
+    Driver 2.31 or later"): on an older one it would fail later, inside nrt_init, on every rank (fails on the old
+    launcher, which only warned)."""
+    result = launch(bin_dir, neuron_pins(NATIVE_TRACK), driver=driver)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"trainium-launch: the node's Neuron driver {driver} is older than the {NATIVE_TRACK.neuron_release}'s "
+        f"{NATIVE_TRACK.driver}, which its runtime needs: a node image (AMI) with that driver or newer "
+        "(TRN_NEURON_DRIVER_CHECK=warn runs anyway)")
+    # The job's own choice (`--env TRN_NEURON_DRIVER_CHECK=warn`): a warning, and torchrun.
+    lines = preflight_lines(launch(bin_dir, {**neuron_pins(NATIVE_TRACK), "TRN_NEURON_DRIVER_CHECK": "warn"},
+                                   driver=driver))
+    assert "WARNING: the node's Neuron driver" in lines[-1]
+
+
+def test_a_driver_of_the_same_minor_with_another_patch_is_a_warning(bin_dir):
+    major_minor = ".".join(NATIVE_TRACK.driver.split(".")[:2])
+    lines = preflight_lines(launch(bin_dir, neuron_pins(NATIVE_TRACK), driver=f"{major_minor}.0.0"))
+    assert "WARNING: the node's Neuron driver" in lines[-1]
 
 
 def test_without_pins_the_node_versions_alone(bin_dir, tmp_path):

@@ -127,6 +127,9 @@ def test_rehearse_trains_saves_is_stopped_and_resumes_where_it_was(tmp_path, mon
     assert (start["world"], start["device"], start["backend"], start["first_step"]) == (4, "cpu", "gloo", 1)
     losses = {r["step"]: r["loss"] for r in ran if "loss" in r and "resumed_from" not in r}
     assert sorted(losses) == [1, 2, 3, 4, 5, 6] and losses[6] < losses[1]
+    # Each step line's throughput: tokens a second per node, which `trn logs` sums up (no MFU for LoRA).
+    assert all(r["tokens_per_s_per_node"] > 0 and r["mfu"] is None for r in ran if "loss" in r and "step" in r
+               and "resumed_from" not in r)
     checkpoints = fsx / "checkpoints" / "rehearsal"
     assert [r["checkpoint"] for r in ran if "checkpoint" in r] == [
         str(checkpoints / "step-00000003"), str(checkpoints / "step-00000006")]

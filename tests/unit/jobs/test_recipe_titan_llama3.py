@@ -10,6 +10,7 @@ carries the parallel sizes of the compute group.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 import tomllib
@@ -22,6 +23,7 @@ import yaml
 from tests.support.chart_helpers import validate_all
 from tests.support.cli_support import assert_one_clean_line, batch_dry_run_request, run_cli
 from tests.support.tiny_titan import WORDS, make_tokenizer_and_texts
+from tests.unit.jobs.test_job_metrics_push import gateway  # noqa: F401  (a fixture: the Pushgateway stand-in)
 from trainium_cdk.facts import versions
 from trainium_cdk.recipes.titan_llama3 import DATA_DIR, FOLDER, fit_plan, parallel_sizes
 from trainium_cdk.recipes.titan_llama3.knobs import FLAVORS
@@ -188,12 +190,13 @@ def test_what_each_rank_holds_is_what_trn_fit_plans_and_no_rank_builds_the_whole
 
 
 @pytest.mark.e2e
-def test_a_hugging_face_llama_goes_in_trains_and_comes_out_as_transformers_loads_it(tmp_path, monkeypatch):
+def test_a_hugging_face_llama_goes_in_trains_and_comes_out_as_transformers_loads_it(tmp_path, monkeypatch, gateway):
     """A tiny Llama 3 in Hugging Face's format (transformers' LlamaForCausalLM, saved as safetensors) is the start of
     `trn rehearse --job titan-llama3` (2 nodes x 2 processes, fp32 for an exact comparison): its first step's loss is
     what transformers computes on the same batches (the weights, the q/k permutation and RoPE came across). Three
     steps later the recipe writes the trained model as safetensors and config.json; transformers loads it and gives
-    the held-out loss the recipe's last eval reported."""
+    the held-out loss the recipe's last eval reported. Each step's throughput reaches the Pushgateway (a local HTTP
+    server) and the node's textfile folder, as the jobs dashboard reads them."""
     import sys
 
     import torch
@@ -219,12 +222,24 @@ def test_a_hugging_face_llama_goes_in_trains_and_comes_out_as_transformers_loads
                       "original_max_position_embeddings": 8192}, tie_word_embeddings=False))
     hf_in = fsx / "models" / "tiny-llama"
     start.save_pretrained(hf_in, safe_serialization=True)
+    metrics = tmp_path / "node-metrics"
+    metrics.mkdir()
 
     ran = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3", *TINY,
                   "--env", "TITAN_TRAINING_STEPS=3", "--env", "TITAN_TRAINING_MIXED_PRECISION_PARAM=float32",
                   "--env", f"TITAN_CHECKPOINT_INITIAL_LOAD_PATH={hf_in}", "--env", "TITAN_CHECKPOINT_LAST_SAVE_IN_HF=true",
-                  "--env", "TITAN_VALIDATION_FREQ=3", "--env", "TITAN_VALIDATION_STEPS=2")
+                  "--env", "TITAN_VALIDATION_FREQ=3", "--env", "TITAN_VALIDATION_STEPS=2",
+                  "--env", f"TRN_METRICS_PUSH_URL=http://127.0.0.1:{gateway.server_address[1]}",
+                  "--env", f"TRN_METRICS_DIR={metrics}")
     assert ran.code == 0, ran.out[-4000:] + ran.err
+    # Node 0's rank 0 after each step: its own group on the gateway, its own file; labelled as the launcher labels.
+    pushed = [(m, p, b) for m, p, b in gateway.requests if p.endswith("/source/throughput")]
+    assert [(m, p) for m, p, _ in pushed] == [("PUT", "/metrics/job/rehearsal/node/0/source/throughput")] * 3
+    for _, _, body in pushed:
+        assert re.fullmatch(r'# TYPE trn_job_tokens_per_second_per_node gauge\ntrn_job_tokens_per_second_per_node'
+                            r'\{job="rehearsal",node="0"\} [\d.]+\n# TYPE trn_job_model_flops_utilization_ratio gauge\n'
+                            r'trn_job_model_flops_utilization_ratio\{job="rehearsal",node="0"\} [\d.e-]+\n', body), body
+    assert (metrics / "rehearsal-throughput.prom").read_text() == pushed[-1][2]
     reports = records(ran.out)
     assert {"loaded_hf": str(hf_in)} in reports
     (begun,) = [r["start"] for r in reports if "start" in r]
@@ -360,7 +375,7 @@ def _recipe_modules(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
     monkeypatch.syspath_prepend(str(FOLDER))
-    for name in ("knobs", "train", "sharding", "fit_plan", "checkpoints", "token_data", "hf_format"):
+    for name in ("knobs", "train", "sharding", "fit_plan", "checkpoints", "token_data", "hf_format", "job_metrics"):
         monkeypatch.delitem(sys.modules, name, raising=False)
 
 
@@ -397,6 +412,28 @@ def test_the_launchers_warm_up_sets_the_steps_and_nothing_of_pytorch_xla_is_read
     for folder in (FOLDER, FOLDER.parent / "hf_lora"):  # the native track's recipes: no module reads the variable
         for module in folder.glob("*.py"):
             assert '"NEURON_EXTRACT_GRAPHS_ONLY"' not in module.read_text(), module
+
+
+def test_the_throughput_gauges_are_the_dashboards_and_a_failed_push_stops_pushing(monkeypatch, tmp_path, capsys):
+    _recipe_modules(monkeypatch)
+    import job_metrics
+
+    from trainium_cdk.facts import names
+
+    assert (job_metrics.TOKENS_METRIC, job_metrics.MFU_METRIC) == (names.JOB_TOKENS_PER_SECOND_METRIC,
+                                                                     names.JOB_MFU_METRIC)
+    assert (job_metrics.JOB_VARIABLE, job_metrics.DIR_VARIABLE, job_metrics.PUSH_VARIABLE) == (
+        names.METRICS_JOB_VARIABLE, names.METRICS_DIR_VARIABLE, names.METRICS_PUSH_URL_VARIABLE)
+    nowhere = job_metrics.Throughput({"TRN_METRICS_JOB": "j", "TRN_METRICS_PUSH_URL": "http://127.0.0.1:9",
+                                      "TRN_METRICS_DIR": str(tmp_path), "NODE_RANK": "0"})
+    nowhere.publish(10.0, None)
+    nowhere.publish(11.0, None)
+    assert capsys.readouterr().err.count("cannot push the throughput") == 1
+    assert (tmp_path / "j-throughput.prom").read_text() == (
+        '# TYPE trn_job_tokens_per_second_per_node gauge\ntrn_job_tokens_per_second_per_node{job="j",node="0"} 11.0\n')
+    # No job label (a job name Prometheus cannot take) or no folder: nothing written, nothing pushed.
+    assert job_metrics.Throughput({"TRN_METRICS_DIR": str(tmp_path), "TRN_METRICS_PUSH_URL": "http://x"}).push is None
+    assert job_metrics.Throughput({"TRN_METRICS_JOB": "j", "TRN_METRICS_DIR": str(tmp_path / "no")}).file is None
 
 
 def test_the_image_and_versions_pin_the_same_torchtitan_neuron():

@@ -42,6 +42,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import cast
 
@@ -219,6 +220,9 @@ def train() -> None:
                "max_steps": max_steps, "checkpoints": str(checkpoints) if checkpoints else None})
     autocast = dtype in (torch.bfloat16, torch.float16)
     runner.train()
+    # Throughput over the steps since the last log line: every rank's batch of seq_len tokens a step, per node.
+    nodes = max(1, world // int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    since, logged = time.perf_counter(), start
     for step in range(start, max_steps):
         # Dropout's random numbers, too, a function of the step (and rank): a resumed run draws what the run it
         # continues would have drawn, so its losses are that run's.
@@ -239,7 +243,10 @@ def train() -> None:
                 dist.all_reduce(mean)
                 mean = mean / world
             history.append({"step": done, "loss": round(float(mean.cpu()), 6)})
-            say(step=done, loss=history[-1]["loss"], lr=scheduler.get_last_lr()[0])
+            tokens = (done - logged) * world * ids.shape[0] * ids.shape[1] / (time.perf_counter() - since) / nodes
+            say(step=done, loss=history[-1]["loss"], lr=scheduler.get_last_lr()[0],
+                tokens_per_s_per_node=round(tokens, 1), mfu=None)
+            since, logged = time.perf_counter(), done
         if checkpoints is not None and rank == 0 and (done % save_every == 0 or done == max_steps):
             saved = save_checkpoint(checkpoints, done, model, optimizer, scheduler, history)
             say(checkpoint=str(saved), step=done)

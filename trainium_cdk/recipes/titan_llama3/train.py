@@ -50,6 +50,7 @@ import fit_plan
 import knobs
 import torch
 import torch.distributed as dist
+from job_metrics import Throughput
 from knobs import fail, say
 from sharding import checkpointed_blocks, clip_grad_norm, materialize, parallelize
 from token_data import TokenWindows, load_tokens
@@ -305,6 +306,7 @@ def train() -> None:  # noqa: PLR0915 (one loop, read top to bottom)
     peak = float(metrics.get("peak_bf16_tflops_per_node") or 0)
     flops_per_token = shape.flops_per_token(seq_len)
     saved = SavedTensors() if metrics.get("report_memory") else None
+    gauges = Throughput() if rank == 0 else None
     loss_context = loss_parallel if tp > 1 else contextlib.nullcontext
     lr, warmup = float(training["lr"]), int(training["warmup_steps"])
     for step in range(start, steps):
@@ -340,9 +342,11 @@ def train() -> None:  # noqa: PLR0915 (one loop, read top to bottom)
         history.append({"step": done, "loss": round(float(total.cpu()) / (world * accumulation), 6)})
         took = time.perf_counter() - began  # the loss on the host: the step has finished on every device
         per_node = step_tokens / took / nodes
+        mfu = float(f"{per_node * flops_per_token / (peak * 1e12):.4g}") if peak else None
         say(step=done, loss=history[-1]["loss"], lr=float(f"{rate:.6g}"), seconds=round(took, 4),
-            tokens_per_s_per_node=round(per_node, 1),
-            mfu=float(f"{per_node * flops_per_token / (peak * 1e12):.4g}") if peak else None)
+            tokens_per_s_per_node=round(per_node, 1), mfu=mfu)
+        if gauges is not None:
+            gauges.publish(round(per_node, 1), mfu)
         if eval_every and (done % eval_every == 0 or done == steps) and not warming:
             say(eval={"step": done, "loss": evaluate(model, windows, dp_rank=dp_rank, device=device,
                                                       loss_context=loss_context)})

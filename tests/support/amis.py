@@ -32,3 +32,25 @@ def publish_ami(region: str, name: str, description: str, created: dt.datetime, 
         region_name=region,
     )
     return ami_id
+
+
+def publish_image(uri: str) -> None:
+    """Push an image of ``<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>`` into moto's ECR of that region
+    (moto keeps one account: it answers BatchGetImage of another registry id from its own repositories)."""
+    import json
+    import re
+
+    import boto3
+
+    found = re.fullmatch(r"\d{12}\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com/([^:]+):(.+)", uri)
+    assert found, uri
+    region, repository, tag = found.groups()
+    ecr = boto3.client("ecr", region_name=region)
+    try:
+        ecr.create_repository(repositoryName=repository)
+    except ecr.exceptions.RepositoryAlreadyExistsException:
+        pass
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json", "layers": [],
+                "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 2,
+                           "digest": "sha256:" + "0" * 64}}
+    ecr.put_image(repositoryName=repository, imageManifest=json.dumps(manifest), imageTag=tag)

@@ -34,6 +34,7 @@ from trainium_cdk.cli._common import (
 )
 from trainium_cdk.cli._errors import CREDENTIALS_HINT
 from trainium_cdk.cli.doctor_amis import amis
+from trainium_cdk.cli.doctor_images import images
 from trainium_cdk.cli.doctor_errors import is_api_error, unexpected
 from trainium_cdk.cli.doctor_local import (
     FAIL, PASS, WARN, Check, CommandRunner, container_engine, neuron_versions, run_command, session_manager_plugin,
@@ -128,6 +129,7 @@ class Doctor:
                 ("capacity", "ec2:DescribeCapacityReservations", self.capacity, not reserved),
                 ("CDK bootstrap", "ssm:GetParameter", self.bootstrap, False),
                 ("AMI", "ssm:GetParameter and ec2:DescribeImages", self.amis, False),
+                ("images", "ecr:BatchGetImage", self.images, False),
             ):
                 emit(self._guard(name, action, check, advisory=advisory))
             emit(self.cluster_access())
@@ -461,6 +463,10 @@ class Doctor:
     def amis(self) -> list[Check]:
         """The AMI each deployed backend that picks one will boot, found in the region as the deploy will."""
         return amis(self.config, self.client)
+
+    def images(self) -> list[Check]:
+        """Every image in a private ECR registry the deploy pulls exists (doctor_images.py)."""
+        return images(self.config, lambda region: self.session.client("ecr", region_name=region))
 
 
 def _quota_for(family: str) -> tuple[str, str] | None:

@@ -34,8 +34,9 @@ from trainium_cdk.cli import doctor as doctor_module
 from trainium_cdk.cli.doctor import Doctor
 from trainium_cdk.cli.doctor_local import PASS, SKIP, WARN, CommandResult, neuron_versions
 from trainium_cdk.app.config import build_config
+from trainium_cdk.facts import versions
 from trainium_cdk.facts.versions import NATIVE_TRACK, XLA_TRACK
-from tests.support.amis import publish_ami
+from tests.support.amis import publish_ami, publish_image
 
 RESERVATION = "cr-0123456789abcdef0"
 
@@ -108,6 +109,7 @@ def ready(aws: AwsCalls, machine: Machine, monkeypatch: pytest.MonkeyPatch) -> A
     )
     aws.fake("GetServiceQuota", quota(512))
     aws.fake("DescribeCapacityReservations", {"CapacityReservations": []})
+    publish_image(versions.neuron_training_image(REGION, "xla"))  # Neuron's DLC of the default track
     return aws
 
 
@@ -150,7 +152,8 @@ def test_everything_passes_on_a_ready_account(ready, tmp_path):
     assert "the eks stack builds the MLP example image" in line(result, "PASS", "container engine")
     assert f"{ADMIN_ROLE_NAME} is in eks.admin_role_arns" in line(result, "PASS", "cluster access")
     assert "version 1.2.707.0" in line(result, "PASS", "session manager plugin")
-    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 9 PASS: ready to deploy")
+    assert "training image" in line(result, "PASS", f"image {versions.neuron_training_image(REGION, 'xla')}")
+    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 10 PASS: ready to deploy")
     assert ready.of("GetServiceQuota") == [{"ServiceCode": "ec2", "QuotaCode": "L-2C3B7624"}]
     assert ready.of("DescribeInstanceTypeOfferings")[0]["LocationType"] == "availability-zone-id"
 
@@ -338,7 +341,7 @@ def test_list_service_quotas_answering_500_is_the_quota_checks_warning_and_the_r
     fix = fix_after(result, "WARN", "vCPU quota")
     assert "failed on AWS's side (HTTP 500)" in fix and "run `trn doctor` again" in fix
     assert_every_check_printed(result, but="quota L-2C3B7624")
-    assert "PASS  CDK bootstrap" in result.out and result.out.rstrip().endswith("1 WARN, 8 PASS: ready to deploy (read the WARN lines)")
+    assert "PASS  CDK bootstrap" in result.out and result.out.rstrip().endswith("1 WARN, 9 PASS: ready to deploy (read the WARN lines)")
     assert result.code == 0
 
 
@@ -526,7 +529,7 @@ def test_native_track_pins_are_the_ones_compared(machine):
 def test_doctor_on_the_default_machine_prints_the_skip_line_outside_the_summary(ready, tmp_path):
     result = doctor(config_file(tmp_path))
     assert "no Neuron tools here" in line(result, SKIP, "neuron versions")
-    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 9 PASS: ready to deploy")
+    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 10 PASS: ready to deploy")
 
 
 def test_doctor_on_a_node_warns_on_a_driver_mismatch_and_counts_it(ready, machine, tmp_path):
@@ -539,7 +542,7 @@ def test_doctor_on_a_node_warns_on_a_driver_mismatch_and_counts_it(ready, machin
     assert result.code == 0
     assert "2.21.37.0, but the xla track pins 2.27.4.0" in line(result, WARN, "neuron driver")
     assert "install aws-neuronx-dkms 2.27.4.0" in fix_after(result, WARN, "neuron driver")
-    assert result.out.rstrip().endswith("0 FAIL, 1 WARN, 10 PASS: ready to deploy (read the WARN lines)")
+    assert result.out.rstrip().endswith("0 FAIL, 1 WARN, 11 PASS: ready to deploy (read the WARN lines)")
 
 
 def test_a_node_without_credentials_still_gets_its_neuron_versions(no_credentials, machine, tmp_path):
@@ -564,6 +567,7 @@ def test_batch_ami_is_aws_s_per_ami_name_parameter_of_the_region(ready, machine,
 
 def test_batch_with_an_image_of_ones_own_needs_no_container_engine(ready, machine, tmp_path):
     image = "123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1"
+    publish_image(image)  # pushed (`trn image push`): doctor asks its registry
     result = doctor(config_file(tmp_path, backends=["batch"], batch={"image_uri": image}))
     assert result.code == 0, result.out
     assert "container engine" not in result.out and DOCKER_VERSION not in machine.ran
@@ -656,3 +660,40 @@ def test_a_private_cluster_needs_the_session_manager_plugin_here(ready, machine,
     public = {"endpoint_access": "public-and-private", "public_access_cidrs": ["203.0.113.0/24"],
               "admin_role_arns": [ADMIN_ROLE]}
     assert "session manager plugin" not in doctor(config_file(tmp_path, eks=public)).out
+
+
+# -- images: what the nodes and jobs will pull exists --------------------------------------------------------------
+
+
+def test_the_tracks_training_image_and_the_named_ones_are_asked_of_their_registry(ready, tmp_path):
+    mine = "123456789012.dkr.ecr.us-east-2.amazonaws.com/team/train:v3"
+    publish_image(mine)
+    result = doctor(config_file(tmp_path, backends=["batch"], workloads={"image": mine}))
+    assert result.code == 0, result.out
+    dlc = versions.neuron_training_image(REGION, "xla")
+    assert f"the xla track's training image (versions.py training_image_tag {XLA_TRACK.training_image_tag}): in its " \
+        "registry" in line(result, PASS, f"image {dlc}")
+    assert "workloads.image: in its registry" in line(result, PASS, f"image {mine}")
+    asked = {(c["registryId"], c["repositoryName"], c["imageIds"][0]["imageTag"]) for c in ready.of("BatchGetImage")}
+    assert asked == {("763104351884", "pytorch-training-neuronx", XLA_TRACK.training_image_tag),
+                     ("123456789012", "team/train", "v3")}
+
+
+def test_a_tag_its_registry_does_not_have_fails_before_the_deploy(ready, tmp_path):
+    """The native track's pin names a DLC tag (Neuron stopped publishing pytorch-training-neuronx at 2.31): doctor says
+    so before a node waits on a pull that cannot succeed."""
+    result = doctor(config_file(tmp_path, backends=["batch"], neuron={"track": "native"},
+                                group={"instance_type": "trn2.48xlarge"},
+                                instance_offerings={"trn2.48xlarge": {REGION: ["usw2-az4"]}},
+                                workloads={"image": "public.ecr.aws/neuron/pytorch-training-neuronx:mine"}))
+    assert result.code == 1
+    dlc = versions.neuron_training_image(REGION, "native")
+    assert "not in its registry (ImageNotFound)" in line(result, "FAIL", f"image {dlc}")
+    assert "trn image push" in fix_after(result, "FAIL", f"image {dlc}")
+    assert "not in a private ECR registry, not checked" in line(result, SKIP, "image public.ecr.aws/neuron/")
+
+
+def test_an_image_whose_pull_is_denied_is_a_warning(ready, tmp_path):
+    ready.fake("BatchGetImage", client_error("AccessDeniedException", "BatchGetImage"))
+    result = doctor(config_file(tmp_path, backends=["batch"]))
+    assert "ecr:BatchGetImage denied" in line(result, WARN, "image ")

@@ -38,6 +38,17 @@ class Result:
     err: str
 
 
+# A native-track deployment as a user writes it (trn2 in us-east-2): the recipes' and `trn fit`'s tests start from it.
+NATIVE_TRN2: dict[str, Any] = {
+    "backends": ["eks", "batch"],
+    "region": "us-east-2",
+    "network": {"az_ids": ["use2-az3", "use2-az2"]},
+    "neuron": {"track": "native"},
+    "instance_offerings": {"trn2.48xlarge": {"us-east-2": ["use2-az3", "use2-az2"]}},
+    "compute_groups": [{"name": "train", "instance_type": "trn2.48xlarge", "nodes": 2, "az_ids": "use2-az3"}],
+}
+
+
 def run_cli(*argv: str) -> Result:
     out, err = io.StringIO(), io.StringIO()
     code = main(list(argv), out=out, err=err)

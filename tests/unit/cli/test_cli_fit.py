@@ -13,18 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.cli_support import assert_one_clean_line, run_cli
+from tests.support.cli_support import NATIVE_TRN2, assert_one_clean_line, run_cli
 
-# A native-track deployment of 2 x trn2.48xlarge in us-east-2 (the recipes page's config/titan.yaml).
-NATIVE = {
-    "backends": ["eks", "batch"],
-    "region": "us-east-2",
-    "network": {"az_ids": ["use2-az3", "use2-az2"]},
-    "neuron": {"track": "native"},
-    "instance_offerings": {"trn2.48xlarge": {"us-east-2": ["use2-az3", "use2-az2"]}},
-    "compute_groups": [{"name": "train", "instance_type": "trn2.48xlarge", "nodes": 2, "max_nodes": 4,
-                        "az_ids": "use2-az3"}],
-}
+# A native-track deployment of 2 x trn2.48xlarge in us-east-2 (the recipes page's config/titan.yaml), up to 4.
+NATIVE = {**NATIVE_TRN2, "compute_groups": [{**NATIVE_TRN2["compute_groups"][0], "max_nodes": 4}]}
 TOTAL = re.compile(r"^  total +([\d.]+) GiB of ([\d.]+) GiB: (fits|does not fit)$", re.M)
 
 

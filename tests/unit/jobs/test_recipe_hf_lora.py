@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.support.chart_helpers import validate_all
-from tests.support.cli_support import assert_one_clean_line, batch_dry_run_request, run_cli
+from tests.support.cli_support import NATIVE_TRN2, assert_one_clean_line, batch_dry_run_request, run_cli
 from tests.support.tiny_llama import DATASET, MODEL, jsonl, make_all, make_tiny_model
 from trainium_cdk.facts.names import HF_TOKEN_SERVICE_ACCOUNT
 from trainium_cdk.recipes.hf_lora import DATA_DIR, FOLDER
@@ -28,15 +28,7 @@ SECRET = "hf-token"
 TOKEN = "hf_TheTokenOfThisTestNeverInATemplate"  # noqa: S105 (a test's stand-in)
 IMAGE = "123456789012.dkr.ecr.us-east-2.amazonaws.com/trainium-eks-trainingimages:recipe-hf-lora-20261126-000000"
 # A native-track deployment as a user writes it (trn2 in us-east-2), with the token's secret named.
-NATIVE = {
-    "backends": ["eks", "batch"],
-    "region": "us-east-2",
-    "network": {"az_ids": ["use2-az3", "use2-az2"]},
-    "neuron": {"track": "native"},
-    "instance_offerings": {"trn2.48xlarge": {"us-east-2": ["use2-az3", "use2-az2"]}},
-    "compute_groups": [{"name": "train", "instance_type": "trn2.48xlarge", "nodes": 2, "az_ids": "use2-az3"}],
-    "hugging_face": {"token_secret": SECRET},
-}
+NATIVE = {**NATIVE_TRN2, "hugging_face": {"token_secret": SECRET}}
 # What the test's runs pass as a user would (`--env`): the tiny model on /fsx, short blocks, a few steps.
 TINY = ("--env", f"HF_LORA_MODEL={MODEL}", "--env", "HF_LORA_SEQ_LEN=16")
 

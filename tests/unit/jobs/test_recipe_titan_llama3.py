@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.support.chart_helpers import validate_all
-from tests.support.cli_support import assert_one_clean_line, batch_dry_run_request, run_cli
+from tests.support.cli_support import NATIVE_TRN2, assert_one_clean_line, batch_dry_run_request, run_cli
 from tests.support.tiny_titan import WORDS, make_tokenizer_and_texts
 from tests.unit.jobs.test_job_metrics_push import gateway  # noqa: F401  (a fixture: the Pushgateway stand-in)
 from trainium_cdk.facts import versions
@@ -31,15 +31,7 @@ from tests.support import paths
 
 
 IMAGE = "123456789012.dkr.ecr.us-east-2.amazonaws.com/trainium-eks-trainingimages:recipe-titan-llama3-20261126-000000"
-# A native-track deployment as a user writes it (trn2 in us-east-2).
-NATIVE = {
-    "backends": ["eks", "batch"],
-    "region": "us-east-2",
-    "network": {"az_ids": ["use2-az3", "use2-az2"]},
-    "neuron": {"track": "native"},
-    "instance_offerings": {"trn2.48xlarge": {"us-east-2": ["use2-az3", "use2-az2"]}},
-    "compute_groups": [{"name": "train", "instance_type": "trn2.48xlarge", "nodes": 2, "az_ids": "use2-az3"}],
-}
+NATIVE = NATIVE_TRN2
 # What the test's runs pass as a user would (`--env TITAN_<SECTION>_<KEY>`): the tiny model, short windows.
 TINY = ("--env", "TITAN_MODEL_FLAVOR=tiny", "--env", "TITAN_TRAINING_SEQ_LEN=32", "--env",
         "TITAN_TRAINING_LOCAL_BATCH_SIZE=2", "--env", "TITAN_TRAINING_LR=0.003", "--env",
@@ -55,22 +47,29 @@ def records(text: str) -> list[dict[str, Any]]:
     return [json.loads(line.split("TITAN ", 1)[1]) for line in text.splitlines() if "TITAN {" in line]
 
 
-# -- trn rehearse: the recipe's code on the CPU, 2 nodes x 2 processes -----------------------------------
-
-
-@pytest.mark.e2e
-def test_rehearse_prepares_trains_saves_is_stopped_and_resumes_where_it_was(tmp_path, monkeypatch):
+def _prepared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, backend: str = "batch") -> tuple[Path, str, dict]:
+    """A project folder to work in, the config, and `trn rehearse --job titan-llama3-data` run on ``backend`` over a
+    tokenizer and texts of the test's making: (the stand-in /fsx, the config's path, the data job's report)."""
     work = tmp_path / "project"
     work.mkdir()
     monkeypatch.chdir(work)
     fsx = work / ".trn-rehearse" / "fsx"
     tokenizer, dataset = make_tokenizer_and_texts(fsx / "team")
     config = str(_config(tmp_path))
-    began = time.monotonic()
-    data = run_cli("rehearse", "--backend", "eks", "--config", config, "--job", "titan-llama3-data",
+    data = run_cli("rehearse", "--backend", backend, "--config", config, "--job", "titan-llama3-data",
                    "--env", f"TITAN_DATA_TOKENIZER={tokenizer}", "--env", f"TITAN_DATA_DATASET={dataset}")
     assert data.code == 0, data.out[-4000:] + data.err
     (prepared,) = [r["prepared"] for r in records(data.out) if "prepared" in r]
+    return fsx, config, prepared
+
+
+# -- trn rehearse: the recipe's code on the CPU, 2 nodes x 2 processes -----------------------------------
+
+
+@pytest.mark.e2e
+def test_rehearse_prepares_trains_saves_is_stopped_and_resumes_where_it_was(tmp_path, monkeypatch):
+    began = time.monotonic()
+    fsx, config, prepared = _prepared(tmp_path, monkeypatch, backend="eks")
     assert (prepared["documents"], prepared["vocab_size"], prepared["end_of_text"]) == (600, len(set(WORDS)) + 2, 1)
     made = fsx / "datasets" / "titan-llama3"
     assert (made / "tokens.bin").stat().st_size == 4 * prepared["tokens"]
@@ -129,15 +128,7 @@ def test_what_each_rank_holds_is_what_trn_fit_plans_and_no_rank_builds_the_whole
     (parameters, gradients, AdamW state) after its first step, and what its forward saved for the backward without
     checkpointing, within 5%. Then the 1B flavor, built and not trained: no rank's peak host memory comes near the
     model's 3.9 GB of fp32 at the rehearsal's vocabulary (each builds on the meta device and materializes its own shards only)."""
-    work = tmp_path / "project"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    tokenizer, dataset = make_tokenizer_and_texts(work / ".trn-rehearse" / "fsx" / "team")
-    config = str(_config(tmp_path))
-    data = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3-data",
-                   "--env", f"TITAN_DATA_TOKENIZER={tokenizer}", "--env", f"TITAN_DATA_DATASET={dataset}")
-    assert data.code == 0, data.out[-4000:] + data.err
-    (prepared,) = [r["prepared"] for r in records(data.out) if "prepared" in r]
+    fsx, config, prepared = _prepared(tmp_path, monkeypatch)
 
     measured = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3", *TINY,
                        "--env", "TITAN_TRAINING_STEPS=1", "--env", "TITAN_CHECKPOINT_ENABLE=false",
@@ -165,7 +156,7 @@ def test_what_each_rank_holds_is_what_trn_fit_plans_and_no_rank_builds_the_whole
     events = [next(iter(r)) for r in records(warmed.out) if set(r) & {"warm_up", "step", "checkpoint", "done"}]
     assert events == ["step", "warm_up", "step", "step", "checkpoint", "done"], events
     assert "precompile: warm-up, 1 training step(s) into the compile cache" in warmed.out
-    saved = (work / ".trn-rehearse" / "fsx" / "checkpoints" / "rehearsal").glob("step-*")
+    saved = (fsx / "checkpoints" / "rehearsal").glob("step-*")
     assert [p.name for p in saved] == ["step-00000002"]  # none of the warm-up's
 
     # Another flavor finds the tiny model's checkpoint of the same job: one line, before DCP's size mismatch.
@@ -202,16 +193,7 @@ def test_a_hugging_face_llama_goes_in_trains_and_comes_out_as_transformers_loads
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-    work = tmp_path / "project"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    fsx = work / ".trn-rehearse" / "fsx"
-    tokenizer, dataset = make_tokenizer_and_texts(fsx / "team")
-    config = str(_config(tmp_path))
-    data = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "titan-llama3-data",
-                   "--env", f"TITAN_DATA_TOKENIZER={tokenizer}", "--env", f"TITAN_DATA_DATASET={dataset}")
-    assert data.code == 0, data.out[-4000:] + data.err
-    (prepared,) = [r["prepared"] for r in records(data.out) if "prepared" in r]
+    fsx, config, prepared = _prepared(tmp_path, monkeypatch)
     size = FLAVORS["tiny"]
     torch.manual_seed(7)
     start = LlamaForCausalLM(LlamaConfig(

@@ -134,8 +134,8 @@ def training_job(ctx: RecipeContext) -> TrainingJobSettings:
     )
 
 
-# `trn fit`'s search for a layout that fits: up to this many nodes, and these activation checkpointing modes in
-# order of cost (recomputation).
+# `trn fit`'s search for a layout that fits goes up to this many nodes (doubling), more checkpointing (fit_plan's
+# AC_MODES, in order of recomputation), smaller local batches and TP 8.
 FIT_MAX_NODES = 64
 
 

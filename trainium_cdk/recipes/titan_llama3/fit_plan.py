@@ -28,7 +28,7 @@ Which figures are exact and which are estimates (tests/unit/jobs/test_titan_fit.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 GIB = 2**30
@@ -171,7 +171,6 @@ class Plan:
     device_limit: float
     host_parts: dict[str, float]
     host_limit: float
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def device_total(self) -> float:

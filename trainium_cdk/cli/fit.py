@@ -16,6 +16,7 @@ import argparse
 from typing import Any, TextIO
 
 from trainium_cdk.app.config import Config
+from trainium_cdk.errors import ConfigError
 from trainium_cdk.cli.jobs import UserJob, _common, add_job_arguments, load, user_job
 from trainium_cdk.recipes import FitReport, fit_of, recipe_for
 
@@ -38,6 +39,8 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config, backend = load(args)
     job = user_job(args, config)
+    if job.job is None and not job.program:
+        raise ConfigError("--job", None, "a recipe (--job NAME) or your training command after --")
     if job.job is None:
         out.write(_own_script(config, job))
         return 0

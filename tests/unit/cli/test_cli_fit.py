@@ -112,6 +112,7 @@ def test_mistakes_are_one_line(config):
     assert_one_clean_line(run_cli("fit", "--config", config, "--job", "titan-llama3", "--env",
                                   "TITAN_ACTIVATION_CHECKPOINT_MODE=op"), "none, selective, full")
     assert_one_clean_line(run_cli("fit", "--config", config, "--job", "nope"), "--job", "nope")
+    assert_one_clean_line(run_cli("fit", "--config", config), "--job", "your training command after --")
 
 
 def test_on_trn1_the_llm_recipes_are_refused_with_the_reason(tmp_path):

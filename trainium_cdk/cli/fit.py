@@ -18,9 +18,7 @@ from typing import Any, TextIO
 from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.cli.jobs import UserJob, _common, add_job_arguments, load, user_job
-from trainium_cdk.recipes import FitReport, fit_of, recipe_for
-
-GIB = 2**30
+from trainium_cdk.recipes import FitReport, fit_of, gib, recipe_for
 
 
 def add_parser(sub: Any) -> None:
@@ -57,20 +55,16 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def render(report: FitReport) -> str:
     width = max(len(name) for name, _ in (*report.device, *report.host)) + 2
     lines = [report.summary, f"per rank, on {report.device_label}:"]
-    lines += [f"  {name:<{width}}{_gib(value):>8} GiB" for name, value in report.device]
-    lines.append(f"  {'total':<{width}}{_gib(report.device_total):>8} GiB of {_gib(report.device_limit)} GiB: "
+    lines += [f"  {name:<{width}}{gib(value):>8} GiB" for name, value in report.device]
+    lines.append(f"  {'total':<{width}}{gib(report.device_total):>8} GiB of {gib(report.device_limit)} GiB: "
                  + ("fits" if report.device_total <= report.device_limit else "does not fit"))
     lines.append("host memory of a node while the job loads:")
-    lines += [f"  {name:<{width}}{_gib(value):>8} GiB" for name, value in report.host]
-    lines.append(f"  {'total':<{width}}{_gib(report.host_total):>8} GiB of {_gib(report.host_limit)} GiB: "
+    lines += [f"  {name:<{width}}{gib(value):>8} GiB" for name, value in report.host]
+    lines.append(f"  {'total':<{width}}{gib(report.host_total):>8} GiB of {gib(report.host_limit)} GiB: "
                  + ("fits" if report.host_total <= report.host_limit else "does not fit"))
     lines += [f"assumed: {what}" for what in report.assumptions]
     lines.append("fits" if report.fits else f"does not fit: {report.suggestion}")
     return "\n".join(lines) + "\n"
-
-
-def _gib(value: float) -> str:
-    return f"{value / GIB:.2f}"
 
 
 def _limits(config: Config, job: UserJob) -> str:

@@ -289,9 +289,7 @@ def check_fit(args: argparse.Namespace, config: Config, job: UserJob, backend: s
     report = fit_of(config, job.job, group=job.group, backend=backend, nodes=job.nodes, env=job.env)
     if report is None or report.fits:
         return
-    gib = 2**30
-    verdict = (f"does not fit ({report.device_total / gib:.2f} of {report.device_limit / gib:.2f} GiB a NeuronCore, "
-               f"{report.host_total / gib:.2f} of {report.host_limit / gib:.2f} GiB a node)")
+    verdict = f"does not fit ({report.totals()})"
     if getattr(args, "skip_fit", False):
         err.write(f"trn {args.command} --job {job.job}: {verdict}; going on ({SKIP_FIT_FLAG}): `trn fit --job "
                   f"{job.job}` prints the plan\n")

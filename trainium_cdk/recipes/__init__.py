@@ -81,6 +81,16 @@ class FitReport:
     def fits(self) -> bool:
         return self.device_total <= self.device_limit and self.host_total <= self.host_limit
 
+    def totals(self) -> str:
+        """The two totals against their limits, in GiB, for a line."""
+        return (f"{gib(self.device_total)} of {gib(self.device_limit)} GiB a NeuronCore, {gib(self.host_total)} of "
+                f"{gib(self.host_limit)} GiB a node")
+
+
+def gib(value: float) -> str:
+    """Bytes as GiB, as `trn fit` prints them."""
+    return f"{value / 2**30:.2f}"
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -115,6 +125,10 @@ class Recipe:
     def __post_init__(self) -> None:
         if self.folder is None:  # a recipe of this package: its folder beside this file
             object.__setattr__(self, "folder", FOLDER / self.name.replace("-", "_"))
+
+    def context(self, config: Config, *, group: ComputeGroup, backend: str, nodes: int | None) -> RecipeContext:
+        """What its job (and its plan) on ``group`` depends on, with its code where ``backend`` has it."""
+        return RecipeContext(config=config, group=group, nodes=nodes, code=self.code_on(backend))
 
     def code_on(self, backend: str) -> str:
         """The recipe's folder on the nodes of ``backend`` (named as in the package)."""
@@ -182,7 +196,7 @@ def recipe_for(config: Config, name: str, backend: str, *, field_name: str = "--
 def job(config: Config, name: str, *, group: ComputeGroup, backend: str, nodes: int | None = None) -> TrainingJobSettings:
     """The job of recipe ``name`` on ``group``, with its code where ``backend`` has it."""
     recipe = recipe_for(config, name, backend)
-    return recipe.job(RecipeContext(config=config, group=group, nodes=nodes, code=recipe.code_on(backend)))
+    return recipe.job(recipe.context(config, group=group, backend=backend, nodes=nodes))
 
 
 def fit_of(config: Config, name: str, *, group: ComputeGroup, backend: str, nodes: int | None,
@@ -194,7 +208,7 @@ def fit_of(config: Config, name: str, *, group: ComputeGroup, backend: str, node
     recipe = recipe_for(config, name, backend)
     if recipe.fit is None:
         return None
-    return recipe.fit(RecipeContext(config=config, group=group, nodes=nodes, code=recipe.code_on(backend)), env)
+    return recipe.fit(recipe.context(config, group=group, backend=backend, nodes=nodes), env)
 
 
 def _load_builtin() -> None:

@@ -11,6 +11,7 @@ titan-llama3` builds.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping
@@ -212,7 +213,7 @@ def _suggest(ctx: RecipeContext, shape: fit_plan.Shape, layout: fit_plan.Layout,
     counts = [n for n in (nodes, *(2**k for k in range(7))) if nodes <= n <= FIT_MAX_NODES]
     candidates = []
     for n, batch_size, mode, tp in itertools.product(sorted(set(counts)), batches, modes, tps):
-        trial = layout.with_(dp=n * cores // tp, tp=tp, local_batch_size=batch_size, ac_mode=mode)
+        trial = dataclasses.replace(layout, dp=n * cores // tp, tp=tp, local_batch_size=batch_size, ac_mode=mode)
         if planned(trial).fits:
             flags = ([f"--nodes {n}"] if n != nodes else []) + [
                 f"--env {override_name(section, key)}={value}" for section, key, value, was in (

@@ -28,7 +28,7 @@ Which figures are exact and which are estimates (tests/unit/jobs/test_titan_fit.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 GIB = 2**30
@@ -101,9 +101,6 @@ class Layout:
     local_batch_size: int
     ac_mode: str = "selective"
     ac_every: int = 2  # selective: every ac_every-th block is checkpointed (TorchTitan's selective_ac_option)
-
-    def with_(self, **changes: Any) -> Layout:
-        return replace(self, **changes)
 
 
 def mesh_sizes(parallelism: dict[str, Any], world: int, local_world: int, kv_heads: int) -> tuple[int, int]:
@@ -190,7 +187,7 @@ def plan(shape: Shape, layout: Layout, *, core_memory_gib: float, host_memory_gi
     """The plan of one rank (rank 0, the largest shard) of ``layout`` on a core of ``core_memory_gib``."""
     if layout.ac_mode not in AC_MODES:
         raise ValueError(f"activation checkpointing mode {layout.ac_mode!r}: one of {', '.join(AC_MODES)}")
-    local = local_parameters(shape, layout)
+    shards = shard_bytes(shape, layout)
     tokens = layout.seq_len * layout.local_batch_size
     per_token = activations_per_token(shape, layout)
     # A checkpointed block recomputed in the backward lives again whole, with its gradients beside it; without
@@ -201,9 +198,9 @@ def plan(shape: Shape, layout: Layout, *, core_memory_gib: float, host_memory_gi
     gathered = 2 * COMPUTE_BYTES * largest + (COMPUTE_BYTES + 4) * largest
     limit = core_memory_gib * GIB
     parts = {
-        "parameters (fp32 shard)": PARAMETER_BYTES * local,
-        "gradients (fp32 shard)": GRADIENT_BYTES * local,
-        "optimizer state (AdamW, fp32)": OPTIMIZER_BYTES * local,
+        "parameters (fp32 shard)": shards["parameters"],
+        "gradients (fp32 shard)": shards["gradients"],
+        "optimizer state (AdamW, fp32)": shards["optimizer"],
         f"activations ({layout.ac_mode} checkpointing)":
             saved_activations(shape, layout) - tokens * per_token["loss"] + transient,
         "logits and loss (vocabulary shard)": loss,
@@ -213,7 +210,7 @@ def plan(shape: Shape, layout: Layout, *, core_memory_gib: float, host_memory_gi
     # While loading: each process's own needs and, restoring a checkpoint, its shard staged in host memory.
     host_parts = {
         "processes": processes_per_node * HOST_PROCESS_GIB * GIB,
-        "checkpoint shards staged while loading": processes_per_node * (PARAMETER_BYTES + OPTIMIZER_BYTES) * local,
+        "checkpoint shards staged while loading": processes_per_node * (shards["parameters"] + shards["optimizer"]),
     }
     return Plan(parts=parts, device_limit=limit, host_parts=host_parts, host_limit=host_memory_gib * GIB)
 

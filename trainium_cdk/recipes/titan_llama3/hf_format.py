@@ -96,7 +96,8 @@ def config(size: Mapping[str, Any], vocab: int, *, seq_len: int, dtype: str, eos
     """Hugging Face's config.json of a Llama 3 of ``size`` (knobs.FLAVORS) at ``vocab``."""
     made: dict[str, Any] = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": size["dim"],
-        "intermediate_size": fit_plan.ffn_hidden(size["dim"], size["ffn_multiple_of"], size["ffn_multiplier"]), "num_hidden_layers": size["n_layers"],
+        "intermediate_size": fit_plan.ffn_hidden(size["dim"], size["ffn_multiple_of"], size["ffn_multiplier"]),
+        "num_hidden_layers": size["n_layers"],
         "num_attention_heads": size["n_heads"], "num_key_value_heads": size["n_kv_heads"],
         "head_dim": size["dim"] // size["n_heads"], "vocab_size": vocab, "hidden_act": "silu",
         "rms_norm_eps": NORM_EPS, "rope_theta": ROPE_THETA, "rope_scaling": dict(ROPE_SCALING),

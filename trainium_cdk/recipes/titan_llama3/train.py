@@ -148,15 +148,28 @@ def parameter_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
     return [{"params": decayed, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0}]
 
 
-def local_bytes(tensors) -> int:  # noqa: ANN001 (tensors or DTensors)
-    """Bytes of this rank's shards of ``tensors``."""
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a DTensor; any other tensor as it is."""
     from torch.distributed.tensor import DTensor
 
-    total = 0
-    for t in tensors:
-        local = t.to_local() if isinstance(t, DTensor) else t
-        total += local.numel() * local.element_size()
-    return total
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def whole(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor's whole value (the loss under loss_parallel); any other tensor as it is."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def next_token_loss(model: Any, ids: torch.Tensor) -> torch.Tensor:
+    """The cross-entropy of each window's next tokens (in fp32; on the vocabulary shards under loss_parallel)."""
+    return torch.nn.functional.cross_entropy(model(ids[:, :-1]).flatten(0, 1).float(), ids[:, 1:].flatten())
+
+
+def local_bytes(tensors) -> int:  # noqa: ANN001 (tensors or DTensors)
+    """Bytes of this rank's shards of ``tensors``."""
+    return sum(local(t).numel() * local(t).element_size() for t in tensors)
 
 
 class SavedTensors:
@@ -167,10 +180,7 @@ class SavedTensors:
         self.storages: dict[int, Any] = {}
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        from torch.distributed.tensor import DTensor
-
-        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
-        storage = local.untyped_storage()
+        storage = local(tensor).untyped_storage()
         self.storages[id(storage)] = storage  # held until counted: no address is reused meanwhile
         return tensor
 
@@ -178,8 +188,7 @@ class SavedTensors:
         return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
 
     def count(self, model: Any) -> int:
-        params = {local.untyped_storage().data_ptr() for local in
-                  (p.to_local() if hasattr(p, "to_local") else p for p in model.parameters())}
+        params = {local(p).untyped_storage().data_ptr() for p in model.parameters()}
         live = {s.data_ptr(): s.nbytes() for s in self.storages.values() if s.nbytes() and s.data_ptr() not in params}
         self.storages.clear()
         return sum(live.values())
@@ -200,9 +209,7 @@ def evaluate(model: Any, windows: TokenWindows, *, dp_rank: int, device: torch.d
     total = torch.zeros((), dtype=torch.float32, device=device)
     with torch.no_grad(), loss_context():
         for rows in batches:
-            ids = rows.to(device)
-            loss = torch.nn.functional.cross_entropy(model(ids[:, :-1]).flatten(0, 1).float(), ids[:, 1:].flatten())
-            total += (loss.full_tensor() if hasattr(loss, "full_tensor") else loss).detach().float()
+            total += whole(next_token_loss(model, rows.to(device))).detach().float()
     dist.all_reduce(total)
     return round(float(total.cpu()) / (dist.get_world_size() * len(batches)), 6)
 
@@ -321,13 +328,12 @@ def train() -> None:  # noqa: PLR0915 (one loop, read top to bottom)
             ids = windows.batch(step * accumulation + micro, dp_rank=dp_rank).to(device)
             measuring = saved if step == start and micro == 0 else None
             with measuring.hooks() if measuring else contextlib.nullcontext(), loss_context():
-                logits = model(ids[:, :-1])
-                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+                loss = next_token_loss(model, ids)
             if measuring:
                 activations = measuring.count(model)
             with loss_context():
                 (loss / accumulation).backward()
-            total += (loss.full_tensor() if hasattr(loss, "full_tensor") else loss).detach().float()
+            total += whole(loss).detach().float()
         clip_grad_norm(list(model.parameters()), float(training["max_norm"]))
         optimizer.step()
         if step == start:  # each rank's shards, measured: `trn fit` plans the same numbers

@@ -6,12 +6,12 @@ resource, as IAM decides it (IAM user guide, "Policy evaluation logic" and "IAM 
 - a statement matches when one of its actions matches (case-insensitive, ``*`` and ``?``), one of its resources
   matches the request's ARN (case-sensitive, ``*`` any run of characters, ``/`` and ``:`` included, ``?`` one
   character), and every condition holds (a key absent from the request's context fails its condition);
-- the values are CloudFormation's: ``Ref``, ``Fn::GetAtt``, ``Fn::Join``, ``Fn::Split`` and ``Fn::Select`` are
-  resolved with what deploy would give each (``refs``: pseudo parameters, the ARNs and names CloudFormation
+- the values are CloudFormation's: ``Ref``, ``Fn::GetAtt``, ``Fn::Join``, ``Fn::Split``, ``Fn::Select`` and
+  ``Fn::Sub`` are resolved with what deploy would give each (``refs``: pseudo parameters, the ARNs and names CloudFormation
   generates). A statement whose action does not match is never resolved.
 
 NotAction, NotResource, Principal and the other condition operators are not modelled: the model refuses them
-rather than guess.
+rather than guess. ``Statements`` evaluates statements from elsewhere (an upstream policy, transcribed).
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ def resolve(value: Any, refs: Mapping[str, Any]) -> Any:
         return value
     if isinstance(value, list):
         return [resolve(v, refs) for v in value]
-    if isinstance(value, dict) and len(value) == 1:
+    if isinstance(value, dict) and not (len(value) == 1 and (set(value) == {"Ref"} or next(iter(value)).startswith("Fn::"))):
+        return {k: resolve(v, refs) for k, v in value.items()}  # not a function: a condition block, say
+    if isinstance(value, dict):
         ((function, argument),) = value.items()
         if function == "Ref":
             if argument in refs:
@@ -56,6 +58,16 @@ def resolve(value: Any, refs: Mapping[str, Any]) -> Any:
         if function == "Fn::Select":
             index, items = argument
             return resolve(items, refs)[int(resolve(index, refs))]
+        if function == "Fn::Sub":
+            text, variables = (argument, {}) if isinstance(argument, str) else argument
+
+            def substitute(match: re.Match[str]) -> str:
+                name = match.group(1)
+                if name in variables:
+                    return str(resolve(variables[name], refs))
+                return str(resolve({"Fn::GetAtt": name} if "." in name else {"Ref": name}, refs))
+
+            return re.sub(r"\$\{([^}!]+)\}", substitute, text)
     raise Unresolved(str(value))
 
 
@@ -88,8 +100,47 @@ def condition_holds(conditions: Mapping[str, Mapping[str, Any]], context: Mappin
     return True
 
 
+class _Evaluated:
+    refs: Mapping[str, Any]
+
+    def statements(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def _matches(self, statement: dict[str, Any], action: str, resource: str, context: Mapping[str, str]) -> bool:
+        if {"NotAction", "NotResource", "Principal"} & set(statement):
+            raise NotImplementedError(f"statement elements {sorted(statement)}")
+        if not any(wildcard(a, action, case_sensitive=False) for a in _listed(statement["Action"])):
+            return False
+        resources = _listed(resolve(statement["Resource"], self.refs))
+        if not any(wildcard(r, resource) for r in resources):
+            return False
+        return condition_holds(resolve(statement.get("Condition", {}), self.refs), context)
+
+    def allows(self, action: str, resource: str, context: Mapping[str, str] | None = None) -> bool:
+        """Whether IAM allows the principal ``action`` on ``resource`` (an ARN), with the request's condition keys."""
+        context = context or {}
+        allowed = False
+        for statement in self.statements():
+            if self._matches(statement, action, resource, context):
+                if statement["Effect"] == "Deny":
+                    return False
+                allowed = True
+        return allowed
+
+
 @dataclass
-class RolePolicies:
+class Statements(_Evaluated):
+    """The identity policies of a principal given as their statements."""
+
+    listed: list[dict[str, Any]]
+    refs: Mapping[str, Any]
+
+    def statements(self) -> list[dict[str, Any]]:
+        return self.listed
+
+
+@dataclass
+class RolePolicies(_Evaluated):
     """The identity policies of one role of a template."""
 
     template: dict[str, Any]
@@ -105,24 +156,3 @@ class RolePolicies:
         role = self.template["Resources"][self.role]["Properties"]
         documents += [p["PolicyDocument"] for p in role.get("Policies", [])]
         return [s for d in documents for s in d["Statement"]]
-
-    def _matches(self, statement: dict[str, Any], action: str, resource: str, context: Mapping[str, str]) -> bool:
-        if {"NotAction", "NotResource", "Principal"} & set(statement):
-            raise NotImplementedError(f"statement elements {sorted(statement)}")
-        if not any(wildcard(a, action, case_sensitive=False) for a in _listed(statement["Action"])):
-            return False
-        resources = _listed(resolve(statement["Resource"], self.refs))
-        if not any(wildcard(r, resource) for r in resources):
-            return False
-        return condition_holds(statement.get("Condition", {}), context)
-
-    def allows(self, action: str, resource: str, context: Mapping[str, str] | None = None) -> bool:
-        """Whether IAM allows the role ``action`` on ``resource`` (an ARN), with the request's condition keys."""
-        context = context or {}
-        allowed = False
-        for statement in self.statements():
-            if self._matches(statement, action, resource, context):
-                if statement["Effect"] == "Deny":
-                    return False
-                allowed = True
-        return allowed

@@ -7,7 +7,9 @@ docs/waivers.md lists every acknowledgment of the apps (generated: ``make docs``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from typing import Any
 
 from aws_cdk import Acknowledgment, Stack, Token, Validations
 from constructs import IConstruct
@@ -71,3 +73,23 @@ def nag_form(stack: Stack, arn: str) -> str:
         if Token.is_unresolved(value):
             arn = arn.replace(value, f"<AWS::{name}>")
     return arn
+
+
+def nag_text(stack: Stack, value: str) -> str:
+    """A string with tokens as cdk-nag writes it in a finding: Fn::Join's parts joined, a Ref as ``<Name>``, an
+    Fn::Sub with each ``${Name}`` as ``<Name>``."""
+
+    def text(part: Any) -> str:
+        if isinstance(part, str):
+            return part
+        if "Ref" in part:
+            return f"<{part['Ref']}>"
+        if "Fn::Sub" in part and isinstance(part["Fn::Sub"], str):
+            return re.sub(r"\$\{([^}]+)\}", r"<\1>", part["Fn::Sub"])
+        if "Fn::Join" in part:
+            separator, parts = part["Fn::Join"]
+            return separator.join(text(p) for p in parts)
+        raise ValueError(f"no cdk-nag text for {part}")
+
+    return text(stack.resolve(value))
+

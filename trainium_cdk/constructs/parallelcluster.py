@@ -25,18 +25,17 @@ from constructs import Construct
 from trainium_cdk import node
 from trainium_cdk.constructs.prometheus import MetricsWorkspace
 from trainium_cdk.node import neuron_metrics, prometheus_node
-from trainium_cdk.constructs.nag import acknowledge
+from trainium_cdk.constructs.nag import acknowledge, nag_text
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 from trainium_cdk.parallelcluster.configuration import ClusterSettings, render_configuration
 from trainium_cdk.parallelcluster.parts import (
-    HEAD_NODE_SCRIPT, LUSTRE_TUNING_NAME, PROLOG_NAME, SETUP_SCRIPT, ClusterIds, NeuronMetrics, PrometheusWriter, S3Object,
+    HEAD_NODE_SCRIPT, LUSTRE_TUNING_NAME, NODE_POLICY_PATH, PROLOG_NAME, SETUP_SCRIPT, ClusterIds, NeuronMetrics, PrometheusWriter, S3Object,
     neuron_metrics_policy,
 )
 from trainium_cdk.facts.session_manager import session_manager_policy
 from trainium_cdk.facts.versions import parallelcluster_provider_template_url
 
 CLUSTER_RESOURCE_TYPE = "Custom::PclusterCluster"
-# The provider's Lambda may attach only the managed policies it is told about to the node roles.
 # ParallelCluster's DeletionPolicy of the cluster: what deleting the stack does to it.
 DELETION_POLICIES = {RemovalPolicy.DESTROY: "Delete", RemovalPolicy.RETAIN: "Retain"}
 DEFAULT_REMOVAL_POLICY = RemovalPolicy.DESTROY
@@ -119,6 +118,7 @@ class SlurmCluster(Construct):
             self.metrics_program = self._asset("NeuronMetricsProgram", Path(neuron_metrics.__file__))
             self.metrics_policy = iam.ManagedPolicy(
                 self, "NeuronMetricsPolicy", description="Compute nodes: neuron-monitor metrics into CloudWatch",
+                path=NODE_POLICY_PATH,
                 document=iam.PolicyDocument.from_json(neuron_metrics_policy()),
             )
             acknowledge(
@@ -133,7 +133,7 @@ class SlurmCluster(Construct):
         prometheus = None
         if metrics_workspace is not None and metrics_deployment is not None:
             program = self._asset("PrometheusNodeProgram", Path(prometheus_node.__file__))
-            policy = iam.ManagedPolicy(self, "PrometheusRemoteWritePolicy",
+            policy = iam.ManagedPolicy(self, "PrometheusRemoteWritePolicy", path=NODE_POLICY_PATH,
                                        description="Compute nodes: remote write into the deployment's metrics workspace")
             policy.add_statements(iam.PolicyStatement(actions=["aps:RemoteWrite"],
                                                       resources=[metrics_workspace.workspace_arn]))
@@ -146,6 +146,7 @@ class SlurmCluster(Construct):
         self.session_manager_policy = iam.ManagedPolicy(
             self, "SessionManagerPolicy",
             description="Head node: SSM Session Manager and Run Command only (no parameter reads)",
+            path=NODE_POLICY_PATH,
             document=iam.PolicyDocument.from_json(session_manager_policy(Stack.of(self).partition, run_command=True)),
         )
         acknowledge(
@@ -177,20 +178,31 @@ class SlurmCluster(Construct):
         self.settings = settings
         self.configuration = render_configuration(settings, self.ids)
 
+        # The provider's configuration validator reads every script the configuration names (UrlValidator:
+        # HeadObject), and its own role reads only ParallelCluster's buckets: this policy lets it read the
+        # scripts' key prefix, as the nodes do (S3Access), and nothing else. Unread, each script is a WARNING
+        # in the cluster's validationMessages (an ERROR had the configuration given S3BucketOwner).
+        scripts = [f"arn:{Aws.PARTITION}:s3:::{a['BucketName']}/{a['KeyName']}"
+                   for a in self.configuration["HeadNode"]["Iam"]["S3Access"]]
+        self.provider_policy = iam.ManagedPolicy(
+            self, "ProviderReadsScripts", description="ParallelCluster's provider: read the cluster's scripts",
+            statements=[iam.PolicyStatement(actions=["s3:GetObject"], resources=scripts)],
+        )
+        acknowledge(
+            self.provider_policy, "AwsSolutions-IAM5",
+            [f"Resource::{nag_text(Stack.of(self), s)}" for s in scripts if s.endswith("*")],
+            "The objects under the cluster's own key prefix of the asset bucket: its scripts, which the nodes read too.",
+        )
         # L1: ParallelCluster publishes the provider as a plain template at an S3 URL; NestedStack is
         # for stacks written in CDK, and including the template would copy it into ours at synth.
         self.provider = CfnStack(
             self,
             "Provider",
             template_url=parallelcluster_provider_template_url(Stack.of(self).region, Aws.URL_SUFFIX),
-            # The policies the provider may attach to the cluster's roles: ours only.
-            # Every policy the configuration gives the nodes: ParallelCluster's "Provider stack hosted by AWS
-            # ParallelCluster" asks for the nodes' additional policies in the provider's AdditionalIamPolicies
-            # (or a CustomLambdaRole).
-            parameters={"AdditionalIamPolicies": ",".join(
-                [self.session_manager_policy.managed_policy_arn, *([metrics.policy_arn] if metrics is not None else []),
-                 *([prometheus.policy_arn] if prometheus is not None else [])]
-            )},
+            # Its AdditionalIamPolicies are attached to the provider's own role (the Lambda function that creates
+            # the cluster: cluster.yaml, PclusterLambdaRole). The node roles' policies need no grant here: their
+            # path lets the provider's role attach them (NODE_POLICY_PATH).
+            parameters={"AdditionalIamPolicies": self.provider_policy.managed_policy_arn},
         )
         # A custom resource of ParallelCluster's provider: no CloudFormation type describes a cluster.
         self.cluster = CustomResource(

@@ -25,6 +25,11 @@ NEURON_METRICS_POLICY_NAME = "neuron-metrics-policy.json"
 # remote-write policy's document for pcluster CLI users (the workspace's ARN a ${PROMETHEUS_WORKSPACE_ARN}).
 PROMETHEUS_NODE_NAME = "prometheus_node.py"
 PROMETHEUS_POLICY_NAME = "prometheus-remote-write-policy.json"
+# The path of every managed policy the cluster attaches to its node roles: ParallelCluster's roles (its provider's,
+# and the pcluster user's of its documented policies) may attach only policies named parallelcluster* or under
+# /parallelcluster/ (DefaultParallelClusterIamAdminPolicy, statement IamPolicy, in aws-parallelcluster's
+# cloudformation/policies/parallelcluster-policies.yaml). A generated name under "/" fails the cluster's creation.
+NODE_POLICY_PATH = "/parallelcluster/"
 # The FSx client's tuning and the stripe layout (trainium_cdk/node/lustre_tuning.sh): the queues' OnNodeStart,
 # which runs before ParallelCluster mounts the file system, so that its module options are read at that mount.
 LUSTRE_TUNING_NAME = "lustre_tuning.sh"

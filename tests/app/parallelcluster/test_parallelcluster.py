@@ -467,13 +467,13 @@ def test_provider_nested_stack_and_custom_resource(every_type):
     url = json.dumps(provider["Properties"]["TemplateURL"])
     assert "https://us-east-2-aws-parallelcluster.s3.us-east-2." in url
     assert f"/parallelcluster/{PARALLELCLUSTER_VERSION}/templates/custom_resource/cluster.yaml" in url
-    # The provider may attach our two policies only: the head node's Session Manager, the compute nodes' metrics.
+    # The provider's own role gets one policy: read the cluster's scripts (tests/app/parallelcluster/
+    # test_parallelcluster_provider.py evaluates it with ParallelCluster's own statements).
     policies = resources(template, "AWS::IAM::ManagedPolicy")
-    (ssm_id,) = [k for k in policies if "SessionManager" in k]
-    (metrics_id,) = [k for k in policies if "NeuronMetrics" in k]
-    assert provider["Properties"]["Parameters"] == {
-        "AdditionalIamPolicies": {"Fn::Join": ["", [{"Ref": ssm_id}, ",", {"Ref": metrics_id}]]}
-    }
+    (read_id,) = [k for k in policies if "ProviderReadsScripts" in k]
+    assert provider["Properties"]["Parameters"] == {"AdditionalIamPolicies": {"Ref": read_id}}
+    # The nodes' policies under the path ParallelCluster's roles may attach.
+    assert {p["Properties"].get("Path") for k, p in policies.items() if k != read_id} == {"/parallelcluster/"}
     cluster = _cluster(every_type)
     assert cluster["ServiceToken"] == {"Fn::GetAtt": [provider_id, "Outputs.ServiceToken"]}
     assert cluster["ClusterName"] == "t-cluster"

@@ -24,7 +24,7 @@ from trainium_cdk.parallelcluster.configuration import (  # noqa: F401 (the name
     render_configuration, setup_args,
 )
 from trainium_cdk.parallelcluster.parts import (
-    HEAD_NODE_SCRIPT_NAME, LUSTRE_TUNING_NAME, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, PROLOG_NAME,
+    HEAD_NODE_SCRIPT_NAME, LUSTRE_TUNING_NAME, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, NODE_POLICY_PATH, PROLOG_NAME,
     PROMETHEUS_NODE_NAME, PROMETHEUS_POLICY_NAME, SETUP_SCRIPT_NAME, ClusterIds, NeuronMetrics, PrometheusWriter, S3Object,
 )
 from trainium_cdk.facts.session_manager import POLICY_FILE_NAME as SESSION_MANAGER_POLICY_FILE
@@ -64,6 +64,9 @@ def subnet_placeholder(group: ComputeGroup) -> str:
     return "COMPUTE_SUBNET_ID_" + group.name.upper().replace("-", "_")
 
 
+NODE_POLICY_NOTE = f"created under path {NODE_POLICY_PATH} (aws iam create-policy --path {NODE_POLICY_PATH} ...)"
+
+
 def placeholder_names(config: Config) -> dict[str, str]:
     """Placeholder -> where its value comes from after `cdk deploy` of the network (and storage) stacks."""
     names = {
@@ -81,18 +84,18 @@ def placeholder_names(config: Config) -> dict[str, str]:
     if config.storage.enabled:
         names["FSX_FILE_SYSTEM_ID"] = f"output FileSystemId of {config.stack_name('storage')}"
     names["SESSION_MANAGER_POLICY_ARN"] = (
-        f"a managed policy of yours with the document {SESSION_MANAGER_POLICY_FILE} (Session Manager's minimal "
-        "instance policy: the head node is reached with `aws ssm start-session`)"
+        f"a managed policy of yours with the document {SESSION_MANAGER_POLICY_FILE}, {NODE_POLICY_NOTE} (Session "
+        "Manager's minimal instance policy: the head node is reached with `aws ssm start-session`)"
     )
     names["NEURON_METRICS_POLICY_ARN"] = (
-        f"a managed policy of yours with the document {NEURON_METRICS_POLICY_NAME} (cloudwatch:PutMetricData "
-        f"in namespace {NEURON_METRICS_NAMESPACE} only)"
+        f"a managed policy of yours with the document {NEURON_METRICS_POLICY_NAME}, {NODE_POLICY_NOTE} "
+        f"(cloudwatch:PutMetricData in namespace {NEURON_METRICS_NAMESPACE} only)"
     )
     if config.observability.prometheus:
         network = config.stack_name("network")
         names["PROMETHEUS_REMOTE_WRITE_URL"] = f"output {OUTPUT_PROMETHEUS_REMOTE_WRITE_URL} of {network}"
         names["PROMETHEUS_POLICY_ARN"] = (
-            f"a managed policy of yours with the document {PROMETHEUS_POLICY_NAME} (aps:RemoteWrite into the "
+            f"a managed policy of yours with the document {PROMETHEUS_POLICY_NAME}, {NODE_POLICY_NOTE} (aps:RemoteWrite into the "
             f"workspace alone: fill its Resource with the output {OUTPUT_PROMETHEUS_WORKSPACE_ARN} of {network})"
         )
     return names

@@ -247,6 +247,8 @@ def test_the_node_writes_the_module_options_a_unit_and_sets_every_parameter_afte
     # On EKS the settings name the file system by its mount name: a mount whose source ends in it is tuned.
     mounted = root / target.lstrip("/")
     mounted.mkdir(parents=True)
+    # /checkpoints as the storage stack's checkpoint export makes it: FSx's association creates it, root's, 755.
+    (mounted / "checkpoints").mkdir(mode=0o755)
     calls = _run_as_node(tmp_path, text, target=str(mounted), source=source, command=["apply"])
     applied = [c for c in calls if c.startswith(("lctl", "lfs"))]
     assert applied[-len(params) - 2:] == [

@@ -309,15 +309,12 @@ def test_the_network_stack_outputs_what_the_cli_path_fills():
     assert outputs[names.OUTPUT_PROMETHEUS_WORKSPACE_ARN]["Value"] == {"Fn::GetAtt": [workspace, "Arn"]}
     url = json.dumps(outputs[names.OUTPUT_PROMETHEUS_REMOTE_WRITE_URL]["Value"])
     assert workspace in url and "PrometheusEndpoint" in url and "api/v1/remote_write" in url
-    # The stack's cluster: the provider's role lists every policy the nodes are given (ParallelCluster's
-    # "Provider stack hosted by AWS ParallelCluster": AdditionalIamPolicies), the remote-write one included.
+    # The stack's cluster: every policy the nodes are given, the remote-write one included, sits where the
+    # provider's role may attach it (tests/app/parallelcluster/test_parallelcluster_provider.py evaluates that).
     template = app.template_json("parallelcluster")
-    (provider,) = resources(template, "AWS::CloudFormation::Stack").values()
-    listed = json.dumps(provider["Properties"]["Parameters"]["AdditionalIamPolicies"])
-    policies = [k for k in resources(template, "AWS::IAM::ManagedPolicy")]
-    assert any("Prometheus" in k for k in policies)
-    for policy in policies:
-        assert policy in listed, policy
+    policies = resources(template, "AWS::IAM::ManagedPolicy")
+    (prometheus,) = [p for k, p in policies.items() if "Prometheus" in k]
+    assert prometheus["Properties"]["Path"] == "/parallelcluster/"
 
 
 def test_without_prometheus_the_cli_path_has_none_of_it(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,7 +63,7 @@ def test_every_vendored_file_names_its_source_and_the_day_it_was_read():
         data = json.loads(path.read_text())
         sources = [data["source"]] if "source" in data else [v["source"] for v in data.values()]
         for source in sources:
-            assert source.get("read") == "2026-11-26" or source.get("date"), path.name
+            assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", source.get("read") or source.get("date") or ""), path.name
             assert source.get("repository") or source.get("what"), path.name
 
 

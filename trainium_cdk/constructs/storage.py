@@ -22,6 +22,7 @@ from trainium_cdk.facts.catalog import LUSTRE_MIN_CAPACITY_GIB, check_lustre
 from trainium_cdk.facts.defaults import cdk as cdk_defaults
 from trainium_cdk.constructs.nag import NIST, acknowledge, acknowledge_bucket_logging
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
+from trainium_cdk.facts.names import CHECKPOINT_FILE_SYSTEM_PATH
 
 # Lustre network (LNET) ports: clients connect to 988; 1018-1023 are the reserved ports of both ends. FSx for Lustre
 # user guide, "File system access control with Amazon VPC": inbound TCP 988 and 1018-1023 on the file system's group
@@ -185,8 +186,11 @@ class LustreStorage(Construct):
         RETAIN or DESTROY. Default: RETAIN. Changing it never replaces the file system.
     :param data_repository: an S3 data repository association. Default: None.
     :param backup_retention_days: days daily automatic backups are kept (0 to 90; 0: none), PERSISTENT_2
-        only: the checkpoints of weeks of training live here. Default: 7 for PERSISTENT_2, 0 for SCRATCH_2
-        (FSx backs up no scratch file system). Changed in place.
+        only, and only with no S3 link (no ``data_repository``, no ``checkpoint_bucket``): FSx backs up no file
+        system linked to S3. Default: 7 for PERSISTENT_2 linked to no bucket, else 0. Changed in place.
+    :param checkpoint_bucket: export ``/checkpoints`` (every backend's ``/fsx/checkpoints``) to this bucket: new,
+        changed and deleted files, automatically, and a file system created later lists what the bucket holds.
+        The checkpoints then outlive the file system. Default: none.
     """
 
     @names_construct_path
@@ -206,13 +210,18 @@ class LustreStorage(Construct):
         removal_policy: RemovalPolicy = DEFAULT_REMOVAL_POLICY,
         data_repository: DataRepositoryProps | None = None,
         backup_retention_days: int | None = None,
+        checkpoint_bucket: s3.IBucket | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         check_lustre(deployment_type.value, capacity_gib, throughput_mb_per_tib)
         persistent = deployment_type.value.startswith("PERSISTENT")
+        linked = data_repository is not None or checkpoint_bucket is not None
         days = backup_retention_days
         if days is None:
-            days = DEFAULT_BACKUP_RETENTION_DAYS if persistent else 0
+            days = DEFAULT_BACKUP_RETENTION_DAYS if persistent and not linked else 0
+        if days and linked:
+            raise ConfigError("backup_retention_days", days, "0 with data_repository or checkpoint_bucket: FSx backs "
+                              "up no file system linked to S3")
         if days and not persistent:
             raise ConfigError("backup_retention_days", days, f"0 with {deployment_type.value} (FSx backs up only "
                               "persistent file systems)")
@@ -341,6 +350,23 @@ class LustreStorage(Construct):
             )
             self.association.apply_removal_policy(removal)
             self.association.override_logical_id(ASSOCIATION_LOGICAL_ID)
+
+        self.checkpoint_association: fsx.CfnDataRepositoryAssociation | None = None
+        if checkpoint_bucket is not None:
+            # L1: no L2 exists for data repository associations. Export only: a checkpoint in the bucket shows up
+            # again in a new file system (the import of metadata on create), never over one being written.
+            self.checkpoint_association = fsx.CfnDataRepositoryAssociation(
+                self,
+                "CheckpointExport",
+                file_system_id=self.file_system.file_system_id,
+                file_system_path=CHECKPOINT_FILE_SYSTEM_PATH,
+                data_repository_path=f"s3://{checkpoint_bucket.bucket_name}/",
+                batch_import_meta_data_on_create=True,
+                s3=fsx.CfnDataRepositoryAssociation.S3Property(
+                    auto_export_policy=fsx.CfnDataRepositoryAssociation.AutoExportPolicyProperty(events=_S3_EVENTS),
+                ),
+            )
+            self.checkpoint_association.apply_removal_policy(removal)
 
     @property
     def connections(self) -> ec2.Connections:

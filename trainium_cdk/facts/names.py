@@ -65,6 +65,8 @@ NEURON_BIN = "/opt/aws/neuron/bin"
 # Checkpoints: /fsx/checkpoints/<job> on every backend. The launcher appends the job (its name on EKS,
 # the Slurm job id, the Batch job id): all stay the same when the scheduler restarts the job.
 CHECKPOINT_ROOT = f"{SHARED_MOUNT}/checkpoints"
+# The same directory as the file system names it: what storage.checkpoint_export links to its S3 bucket.
+CHECKPOINT_FILE_SYSTEM_PATH = "/checkpoints"
 # Datasets: /fsx/datasets, where the EKS data loader copies an S3 prefix by default. Both directories get a
 # stripe layout on every backend's nodes (lustre_tuning.py).
 DATASETS_DIR_NAME = "datasets"
@@ -132,6 +134,7 @@ OUTPUT_FILE_SYSTEM_DNS_NAME = "FileSystemDnsName"
 OUTPUT_FILE_SYSTEM_MOUNT_NAME = "FileSystemMountName"
 OUTPUT_FILE_SYSTEM_SECURITY_GROUP_ID = "FileSystemSecurityGroupId"
 OUTPUT_DATA_BUCKET_NAME = "DataBucketName"
+OUTPUT_CHECKPOINT_BUCKET_NAME = "CheckpointBucketName"
 # eks (and parallelcluster: OUTPUT_CLUSTER_NAME)
 OUTPUT_CLUSTER_NAME = "ClusterName"
 OUTPUT_DASHBOARD_NAME = "DashboardName"

@@ -39,8 +39,9 @@ apply() {
     esac
     for dir in "${dirs[@]}"; do
       # mkdir is the lock: of the nodes mounting at once, one creates the directory and sets its layout; an
-      # existing directory keeps its own. Every user's jobs write below it (Slurm's run as ubuntu), as in /tmp.
-      mkdir "$target/$dir" 2>/dev/null || continue
+      # existing directory keeps its own, once it is ours (1777: one the checkpoint export's association made is
+      # root's 755). Every user's jobs write below it (Slurm's run as ubuntu), as in /tmp.
+      mkdir "$target/$dir" 2>/dev/null || [ "$(stat -c %a "$target/$dir")" != 1777 ] || continue
       chmod 1777 "$target/$dir"
       lfs setstripe "${layout[@]}" "$target/$dir" || echo "lustre_tuning: lfs setstripe $target/$dir failed" >&2
     done

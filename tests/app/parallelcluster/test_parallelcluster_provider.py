@@ -8,17 +8,17 @@ statements allow them."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.helpers import US_EAST_2, config_with, quality_synth, resources
 from tests.support.iam_model import Statements, resolve
+from tests.support.paths import DATA
 from trainium_cdk.app.parallelcluster.cluster_config import placeholder_names
 from trainium_cdk.facts.catalog import SUPPORTED_TRAINING_TYPES
 
-UPSTREAM = Path(__file__).resolve().parents[2] / "data" / "upstream" / "parallelcluster-provider-role.json"
+UPSTREAM = DATA / "upstream" / "parallelcluster-provider-role.json"
 ACCOUNT, REGION = "123456789012", "us-east-2"
 # What CloudFormation gives at deploy: generated names carry a random suffix.
 DEPLOYED = {"AWS::AccountId": ACCOUNT, "AWS::Region": REGION, "PclusterCustomResourceBucket": "t-provider-bucket-x1"}

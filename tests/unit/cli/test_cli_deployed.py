@@ -61,7 +61,9 @@ def test_sync_reaches_the_deployed_data_bucket(deployed, tmp_path):
     result = run_cli("sync", "my-job")
     assert result.code == 0, result
     assert result.out == "/fsx/s3/my-job\n"
-    (bucket,) = boto3.client("s3", region_name=REGION).list_buckets()["Buckets"]
-    assert bucket["Name"].startswith("trainium-storage-datarepositorybucket-")
+    buckets = boto3.client("s3", region_name=REGION).list_buckets()["Buckets"]
+    # The data bucket, and the bucket the checkpoints are exported to (it holds nothing of the sync's).
+    assert sorted(b["Name"].split("-")[2] for b in buckets) == ["checkpointbucket", "datarepositorybucket"]
+    (bucket,) = [b for b in buckets if b["Name"].startswith("trainium-storage-datarepositorybucket-")]
     objects = boto3.client("s3", region_name=REGION).list_objects_v2(Bucket=bucket["Name"])["Contents"]
     assert [o["Key"] for o in objects] == ["my-job/train.py"]

@@ -6,6 +6,8 @@ import pytest
 from aws_cdk.assertions import Match
 
 from tests.support.helpers import config_with, resources, synth
+from trainium_cdk.app.stacks.storage_stack import CHECKPOINT_ASSOCIATION_LOGICAL_ID, CHECKPOINT_BUCKET_LOGICAL_ID
+from trainium_cdk.facts.names import CHECKPOINT_ROOT
 from trainium_cdk.constructs.storage import (
     ASSOCIATION_LOGICAL_ID,
     BUCKET_LOGICAL_ID,
@@ -43,6 +45,12 @@ def scratch_existing_bucket():
     )
 
 
+@pytest.fixture(scope="module")
+def unlinked():
+    """A file system linked to no bucket: FSx's backups are its protection."""
+    return synth(config_with(storage={"checkpoint_export": False}))
+
+
 def test_file_system_defaults(default):
     default.template("storage").has_resource_properties(
         "AWS::FSx::FileSystem",
@@ -54,11 +62,78 @@ def test_file_system_defaults(default):
                 "DeploymentType": "PERSISTENT_2",
                 "PerUnitStorageThroughput": 250,
                 "DataCompressionType": "LZ4",
-                # The checkpoints of weeks of training: a week of daily backups, set in place.
-                "AutomaticBackupRetentionDays": 7,
+                # Linked to S3 (the checkpoint export): FSx backs up no such file system.
+                "AutomaticBackupRetentionDays": 0,
             },
         },
     )
+
+
+def test_a_file_system_linked_to_no_bucket_keeps_a_week_of_backups(unlinked):
+    (fs,) = resources(unlinked.template_json("storage"), "AWS::FSx::FileSystem").values()
+    assert fs["Properties"]["LustreConfiguration"]["AutomaticBackupRetentionDays"] == 7
+    assert not resources(unlinked.template_json("storage"), "AWS::FSx::DataRepositoryAssociation")
+
+
+def test_checkpoints_are_exported_to_a_retained_versioned_bucket(default):
+    """/fsx/checkpoints (every backend's checkpoint root) outlives the file system: FSx exports each new,
+    changed or deleted file to a bucket of the storage stack; a deleted or overwritten checkpoint stays a day."""
+    template = default.template_json("storage")
+    (association,) = resources(template, "AWS::FSx::DataRepositoryAssociation").items()
+    assert association[0] == CHECKPOINT_ASSOCIATION_LOGICAL_ID
+    assert association[1]["Properties"] == {
+        "FileSystemId": {"Ref": FILE_SYSTEM_LOGICAL_ID},
+        "FileSystemPath": "/checkpoints",
+        "DataRepositoryPath": {"Fn::Join": ["", ["s3://", {"Ref": CHECKPOINT_BUCKET_LOGICAL_ID}, "/"]]},
+        "BatchImportMetaDataOnCreate": True,  # a file system created later lists the checkpoints again
+        "S3": {"AutoExportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}},
+        "Tags": [{"Key": "project", "Value": "t"}],
+    }
+    assert CHECKPOINT_ROOT == "/fsx" + association[1]["Properties"]["FileSystemPath"]
+    bucket = template["Resources"][CHECKPOINT_BUCKET_LOGICAL_ID]
+    assert (bucket["DeletionPolicy"], bucket["UpdateReplacePolicy"]) == ("Retain", "Retain")
+    assert bucket["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
+    (rule,) = bucket["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 1}
+    assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+    assert template["Outputs"]["CheckpointBucketName"]["Value"] == {"Ref": CHECKPOINT_BUCKET_LOGICAL_ID}
+
+
+def test_turning_on_the_export_updates_the_file_system_in_place(unlinked, default):
+    """A deployment from before the export (backups on), judged by `make plan`'s rule (CloudFormation's create-only
+    properties): its file system stops its backups in place before the association that needs it is created (the
+    association refers to the file system: CloudFormation updates it first), and nothing is replaced."""
+    from tools.plan import changes
+
+    lines = changes(unlinked.outdir, default.outdir)
+    (policy,) = [k for k in resources(default.template_json("storage"), "AWS::S3::BucketPolicy")
+                 if k.startswith(CHECKPOINT_BUCKET_LOGICAL_ID)]
+    assert lines[:4] == [
+        "t-storage:",
+        f"  + {CHECKPOINT_BUCKET_LOGICAL_ID} (AWS::S3::Bucket)",
+        f"  + {policy} (AWS::S3::BucketPolicy)",
+        f"  + {CHECKPOINT_ASSOCIATION_LOGICAL_ID} (AWS::FSx::DataRepositoryAssociation)",
+    ]
+    assert f"  ~ {FILE_SYSTEM_LOGICAL_ID} (AWS::FSx::FileSystem)" in lines
+    assert not [line for line in lines if line.lstrip().startswith(("!", "-"))]
+
+
+@pytest.mark.parametrize("storage, message", [
+    ({"backup_retention_days": 7},
+     "storage.backup_retention_days = 7: 0 or unset with checkpoint_export: FSx backs up no file system linked to S3"),
+    ({"backup_retention_days": 7, "checkpoint_export": False, "data_repository": {}},
+     "storage.backup_retention_days = 7: 0 or unset with data_repository: FSx backs up"),
+    ({"data_repository": {"file_system_path": "/"}},
+     "storage.data_repository.file_system_path = '/': a path apart from /checkpoints"),
+    ({"data_repository": {"file_system_path": "/checkpoints/imported"}},
+     "storage.data_repository.file_system_path = '/checkpoints/imported': a path apart from /checkpoints"),
+])
+def test_the_config_refuses_what_fsx_refuses_in_one_line(storage, message):
+    from trainium_cdk.app.config import ConfigError
+
+    with pytest.raises(ConfigError) as error:
+        config_with(storage=storage)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
 
 
 def test_file_system_sits_in_the_compute_subnet(default):
@@ -144,8 +219,8 @@ def test_scratch_with_existing_bucket(scratch_existing_bucket):
     (fs,) = resources(template, "AWS::FSx::FileSystem").values()
     assert fs["DeletionPolicy"] == "Delete"
     assert fs["Properties"]["LustreConfiguration"] == {"DeploymentType": "SCRATCH_2", "DataCompressionType": "NONE"}
-    assert not resources(template, "AWS::S3::Bucket")
-    (dra,) = resources(template, "AWS::FSx::DataRepositoryAssociation").values()
+    assert list(resources(template, "AWS::S3::Bucket")) == [CHECKPOINT_BUCKET_LOGICAL_ID]  # the data's is the user's
+    dra = template["Resources"][ASSOCIATION_LOGICAL_ID]
     assert dra["Properties"]["DataRepositoryPath"] == "s3://my-datasets/"
     assert dra["Properties"]["FileSystemPath"] == "/datasets"
     assert "AutoExportPolicy" not in dra["Properties"]["S3"]
@@ -165,7 +240,8 @@ def test_adding_a_data_repository_to_a_deployed_file_system_only_adds(default, l
     its policy and the association; the file system and every other resource of every stack stay as they are."""
     from tools.plan import changes
 
-    (policy,) = resources(linked.template_json("storage"), "AWS::S3::BucketPolicy")
+    (policy,) = [k for k in resources(linked.template_json("storage"), "AWS::S3::BucketPolicy")
+                 if k.startswith("StorageDataBucket")]
     assert changes(default.outdir, linked.outdir) == [
         "t-storage:",
         f"  + {BUCKET_LOGICAL_ID} (AWS::S3::Bucket)",
@@ -214,6 +290,7 @@ def test_lustre_storage_from_its_own_props_alone():
         ({"removal_policy": "SNAPSHOT"}, "removal_policy"),
         ({"backup_retention_days": 91}, "backup_retention_days"),
         ({"backup_retention_days": 7, "deployment_type": "SCRATCH_2"}, "backup_retention_days"),
+        ({"backup_retention_days": 7, "data_repository": "datasets/"}, "backup_retention_days"),
     ],
 )
 def test_lustre_storage_rejects_bad_props_by_name(props, field):
@@ -227,6 +304,10 @@ def test_lustre_storage_rejects_bad_props_by_name(props, field):
     vpc = ec2.Vpc(stack, "Vpc")
     from aws_cdk import aws_fsx as fsx
 
+    if props.get("data_repository"):
+        from trainium_cdk.constructs.storage import DataRepositoryProps
+
+        props = {**props, "data_repository": DataRepositoryProps(s3_prefix=props["data_repository"])}
     if props.get("removal_policy") == "SNAPSHOT":
         props = {"removal_policy": cdk.RemovalPolicy.SNAPSHOT}
     if props.get("deployment_type") == "SCRATCH_2":

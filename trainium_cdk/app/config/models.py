@@ -25,6 +25,7 @@ from trainium_cdk.app.config.base import _Model
 from trainium_cdk.app.config.fields import AZ_ID_RULE, AzId, BucketName, LogRetentionDays, Name, S3Prefix, check_tags
 from trainium_cdk.app.config.notification_settings import NotificationSettings
 from trainium_cdk.app.config.observability_settings import ObservabilitySettings
+from trainium_cdk.app.config.storage_settings import REMOVAL_POLICIES, DataRepository, StorageSettings
 from trainium_cdk.app.config.workload_settings import (
     EXAMPLE_COMMAND, DataLoaderSettings, PipelineEnvironment, PipelineSettings, TrainingJobSettings, WorkloadSettings,
 )
@@ -39,9 +40,6 @@ from trainium_cdk.runtime.jobs import JobSpec
 from trainium_cdk.facts.versions import NEURON_TRACKS, NeuronTrack
 
 BACKENDS = backend_registry.names()  # trainium_cdk/app/backends.py, in stack order
-# What `cdk destroy` may do to the file system: CloudFormation snapshots only volumes and databases,
-# not FSx (DeletionPolicy: Snapshot), so there is no snapshot policy; FSx backups are taken apart.
-REMOVAL_POLICIES = defaults.REMOVAL_POLICIES
 
 
 class Capacity(_Model):
@@ -176,69 +174,6 @@ class NetworkSettings(_Model):
     def check_fits(self, az_count: int) -> None:
         """Every AZ gets one public and one private subnet: they must fit in the VPC CIDR."""
         check_subnets_fit(self.cidr, self.public_subnet_mask, self.private_subnet_mask, az_count, prefix="network.")
-
-
-class DataRepository(_Model):
-    """An S3 prefix linked to a path of the file system, imported and exported automatically."""
-
-    bucket_name: str | None = Field(
-        None, description="An existing bucket; default: a bucket created (and retained) by the storage stack."
-    )
-    s3_prefix: S3Prefix = Field("", description="Prefix in the bucket linked to the path; empty: the whole bucket.")
-    file_system_path: str = Field("/s3", description="Path in the file system that mirrors the prefix.")
-    auto_import: bool = Field(True, description="New, changed and deleted S3 objects show up in the file system.")
-    auto_export: bool = Field(True, description="New, changed and deleted files are exported to S3.")
-
-    @field_validator("file_system_path")
-    @classmethod
-    def _path(cls, value: str) -> str:
-        if not re.fullmatch(r"^/[A-Za-z0-9_./-]*$", value) or "//" in value or ".." in value:
-            raise ValueError("an absolute path such as /s3 (letters, digits, _ . - /)")
-        return value
-
-    @field_validator("bucket_name")
-    @classmethod
-    def _bucket(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", value):
-            raise ValueError("an S3 bucket name: 3-63 lower-case letters, digits, '.' and '-'")
-        return value
-
-
-class StorageSettings(_Model):
-    """FSx for Lustre shared by every node: datasets, checkpoints, the Neuron compile cache."""
-
-    enabled: bool = Field(True, description="Deploy the storage stack.")
-    deployment_type: LustreDeploymentType = Field("PERSISTENT_2", description="FSx deployment type.")
-    capacity_gib: int = Field(1200, description="Storage capacity: 1200 GiB or a multiple of 2400 GiB.")
-    throughput_mb_per_tib: int | None = Field(
-        250, description="PERSISTENT_2 throughput per TiB: 125, 250, 500 or 1000; none for SCRATCH_2."
-    )
-    lustre_version: LustreVersion = Field(LUSTRE_VERSIONS[0], description="Lustre version.")
-    compression: LustreCompression = Field(LUSTRE_COMPRESSION_TYPES[0], description="Data compression.")
-    data_repository: DataRepository | None = Field(None, description="Optional S3 data repository association.")
-    removal_policy: Literal["retain", "destroy"] = Field(
-        "retain", description="What `cdk destroy` does to the file system (and a created bucket)."
-    )
-    compute_group: str | None = Field(None, description="Group whose subnet holds the file system; default: first.")
-    backup_retention_days: int | None = Field(
-        None, description="Days FSx keeps its daily automatic backups (0 to 90; 0: none); default 7 for "
-        "PERSISTENT_2, 0 for SCRATCH_2 (not backed up by FSx)."
-    )
-
-    @field_validator("removal_policy", mode="before")
-    @classmethod
-    def _removal(cls, value: Any) -> Any:
-        if value not in REMOVAL_POLICIES:
-            raise ValueError(
-                one_of(REMOVAL_POLICIES) + " (CloudFormation cannot snapshot an FSx file system on delete: "
-                "retain it, or take an FSx backup before `cdk destroy`)"
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _lustre(self) -> StorageSettings:
-        check_lustre(self.deployment_type, self.capacity_gib, self.throughput_mb_per_tib)
-        return self
 
 
 class NeuronSettings(_Model):

@@ -9,7 +9,10 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
-from tests.support.helpers import cfn_lint_errors, config_with, nag_violations, quality_synth, resources
+from tests.support import node_files
+from tests.support.helpers import (
+    cfn_lint_errors, config_with, nag_violations, quality_synth, resources, template_text,
+)
 from trainium_cdk import node
 from trainium_cdk.app.config import ConfigError
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG
@@ -120,7 +123,12 @@ def test_role_is_session_manager_and_run_command_only(default):
     assert "ManagedPolicyArns" not in role["Properties"] and "Policies" not in role["Properties"]
     (policy,) = [p for p in resources(template, "AWS::IAM::Policy").values() if {"Ref": role_id} in p["Properties"]["Roles"]]
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
-    assert_session_manager_only(statements, run_command=True)
+    # And the setup's one object (the user data fetches it), nothing else of the asset bucket.
+    (fetch,) = [s for s in statements if s["Action"] == "s3:GetObject"]
+    (key,) = [p.name.removeprefix("asset.") for p in default.outdir.glob("asset.*.sh")
+              if p.read_text().startswith("#!/bin/bash\n# trainium-cdk: the development instance's setup")]
+    assert json.dumps(fetch["Resource"]).endswith(f'/{key}"]]}}')
+    assert_session_manager_only([s for s in statements if s is not fetch], run_command=True)
 
 
 def assert_session_manager_only(statements: list, *, run_command: bool = False) -> None:
@@ -131,18 +139,67 @@ def assert_session_manager_only(statements: list, *, run_command: bool = False) 
     assert json.dumps(register["Resource"]).endswith(':instance/*"]]}')  # its own kind of resource only
 
 
+def _setup(result) -> tuple[dict[str, str], str]:
+    """The user data's header values and the setup it fetches (an asset of the cloud assembly, by its digest)."""
+    return node_files.fetched_setup(template_text(_instance(result)["UserData"]["Fn::Base64"]), result.outdir)
+
+
 def test_fsx_mounted_with_the_efa_group_when_storage_is_deployed(default, variant):
     props = _instance(default)
     user_data = json.dumps(props["UserData"])
     assert "ExportsOutputFnGetAttLustreFileSystemLustreMountName" in user_data
     assert "@tcp:/" in user_data and "LUSTRE_MOUNT_POINT=/fsx" in user_data and "LUSTRE_FAMILY=ubuntu" in user_data
-    assert json.dumps(node.source("lustre_client.sh").rstrip("\n"))[1:-1] in user_data  # as it is in the package
+    _, program = _setup(default)
+    assert node.source("lustre_client.sh") in program  # as it is in the package
     assert "EfaSecurityGroup" in json.dumps(props["SecurityGroupIds"])
     assert len(props["SecurityGroupIds"]) == 2
 
     props = _instance(variant)
-    assert "lustre" not in json.dumps(props.get("UserData", ""))
+    assert "lustre" not in json.dumps(props.get("UserData", "")).lower() and "lustre" not in _setup(variant)[1]
     assert "EfaSecurityGroup" not in json.dumps(props["SecurityGroupIds"])
+
+
+def _bootstrap(result, tmp_path, program: str, *, digest: str | None = None):
+    """The instance's user data as it runs at boot (node/batch_bootstrap.sh with its header's values), ``program`` in a
+    local bucket under the key the user data names, with stand-ins for the AWS CLI, systemctl and shutdown."""
+    import hashlib
+
+    values, _ = _setup(result)
+    bindir, bucket, log = tmp_path / "bin", tmp_path / "bucket", tmp_path / "calls.log"
+    bindir.mkdir()
+    bucket.mkdir()
+    (bucket / "setup.sh").write_text(program)
+    tools = {"aws": f'echo "aws $*" >> "{log}"; for a; do last="$a"; done; cp "{bucket}/setup.sh" "$last"',
+             "systemctl": f'echo "systemctl $*" >> "{log}"', "shutdown": f'echo "shutdown $*" >> "{log}"',
+             "sleep": "exit 0"}
+    for tool, body in tools.items():
+        (bindir / tool).write_text(f"#!/bin/bash\n{body}\n")
+        (bindir / tool).chmod(0o755)
+    values["NODE_SETUP_URL"] = "s3://cdk-assets-bucket/setup.sh"  # the template's is a token (Fn::Sub)
+    values["NODE_SETUP_SHA256"] = digest or hashlib.sha256(program.encode()).hexdigest()
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "NODE_SETUP_PATH": str(tmp_path / "setup" / "setup.sh")}
+    result = node_files.run("batch_bootstrap.sh", values, env)
+    return result, (log.read_text().splitlines() if log.exists() else [])
+
+
+def test_the_user_data_runs_the_checked_setup_with_its_values(default, tmp_path):
+    marker = tmp_path / "ran"
+    done, calls = _bootstrap(default, tmp_path, f'#!/bin/bash\nset -eu\necho "$LUSTRE_MOUNT_POINT" > "{marker}"\n')
+    assert done.returncode == 0, done.stderr
+    assert marker.read_text() == "/fsx\n"
+    (fetch,) = calls
+    assert fetch.startswith("aws s3 cp --only-show-errors --region us-west-2 s3://")
+
+
+@pytest.mark.parametrize("failure", ["digest mismatch", "setup fails"])
+def test_a_setup_that_fails_leaves_the_instance_up_and_says_why(default, tmp_path, failure):
+    """Unlike a Batch host, the development instance is not shut down: its user reaches it with Session Manager."""
+    marker = tmp_path / "ran"
+    program = f'#!/bin/bash\nset -eu\ntouch "{marker}"\nfalse\necho after\n'
+    done, calls = _bootstrap(default, tmp_path, program, digest="0" * 64 if failure == "digest mismatch" else None)
+    assert done.returncode == 1 and "the instance is not set up; it stays up for Session Manager" in done.stderr
+    assert [c for c in calls if not c.startswith("aws ")] == [] and "after" not in done.stdout
+    assert marker.exists() == (failure == "setup fails")  # an object that is not the one synthesized never runs
 
 
 def test_instance_connect_endpoint_only_on_request_and_only_ssh(default, variant):
@@ -258,8 +315,6 @@ def test_the_first_boot_puts_the_mlp_example_where_the_readme_runs_it(request, f
 
     from tests.support.helpers import ROOT
 
-    user_data = _instance(request.getfixturevalue(fixture))["UserData"]["Fn::Base64"]
-    text = user_data if isinstance(user_data, str) else "".join(p for p in user_data["Fn::Join"][1] if isinstance(p, str))
+    _, text = _setup(request.getfixturevalue(fixture))
     (line,) = [ln for ln in text.splitlines() if ln.endswith("| base64 -d | gunzip > /opt/trainium-cdk/examples/mlp/train.py")]
     assert gzip.decompress(base64.b64decode(line.split()[1])) == (ROOT / "trainium_cdk/examples/mlp/train.py").read_bytes()
-    assert len(text.encode()) < 16 * 1024  # EC2's user data limit, before base64

@@ -86,7 +86,7 @@ def node_user_data(variant: str) -> list[tuple[str, str, str, str]]:
             (instance_type,) = compute["InstanceTypes"]
             data = templates[compute["LaunchTemplate"]["LaunchTemplateId"]["Ref"]]["Properties"]["LaunchTemplateData"]
             # The setup the user data fetches (an S3 asset in the cloud assembly): the tuning is there.
-            _, program = node_files.batch_node_setup(_shell_part(_joined(data["UserData"])), result.outdir)
+            _, program = node_files.fetched_setup(_shell_part(_joined(data["UserData"])), result.outdir)
             found.append(("batch", f"{stack}/{name}", instance_type, program))
         for name, group in resources(template, "AWS::EKS::Nodegroup").items():
             ref = group["Properties"].get("LaunchTemplate", {}).get("Id", {}).get("Ref")
@@ -96,8 +96,8 @@ def node_user_data(variant: str) -> list[tuple[str, str, str, str]]:
         for name, instance in resources(template, "AWS::EC2::Instance").items():
             props = instance["Properties"]
             if props["InstanceType"].startswith("trn"):
-                found.append(("instance", f"{stack}/{name}", props["InstanceType"],
-                              _shell_part(_joined(props["UserData"]))))
+                _, program = node_files.fetched_setup(_joined(props["UserData"]), result.outdir)
+                found.append(("instance", f"{stack}/{name}", props["InstanceType"], program))
         objects = _manifest_objects(template)
         classes = {o["metadata"]["name"]: o["spec"] for o in objects if o.get("kind") == "EC2NodeClass"}
         for pool in (o for o in objects if o.get("kind") == "NodePool"):

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.helpers import config_with, resources, synth
+from tests.support import node_files
+from tests.support.helpers import config_with, resources, synth, template_text
 from tests.support.pcluster_schema import validate_many, venv_or_skip
 from tests.app.parallelcluster.test_parallelcluster_image import make_host
 from tests.app.test_prometheus_metrics import _release
@@ -103,49 +104,27 @@ def _instance(template: dict[str, Any]) -> dict[str, Any]:
     return instance["Properties"]
 
 
-def _user_data(app) -> tuple[str, list[dict[str, Any]]]:
-    """The instance's user data with the workspace's endpoint as ENDPOINT, the asset's S3 URL as CloudFormation
-    substitutes it (account 123456789012), the other deploy-time values (the file system's) as "TOKEN"; and the
-    endpoint's values."""
-    parts = _instance(app.template_json("instance"))["UserData"]["Fn::Base64"]["Fn::Join"][1]
-    tokens = [p for p in parts if not isinstance(p, str) and "PrometheusEndpoint" in json.dumps(p)]
-
-    def value(part: Any) -> str:
-        if isinstance(part, str):
-            return part
-        if part in tokens:
-            return ENDPOINT
-        if "Fn::Sub" in part:
-            return part["Fn::Sub"].replace("${AWS::AccountId}", "123456789012")
-        return "TOKEN"
-
-    return "".join(map(value, parts)), tokens
-
-
-def _setup_asset(app, text: str) -> tuple[str, str]:
-    """The setup script the user data fetches: its S3 key and the cloud assembly's file of it (what CDK uploads)."""
-    (key,) = re.findall(r"s3://cdk-hnb659fds-assets-123456789012-us-west-2/(\S+\.sh) ", text)
-    return key, (app.outdir / f"asset.{key}").read_text()
+def _setup(app) -> tuple[dict[str, str], str]:
+    """The instance's user data header values (the workspace's endpoint and the other deploy-time values as
+    "<token>") and the setup it fetches: an asset of the cloud assembly, by its digest (tests/support/node_files.py)."""
+    return node_files.fetched_setup(template_text(_instance(app.template_json("instance"))["UserData"]["Fn::Base64"]),
+                                    app.outdir)
 
 
 def test_the_dev_instance_installs_the_exporters_into_the_deployments_workspace(instance_app):
-    text, tokens = _user_data(instance_app)
-    # The one deploy-time value: the network stack's workspace endpoint (an import of its PrometheusEndpoint).
-    (token,) = tokens
+    values, script = _setup(instance_app)
+    # The deploy-time value: the network stack's workspace endpoint (an import of its PrometheusEndpoint).
+    parts = _instance(instance_app.template_json("instance"))["UserData"]["Fn::Base64"]["Fn::Join"][1]
+    (token,) = [p for p in parts if not isinstance(p, str) and "PrometheusEndpoint" in json.dumps(p)]
     workspace = next(iter(resources(instance_app.template_json("network"), "AWS::APS::Workspace")))
     assert workspace in json.dumps(token)
-    setup = prometheus_setup.SETUP_PATH
-    assert f"PROMETHEUS_REMOTE_WRITE='{REMOTE_WRITE}' bash {setup}" in text
-    # The setup: an asset, run only if its sha256 is the one synthesized.
-    _, script = _setup_asset(instance_app, text)
-    assert f"echo '{hashlib.sha256(script.encode()).hexdigest()}  {setup}' | sha256sum --check --status" in text
+    assert values[prometheus_setup.REMOTE_WRITE_VARIABLE] == "<token>api/v1/remote_write"
     stack = instance_app.stacks.backends["instance"].stack_name
-    assert script == prometheus_setup.setup_script(deployment=stack, first=[PROMETHEUS_CLIENT_COMMAND["ubuntu"]])
+    lines = [PROMETHEUS_CLIENT_COMMAND["ubuntu"], *prometheus_setup.setup_lines(deployment=stack)]
+    assert script.endswith("\n".join(lines) + "\n")
     for url, sha in PINNED:
         assert f"--fetch {url} {sha}" in script
-    # With the Lustre client (the file system is mounted here) and the example: within EC2's 16 KB, before base64,
-    # with room for the values CloudFormation fills in (the file system's DNS and mount names).
-    assert "LUSTRE_MOUNT_POINT=/fsx" in text and len(text.encode()) < 16 * 1024 - 200
+    assert "LUSTRE_MOUNT_POINT" in values  # with the Lustre client: the file system is mounted here
 
 
 def test_the_dev_instance_role_may_remote_write_into_that_workspace_alone(instance_app):
@@ -160,71 +139,46 @@ def test_the_dev_instance_role_may_remote_write_into_that_workspace_alone(instan
     assert workspace in json.dumps(statement["Resource"]) and "Arn" in json.dumps(statement["Resource"])
     assert "*" not in json.dumps(statement["Resource"])
     # The setup's one object in the asset bucket, and nothing else of that bucket.
-    key, _ = _setup_asset(instance_app, _user_data(instance_app)[0])
+    values, _ = _setup(instance_app)
     (read,) = [s for p in resources(template, "AWS::IAM::Policy").values()
                for s in p["Properties"]["PolicyDocument"]["Statement"] if "s3:" in json.dumps(s["Action"])]
+    (key,) = [f.name.removeprefix("asset.") for f in instance_app.outdir.glob("asset.*.sh")
+              if hashlib.sha256(f.read_bytes()).hexdigest() == values["NODE_SETUP_SHA256"]]
     assert read["Action"] == "s3:GetObject" and read["Resource"]["Fn::Join"][1][-1] == f"/{key}"
 
 
 def test_the_dev_instance_boot_installs_and_starts_the_exporters_and_the_agent(instance_app, tmp_path):
-    """The user data as the instance runs it, from the Prometheus lines on (before them: the Lustre client and the
-    example, which tests/app/test_instance.py covers), under the errexit the Lustre lines set. / is tmp_path/root: the
-    absolute paths of the user data and of the setup it fetches point there (the bucket holds the setup so rewritten,
-    the user data checks that text's digest); the releases are served from stand-ins."""
-    text, _ = _user_data(instance_app)
-    key, script = _setup_asset(instance_app, text)
-    text = text[text.index("mkdir -p /opt/trainium-cdk\n{ aws s3 cp"):]
+    """The fetched setup as the instance runs it, from the Prometheus lines on (before them: the Lustre client and
+    the example, which tests/app/test_instance.py covers, with the bootstrap that fetches and checks it), under the
+    errexit the Lustre lines set and with the header's remote-write URL. / is tmp_path/root; the releases are served
+    from stand-ins."""
+    _, script = _setup(instance_app)
+    script = script[script.index(PROMETHEUS_CLIENT_COMMAND["ubuntu"]):]
     root = tmp_path / "root"
     for (url, sha), (local, local_sha) in zip(PINNED, _local_releases(tmp_path), strict=True):
         script = script.replace(f"{url} {sha}", f"{local} {local_sha}")
     script = script.replace("/opt/trainium-cdk", f"{root}/opt/trainium-cdk")
-    bucket = tmp_path / "assets"
-    bucket.mkdir()
-    (bucket / f"asset.{key}").write_text(script)
-    text = re.sub(r"echo '[0-9a-f]{64}  ", f"echo '{hashlib.sha256(script.encode()).hexdigest()}  ", text)
-    text = text.replace("/opt/trainium-cdk", f"{root}/opt/trainium-cdk")
     bindir = _stand_in_bin(tmp_path / "bin")
-    # aws s3 cp ... s3://BUCKET/KEY DEST: DEST holds asset.KEY (what CDK uploads to that key).
-    (bindir / "aws").write_text('#!/bin/bash\necho "aws $*" >> "$CALLS"\nsrc="${*: -2:1}"\n'
-                                'cp "$ASSETS/asset.${src##*/}" "${*: -1}"\n')
-    (bindir / "aws").chmod(0o755)
     calls = tmp_path / "calls"
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", text], capture_output=True, text=True, timeout=120,
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=120,
                             check=False, env={"PATH": f"{bindir}:/usr/bin:/bin", "CALLS": str(calls), "ROOT": str(root),
-                                              "HOME": str(tmp_path), "ASSETS": str(bucket)})
+                                              "HOME": str(tmp_path),
+                                              prometheus_setup.REMOTE_WRITE_VARIABLE: REMOTE_WRITE})
     assert result.returncode == 0 and "not installed" not in result.stderr, result.stderr
     recorded = calls.read_text().splitlines()
-    assert recorded[0] == f"aws s3 cp --region us-west-2 s3://cdk-hnb659fds-assets-123456789012-us-west-2/{key} " \
-                          f"{root}{prometheus_setup.SETUP_PATH}"
     # The DLAMI is Ubuntu: prometheus_client from its package (pip refuses the system Python, PEP 668).
-    assert recorded[1] == "apt-get -o DPkg::Lock::Timeout=300 install -y python3-prometheus-client"
+    assert recorded[0] == "apt-get -o DPkg::Lock::Timeout=300 install -y python3-prometheus-client"
     assert (root / node_program.NODE_PATH.lstrip("/")).read_text() == PROGRAM.read_text()
     assert any(c.startswith(f"python3 {root}{node_program.NODE_PATH} install") for c in recorded)
     _assert_installed(root, recorded, remote_write=REMOTE_WRITE,
                       deployment=instance_app.stacks.backends["instance"].stack_name)
 
 
-def test_a_changed_setup_object_runs_nothing_on_the_dev_instance(instance_app, tmp_path):
-    text, _ = _user_data(instance_app)
-    key, _ = _setup_asset(instance_app, text)
-    text = text[text.index("mkdir -p /opt/trainium-cdk\n{ aws s3 cp"):].replace("/opt/trainium-cdk", f"{tmp_path}/opt")
-    bucket = tmp_path / "assets"
-    bucket.mkdir()
-    (bucket / f"asset.{key}").write_text('#!/bin/bash\ntouch "$HOME/owned"  # written by someone who can write the bucket\n')
-    bindir = _stand_in_bin(tmp_path / "bin")
-    (bindir / "aws").write_text('#!/bin/bash\nsrc="${*: -2:1}"\ncp "$ASSETS/asset.${src##*/}" "${*: -1}"\n')
-    (bindir / "aws").chmod(0o755)
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", text + "\necho next"], capture_output=True, text=True,
-                            timeout=60, check=False, env={"PATH": f"{bindir}:/usr/bin:/bin", "CALLS": str(tmp_path / "c"),
-                                                          "HOME": str(tmp_path), "ASSETS": str(bucket)})
-    assert result.returncode == 0 and result.stdout.strip() == "next"
-    assert "Prometheus exporters not installed" in result.stderr and not (tmp_path / "owned").exists()
-
-
 def test_without_prometheus_the_dev_instance_has_no_agent_and_no_remote_write():
     app = synth(config_with(backends=["instance"]), nag=False)
     template = app.template_json("instance")
     assert "prometheus" not in json.dumps(_instance(template)["UserData"]).lower()
+    assert "prometheus" not in _setup(app)[1].lower()
     assert "aps:" not in json.dumps(template)
 
 

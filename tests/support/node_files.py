@@ -47,9 +47,9 @@ def run(name: str, values: Mapping[str, str], env: Mapping[str, str], *, shell: 
                           text=True, timeout=timeout, check=False)
 
 
-def batch_node_setup(user_data: str, outdir: Path) -> tuple[dict[str, str], str]:
-    """A Batch node's user data (its shell part, node/batch_bootstrap.sh after the header) -> the header's values and
-    the setup program it fetches: the one file asset of the cloud assembly ``outdir`` (``asset.<key>.sh``, uploaded
+def fetched_setup(user_data: str, outdir: Path) -> tuple[dict[str, str], str]:
+    """A Batch node's user data (its shell part) or the development instance's (node/batch_bootstrap.sh after the
+    header) -> the header's values and the setup program it fetches: the one file asset of the cloud assembly ``outdir`` (``asset.<key>.sh``, uploaded
     as ``<key>.sh``) whose sha256 is NODE_SETUP_SHA256, as the node checks it."""
     values = split(user_data, "batch_bootstrap.sh")
     (program,) = [text for path in outdir.glob("asset.*.sh")

@@ -427,9 +427,10 @@ class Reachability:
             props = resource["Properties"]
             groups = self.groups_of(stack, props.get("SecurityGroupIds"))
             # The only instance of an EKS stack is its API access host; elsewhere, the development instance.
+            # The setup (an S3 asset) mounts the file system its user data names (LUSTRE_SOURCE).
             self.node_sets.append(NodeSet(
                 ACCESS_HOST if stack in clusters else "instance", logical_id, (Interface(groups),),
-                mounts_fsx="lustre" in json.dumps(props.get("UserData")), instance_type=props["InstanceType"],
+                mounts_fsx="LUSTRE_SOURCE=" in json.dumps(props.get("UserData")), instance_type=props["InstanceType"],
             ))
 
         for stack, logical_id, resource in self._resources("Custom::PclusterCluster"):

@@ -14,6 +14,7 @@ import base64
 import gzip
 import hashlib
 import posixpath
+from dataclasses import dataclass
 from pathlib import Path
 
 import jsii
@@ -23,6 +24,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
+from trainium_cdk import node
 from trainium_cdk.facts import defaults
 from trainium_cdk.facts.catalog import InstanceSpec, check_ami_id
 from trainium_cdk.constructs.ami_lookup import AmiLookup, ImageIdImage
@@ -32,17 +34,21 @@ from trainium_cdk.constructs.prometheus import MetricsWorkspace
 from trainium_cdk.facts.session_manager.cdk import session_manager_role
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.errors import ConfigError, names_construct_path
-from trainium_cdk.runtime.lustre_client import mount_script as lustre_mount_script
+from trainium_cdk.runtime.lustre_client import BOOT_SCRIPT as LUSTRE_BOOT_SCRIPT
+from trainium_cdk.runtime.lustre_client import SCRIPT as LUSTRE_SCRIPT
+from trainium_cdk.runtime.lustre_client import mount_values as lustre_mount_values
 from trainium_cdk.runtime.lustre_tuning import install_commands as lustre_tuning_commands
 from trainium_cdk.facts.names import CACHE_DIR_NAME, SHARED_MOUNT
-from trainium_cdk.runtime.prometheus_setup import SETUP_PATH as PROMETHEUS_SETUP_PATH
-from trainium_cdk.runtime.prometheus_setup import fetched_setup_lines
-from trainium_cdk.runtime.prometheus_setup import setup_script as prometheus_setup_script
+from trainium_cdk.runtime.prometheus_setup import REMOTE_WRITE_VARIABLE
+from trainium_cdk.runtime.prometheus_setup import setup_lines as prometheus_setup_lines
 from trainium_cdk.facts.versions import XLA_TRACK, AmiQuery, NeuronTrack
 
 # The MLP example, at the path the example image has it (Batch and EKS run it there).
 EXAMPLE_SOURCE = Path(__file__).resolve().parent.parent / "examples" / "mlp" / "train.py"
 EXAMPLE_PATH = "/opt/trainium-cdk/examples/mlp/train.py"
+# The user data: fetch the setup, check it, run it (trainium_cdk/node/batch_bootstrap.sh, as on a Batch node).
+BOOTSTRAP_SCRIPT = "batch_bootstrap.sh"
+SETUP_FILE_NAME = "instance_setup.sh"
 # The Neuron setup guides ask for at least 512 GiB.
 DEFAULT_ROOT_VOLUME_GIB = defaults.ROOT_VOLUME_GIB
 SSH_PORT = 22
@@ -146,24 +152,25 @@ class DevInstance(Construct):
             allow_all_outbound=True,
         )
 
-        user_data = ec2.UserData.for_linux()
-        if storage is not None:
-            user_data.add_commands(*_lustre_mount_commands(spec, family, storage.dns_name, storage.mount_name))
-        user_data.add_commands(*example_commands())
-        self.prometheus_setup: s3_assets.Asset | None = None
+        # The setup (the Lustre client, its tuning and the mount, the example, the Prometheus exporters) is one
+        # S3 asset, fetched and checked at boot as a Batch node's is: EC2 holds 16 KB of user data, and the setup
+        # alone took 15 KB. The user data carries the deploy-time values and the fetch.
+        setup = instance_setup(spec, family, storage, metrics_deployment=(
+            metrics_deployment or Stack.of(self).stack_name) if metrics_workspace is not None else None)
+        values = dict(setup.values)
         if metrics_workspace is not None:
-            # An asset, fetched and checked at boot: with the Lustre client and the example, the program would take
-            # the user data past EC2's 16 KB.
-            script = prometheus_setup_script(deployment=metrics_deployment or Stack.of(self).stack_name,
-                                             first=[PROMETHEUS_CLIENT_COMMAND[family]])
-            self.prometheus_setup = s3_assets.Asset(self, "PrometheusSetup", path=str(_stage(self, script)))
-            # The one object, not the asset bucket (Asset.grant_read allows every object of the bucket).
-            self.role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[
-                self.prometheus_setup.bucket.arn_for_objects(self.prometheus_setup.s3_object_key)]))
-            user_data.add_commands(*fetched_setup_lines(
-                script=script, object_url=self.prometheus_setup.s3_object_url, region=Stack.of(self).region,
-                remote_write_url=metrics_workspace.remote_write_url))
+            values[REMOTE_WRITE_VARIABLE] = metrics_workspace.remote_write_url
             metrics_workspace.grant_remote_write(self.role)
+        self.setup = s3_assets.Asset(self, "Setup", path=str(_stage(self, setup.program)))
+        # The one object, not the asset bucket (Asset.grant_read allows every object of the bucket).
+        self.role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[
+            self.setup.bucket.arn_for_objects(self.setup.s3_object_key)]))
+        # The values are the fetched setup's, which the bootstrap sources: unused in this text (shellcheck).
+        user_data = ec2.UserData.custom("#!/bin/bash\n# shellcheck disable=SC2034  # the values are the fetched setup's\n"
+                                        + node.program(BOOTSTRAP_SCRIPT, {
+                                            **values, "NODE_SETUP_URL": self.setup.s3_object_url,
+                                            "NODE_SETUP_SHA256": setup.sha256, "NODE_SETUP_REGION": Stack.of(self).region,
+                                            "NODE_SETUP_STAYS": "yes"}))
 
         self.instance = ec2.Instance(
             self,
@@ -249,8 +256,8 @@ class DevInstance(Construct):
 
 
 def example_commands() -> list[str]:
-    """Put the MLP example where its image puts it (gzip, base64: user data holds 16 KB), so that the
-    README's first command on the instance runs with no copy. Written at the first boot only."""
+    """Put the MLP example where its image puts it, so that the README's first command on the instance runs with no
+    copy. Written at the first boot only."""
     data = base64.b64encode(gzip.compress(EXAMPLE_SOURCE.read_bytes(), mtime=0)).decode()
     return [
         f"install -d -m 755 {posixpath.dirname(EXAMPLE_PATH)}",
@@ -259,14 +266,48 @@ def example_commands() -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class InstanceSetup:
+    """The instance's setup: ``program`` (no CDK token: an S3 asset whose sha256 is known at synth) and ``values``,
+    the header it reads (they may be tokens, such as the file system's DNS name: in the user data)."""
+
+    program: str
+    values: dict[str, str]
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.program.encode()).hexdigest()
+
+
+def instance_setup(
+    spec: InstanceSpec, family: str, storage: LustreMount | None, *, metrics_deployment: str | None = None
+) -> InstanceSetup:
+    """With ``storage``: the client's tuning for ``spec`` (its module options before the mount loads the modules),
+    the mount at /fsx (and the client for the running kernel at every boot), and the compile cache when the file
+    system has none: one that exists keeps its owner and mode (a ParallelCluster head node on the same file system
+    gives it to the group its users share: node/neuron_setup.sh). Then the example; with ``metrics_deployment``,
+    the Prometheus-format exporters and agent, into the header's PROMETHEUS_REMOTE_WRITE."""
+    lines, values = ["#!/bin/bash", "# trainium-cdk: the development instance's setup (constructs/dev_instance.py)"], {}
+    if storage is not None:
+        cache = f"{SHARED_MOUNT}/{CACHE_DIR_NAME}"
+        values.update(lustre_mount_values(family, storage.dns_name, storage.mount_name))
+        lines += ["set -euxo pipefail", *lustre_tuning_commands(spec, SHARED_MOUNT),
+                  node.program([LUSTRE_SCRIPT, LUSTRE_BOOT_SCRIPT]).rstrip("\n"),
+                  f"[ -d {cache} ] || install -d -m 1777 {cache}"]
+    lines += example_commands()
+    if metrics_deployment is not None:
+        lines += [PROMETHEUS_CLIENT_COMMAND[family], *prometheus_setup_lines(deployment=metrics_deployment)]
+    return InstanceSetup(program="\n".join(lines) + "\n", values=values)
+
+
 def _stage(scope: Construct, text: str) -> Path:
     """A rendered file needs a path to become an asset: the cloud assembly's, by content."""
     stage = Stage.of(scope)
     assert stage is not None  # a construct of an app: the app is a stage
     path = Path(stage.asset_outdir) / "trainium-cdk-sources" / hashlib.sha256(text.encode()).hexdigest()[:16]
     path.mkdir(parents=True, exist_ok=True)
-    (path / posixpath.basename(PROMETHEUS_SETUP_PATH)).write_text(text)
-    return path / posixpath.basename(PROMETHEUS_SETUP_PATH)
+    (path / SETUP_FILE_NAME).write_text(text)
+    return path / SETUP_FILE_NAME
 
 
 def _first_subnet(vpc: ec2.IVpc, selection: ec2.SubnetSelection) -> ec2.ISubnet:
@@ -281,17 +322,3 @@ def _first_subnet(vpc: ec2.IVpc, selection: ec2.SubnetSelection) -> ec2.ISubnet:
     if not subnets:
         raise ConfigError("vpc_subnets", 0, "a selection of at least one subnet of the VPC")
     return subnets[0]
-
-
-def _lustre_mount_commands(spec: InstanceSpec, family: str, dns_name: str, mount_name: str) -> list[str]:
-    """The client's tuning for ``spec`` (its module options before the mount loads the modules), the mount at
-    /fsx (and the client for the running kernel at every boot), and the compile cache when the file system has
-    none: one that exists keeps its owner and mode (a ParallelCluster head node on the same file system gives it
-    to the group its users share: node/neuron_setup.sh)."""
-    cache = f"{SHARED_MOUNT}/{CACHE_DIR_NAME}"
-    return [
-        "set -euxo pipefail",
-        *lustre_tuning_commands(spec, SHARED_MOUNT),
-        lustre_mount_script(family, dns_name, mount_name, at_boot=True).rstrip("\n"),
-        f"[ -d {cache} ] || install -d -m 1777 {cache}",
-    ]

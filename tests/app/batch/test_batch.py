@@ -146,7 +146,7 @@ class Group:
     @property
     def setup(self) -> tuple[dict[str, str], str]:
         """The values in the user data and the node setup program it fetches (tests/support/node_files.py)."""
-        return node_files.batch_node_setup(node_files.shell_part(self.user_data), self.outdir)
+        return node_files.fetched_setup(node_files.shell_part(self.user_data), self.outdir)
 
 
 def _resource(construct) -> cdk.CfnResource:

@@ -46,7 +46,7 @@ def test_the_setup_is_one_object_per_content_named_in_a_short_user_data(app):
     the EFA installer); the user data is a few KB, not the ~15 KB setup (EC2 allows 16 KB of user data), and
     carries the digest of what the asset holds (tests/support/node_files.py)."""
     (a_values, a_program), (b_values, _), (c_values, _) = (
-        node_files.batch_node_setup(_user_data(app, n), app.outdir) for n in "abc")
+        node_files.fetched_setup(_user_data(app, n), app.outdir) for n in "abc")
     assert a_values["NODE_SETUP_SHA256"] == b_values["NODE_SETUP_SHA256"] == c_values["NODE_SETUP_SHA256"]
     assert len(list(app.outdir.glob("asset.*.sh"))) == 1
     assert a_program.startswith("#!/bin/bash\n") and len(a_program.encode()) > 4 * 1024

@@ -98,7 +98,7 @@ def _synthesized_user_data() -> list[tuple[str, str]]:
                 text = _joined(data)
                 if text.startswith("MIME-Version"):  # Batch: the shell part of the multi-part user data
                     text = text.split('charset="us-ascii"\n\n', 1)[1].rsplit("\n\n--", 1)[0] + "\n"
-                    setup = node_files.batch_node_setup(text, result.outdir)[1]
+                    setup = node_files.fetched_setup(text, result.outdir)[1]
                     found.append((f"{variant}/{path.stem}/{name}/setup", setup))
                 found.append((f"{variant}/{path.stem}/{name}", text))
     return found

@@ -127,9 +127,17 @@ bootstrap: setup
 # synth: what was planned is what is deployed. ARGS passes CDK CLI options (--require-approval, stack names).
 ASSEMBLY = @$(PY) tools/assembly.py --target=$@ $(ARGS)
 
-## deploy: cdk deploy --all of the last `make synth` (cdk.out; needs AWS credentials)
+# The preflight (`trn doctor --preflight`, with the config of the last synth) stops `make deploy` on a FAIL:
+# PREFLIGHT=warn deploys anyway, PREFLIGHT=skip does not run it.
+PREFLIGHT ?= stop
+PREFLIGHT_RUN = $(RUN) $(VENV)/bin/trn doctor --preflight || { [ "$(PREFLIGHT)" = warn ] && \
+	echo "make deploy: the preflight failed (above); PREFLIGHT=warn: deploying anyway" >&2; } || { \
+	echo "make deploy: the preflight failed (above): fix each FAIL, or PREFLIGHT=warn to deploy anyway" >&2; exit 1; }
+
+## deploy: the preflight (`trn doctor --preflight`; PREFLIGHT=warn|skip), then cdk deploy --all of the last `make synth`
 deploy: setup
 	$(ASSEMBLY)
+	@$(if $(filter skip,$(PREFLIGHT)),echo "make deploy: PREFLIGHT=skip: no preflight",$(PREFLIGHT_RUN))
 	$(CDK) deploy --app cdk.out --all $(ARGS)
 
 ## diff: cdk diff of the last `make synth` against the deployed stacks (needs AWS credentials; `make plan` is offline)

@@ -12,6 +12,8 @@ Each pin gets one verdict:
   behind      upstream publishes a newer version than the pin (not an error)
   unverified  no upstream data in reach say anything of it (the reason is printed)
   pinned      a pin with no upstream data vendored for it (listed so that nothing is pinned unseen)
+  recorded    no pin: the version AWS chose in the region, as the last `trn doctor --preflight` recorded it
+              (.trn-preflight.json in the project directory: an EKS add-on without a pin)
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ UPSTREAM = ROOT / "tests" / "data" / "upstream"
 NEURON_RELEASES = ROOT / "tests" / "data"
 VERSIONS_PY = "trainium_cdk/facts/versions.py"
 # The verdicts, worst first; OUTSIDE fails `make pins`.
-OK, OUTSIDE, BEHIND, UNVERIFIED, PINNED = "ok", "OUTSIDE", "behind", "unverified", "pinned"
+OK, OUTSIDE, BEHIND, UNVERIFIED, PINNED, RECORDED = "ok", "OUTSIDE", "behind", "unverified", "pinned", "recorded"
+# What `trn doctor --preflight` recorded of the region (trainium_cdk/cli/doctor_deploy.py PREFLIGHT_RECORD).
+PREFLIGHT_RECORD = Path(".trn-preflight.json")
 
 
 @dataclass(frozen=True)
@@ -97,15 +101,31 @@ def karpenter(v: ModuleType) -> Iterator[Pin]:
               f"published with every release beside the controller chart ({crd['source']})")
 
 
-def eks_addons(v: ModuleType) -> Iterator[Pin]:
+def preflight_record(path: Path = PREFLIGHT_RECORD) -> dict[str, Any]:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def eks_addons(v: ModuleType, record: Mapping[str, Any] | None = None) -> Iterator[Pin]:
     data = load("eks-addon-versions.json")
     k8s = v.KUBERNETES_VERSION
     pinned: Mapping[str, str | None] = v.EKS_ADDON_VERSIONS.get(k8s, {})
+    record = preflight_record() if record is None else record
+    recorded = record.get("addon_defaults", {}) if record.get("kubernetes") == k8s else {}
     for name in sorted(set(pinned) | set(data["addons"])):
         entry = data["addons"].get(name)
         value = pinned.get(name)
         shown = value or "(none: EKS's default for the minor)"
         label = f"EKS_ADDON_VERSIONS[{k8s}][{name}]"
+        if value is None and name in recorded:
+            yield Pin(label, f"(none) EKS installs {recorded[name]}", VERSIONS_PY, RECORDED,
+                      f"recorded by `trn doctor --preflight` in {record.get('region')} on {record.get('checked')} "
+                      f"({PREFLIGHT_RECORD}); pin it to keep it")
+            continue
+        if value is None:
+            shown += ": `trn doctor --preflight` records it"
         if entry is None:
             yield Pin(label, shown, VERSIONS_PY, UNVERIFIED, "no upstream data vendored for this add-on")
             continue
@@ -241,7 +261,8 @@ def render(pins: list[Pin]) -> str:
     width = max(len(p.name) for p in pins)
     lines = [f"{p.verdict:<10}  {p.name:<{width}}  {p.value}\n{'':<12}{p.upstream} [pinned in {p.source}]"
              for p in pins]
-    counts = {verdict: sum(p.verdict == verdict for p in pins) for verdict in (OK, OUTSIDE, BEHIND, UNVERIFIED, PINNED)}
+    counts = {verdict: sum(p.verdict == verdict for p in pins)
+              for verdict in (OK, OUTSIDE, BEHIND, UNVERIFIED, PINNED, RECORDED)}
     lines.append("pins: " + ", ".join(f"{n} {verdict}" for verdict, n in counts.items()))
     return "\n".join(lines)
 

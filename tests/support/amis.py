@@ -54,3 +54,29 @@ def publish_image(uri: str) -> None:
                 "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 2,
                            "digest": "sha256:" + "0" * 64}}
     ecr.put_image(repositoryName=repository, imageManifest=json.dumps(manifest), imageTag=tag)
+
+
+def publish_parameter(region: str, name: str, value: str) -> None:
+    """Publish an AWS public SSM parameter (``/aws/service/...``) in moto's ``region``, as AWS does: moto loads only
+    some of them (Amazon Linux and ECS AMIs) and refuses PutParameter under that reserved prefix, as SSM does."""
+    import datetime as dt
+
+    from moto.ssm.models import Parameter, ssm_backends
+
+    ssm_backends[ACCOUNT][region]._parameters[name].append(Parameter(
+        account_id=ACCOUNT, name=name, value=value, parameter_type="String", description=None, allowed_pattern=None,
+        keyid=None, last_modified_date=dt.datetime.now(dt.UTC), version=1, data_type="text",
+    ))
+
+
+def publish_eks_release(region: str, release: str, release_version: str, *, minor: str = "1.35") -> str:
+    """The EKS AL2023 Neuron AMI of ``release`` (``v20260930``) published in ``region`` with its release version
+    (``1.35.8-20260930``), as EKS publishes it: an AMI and its public parameters; its id."""
+    from trainium_cdk.cli.doctor_deploy import NEURON_AMI_PARAMETER
+
+    ami_id = publish_ami(region, f"amazon-eks-node-al2023-x86_64-neuron-{minor}-{release}",
+                         f"EKS-optimized Kubernetes node based on Amazon Linux 2023, (k8s: {minor}, neuron)",
+                         dt.datetime(2026, 9, 30, tzinfo=dt.UTC))
+    for leaf, value in (("image_id", ami_id), ("release_version", release_version)):
+        publish_parameter(region, NEURON_AMI_PARAMETER.format(minor=minor, release=release, leaf=leaf), value)
+    return ami_id

@@ -34,21 +34,19 @@ from trainium_cdk.cli._common import (
 )
 from trainium_cdk.cli._errors import CREDENTIALS_HINT
 from trainium_cdk.cli.doctor_amis import amis
+from trainium_cdk.cli.doctor_capacity import capacity
+from trainium_cdk.cli.doctor_deploy import addons, eks_nodes_ami, kubernetes, write_record
 from trainium_cdk.cli.doctor_images import images
 from trainium_cdk.cli.doctor_errors import is_api_error, unexpected
 from trainium_cdk.cli.doctor_local import (
     FAIL, PASS, WARN, Check, CommandRunner, container_engine, neuron_versions, run_command, session_manager_plugin,
 )
-from trainium_cdk.app.config import ComputeGroup, Config
+from trainium_cdk.app.config import Config
 
 DEFAULT_BOOTSTRAP_QUALIFIER = "hnb659fds"
 # Synthesized templates refuse bootstrap versions 1-5 (the CheckBootstrapVersion rule).
 MIN_BOOTSTRAP_VERSION = 6
 TOOLKIT_STACK = "CDKToolkit"
-# Reservation states in which nodes can launch now / later.
-USABLE_NOW = ("active",)
-USABLE_LATER = ("scheduled", "payment-pending", "pending", "assessing", "delayed")
-ENDING_SOON = dt.timedelta(hours=24)
 
 
 def add_parser(sub: Any) -> None:
@@ -63,18 +61,29 @@ def add_parser(sub: Any) -> None:
         "-c", dest="overrides", action="append", metavar="KEY=VALUE", default=[],
         help="override like `cdk synth -c`: region, backends, instance_type, nodes (repeatable)",
     )
+    p.add_argument(
+        "--preflight", action="store_true",
+        help="what `make deploy` runs first: the account and region checks, and the container engine when the deploy "
+        "builds images; records the version EKS installs of each add-on without a pin (.trn-preflight.json, for "
+        "`make pins`)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = read_config(args.config, parse_overrides(args.overrides))
-    doctor = Doctor(config, session(config.region))
-    out.write(f"trn doctor: project {config.project} in {config.region}\n")
+    preflight = getattr(args, "preflight", False)
+    doctor = Doctor(config, session(config.region), preflight=preflight)
+    out.write(f"trn doctor{' --preflight' if preflight else ''}: project {config.project} in {config.region}\n")
     checks = doctor.run(lambda check: _print(check, out))
+    if preflight:
+        write_record(config, doctor.record, doctor.now())
     counts = {s: sum(c.status == s for c in checks) for s in (FAIL, WARN, PASS)}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
     if counts[FAIL]:
-        out.write(f"{summary}: fix every FAIL before `make deploy`\n")
+        tail = ("`make deploy` stops here; PREFLIGHT=warn deploys anyway" if preflight
+                else "fix every FAIL before `make deploy`")
+        out.write(f"{summary}: {tail}\n")
         return 1
     out.write(f"{summary}: ready to deploy" + (" (read the WARN lines)" if counts[WARN] else "") + "\n")
     return 0
@@ -92,13 +101,16 @@ class Doctor:
 
     def __init__(
         self, config: Config, sess: Any, *, now: Callable[[], dt.datetime] | None = None,
-        runner: CommandRunner | None = None,
+        runner: CommandRunner | None = None, preflight: bool = False,
     ) -> None:
         self.config = config
         self.session = sess
+        self.preflight = preflight
+        self.record: dict[str, str] = {}  # add-on -> the version EKS installs where the pins leave it to EKS
         self.account: str | None = None
         self.caller = ""
         self._now = now or (lambda: dt.datetime.now(dt.UTC))
+        self.now = self._now
         self._run = runner or run_command
         self._clients: dict[str, Any] = {}
         self.no_credentials = False  # set by credentials(): the checks that call AWS are skipped
@@ -129,14 +141,20 @@ class Doctor:
                 ("capacity", "ec2:DescribeCapacityReservations", self.capacity, not reserved),
                 ("CDK bootstrap", "ssm:GetParameter", self.bootstrap, False),
                 ("AMI", "ssm:GetParameter and ec2:DescribeImages", self.amis, False),
+                ("AMI eks", "ssm:GetParameter", lambda: eks_nodes_ami(self.config, self.client), False),
+                ("kubernetes", "eks:DescribeClusterVersions", lambda: kubernetes(self.config, self.client), False),
+                ("add-ons", "eks:DescribeAddonVersions",
+                 lambda: addons(self.config, self.client, self.record), False),
                 ("images", "ecr:BatchGetImage", self.images, False),
             ):
                 emit(self._guard(name, action, check, advisory=advisory))
             emit(self.cluster_access())
-        # Local: need no credentials (a compute node often has none of the deployer's).
+        # Local: need no credentials (a compute node often has none of the deployer's). The preflight asks only what
+        # the deploy needs of this machine.
         emit(container_engine(self.config, self._run))
-        emit(session_manager_plugin(self.config, self._run))
-        emit(neuron_versions(self.config.neuron_track, self._run))
+        if not self.preflight:
+            emit(session_manager_plugin(self.config, self._run))
+            emit(neuron_versions(self.config.neuron_track, self._run))
         return checks
 
     @staticmethod
@@ -211,8 +229,11 @@ class Doctor:
         ec2 = self.client("ec2")
         checks = []
         offered_by_type: dict[str, list[str]] = {}
-        for group in self.config.compute_groups:
-            itype = group.instance_type
+        placed = [(g.name, g.instance_type, g.az_ids, f"compute_groups[{g.name}].az_ids") for g in self.config.compute_groups]
+        if "instance" in self.config.backends:
+            placed.append(("instance", self.config.instance.instance_type, (self.config.dev_instance_az_id(),),
+                           "instance.az_id"))
+        for unit, itype, az_ids, field in placed:
             if itype not in offered_by_type:
                 ids: set[str] = set()
                 pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
@@ -223,8 +244,8 @@ class Doctor:
                     ids |= {o["Location"] for o in offerings if o.get("InstanceType") == itype}
                 offered_by_type[itype] = sorted(ids, key=natural_az_key)
             offered = offered_by_type[itype]
-            name = f"offering {group.name}"
-            missing = [a for a in group.az_ids if a not in offered]
+            name = f"offering {unit}"
+            missing = [a for a in az_ids if a not in offered]
             refresh = f"`trn azs --instance-type {itype} --region {self.config.region} --write`"
             if not offered:
                 checks.append(Check(
@@ -234,26 +255,36 @@ class Doctor:
             elif missing:
                 checks.append(Check(
                     FAIL, name, f"{itype} is not offered in {', '.join(missing)}",
-                    f"set compute_groups[{group.name}].az_ids to one of {', '.join(offered)} (see {refresh})",
+                    f"set {field} to one of {', '.join(offered)} (see {refresh})",
                 ))
             else:
-                checks.append(Check(PASS, name, f"{itype} is offered in {', '.join(group.az_ids)}"))
+                checks.append(Check(PASS, name, f"{itype} is offered in {', '.join(az_ids)}"))
         return checks
+
+    def _launched(self) -> list[tuple[str, Any, int, int]]:
+        """(name, spec, nodes at deploy, nodes at most) of what the deploy launches: every compute group and, with
+        the instance backend, the development instance (launched by the deploy itself: a quota of 0 rolls its
+        stack back)."""
+        grouped = set(self.config.backends) - {"instance"}  # the backends whose nodes are the compute groups
+        launched = [(g.name, self.config.spec(g), g.nodes, g.maximum) for g in self.config.compute_groups if grouped]
+        if "instance" in self.config.backends:
+            spec = self.config.catalog.get(self.config.instance.instance_type)
+            launched.append(("instance", spec, 1, 1))
+        return launched
 
     def quotas(self) -> list[Check]:
         needs: dict[str, dict[str, Any]] = {}
         checks = []
-        for group in self.config.compute_groups:
-            spec = self.config.spec(group)
+        for unit, spec, nodes, maximum in self._launched():
             quota = _quota_for(spec.family)
             if quota is None:
-                checks.append(Check(WARN, f"quota {group.name}", f"no known On-Demand quota for family {spec.family}",
+                checks.append(Check(WARN, f"quota {unit}", f"no known On-Demand quota for family {spec.family}",
                                     "check the EC2 vCPU quota of this family in the Service Quotas console"))
                 continue
             need = needs.setdefault(quota[0], {"name": quota[1], "nodes": 0, "max": 0, "groups": []})
-            need["nodes"] += group.nodes * spec.vcpus
-            need["max"] += group.maximum * spec.vcpus
-            need["groups"].append(f"{group.name}: {group.nodes}-{group.maximum} x {spec.name} ({spec.vcpus} vCPUs)")
+            need["nodes"] += nodes * spec.vcpus
+            need["max"] += maximum * spec.vcpus
+            need["groups"].append(f"{unit}: {nodes}-{maximum} x {spec.name} ({spec.vcpus} vCPUs)")
         for code, need in needs.items():
             checks.append(self._quota_check(code, need))
         return checks
@@ -338,88 +369,7 @@ class Doctor:
         return int(cpu.get("CoreCount", 0)) * int(cpu.get("ThreadsPerCore", 1))
 
     def capacity(self) -> list[Check]:
-        return [
-            self._reservation(group) if group.capacity.reserved else self._open_reservations(group)
-            for group in self.config.compute_groups
-        ]
-
-    def _reservation(self, group: ComputeGroup) -> Check:
-        from botocore.exceptions import ClientError
-
-        name = f"capacity {group.name}"
-        rid = group.capacity.reservation_id
-        try:
-            found = self.client("ec2").describe_capacity_reservations(CapacityReservationIds=[rid])
-        except ClientError as error:
-            if not error_code(error).startswith("InvalidCapacityReservationId"):
-                raise
-            return Check(FAIL, name, f"{rid} does not exist in {self.config.region} for this account",
-                         "check capacity.reservation_id and the region (`aws ec2 describe-capacity-reservations`)")
-        reservations = found.get("CapacityReservations", [])
-        if not reservations:
-            return Check(FAIL, name, f"{rid} was not found", "check capacity.reservation_id")
-        r = reservations[0]
-        kind = "capacity block" if r.get("ReservationType") == "capacity-block" else "reservation"
-        what = (
-            f"{kind} {rid} ({r.get('State')}, {r.get('TotalInstanceCount')} x {r.get('InstanceType')} "
-            f"in {r.get('AvailabilityZoneId')})"
-        )
-        if r.get("InstanceType") != group.instance_type:
-            return Check(FAIL, name, f"{what} is not for {group.instance_type}",
-                         f"set compute_groups[{group.name}].instance_type: {r.get('InstanceType')} "
-                         "or use another reservation")
-        if r.get("AvailabilityZoneId") and r["AvailabilityZoneId"] != group.az_id:
-            return Check(FAIL, name, f"{what} is not in the group's AZ {group.az_id}",
-                         f"set compute_groups[{group.name}].az_ids: {r['AvailabilityZoneId']}: "
-                         "nodes must launch in the reservation's AZ")
-        state = r.get("State", "")
-        if state not in USABLE_NOW + USABLE_LATER:
-            return Check(FAIL, name, f"{what} cannot be used",
-                         "buy or create a new one and set capacity.reservation_id")
-        total = int(r.get("TotalInstanceCount", 0))
-        if total < group.nodes:
-            status = FAIL if kind == "capacity block" else WARN
-            return Check(status, name, f"{what} holds fewer instances than nodes ({group.nodes})",
-                         "lower nodes or extend the reservation")
-        if state in USABLE_LATER:
-            start = r.get("StartDate")
-            return Check(WARN, name, f"{what} is not active yet" + (f": starts {start}" if start else ""),
-                         "nodes launch only once it is active; deploy with nodes: 0 or wait until then")
-        expected = "capacity-block" if group.capacity.type == "capacity-block" else "default"
-        if r.get("ReservationType", "default") != expected:
-            return Check(WARN, name, f"{what} is a {kind}, the config says capacity.type {group.capacity.type}",
-                         f"set capacity.type: {'capacity-block' if kind == 'capacity block' else 'reservation'}")
-        end = r.get("EndDate")
-        if isinstance(end, dt.datetime) and end - self._now() < ENDING_SOON:
-            return Check(WARN, name, f"{what} ends {end:%Y-%m-%d %H:%M %Z}",
-                         "instances are terminated when it ends: extend it or plan the job around it")
-        available = int(r.get("AvailableInstanceCount", total))
-        if available < group.nodes:
-            return Check(WARN, name, f"{what}: only {available} instance(s) free now",
-                         "other instances use it: stop them or lower nodes")
-        return Check(PASS, name, f"{what}, {available} free")
-
-    def _open_reservations(self, group: ComputeGroup) -> Check:
-        name = f"capacity {group.name}"
-        pages = self.client("ec2").get_paginator("describe_capacity_reservations").paginate(Filters=[
-            {"Name": "instance-type", "Values": [group.instance_type]},
-            {"Name": "state", "Values": ["active"]},
-        ])
-        matching = [
-            r for page in pages for r in page.get("CapacityReservations", [])
-            if r.get("AvailabilityZoneId") in group.az_ids
-        ]
-        if not matching:
-            return Check(PASS, name, f"on-demand {group.nodes} x {group.instance_type}; no active reservation in "
-                         f"{', '.join(group.az_ids)} (launches depend on free on-demand capacity)")
-        listed = ", ".join(
-            f"{r['CapacityReservationId']} ({r.get('AvailableInstanceCount', '?')} free, "
-            f"{r.get('InstanceMatchCriteria', 'open')}"
-            f"{', capacity block' if r.get('ReservationType') == 'capacity-block' else ''})"
-            for r in matching
-        )
-        return Check(PASS, name, f"on-demand; matching reservations: {listed}"
-                     " (targeted ones and capacity blocks are used only with capacity.reservation_id)")
+        return capacity(self.config, self.client, self._now())
 
     def bootstrap(self) -> list[Check]:
         from botocore.exceptions import ClientError

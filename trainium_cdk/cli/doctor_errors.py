@@ -20,10 +20,12 @@ AGAIN = "run `trn doctor` again"
 
 
 def is_api_error(error: BaseException) -> bool:
-    """An error of an AWS call (an answer, or none: network, timeout), which a check turns into its line."""
+    """An error of an AWS call (an answer, or none: network, timeout; or an answer that is not AWS's, such as a
+    proxy's HTML page, which botocore cannot parse), which a check turns into its line."""
     from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.parsers import ResponseParserError
 
-    return isinstance(error, ClientError | BotoCoreError)
+    return isinstance(error, ClientError | BotoCoreError | ResponseParserError)
 
 
 def unexpected(name: str, action: str, error: BaseException, *, advisory: bool = False) -> Check:

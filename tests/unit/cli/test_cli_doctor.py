@@ -37,6 +37,7 @@ from trainium_cdk.app.config import build_config
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.versions import NATIVE_TRACK, XLA_TRACK
 from tests.support.amis import publish_ami, publish_image
+from tests.support.eks_region import deployable
 
 RESERVATION = "cr-0123456789abcdef0"
 
@@ -110,6 +111,7 @@ def ready(aws: AwsCalls, machine: Machine, monkeypatch: pytest.MonkeyPatch) -> A
     aws.fake("GetServiceQuota", quota(512))
     aws.fake("DescribeCapacityReservations", {"CapacityReservations": []})
     publish_image(versions.neuron_training_image(REGION, "xla"))  # Neuron's DLC of the default track
+    deployable(aws, REGION)  # the EKS stack's pins (tests/unit/cli/test_cli_preflight.py tests each)
     return aws
 
 
@@ -153,7 +155,10 @@ def test_everything_passes_on_a_ready_account(ready, tmp_path):
     assert f"{ADMIN_ROLE_NAME} is in eks.admin_role_arns" in line(result, "PASS", "cluster access")
     assert "version 1.2.707.0" in line(result, "PASS", "session manager plugin")
     assert "training image" in line(result, "PASS", f"image {versions.neuron_training_image(REGION, 'xla')}")
-    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 10 PASS: ready to deploy")
+    assert "release v20260930 is ami-" in line(result, "PASS", "AMI eks")  # the EKS stack's pins: test_cli_preflight.py
+    assert "1.35: standard support until 2027-03-27" in line(result, "PASS", "kubernetes")
+    assert "aws-fsx-csi-driver v1.9.0-eksbuild.1 (EKS's default: not pinned)" in line(result, "PASS", "add-ons")
+    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 13 PASS: ready to deploy")
     assert ready.of("GetServiceQuota") == [{"ServiceCode": "ec2", "QuotaCode": "L-2C3B7624"}]
     assert ready.of("DescribeInstanceTypeOfferings")[0]["LocationType"] == "availability-zone-id"
 
@@ -341,7 +346,7 @@ def test_list_service_quotas_answering_500_is_the_quota_checks_warning_and_the_r
     fix = fix_after(result, "WARN", "vCPU quota")
     assert "failed on AWS's side (HTTP 500)" in fix and "run `trn doctor` again" in fix
     assert_every_check_printed(result, but="quota L-2C3B7624")
-    assert "PASS  CDK bootstrap" in result.out and result.out.rstrip().endswith("1 WARN, 9 PASS: ready to deploy (read the WARN lines)")
+    assert "PASS  CDK bootstrap" in result.out and result.out.rstrip().endswith("1 WARN, 12 PASS: ready to deploy (read the WARN lines)")
     assert result.code == 0
 
 
@@ -529,7 +534,7 @@ def test_native_track_pins_are_the_ones_compared(machine):
 def test_doctor_on_the_default_machine_prints_the_skip_line_outside_the_summary(ready, tmp_path):
     result = doctor(config_file(tmp_path))
     assert "no Neuron tools here" in line(result, SKIP, "neuron versions")
-    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 10 PASS: ready to deploy")
+    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 13 PASS: ready to deploy")
 
 
 def test_doctor_on_a_node_warns_on_a_driver_mismatch_and_counts_it(ready, machine, tmp_path):
@@ -542,7 +547,7 @@ def test_doctor_on_a_node_warns_on_a_driver_mismatch_and_counts_it(ready, machin
     assert result.code == 0
     assert "2.21.37.0, but the xla track pins 2.27.4.0" in line(result, WARN, "neuron driver")
     assert "install aws-neuronx-dkms 2.27.4.0" in fix_after(result, WARN, "neuron driver")
-    assert result.out.rstrip().endswith("0 FAIL, 1 WARN, 11 PASS: ready to deploy (read the WARN lines)")
+    assert result.out.rstrip().endswith("0 FAIL, 1 WARN, 14 PASS: ready to deploy (read the WARN lines)")
 
 
 def test_a_node_without_credentials_still_gets_its_neuron_versions(no_credentials, machine, tmp_path):

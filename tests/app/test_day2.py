@@ -583,15 +583,20 @@ def native_patch() -> tuple[Synthesized, Synthesized]:
 
 
 def _example_image_tags(result: Synthesized, backend: str) -> set[str]:
+    """The training image tag of a backend's examples: the built images' base (Batch), else the image the jobs
+    run in (EKS, which builds none by default)."""
     assets = json.loads((result.outdir / f"{result.stacks.backends[backend].artifact_id}.assets.json").read_text())
-    return {image["source"]["dockerBuildArgs"]["BASE_TAG"] for image in assets["dockerImages"].values()}
+    built = {image["source"]["dockerBuildArgs"]["BASE_TAG"] for image in assets.get("dockerImages", {}).values()}
+    if built or backend != "eks":
+        return built
+    return {result.template_json("eks")["Outputs"]["ExampleImageUri"]["Value"].rsplit(":", 1)[1]}
 
 
 def test_the_native_track_s_patch_release_on_every_backend(native_patch):
     """2.33.0 -> 2.33.1 on eks (Karpenter), batch and the development instance: Batch gets a new launch template
     version (the driver is in its user data), an infrastructure update that stops running jobs after its
-    UpdatePolicy's timeout; EKS nodes do not drift (the EKS AMI release did not move), only the example image is
-    rebuilt; the development instance is replaced (a new DLAMI). Nothing stateful is replaced."""
+    UpdatePolicy's timeout; EKS nodes do not drift (the EKS AMI release did not move), only the jobs' image moves
+    to the new tag; the development instance is replaced (a new DLAMI). Nothing stateful is replaced."""
     from tests.support.lifecycle import batch_effects, instance_effects, karpenter_effects
     from tests.app.test_neuron_tracks import _manifest_objects
 

@@ -27,7 +27,8 @@ from trainium_cdk.app.dist import PLACEHOLDERS, write_dist
 from trainium_cdk.app.parallelcluster.cluster_config import placeholder_names
 from trainium_cdk.app.parallelcluster.image import IMAGE_PLACEHOLDERS
 
-CONFIG = config_with(project="trainium", backends=["eks", "parallelcluster"])
+# With the example images built (eks.example_images): the BERT-large job and its ${BERT_IMAGE} placeholder exist.
+CONFIG = config_with(project="trainium", backends=["eks", "parallelcluster"], eks={"example_images": True})
 # Every placeholder name the code makes: EKS manifests, the cluster and image configurations.
 KNOWN = tuple(dict.fromkeys((*PLACEHOLDERS, *placeholder_names(CONFIG), *IMAGE_PLACEHOLDERS)))
 # A value for each: distinct, and with characters a shell or YAML would mangle if quoting were wrong.

@@ -72,13 +72,14 @@ def _pins(name: str, config, app) -> dict[str, dict[str, str]]:
     (template,) = resources(batch, "AWS::EC2::LaunchTemplate").values()
     user_data = json.dumps(template["Properties"]["LaunchTemplateData"]["UserData"])
     (driver,) = set(re.findall(r"NEURON_DRIVER=([0-9.]+[0-9])", user_data))  # node/batch_node.sh's header
-    # Both build the MLP example image on the track's training image (the tag is the build argument).
+    # Batch builds the MLP example image on the track's training image (the tag is the build argument).
     assert "container-assets" in json.dumps(container["Image"])
-    # (EKS also builds the BERT-large example image on the xla track, on the same training image.)
-    for backend in ("batch", "eks"):
-        assets = json.loads((app.outdir / f"{app.stacks.backends[backend].artifact_id}.assets.json").read_text())
-        (tag,) = {image["source"]["dockerBuildArgs"]["BASE_TAG"] for image in assets["dockerImages"].values()}
-        pins[backend] = {"image_tag": tag}
+    assets = json.loads((app.outdir / f"{app.stacks.backends['batch'].artifact_id}.assets.json").read_text())
+    (tag,) = {image["source"]["dockerBuildArgs"]["BASE_TAG"] for image in assets["dockerImages"].values()}
+    pins["batch"] = {"image_tag": tag}
+    # EKS builds none by default (eks.example_images): its jobs run in the track's training image itself.
+    (image,) = {app.template_json("eks")["Outputs"]["ExampleImageUri"]["Value"]}
+    pins["eks"] = {"image_tag": image.rsplit(":", 1)[1]}
     pins["batch"]["driver"] = driver
     instance = app.template_json("instance")
     (lookup,) = resources(instance, "Custom::AmiLookup").values()

@@ -70,7 +70,7 @@ def test_an_app_read_from_the_cache_is_the_app_a_fresh_synth_makes(tmp_path):
 def test_apps_that_differ_never_share_an_entry(tmp_path):
     with cache_in(tmp_path):
         small = synth(config_with(**SMALL), nag=False)
-        bigger = synth(config_with(**SMALL, group={"nodes": 1, "instance_type": "trn1.2xlarge"}), nag=False)
+        bigger = synth(config_with(**SMALL, instance={"instance_type": "trn1.32xlarge"}), nag=False)
         nagged = synth(config_with(**SMALL), nag=True)
 
     assert len({small.outdir, bigger.outdir, nagged.outdir}) == 3

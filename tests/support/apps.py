@@ -38,8 +38,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "trn1n.32xlarge+trn1.2xlarge": {
         "backends": ["eks", "batch", "parallelcluster"],
-        # The managed node group path (Cluster Autoscaler); the other variants use Karpenter, the default.
-        "eks": {"capacity": "managed"},
+        # The managed node group path (Cluster Autoscaler); the other variants use Karpenter, the default. And the
+        # example images built (the BERT-large example with them), which the others leave off, as the default does.
+        "eks": {"capacity": "managed", "example_images": True},
         "compute_groups": [_group("big", "trn1n.32xlarge"), _group("small", "trn1.2xlarge", nodes=1)],
     },
     "trn2.48xlarge+trn2u.48xlarge": {

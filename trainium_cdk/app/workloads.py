@@ -11,14 +11,17 @@ examples to dist/ only.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import cdk8s
 from constructs import Construct
 
 from trainium_cdk import recipes
+from trainium_cdk.charts.code import CodeConfigMap
 from trainium_cdk.charts.training import (
     JOB_CHART_PREFIX, QUEUE_CHART_ID, DataLoaderJob, ServiceAccountChart, ShellPod, TensorBoard, VolcanoQueue,
     training_job,
@@ -29,19 +32,37 @@ from trainium_cdk.examples import BERT_LARGE_PHASE1_COMMAND, offers_bert_example
 from trainium_cdk.runtime.jobs import JobSpec
 from trainium_cdk.facts.names import BERT_EXAMPLE_JOB, HF_TOKEN_SERVICE_ACCOUNT, PUSHGATEWAY_URL, SHARED_MOUNT
 
+# The MLP example's code when no example image is built: a ConfigMap of the training namespace (charts/code.py).
+MLP_CODE_CONFIG_MAP = "mlp-example"
+MLP_EXAMPLE_SOURCE = Path(__file__).resolve().parent.parent / "examples" / "mlp" / "train.py"
+
 
 def eks_job_spec(config: Config, settings: TrainingJobSettings, *, image: str) -> JobSpec:
     """An EKS job: ``config.job_spec``, and with observability.prometheus the Pushgateway its launcher pushes the
-    job's metrics to (charts/job_metrics.py; Pod Security keeps the job from the node's metrics folder)."""
+    job's metrics to (charts/job_metrics.py; Pod Security keeps the job from the node's metrics folder). A job of
+    the MLP example's command gets the example's code from its ConfigMap when no example image is built."""
     spec = config.job_spec(settings, image=image)
-    return replace(spec, metrics_push_url=PUSHGATEWAY_URL) if config.observability.prometheus else spec
+    if config.observability.prometheus:
+        spec = replace(spec, metrics_push_url=PUSHGATEWAY_URL)
+    if not config.eks.example_images and tuple(settings.command[:1]) == EXAMPLE_COMMAND:
+        spec = replace(spec, code=(MLP_CODE_CONFIG_MAP, posixpath.dirname(EXAMPLE_COMMAND[0])))
+    return spec
+
+
+def example_code_chart(app: Construct, config: Config) -> dict[str, cdk8s.Chart]:
+    """The MLP example's train.py as a ConfigMap of the training namespace, which its jobs mount where the example
+    image has it, when the deploy builds no example image (``eks.example_images: false``)."""
+    if config.eks.example_images:
+        return {}
+    return {MLP_CODE_CONFIG_MAP: CodeConfigMap(app, MLP_CODE_CONFIG_MAP, name=MLP_CODE_CONFIG_MAP,
+                                               files={"train.py": MLP_EXAMPLE_SOURCE.read_text()})}
 
 
 def workload_charts(app: Construct, config: Config, *, image: str) -> dict[str, cdk8s.Chart]:
     """The configured workloads by chart id: the Volcano queue, each job, the data loader, the shell
     pod and TensorBoard. ``image`` is the default training image."""
     workloads = config.workloads
-    charts: dict[str, cdk8s.Chart] = {}
+    charts: dict[str, cdk8s.Chart] = example_code_chart(app, config)
     if workloads.volcano:
         charts[QUEUE_CHART_ID] = VolcanoQueue(app, QUEUE_CHART_ID, name=workloads.queue)
     for job in workloads.jobs:
@@ -151,8 +172,10 @@ def render_job(
 # The backends' image_build entries (app/backends.py names them by string: the registry imports no example,
 # since the examples' checks take the config, whose models import the registry).
 def eks_image_build(config: Config) -> str | None:
-    """TrainingWorkloads builds the MLP example image (a DockerImageAsset) on every EKS deploy, and the
-    BERT-large example's where the config offers that example."""
+    """With eks.example_images, TrainingWorkloads builds the MLP example image (a DockerImageAsset) on every EKS
+    deploy, and the BERT-large example's where the config offers that example; else nothing."""
+    if not config.eks.example_images:
+        return None
     mlp = "the MLP example image (trainium_cdk/examples/mlp/Dockerfile)"
     if not offers_bert_example(config):
         return mlp

@@ -64,6 +64,10 @@ NOBODY = 65534
 UNPACK_SCRIPT = 'tar -x -o -f "$1" -C "$2" && rm -f "$1"'
 
 
+# The volume of a job's code from a ConfigMap (JobSpec.code).
+CODE_VOLUME = "code"
+
+
 def _check_path(field: str, path: str) -> None:
     if path.startswith("/") or ".." in path.split("/"):
         raise ConfigError(field, path, "a relative directory under /fsx, such as datasets/wiki")
@@ -94,6 +98,12 @@ def training_pod_spec(job: JobSpec, *, env: Mapping[str, str], claim_name: str) 
     if job.group:
         selector[GROUP_LABEL] = job.group
     claim = claim_name if job.shared_storage else None
+    volumes, mounts = _data_volumes(claim), _data_mounts(claim)
+    if job.code is not None:
+        config_map, directory = job.code
+        check_name("job.code", config_map)
+        volumes.append({"name": CODE_VOLUME, "configMap": {"name": config_map}})
+        mounts.append({"name": CODE_VOLUME, "mountPath": directory, "readOnly": True})
     requests = {
         "cpu": str(int(job.instance.vcpus * TRAINING_SHARE)),
         "memory": f"{int(job.instance.memory_gib * TRAINING_SHARE)}Gi",
@@ -116,10 +126,10 @@ def training_pod_spec(job: JobSpec, *, env: Mapping[str, str], claim_name: str) 
                 # Extended resources are requested through limits (requests default to them).
                 "resources": {"requests": requests, "limits": limits},
                 "securityContext": TRAINING_SECURITY,
-                "volumeMounts": _data_mounts(claim),
+                "volumeMounts": mounts,
             }
         ],
-        "volumes": _data_volumes(claim),
+        "volumes": volumes,
     }
 
 

@@ -42,7 +42,10 @@ class TrainingWorkloadsOptions:
         trailing slash is taken as a folder, as ``aws s3 sync`` takes it). Default: "" (the whole bucket).
     :param namespace: namespace of the data loader's service account. Default: ``training``.
     :param data_loader_service_account: its name. Default: ``data-loader``.
-    :param image_directory: the example image's Docker build context. Default: the MLP example.
+    :param image_directory: the example image's Docker build context, or None: no image is built, and ``image``
+        is the default training image. Default: the MLP example.
+    :param image: the default training image when ``image_directory`` is None (the track's Neuron training
+        image: the MLP example then needs its code from a ConfigMap). Default: none.
     :param bert_image_directory: the Docker build context of a second image, the BERT-large example's
         (``BERT_EXAMPLE_DIR``), or None. Default: none (no second image).
     :param base_image_tag: tag of the Neuron training image both build on (build arg ``BASE_TAG``).
@@ -58,7 +61,8 @@ class TrainingWorkloadsOptions:
     data_loader_prefix: str = ""
     namespace: str = TRAINING_NAMESPACE
     data_loader_service_account: str = DATA_LOADER_SERVICE_ACCOUNT
-    image_directory: str | Path = EXAMPLE_DIR
+    image_directory: str | Path | None = EXAMPLE_DIR
+    image: str | None = None
     bert_image_directory: str | Path | None = None
     base_image_tag: str = DEFAULT_BASE_IMAGE_TAG
     repository_removal_policy: RemovalPolicy = DEFAULT_REPOSITORY_REMOVAL_POLICY
@@ -68,6 +72,9 @@ class TrainingWorkloadsOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.images_kept, int) or self.images_kept < 1:
             raise ConfigError("TrainingWorkloadsOptions.images_kept", self.images_kept, "at least 1")
+        if (self.image_directory is None) == (self.image is None):
+            raise ConfigError("TrainingWorkloadsOptions.image", self.image,
+                              "an image exactly when image_directory is None (the image built, or the one given)")
         directories = {"image_directory": self.image_directory, "bert_image_directory": self.bert_image_directory}
         for name, directory in directories.items():
             if directory is not None and not Path(directory, "Dockerfile").is_file():
@@ -78,7 +85,8 @@ class TrainingWorkloads(Construct):
     """Everything that trains on the cluster.
 
     - the example image, a Docker image asset built and pushed at deploy time (synth only hashes the
-      folder: no Docker needed to synthesize), the default image of every job, and an ECR repository
+      folder: no Docker needed to synthesize), the default image of every job (or, with no build context,
+      the image the options give), and an ECR repository
       for your own training images (scanned on push, immutable tags, retained by default);
     - with ``bert_image_directory``, the BERT-large example image, built the same way (``bert_image``);
     - the workload charts given to :meth:`add_charts` (queue, jobs, data loader, shell pod, TensorBoard),
@@ -107,13 +115,14 @@ class TrainingWorkloads(Construct):
         self.repository = TrainingImageRepository(
             self, "TrainingImages", images_kept=options.images_kept, removal_policy=options.repository_removal_policy
         )
-        self.image = ecr_assets.DockerImageAsset(
+        self.image = None if options.image_directory is None else ecr_assets.DockerImageAsset(
             self,
             "ExampleImage",
             directory=str(options.image_directory),
             platform=ecr_assets.Platform.LINUX_AMD64,
             build_args={BASE_TAG_BUILD_ARG: options.base_image_tag},
         )
+        self._image = options.image
         # On the same base as the example image: a deploy pushes only the layers the base lacks.
         self.bert_image = None if options.bert_image_directory is None else ecr_assets.DockerImageAsset(
             self,
@@ -185,5 +194,9 @@ class TrainingWorkloads(Construct):
 
     @property
     def image_uri(self) -> str:
-        """The example image's URI (a token): the default training image of the charts given to add_charts."""
-        return self.image.image_uri
+        """The default training image of the charts given to add_charts: the example image's URI (a token), or the
+        image given."""
+        if self.image is not None:
+            return self.image.image_uri
+        assert self._image is not None  # the options hold one or the other
+        return self._image

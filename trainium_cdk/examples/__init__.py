@@ -50,5 +50,6 @@ def offers_multi_node_examples(config: Config) -> bool:
 
 def offers_bert_example(config: Config) -> bool:
     """Whether the config has the BERT-large example (and the EKS stack its image): two EFA nodes of the
-    first compute group, on a track whose image has torch-xla."""
-    return offers_multi_node_examples(config) and config.neuron_track.name in BERT_TRACKS
+    first compute group, on a track whose image has torch-xla, with the example images built
+    (``eks.example_images``: its image carries the pinned sample script)."""
+    return offers_multi_node_examples(config) and config.neuron_track.name in BERT_TRACKS and config.eks.example_images

@@ -75,6 +75,8 @@ class JobSpec:
         Default: none (the pods get no credentials and no Kubernetes API token).
     :param metrics_push_url: the Pushgateway its launcher pushes the job's metrics to (``TRN_METRICS_PUSH_URL``):
         EKS with observability.prometheus. Default: none.
+    :param code: EKS: a ConfigMap of the job's namespace mounted read-only at a directory, (name, directory):
+        the MLP example's train.py when no example image is built. Default: none.
     """
 
     name: str
@@ -94,6 +96,7 @@ class JobSpec:
     neuron_track: NeuronTrack | None = None
     service_account: str | None = None
     metrics_push_url: str | None = None
+    code: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not _JOB_NAME.fullmatch(self.name):

@@ -7,16 +7,20 @@ import re
 
 import pytest
 
-from tests.support.helpers import US_EAST_2, config_with, helm_chart_name, resources, synth
+from tests.support.helpers import US_EAST_2, config_with, helm_chart_name, resources, synth, template_text
+from trainium_cdk.app.workloads import eks_image_build
+from trainium_cdk.examples import offers_bert_example
 from trainium_cdk.facts import versions
-from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR
+from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR, EXAMPLE_DIR
 from trainium_cdk.app.adapters.eks import workloads_options
 
 
 @pytest.fixture(scope="module")
 def result():
+    """The example images built (eks.example_images; the default builds none: see the tests at the end)."""
     return synth(
         config_with(
+            eks={"example_images": True},
             workloads={
                 "jobs": [
                     {"name": "bert", "cache_set": "bert", "precompile": True, "precompile_steps": 4},
@@ -232,9 +236,51 @@ def test_bert_image_builds_the_pinned_sample_on_the_same_base(result):
         ({"group": {"instance_type": "trn1.2xlarge", "nodes": 1, "max_nodes": 1}}, "no EFA: no multi-node example"),
         ({**US_EAST_2, "neuron": {"track": "native"},
           "group": {"instance_type": "trn2.48xlarge", "az_ids": "use2-az3"}}, "native track: no torch-xla"),
+        ({"eks": {"example_images": False}}, "no example images built (the default)"),
     ],
 )
 def test_no_bert_image_where_the_config_offers_no_bert_example(changes, why):
-    config = config_with(**changes)
+    config = config_with(**{"eks": {"example_images": True}, **changes})
     assert workloads_options(config).bert_image_directory is None, why
-    assert workloads_options(config_with()).bert_image_directory == BERT_EXAMPLE_DIR
+    assert workloads_options(config_with(eks={"example_images": True})).bert_image_directory == BERT_EXAMPLE_DIR
+
+
+# -- the default: no image built, the MLP example's code from a ConfigMap ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def unbuilt():
+    """The default config with the MLP example as two configured jobs, on one node and on two."""
+    return synth(config_with(workloads={"jobs": [{"name": "mlp", "nodes": 1}, {"name": "mlp-two", "nodes": 2}]}))
+
+
+def test_by_default_the_deploy_builds_no_image(unbuilt):
+    """The quick path needs no Docker: no image asset, and the default training image is the track's Neuron
+    training image from the public ECR Gallery (the base the example image would build FROM)."""
+    assets = json.loads((unbuilt.outdir / "t-eks.assets.json").read_text())
+    assert assets.get("dockerImages", {}) == {}
+    image = versions.neuron_public_training_image("xla")
+    assert unbuilt.template_json("eks")["Outputs"]["ExampleImageUri"]["Value"] == image
+    assert eks_image_build(unbuilt.config) is None  # `trn doctor` asks for no container engine
+    assert not offers_bert_example(unbuilt.config)  # BERT's image carries its script: only with the build
+
+
+def test_the_mlp_jobs_mount_the_example_code_where_the_image_would_have_it(unbuilt):
+    manifests = _manifests(unbuilt.template_json("eks"))
+    (code,) = [json.loads(template_text(m["Properties"]["Manifest"])) for k, m in manifests.items() if "mlpexample" in k]
+    ((config_map,),) = [code]
+    assert config_map["kind"] == "ConfigMap" and config_map["metadata"] == {
+        "name": "mlp-example", "namespace": "training", "labels": config_map["metadata"]["labels"]}
+    assert config_map["data"] == {"train.py": (EXAMPLE_DIR / "train.py").read_text()}
+    image = versions.neuron_public_training_image("xla")
+    jobs = [json.loads(template_text(m["Properties"]["Manifest"])) for k, m in manifests.items() if "jobmlp" in k]
+    assert jobs
+    for (job,) in jobs:
+        templates = [t["template"] for t in job["spec"]["tasks"]] if "tasks" in job["spec"] else [job["spec"]["template"]]
+        for template in templates:
+            pod = template["spec"]
+            (container,) = pod["containers"]
+            assert container["image"] == image
+            assert {"name": "code", "mountPath": "/opt/trainium-cdk/examples/mlp", "readOnly": True} in container["volumeMounts"]
+            assert {"name": "code", "configMap": {"name": "mlp-example"}} in pod["volumes"]
+            assert "/opt/trainium-cdk/examples/mlp/train.py" in container["command"]

@@ -123,8 +123,16 @@ def _node_classes(config: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 @pytest.fixture(scope="module", params=["xla", "native"])
 def karpenter(request) -> tuple[str, Any, dict[str, Any], list[dict[str, Any]]]:
-    config = _config(request.param, prepull_images=True)
+    config = _config(request.param, prepull_images=True, example_images=True)
     return (request.param, config, *_node_classes(config))
+
+
+def test_without_example_images_the_nodes_pull_the_tracks_image_and_the_configs_once():
+    """The default builds no image: the example jobs run in the track's image, listed once."""
+    template, node_classes = _node_classes(_config("xla", prepull_images=True))
+    image = f"public.ecr.aws/neuron/pytorch-training-neuronx:{versions.NEURON_TRACKS['xla'].training_image_tag}"
+    for node_class in node_classes:
+        assert prepulled(node_class["spec"]["userData"], template) == [image, OWN_IMAGE]
 
 
 def test_karpenter_nodes_pull_the_tracks_image_fast_from_boot(karpenter):

@@ -106,7 +106,7 @@ SYSTEM_PODS = (
 
 @pytest.fixture(scope="module")
 def app():
-    return synth(config_with(workloads={"data_loader": {"s3_uri": "s3://my-bucket/datasets/"}}), nag=False)
+    return synth(config_with(eks={"example_images": True}, workloads={"data_loader": {"s3_uri": "s3://my-bucket/datasets/"}}), nag=False)
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ CREATOR = "the identity that created the cluster"
 @pytest.fixture(scope="module")
 def app():
     return synth(
-        config_with(eks={"admin_role_arns": [ADMIN]}, workloads={"data_loader": {"s3_uri": "s3://my-datasets/wiki/"}}),
+        config_with(eks={"admin_role_arns": [ADMIN], "example_images": True}, workloads={"data_loader": {"s3_uri": "s3://my-datasets/wiki/"}}),
         nag=False,
     )
 

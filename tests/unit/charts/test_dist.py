@@ -12,8 +12,31 @@ from trainium_cdk.app.dist import PLACEHOLDERS, write_dist
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
+    """With the example images built (eks.example_images), which the BERT-large example needs."""
     out = tmp_path_factory.mktemp("dist")
+    return out, write_dist(config_with(eks={"example_images": True}), out)
+
+
+@pytest.fixture(scope="module")
+def unbuilt(tmp_path_factory):
+    """The default: no example image; the MLP example's code in a ConfigMap."""
+    out = tmp_path_factory.mktemp("dist-default")
     return out, write_dist(config_with(), out)
+
+
+def test_by_default_the_mlp_example_s_code_is_a_configmap_its_jobs_mount(unbuilt):
+    out, paths = unbuilt
+    names = [p.relative_to(out).as_posix() for p in paths]
+    assert names[:3] == ["eks/workloads/mlp-example.k8s.yaml", "eks/workloads/volcano-queue.k8s.yaml",
+                         "eks/workloads/job-mlp.k8s.yaml"]
+    assert not [n for n in names if "bert" in n]
+    objects = _objects(paths)
+    assert validate_all([o for o in objects if (o["apiVersion"], o["kind"]) not in VOLCANO_KINDS]) >= 12
+    (config_map,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "mlp-example"]
+    assert list(config_map["data"]) == ["train.py"]
+    (job,) = [o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] == "mlp"]
+    pod = job["spec"]["template"]["spec"]
+    assert {"name": "code", "configMap": {"name": "mlp-example"}} in pod["volumes"]
 
 
 def _objects(paths):
@@ -136,7 +159,7 @@ def test_ids_known_after_deploy_are_envsubst_placeholders(written):
 
 
 def test_deterministic(written, tmp_path):
-    again = write_dist(config_with(), tmp_path)
+    again = write_dist(config_with(eks={"example_images": True}), tmp_path)
     assert [p.read_bytes() for p in again] == [p.read_bytes() for p in written[1]]
 
 

@@ -71,9 +71,11 @@ ADMIN_ROLE = f"arn:aws:iam::{ACCOUNT}:role/aws-reserved/sso.amazonaws.com/{ADMIN
 PLUGIN_VERSION = ("session-manager-plugin", "--version")
 
 
-def config_file(tmp_path: Path, *, group: dict[str, Any] | None = None, **top: Any) -> Path:
+def config_file(tmp_path: Path, *, group: dict[str, Any] | None = None, eks: dict[str, Any] | None = None,
+                **top: Any) -> Path:
     raw = yaml.safe_load(DEFAULT_YAML.read_text())
     raw.setdefault("eks", {})["admin_role_arns"] = [ADMIN_ROLE]
+    raw["eks"].update(eks or {})
     raw["compute_groups"][0].update(group or {})
     raw.update(top)
     path = tmp_path / "doctor.yaml"
@@ -142,7 +144,7 @@ def fix_after(result: Result, status: str, name: str) -> str:
     return lines[index + 1]
 
 
-def test_everything_passes_on_a_ready_account(ready, tmp_path):
+def test_everything_passes_on_a_ready_account(ready, machine, tmp_path):
     result = doctor(config_file(tmp_path))
     assert result.code == 0, result.out + result.err
     assert not [ln for ln in result.out.splitlines() if ln.startswith(("FAIL", "WARN"))]
@@ -151,14 +153,15 @@ def test_everything_passes_on_a_ready_account(ready, tmp_path):
     assert "trn1.32xlarge is offered in usw2-az4" in line(result, "PASS", "offering train")
     assert "512 vCPUs (applied)" in line(result, "PASS", "quota L-2C3B7624")
     assert "version 30" in line(result, "PASS", "CDK bootstrap")
-    assert "the eks stack builds the MLP example image" in line(result, "PASS", "container engine")
+    # The EKS stack builds no image by default (eks.example_images): no container engine is asked for.
+    assert "container engine" not in result.out and DOCKER_VERSION not in machine.ran
     assert f"{ADMIN_ROLE_NAME} is in eks.admin_role_arns" in line(result, "PASS", "cluster access")
     assert "version 1.2.707.0" in line(result, "PASS", "session manager plugin")
     assert "training image" in line(result, "PASS", f"image {versions.neuron_training_image(REGION, 'xla')}")
     assert "release v20260930 is ami-" in line(result, "PASS", "AMI eks")  # the EKS stack's pins: test_cli_preflight.py
     assert "1.35: standard support until 2027-03-27" in line(result, "PASS", "kubernetes")
     assert "aws-fsx-csi-driver v1.9.0-eksbuild.1 (EKS's default: not pinned)" in line(result, "PASS", "add-ons")
-    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 13 PASS: ready to deploy")
+    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 12 PASS: ready to deploy")
     assert ready.of("GetServiceQuota") == [{"ServiceCode": "ec2", "QuotaCode": "L-2C3B7624"}]
     assert ready.of("DescribeInstanceTypeOfferings")[0]["LocationType"] == "availability-zone-id"
 
@@ -321,7 +324,7 @@ def test_no_credentials_fails_the_first_check_and_skips_the_rest(no_credentials,
 
 # Every check's line after the credentials, on the ready account (the default config: EKS, on demand).
 LATER_CHECKS = ("availability zones", "offering train", "quota L-2C3B7624", "capacity train", "CDK bootstrap",
-                "container engine", "cluster access", "session manager plugin")
+                "AMI eks", "kubernetes", "add-ons", "cluster access", "session manager plugin")
 
 
 def server_error(code: str, operation: str, status: int = 500) -> ClientError:
@@ -346,7 +349,7 @@ def test_list_service_quotas_answering_500_is_the_quota_checks_warning_and_the_r
     fix = fix_after(result, "WARN", "vCPU quota")
     assert "failed on AWS's side (HTTP 500)" in fix and "run `trn doctor` again" in fix
     assert_every_check_printed(result, but="quota L-2C3B7624")
-    assert "PASS  CDK bootstrap" in result.out and result.out.rstrip().endswith("1 WARN, 12 PASS: ready to deploy (read the WARN lines)")
+    assert "PASS  CDK bootstrap" in result.out and result.out.rstrip().endswith("1 WARN, 11 PASS: ready to deploy (read the WARN lines)")
     assert result.code == 0
 
 
@@ -534,7 +537,7 @@ def test_native_track_pins_are_the_ones_compared(machine):
 def test_doctor_on_the_default_machine_prints_the_skip_line_outside_the_summary(ready, tmp_path):
     result = doctor(config_file(tmp_path))
     assert "no Neuron tools here" in line(result, SKIP, "neuron versions")
-    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 13 PASS: ready to deploy")
+    assert result.out.rstrip().endswith("0 FAIL, 0 WARN, 12 PASS: ready to deploy")
 
 
 def test_doctor_on_a_node_warns_on_a_driver_mismatch_and_counts_it(ready, machine, tmp_path):
@@ -547,7 +550,7 @@ def test_doctor_on_a_node_warns_on_a_driver_mismatch_and_counts_it(ready, machin
     assert result.code == 0
     assert "2.21.37.0, but the xla track pins 2.27.4.0" in line(result, WARN, "neuron driver")
     assert "install aws-neuronx-dkms 2.27.4.0" in fix_after(result, WARN, "neuron driver")
-    assert result.out.rstrip().endswith("0 FAIL, 1 WARN, 14 PASS: ready to deploy (read the WARN lines)")
+    assert result.out.rstrip().endswith("0 FAIL, 1 WARN, 13 PASS: ready to deploy (read the WARN lines)")
 
 
 def test_a_node_without_credentials_still_gets_its_neuron_versions(no_credentials, machine, tmp_path):
@@ -624,7 +627,7 @@ def test_an_explicit_ami_id_is_checked_in_the_region(ready, tmp_path):
 
 def test_no_docker_fails_when_the_eks_stack_builds_an_image(ready, machine, tmp_path):
     del machine.answers[DOCKER_VERSION]
-    result = doctor(config_file(tmp_path))
+    result = doctor(config_file(tmp_path, eks={"example_images": True}))
     assert result.code == 1
     assert "docker not found (CDK_DOCKER=docker); the eks stack builds the MLP example image" in line(
         result, "FAIL", "container engine")
@@ -633,7 +636,7 @@ def test_no_docker_fails_when_the_eks_stack_builds_an_image(ready, machine, tmp_
 
 def test_a_docker_without_its_daemon_fails(ready, machine, tmp_path):
     machine.answers[DOCKER_VERSION] = CommandResult(1, "Client: 27.3.1\n")
-    result = doctor(config_file(tmp_path))
+    result = doctor(config_file(tmp_path, eks={"example_images": True}))
     assert "`docker version` failed (exit 1): is its daemon running?" in line(result, "FAIL", "container engine")
 
 
@@ -641,7 +644,7 @@ def test_finch_through_cdk_docker_passes(ready, machine, tmp_path, monkeypatch):
     del machine.answers[DOCKER_VERSION]
     machine.answers[("finch", "version")] = CommandResult(0, "Client: v1.4\n")
     monkeypatch.setenv("CDK_DOCKER", "finch")
-    result = doctor(config_file(tmp_path))
+    result = doctor(config_file(tmp_path, eks={"example_images": True}))
     assert result.code == 0, result.out
     assert "finch answers" in line(result, PASS, "container engine")
     assert ("finch", "version") in machine.ran

@@ -633,11 +633,13 @@ def test_eks_submit_dry_run_renders_without_a_cluster_or_the_stack(aws, eks_stac
 @pytest.mark.parametrize("own_image", [False, True], ids=["example-image", "workloads.image-set"])
 def test_eks_submit_bert_runs_in_the_stacks_bert_image(aws, eks_stack, kube, config, own_image):
     """The BERT-large example runs in the image that holds its script (output BertImageUri), not in the
-    MLP example image, nor in a workloads.image of the config (made for the user's own jobs)."""
+    MLP example image, nor in a workloads.image of the config (made for the user's own jobs). Only with the
+    example images built (eks.example_images)."""
+    raw = yaml.safe_load(config.read_text())
+    raw.setdefault("eks", {})["example_images"] = True
     if own_image:
-        raw = yaml.safe_load(config.read_text())
         raw["workloads"] = {"image": "example.com/team/train:7"}
-        config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
     result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "bert", "--job",
                      "bert-large-phase1")
     assert result.code == 0, result.err

@@ -142,7 +142,7 @@ PROMETHEUS = {"prometheus": True}
 @pytest.fixture(scope="module")
 def dist_objects(tmp_path_factory) -> list[dict[str, Any]]:
     out = tmp_path_factory.mktemp("dist")
-    paths = write_dist(config_with(backends=["eks"], observability=PROMETHEUS), out)
+    paths = write_dist(config_with(backends=["eks"], observability=PROMETHEUS, eks={"example_images": True}), out)
     return [doc for path in paths for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
@@ -204,7 +204,7 @@ def test_eks_jobs_push_to_the_gateway_when_prometheus_is_on(dist_objects, tmp_pa
 
 @pytest.fixture(scope="module")
 def app():
-    return synth(config_with(backends=["eks"], observability=PROMETHEUS,
+    return synth(config_with(backends=["eks"], observability=PROMETHEUS, eks={"example_images": True},
                              workloads={"data_loader": {"s3_uri": "s3://my-bucket/datasets/"}}), nag=False)
 
 

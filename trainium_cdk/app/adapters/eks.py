@@ -13,7 +13,7 @@ from trainium_cdk.facts import versions
 from trainium_cdk.charts.karpenter import NodePoolProps
 from trainium_cdk.charts.node_health import NodeHealthProps
 from trainium_cdk.app.config import ComputeGroup, Config
-from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR, TrainingWorkloadsOptions
+from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR, EXAMPLE_DIR, TrainingWorkloadsOptions
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.examples import offers_bert_example
 from trainium_cdk.runtime.lustre_tuning import eks_node_script
@@ -99,9 +99,13 @@ def workloads_options(config: Config) -> TrainingWorkloadsOptions:
     """The example image on the configured Neuron track (and the BERT-large example's image where the
     config offers that example), the data loader's bucket and the Hugging Face token's secret."""
     loader = config.workloads.data_loader
+    built = config.eks.example_images
     return TrainingWorkloadsOptions(
         data_loader_bucket=loader.bucket if loader is not None else None,
         data_loader_prefix=loader.prefix if loader is not None else "",
+        # Without the build: the track's Neuron training image, the MLP example's code from its ConfigMap.
+        image_directory=EXAMPLE_DIR if built else None,
+        image=None if built else versions.neuron_public_training_image(config.neuron_track.name),
         bert_image_directory=BERT_EXAMPLE_DIR if offers_bert_example(config) else None,
         base_image_tag=config.neuron_track.training_image_tag,
         hf_token_secret=config.hugging_face.token_secret,

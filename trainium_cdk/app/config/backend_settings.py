@@ -58,6 +58,12 @@ class EksSettings(_Model):
         True, description="Trainium nodes pull images with nodeadm's FastImagePull (the SOCI snapshotter's parallel "
         "pull and unpack) on a root volume of 600 MiB/s; false: containerd's default pull on gp3's baseline."
     )
+    example_images: bool = Field(
+        False, description="Build the example images (the MLP example's; the BERT-large example's, which only this "
+        "offers) FROM the Neuron training container on the deploying machine, which needs Docker or Finch and pulls "
+        "several GB, and push them at deploy. false: the MLP example runs in the track's Neuron training image "
+        "with its train.py from a ConfigMap, and the deploy builds nothing."
+    )
     prepull_images: bool = Field(
         True, description="Trainium nodes start pulling the training images at boot (the track's Neuron image, "
         "base of the images the project builds, the example images, workloads.image and the jobs' images), while "

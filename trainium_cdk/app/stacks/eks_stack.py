@@ -149,10 +149,10 @@ class EksStack(Stack):
                 health_checker=SERVICE_ACCOUNT_USERNAME.format(namespace=KUBE_SYSTEM, service_account=NODE_HEALTH_NAME),
             )
         if config.eks.prepull_images:
-            self._prepull(config, [self.workloads.image.image_uri,
+            self._prepull(config, [self.workloads.image_uri,
                                    *([self.workloads.bert_image.image_uri] if self.workloads.bert_image else [])])
         CfnOutput(self, OUTPUT_DASHBOARD_NAME, value=self.observability.dashboard.dashboard_name)
-        CfnOutput(self, OUTPUT_EXAMPLE_IMAGE_URI, value=self.workloads.image.image_uri)
+        CfnOutput(self, OUTPUT_EXAMPLE_IMAGE_URI, value=self.workloads.image_uri)
         if self.workloads.bert_image is not None:
             CfnOutput(self, OUTPUT_BERT_IMAGE_URI, value=self.workloads.bert_image.image_uri)
         CfnOutput(self, OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, value=self.workloads.repository.repository_uri)
@@ -174,7 +174,7 @@ class EksStack(Stack):
         in place and rolls no node; the example images, CDK assets known only at deploy, can be in it."""
         images = ssm.StringParameter(
             self, "PrepullImages", parameter_name=adapter.prepull_parameter(config),
-            string_value=" ".join([*adapter.prepull_images(config), *own_images]),
+            string_value=" ".join(dict.fromkeys([*adapter.prepull_images(config), *own_images])),
             description="trainium-cdk: the images Trainium nodes start pulling at boot, separated by spaces",
         )
         roles: list[iam.IRole] = [group.nodegroup.role for group in self.node_groups.values()]

@@ -11,7 +11,10 @@ What is substituted, and why:
 ``make deploy`` (any ARGS)                 needs an account: runs as typed with the CDK CLI's ``deploy``
                                            replaced by its ``synth`` (same arguments), then the stacks of
                                            cdk.out are made in moto by tests/support/deployed.py (outputs resolved,
-                                           EKS cluster, Batch queue and job definition, log groups)
+                                           EKS cluster, Batch queue and job definition, log groups); its
+                                           preflight (``trn doctor --preflight``) is skipped (PREFLIGHT=skip), as
+                                           ``trn doctor`` is below: tests/unit/cli/test_cli_preflight.py runs
+                                           ``make deploy``'s preflight against moto and tests each check
 ``make destroy`` (any ARGS)                runs as typed with the CDK CLI's ``destroy`` recording the stacks
                                            it is given (tools/destroy.py's plan); those are deleted from moto
 ``make test`` (and ``make test-e2e``)      the suites: CI runs both on their own (.ci/run), and this
@@ -254,7 +257,7 @@ DLAMI_VENV = "/opt/aws_neuronx_venv_pytorch_2_9"
 
 def dev_instance(walk: Walkthrough) -> tuple[Path, dict[str, str]]:
     """The development instance after `aws ssm start-session` (ssm-user's shell): the MLP example where its
-    user data writes it (decoded from the deployed template, then compared byte for byte with the
+    setup writes it (decoded from the deployed setup asset, then compared byte for byte with the
     repository's), the DLAMI venv whose `activate` puts this machine's torch on PATH, /fsx the stage's."""
     import base64
     import gzip
@@ -269,8 +272,12 @@ def dev_instance(walk: Walkthrough) -> tuple[Path, dict[str, str]]:
     (venv / "activate").write_text(f'export PATH="{Path(sys.executable).parent}:$PATH"\n')
     ((_, template),) = [(n, t) for n, t in assembly_stacks(walk.sandbox / "cdk.out") if n.endswith("-instance")]
     (instance,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::Instance"]
-    user_data = "".join(p for p in instance["Properties"]["UserData"]["Fn::Base64"]["Fn::Join"][1] if isinstance(p, str))
-    (line,) = [ln for ln in user_data.splitlines() if "base64 -d | gunzip > /opt/trainium-cdk/examples/mlp/train.py" in ln]
+    # The user data fetches the instance's setup (an S3 asset of cdk.out, by its digest), which writes the example.
+    from tests.support.helpers import template_text
+    from tests.support.node_files import fetched_setup
+
+    _, setup = fetched_setup(template_text(instance["Properties"]["UserData"]["Fn::Base64"]), walk.sandbox / "cdk.out")
+    (line,) = [ln for ln in setup.splitlines() if "base64 -d | gunzip > /opt/trainium-cdk/examples/mlp/train.py" in ln]
     deployed = gzip.decompress(base64.b64decode(line.split()[1]))
     assert deployed == (ROOT / "trainium_cdk" / "examples" / "mlp" / "train.py").read_bytes(), "the deployed example differs"
     prefix = DLAMI_VENV.rsplit("_", 2)[0] + "_"  # /opt/aws_neuronx_venv_pytorch_ (the README globs the version)
@@ -315,7 +322,7 @@ def deploy(walk: Walkthrough, command: Command) -> str:
     if not standin.exists():
         standin.write_text(_CDK_DEPLOY_STANDIN)
         standin.chmod(0o755)
-    code, out = walk.shell("workstation").run(f'{command.text.split("#", 1)[0].strip()} CDK="{standin}"')
+    code, out = walk.shell("workstation").run(f'{command.text.split("#", 1)[0].strip()} CDK="{standin}" PREFLIGHT=skip')
     assert code == 0, f"{command.where}: `{command.text}` (with the cdk stand-in) exited {code}:\n{out[-3000:]}"
     assembly = walk.sandbox / "cdk.out"
     assert (assembly / "manifest.json").exists(), f"{command.where}: `{command.text}` before any synth"

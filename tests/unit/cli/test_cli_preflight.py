@@ -17,7 +17,7 @@ import pytest
 from tests.support.cli_support import REGION, client_error
 from tests.support.eks_region import EKS_DEFAULTS, addon_versions, cluster_versions
 from tests.support.helpers import ROOT
-from tests.unit.cli.test_cli_doctor import config_file, doctor, fix_after, line, machine, quota, ready  # noqa: F401
+from tests.unit.cli.test_cli_doctor import config_file, doctor, fix_after, line, machine, quota, ready  # noqa: F401 (fixtures)
 from trainium_cdk.cli.doctor_deploy import NEURON_AMI_PARAMETER, PREFLIGHT_RECORD
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.versions import XLA_TRACK

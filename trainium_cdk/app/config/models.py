@@ -13,19 +13,18 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from trainium_cdk.facts.addressing import check_subnets_fit, check_vpc_cidr
-from trainium_cdk.facts.catalog import (
-    AZ_ID, BUILTIN_INSTANCE_TYPES, GP3_MAX_GIB, LUSTRE_COMPRESSION_TYPES, LUSTRE_VERSIONS, MAX_NODES_PER_GROUP, Catalog,
-    InstanceSpec, LustreCompression, LustreDeploymentType, LustreVersion, check_lustre,
-)
+from trainium_cdk.facts.catalog import AZ_ID, BUILTIN_INSTANCE_TYPES, GP3_MAX_GIB, MAX_NODES_PER_GROUP, Catalog, InstanceSpec
 # The sections of the backends and of what runs have modules of their own; their names stay importable here.
 from trainium_cdk.app.config.backend_settings import (
     BatchSettings, EksSettings, InstanceSettings, ParallelClusterSettings,
 )
 from trainium_cdk.app.config.base import _Model
-from trainium_cdk.app.config.fields import AZ_ID_RULE, AzId, BucketName, LogRetentionDays, Name, S3Prefix, check_tags
+from trainium_cdk.app.config.fields import AZ_ID_RULE, AzId, BucketName, LogRetentionDays, Name, check_tags
 from trainium_cdk.app.config.notification_settings import NotificationSettings
 from trainium_cdk.app.config.observability_settings import ObservabilitySettings
-from trainium_cdk.app.config.storage_settings import REMOVAL_POLICIES, DataRepository, StorageSettings
+from trainium_cdk.app.config.storage_settings import (  # noqa: F401 (REMOVAL_POLICIES, DataRepository: re-exported)
+    REMOVAL_POLICIES, DataRepository, StorageSettings,
+)
 from trainium_cdk.app.config.workload_settings import (
     EXAMPLE_COMMAND, DataLoaderSettings, PipelineEnvironment, PipelineSettings, TrainingJobSettings, WorkloadSettings,
 )

@@ -58,7 +58,9 @@ node_modules/.installed: package.json package-lock.json | $(RUNTIME)
 $(VENV)/bin/trn: pyproject.toml | $(RUNTIME)
 	@$(PIP_INSTALL) --no-deps -e . $(PROGRESS)
 
+## setup: the runtime dependencies only (.venv, node_modules, `trn`): what `make synth` installs
 setup: $(RUNTIME) node_modules/.installed $(VENV)/bin/trn
+## setup-dev: `setup` and the test tools, with the CPU build of torch that `trn rehearse` runs your job on
 setup-dev: setup $(DEV)
 
 ## synth: CloudFormation templates into cdk.out/, Kubernetes and Slurm files into dist/ (ARGS="-c key=value")

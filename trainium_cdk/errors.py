@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import reprlib
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -16,7 +17,29 @@ class ConfigError(ValueError):
         self.field = field
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{field} = {value!r}: {allowed}")
+        super().__init__(f"{field} = {shown(value)}: {allowed}")
+
+
+# The longest value an error echoes (a 256-character tag value whole): a value of megabytes (a YAML alias bomb
+# expanded) made a line of megabytes.
+SHOWN_CHARACTERS = 500
+
+
+def _limited_repr() -> reprlib.Repr:
+    # A bounded repr: a YAML alias bomb is a few hundred bytes of nested references whose full repr is megabytes.
+    limited = reprlib.Repr()
+    limited.maxlevel, limited.maxlist, limited.maxtuple, limited.maxdict, limited.maxset = 3, 20, 20, 20, 20
+    limited.maxstring = limited.maxother = limited.maxlong = SHOWN_CHARACTERS
+    return limited
+
+
+_REPR = _limited_repr()
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, bounded (reprlib) and cut to SHOWN_CHARACTERS."""
+    text = _REPR.repr(value)
+    return text if len(text) <= SHOWN_CHARACTERS else text[:SHOWN_CHARACTERS] + "..."
 
 
 def one_of(values: Iterable[Any]) -> str:

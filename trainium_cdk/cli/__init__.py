@@ -54,7 +54,18 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_parser(sub)
     image.add_parser(sub)
     sync.add_parser(sub)
+    _no_abbreviations(parser)
     return parser
+
+
+def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
+    """argparse takes a prefix of an option for the option (``--name`` for ``--namespace``): off, on every
+    command and sub-command, so that a mistyped flag is refused rather than taken for another."""
+    parser.allow_abbrev = False
+    for action in parser._actions:  # noqa: SLF001 - argparse lists its subparsers nowhere else
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for sub in action.choices.values():
+                _no_abbreviations(sub)
 
 
 def version() -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import secrets
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -193,12 +194,26 @@ def add_parsers(sub: Any) -> None:
 
 
 def load(args: argparse.Namespace) -> tuple[Config, str]:
+    """The config and the backend of a job command, its flags that need no config checked first."""
+    check_flags(args)
     config = read_config(args.config, parse_overrides(args.overrides))
     return config, backend_of(config, args.backend)
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """The job commands' flags that are wrong whatever the config: an empty --name (it fell back to the default
+    name)."""
+    name = getattr(args, "name", None)
+    if name is not None and not name.strip():
+        raise ConfigError("--name", name, "a job name, or leave --name out for <group>-<date>-<time>-<random>")
+
+
 def backend_of(config: Config, chosen: str | None) -> str:
     if chosen:
+        if chosen not in config.backends:
+            deployed = [b for b in config.backends if b in JOB_BACKENDS]
+            raise ConfigError("--backend", chosen, f"a backend the config deploys; {one_of(deployed or ['none'])} "
+                              "(add it to backends, or pass the config that deploys it)")
         return chosen
     deployed = [b for b in config.backends if b in JOB_BACKENDS]
     if not deployed:
@@ -316,7 +331,8 @@ def announce(args: argparse.Namespace, out: TextIO, err: TextIO, *, job: str, su
 
 
 def default_name(group: ComputeGroup, clock: Clock = CLOCK) -> str:
-    return f"{group.name}-{clock.now():%m%d-%H%M%S}"
+    """``<group>-<MMDD>-<HHMMSS>-<4 hex>``: the random tail keeps two submits in one second apart."""
+    return f"{group.name}-{clock.now():%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
 def watch(

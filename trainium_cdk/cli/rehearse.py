@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from trainium_cdk.cli._common import CliError
-from trainium_cdk.cli.jobs import _common, add_job_arguments, add_skip_fit_argument, check_fit, load, user_job
+from trainium_cdk.cli.jobs import (
+    _common, add_job_arguments, add_skip_fit_argument, check_fit, group_of, load, user_job,
+)
 from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts.names import SHARED_MOUNT
@@ -78,8 +80,15 @@ def _check_torch() -> None:
 
 def rehearse(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config, backend = load(args)
-    if args.procs_per_node < 1:
-        raise ConfigError("--procs-per-node", args.procs_per_node, "1 or more")
+    spec = (config.catalog.get(config.instance.instance_type) if backend == "instance"
+            else config.spec(group_of(config, args.group)))
+    if not 1 <= args.procs_per_node <= spec.neuron_cores:
+        raise ConfigError("--procs-per-node", args.procs_per_node,
+                          f"1 to {spec.neuron_cores}: the processes stand for the NeuronCores of a {spec.name} node")
+    if not args.timeout > 0:  # 0 stopped every node at once, a negative one never
+        raise ConfigError("--timeout", args.timeout, "more than 0 seconds")
+    if args.fsx and Path(args.fsx).exists() and not Path(args.fsx).is_dir():
+        raise ConfigError("--fsx", args.fsx, "a directory (it stands for /fsx), not a file")
     args.nodes = _nodes(config, args, backend)
     args.name = JOB_NAME
     args.dry_run = False

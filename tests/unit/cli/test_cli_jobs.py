@@ -48,8 +48,9 @@ DEFINITION = BATCH_JOB_DEFINITION_ARN
 
 @pytest.fixture
 def config(default_config) -> Path:
-    """The default config with the Batch backend (the EKS tests pass --backend eks)."""
-    return default_config("batch", name="jobs.yaml")
+    """The default config with the Batch backend first, and EKS (the EKS tests pass --backend eks: the CLI refuses a
+    backend the config does not deploy)."""
+    return default_config("batch", "eks", name="jobs.yaml")
 
 
 def group_outputs(groups: dict[str, dict[str, str]]) -> dict[str, str]:

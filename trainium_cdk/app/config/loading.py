@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from trainium_cdk.facts.catalog import BUILTIN_INSTANCE_TYPES, az_id_prefix
 from trainium_cdk.app.config.models import ComputeGroup, Config
-from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.errors import ConfigError, one_of, shown
 
 OVERRIDES = ("region", "backends", "instance_type", "nodes", "max_nodes", "az_ids")
 # `-c config=default`: the model's built-in defaults, no file (an empty file is an error instead).
@@ -56,7 +56,7 @@ def format_validation_error(err: ValidationError) -> ConfigError:
                 allowed = "unknown setting (a typo?)"
                 value = item.get("input")
         first = first or (field, value, allowed)
-        lines.append(f"{field} = {value!r}: {allowed}")
+        lines.append(f"{field} = {shown(value)}: {allowed}")
     assert first is not None
     error = ConfigError(*first)
     error.args = ("; ".join(" ".join(line.split()) for line in lines),)

@@ -263,7 +263,7 @@ def test_slurm_fabric_script_only_for_types_with_efa():
 
 def test_trn_check_fabric_parallelcluster_prints_the_sbatch_command():
     out, err = io.StringIO(), io.StringIO()
-    code = main(["check", "fabric", "--backend", "parallelcluster", "--nodes", "4", "-c", "instance_type=trn1.32xlarge"],
-                out=out, err=err)
+    code = main(["check", "fabric", "--backend", "parallelcluster", "--nodes", "4", "-c", "instance_type=trn1.32xlarge",
+                 "-c", "backends=parallelcluster"], out=out, err=err)  # --backend: one the config deploys
     assert code == 0, err.getvalue()
     assert "sbatch -N 4 ~/trainium/fabric-" in out.getvalue() and "trn check fabric --report" in out.getvalue()

@@ -109,8 +109,7 @@ class Doctor:
         self.record: dict[str, str] = {}  # add-on -> the version EKS installs where the pins leave it to EKS
         self.account: str | None = None
         self.caller = ""
-        self._now = now or (lambda: dt.datetime.now(dt.UTC))
-        self.now = self._now
+        self.now = now or (lambda: dt.datetime.now(dt.UTC))
         self._run = runner or run_command
         self._clients: dict[str, Any] = {}
         self.no_credentials = False  # set by credentials(): the checks that call AWS are skipped
@@ -369,7 +368,7 @@ class Doctor:
         return int(cpu.get("CoreCount", 0)) * int(cpu.get("ThreadsPerCore", 1))
 
     def capacity(self) -> list[Check]:
-        return capacity(self.config, self.client, self._now())
+        return capacity(self.config, self.client, self.now())
 
     def bootstrap(self) -> list[Check]:
         from botocore.exceptions import ClientError

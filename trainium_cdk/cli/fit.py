@@ -18,7 +18,7 @@ from typing import Any, TextIO
 from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.cli.jobs import UserJob, _common, add_job_arguments, load, user_job
-from trainium_cdk.recipes import FitReport, fit_of, gib, recipe_for
+from trainium_cdk.recipes import FitReport, FitUnknown, fit_of, gib, recipe_for
 
 
 def add_parser(sub: Any) -> None:
@@ -43,7 +43,12 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write(_own_script(config, job))
         return 0
     recipe_for(config, job.job, backend)  # a recipe that runs there, or one line naming those that do
-    report = fit_of(config, job.job, group=job.group, backend=backend, nodes=job.nodes, env=job.env)
+    try:
+        report = fit_of(config, job.job, group=job.group, backend=backend, nodes=job.nodes, env=job.env)
+    except FitUnknown as unknown:
+        out.write(f"trn fit cannot tell whether {job.job} fits: {unknown}\n")
+        out.write(_limits(config, job))
+        return 0
     if report is None:
         out.write(f"trn fit has no memory plan for {job.job}: it cannot tell whether the job fits\n")
         out.write(_limits(config, job))

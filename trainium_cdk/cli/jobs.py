@@ -297,11 +297,15 @@ def parse_env(pairs: Sequence[str] | None) -> dict[str, str]:
 def check_fit(args: argparse.Namespace, config: Config, job: UserJob, backend: str, err: TextIO) -> None:
     """Before `trn submit --job` and `trn rehearse --job` run a recipe: stop (exit 1) when `trn fit` says its job
     does not fit, naming the change that would; with --skip-fit, a warning and on."""
-    from trainium_cdk.recipes import fit_of
+    from trainium_cdk.recipes import FitUnknown, fit_of
 
     if job.job is None:
         return
-    report = fit_of(config, job.job, group=job.group, backend=backend, nodes=job.nodes, env=job.env)
+    try:
+        report = fit_of(config, job.job, group=job.group, backend=backend, nodes=job.nodes, env=job.env)
+    except FitUnknown as unknown:
+        err.write(f"trn {args.command} --job {job.job}: not checked against the memory of a NeuronCore: {unknown}\n")
+        return
     if report is None or report.fits:
         return
     verdict = f"does not fit ({report.totals()})"

@@ -24,12 +24,12 @@ from trainium_cdk.cli.jobs import (
 )
 from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.facts.names import SHARED_MOUNT
+from trainium_cdk.facts.names import REHEARSAL_FSX, SHARED_MOUNT
 from trainium_cdk.rehearsal import PROCESSES_PER_NODE, TIMEOUT_S, NodeResult, Stage
 from trainium_cdk.rehearsal.stage import CPU_FOR_NEURON, EXAMPLE_DIR, IMAGE_EXAMPLE_DIR
 
 DEFAULT_NODES = 2
-DEFAULT_FSX = Path(".trn-rehearse", "fsx")
+DEFAULT_FSX = Path(REHEARSAL_FSX)
 JOB_NAME = "rehearsal"
 # What an image would be: the rehearsal runs this Python instead (the EKS chart needs a name to render).
 IMAGE_STAND_IN = "rehearsal.invalid/this-machine:python"

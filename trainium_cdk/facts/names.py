@@ -52,6 +52,9 @@ CLAIM_NAME = "fsx-lustre"
 # instance) and pods alike, so that one path (a dataset, a checkpoint, the compile cache) is the same
 # path everywhere.
 SHARED_MOUNT = "/fsx"
+# What stands for /fsx in `trn rehearse` (relative to where it runs) unless --fsx says: its outputs, and what a
+# rehearsed data job left there (`trn fit` reads a model's config.json from it).
+REHEARSAL_FSX = ".trn-rehearse/fsx"
 CACHE_DIR_NAME = "neuron-cache"
 # ParallelCluster: the group whose members' jobs share the compile cache (/fsx/neuron-cache, setgid 2775), made on
 # the head node; the README tells how a user joins it.

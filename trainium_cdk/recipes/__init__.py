@@ -23,6 +23,7 @@ from trainium_cdk.errors import ConfigError, one_of
 
 if TYPE_CHECKING:
     from trainium_cdk.app.config import ComputeGroup, Config, TrainingJobSettings
+    from trainium_cdk.facts.catalog import InstanceSpec
 
 FOLDER = Path(__file__).resolve().parent
 # Where a recipe's folder is on the nodes: in its image, and on the Slurm head node (its home, shared with every
@@ -87,6 +88,25 @@ class FitReport:
                 f"{gib(self.host_limit)} GiB a node")
 
 
+class FitUnknown(Exception):
+    """A recipe's plan cannot be made here (what it needs is not on this machine): the reason, and how to give it."""
+
+
+def core_memory_gib(spec: InstanceSpec) -> float:
+    """The memory of one NeuronCore of ``spec`` at its default logical NeuronCore size, which a plan checks against;
+    one line when the type's is unknown (a custom type without it)."""
+    if spec.core_memory_gib is None:
+        raise ConfigError("instance_type", spec.name, "a type whose Neuron device memory is known: set "
+                          "custom_instance_types[].device_memory_gib for `trn fit` to check it")
+    return spec.core_memory_gib
+
+
+def core_label(spec: InstanceSpec) -> str:
+    """What a plan's device limit is, for `trn fit`'s lines."""
+    return (f"one NeuronCore of {spec.name} ({spec.neuron_cores} a node at the default LNC: "
+            f"{spec.device_memory_gib} GiB x {spec.neuron_devices} devices / {spec.neuron_cores})")
+
+
 def gib(value: float) -> str:
     """Bytes as GiB, as `trn fit` prints them."""
     return f"{value / 2**30:.2f}"
@@ -108,7 +128,8 @@ class Recipe:
     :param shares: files of other recipes' folders its code imports (one home for each, not a copy): its image is
         then built with this package's recipes folder as the context, and its Dockerfile copies them.
     :param fit: its memory plan on a group with the job's ``--env`` (`trn fit`, and the check of `trn submit` and
-        `trn rehearse`); default: none, and `trn fit` says it cannot know.
+        `trn rehearse`), raising FitUnknown when what it needs is not here; default: none, and `trn fit` says it
+        cannot know.
     """
 
     name: str
@@ -202,7 +223,8 @@ def job(config: Config, name: str, *, group: ComputeGroup, backend: str, nodes: 
 def fit_of(config: Config, name: str, *, group: ComputeGroup, backend: str, nodes: int | None,
            env: Mapping[str, str]) -> FitReport | None:
     """The memory plan of the job of ``name`` on ``group`` with ``env`` (`--env`), or None: ``name`` is no recipe (an
-    example or a configured workload) or a recipe without a plan."""
+    example or a configured workload) or a recipe without a plan. FitUnknown: the recipe's plan needs what is not
+    on this machine."""
     if name not in _REGISTRY:
         return None
     recipe = recipe_for(config, name, backend)

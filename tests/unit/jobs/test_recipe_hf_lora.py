@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,6 @@ def test_rehearse_trains_saves_is_stopped_and_resumes_where_it_was(tmp_path, mon
     assert (checkpoints / "step-00000006" / "adapter" / "adapter_model.safetensors").is_file()
 
     # Stopped after its checkpoint of step 3: the run that follows finds that one as the newest.
-    import shutil
 
     shutil.rmtree(checkpoints / "step-00000006")
     second = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "hf-lora", *TINY, *steps,
@@ -143,6 +143,43 @@ def test_rehearse_trains_saves_is_stopped_and_resumes_where_it_was(tmp_path, mon
     for step in (4, 5, 6):
         assert resumed[step] == pytest.approx(losses[step], abs=1e-5), (step, resumed, losses)
     assert again[-1] == {"done": {"step": 8, "adapter": str(checkpoints / "step-00000008" / "adapter")}}
+
+
+@pytest.mark.e2e
+def test_trn_fits_plan_is_what_a_rehearsed_step_holds(tmp_path, monkeypatch):
+    """`trn fit`'s figures of hf-lora (fit_plan) against one rehearsed step's (HF_LORA_REPORT_MEMORY): the base model,
+    the adapters and AdamW's state exactly, what the forward saves for the backward within 5%; without and with
+    gradient checkpointing, which keeps a block's input only."""
+    from trainium_cdk.recipes.hf_lora import fit_plan, model_config
+
+    work = tmp_path / "project"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    make_all(work / ".trn-rehearse" / "fsx")
+    config = str(_config(tmp_path, hugging_face={}))
+    data = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "hf-lora-data", *TINY,
+                   "--env", f"HF_LORA_DATASET={DATASET}")
+    assert data.code == 0, data.out[-4000:] + data.err
+    # What `trn fit --job hf-lora` reads for this model: its config.json where the rehearsal keeps /fsx.
+    found = model_config(MODEL)
+    assert found == Path(".trn-rehearse/fsx/models/tiny-llama/config.json")
+    shape = fit_plan.Shape.of(json.loads(found.read_text()))
+    activations = {}
+    for checkpointing in ("0", "1"):
+        # A fresh run each (the one before left a checkpoint of its last step, which this one would resume at).
+        shutil.rmtree(work / ".trn-rehearse" / "fsx" / "checkpoints", ignore_errors=True)
+        run = run_cli("rehearse", "--backend", "batch", "--config", config, "--job", "hf-lora", *TINY,
+                      "--env", "HF_LORA_MAX_STEPS=1", "--env", "HF_LORA_REPORT_MEMORY=1",
+                      "--env", f"HF_LORA_GRADIENT_CHECKPOINTING={checkpointing}")
+        assert run.code == 0, run.out[-4000:] + run.err
+        (measured,) = [r["memory"] for r in records(run.out) if "memory" in r]
+        job = fit_plan.Job(seq_len=16, batch=1, rank=16, targets=("q_proj", "k_proj", "v_proj", "o_proj"),
+                           checkpointing=checkpointing == "1")
+        assert {k: measured[k] for k in ("base", "adapters", "optimizer")} == fit_plan.state_bytes(shape, job)
+        planned = fit_plan.saved_activations(shape, job)
+        assert measured["saved_activations"] == pytest.approx(planned, rel=0.05), (checkpointing, measured, planned)
+        activations[checkpointing] = measured["saved_activations"]
+    assert activations["1"] < activations["0"] / 2
 
 
 # -- trn submit --dry-run: the jobs as EKS and Batch run them --------------------------------------------

@@ -32,6 +32,12 @@ DEFAULTS = {
     "HF_LORA_DROPOUT": "0.05",
     "HF_LORA_TARGETS": "q_proj,k_proj,v_proj,o_proj",
     "HF_LORA_DTYPE": "bfloat16",
+    # 1: each decoder block keeps only its input and recomputes the rest in the backward (transformers' gradient
+    # checkpointing): a base model of 7-8B parameters fits a trn2 NeuronCore at seq_len 1024 only so (`trn fit`).
+    "HF_LORA_GRADIENT_CHECKPOINTING": "0",
+    # 1: each rank reports its first step's memory (what the forward saved for the backward, the base model's,
+    # the adapters' and AdamW's bytes): the rehearsal's check of `trn fit`'s plan.
+    "HF_LORA_REPORT_MEMORY": "0",
     "HF_LORA_SAVE_EVERY": "100",
     "HF_LORA_LOG_EVERY": "10",
     "HF_LORA_SEED": "0",
@@ -62,6 +68,13 @@ def number(name: str, kind: type = int):  # noqa: ANN201 (int or float)
         return kind(raw)
     except ValueError:
         raise SystemExit(f"{name}={raw}: a number") from None
+
+
+def flag(name: str) -> bool:
+    raw = get(name).strip().lower()
+    if raw not in ("0", "1", "true", "false"):
+        raise SystemExit(f"{name}={raw}: 0 or 1")
+    return raw in ("1", "true")
 
 
 def warmup_steps() -> int | None:

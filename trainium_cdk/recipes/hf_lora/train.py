@@ -11,7 +11,10 @@ How it runs on Neuron, as Neuron's TorchNeuron docs (Neuron 2.33, trn2/trn3) giv
 - one process per NeuronCore, ``init_process_group(backend="neuron")`` and DDP (torch/guides/torch-distributed,
   "How to use torch.distributed on Neuron"). LoRA trains a few million parameters beside a frozen base model, so
   every NeuronCore holds a replica and DDP all-reduces only the adapters' gradients; FSDP2 (``fully_shard``,
-  same guide) is the way for a base model that a NeuronCore cannot hold, and is not built here;
+  same guide) is the way for a base model that a NeuronCore cannot hold, and is not built here: `trn fit --job
+  hf-lora` (fit_plan.py) says which base models fit, and refuses the others with the reason;
+- gradient checkpointing (``HF_LORA_GRADIENT_CHECKPOINTING=1``, transformers' own, non-reentrant): each decoder
+  block keeps only its input for the backward, which an 8B base model needs on a trn2 NeuronCore;
 - eager mode by default and ``torch.compile(backend="neuron")`` when ``TRN_COMPILE_BACKEND=neuron``: "Start
   with eager mode to validate correctness, then add torch.compile for performance" (torch/reference/
   best-practices-pytorch-neuron, "General principles");
@@ -31,11 +34,13 @@ Precompile (``TRN_PRECOMPILE=1``): in the launcher's warm-up run (``TRN_WARMUP_S
 has no graph extraction) it trains that many steps, and neither reads nor writes a checkpoint.
 
 Rank 0 prints one JSON line per event, after ``HF-LORA ``: start, resumed_from, step (with its loss), checkpoint,
-done.
+done; and with ``HF_LORA_REPORT_MEMORY=1``, memory after the first step (the base model's, the adapters' and AdamW's
+bytes and what its forward saved for the backward: what `trn fit`'s plan is checked against).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -150,6 +155,40 @@ def batch_indices(blocks: int, step: int, *, world: int, rank: int, batch: int, 
     return order[start:start + batch].tolist()
 
 
+class SavedTensors:
+    """Counts what autograd saves for the backward while it is entered (each storage once, parameters left out):
+    the activation memory of a step, measured (HF_LORA_REPORT_MEMORY; `trn fit`'s plan is checked against it)."""
+
+    def __init__(self) -> None:
+        self.storages: dict[int, torch.UntypedStorage] = {}
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        self.storages[id(storage)] = storage  # held until counted: no address is reused meanwhile
+        return tensor
+
+    def hooks(self):  # noqa: ANN201
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
+
+    def count(self, model) -> int:  # noqa: ANN001
+        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        live = {s.data_ptr(): s.nbytes() for s in self.storages.values() if s.nbytes() and s.data_ptr() not in params}
+        self.storages.clear()
+        return sum(live.values())
+
+
+def tensor_bytes(tensors) -> int:  # noqa: ANN001
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def memory_report(model, optimizer, saved: int) -> dict[str, int]:  # noqa: ANN001
+    """One rank's bytes after its first step, as `trn fit` plans them."""
+    state = [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim()]
+    return {"base": tensor_bytes(p for p in model.parameters() if not p.requires_grad),
+            "adapters": tensor_bytes(p for p in model.parameters() if p.requires_grad),
+            "optimizer": tensor_bytes(state), "saved_activations": saved}
+
+
 # -- training --------------------------------------------------------------------------------------------
 
 
@@ -159,6 +198,9 @@ def build_model(model_id: str, dtype: torch.dtype):  # noqa: ANN201
 
     base = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype)
     base.config.use_cache = False  # training: no key/value cache
+    if knobs.flag("HF_LORA_GRADIENT_CHECKPOINTING"):
+        # Non-reentrant: the frozen embedding's output needs no gradient, which the reentrant variant requires.
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lora = LoraConfig(
         r=knobs.number("HF_LORA_RANK"), lora_alpha=knobs.number("HF_LORA_ALPHA"),
         lora_dropout=knobs.number("HF_LORA_DROPOUT", float),
@@ -220,6 +262,7 @@ def train() -> None:
                "max_steps": max_steps, "checkpoints": str(checkpoints) if checkpoints else None})
     autocast = dtype in (torch.bfloat16, torch.float16)
     runner.train()
+    recorder = SavedTensors() if knobs.flag("HF_LORA_REPORT_MEMORY") else None
     # Throughput over the steps since the last log line: every rank's batch of seq_len tokens a step, per node.
     nodes = max(1, world // int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     since, logged = time.perf_counter(), start
@@ -229,14 +272,19 @@ def train() -> None:
         torch.manual_seed(seed + step * world + rank)
         ids = blocks[batch_indices(len(blocks), step, world=world, rank=rank, batch=batch, seed=seed)]["input_ids"]
         ids = ids.to(device)
-        with torch.autocast(device_type=device.type, dtype=dtype, enabled=autocast):
+        with torch.autocast(device_type=device.type, dtype=dtype, enabled=autocast), \
+                (recorder.hooks() if recorder is not None else contextlib.nullcontext()):
             loss = runner(input_ids=ids, labels=ids).loss
+        measured = recorder.count(model) if recorder is not None else 0
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, MAX_GRAD_NORM)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         done = step + 1
+        if recorder is not None:  # the first step's: every step of a run saves the same (fixed shapes)
+            say(memory=memory_report(model, optimizer, measured))
+            recorder = None
         if done % log_every == 0 or done == max_steps:
             mean = loss.detach().float()
             if world > 1:

@@ -29,7 +29,7 @@ from trainium_cdk.facts.names import (
     TORCH_DEVICE_VARIABLE,
 )
 from trainium_cdk.recipes import FOLDER as RECIPES_FOLDER
-from trainium_cdk.recipes import FitReport, Recipe, RecipeContext, register
+from trainium_cdk.recipes import FitReport, Recipe, RecipeContext, core_label, core_memory_gib, register
 from trainium_cdk.recipes.titan_llama3 import fit_plan
 from trainium_cdk.recipes.titan_llama3.knobs import CONFIG_ENV, FLAVORS, job_config as read_job_config, override_name
 
@@ -176,13 +176,10 @@ def fit(ctx: RecipeContext, env: Mapping[str, str]) -> FitReport:
     settings = _settings(ctx, env, nodes)
     flavor = settings["model"]["flavor"]
     shape = fit_plan.Shape.of(FLAVORS[flavor], fit_plan.LLAMA3_VOCAB)
-    cores = spec.neuron_cores
-    if spec.core_memory_gib is None:
-        raise ConfigError("instance_type", spec.name, "a type whose Neuron device memory is known: set "
-                          "custom_instance_types[].device_memory_gib for `trn fit` to check it")
+    cores, core_memory = spec.neuron_cores, core_memory_gib(spec)
 
     def planned(layout: fit_plan.Layout) -> fit_plan.Plan:
-        return fit_plan.plan(shape, layout, core_memory_gib=spec.core_memory_gib or 0.0,
+        return fit_plan.plan(shape, layout, core_memory_gib=core_memory,
                              host_memory_gib=spec.memory_gib, processes_per_node=cores)
 
     layout = _layout(settings, world=nodes * cores, local_world=cores)
@@ -194,8 +191,7 @@ def fit(ctx: RecipeContext, env: Mapping[str, str]) -> FitReport:
                f"{layout.local_batch_size}, activation checkpointing {layout.ac_mode}{every}, bf16 compute")
     return FitReport(
         summary=summary, device=tuple(result.parts.items()), device_limit=result.device_limit,
-        device_label=f"one NeuronCore of {spec.name} ({spec.neuron_cores} a node at the default LNC: "
-                     f"{spec.device_memory_gib} GiB x {spec.neuron_devices} devices / {spec.neuron_cores})",
+        device_label=core_label(spec),
         host=tuple(result.host_parts.items()), host_limit=result.host_limit, suggestion=suggestion,
         assumptions=(f"vocabulary {fit_plan.LLAMA3_VOCAB:,} (Llama 3's tokenizer; the data job's tokenizer decides)",
                      f"the Neuron runtime's reserve: {fit_plan.RUNTIME_RESERVE:.0%} of the core (our margin)",

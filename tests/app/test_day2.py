@@ -548,7 +548,7 @@ def test_the_instance_model_sees_a_create_only_change_and_ignores_the_rest(insta
     assert instance_effects(template, template) == []
 
 
-# -- the native track's move to Neuron 2.33.1, as it happens on a native deployment ------------------------------
+# -- the native track's move to Neuron 2.34.0, as it happens on a native deployment ------------------------------
 
 NATIVE: dict[str, Any] = {
     "project": "t",
@@ -562,22 +562,22 @@ NATIVE: dict[str, Any] = {
 }
 
 
-def _native_2_33_0() -> versions.NeuronTrack:
-    """The native track's table before Neuron 2.33.1 (its pins as this project shipped them)."""
+def _native_2_33_1() -> versions.NeuronTrack:
+    """The native track's table before Neuron 2.34.0 (its pins as this project shipped them)."""
     return dataclasses.replace(
-        versions.NATIVE_TRACK, neuron_release="2.33.0", released="2026-10-19", driver="2.31.7.0",
-        apt_packages={"aws-neuronx-dkms": "2.31.7.0", "aws-neuronx-collectives": "2.35.43.0",
-                      "aws-neuronx-runtime-lib": "2.35.30.0", "aws-neuronx-tools": "2.33.38.0"},
-        pip_packages={"neuronx-cc": "2.28.7631.0", "torch-neuronx": "2.14.3.0.*", "nki": "0.7.0"},
-        training_image_tag="2.14.0-neuronx-py314-sdk2.33.0-ubuntu26.04",
-        dlami=versions.AmiQuery(versions.NATIVE_TRACK.dlami.name, "*Neuron SDK 2.33.0*"),
+        versions.NATIVE_TRACK, neuron_release="2.33.1", released="2026-11-11", driver="2.31.8.0",
+        apt_packages={"aws-neuronx-dkms": "2.31.8.0", "aws-neuronx-collectives": "2.35.49.0",
+                      "aws-neuronx-runtime-lib": "2.35.33.0", "aws-neuronx-tools": "2.33.38.0"},
+        pip_packages={"neuronx-cc": "2.28.7631.0", "torch-neuronx": "2.14.3.0", "nki": "0.7.0"},
+        training_image_tag="2.14.0-neuronx-py314-sdk2.33.1-ubuntu26.04",
+        dlami=versions.AmiQuery(versions.NATIVE_TRACK.dlami.name, "*Neuron SDK 2.33.1*"),
     )
 
 
 @pytest.fixture(scope="module")
 def native_patch() -> tuple[Synthesized, Synthesized]:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(versions.NEURON_TRACKS, "native", _native_2_33_0())
+        patch.setitem(versions.NEURON_TRACKS, "native", _native_2_33_1())
         before = synth(build_config(json.loads(json.dumps(NATIVE))), nag=False)
     return before, synth(build_config(json.loads(json.dumps(NATIVE))), nag=False)
 
@@ -593,7 +593,7 @@ def _example_image_tags(result: Synthesized, backend: str) -> set[str]:
 
 
 def test_the_native_track_s_patch_release_on_every_backend(native_patch):
-    """2.33.0 -> 2.33.1 on eks (Karpenter), batch and the development instance: Batch gets a new launch template
+    """2.33.1 -> 2.34.0 on eks (Karpenter), batch and the development instance: Batch gets a new launch template
     version (the driver is in its user data), an infrastructure update that stops running jobs after its
     UpdatePolicy's timeout; EKS nodes do not drift (the EKS AMI release did not move), only the jobs' image moves
     to the new tag; the development instance is replaced (a new DLAMI). Nothing stateful is replaced."""
@@ -609,6 +609,6 @@ def test_the_native_track_s_patch_release_on_every_backend(native_patch):
     assert node_classes[0] and node_classes[0] == node_classes[1]  # no drift: Karpenter replaces no node
     assert karpenter_effects([], []) == []
     assert (_example_image_tags(before, "eks"), _example_image_tags(now, "eks")) == (
-        {"2.14.0-neuronx-py314-sdk2.33.0-ubuntu26.04"}, {versions.NATIVE_TRACK.training_image_tag})
+        {"2.14.0-neuronx-py314-sdk2.33.1-ubuntu26.04"}, {versions.NATIVE_TRACK.training_image_tag})
     (instance,) = instance_effects(before.template_json("instance"), now.template_json("instance"))
     assert instance.stops_jobs and "whose query changes" in instance.why

@@ -247,9 +247,9 @@ def test_every_backend_s_jobs_carry_the_track_s_pins():
 
 # Each track's release, as vendored under tests/data with its source: the xla track's from Neuron's release
 # manifest (aws-neuron-sdk src/helperscripts/n2-manifest.json, the commit in the file); the native track's from
-# the 2.33.1 release notes and 2.33.0's component notes, because no commit of the manifest that lists 2.33.1 was
-# reachable (the file says so; replace it with the manifest's entry when one is).
-RELEASE_FILES = {"xla": "neuron-release-2.29.1.json", "native": "neuron-release-2.33.1.json"}
+# the 2.34.0 release content page and torch-neuronx's v2.34.0 release, because no commit of the manifest that lists
+# 2.34.0 was reachable (the file says so; replace it with the manifest's entry when one is).
+RELEASE_FILES = {"xla": "neuron-release-2.29.1.json", "native": "neuron-release-2.34.0.json"}
 
 
 def _release(track: str) -> dict[str, Any]:
@@ -298,7 +298,7 @@ def test_a_tracks_release_date_image_and_dlami_are_its_releases(name):
 
 
 def test_a_pin_that_is_not_the_releases_fails_the_check():
-    """The check is not vacuous: 2.33.0's driver under the 2.33.1 release."""
+    """The check is not vacuous: 2.33.1's driver under the 2.34.0 release."""
     import fnmatch
 
-    assert not fnmatch.fnmatchcase(_release("native")["packages"]["aws-neuronx-dkms"], "2.31.7.0")
+    assert not fnmatch.fnmatchcase(_release("native")["packages"]["aws-neuronx-dkms"], "2.31.8.0")

@@ -360,36 +360,34 @@ XLA_TRACK = NeuronTrack(
     python="3.12",
 )
 
-# Native track: Neuron 2.33.1 (2026-11-11), the patch of 2.33.0 (2026-10-19): TorchNeuron public beta
-# (torch-neuronx 2.14.3.0, PyTorch 2.14: the `neuron` device, DDP/FSDP/DTensor, torch.compile), Trn2 and Trn3
-# only, Ubuntu 24.04/26.04 (release-notes/components/torchneuron). 2.33.1 fixes a runtime race between HWDGE
-# DMA and collectives' transpose DMA that can hang the fabric (release-notes/2.33.1): new driver, runtime,
-# collectives; compiler, tools, NKI and torch-neuronx are 2.33.0's. tests/data/neuron-release-2.33.1.json holds
-# the release's packages and says where each comes from (Neuron's manifest with 2.33.1 was not reachable).
-# Neuron 2.33 DLCs are Ubuntu 26.04 / Python 3.14 only (setup/pytorch/update-dlc, 2.33.0); the training tag
-# follows the DLC naming of that release and is not checked against a published tag list (README, "Neuron
-# tracks"). The EKS AMI release stays v20260930: no release note in reach says which EKS AMI carries driver
-# 2.31.8.0 (the launcher's preflight stops a node whose driver is older than the pin, warns when it differs otherwise).
+# Native track: Neuron 2.34.0 (2026-11-30): TorchNeuron public beta (torch-neuronx 2.14.3.1, PyTorch 2.14: the
+# `neuron` device, DDP/FSDP/DTensor, torch.compile), Trn2 and Trn3 only, Ubuntu 24.04/26.04
+# (release-notes/components/torchneuron). tests/data/neuron-release-2.34.0.json holds the release's packages and says
+# where each comes from (the release content page and torch-neuronx's v2.34.0 release; Neuron's manifest with 2.34.0
+# was not reachable). Neuron DLCs are Ubuntu 26.04 / Python 3.14 only since 2.33.0 (setup/pytorch/update-dlc); the
+# training tag follows that naming and is not checked against a published tag list (`trn doctor` asks the registry).
+# The EKS AMI release stays v20260930: no release note says which EKS AMI carries driver 2.32 (the launcher's
+# preflight stops a node whose driver is older than the pin, warns when it differs otherwise).
 NATIVE_TRACK = NeuronTrack(
     name="native",
-    neuron_release="2.33.1",
-    released="2026-11-11",
+    neuron_release="2.34.0",
+    released="2026-11-30",
     support="public beta (TorchNeuron), Trn2 and Trn3 only",
     instance_families=("trn2", "trn2u"),
-    driver="2.31.8.0",
+    driver="2.32.6.0",
     apt_packages={
-        "aws-neuronx-dkms": "2.31.8.0",
-        "aws-neuronx-collectives": "2.35.49.0",
-        "aws-neuronx-runtime-lib": "2.35.33.0",
-        "aws-neuronx-tools": "2.33.38.0",
+        "aws-neuronx-dkms": "2.32.6.0",
+        "aws-neuronx-collectives": "2.36.0.0",
+        "aws-neuronx-runtime-lib": "2.36.8.0",
+        "aws-neuronx-tools": "2.34.29.0",
     },
-    # torch-neuronx: the release notes give 2.14.3.0 with no build suffix (the glob 2.14.3.0* before issue 33). An
-    # exact pin: pip's == ignores a wheel's local label (+hash, PEP 440), so a 2.14.3.0+<build> still satisfies it.
-    pip_packages={"neuronx-cc": "2.28.7631.0", "torch-neuronx": "2.14.3.0", "nki": "0.7.0"},
+    # torch-neuronx: the release gives 2.14.3.1 with no build suffix. An exact pin: pip's == ignores a wheel's local
+    # label (+hash, PEP 440), so a 2.14.3.1+<build> still satisfies it.
+    pip_packages={"neuronx-cc": "2.29.16866.0", "torch-neuronx": "2.14.3.1", "nki": "0.8.0"},
     framework="torch-neuronx 2.14 (TorchNeuron, native PyTorch)",
-    training_image_tag="2.14.0-neuronx-py314-sdk2.33.1-ubuntu26.04",
+    training_image_tag="2.14.0-neuronx-py314-sdk2.34.0-ubuntu26.04",
     # "Deep Learning AMI Neuron torch-neuronx 2.14.0" (Ubuntu 24.04 and 26.04; setup/pytorch/update-dlami, 2.33.0).
-    dlami=AmiQuery("Deep Learning AMI Neuron torch-neuronx 2.14.0 (Ubuntu 24.04)*", "*Neuron SDK 2.33.1*"),
+    dlami=AmiQuery("Deep Learning AMI Neuron torch-neuronx 2.14.0 (Ubuntu 24.04)*", "*Neuron SDK 2.34.0*"),
     ecs_neuron_ami=ECS_NEURON_AMI_NAME,
     eks_ami_release="v20260930",
     parallelcluster_os="ubuntu2404",
@@ -490,8 +488,8 @@ PER_MINOR_TABLES: Mapping[str, Mapping[str, Any]] = {
 }
 
 # The titan-llama3 recipe (trainium_cdk/recipes/titan_llama3): TorchTitan Neuron, aws-neuron/torchtitan-neuron
-# 0.2.2+neuron.1 (beta, Neuron 2.33, torch-neuronx 2.14; Llama3, Qwen3, DeepSeek-V3, GPT-OSS with FSDP2/TP/CP/EP/PP)
+# 0.2.2+neuron.2 (beta, Neuron 2.34, torch-neuronx 2.14; Llama3, Qwen3, DeepSeek-V3, GPT-OSS with FSDP2/TP/CP/EP/PP)
 # on the native track's training image (NATIVE_TRACK.training_image_tag); its requirements.txt pins the same
 # (tests/unit/jobs/test_recipe_titan_llama3.py checks). The CPU rehearsal runs PyPI's torchtitan (requirements-dev.txt).
-TORCHTITAN_NEURON_VERSION = "0.2.2+neuron.1"
+TORCHTITAN_NEURON_VERSION = "0.2.2+neuron.2"
 TORCHTITAN_REHEARSAL_VERSION = "0.3.0"

@@ -421,7 +421,7 @@ def test_the_throughput_gauges_are_the_dashboards_and_a_failed_push_stops_pushin
 def test_the_image_and_versions_pin_the_same_torchtitan_neuron():
     pins = dict(line.split("==", 1) for line in (FOLDER / "requirements.txt").read_text().splitlines()
                 if line and not line.startswith("#"))
-    assert pins["torchtitan"] == versions.TORCHTITAN_NEURON_VERSION == "0.2.2+neuron.1"
+    assert pins["torchtitan"] == versions.TORCHTITAN_NEURON_VERSION == "0.2.2+neuron.2"
     # What the Dockerfile installs from Neuron's repository alone (tests/unit/node/test_package_repositories.py): the same pin.
     neuron = [line for line in (FOLDER / "neuron-requirements.txt").read_text().splitlines() if line and line[0] != "#"]
     assert neuron == [f"torchtitan=={versions.TORCHTITAN_NEURON_VERSION}"]

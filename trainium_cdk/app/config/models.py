@@ -180,7 +180,7 @@ class NeuronSettings(_Model):
 
     track: Literal["xla", "native"] = Field(
         "xla",
-        description="xla: Neuron 2.29.1, PyTorch/XLA (trn1, trn1n, trn2); native: Neuron 2.33.1, TorchNeuron beta (trn2).",
+        description="xla: Neuron 2.29.1, PyTorch/XLA (trn1, trn1n, trn2); native: Neuron 2.34.0, TorchNeuron beta (trn2).",
     )
     precompile_steps: int = Field(
         defaults.PRECOMPILE_STEPS, strict=True,

@@ -26,7 +26,8 @@ def explain(err: BaseException) -> tuple[str, int] | None:
     if isinstance(err, CliError):
         return _one_line(str(err)), err.code
     if isinstance(err, ConfigError):
-        if str(err.field).startswith("-"):
+        # A command-line argument: a flag ("--nodes"), what follows "--", or a positional one by its metavar ("JOB").
+        if str(err.field).startswith("-") or str(err.field).isupper():
             return f"invalid argument: {_one_line(str(err))}", EXIT_USAGE
         return f"configuration error: {_one_line(str(err))} (fix the config file or the -c override)", EXIT_USAGE
     line = _explain_botocore(err)

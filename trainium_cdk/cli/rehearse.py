@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
+import re
 import shutil
 import sys
 import tempfile
@@ -31,6 +33,7 @@ from trainium_cdk.rehearsal.stage import CPU_FOR_NEURON, EXAMPLE_DIR, IMAGE_EXAM
 DEFAULT_NODES = 2
 DEFAULT_FSX = Path(REHEARSAL_FSX)
 JOB_NAME = "rehearsal"
+SLURM_JOB_ID = "42"
 # What an image would be: the rehearsal runs this Python instead (the EKS chart needs a name to render).
 IMAGE_STAND_IN = "rehearsal.invalid/this-machine:python"
 TORCH_HOW_TO = (
@@ -98,6 +101,7 @@ def rehearse(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not cwd.is_dir():
         raise ConfigError("--code", args.code, "a directory of your code")
     fsx = Path(args.fsx) if args.fsx else DEFAULT_FSX
+    _check_script(user_job(args, config).program, cwd=cwd, fsx=fsx)
     fsx.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="trn-rehearse-") as root:
         stage = Stage(Path(root), fsx=fsx.resolve(), workdir=cwd, processes_per_node=args.procs_per_node)
@@ -113,11 +117,38 @@ def rehearse(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0 if all(r.code == 0 for r in results) else 1
 
 
+def _check_script(program: tuple[str, ...], *, cwd: Path, fsx: Path) -> None:
+    """Your script, where the rehearsal's nodes will look for it: in your code's folder, or on the stand-in /fsx. One
+    line when it is not there (torchrun would print a traceback per rank). A path in an image is not checked."""
+    script = next((word for word in program if word.endswith(".py")), None)
+    if script is None or (script.startswith("/") and not script.startswith(f"{SHARED_MOUNT}/")):
+        return
+    here = fsx / script.removeprefix(f"{SHARED_MOUNT}/") if script.startswith("/") else cwd / script
+    if not here.is_file():
+        where = f"{fsx} stands for {SHARED_MOUNT}" if script.startswith("/") else f"the job starts in {cwd}"
+        raise ConfigError("-- SCRIPT", script, f"a script that exists here: {here} does not ({where})")
+
+
+# torchrun's failure table: the first rank that failed and its exit code ("Root Cause (first observed failure)").
+# (On Slurm each line carries srun's task label, "1: ".)
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):\n.*?\n(?:\d+: )?\s+rank\s+: (\d+).*?\n(?:\d+: )?\s+"
+                         r"exitcode\s+: (-?\d+)", re.S)
+
+
+def describe(result: NodeResult) -> str:
+    """A node's end in the summary: its exit code, the rank whose failure torchrun reports (torchrun itself exits 1),
+    or what stopped it."""
+    if result.stopped:
+        return f"node {result.rank} stopped by {result.stopped}"
+    cause = _ROOT_CAUSE.search(result.output) if result.code else None
+    return f"node {result.rank} exit {result.code}" + (
+        f" (rank {cause.group(1)} exited {cause.group(2)})" if cause else "")
+
+
 def _report(label: str, results: list[NodeResult], stage: Stage, *, took: float, backend: str, out: TextIO) -> None:
     import torch
 
-    out.write(f"\nrehearsed {label} on {backend} in {took:.1f}s: "
-              + ", ".join(f"node {r.rank} exit {r.code}" for r in results) + "\n")
+    out.write(f"\nrehearsed {label} on {backend} in {took:.1f}s: " + ", ".join(map(describe, results)) + "\n")
     out.write("substituted (what a node has -> here):\n")
     rows = [
         (SHARED_MOUNT, str(stage.fsx)),
@@ -165,6 +196,9 @@ def _batch(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) ->
                                  env=job.env)
     runs = submission.applied_to(container)
     kind = "a multi-node parallel job" if runs.multinode else "a container job"
+    # A Batch job's id is new at every submit, and so is its checkpoint folder's: the nodes' heartbeats and exit codes
+    # of an earlier rehearsal (same name) are not this job's.
+    shutil.rmtree(stage.fsx / "checkpoints" / JOB_NAME / ".nodes", ignore_errors=True)
     return f"{kind} of {nodes} node(s)", run_batch_node_properties(
         stage, command=runs.command, environment=runs.environment, parameters=runs.parameters, nodes=nodes,
         multinode=runs.multinode, cwd=cwd, timeout=args.timeout,
@@ -186,11 +220,26 @@ def _slurm(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) ->
     for name, text in head_node_files(config).items():
         (scripts / name).write_text(text)
     words = [str(stage.root / w[2:]) if w.startswith("~/") else w for w in sub.program]
-    results = run_slurm_script(
+    (step,) = run_slurm_script(
         stage, (scripts / sub.script).read_text(), sub.nodes, *words, env=sub.sbatch_environment(), cwd=cwd,
-        job_name=sub.name, partition=queue_name(group), timeout=args.timeout,
+        job_name=sub.name, partition=queue_name(group), timeout=args.timeout, job_id=SLURM_JOB_ID,
     )
-    return f"sbatch --nodes={sub.nodes} {sub.script}", results
+    # Every node's end: srun's tasks' exit codes (the srun stand-in leaves them); the batch step's output holds all
+    # nodes' lines (srun --label), on node 0's result.
+    log = stage.root / f"slurm-{SLURM_JOB_ID}-node"
+    label = f"sbatch --nodes={sub.nodes} {sub.script}"
+    if step.stopped or not Path(f"{log}.codes").exists():  # every node ended with the batch step
+        return label, [NodeResult(rank, step.code, step.output if rank == 0 else "", step.stopped)
+                       for rank in range(sub.nodes)]
+    ran = json.loads(Path(f"{log}.codes").read_text())
+    why = f"srun --kill-on-bad-exit (node {ran['first_failed']}'s failure)"
+    outputs = [Path(f"{log}.{rank}").read_text() if Path(f"{log}.{rank}").exists() else ""
+               for rank in range(len(ran["codes"]))]
+    # The batch step's own lines (before and after srun) with node 0's.
+    own = step.output[:len(step.output) - len("".join(outputs))]
+    nodes = [NodeResult(rank, code, (own if rank == 0 else "") + outputs[rank],
+                        stopped=why if rank in ran["stopped"] else "") for rank, code in enumerate(ran["codes"])]
+    return label, nodes
 
 
 def _instance(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> tuple[str, list[NodeResult]]:

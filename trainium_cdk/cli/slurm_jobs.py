@@ -53,7 +53,7 @@ def _run(config: Config, script: str, *, comment: str, doing: str, clock: Clock 
 
 def _check_job_id(job_id: str) -> str:
     if not _JOB_ID.fullmatch(job_id):
-        raise ConfigError("job", job_id, "a Slurm job id, such as 101 (as `trn submit` printed it)")
+        raise ConfigError("JOB", job_id, "a Slurm job id, such as 101 (as `trn submit` printed it)")
     return job_id
 
 

@@ -236,7 +236,7 @@ started=$(date +%s)
 ( while :; do touch "$beats/node-$NODE_RANK"; sleep "$interval"; done ) </dev/null >/dev/null 2>&1 &
 beating=$!
 peers() {
-  # pending: no exit code yet; lost: of those, beat older than 4 intervals, or none start_limit after our start.
+  # pending: no exit code yet; lost: of those, beat older than 4 intervals or none start_limit after start.
   now=$(date +%s)
   pending=""
   lost=""
@@ -263,19 +263,30 @@ peer_lost() {
   kill "$beating" 2>/dev/null || true
   exit "$PEER_LOST_EXIT"
 }
+failed_peer() {  # (launcher.py)
+  for f in "$beats"/node-*.exit; do
+    peer=${f##*/node-}; peer=${peer%.exit}; peer_code=$(cat "$f") || continue
+    [ "$peer" != "$NODE_RANK" ] && [ "${peer_code:-0}" != 0 ] && [ "$(stat -c %Y "$f")" -ge "$started" ] && return 0
+  done
+  return 1
+}
 start "$@"
 if [ "$NODE_RANK" = "${AWS_BATCH_JOB_MAIN_NODE_INDEX:-0}" ]; then
   while kill -0 "$run" 2>/dev/null; do
     peers
     if [ -n "$lost" ]; then kill -TERM "$run" 2>/dev/null || true; wait "$run" || true; peer_lost; fi
+    if [ -z "${ended:-}" ] && failed_peer; then
+      say "node $peer exit $peer_code: ending the job"; ended=$peer_code; kill -TERM "$run" 2>/dev/null
+    fi
     sleep 1
   done
 fi
 reap
+code=${ended:-$code}
 finish
 echo "$code" > "$beats/node-$NODE_RANK.exit"
 kill "$beating" 2>/dev/null || true
-if [ "$code" != 0 ] && [ "$NODE_RANK" = "${AWS_BATCH_JOB_MAIN_NODE_INDEX:-0}" ]; then
+if [ "$code" != 0 ] && [ -z "${ended:-}" ] && [ "$NODE_RANK" = "${AWS_BATCH_JOB_MAIN_NODE_INDEX:-0}" ]; then
   # torchrun failed here: a peer's error, or its host's loss, which shows once its beat is stale.
   waited=0
   while [ "$waited" -le $(( 5 * interval )) ]; do

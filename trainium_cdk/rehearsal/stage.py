@@ -61,8 +61,8 @@ print("\\n".join("{LOOPBACK}" for _ in hosts))
 _SRUN = f"""#!{sys.executable}
 # srun stand-in: the command once per node of the allocation (--ntasks-per-node=1), each in its own
 # process group with the variables srun sets; with --label, each line prefixed by the task id, as srun does;
-# exit 1 if any node fails (--kill-on-bad-exit).
-import os, subprocess, sys, threading
+# a task that fails ends the others (--kill-on-bad-exit=1); the tasks' exit codes into $REHEARSAL_LOG.codes.
+import json, os, signal, subprocess, sys, threading, time
 args = sys.argv[1:]
 label = False
 while args and args[0].startswith("-"):
@@ -83,10 +83,26 @@ for i in range(nodes):
     pumps.append(threading.Thread(target=pump))
     pumps[-1].start()
     procs.append(proc)
+# --kill-on-bad-exit=1: a task's non-zero exit ends the others (SIGTERM to each task, SIGKILL after a grace).
+while None in (states := [p.poll() for p in procs]) and not any(c not in (None, 0) for c in states):
+    time.sleep(0.2)
+first = next((i for i, c in enumerate(states) if c not in (None, 0)), None)
+for p in procs:
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGTERM)
+deadline = time.monotonic() + 5
+while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+    time.sleep(0.2)
+for p in procs:
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
 codes = [p.wait() for p in procs]
 for t in pumps:
     t.join()
-sys.exit(0 if all(c == 0 for c in codes) else 1)
+with open(log + ".codes", "w") as out:
+    json.dump({{"codes": codes, "first_failed": first, "stopped": [i for i, c in enumerate(states) if c is None]}}, out)
+# srun's status: the highest exit code of its tasks (a signal's number if one was killed), 0 if all succeeded.
+sys.exit(max((c if c > 0 else -c for c in codes), default=0))
 """
 _SYSTEMD_RUN = f"""#!{sys.executable}
 # systemd-run stand-in: the unit's command in the foreground, with its --setenv variables and
@@ -307,9 +323,13 @@ def kill_node(proc: subprocess.Popen) -> None:
 
 @dataclass
 class NodeResult:
+    """A node's exit code and output; ``stopped``: why the rehearsal ended it, if it did (its code is then the
+    signal's), as the scheduler would have: the time limit, a failed node, the main node's end."""
+
     rank: int
     code: int
     output: str
+    stopped: str = ""
 
 
 def run_nodes(
@@ -340,8 +360,15 @@ def run_nodes(
 
     procs: list[subprocess.Popen | None] = [None if i in late else start(i) for i in range(len(argvs))]
     deadline = started + timeout
+    why = f"the time limit ({timeout:g} s, --timeout)"
+
+    def running() -> bool:
+        # Every node polled (not any()'s first running one): a later node's exit code is known as it happens.
+        states = [p.poll() for p in procs if p is not None]
+        return bool(late) or None in states
+
     try:
-        while (late or any(p.poll() is None for p in procs if p is not None)) and time.monotonic() < deadline:
+        while running() and time.monotonic() < deadline:
             for index, delay in list(late.items()):
                 if time.monotonic() - started >= delay:
                     procs[index] = start(index)
@@ -354,13 +381,17 @@ def run_nodes(
             if main_decides:
                 # The main node's exit ends the job: Batch stops the others (docker stop: SIGTERM, then a grace).
                 if first is not None and first.poll() is not None:
-                    deadline = min(deadline, time.monotonic() + MAIN_EXIT_GRACE_S)
+                    if deadline > time.monotonic() + MAIN_EXIT_GRACE_S:
+                        deadline = time.monotonic() + MAIN_EXIT_GRACE_S
+                        why = f"the main node's end (node 0 exit {first.returncode}; Batch stops the others)"
                     late.clear()  # a child not started by then never starts
-            elif any(p is not None and p.returncode not in (None, 0) for p in procs):
+            elif failed := [i for i, p in enumerate(procs) if p is not None and p.returncode not in (None, 0)]:
+                why = f"node {failed[0]}'s failure (as the scheduler ends a job)"
                 time.sleep(2)  # let the others report the failure too
                 break
             time.sleep(0.2)
     finally:
+        ended = [proc is not None and proc.poll() is not None for proc in procs]
         for proc in procs:
             if proc is not None and proc.poll() is None:
                 kill_node(proc)
@@ -368,6 +399,7 @@ def run_nodes(
     results = []
     for rank, (proc, log) in enumerate(zip(procs, logs, strict=True)):
         log.seek(0)
-        results.append(NodeResult(rank, proc.returncode if proc is not None else -1, log.read()))
+        results.append(NodeResult(rank, proc.returncode if proc is not None else -1, log.read(),
+                                  stopped="" if ended[rank] else ("never started" if proc is None else why)))
         log.close()
     return results

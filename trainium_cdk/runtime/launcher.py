@@ -53,7 +53,10 @@ fails like the program's own error would. So on Batch every node beats on shared
 (older than 4 intervals) without an exit code lost its host, and the main node ends with ``PEER_LOST_EXIT``, which
 the job definition retries. A peer's beats count from its own start: Batch starts the children only once the main
 node runs, each when its host is ready (a fresh one pulls the image first), so a peer that has not beaten yet is
-lost only ``TRN_PEER_START_S`` (default 1800) after the main node's start.
+lost only ``TRN_PEER_START_S`` (default 1800) after the main node's start. Batch ends a multi-node job when its
+main node exits, not when a child fails: so the main node also ends the job, with the child's exit code, once a
+peer leaves a non-zero exit code of this attempt (newer than its own start). Otherwise its ranks would wait for the
+failed one in their next collective, or in the rendezvous of the process group, until its timeout (30 minutes).
 
 The Neuron compile cache's hits and misses (issue 34): a recompile of a large graph costs tens of minutes, and
 nothing else says whether a job found its graphs in the cache. The launcher reads them from what Neuron's compiler

@@ -70,3 +70,25 @@ def test_two_default_names_in_one_second_differ(eks_only):
         (name,) = set(re.findall(r"^  name: (train-\d{4}-\d{6}-[0-9a-f]{4})$", result.out, re.M))
         names.add(name)
     assert len(names) == 2
+
+
+@pytest.mark.parametrize("script, words", [
+    ("nosuch.py", "invalid argument: -- SCRIPT = 'nosuch.py': a script that exists here: "),
+    ("/fsx/code/nosuch.py", "invalid argument: -- SCRIPT = '/fsx/code/nosuch.py': a script that exists here: "),
+])
+def test_a_script_that_is_not_there_is_one_line_not_a_traceback_per_rank(eks_only, tmp_path, monkeypatch, script,
+                                                                         words):
+    """`trn rehearse -- nosuch.py` printed 112 lines of torchrun tracebacks and no summary."""
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("rehearse", "--config", str(eks_only), "--", script, "--lr", "0.1")
+    assert words in result.err, result
+    assert_one_clean_line(result)
+
+
+def test_a_bad_slurm_job_id_names_the_argument_not_the_config(default_config, no_credentials):
+    """`trn status NAME` on ParallelCluster said "configuration error ... (fix the config file or the -c override)"."""
+    config = default_config("parallelcluster", name="slurm.yaml")
+    result = run_cli("status", "--config", str(config), "my-job")
+    assert result.err.strip() == ("trn status: invalid argument: JOB = 'my-job': a Slurm job id, such as 101 (as `trn "
+                                  "submit` printed it)"), result
+    assert_one_clean_line(result)

@@ -20,6 +20,7 @@ import yaml
 from tests.unit.cli.test_cli_jobs import DEFINITION, QUEUE
 from tests.support.cli_support import DEFAULT_YAML, REGION, assert_one_clean_line, run_cli
 from trainium_cdk.runtime.batch_job import BASED_ON_TAG, register_request
+from tests.support.chart_helpers import as_run
 from trainium_cdk.runtime.launcher import launch_command
 
 
@@ -46,7 +47,7 @@ def test_eks_dry_run_shows_image_env_and_command(no_credentials, config):
     for task in job["spec"]["tasks"]:
         (container,) = task["template"]["spec"]["containers"]
         assert container["image"] == IMAGE
-        assert container["command"] == launch_command(["train.py", "--lr", "3e-4"])
+        assert as_run(container) == launch_command(["train.py", "--lr", "3e-4"])
         assert {"name": "TEAM", "value": "vision"} in container["env"]
 
 
@@ -287,6 +288,7 @@ def test_rehearse_prints_a_failed_nodes_output_last(config, tmp_path, monkeypatc
 
     monkeypatch.setitem(rehearse.RUNNERS, "eks", runner)
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")  # a script that is there (rehearse refuses one that is not)
     result = run_cli("rehearse", "--backend", "eks", "--config", str(config), "--", "train.py")
     assert result.code == 1
     assert result.out.index("node 1: fine") < result.out.index("node 0: bad data") < result.out.index("\nrehearsed job x")

@@ -60,3 +60,12 @@ def host_paths(workload: dict[str, Any]) -> dict[str, str]:
 
 def tolerations(workload: dict[str, Any]) -> list[tuple[str, str, str | None]]:
     return [(t["key"], t["operator"], t.get("effect")) for t in pod_spec(workload)["tolerations"]]
+
+
+def as_run(container: dict[str, Any]) -> list[str]:
+    """A Kubernetes container's command as the kubelet runs it: with Kubernetes' expansion ($$ to $, a defined $(VAR) to
+    its value), which the charts defeat by writing every $ as $$ (charts/_k8s.literal)."""
+    from trainium_cdk.rehearsal.schedulers import container_env, expand
+
+    env = container_env(container)
+    return [expand(word, env) for word in (*container["command"], *container.get("args", []))]

@@ -67,6 +67,15 @@ def is_token(value: Any) -> bool:
     return callable(getattr(value, "resolve", None)) and hasattr(type(value), "creation_stack")
 
 
+def literal(text: str) -> str:
+    """A container's command word or env value that Kubernetes passes as written. It expands ``$(VAR)`` in both and
+    reduces ``$$`` to ``$`` ("Double $$ are reduced to a single $, which allows for escaping the $(VAR_NAME) syntax",
+    the Container API's command, args and env value), so every ``$`` is doubled: a job's ``$(date)`` argument, or the
+    launcher's ``$$`` (its PID), reaches the node as it would on every other backend. A token or a dist/ placeholder
+    (resolved later) stays as it is."""
+    return text if is_token(text) else text.replace("$", "$$")
+
+
 def is_number_token(value: Any) -> bool:
     """A CDK number token: a float whose top 16 bits are CDK's marker (a huge negative number)."""
     if not isinstance(value, float):

@@ -21,7 +21,7 @@ from trainium_cdk.facts.catalog import EFA_RESOURCE, NEURON_RESOURCE
 from trainium_cdk.charts.admission import loader_admission
 from trainium_cdk.charts._k8s import (
     CHART_LABELS, INSTANCE_TYPE_LABEL, NEURON_NO_SCHEDULE, POD_SECURITY, api_object, check_name,
-    container_security, service_account, workload,
+    container_security, literal, service_account, workload,
 )
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.runtime.jobs import JobSpec
@@ -121,8 +121,8 @@ def training_pod_spec(job: JobSpec, *, env: Mapping[str, str], claim_name: str) 
             {
                 "name": "train",
                 "image": job.image,
-                "command": job.launch(),
-                "env": [{"name": k, "value": v} for k, v in env.items()],
+                "command": [literal(word) for word in job.launch()],
+                "env": [{"name": k, "value": literal(v)} for k, v in env.items()],
                 # Extended resources are requested through limits (requests default to them).
                 "resources": {"requests": requests, "limits": limits},
                 "securityContext": TRAINING_SECURITY,

@@ -186,6 +186,14 @@ def session(region: str | None):
     return boto3.session.Session(region_name=region)
 
 
+def has_credentials(sess: Any) -> bool:
+    """Whether the credential chain finds credentials (nothing is sent to AWS): a dry run without them stays offline."""
+    try:
+        return sess.get_credentials() is not None
+    except Exception:  # noqa: BLE001 - a broken profile or SSO cache: no usable credentials, as for the dry run
+        return False
+
+
 def client(sess: Any, service: str) -> Any:
     from botocore.config import Config as BotoConfig
 

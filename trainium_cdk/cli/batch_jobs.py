@@ -35,7 +35,7 @@ from trainium_cdk.runtime.batch_job import (
     BASED_ON_TAG, BatchSubmission, images_of, register_request, resource_name, same_but_image,
 )
 from trainium_cdk.app.config import ComputeGroup, Config
-from trainium_cdk.app.config.fields import IMAGE
+from trainium_cdk.app.config.fields import image_reference
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts.names import (
     BATCH_JOB_DEFINITION_ARN, BATCH_JOB_QUEUE_ARN, BATCH_LOG_GROUP_NAME, OUTPUT_BATCH_GROUPS, output_key,
@@ -123,7 +123,7 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
         raise ConfigError(
             "--name", name, "a Batch job name: up to 128 letters, digits, '-' and '_', starting alphanumeric"
         )
-    if args.image is not None and (not IMAGE.fullmatch(args.image) or "${" in args.image):
+    if args.image is not None and not image_reference(args.image):
         raise ConfigError("--image", args.image, "an image URI such as 123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1")
     if args.dry_run:
         return _dry_run(config, group, job, name=name, nodes=nodes, image=image, out=out)

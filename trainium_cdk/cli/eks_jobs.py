@@ -14,6 +14,7 @@ from typing import Any, TextIO
 import yaml
 
 from trainium_cdk.cli._common import CliError, client, session, stack_outputs
+from trainium_cdk.cli.eks_dry_run import in_namespace, summary
 from trainium_cdk.cli.jobs import (
     CLOCK,
     FAILED,
@@ -32,6 +33,7 @@ from trainium_cdk.cli.jobs import (
     watch,
 )
 from trainium_cdk.app.config import Config
+from trainium_cdk.app.config.fields import image_reference
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.runtime.launcher import WORKER_TASK
 from trainium_cdk.facts.names import (
@@ -133,7 +135,7 @@ def training_image(args: argparse.Namespace, config: Config, *, dry_run: bool = 
         if key not in outputs:
             raise CliError(f"stack {stack} has no {key} output: redeploy it, or pass --image")
         image = outputs[key]
-    if "${" in image or not image.strip():
+    if not image_reference(image):  # as Batch's (batch_jobs)
         raise ConfigError("--image", image, "a real image URI such as 123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1")
     return image
 
@@ -166,9 +168,11 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
     image = training_image(args, config, dry_run=args.dry_run)
     objects = render(config, job, name=name, image=image)
     if args.dry_run:
-        out.write(f"# dry run: would create {len(objects)} object(s) in the cluster of your kubeconfig\n")
-        if image in (IMAGE_PLACEHOLDER, BERT_IMAGE_PLACEHOLDER):
-            out.write(f"# {image}: the {STACK_PART} stack's image output at submit time (or pass --image)\n")
+        # The namespace a submit would use: --namespace, else the kubeconfig context's, else the stack's.
+        namespace = args.namespace or _context_namespace(args) or DEFAULT_NAMESPACE
+        objects = [in_namespace(o, namespace) for o in objects]
+        out.write(summary(job, objects, name=name, image=image, namespace=namespace,
+                          placeholder=image in (IMAGE_PLACEHOLDER, BERT_IMAGE_PLACEHOLDER)))
         out.write(yaml.safe_dump_all(objects, sort_keys=False))
         return 0
     kube = Kube(args)

@@ -29,7 +29,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from trainium_cdk.facts import versions
-from trainium_cdk.cli._common import CliError, client, error_code, parse_overrides, read_config, session, stack_outputs
+from trainium_cdk.cli._common import (
+    CliError, client, error_code, find_config_path, has_credentials, parse_overrides, read_config, session,
+    stack_outputs,
+)
 from trainium_cdk.cli.doctor_local import CDK_DOCKER
 from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
@@ -40,6 +43,8 @@ IMAGE_BACKENDS = ("eks", "batch")
 # Trainium and Inferentia hosts are x86_64: an image built on an arm64 machine (Apple silicon) must say so.
 PLATFORM = "linux/amd64"
 DEFAULT_DOCKERFILE = "Dockerfile"
+# What a dry run without credentials shows for the stack's image repository (${...}, as the EKS dry run's image).
+REPOSITORY_PLACEHOLDER = "TRAINING_IMAGE_REPOSITORY"
 # Docker's rule for a tag (the ECR limit, 300 characters, is looser).
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _ARG = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE | re.MULTILINE)
@@ -70,6 +75,10 @@ def add_parser(sub: Any) -> None:
         "and .dockerignore into DIR; a file that exists is left as it is.",
     )
     i.add_argument("directory", nargs="?", default=".", metavar="DIR", help="where to write them (default: .)")
+    i.add_argument("--config", metavar="PATH", help="config YAML whose Neuron track's image the Dockerfile defaults "
+                   "to (default: config/default.yaml)")
+    i.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE", default=[],
+                   help="override like `cdk synth -c`; repeatable")
     i.set_defaults(func=init)
 
     q = image.add_parser(
@@ -103,6 +112,12 @@ def init(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     directory = Path(args.directory)
     if directory.exists() and not directory.is_dir():
         raise ConfigError("DIR", str(directory), "a directory (the starter files go in it)")
+    if args.config is None and find_config_path() is None:  # no project here: the default track's image
+        track = versions.NEURON_TRACKS[versions.DEFAULT_NEURON_TRACK]
+        err.write(f"trn image init: no config here: the Dockerfile defaults to the {track.name} track's image "
+                  "(--config names yours)\n")
+    else:
+        track = read_config(args.config, parse_overrides(args.overrides)).neuron_track
     directory.mkdir(parents=True, exist_ok=True)
     starter = resources.files(STARTER)
     for packaged, name in STARTER_FILES.items():
@@ -110,7 +125,10 @@ def init(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if path.exists():
             out.write(f"kept {path} (it exists)\n")
             continue
-        path.write_text(starter.joinpath(packaged).read_text())
+        text = starter.joinpath(packaged).read_text()
+        # The track's image as the default: a Dockerfile whose FROM has no value builds nowhere but through push.
+        base = versions.neuron_public_training_image(track.name)
+        path.write_text(text.replace(f"\nARG {BASE_IMAGE_BUILD_ARG}\n", f"\nARG {BASE_IMAGE_BUILD_ARG}={base}\n"))
         out.write(f"wrote {path}\n")
     dockerfile = directory / "Dockerfile"
     out.write(f"next: put your code beside it, then\n  trn image push --dockerfile {shlex.quote(str(dockerfile))}\n")
@@ -164,8 +182,14 @@ def push(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                        f"`export {CDK_DOCKER}=finch`; `trn doctor` checks it")
     sess = session(config.region)
     stack = config.stack_name(backend)
-    outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend=backend)
     key = output_key(OUTPUT_TRAINING_IMAGE_REPOSITORY_URI)
+    if args.dry_run and not has_credentials(sess):  # offline: the stack's repository by its output's name
+        placeholder = f"${{{REPOSITORY_PLACEHOLDER}}}"
+        err.write(f"trn image push: no AWS credentials: {placeholder} stands for stack {stack}'s output {key}; a "
+                  "push also checks that the tag is new\n")
+        return _print_push(out, engine, dockerfile, context, build_args, image=f"{placeholder}:{tag}",
+                           registry=placeholder)
+    outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend=backend)
     repository = outputs.get(key)
     if not repository:
         raise CliError(f"stack {stack} has no output {key}: redeploy it with this version of trainium-cdk (make "
@@ -176,16 +200,9 @@ def push(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if tag_exists(ecr, name, tag):
         raise CliError(f"{image} exists: the repository's tags are immutable; pass another --tag, or leave --tag out "
                        "for a new one")
-    build = [engine, "build", "--platform", PLATFORM, "--file", str(dockerfile),
-             *[item for arg, value in build_args.items() for item in ("--build-arg", f"{arg}={value}")],
-             "--tag", image, str(context)]
-    publish = [engine, "push", image]
+    build, publish = _build(engine, dockerfile, context, build_args, image), [engine, "push", image]
     if args.dry_run:
-        login = [engine, "login", "--username", "AWS", "--password-stdin", registry]
-        for argv in (build, login, publish):
-            out.write(shlex.join(argv) + "\n")
-        out.write(f"# the password on stdin: `aws ecr get-authorization-token` for {registry}; nothing was run\n")
-        return 0
+        return _print_push(out, engine, dockerfile, context, build_args, image=image, registry=registry)
     err.write(f"trn image push: building {dockerfile} on {base} (Neuron {track.neuron_release}, {track.name} track)\n")
     _run(build, err, what=f"`{engine} build`", code=1)
     user, password, endpoint = authorization(ecr, registry)
@@ -197,6 +214,22 @@ def push(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     same = [*(["--config", args.config] if args.config else []), *(f for o in args.overrides for f in ("-c", o))]
     err.write(f"pushed {image}\n  {shlex.join(['trn', 'submit', '--backend', backend, *same, '--image', image])}\n")
     out.write(image + "\n")
+    return 0
+
+
+def _build(engine: str, dockerfile: Path, context: Path, build_args: dict[str, str], image: str) -> list[str]:
+    return [engine, "build", "--platform", PLATFORM, "--file", str(dockerfile),
+            *[item for arg, value in build_args.items() for item in ("--build-arg", f"{arg}={value}")],
+            "--tag", image, str(context)]
+
+
+def _print_push(out: TextIO, engine: str, dockerfile: Path, context: Path, build_args: dict[str, str], *, image: str,
+                registry: str) -> int:
+    """A dry run: the build, login and push commands a push runs; nothing is run."""
+    login = [engine, "login", "--username", "AWS", "--password-stdin", registry.partition("/")[0]]
+    for argv in (_build(engine, dockerfile, context, build_args, image), login, [engine, "push", image]):
+        out.write(shlex.join(argv) + "\n")
+    out.write(f"# the password on stdin: `aws ecr get-authorization-token` for {login[-1]}; nothing was run\n")
     return 0
 
 

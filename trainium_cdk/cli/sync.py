@@ -30,13 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainium_cdk.cli._common import CliError, client, parse_overrides, read_config, session, stack_outputs
+from trainium_cdk.cli._common import CliError, client, has_credentials, parse_overrides, read_config, session, stack_outputs
 from trainium_cdk.app.config import Config, DataRepository
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts.names import OUTPUT_DATA_BUCKET_NAME, OUTPUT_FILE_SYSTEM_ID, SHARED_MOUNT, output_key
 
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".venv"})
 IGNORE_FILE = ".trnignore"
+# What a dry run without credentials shows for the storage stack's data bucket.
+BUCKET_PLACEHOLDER = "DATA_BUCKET"
 # Multipart uploads from this size, in parts of this size: the ETag of what trn uploads is then known here.
 PART_SIZE = 16 * 1024 * 1024
 # Files uploaded at once (each in up to this many parts at once: memory stays near PART_SIZE x this).
@@ -92,6 +94,15 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     files, skipped = local_files(local)
     sess = session(config.region)
     stack = config.stack_name("storage")
+    if args.dry_run and not has_credentials(sess):  # offline: every file, to the stack's bucket by its output's name
+        target = target_of(repository, f"${{{BUCKET_PLACEHOLDER}}}", to)
+        for file in files:
+            out.write(f"compare  {file.relative}  ({_size(file.size)})\n")
+        out.write(f"# no AWS credentials: would compare {_files(len(files))} ({_size(sum(f.size for f in files))}) "
+                  f"with s3://{target.bucket}/{target.key_prefix} (stack {stack}'s output "
+                  f"{output_key(OUTPUT_DATA_BUCKET_NAME)}) and upload the new and changed ones, for {target.fsx_path}; "
+                  "nothing was uploaded\n")
+        return 0
     outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend="storage",
                             deploy="deploy it with storage.data_repository (`make synth`, then `make deploy`)")
     bucket = outputs.get(output_key(OUTPUT_DATA_BUCKET_NAME))

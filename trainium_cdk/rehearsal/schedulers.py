@@ -13,13 +13,36 @@ from typing import Any
 from trainium_cdk.rehearsal.stage import LOOPBACK, NodeResult, Stage, run_nodes
 
 
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' expansion of a container's command, args and env values: ``$(VAR)`` becomes VAR's value when it is
+    defined (the container's env; for an env value, the entries before it), else stays as written; ``$$`` becomes
+    ``$``; any other ``$`` stays (the Container API; kubernetes third_party/forked/golang/expansion)."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("$(", i) and (end := text.find(")", i + 2)) != -1:
+            out.append(env.get(text[i + 2:end], text[i:end + 1]))
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
 def container_env(container: Mapping[str, Any]) -> dict[str, str]:
-    """A Kubernetes container's ``env`` as a mapping (only literal values: the charts use no valueFrom)."""
-    return {e["name"]: e["value"] for e in container.get("env", [])}
+    """A Kubernetes container's ``env`` as the container gets it (only literal values: the charts use no valueFrom),
+    each value expanded with the entries before it."""
+    env: dict[str, str] = {}
+    for entry in container.get("env", []):
+        env[entry["name"]] = expand(entry["value"], env)
+    return env
 
 
 def _argv(stage: Stage, container: Mapping[str, Any]) -> list[str]:
-    return [stage.substitute(a) for a in (*container["command"], *container.get("args", []))]
+    env = container_env(container)
+    return [stage.substitute(expand(a, env)) for a in (*container["command"], *container.get("args", []))]
 
 
 def run_kubernetes_job(stage: Stage, job: dict[str, Any], *, cwd: Path | None = None, **run: Any) -> list[NodeResult]:

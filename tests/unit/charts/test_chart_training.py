@@ -5,7 +5,7 @@ from __future__ import annotations
 import cdk8s
 import pytest
 
-from tests.support.chart_helpers import validate_all
+from tests.support.chart_helpers import as_run, validate_all
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG, EFA_RESOURCE, EFA_TRAINING_TYPES, NEURON_RESOURCE, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.charts.training import (
@@ -47,7 +47,7 @@ def test_single_node_job_requests_every_neuron_device(instance_type):
     pod = manifest["spec"]["template"]["spec"]
     container = _container(pod)
     assert container["resources"]["limits"] == {NEURON_RESOURCE: str(spec.neuron_devices)}
-    assert container["command"] == launch_command(COMMAND)
+    assert as_run(container) == launch_command(COMMAND)
     assert _env(container)["NPROC_PER_NODE"] == str(spec.neuron_cores)
     assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": instance_type, "trainium-cdk/compute-group": "train"}
     assert {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
@@ -72,7 +72,7 @@ def test_distributed_job_requests_all_devices_and_efa(instance_type):
         # Node count, rank and address come from Volcano at run time, never fixed here.
         assert not {"WORLD_SIZE", "NNODES", "MASTER_ADDR", "NODE_RANK"} & set(env)
         assert env["NPROC_PER_NODE"] == str(spec.neuron_cores)
-        assert container["command"] == launch_command(COMMAND)
+        assert as_run(container) == launch_command(COMMAND)
 
 
 def test_volcano_job_field_by_field():
@@ -92,7 +92,7 @@ def test_volcano_job_field_by_field():
     assert worker["template"]["metadata"]["labels"]["trainium-cdk/rank"] == "worker"
     assert _env(_container(leader["template"]["spec"]))["TRN_NODE_RANK_OFFSET"] == "0"
     assert _env(_container(worker["template"]["spec"]))["TRN_NODE_RANK_OFFSET"] == "1"
-    assert _container(leader["template"]["spec"])["command"][2] == LAUNCHER
+    assert as_run(_container(leader["template"]["spec"]))[2] == LAUNCHER
     for task in spec["tasks"]:
         assert task["template"]["spec"]["restartPolicy"] == "Never"  # failures go to the job policy
         # The pod template is core Kubernetes: validate it as a Pod.

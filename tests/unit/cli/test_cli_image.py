@@ -19,7 +19,9 @@ import pytest
 import yaml
 
 from tests.support import container_engine_standin as engine
-from tests.support.cli_support import ACCOUNT, DEFAULT_YAML, REGION, AwsCalls, assert_one_clean_line, client_error, run_cli
+from tests.support.cli_support import (
+    ACCOUNT, DEFAULT_YAML, NATIVE_TRN2, REGION, AwsCalls, assert_one_clean_line, client_error, run_cli,
+)
 from trainium_cdk.facts import versions
 from trainium_cdk.cli import image
 from trainium_cdk.facts.names import OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, output_key
@@ -106,15 +108,29 @@ def test_init_writes_the_starter_files_and_never_overwrites(tmp_path, monkeypatc
         "next: put your code beside it, then\n  trn image push --dockerfile my-job/Dockerfile\n"
     )
     dockerfile = (tmp_path / "my-job" / "Dockerfile").read_text()
-    assert "ARG NEURON_BASE_IMAGE\nFROM ${NEURON_BASE_IMAGE}\n" in dockerfile
-    assert (tmp_path / "my-job" / ".dockerignore").read_text().splitlines()[1:] == [
-        ".git", ".venv", "**/__pycache__", "**/*.pyc"]
+    # A default base (the default config's track: xla): `docker build` alone builds it (it had no default).
+    assert (f"ARG NEURON_BASE_IMAGE={versions.neuron_public_training_image('xla')}\nFROM ${{NEURON_BASE_IMAGE}}\n"
+            in dockerfile)
+    ignored = [line for line in (tmp_path / "my-job" / ".dockerignore").read_text().splitlines()
+               if line and not line.startswith("#")]
+    assert ignored[:4] == [".git", ".venv", "**/__pycache__", "**/*.pyc"]
+    # Data, checkpoints and the rehearsal's /fsx stay out of the image (they were shipped in it).
+    assert {".trn-rehearse/", "data/", "datasets/", "checkpoints/", "**/*.safetensors", "**/*.jsonl"} <= set(ignored)
     (tmp_path / "my-job" / "requirements.txt").write_text("datasets\n")
     again = run_cli("image", "init", "my-job")
     assert again.out.splitlines()[:3] == [
         "kept my-job/Dockerfile (it exists)", "kept my-job/requirements.txt (it exists)",
         "kept my-job/.dockerignore (it exists)"]
     assert (tmp_path / "my-job" / "requirements.txt").read_text() == "datasets\n"
+
+
+def test_init_defaults_the_base_to_the_configs_track(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "native.yaml").write_text(yaml.safe_dump(NATIVE_TRN2))
+    result = run_cli("image", "init", "my-job", "--config", "native.yaml")
+    assert result.code == 0, result
+    assert (f"ARG NEURON_BASE_IMAGE={versions.neuron_public_training_image('native')}\n"
+            in (tmp_path / "my-job" / "Dockerfile").read_text())
 
 
 def test_init_refuses_a_file_for_a_directory(tmp_path, monkeypatch):
@@ -211,6 +227,24 @@ def test_dry_run_prints_the_commands_and_runs_none(aws, repositories, log, batch
     ]
     assert engine.calls(log) == []
     assert "GetAuthorizationToken" not in [op for _, op, _ in aws.calls]
+
+
+def test_dry_run_without_credentials_prints_the_commands_offline(no_credentials, log, batch_config, tmp_path):
+    """It exited 2 ("no usable AWS credentials"): the stack's repository is named by its output, nothing is asked."""
+    _my_job(tmp_path)
+    result = run_cli("image", "push", "--config", str(batch_config), "--dockerfile", "my-job/Dockerfile", "--dry-run")
+    assert result.code == 0, result
+    pushed = "${TRAINING_IMAGE_REPOSITORY}:my-job-20261126-153012"
+    assert result.out.splitlines() == [
+        shlex.join(["docker", "build", "--platform", "linux/amd64", "--file", "my-job/Dockerfile", "--build-arg",
+                    f"NEURON_BASE_IMAGE={BASE}", "--tag", pushed, "my-job"]),
+        shlex.join(["docker", "login", "--username", "AWS", "--password-stdin", "${TRAINING_IMAGE_REPOSITORY}"]),
+        shlex.join(["docker", "push", pushed]),
+        "# the password on stdin: `aws ecr get-authorization-token` for ${TRAINING_IMAGE_REPOSITORY}; nothing was run",
+    ]
+    assert ("no AWS credentials: ${TRAINING_IMAGE_REPOSITORY} stands for stack trainium-batch's output "
+            "TrainingImageRepositoryUri") in result.err
+    assert engine.calls(log) == []
 
 
 def test_a_tag_in_the_repository_is_refused_before_building(aws, repositories, log, batch_config, tmp_path):

@@ -509,12 +509,14 @@ def _in_namespace(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
     return {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
 
 
-def expected_job(config_path: Path, *, name: str, nodes: int | None, image: str = IMAGE, job: str | None = None) -> Any:
+def expected_job(config_path: Path, *, name: str, nodes: int | None, image: str = IMAGE, job: str | None = None,
+                 command: tuple[str, ...] = (), env: dict[str, str] | None = None) -> Any:
     """What the job chart renders for these arguments: the object the API must receive, whole."""
     from trainium_cdk.app.workloads import render_job
     from trainium_cdk.app.config import load_config
 
-    (obj,) = render_job(load_config(config_path), name=name, image=image, nodes=nodes, group="train", job=job)
+    (obj,) = render_job(load_config(config_path), name=name, image=image, nodes=nodes, group="train", job=job,
+                        command=command, env=env or {})
     return obj
 
 
@@ -624,11 +626,71 @@ def test_eks_submit_dry_run_renders_without_a_cluster_or_the_stack(aws, eks_stac
     result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "demo", "--dry-run")
     assert result.code == 0, result.err
     expected = expected_job(config, name="demo", nodes=None, image="${TRAINING_IMAGE}")
-    assert [o for o in yaml.safe_load_all(result.out) if o] == [expected]
-    assert "# ${TRAINING_IMAGE}: the eks stack's image output at submit time (or pass --image)" in result.out
+    # In the namespace a submit would use: the kubeconfig context's (no --namespace).
+    assert [o for o in yaml.safe_load_all(result.out) if o] == [_in_namespace(expected, NAMESPACE)]
+    assert "# image:       ${TRAINING_IMAGE} (the eks stack's image output at submit time, or pass --image)" in result.out
     assert aws.calls[before:] == []
     kube.load.assert_not_called()
     kube.dyn.create.assert_not_called()
+
+
+def test_eks_dry_run_names_the_namespace_a_submit_uses_and_sums_the_job_up_first(aws, eks_stack, kube, config):
+    """It always said `namespace: training`, whatever --namespace said, and its 640 lines began with the manifest."""
+    result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "demo", "--dry-run",
+                     "--namespace", "team-a", "--nodes", "2", "--image", "example.com/team/train:7",
+                     "--env", "LR=3e-4", "--", "train.py", "--epochs", "2")
+    assert result.code == 0, result.err
+    (body,) = [o for o in yaml.safe_load_all(result.out) if o]
+    assert body["metadata"]["namespace"] == "team-a"
+    assert body == _in_namespace(expected_job(config, name="demo", nodes=2, image="example.com/team/train:7",
+                                              command=("train.py", "--epochs", "2"), env={"LR": "3e-4"}), "team-a")
+    head = result.out[:result.out.index("apiVersion:")].splitlines()
+    assert head == [
+        "# dry run: would create 1 object(s) in namespace team-a of your kubeconfig's cluster",
+        "# job:         demo, a Job (batch.volcano.sh/v1alpha1) of 2 node(s) x 32 processes, group train "
+        "(trn1.32xlarge)",
+        "# image:       example.com/team/train:7",
+        "# command:     train.py --epochs 2",
+        "# your env:    LR=3e-4",
+        "# mounts:      /fsx (data), /dev/shm (dshm)",
+        "# starts in:   the image's working directory",
+        "# checkpoints: /fsx/checkpoints/demo",
+        "# (every $ in the command and env is written $$: Kubernetes passes it as written, as the other backends do)",
+    ]
+    kube.load.assert_not_called()
+
+
+def test_eks_passes_dollar_signs_as_written_as_every_other_backend(aws, eks_stack, kube, config):
+    """Kubernetes expands $(VAR) in a container's command, args and env values and turns $$ into $ (the Container
+    API): a user's `$(HOSTNAME)` became the pod's name, and the launcher's `$$` (its PID) a lone `$`. Every $ is now
+    written $$; Kubernetes' expansion (the rehearsal's model of it) gives back what was given."""
+    from trainium_cdk.rehearsal.schedulers import container_env, expand
+    from trainium_cdk.runtime.launcher import launch_command
+
+    words = ("train.py", "--tag", "$(HOSTNAME)", "--cost", "$$5", "--shell", "$(date)")
+    result = run_cli("submit", "--backend", "eks", "--config", str(config), "--name", "demo", "--dry-run",
+                     "--image", "example.com/team/train:7", "--env", "NOTE=$(HOSTNAME) costs $$5", "--", *words)
+    assert result.code == 0, result.err
+    (body,) = [o for o in yaml.safe_load_all(result.out) if o]
+    for task in body["spec"]["tasks"]:
+        (container,) = task["template"]["spec"]["containers"]
+        env = {**container_env(container), "HOSTNAME": "demo-leader-0"}
+        assert [expand(word, env) for word in container["command"]] == launch_command(words)
+        assert container_env(container)["NOTE"] == "$(HOSTNAME) costs $$5"
+        assert "$$(HOSTNAME)" in container["command"]
+
+
+@pytest.mark.parametrize("text, expanded", [
+    # The Container API's words: "Double $$ are reduced to a single $, which allows for escaping the $(VAR_NAME)
+    # syntax: i.e. "$$(VAR_NAME)" will produce the string literal "$(VAR_NAME)"", and "If a variable cannot be
+    # resolved, the reference in the input string will be unchanged".
+    ("$$(VAR_NAME)", "$(VAR_NAME)"), ("$(VAR_NAME)", "value"), ("$(UNSET)", "$(UNSET)"), ("a$(VAR_NAME)b", "avalueb"),
+    ("$$", "$"), ("$", "$"), ("$x", "$x"), ("$(VAR_NAME", "$(VAR_NAME"), ("$$$(VAR_NAME)", "$value"),
+])
+def test_the_rehearsals_kubernetes_expansion_is_the_apis(text, expanded):
+    from trainium_cdk.rehearsal.schedulers import expand
+
+    assert expand(text, {"VAR_NAME": "value"}) == expanded
 
 
 @pytest.mark.parametrize("own_image", [False, True], ids=["example-image", "workloads.image-set"])
@@ -678,6 +740,9 @@ def test_eks_submit_bert_without_the_bert_image_output_says_what_to_do(aws, kube
         (("--nodes", "5"), ("--nodes = 5", "between 1 and max_nodes of group train (4)")),
         (("--job", "gpt5"), ("--job = 'gpt5'", "mlp-distributed")),
         (("--image", "${TRAINING_IMAGE}"), ("--image = '${TRAINING_IMAGE}'", "a real image URI")),
+        # What Batch refuses, refused here too (they were accepted).
+        (("--image", "x; rm -rf /"), ("--image = 'x; rm -rf /'", "a real image URI")),
+        (("--image", "https://example.com/train:1"), ("--image = 'https://example.com/train:1'", "a real image URI")),
         (("--group", "big"), ("--group = 'big'", "allowed: train")),
     ],
 )

@@ -180,6 +180,17 @@ def test_dry_run_lists_and_uploads_nothing(aws, bucket, project, tmp_path):
     assert _objects(bucket) == {}
 
 
+def test_dry_run_without_credentials_lists_every_file_offline(no_credentials, project, tmp_path):
+    """It exited 2 ("no usable AWS credentials"): without them it compares nothing, and says so."""
+    result = run_cli("sync", "my-job", "--to", "code/exp1", "--dry-run", "--config", str(_config(tmp_path)))
+    assert result.code == 0, result
+    assert result.out.splitlines() == [
+        "compare  lib/util.py  (26 B)", "compare  run.sh  (38 B)", "compare  train.py  (31 B)",
+        "# no AWS credentials: would compare 3 files (95 B) with s3://${DATA_BUCKET}/code/exp1/ (stack trainium-storage's "
+        "output DataBucketName) and upload the new and changed ones, for /fsx/s3/code/exp1; nothing was uploaded",
+    ]
+
+
 def test_the_association_prefix_and_path_are_the_configs(aws, bucket, project, tmp_path):
     config = _config(tmp_path, data_repository={"s3_prefix": "datasets/", "file_system_path": "/data"})
     result = run_cli("sync", "my-job", "--to", "code/", "--config", str(config))

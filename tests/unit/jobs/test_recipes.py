@@ -19,6 +19,7 @@ import yaml
 from tests.support.cli_support import DEFAULT_YAML, assert_one_clean_line, client_error, run_cli
 from trainium_cdk import recipes
 from trainium_cdk.app.config import TrainingJobSettings
+from tests.support.chart_helpers import as_run
 from trainium_cdk.runtime.launcher import launch_command
 
 
@@ -60,7 +61,7 @@ def test_a_recipe_on_eks_renders_its_command_env_and_cache_set(no_credentials, t
     (job,) = [o for o in yaml.safe_load_all(result.out) if o]
     (container,) = job["spec"]["tasks"][0]["template"]["spec"]["containers"]
     assert container["image"] == "example.com/toy:1"
-    assert container["command"] == launch_command(["/opt/trainium-cdk/recipes/toy_recipe/train.py", "--steps", "5"])
+    assert as_run(container) == launch_command(["/opt/trainium-cdk/recipes/toy_recipe/train.py", "--steps", "5"])
     env = {e["name"]: e["value"] for e in container["env"]}
     assert (env["TOY"], env["EXTRA"], env["TRN_CACHE_DIR"]) == ("1", "2", "/fsx/neuron-cache/toy")
 

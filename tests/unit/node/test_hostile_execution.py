@@ -43,10 +43,12 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.chart_helpers import as_run
 from tests.support import recorder_standin
 from tests.support.helpers import Synthesized, resources, synth, template_text
 from tests.support.rehearsal import Stage
 from tests.unit.config.test_hostile_inputs import FREE_TEXT, FULL, PATHS, _get, _set
+from trainium_cdk.rehearsal.schedulers import container_env
 from trainium_cdk.app.config import ConfigError, build_config
 from trainium_cdk.app.dist import write_dist
 
@@ -185,8 +187,8 @@ def test_the_eks_job_in_dist_runs_the_command_as_arguments(synthesized, tmp_path
     (path,) = [p for p in written if p.name == "job-pretrain.k8s.yaml"]
     (job,) = _documents(path)
     container = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
-    argv = [*container["command"], *container.get("args", [])]
-    job_env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    # As the kubelet starts it: Kubernetes' expansion of the command and env ($$ to $).
+    argv, job_env = as_run(container), container_env(container)
     node = Node(tmp_path)
     done = node.run(argv, node.env(job_env, VC_TASK_INDEX="0", VC_LEADER_NUM="1", VC_WORKER_NUM="0",
                                    VC_LEADER_HOSTS="pretrain-leader-0", TRN_JOB_NAME="pretrain"))

@@ -89,6 +89,12 @@ def check_bucket_name(value: str) -> str:
 IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,511}")
 
 
+def image_reference(value: str) -> bool:
+    """An image reference a job may name (`--image`): registry/repository[:tag][@digest], no spaces or shell, no URL
+    scheme (``https://``), no unfilled ``${...}`` placeholder."""
+    return bool(IMAGE.fullmatch(value)) and "://" not in value
+
+
 # What the app itself passes where an image goes: a dist/ placeholder (${TRAINING_IMAGE}) or a CDK token
 # (an image asset's URI, known at deploy).
 IMAGE_STAND_IN = re.compile(r"\$\{[A-Z][A-Z0-9_]*\}|\$\{Token\[[A-Za-z0-9_.-]+\]\}")

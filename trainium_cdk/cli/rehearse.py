@@ -28,6 +28,7 @@ from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts.names import REHEARSAL_FSX, SHARED_MOUNT
 from trainium_cdk.rehearsal import PROCESSES_PER_NODE, TIMEOUT_S, NodeResult, Stage
+from trainium_cdk.rehearsal.seed import on_fsx, seed
 from trainium_cdk.rehearsal.stage import CPU_FOR_NEURON, EXAMPLE_DIR, IMAGE_EXAMPLE_DIR
 
 DEFAULT_NODES = 2
@@ -58,6 +59,9 @@ def add_parser(sub: Any) -> None:
                    help="where your code is, standing for the job's working directory on the nodes (the image's "
                    "WORKDIR, or --workdir): the command runs there (default: the current directory)")
     p.add_argument("--fsx", metavar="DIR", help=f"the folder that stands for /fsx (default ./{DEFAULT_FSX})")
+    p.add_argument("--data", action="append", default=[], metavar="LOCAL_DIR=/fsx/PATH",
+                   help="copy LOCAL_DIR to /fsx/PATH of the stand-in first (new and changed files; repeatable): "
+                   "the data your job reads there on the cluster (`trn sync` uploads it)")
     p.add_argument("--image", metavar="URI", help="EKS: the image named in the manifest (the rehearsal runs this Python)")
     p.add_argument("--timeout", type=float, default=TIMEOUT_S, metavar="SECONDS",
                    help=f"stop every node after this long (default {TIMEOUT_S:.0f})")
@@ -101,8 +105,12 @@ def rehearse(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not cwd.is_dir():
         raise ConfigError("--code", args.code, "a directory of your code")
     fsx = Path(args.fsx) if args.fsx else DEFAULT_FSX
-    _check_script(user_job(args, config).program, cwd=cwd, fsx=fsx)
+    data = [_data(value, fsx) for value in args.data]
     fsx.mkdir(parents=True, exist_ok=True)
+    for (local, path, there) in data:
+        copied, unchanged = seed(local, there)
+        err.write(f"trn rehearse: {local} -> {path} ({there}): {copied} copied, {unchanged} unchanged\n")
+    _check_script(user_job(args, config).program, cwd=cwd, fsx=fsx)
     with tempfile.TemporaryDirectory(prefix="trn-rehearse-") as root:
         stage = Stage(Path(root), fsx=fsx.resolve(), workdir=cwd, processes_per_node=args.procs_per_node)
         run = RUNNERS[backend]
@@ -115,6 +123,14 @@ def rehearse(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _report(label, results, stage, took=took, backend=backend, out=out)
         shutil.rmtree(Path(root) / "bin", ignore_errors=True)
     return 0 if all(r.code == 0 for r in results) else 1
+
+
+def _data(value: str, fsx: Path) -> tuple[Path, str, Path]:
+    """--data LOCAL_DIR=/fsx/PATH: the folder, the /fsx path and where that is on the stand-in."""
+    local, eq, path = value.rpartition("=")
+    if not eq or not local or not Path(local).is_dir():
+        raise ConfigError("--data", value, "LOCAL_DIR=/fsx/PATH, LOCAL_DIR a directory here")
+    return Path(local), path, on_fsx(fsx, path, field="--data")
 
 
 def _check_script(program: tuple[str, ...], *, cwd: Path, fsx: Path) -> None:

@@ -33,7 +33,10 @@ from typing import Any, TextIO
 from trainium_cdk.cli._common import CliError, client, has_credentials, parse_overrides, read_config, session, stack_outputs
 from trainium_cdk.app.config import Config, DataRepository
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.facts.names import OUTPUT_DATA_BUCKET_NAME, OUTPUT_FILE_SYSTEM_ID, SHARED_MOUNT, output_key
+from trainium_cdk.facts.names import (
+    OUTPUT_DATA_BUCKET_NAME, OUTPUT_FILE_SYSTEM_ID, REHEARSAL_FSX, SHARED_MOUNT, output_key,
+)
+from trainium_cdk.rehearsal.seed import on_fsx, seed
 
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".venv"})
 IGNORE_FILE = ".trnignore"
@@ -61,6 +64,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("local_dir", metavar="LOCAL_DIR", help="the directory to upload")
     p.add_argument("--to", metavar="PREFIX", help="where under the data repository (default: LOCAL_DIR's name)")
     p.add_argument("--dry-run", action="store_true", help="list what would be uploaded; upload nothing")
+    p.add_argument("--rehearsal", action="store_true",
+                   help="copy to the rehearsal's /fsx instead (./.trn-rehearse/fsx, where `trn rehearse` runs your "
+                   "job), at the path every node would see; no AWS call")
     p.add_argument("--config", metavar="PATH", help="config YAML (default: config/default.yaml)")
     p.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE", default=[],
                    help="override like `cdk synth -c` (region, ...); repeatable")
@@ -92,6 +98,13 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise ConfigError("LOCAL_DIR", str(local), "a directory (the code or dataset to upload)")
     to = destination(args.to, local)
     files, skipped = local_files(local)
+    if args.rehearsal:  # the twin of the upload: the same files where the nodes' /fsx would show them
+        fsx_path = target_of(repository, "", to).fsx_path
+        there = on_fsx(Path(REHEARSAL_FSX), fsx_path, field="--to")
+        copied, unchanged = seed(local, there, [Path(f.relative) for f in files])
+        err.write(f"copied {_files(copied)} to {there} (the rehearsal's {fsx_path}); {unchanged} unchanged\n")
+        out.write(fsx_path + "\n")
+        return 0
     sess = session(config.region)
     stack = config.stack_name("storage")
     if args.dry_run and not has_credentials(sess):  # offline: every file, to the stack's bucket by its output's name

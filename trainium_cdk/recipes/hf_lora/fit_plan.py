@@ -1,5 +1,5 @@
 """What one rank of hf-lora holds in device memory, part by part, computed from the base model's config.json and the
-job's knobs: the plan `trn fit --job hf-lora` prints and checks before a node is paid for (standard library only).
+job's knobs: the plan `trn fit --job hf-lora` prints and checks before a node is paid for (titan-llama3's Plan).
 
 hf-lora is data-parallel (DDP): every NeuronCore holds a whole replica of the frozen base model in HF_LORA_DTYPE,
 and beside it the LoRA adapters in fp32 with their gradients, AdamW's two moments and DDP's gradient bucket. Nothing
@@ -32,14 +32,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-GIB = 2**30
+# One rank's parts against a core, and titan-llama3's margins: the runtime's reserve of a NeuronCore and a process's
+# own host memory (our figures; Neuron publishes neither). This plan runs in the CLI only, not in the recipe's image.
+from trainium_cdk.recipes.titan_llama3.fit_plan import GIB, HOST_PROCESS_GIB, RUNTIME_RESERVE, Plan
+
 ADAPTER_BYTES = 4  # PEFT keeps the adapters in fp32 (autocast_adapter_dtype)
 # Per adapter parameter: fp32 weight, fp32 gradient, AdamW's two fp32 moments, DDP's fp32 gradient bucket.
 TRAINABLE_BYTES = 4 + 4 + 8 + 4
-# The share of a NeuronCore's memory left to the Neuron runtime, and a process's own host memory: titan-llama3's
-# margins (our figures; Neuron publishes neither).
-RUNTIME_RESERVE = 0.15
-HOST_PROCESS_GIB = 2.0
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # The projections that read a block's (normed) input, and whose dropout in the first block saves no mask.
@@ -136,28 +135,6 @@ def saved_activations(shape: Shape, job: Job) -> int:
     # are not recomputed.
     rope = 0 if job.checkpointing else 2 * 2 * job.seq_len * shape.head_dim
     return blocks + head + rope
-
-
-@dataclass(frozen=True)
-class Plan:
-    """One rank's device memory by part (bytes) against a core's memory; the host memory of a node."""
-
-    parts: dict[str, float]
-    device_limit: float
-    host_parts: dict[str, float]
-    host_limit: float
-
-    @property
-    def device_total(self) -> float:
-        return sum(self.parts.values())
-
-    @property
-    def host_total(self) -> float:
-        return sum(self.host_parts.values())
-
-    @property
-    def fits(self) -> bool:
-        return self.device_total <= self.device_limit and self.host_total <= self.host_limit
 
 
 def plan(shape: Shape, job: Job, *, core_memory_gib: float, host_memory_gib: float, processes_per_node: int) -> Plan:

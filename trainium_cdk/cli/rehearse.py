@@ -14,6 +14,7 @@ import importlib.util
 import json
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -174,6 +175,7 @@ def _report(label: str, results: list[NodeResult], stage: Stage, *, took: float,
         ("node addresses, rendezvous port 29500", f"127.0.0.1, port {stage.port}"),
         ("the directory the job starts in (or TRN_WORKDIR)", f"{stage.workdir}"),
         (IMAGE_EXAMPLE_DIR, f"{EXAMPLE_DIR}/"),
+        *([("the image's packages of your requirements.txt", str(stage.packages))] if stage.packages else []),
     ]
     for what, here in rows:
         out.write(f"  {what} -> {here}\n")
@@ -183,10 +185,30 @@ def _report(label: str, results: list[NodeResult], stage: Stage, *, took: float,
 # -- what each backend runs ------------------------------------------------------------------------------
 
 
+def _image_packages(stage: Stage, cwd: Path) -> None:
+    """EKS and Batch run the job in an image that installed its requirements.txt (`trn image init`'s Dockerfile does):
+    here, the same packages in a virtual environment layered on this Python (node/job_venv.sh, as on Slurm), never in
+    the project's .venv. Without a requirements.txt, nothing."""
+    from trainium_cdk.runtime.launcher import JOB_VENV
+
+    if not (cwd / "requirements.txt").is_file():
+        return
+    env = {**stage.base_environment(), "TRN_WORKDIR": str(cwd)}
+    done = subprocess.run(["bash", "-c", JOB_VENV + 'job_venv >&2 && echo "$VIRTUAL_ENV"'], cwd=cwd, env=env, text=True,
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        said = [line for line in lines if line.startswith("ERROR:")][:1] or lines[-1:] or ["pip failed"]
+        raise CliError(f"{cwd / 'requirements.txt'} did not install ({said[0]}): an image built from it would not "
+                       "build either", code=1)
+    stage.packages = Path(done.stdout.strip())
+
+
 def _eks(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> tuple[str, list[NodeResult]]:
     from trainium_cdk.cli.eks_jobs import render
     from trainium_cdk.rehearsal import run_kubernetes_job, run_volcano_job
 
+    _image_packages(stage, cwd)
     job = user_job(args, config)
     objects = render(config, job, name=JOB_NAME, image=args.image or IMAGE_STAND_IN)
     (training,) = [o for o in objects if o.get("kind") == "Job"]
@@ -201,6 +223,7 @@ def _batch(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) ->
     from trainium_cdk.runtime.batch_job import BatchSubmission, definition_container
     from trainium_cdk.rehearsal import run_batch_node_properties
 
+    _image_packages(stage, cwd)
     job = user_job(args, config)
     if job.job is not None:
         from trainium_cdk.cli.batch_jobs import recipe_job

@@ -187,6 +187,9 @@ class Stage:
     fsx: Path = None  # type: ignore[assignment]  # set in __post_init__
     workdir: Path | None = None
     processes_per_node: int = PROCESSES_PER_NODE
+    # A job's own packages (a virtual environment of node/job_venv.sh): first on every node's PATH, as an image that
+    # installed them has them.
+    packages: Path | None = None
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -274,9 +277,13 @@ class Stage:
 
     def base_environment(self) -> dict[str, str]:
         """What a node starts with: the stand-ins and this Python (torch, torchrun) on PATH, and nothing else."""
+        packages = f"{self.packages / 'bin'}:" if self.packages is not None else ""
         return {
-            "PATH": f"{self.bin}:{Path(sys.executable).parent}:/usr/bin:/bin",
+            "PATH": f"{packages}{self.bin}:{Path(sys.executable).parent}:/usr/bin:/bin",
             "HOME": str(self.root),
+            # Where node/job_venv.sh keeps the job's packages (a node's is the user's home): beside the stand-in /fsx,
+            # kept from run to run.
+            "TRN_VENV_ROOT": str(self.fsx.parent / "venvs"),
             "LANG": "C.UTF-8",
             "OMP_NUM_THREADS": "1",
             "PYTHONPATH": str(self.site),

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from trainium_cdk.runtime.launcher import LAUNCHER
+from trainium_cdk.runtime.launcher import JOB_VENV, LAUNCHER
 from trainium_cdk.node import heredoc_end
 from trainium_cdk.runtime.training_env import cache_dir, job_environment
 
@@ -79,8 +79,11 @@ class InstanceSubmission:
             *exports,
             f'venv="${{{VENV_VARIABLE}:-$(ls -d {VENV_GLOB} 2>/dev/null | head -n 1)}}"',
             'if [ -n "$venv" ]; then export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"; fi',
+            JOB_VENV.rstrip("\n"),
             "code=0",
-            f'/bin/sh "$dir/{LAUNCH_SCRIPT}" {shlex.join(self.program)} > "$dir/{OUTPUT_LOG}" 2>&1 || code=$?',
+            f'job_venv > "$dir/{OUTPUT_LOG}" 2>&1 || code=$?',
+            f'[ "$code" != 0 ] || /bin/sh "$dir/{LAUNCH_SCRIPT}" {shlex.join(self.program)} >> "$dir/{OUTPUT_LOG}" 2>&1 '
+            "|| code=$?",
             f'echo "$code" > "$dir/{EXIT_RECORD}"',
             'exit "$code"',
         ]) + "\n"

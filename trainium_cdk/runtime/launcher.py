@@ -163,6 +163,12 @@ PRECOMPILE_STEPS_VARIABLE = "TRN_PRECOMPILE_STEPS"
 WARMUP_STEPS_VARIABLE = "TRN_WARMUP_STEPS"
 
 
+# The job's own packages where no image carries them (a requirements.txt where the job starts): a bash function,
+# job_venv, that the Slurm batch script and the development instance's run script define and call before the launcher
+# (node/job_venv.sh); `trn rehearse` runs it for EKS and Batch, in place of the image that installed them.
+JOB_VENV = node.source("job_venv.sh")
+
+
 def launch_command(program: Sequence[str]) -> list[str]:
     """The argv of a container or task: the launcher, then the training command."""
     return [SHELL, "-c", LAUNCHER, LAUNCHER_NAME, *program]

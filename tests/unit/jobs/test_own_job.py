@@ -94,7 +94,10 @@ def test_instance_dry_run_shows_the_unit_and_its_script(no_credentials, config):
                      "--env", "TEAM=vision", *COMMAND)
     assert result.code == 0, result.err
     assert "export TEAM=vision\n" in result.out
-    assert '/bin/sh "$dir/launch.sh" train.py --lr 3e-4 > "$dir/output.log" 2>&1 || code=$?' in result.out
+    # The job's own packages first (node/job_venv.sh: a requirements.txt where it starts), then the launcher.
+    assert 'job_venv > "$dir/output.log" 2>&1 || code=$?' in result.out
+    assert ('[ "$code" != 0 ] || /bin/sh "$dir/launch.sh" train.py --lr 3e-4 >> "$dir/output.log" 2>&1 || code=$?'
+            in result.out)
     assert ('systemd-run --unit trn-mine --uid "$user" --working-directory "$home" -p RemainAfterExit=yes '
             '/bin/bash "$job/run.sh"') in result.out
     # trn1.2xlarge: its 2 NeuronCores, one node, the cache set of development jobs.

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from trainium_cdk.app.config import ComputeGroup, Config
 from trainium_cdk.runtime.fabric import fabric_command
-from trainium_cdk.runtime.launcher import LAUNCHER, LAUNCHER_NAME, PRECOMPILE_STEPS_VARIABLE, SHELL
+from trainium_cdk.runtime.launcher import JOB_VENV, LAUNCHER, LAUNCHER_NAME, PRECOMPILE_STEPS_VARIABLE, SHELL
 from trainium_cdk.app.parallelcluster.cluster_config import EXAMPLE_SCRIPT_NAME, VENV, batch_script_name, queue_name
 from trainium_cdk.facts.names import NEURON_BIN
 from trainium_cdk.runtime.training_env import cache_dir, job_environment, large_model_environment
@@ -74,7 +74,9 @@ _JOB_ENVIRONMENT = [
 EXIT_RECORD_SUFFIX = ".exit"
 _RUN_AND_RECORD = [
     "code=0",
-    f'srun --kill-on-bad-exit=1 --label {SHELL} -c "$TRN_LAUNCHER" {LAUNCHER_NAME} "$@" || code=$?',
+    # The job's own packages (a requirements.txt where it starts), once, before any node starts (node/job_venv.sh).
+    "job_venv || code=$?",
+    f'[[ $code != 0 ]] || srun --kill-on-bad-exit=1 --label {SHELL} -c "$TRN_LAUNCHER" {LAUNCHER_NAME} "$@" || code=$?',
     f'echo "$code ${{SLURM_JOB_PARTITION:-}}" > "${{SLURM_SUBMIT_DIR:-.}}/${{SLURM_JOB_NAME}}-${{SLURM_JOB_ID}}{EXIT_RECORD_SUFFIX}"',
     'exit "$code"',
 ]
@@ -131,6 +133,7 @@ def render_sbatch(config: Config, group: ComputeGroup, *, job_name: str | None =
         LAUNCHER.rstrip("\n"),
         _LAUNCHER_END,
         ")",
+        JOB_VENV.rstrip("\n"),
         *_RUN_AND_RECORD,
     ]
     return "\n".join(lines) + "\n"

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import yaml
 
 from trainium_cdk.cli._common import CliError, client, session, stack_outputs
-from trainium_cdk.cli.eks_dry_run import in_namespace, summary
+from trainium_cdk.cli.eks_dry_run import in_namespace, launcher_once, summary
 from trainium_cdk.cli.jobs import (
     CLOCK,
     FAILED,
@@ -170,7 +170,7 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
     if args.dry_run:
         # The namespace a submit would use: --namespace, else the kubeconfig context's, else the stack's.
         namespace = args.namespace or _context_namespace(args) or DEFAULT_NAMESPACE
-        objects = [in_namespace(o, namespace) for o in objects]
+        objects = [launcher_once(in_namespace(o, namespace)) for o in objects]
         out.write(summary(job, objects, name=name, image=image, namespace=namespace,
                           placeholder=image in (IMAGE_PLACEHOLDER, BERT_IMAGE_PLACEHOLDER)))
         out.write(yaml.safe_dump_all(objects, sort_keys=False))

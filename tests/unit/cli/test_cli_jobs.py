@@ -656,7 +656,10 @@ def test_eks_dry_run_names_the_namespace_a_submit_uses_and_sums_the_job_up_first
         "# starts in:   the image's working directory",
         "# checkpoints: /fsx/checkpoints/demo",
         "# (every $ in the command and env is written $$: Kubernetes passes it as written, as the other backends do)",
+        "# (the launcher once: each task after the first runs the same command, a YAML alias: *id001)",
     ]
+    # The launcher once (it was embedded in each task): the workers' command is an alias of the leader's.
+    assert result.out.count("PEER_LOST_EXIT=75") == 1 and result.out.count("command: &id001") == 1
     kube.load.assert_not_called()
 
 

@@ -151,19 +151,20 @@ def test_no_script_variable_shares_a_placeholder_name(project):
 @pytest.mark.e2e
 def test_a_bare_envsubst_empties_the_launcher_and_the_job_fails_the_restricted_one_trains(project, tool, tmp_path):
     original = (project / MLP).read_text()
-    assert '[ -n "$MASTER_ADDR" ]' in original
-    # The README's old line, with only the documented variable exported.
+    # The launcher's own variables, each $ written $$ for Kubernetes (charts/_k8s.literal), which reduces them to $.
+    assert '[ -n "$$MASTER_ADDR" ]' in original
+    # The README's old line, with only the documented variable exported: it empties $MASTER_ADDR, leaving "$".
     bare = tmp_path / "bare.yaml"
     _run(project, f"envsubst < {MLP} | kubectl apply -f -", tool, bare, {"TRAINING_IMAGE": "example.com/t:1"})
-    assert '[ -n "" ]' in bare.read_text() and '[ -n "$MASTER_ADDR" ]' not in bare.read_text()
+    assert '[ -n "$" ]' in bare.read_text() and '[ -n "$$MASTER_ADDR" ]' not in bare.read_text()
     (line,) = HEADER_COMMAND.findall(original)
     restricted = tmp_path / "restricted.yaml"
     _run(project, line, tool, restricted, {"TRAINING_IMAGE": "example.com/t:1"})
-    assert '[ -n "$MASTER_ADDR" ]' in restricted.read_text()
+    assert '[ -n "$$MASTER_ADDR" ]' in restricted.read_text()
 
     (broken,) = [d for d in yaml.safe_load_all(bare.read_text()) if d]
     (result,) = run_kubernetes_job(Stage(tmp_path / "bare-node"), broken)
-    assert result.code == 2 and "no rendezvous address" in result.output, result.output[-2000:]
+    assert result.code == 2 and "node rank $ of $ nodes" in result.output, result.output[-2000:]
     (job,) = [d for d in yaml.safe_load_all(restricted.read_text()) if d]
     assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "example.com/t:1"
     assert_trained(run_kubernetes_job(Stage(tmp_path / "node"), job))

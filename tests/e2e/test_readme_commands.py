@@ -191,10 +191,11 @@ def test_the_readmes_envsubst_fills_in_the_placeholders_and_nothing_else(tmp_pat
     def run(*args: str) -> str:
         return subprocess.run([envsubst, *args], input=text, env=env, capture_output=True, text=True, check=True).stdout
 
-    assert "${TRAINING_IMAGE}" in text and '"$MASTER_ADDR"' in text
+    # The launcher's variables as Kubernetes takes them: every $ written $$ (charts/_k8s.literal).
+    assert "${TRAINING_IMAGE}" in text and '"$$MASTER_ADDR"' in text
     # Only $TRAINING_IMAGE / ${TRAINING_IMAGE} change (the file's header comment names the variable too).
     assert run(words[1]) == re.sub(r"\$\{?TRAINING_IMAGE\}?", env["TRAINING_IMAGE"], text)
-    assert '"$MASTER_ADDR"' not in run()  # the old README line: every $VAR of the launcher emptied
+    assert '"$$MASTER_ADDR"' not in run()  # the old README line: every $VAR of the launcher emptied
 
 
 # Imported first by every process torchrun starts (PYTHONPATH): at exit, after the script's own handlers, a

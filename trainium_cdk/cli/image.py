@@ -120,14 +120,14 @@ def init(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         track = read_config(args.config, parse_overrides(args.overrides)).neuron_track
     directory.mkdir(parents=True, exist_ok=True)
     starter = resources.files(STARTER)
+    # The track's image as the default: a Dockerfile whose FROM has no value builds nowhere but through push.
+    base = versions.neuron_public_training_image(track.name)
     for packaged, name in STARTER_FILES.items():
         path = directory / name
         if path.exists():
             out.write(f"kept {path} (it exists)\n")
             continue
         text = starter.joinpath(packaged).read_text()
-        # The track's image as the default: a Dockerfile whose FROM has no value builds nowhere but through push.
-        base = versions.neuron_public_training_image(track.name)
         path.write_text(text.replace(f"\nARG {BASE_IMAGE_BUILD_ARG}\n", f"\nARG {BASE_IMAGE_BUILD_ARG}={base}\n"))
         out.write(f"wrote {path}\n")
     dockerfile = directory / "Dockerfile"

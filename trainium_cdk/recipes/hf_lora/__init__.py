@@ -22,7 +22,7 @@ from trainium_cdk.facts.names import (
     DIST_BACKEND_VARIABLE, HF_TOKEN_SERVICE_ACCOUNT, NEURON_DEVICE, REHEARSAL_FSX, SHARED_MOUNT, TORCH_DEVICE_VARIABLE,
 )
 from trainium_cdk.recipes import FitReport, FitUnknown, Recipe, RecipeContext, core_label, core_memory_gib, gib, register
-from trainium_cdk.recipes.hf_lora import fit_plan
+from trainium_cdk.recipes.hf_lora import fit_plan, knobs
 from trainium_cdk.recipes.hf_lora.knobs import DEFAULTS
 
 FOLDER = Path(__file__).resolve().parent
@@ -109,16 +109,17 @@ def _job(env: Mapping[str, str]) -> fit_plan.Job:
     dtype = _knob(env, "HF_LORA_DTYPE")
     if dtype not in fit_plan.DTYPE_BYTES:
         raise ConfigError("--env", f"HF_LORA_DTYPE={dtype}", ", ".join(fit_plan.DTYPE_BYTES))
-    checkpointing = _knob(env, "HF_LORA_GRADIENT_CHECKPOINTING").strip().lower()
-    if checkpointing not in ("0", "1", "true", "false"):
-        raise ConfigError("--env", f"HF_LORA_GRADIENT_CHECKPOINTING={checkpointing}", "0 or 1")
+    try:
+        checkpointing = knobs.flag("HF_LORA_GRADIENT_CHECKPOINTING", _knob(env, "HF_LORA_GRADIENT_CHECKPOINTING"))
+    except SystemExit as error:  # as train.py would stop, in one line
+        raise ConfigError("--env", str(error).split(":", 1)[0], "0 or 1") from None
     try:
         dropout = float(_knob(env, "HF_LORA_DROPOUT")) > 0
     except ValueError:
         raise ConfigError("--env", f"HF_LORA_DROPOUT={_knob(env, 'HF_LORA_DROPOUT')}", "a number") from None
     return fit_plan.Job(seq_len=_whole(env, "HF_LORA_SEQ_LEN"), batch=_whole(env, "HF_LORA_BATCH_SIZE"),
                         rank=_whole(env, "HF_LORA_RANK"), targets=targets, dtype_bytes=fit_plan.DTYPE_BYTES[dtype],
-                        dropout=dropout, checkpointing=checkpointing in ("1", "true"))
+                        dropout=dropout, checkpointing=checkpointing)
 
 
 def fit(ctx: RecipeContext, env: Mapping[str, str]) -> FitReport:

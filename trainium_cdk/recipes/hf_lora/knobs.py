@@ -70,11 +70,16 @@ def number(name: str, kind: type = int):  # noqa: ANN201 (int or float)
         raise SystemExit(f"{name}={raw}: a number") from None
 
 
-def flag(name: str) -> bool:
-    raw = get(name).strip().lower()
-    if raw not in ("0", "1", "true", "false"):
-        raise SystemExit(f"{name}={raw}: 0 or 1")
-    return raw in ("1", "true")
+# What a yes/no knob takes (train.py here, `trn fit` in the CLI).
+FLAG_VALUES = {"0": False, "false": False, "1": True, "true": True}
+
+
+def flag(name: str, raw: str | None = None) -> bool:
+    """A yes/no knob: its value in the environment, or ``raw``; SystemExit naming it otherwise."""
+    value = (get(name) if raw is None else raw).strip().lower()
+    if value not in FLAG_VALUES:
+        raise SystemExit(f"{name}={value}: 0 or 1")
+    return FLAG_VALUES[value]
 
 
 def warmup_steps() -> int | None:

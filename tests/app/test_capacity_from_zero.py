@@ -256,7 +256,7 @@ def test_trn_cost_prints_the_idle_floor_and_the_full_size_price_of_the_default_c
     out, err = io.StringIO(), io.StringIO()
     assert main(["cost", "--config", "config/default.yaml"], out=out, err=err) == 0
     text = out.getvalue()
-    assert "total idle floor" in text and "$     0.701/h" in text and "$      511.92/month" in text
+    assert "total idle floor" in text and "$     0.719/h" in text and "$      524.72/month" in text
     assert "4 x trn1.32xlarge" in text and "$    86.000/h" in text
     assert prices.PRICES_AS_OF in text
 

@@ -53,6 +53,9 @@ TRAINING_SHARE = 0.75
 TRAINING_SECURITY = container_security(drop=("NET_RAW",))
 # The data pods: requests within a system node, memory limits against a runaway process.
 DATA_LOADER_RESOURCES = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
+# A CPU-only job (a data preparation: one process downloading and tokenizing): room within a system node (m7i.large
+# by default, 8 GiB), a memory limit against a runaway process.
+CPU_JOB_RESOURCES = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
 SHELL_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
 TENSORBOARD_RESOURCES = {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "4Gi"}}
 # TensorBoard only reads event files: it runs as nobody.
@@ -97,6 +100,16 @@ def training_pod_spec(job: JobSpec, *, env: Mapping[str, str], claim_name: str) 
     selector = {INSTANCE_TYPE_LABEL: job.instance.name}
     if job.group:
         selector[GROUP_LABEL] = job.group
+    requests = {
+        "cpu": str(int(job.instance.vcpus * TRAINING_SHARE)),
+        "memory": f"{int(job.instance.memory_gib * TRAINING_SHARE)}Gi",
+    }
+    resources = {"requests": requests, "limits": limits}  # Neuron and EFA through limits (requests default to them)
+    placement: dict[str, Any] = {"nodeSelector": selector, "tolerations": [NEURON_NO_SCHEDULE]}
+    if job.cpu_only:
+        # No Neuron device and no Trainium taint tolerated: the system nodes run it, not a node billed by the hour
+        # for its accelerators.
+        resources, placement = CPU_JOB_RESOURCES, {}
     claim = claim_name if job.shared_storage else None
     volumes, mounts = _data_volumes(claim), _data_mounts(claim)
     if job.code is not None:
@@ -104,10 +117,6 @@ def training_pod_spec(job: JobSpec, *, env: Mapping[str, str], claim_name: str) 
         check_name("job.code", config_map)
         volumes.append({"name": CODE_VOLUME, "configMap": {"name": config_map}})
         mounts.append({"name": CODE_VOLUME, "mountPath": directory, "readOnly": True})
-    requests = {
-        "cpu": str(int(job.instance.vcpus * TRAINING_SHARE)),
-        "memory": f"{int(job.instance.memory_gib * TRAINING_SHARE)}Gi",
-    }
     return {
         "restartPolicy": "Never",
         "securityContext": POD_SECURITY,
@@ -115,16 +124,14 @@ def training_pod_spec(job: JobSpec, *, env: Mapping[str, str], claim_name: str) 
         # whose role EKS Pod Identity hands the pod (as the archive loader's).
         **({"serviceAccountName": job.service_account} if job.service_account
            else {"automountServiceAccountToken": False}),
-        "nodeSelector": selector,
-        "tolerations": [NEURON_NO_SCHEDULE],
+        **placement,
         "containers": [
             {
                 "name": "train",
                 "image": job.image,
                 "command": [literal(word) for word in job.launch()],
                 "env": [{"name": k, "value": literal(v)} for k, v in env.items()],
-                # Extended resources are requested through limits (requests default to them).
-                "resources": {"requests": requests, "limits": limits},
+                "resources": resources,
                 "securityContext": TRAINING_SECURITY,
                 "volumeMounts": mounts,
             }

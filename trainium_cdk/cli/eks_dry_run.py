@@ -32,8 +32,9 @@ def summary(job: UserJob, objects: list[dict[str, Any]], *, name: str, image: st
     kind = f"{training.get('kind')} ({training.get('apiVersion')})"
     lines = [
         f"dry run: would create {len(objects)} object(s) in namespace {namespace} of your kubeconfig's cluster",
-        f"job:         {name}, a {kind} of {nodes} node(s) x {env.get('NPROC_PER_NODE', '?')} processes, group "
-        f"{job.group.name} ({job.group.instance_type})",
+        f"job:         {name}, a {kind} of {nodes} node(s) x {env.get('NPROC_PER_NODE', '?')} processes, "
+        + (f"group {job.group.name} ({job.group.instance_type})" if "nodeSelector" in pod
+           else "the system nodes (CPU work: no Neuron device)"),
         f"image:       {image}" + (" (the eks stack's image output at submit time, or pass --image)" if placeholder
                                    else ""),
         "command:     " + (shlex.join(job.program) if job.program else f"recipe or example {job.job}'s"),

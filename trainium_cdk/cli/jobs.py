@@ -234,6 +234,13 @@ def group_of(config: Config, name: str | None) -> ComputeGroup:
     raise ConfigError("--group", name, "a compute group of the config; " + one_of(names))
 
 
+def _cpu_only_recipe(name: str | None) -> bool:
+    from trainium_cdk import recipes
+
+    recipe = recipes.find(name) if name else None
+    return recipe is not None and recipe.cpu_only
+
+
 def check_nodes(config: Config, group: ComputeGroup, nodes: int | None) -> int:
     if nodes is None:
         return group.nodes
@@ -315,6 +322,15 @@ def check_fit(args: argparse.Namespace, config: Config, job: UserJob, backend: s
         return
     raise CliError(f"{verdict}: {report.suggestion}; `trn fit --job {job.job}` prints the plan, {SKIP_FIT_FLAG} "
                    "submits anyway", code=1)
+
+
+def say_where_cpu_work_runs(args: argparse.Namespace, config: Config, job: UserJob, backend: str, err: TextIO) -> None:
+    """Before `trn submit --backend eks --job` sends a CPU-only recipe (a data preparation): one line saying that it
+    runs on the system nodes, not on a Trainium node (issue 44). Batch has no CPU queue: there it takes a node of its
+    group, as before."""
+    if backend == "eks" and _cpu_only_recipe(job.job):
+        err.write(f"trn {args.command} --job {job.job}: CPU work, on the system nodes ({config.eks.system_instance_type}), "
+                  "no Trainium node\n")
 
 
 def chatter(args: argparse.Namespace, out: TextIO, err: TextIO) -> TextIO:
@@ -403,7 +419,9 @@ def _client(backend: str) -> Any:
 
 def submit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config, backend = load(args)
-    check_fit(args, config, user_job(args, config), backend, err)
+    job = user_job(args, config)
+    check_fit(args, config, job, backend, err)
+    say_where_cpu_work_runs(args, config, job, backend, err)
     return _client(backend).submit(args, config, out, err)
 
 

@@ -154,9 +154,11 @@ PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSessionToRemoteHost"
 # The instance type of the EKS API access host (constructs/api_access.py; priced by cost.py).
 ACCESS_HOST_INSTANCE_TYPE = "t4g.nano"
 ACCESS_HOST_ROOT_VOLUME_GIB = 8
-# The EKS system node group's root volumes, set by its launch template at the size EKS gives a node group
-# without one (DiskSize 20). Priced by cost.py.
-SYSTEM_NODE_DISK_GIB = 20
+# The EKS system node group's root volumes, set by its launch template. EKS gives a node group without one 20 GiB
+# (DiskSize), room for the add-ons' images; the system nodes also run the training image (the shell pod, the recipes'
+# data preparation), a Neuron image of several GB whose layers containerd keeps packed and unpacked. Its size is not
+# measured here (no registry reachable): 100 GiB leaves room for two such images. Priced by cost.py.
+SYSTEM_NODE_DISK_GIB = 100
 # batch: one output for every compute group, a JSON object of group name -> {field: value} with the
 # BATCH_* fields below. An output per group and field (six a group) would reach CloudFormation's 200
 # outputs at 33 groups, short of AWS Batch's own limit of 50 job queues.

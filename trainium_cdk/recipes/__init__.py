@@ -127,6 +127,8 @@ class Recipe:
         the same folder: one `trn image push --recipe`); default: its own.
     :param shares: files of other recipes' folders its code imports (one home for each, not a copy): its image is
         then built with this package's recipes folder as the context, and its Dockerfile copies them.
+    :param cpu_only: its job is CPU work on one node (a data preparation): on EKS a pod on the system nodes, not a
+        Trainium node; on the other backends a node of its group. Default: False.
     :param fit: its memory plan on a group with the job's ``--env`` (`trn fit`, and the check of `trn submit` and
         `trn rehearse`), raising FitUnknown when what it needs is not here; default: none, and `trn fit` says it
         cannot know.
@@ -141,6 +143,7 @@ class Recipe:
     image_from: str | None = None
     shares: tuple[Path, ...] = ()
     fit: Callable[[RecipeContext, Mapping[str, str]], FitReport] | None = None
+    cpu_only: bool = False
     folder: Path = field(default=None)  # type: ignore[assignment]  # set in __post_init__
 
     def __post_init__(self) -> None:
@@ -217,7 +220,8 @@ def recipe_for(config: Config, name: str, backend: str, *, field_name: str = "--
 def job(config: Config, name: str, *, group: ComputeGroup, backend: str, nodes: int | None = None) -> TrainingJobSettings:
     """The job of recipe ``name`` on ``group``, with its code where ``backend`` has it."""
     recipe = recipe_for(config, name, backend)
-    return recipe.job(recipe.context(config, group=group, backend=backend, nodes=nodes))
+    settings = recipe.job(recipe.context(config, group=group, backend=backend, nodes=nodes))
+    return settings.model_copy(update={"cpu_only": True}) if recipe.cpu_only else settings
 
 
 def fit_of(config: Config, name: str, *, group: ComputeGroup, backend: str, nodes: int | None,

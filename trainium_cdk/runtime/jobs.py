@@ -75,6 +75,8 @@ class JobSpec:
         Default: none (the pods get no credentials and no Kubernetes API token).
     :param metrics_push_url: the Pushgateway its launcher pushes the job's metrics to (``TRN_METRICS_PUSH_URL``):
         EKS with observability.prometheus. Default: none.
+    :param cpu_only: CPU work on one node (a data preparation): on EKS its pod asks for no Neuron device, tolerates
+        no Trainium node's taint and so runs on the system nodes. Default: False.
     :param code: EKS: a ConfigMap of the job's namespace mounted read-only at a directory, (name, directory):
         the MLP example's train.py when no example image is built. Default: none.
     """
@@ -97,6 +99,7 @@ class JobSpec:
     service_account: str | None = None
     metrics_push_url: str | None = None
     code: tuple[str, str] | None = None
+    cpu_only: bool = False
 
     def __post_init__(self) -> None:
         if not _JOB_NAME.fullmatch(self.name):
@@ -105,6 +108,8 @@ class JobSpec:
             )
         if not self.command:
             raise ConfigError("command", list(self.command), "the training program and its arguments")
+        if self.cpu_only and self.nodes != 1:
+            raise ConfigError("nodes", self.nodes, "1 for a CPU-only job (cpu_only: one process of CPU work)")
         maximum = self.max_nodes if self.max_nodes is not None else self.nodes
         check_node_count("nodes", self.nodes, maximum=maximum, instance=self.instance, group=self.group)
         if not 1 <= self.processes <= self.instance.neuron_cores:

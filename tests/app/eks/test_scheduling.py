@@ -8,6 +8,7 @@ compute group. Node groups: the EKS stack's managed node groups, read by the rea
 
 from __future__ import annotations
 
+import cdk8s
 import pytest
 import yaml
 
@@ -15,7 +16,9 @@ from tests.support.apps import VARIANTS, synthesized
 from tests.support.reachability import LUSTRE_PORTS, Reachability
 from tests.support.scheduling import PodTemplate, lands_on, pod_templates, requests, why_not
 from trainium_cdk.charts.fsx_storage import DEFAULT_CLAIM_NAME
-from trainium_cdk.app.workloads import render_job
+from trainium_cdk.app.config.workload_settings import TrainingJobSettings
+from trainium_cdk.app.workloads import eks_job_spec, render_job
+from trainium_cdk.charts.training import training_job
 from trainium_cdk.app.dist import write_dist
 
 
@@ -37,6 +40,10 @@ def app(request, tmp_path_factory):
             objects.append((f"render_job({group.name}, {job})",
                             render_job(config, name=f"cli-{job}", group=group.name, job=job, nodes=nodes,
                                        image="example.com/train:1")))
+    # CPU work (a recipe's data preparation, or a workloads job with cpu_only: true) as `trn submit` renders it.
+    cpu = eks_job_spec(config, TrainingJobSettings(name="cli-data", command=("prepare.py",), cpu_only=True),
+                       image="example.com/train:1")
+    objects.append(("cpu_only job", training_job(cdk8s.App(), "cli-data", job=cpu).to_json()))
     pods = [p for source, docs in objects for p in pod_templates(docs, source)]
     return result, model, objects, pods
 
@@ -72,6 +79,15 @@ def test_training_pods_land_only_on_their_compute_group(app):
         if "aws.amazon.com/neuron" in requests(pod.spec):
             (node,) = lands_on(pod, nodes, _daemon_sets(pods))
             assert node.labels.get("trainium-cdk/compute-group"), pod
+
+
+def test_cpu_work_lands_on_the_system_nodes_and_no_trainium_node(app):
+    _, model, _, pods = app
+    (pod,) = [p for p in pods if p.name == "cli-data"]
+    landed = lands_on(pod, model.of_backend("eks"), _daemon_sets(pods))
+    assert landed and all("trainium-cdk/compute-group" not in n.labels for n in landed), landed
+    assert all(n.instance_type == "m7i.large" for n in landed)
+    assert DEFAULT_CLAIM_NAME in pod.claims  # and the next test: those nodes reach the file system
 
 
 def test_the_node_groups_a_pod_lands_on_reach_what_it_mounts(app):

@@ -160,12 +160,22 @@ def test_training_job_picks_the_kind():
         ({"processes_per_node": 33}, "processes_per_node = 33: between 1 and the 32 NeuronCores of trn1.32xlarge"),
         ({"name": "Bad_Name"}, "name = 'Bad_Name'"),
         ({"retries": -1}, "retries = -1"),
+        ({"nodes": 2, "cpu_only": True}, "nodes = 2: 1 for a CPU-only job"),
     ],
 )
 def test_bad_job_input(kwargs, message):
     with pytest.raises(ConfigError) as caught:
         job("trn1.32xlarge", **kwargs)
     assert message in str(caught.value)
+
+
+def test_cpu_work_asks_for_no_device_and_tolerates_no_trainium_node():
+    (obj,) = synth(SingleNodeTrainingJob, job=job("trn2.48xlarge", cpu_only=True, processes_per_node=1))
+    pod = obj["spec"]["template"]["spec"]
+    validate_all([obj])
+    assert _container(pod)["resources"]["limits"] == {"cpu": "2", "memory": "4Gi"}
+    assert "nodeSelector" not in pod and "tolerations" not in pod
+    assert _env(_container(pod))["NPROC_PER_NODE"] == "1"
 
 
 def test_multi_node_needs_efa():
@@ -269,3 +279,12 @@ def test_tensorboard_is_cluster_internal():
     assert "--logdir=/fsx/runs" in container["command"]
     assert "env" not in container  # no password or token baked in
     assert not any(m["kind"] == "Ingress" for m in manifests)
+
+
+def test_a_configured_cpu_only_job_runs_on_one_node_whatever_its_group_has():
+    from tests.support.helpers import config_with
+    from trainium_cdk.app.config.workload_settings import TrainingJobSettings
+
+    config = config_with(group={"nodes": 2})
+    spec = config.job_spec(TrainingJobSettings(name="prep", command=("prepare.py",), cpu_only=True), image="x:1")
+    assert (spec.nodes, spec.cpu_only) == (1, True)

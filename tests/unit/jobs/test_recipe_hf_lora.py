@@ -217,6 +217,10 @@ def test_eks_renders_both_jobs_and_they_validate(no_credentials, tmp_path):
     assert (env["HF_TOKEN_SECRET"], env["AWS_DEFAULT_REGION"], env["NPROC_PER_NODE"]) == (SECRET, "us-east-2", "1")
     assert container["command"][-1] == "/opt/trainium-cdk/recipes/hf_lora/prepare.py"
     assert TOKEN not in train.out + data.out
+    # CPU work on the system nodes (issue 44 item 8), the training job on its group's Trainium nodes.
+    assert "aws.amazon.com/neuron" not in container["resources"]["limits"]
+    assert "tolerations" not in pod and "nodeSelector" not in pod
+    assert "CPU work, on the system nodes" in data.err and "CPU work" not in train.err
 
 
 def test_batch_submits_both_jobs_as_batch_takes_them(no_credentials, tmp_path):

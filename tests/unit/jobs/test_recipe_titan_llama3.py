@@ -317,6 +317,14 @@ def test_eks_renders_both_jobs_and_they_validate(no_credentials, tmp_path):
     env = _container_env(container)
     assert (env["TITAN_DATA_DIR"], env["AWS_DEFAULT_REGION"], env["NPROC_PER_NODE"]) == (DATA_DIR, "us-east-2", "1")
     assert container["command"][-1] == "/opt/trainium-cdk/recipes/titan_llama3/prepare.py"
+    # CPU work on the system nodes (issue 44 item 8): no Neuron device asked for, no Trainium node's taint tolerated,
+    # no compute group selected; said before the YAML.
+    pod = job["spec"]["template"]["spec"]
+    assert container["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"},
+                                      "limits": {"cpu": "2", "memory": "4Gi"}}
+    assert "tolerations" not in pod and "nodeSelector" not in pod
+    assert data.err == "trn submit --job titan-llama3-data: CPU work, on the system nodes (m7i.large), no Trainium node\n"
+    assert "the system nodes (CPU work: no Neuron device)" in data.out
 
 
 def test_batch_submits_both_jobs_as_batch_takes_them(no_credentials, tmp_path):

@@ -396,7 +396,7 @@ class Config(_Model):
             group=group.name,
             command=job.command,
             image=job.image or self.workloads.image or image,
-            nodes=job.nodes if job.nodes is not None else group.nodes,
+            nodes=job.nodes if job.nodes is not None else 1 if job.cpu_only else group.nodes,
             max_nodes=group.maximum,
             processes_per_node=job.processes_per_node,
             cache_set=job.cache_set or group.name,
@@ -407,6 +407,7 @@ class Config(_Model):
             shared_storage=self.storage.enabled,
             neuron_track=self.neuron_track,
             service_account=job.service_account,
+            cpu_only=job.cpu_only,
         )
 
     @property

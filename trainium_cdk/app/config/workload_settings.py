@@ -48,6 +48,10 @@ class TrainingJobSettings(_Model):
         None, description="EKS: the Kubernetes service account its pods run as (what it may call in AWS, through EKS "
         "Pod Identity); default: none (no credentials, no API token)."
     )
+    cpu_only: bool = Field(
+        False, description="CPU work on one node (a data preparation), no Neuron device: on EKS a pod on the system "
+        "nodes, not a Trainium node; elsewhere a node of its group."
+    )
 
     @field_validator("service_account")
     @classmethod

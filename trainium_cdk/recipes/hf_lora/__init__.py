@@ -191,5 +191,5 @@ register(Recipe(
 ))
 register(Recipe(
     name=DATA_NAME, summary="hf-lora's data: the model and the tokenized dataset onto /fsx (hub or S3)",
-    tracks=("native",), job=data_job, folder=FOLDER, image_from=NAME,
+    tracks=("native",), job=data_job, folder=FOLDER, image_from=NAME, cpu_only=True,
 ))

@@ -244,5 +244,5 @@ register(Recipe(
 ))
 register(Recipe(
     name=DATA_NAME, summary="titan-llama3's data: a tokenizer and a dataset tokenized onto /fsx (hub or S3)",
-    tracks=("native",), job=data_job, folder=FOLDER, image_from=NAME,
+    tracks=("native",), job=data_job, folder=FOLDER, image_from=NAME, cpu_only=True,
 ))

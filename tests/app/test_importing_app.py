@@ -71,8 +71,9 @@ def build(stack: cdk.Stack) -> dict[str, Any]:
     for finding in ("Resource::*", "Resource::arn:<AWS::Partition>:batch:us-west-2:123456789012:job/*"):
         cdk.Validations.of(operator).acknowledge(cdk.Acknowledgment(
             id=f"AwsSolutions-IAM5[{finding}]", reason="Batch's describe and list calls take '*' only"))
+    bucket = stack.get_logical_id(storage.bucket.node.default_child)  # of the construct's path: no id is pinned
     for finding in ("Action::s3:GetBucket*", "Action::s3:GetObject*", "Action::s3:List*",
-                    "Resource::<DataRepositoryBucket.Arn>/data/*"):
+                    f"Resource::<{bucket}.Arn>/data/*"):
         cdk.Validations.of(reader).acknowledge(cdk.Acknowledgment(
             id=f"AwsSolutions-IAM5[{finding}]", reason="aws-cdk-lib's Bucket.grant_read: the data set's prefix"))
     return {"storage": storage, "queue": queue, "cluster": cluster, "dev": dev, "prep": prep, "runner": runner,
@@ -90,7 +91,8 @@ def app() -> tuple[dict[str, Any], dict[str, Any], Any]:
     template = json.loads((outdir / f"{STACK}.template.json").read_text())
     ids = {name: stack.get_logical_id(c.node.default_child) for name, c in built.items()
            if isinstance(c, (ec2.SecurityGroup, iam.Role))}
-    ids["storage"] = "LustreSecurityGroup"
+    ids["storage"] = stack.get_logical_id(built["storage"].security_group.node.default_child)
+    ids["bucket"] = stack.get_logical_id(built["storage"].bucket.node.default_child)
     ids["dev"] = stack.get_logical_id(built["dev"].security_group.node.default_child)
     ids["api"] = stack.get_logical_id(built["cluster"].api_security_group.node.default_child)
     ids["efa"] = stack.get_logical_id(built["network"].efa_security_group.node.default_child)
@@ -148,8 +150,8 @@ def test_grant_read_data_reads_the_data_repositorys_prefix(app):
     template, ids, _ = app
     assert policy_of(template, ids["reader"]) == {statement(
         ["s3:GetObject*", "s3:GetBucket*", "s3:List*"],
-        [{"Fn::GetAtt": ["DataRepositoryBucket", "Arn"]},
-         {"Fn::Join": ["", [{"Fn::GetAtt": ["DataRepositoryBucket", "Arn"]}, "/data/*"]]}],
+        [{"Fn::GetAtt": [ids["bucket"], "Arn"]},
+         {"Fn::Join": ["", [{"Fn::GetAtt": [ids["bucket"], "Arn"]}, "/data/*"]]}],
     )}
 
 

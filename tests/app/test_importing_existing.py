@@ -130,7 +130,9 @@ def test_lustre_is_open_to_the_imported_cluster_security_group_both_ways(app):
     """FSx's client rules (TCP 988 and 1018-1023, both ways), with the platform's cluster security group, which
     every node of the cluster carries; nothing else touches that group."""
     template, _ = app
-    fsx = {"Fn::GetAtt": ["LustreSecurityGroup", "GroupId"]}
+    (group,) = [k for k, r in resources(template, "AWS::EC2::SecurityGroup").items()
+                if r["Properties"]["GroupDescription"].startswith("FSx for Lustre")]
+    fsx = {"Fn::GetAtt": [group, "GroupId"]}
 
     def key(kind: str, group: Any, peer: Any, low: int, high: int) -> str:
         return json.dumps([kind, group, peer, low, high], sort_keys=True)

@@ -1,7 +1,8 @@
 """LustreStorage: FSx for Lustre shared by every node (datasets, checkpoints, the Neuron compile cache).
 
-Stateful: the file system (and a bucket it creates) keep pinned logical IDs and an explicit removal
-policy, so that a redeploy updates them in place instead of replacing them.
+Stateful: the file system (and a bucket it creates) take an explicit removal policy. Their logical ids follow the
+construct's path, as aws-cdk-lib's do, so that two work in one stack; an app that must keep ids it deployed under
+pins them in its own stack (the app's storage stack does: trainium_cdk/app/stacks/storage_stack.py).
 """
 
 from __future__ import annotations
@@ -30,12 +31,6 @@ from trainium_cdk.facts.names import CHECKPOINT_FILE_SYSTEM_PATH
 LUSTRE_PORT_RANGES = ((988, 988), (1018, 1023))
 LUSTRE_CLIENT_PORT = ec2.Port.tcp(LUSTRE_PORT_RANGES[0][0])
 LUSTRE_PORTS = tuple(ec2.Port.tcp_range(low, high) if low != high else ec2.Port.tcp(low) for low, high in LUSTRE_PORT_RANGES)
-
-# Logical IDs that must never change: a new ID replaces the file system and loses its data.
-FILE_SYSTEM_LOGICAL_ID = "LustreFileSystem"
-SECURITY_GROUP_LOGICAL_ID = "LustreSecurityGroup"
-BUCKET_LOGICAL_ID = "DataRepositoryBucket"
-ASSOCIATION_LOGICAL_ID = "DataRepositoryAssociation"
 
 DEFAULT_CAPACITY_GIB = LUSTRE_MIN_CAPACITY_GIB
 DEFAULT_DEPLOYMENT_TYPE = fsx.LustreDeploymentType.PERSISTENT_2
@@ -247,7 +242,6 @@ class LustreStorage(Construct):
             description="FSx for Lustre: TCP 988 and 1018-1023 from its clients and itself",
             allow_all_outbound=False,
         )
-        _pin(self.security_group, SECURITY_GROUP_LOGICAL_ID)
         self._connections = LustreConnections(self.security_group)
         for client in clients:
             self._connections.opened(client)
@@ -291,7 +285,6 @@ class LustreStorage(Construct):
             ),
             removal_policy=removal,
         )
-        _pin(self.file_system, FILE_SYSTEM_LOGICAL_ID)
 
         self.bucket: s3.IBucket | None = None
         self.association: fsx.CfnDataRepositoryAssociation | None = None
@@ -311,7 +304,6 @@ class LustreStorage(Construct):
                     removal_policy=removal,
                     auto_delete_objects=False,
                 )
-                _pin(created, BUCKET_LOGICAL_ID)
                 logging = ("Training data bucket read in bulk by FSx for Lustre; per-request access logs of "
                            "millions of shard reads cost more than they tell. Enable CloudTrail data events for audit.")
                 acknowledge_bucket_logging(created, logging)
@@ -349,7 +341,6 @@ class LustreStorage(Construct):
                 ),
             )
             self.association.apply_removal_policy(removal)
-            self.association.override_logical_id(ASSOCIATION_LOGICAL_ID)
 
         self.checkpoint_association: fsx.CfnDataRepositoryAssociation | None = None
         if checkpoint_bucket is not None:
@@ -471,9 +462,3 @@ def allow_lustre_client(
         ec2.CfnSecurityGroupIngress(rules, f"ToClient{low}", group_id=client.security_group_id,
                                     source_security_group_id=server_id, description="Lustre from FSx",
                                     ip_protocol="tcp", from_port=low, to_port=high)
-
-
-def _pin(construct: Construct, logical_id: str) -> None:
-    resource = construct.node.default_child
-    assert resource is not None
-    resource.override_logical_id(logical_id)  # type: ignore[attr-defined]

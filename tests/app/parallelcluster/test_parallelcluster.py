@@ -23,7 +23,7 @@ from trainium_cdk.facts.capacity import GroupNodes
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.app.config import ConfigError
 from trainium_cdk.constructs.parallelcluster import SlurmCluster
-from trainium_cdk.constructs.storage import FILE_SYSTEM_LOGICAL_ID
+from trainium_cdk.app.stacks.storage_stack import FILE_SYSTEM_LOGICAL_ID
 from trainium_cdk.parallelcluster import ClusterIds, S3Object, cluster_configuration, render_cluster_yaml, write_dist
 from trainium_cdk.app.parallelcluster.cluster_config import placeholder_names, read_access
 from trainium_cdk.app.dist.parallelcluster import fetched_digests

@@ -97,11 +97,15 @@ def test_training_network_alone():
     assert len(resources(template, "AWS::EC2::PlacementGroup")) == 1
 
 
-def test_lustre_storage_alone_keeps_its_pinned_logical_ids():
+def test_lustre_storage_alone_takes_ids_of_its_path():
+    """Its ids follow the construct's path (a second one in the stack gets its own: test_constructs_twice.py); the
+    app's storage stack pins the ids it deployed under."""
     _, template = synth_alone(lambda stack, imported: LustreStorage(
         stack, "Datasets", vpc=imported.vpc, subnet=imported.subnet, clients=[imported.efa_group],
     ))
-    assert template["Resources"]["LustreFileSystem"]["Properties"]["SubnetIds"] == [PRIVATE_SUBNETS[0]]
+    ((logical_id, file_system),) = resources(template, "AWS::FSx::FileSystem").items()
+    assert logical_id.startswith("DatasetsFileSystem")
+    assert file_system["Properties"]["SubnetIds"] == [PRIVATE_SUBNETS[0]]
     rules = resources(template, "AWS::EC2::SecurityGroupIngress").values()
     client_rules = [r for r in rules if r["Properties"].get("Description") == "Lustre from FSx"]
     assert {r["Properties"]["GroupId"] for r in client_rules} == {EFA_GROUP}
@@ -364,7 +368,8 @@ def test_the_readmes_own_app_synthesizes_under_cdk_nag_with_every_id_changed():
     assert not [k for k in template["Resources"] if k.startswith(("Eks", "Batch", "Storage", "Network"))]
     assert len(resources(template, "AWS::EKS::Cluster")) == 1
     assert len(resources(template, "AWS::Batch::JobQueue")) == 1
-    assert "LustreFileSystem" in template["Resources"]  # pinned: the id of the construct does not move it
+    (file_system,) = resources(template, "AWS::FSx::FileSystem")
+    assert file_system.startswith("TheirStorageFileSystem")  # of the app's path: the library pins no id
     # The guide's grant_submit_job and connections: the CI role may submit; the data hosts' group reaches Lustre.
     policies = json.dumps(resources(template, "AWS::IAM::Policy"))
     assert '"batch:SubmitJob"' in policies

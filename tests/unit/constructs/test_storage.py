@@ -6,14 +6,11 @@ import pytest
 from aws_cdk.assertions import Match
 
 from tests.support.helpers import config_with, resources, synth
-from trainium_cdk.app.stacks.storage_stack import CHECKPOINT_ASSOCIATION_LOGICAL_ID, CHECKPOINT_BUCKET_LOGICAL_ID
-from trainium_cdk.facts.names import CHECKPOINT_ROOT
-from trainium_cdk.constructs.storage import (
-    ASSOCIATION_LOGICAL_ID,
-    BUCKET_LOGICAL_ID,
-    FILE_SYSTEM_LOGICAL_ID,
-    SECURITY_GROUP_LOGICAL_ID,
+from trainium_cdk.app.stacks.storage_stack import (
+    ASSOCIATION_LOGICAL_ID, BUCKET_LOGICAL_ID, CHECKPOINT_ASSOCIATION_LOGICAL_ID, CHECKPOINT_BUCKET_LOGICAL_ID,
+    FILE_SYSTEM_LOGICAL_ID, SECURITY_GROUP_LOGICAL_ID,
 )
+from trainium_cdk.facts.names import CHECKPOINT_ROOT
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, CfnResource, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_s3 as s3
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from trainium_cdk.app.config import Config
 from trainium_cdk.constructs.network import TrainingNetwork
@@ -17,7 +17,13 @@ from trainium_cdk.facts.names import (
     OUTPUT_FILE_SYSTEM_SECURITY_GROUP_ID,
 )
 
-# Logical ids of the checkpoint export that must never change (the file system's own: constructs/storage.py).
+# Logical ids that must never change: a new one replaces the resource (a new, empty file system; checkpoints orphaned
+# in a retained bucket). The stack pins them, not the construct, which works twice in one stack; these are the ids
+# the app has deployed under since its first release (tests/app/test_logical_ids.py).
+FILE_SYSTEM_LOGICAL_ID = "LustreFileSystem"
+SECURITY_GROUP_LOGICAL_ID = "LustreSecurityGroup"
+BUCKET_LOGICAL_ID = "DataRepositoryBucket"
+ASSOCIATION_LOGICAL_ID = "DataRepositoryAssociation"
 CHECKPOINT_BUCKET_LOGICAL_ID = "CheckpointBucket"
 CHECKPOINT_ASSOCIATION_LOGICAL_ID = "CheckpointExportAssociation"
 # Days S3 keeps a checkpoint's object after the file system deleted or overwrote it.
@@ -54,15 +60,29 @@ class StorageStack(Stack):
                 auto_import=repo.auto_import, auto_export=repo.auto_export,
             ),
         )
+        self._pin_logical_ids()
         self.file_system_output = CfnOutput(self, OUTPUT_FILE_SYSTEM_ID, value=self.storage.file_system_id)
         CfnOutput(self, OUTPUT_FILE_SYSTEM_DNS_NAME, value=self.storage.dns_name)
         CfnOutput(self, OUTPUT_FILE_SYSTEM_MOUNT_NAME, value=self.storage.mount_name)
         CfnOutput(self, OUTPUT_FILE_SYSTEM_SECURITY_GROUP_ID, value=self.storage.security_group.security_group_id)
         if self.storage.bucket is not None:
             CfnOutput(self, OUTPUT_DATA_BUCKET_NAME, value=self.storage.bucket.bucket_name)
-        if self.storage.checkpoint_association is not None and self.checkpoint_bucket is not None:
-            self.storage.checkpoint_association.override_logical_id(CHECKPOINT_ASSOCIATION_LOGICAL_ID)
+        if self.checkpoint_bucket is not None:
             CfnOutput(self, OUTPUT_CHECKPOINT_BUCKET_NAME, value=self.checkpoint_bucket.bucket_name)
+
+    def _pin_logical_ids(self) -> None:
+        storage = self.storage
+        pinned: list[tuple[IConstruct | None, str]] = [
+            (storage.security_group, SECURITY_GROUP_LOGICAL_ID),
+            (storage.file_system, FILE_SYSTEM_LOGICAL_ID),
+            (storage.bucket, BUCKET_LOGICAL_ID),  # the construct's own bucket (an imported one has no resource)
+            (storage.association, ASSOCIATION_LOGICAL_ID),
+            (storage.checkpoint_association, CHECKPOINT_ASSOCIATION_LOGICAL_ID),
+        ]
+        for construct, logical_id in pinned:
+            resource = construct if isinstance(construct, CfnResource) else construct and construct.node.default_child
+            if isinstance(resource, CfnResource):
+                resource.override_logical_id(logical_id)
 
 
 def checkpoint_bucket(scope: Construct, removal: RemovalPolicy) -> s3.Bucket:

@@ -64,6 +64,9 @@ def build(stack: cdk.Stack) -> dict[str, Any]:
     runner = ec2.SecurityGroup(stack, "CiRunner", vpc=network.vpc, allow_all_outbound=False, description="CI runners")
     cluster.connections.allow_default_port_from(runner)
     outsider = ec2.SecurityGroup(stack, "Outsider", vpc=network.vpc, description="Opened to nothing")
+    # A metrics scraper of the app's reads the Batch nodes' exporter: TrainiumBatch as aws-cdk-lib's IConnectable.
+    scraper = ec2.SecurityGroup(stack, "Scraper", vpc=network.vpc, allow_all_outbound=False, description="Scrapers")
+    scraper.connections.allow_to(queue, ec2.Port.tcp(9100), "node metrics")
 
     for role in (submitter, operator, reader):
         cdk.Validations.of(role).acknowledge(cdk.Acknowledgment(
@@ -77,7 +80,7 @@ def build(stack: cdk.Stack) -> dict[str, Any]:
         cdk.Validations.of(reader).acknowledge(cdk.Acknowledgment(
             id=f"AwsSolutions-IAM5[{finding}]", reason="aws-cdk-lib's Bucket.grant_read: the data set's prefix"))
     return {"storage": storage, "queue": queue, "cluster": cluster, "dev": dev, "prep": prep, "runner": runner,
-            "outsider": outsider, "submitter": submitter, "operator": operator, "reader": reader, "network": network}
+            "outsider": outsider, "scraper": scraper, "submitter": submitter, "operator": operator, "reader": reader, "network": network}
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +177,15 @@ def test_the_dev_instance_is_a_lustre_client_and_an_iconnectable(app):
     assert all(model.reaches({dev}, {storage}, "tcp", port) for port in LUSTRE)
     assert model.reaches({prep}, {dev}, "tcp", 22)  # aws-cdk-lib's allow_to read the DevInstance's connections
     assert not model.reaches({prep}, {dev}, "tcp", 23)
+
+
+def test_the_batch_queue_is_an_iconnectable_of_its_nodes_groups(app):
+    template, ids, _ = app
+    model = Reachability({STACK: template})
+    scraper, nodes, outsider = (f"{STACK}/{ids[k]}" for k in ("scraper", "efa", "outsider"))
+    assert model.reaches({scraper}, {nodes}, "tcp", 9100)
+    assert not model.reaches({scraper}, {nodes}, "tcp", 9101)
+    assert not model.reaches({outsider}, {nodes}, "tcp", 9100)
 
 
 def test_the_cluster_connections_reach_the_api_endpoint(app):

@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import jsii
 from aws_cdk import Annotations, Duration, RemovalPolicy, Size, Stack, Token
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
@@ -91,10 +92,12 @@ _ECR_IMAGE = re.compile(
 )
 
 
+@jsii.implements(ec2.IConnectable)
 class TrainiumBatch(Construct, BatchGrants):
     """AWS Batch for one compute group: compute environment, job queue, job definition, logs; its roles
     its own or, given ``roles``, those every group of the stack shares. ``grant_submit_job`` and
     ``grant_job_control`` (:class:`~trainium_cdk.constructs.batch_grants.BatchGrants`) give a principal its jobs.
+    ``connections`` (``ec2.IConnectable``) are its nodes' ``security_groups``: ``allow_to(queue, port)`` opens them.
 
     :param group: the compute group's nodes: its short name (in the queue and job definition names, the role
         descriptions, the log stream prefix and the compile cache directory), its instance type (a training
@@ -185,6 +188,7 @@ class TrainiumBatch(Construct, BatchGrants):
         self.nodes = nodes
         self.max_nodes = maximum
         self.multi_node = spec.has_efa
+        self._connections = ec2.Connections(security_groups=list(security_groups))
         # Without an image of the user's, the job runs the MLP example from its image: nothing to copy to /fsx
         # before the first job (a bare Neuron container would need the script put on the file system first).
         self.example_image: ecr_assets.DockerImageAsset | None = None
@@ -330,6 +334,11 @@ class TrainiumBatch(Construct, BatchGrants):
         # The L2 name of a job definition is its ARN (with the revision): keep the plain names.
         self.job_queue_name = name or self.job_queue.job_queue_name
         self.job_definition_name = name or self.job_definition.job_definition_arn
+
+    @property
+    def connections(self) -> ec2.Connections:
+        """Its nodes' security groups (every node interface carries them), as aws-cdk-lib's IConnectable."""
+        return self._connections
 
     @property
     def environment(self) -> dict[str, str]:

@@ -8,7 +8,7 @@ pins them in its own stack (the app's storage stack does: trainium_cdk/app/stack
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import jsii
@@ -143,21 +143,22 @@ class LustreConnections(ec2.Connections):
                 allow_lustre_client(Stack.of(client), construct_id, server=self._server, client=client)
 
 
-@dataclass(frozen=True)
-class _ImportedLustreStorage:
-    file_system_id: str
-    dns_name: str
-    mount_name: str
-    security_group: ec2.ISecurityGroup
-    capacity_gib: int
-    deployment_type: str
-    throughput_mb_per_tib: int | None
-    compression: str
-    lustre_version: str
-    connections: LustreConnections = field(init=False, repr=False, compare=False)
+@jsii.implements(ec2.IConnectable)
+class _ImportedLustreStorage(Construct):
+    """What :meth:`LustreStorage.from_file_system_attributes` returns; its props are that method's. It creates
+    nothing: a construct, as aws-cdk-lib's imports are, so that an app's code names it in the tree."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "connections", LustreConnections(self.security_group))
+    def __init__(
+        self, scope: Construct, construct_id: str, *, file_system_id: str, dns_name: str, mount_name: str,
+        security_group: ec2.ISecurityGroup, capacity_gib: int, deployment_type: str,
+        throughput_mb_per_tib: int | None, compression: str, lustre_version: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.file_system_id, self.dns_name, self.mount_name = file_system_id, dns_name, mount_name
+        self.security_group, self.capacity_gib, self.deployment_type = security_group, capacity_gib, deployment_type
+        self.throughput_mb_per_tib, self.compression = throughput_mb_per_tib, compression
+        self.lustre_version = lustre_version
+        self.connections = LustreConnections(security_group)
 
     def allow_client(self, scope: Construct, construct_id: str, client: ec2.ISecurityGroup) -> None:
         self.connections.opened(client)
@@ -396,6 +397,8 @@ class LustreStorage(Construct):
 
     @staticmethod
     def from_file_system_attributes(
+        scope: Construct,
+        construct_id: str,
         *,
         file_system_id: str,
         dns_name: str,
@@ -423,8 +426,8 @@ class LustreStorage(Construct):
         """
         check_lustre(deployment_type.value, capacity_gib, throughput_mb_per_tib)
         return _ImportedLustreStorage(
-            file_system_id=file_system_id, dns_name=dns_name, mount_name=mount_name, security_group=security_group,
-            capacity_gib=capacity_gib, deployment_type=deployment_type.value,
+            scope, construct_id, file_system_id=file_system_id, dns_name=dns_name, mount_name=mount_name,
+            security_group=security_group, capacity_gib=capacity_gib, deployment_type=deployment_type.value,
             throughput_mb_per_tib=throughput_mb_per_tib, compression=compression.value,
             lustre_version=_lustre_version(file_system_type_version),
         )

@@ -69,7 +69,7 @@ class Imported:
 
     def file_system(self, stack: cdk.Stack) -> Any:
         return LustreStorage.from_file_system_attributes(
-            file_system_id="fs-0123456789abcdef0", dns_name="fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com",
+            stack, "TheirFileSystem", file_system_id="fs-0123456789abcdef0", dns_name="fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com",
             mount_name="abcdefgh", capacity_gib=2400,
             security_group=ec2.SecurityGroup.from_security_group_id(stack, "TheirLustreGroup", "sg-0fffffffffffffff1"),
         )
@@ -376,3 +376,13 @@ def test_the_readmes_own_app_synthesizes_under_cdk_nag_with_every_id_changed():
     rules = [r["Properties"] for r in resources(template, "AWS::EC2::SecurityGroupIngress").values()]
     assert {(r["FromPort"], r["ToPort"]) for r in rules if "TheirDataPrep" in json.dumps(r["SourceSecurityGroupId"])} \
         == {(988, 988), (1018, 1023)}
+
+
+def test_an_imported_file_system_is_a_construct_of_the_tree_as_aws_cdk_libs_imports_are():
+    """``from_file_system_attributes(scope, id, ...)``, as ``TrainiumCluster.from_cluster_attributes``: under its id,
+    an IConnectable whose default port is Lustre's (it took no scope and returned a dataclass)."""
+    stack = cdk.Stack(cdk.App(), STACK, env=ENV)
+    imported = Imported(stack).file_system(stack)
+    assert stack.node.find_child("TheirFileSystem") is imported
+    assert imported.connections.default_port.to_string() == "988"
+    assert imported.file_system_id == "fs-0123456789abcdef0" and imported.capacity_gib == 2400

@@ -71,6 +71,7 @@ _PUBLIC = {
     "NewFileSystem": "trainium_cdk.parallelcluster.configuration",
     "MetricsWorkspace": "trainium_cdk.constructs.prometheus",
     "DevInstance": "trainium_cdk.constructs.dev_instance",
+    "NagAcknowledgments": "trainium_cdk.constructs.nag",
     # cdk8s charts
     "NeuronDevicePlugin": "trainium_cdk.charts.neuron_device_plugin",
     "EfaDevicePlugin": "trainium_cdk.charts.efa_device_plugin",
@@ -146,6 +147,7 @@ if TYPE_CHECKING:  # static type checkers see the real names
     from trainium_cdk.constructs.eks_cluster_import import ITrainiumCluster
     from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
     from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
+    from trainium_cdk.constructs.nag import NagAcknowledgments
     from trainium_cdk.constructs.network import ComputePlacement, ITrainingNetwork, TrainingNetwork
     from trainium_cdk.constructs.parallelcluster import SlurmCluster
     from trainium_cdk.constructs.storage import (

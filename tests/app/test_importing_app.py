@@ -17,6 +17,7 @@ from aws_cdk import aws_iam as iam
 
 from tests.support.helpers import CDK_CONTEXT, add_nag_packs, cfn_lint_errors, new_outdir, resources
 from tests.support.reachability import Reachability
+from trainium_cdk.constructs.nag import NagAcknowledgments
 from trainium_cdk import (
     DEFAULT_CATALOG, ComputePlacement, ConfigError, DataRepositoryProps, DevInstance, GroupNodes, LustreStorage,
     TrainiumBatch, TrainiumCluster, TrainingNetwork,
@@ -88,6 +89,7 @@ def app() -> tuple[dict[str, Any], dict[str, Any], Any]:
     outdir = new_outdir()
     application = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
     add_nag_packs(application)
+    cdk.Aspects.of(application).add(NagAcknowledgments())
     stack = cdk.Stack(application, STACK, env=ENV)
     built = build(stack)
     application.synth()  # cdk-nag runs here: an unacknowledged finding raises

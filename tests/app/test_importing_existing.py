@@ -47,6 +47,7 @@ def app() -> tuple[dict[str, Any], Any]:
     outdir = new_outdir()
     application = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
     add_nag_packs(application)
+    cdk.Aspects.of(application).add(trainium_cdk.NagAcknowledgments())
     stack = cdk.Stack(application, STACK, env=ENV)
     # What the page's app.py above the example imports, and its stack.
     names: dict[str, Any] = {"cdk": cdk, "ec2": ec2, "iam": iam, "stack": stack}

@@ -13,6 +13,7 @@ from aws_cdk import aws_logs as logs
 
 from tests.support.apps import synthesized, synthesized_pipeline
 from tests.support.helpers import CDK_CONTEXT, add_nag_packs, new_outdir, resources, template_text
+from trainium_cdk.constructs.nag import NagAcknowledgments
 from trainium_cdk.constructs.log_encryption import LOGS_KEY_ACTIONS, encrypt_log_groups
 
 
@@ -100,6 +101,7 @@ def test_a_kept_log_group_keeps_its_key_and_a_group_with_a_key_keeps_it():
     a log group given a key of its own is left alone."""
     app = cdk.App(outdir=str(new_outdir()), context=CDK_CONTEXT)
     add_nag_packs(app)
+    cdk.Aspects.of(app).add(NagAcknowledgments())
     stack = cdk.Stack(app, "Kept", env=cdk.Environment(account="123456789012", region="us-west-2"))
     logs.LogGroup(stack, "Kept", removal_policy=cdk.RemovalPolicy.RETAIN)
     nested = cdk.NestedStack(stack, "Nested")

@@ -1,4 +1,10 @@
-"""Acknowledge cdk-nag findings with a reason, one finding at a time (cdk-nag 3 has no prefix match).
+"""cdk-nag findings of the library's constructs, each with its reason, one finding at a time (cdk-nag 3 has no
+prefix match), acknowledged only in an app that asks: ``Aspects.of(app).add(NagAcknowledgments())``.
+
+A construct records what it would acknowledge (metadata of the type ``PENDING`` on the construct, for its subtree);
+the :class:`NagAcknowledgments` aspect turns each into aws-cdk-lib's ``Validations.of(...).acknowledge`` when the app
+synthesizes. The app's stacks apply it (``compose``, the pipeline stack); an app of your own that runs cdk-nag applies
+it to take the library's reasons, or leaves it out to judge every finding itself.
 
 Two packs run over every app the tests synthesize: AwsSolutions and NIST 800-53 rev 5 (rule ids
 ``NIST.800.53.R5-...``). The helpers below give the reasons that recur, so that each stays true in one place;
@@ -11,17 +17,37 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from aws_cdk import Acknowledgment, Stack, Token, Validations
+import jsii
+from aws_cdk import Acknowledgment, IAspect, Stack, Token, Validations
 from constructs import IConstruct
 
 NIST = "NIST.800.53.R5"
+# The metadata type of an acknowledgment a construct records ({"id": rule id, "reason": ...}).
+PENDING = "trainium-cdk:nag-acknowledgment"
 
 
 def acknowledge(construct: IConstruct, rule: str, findings: Sequence[str] | None, reason: str) -> None:
-    """Acknowledge ``rule`` on ``construct`` and its children: the whole rule, or each finding given
-    (``Resource::*``, ``Policy::arn:...``) so that a new finding of the same rule still fails."""
+    """Record ``rule`` for ``construct`` and its children, which :class:`NagAcknowledgments` acknowledges: the whole
+    rule, or each finding given (``Resource::*``, ``Policy::arn:...``) so that a new finding of the same rule
+    still fails."""
     for rule_id in [f"{rule}[{finding}]" for finding in findings] if findings else [rule]:
-        Validations.of(construct).acknowledge(Acknowledgment(id=rule_id, reason=reason))
+        construct.node.add_metadata(PENDING, {"id": rule_id, "reason": reason})
+
+
+def pending(construct: IConstruct) -> list[tuple[str, str]]:
+    """The (rule id, reason) pairs recorded on ``construct`` itself."""
+    return [(entry.data["id"], entry.data["reason"]) for entry in construct.node.metadata if entry.type == PENDING]
+
+
+@jsii.implements(IAspect)
+class NagAcknowledgments:
+    """The cdk-nag acknowledgments of trainium-cdk's constructs, with their reasons (docs/waivers.md lists them):
+    ``Aspects.of(app).add(NagAcknowledgments())`` before ``app.synth()``. Without it, cdk-nag reports every finding
+    of the library's resources to your app."""
+
+    def visit(self, node: IConstruct) -> None:
+        for rule_id, reason in pending(node):
+            Validations.of(node).acknowledge(Acknowledgment(id=rule_id, reason=reason))
 
 
 def acknowledge_bucket_logging(bucket: IConstruct, reason: str) -> None:

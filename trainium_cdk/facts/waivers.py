@@ -1,8 +1,8 @@
 """Every waiver of the project in one list (docs/waivers.md, generated; a test keeps it in sync): the
 cdk-nag findings the constructs acknowledge, with their reasons, and checkov's waivers (tests/checkov_waivers.yaml).
 
-The acknowledgments are read from the apps as built, not as synthesized: CDK keeps each one as metadata
-("aws:cdk:acknowledged-rules") on the construct that acknowledges it, for its subtree. The apps: the default
+The acknowledgments are read from the apps as built, not as synthesized: each construct records its own as metadata
+(constructs/nag.py: what the NagAcknowledgments aspect acknowledges, for the construct's subtree). The apps: the default
 config with every backend, the same with EKS managed node groups and interface endpoints, and the example
 pipeline (config/pipeline.example.yaml), whose stages deploy the same stacks (listed once).
 """
@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 WAIVERS_DOC = ROOT / "docs" / "waivers.md"
 CHECKOV_WAIVERS = ROOT / "tests" / "checkov_waivers.yaml"
 PIPELINE_EXAMPLE = ROOT / "config" / "pipeline.example.yaml"
-ACKNOWLEDGED = "aws:cdk:acknowledged-rules"  # aws-cdk-lib core: Validations.acknowledge's metadata type
+# What a construct records for the NagAcknowledgments aspect (constructs/nag.py PENDING), read before any synth.
+ACKNOWLEDGED = "trainium-cdk:nag-acknowledgment"
 # The cdk-nag packs the tests run (tests/support/helpers.py add_nag_packs); aws-cdk-lib acknowledges a few cfn-lint
 # rules of its own constructs the same way (W3010 on literal AZs), which are not ours to list.
 NAG_PACKS = ("AwsSolutions", "NIST.800.53.R5")
@@ -79,9 +80,8 @@ def acknowledgments() -> list[Acknowledgment]:
             path = construct.node.path
             if stage is not None and stage.node.path:
                 path = path.removeprefix(stage.node.path + "/")
-            for entry in construct.node.metadata:
-                if entry.type == ACKNOWLEDGED and entry.data:
-                    found.update(_parse(rule_id, path, reason) for rule_id, reason in entry.data.items())
+            found.update(_parse(entry.data["id"], path, entry.data["reason"])
+                         for entry in construct.node.metadata if entry.type == ACKNOWLEDGED)
     return sorted(a for a in found if a.pack in NAG_PACKS)
 
 

@@ -21,6 +21,7 @@ from aws_cdk.assertions import Template
 from tests.support.helpers import CDK_CONTEXT, add_nag_packs, config_with, helm_chart_name, new_outdir, resources
 from tests.e2e.test_package import readme_example
 from tests.meta.test_toolchain import recommended_flags
+from trainium_cdk.constructs.nag import NagAcknowledgments
 from trainium_cdk import (
     DEFAULT_CATALOG, BatchRoles, BatchTaskRules, ClusterAutoscaler, ClusterAutoscalerOptions, ClusterObservability,
     ConfigError, EfaLaunchTemplate, GroupNodes, KarpenterController, KarpenterOptions, LustreStorage, NodePoolProps,
@@ -81,6 +82,7 @@ def synth_alone(
     """Build one construct in a bare stack under cdk-nag and synthesize: a finding not acknowledged raises."""
     app = cdk.App(outdir=str(new_outdir()), context=context)
     add_nag_packs(app)
+    cdk.Aspects.of(app).add(NagAcknowledgments())  # the library's reasons, as an importing app opts in
     stack = cdk.Stack(app, STACK, env=ENV)
     construct = build(stack, Imported(stack))
     assembly = app.synth()
@@ -386,3 +388,22 @@ def test_an_imported_file_system_is_a_construct_of_the_tree_as_aws_cdk_libs_impo
     assert stack.node.find_child("TheirFileSystem") is imported
     assert imported.connections.default_port.to_string() == "988"
     assert imported.file_system_id == "fs-0123456789abcdef0" and imported.capacity_gib == 2400
+
+
+def test_the_librarys_acknowledgments_are_the_importing_apps_to_take():
+    """The acknowledgments are an opt-in (issue 48: every importing app inherited 96 of them): without the
+    NagAcknowledgments aspect, cdk-nag reports what the library would have acknowledged; with it, nothing."""
+    def synth(opt_in: bool) -> None:
+        app = cdk.App(outdir=str(new_outdir()), context=CDK_CONTEXT)
+        add_nag_packs(app)
+        if opt_in:
+            cdk.Aspects.of(app).add(NagAcknowledgments())
+        stack = cdk.Stack(app, STACK, env=ENV)
+        imported = Imported(stack)
+        ApiAccessHost(stack, "Bastion", vpc=imported.vpc, subnets=imported.vpc.private_subnets,
+                      api=ec2.SecurityGroup.from_security_group_id(stack, "TheirApiGroup", CLUSTER_GROUP))
+        app.synth()
+
+    with pytest.raises(Exception, match="NIST.800.53.R5-IAMNoInlinePolicy"):
+        synth(opt_in=False)
+    synth(opt_in=True)

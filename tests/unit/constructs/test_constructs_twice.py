@@ -20,6 +20,7 @@ from aws_cdk import aws_iam as iam
 
 from tests.support.helpers import add_nag_packs, config_with, new_outdir
 from tests.unit.constructs.test_constructs_alone import CLUSTER_GROUP, ENV, STACK, TRN1, Imported
+from trainium_cdk.constructs.nag import NagAcknowledgments
 from trainium_cdk import (
     DEFAULT_CATALOG, BatchRoles, BatchTaskRules, ClusterAutoscaler, ClusterAutoscalerOptions, ClusterObservability,
     EfaLaunchTemplate, GroupNodes, KarpenterController, KarpenterOptions, LustreStorage, MetricsWorkspace, SlurmCluster,
@@ -116,6 +117,7 @@ def test_two_in_one_stack(name):
 
     app = cdk.App(outdir=str(new_outdir()))
     add_nag_packs(app)
+    cdk.Aspects.of(app).add(NagAcknowledgments())
     stack = cdk.Stack(app, STACK, env=ENV)
     shared = Shared(stack)
     build(stack, shared, "First")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aws_cdk import Environment, Stack, Stage, Tags
+from aws_cdk import Aspects, Environment, Stack, Stage, Tags
 
 from trainium_cdk.app import backends as backend_registry
 from trainium_cdk.app.config import Config
 from trainium_cdk.app.stacks.network_stack import NetworkStack
 from trainium_cdk.app.stacks.storage_stack import StorageStack
+from trainium_cdk.constructs.nag import NagAcknowledgments
 
 
 @dataclass
@@ -49,6 +50,8 @@ def compose(app: Stage, config: Config) -> TrainingApp:
         )
     # Every stack with alarms or EventBridge rules: the network stack and the backends (by their deployed names).
     network.alerts.admit([network.stack_name, *(stack.stack_name for stack in result.backends.values())])
+    # The library's cdk-nag acknowledgments, taken (an opt-in: the tests run cdk-nag over every app).
+    Aspects.of(app).add(NagAcknowledgments())
     Tags.of(app).add("project", config.project)
     for key, value in sorted(config.tags.items()):
         Tags.of(app).add(key, value)

@@ -20,7 +20,9 @@ from aws_cdk import pipelines
 from constructs import Construct
 
 from trainium_cdk.app.config import Config, PipelineEnvironment
-from trainium_cdk.constructs.nag import NIST, acknowledge, acknowledge_bucket_logging, acknowledge_default_policy
+from trainium_cdk.constructs.nag import (
+    NIST, NagAcknowledgments, acknowledge, acknowledge_bucket_logging, acknowledge_default_policy,
+)
 from trainium_cdk.constructs.service_trust import ServiceTrustConditions
 from trainium_cdk.app.stacks.composition import TrainingApp, compose
 from trainium_cdk.facts.versions import CDK_CLI_VERSION
@@ -176,6 +178,7 @@ class PipelineStack(Stack):
         self._scope_start_build()
         self._acknowledge()
         Aspects.of(self).add(ServiceTrustConditions())  # CDK Pipelines' roles trust CodeBuild and CodePipeline
+        Aspects.of(self).add(NagAcknowledgments())  # its own (its stages' stacks: compose's)
 
     @staticmethod
     def _smoke(stage: TrainingStage, role: iam.IRole) -> pipelines.CodeBuildStep:

@@ -27,7 +27,7 @@ SHELL := /bin/bash
 PIP_INSTALL = PYTHONUNBUFFERED=1 $(PIP) install --progress-bar off --no-compile
 PROGRESS = 2>&1 | { grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR)' || true; } | sed -u 's/^/  /'
 
-.PHONY: help setup setup-dev synth plan pins vendor-chart test test-e2e bootstrap pcluster-schema checkov-env docs bench deploy destroy destroy-kept destroy-removed diff lock clean
+.PHONY: help setup setup-dev synth plan pins vendor-chart test lint test-e2e bootstrap pcluster-schema checkov-env docs bench deploy destroy destroy-kept destroy-removed diff lock clean
 .DEFAULT_GOAL := help
 
 ## help: this list
@@ -97,9 +97,14 @@ $(COMPILED): $(DEV)
 	@$(RUN) $(PY) -m tests.support.mypy_deps || true
 	@touch $@
 
-## test: the suite but the end-to-end runs (CDK assertions, cdk-nag, cfn-lint, manifests, models, config errors)
-test: setup-dev pcluster-schema checkov-env $(COMPILED)
+## test: lint, then the suite but the end-to-end runs (CDK assertions, cdk-nag, cfn-lint, manifests, models, config errors)
+test: setup-dev pcluster-schema checkov-env $(COMPILED) lint
 	@$(PYTEST) "not e2e" $(WALL)
+
+## lint: ruff's checks and import-linter's layer contracts (pyproject.toml)
+lint: setup-dev
+	@$(VENV)/bin/ruff check --quiet
+	@out=$$($(VENV)/bin/lint-imports --no-cache --no-logo 2>&1) || { echo "$$out"; exit 1; }
 
 ## test-e2e: the end-to-end runs: README walkthroughs, jobs trained on CPU torch, the wheel (CI runs both)
 test-e2e: setup-dev pcluster-schema checkov-env $(COMPILED)

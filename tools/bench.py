@@ -120,7 +120,7 @@ def scale(backend: str) -> None:
         )
         print(f"  {backend:<16} {count:>3} groups: {rows[count][0]:>2} templates, {rows[count][1]:>4} resources, "
               f"{rows[count][2]:>3} outputs, {rows[count][3]:7.1f} KiB (largest {rows[count][4]:6.1f} KiB)")
-    steps = list(zip(SCALE_SIZES[1:], SCALE_SIZES[2:]))
+    steps = list(zip(SCALE_SIZES[1:], SCALE_SIZES[2:], strict=False))
     print(f"  {backend:<16} per extra group: " + "; ".join(
         f"{a}->{b}: {(rows[b][1] - rows[a][1]) / (b - a):.1f} resources, {(rows[b][3] - rows[a][3]) / (b - a):.1f} KiB"
         for a, b in steps))

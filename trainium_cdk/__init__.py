@@ -119,40 +119,47 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static type checkers see the real names
-    from trainium_cdk.charts.fsx_storage import FsxStorageProps
+    from trainium_cdk.charts.efa_device_plugin import EfaDevicePlugin
+    from trainium_cdk.charts.fsx_storage import FsxStorage, FsxStorageProps
     from trainium_cdk.charts.karpenter import NodePoolProps, TrainiumNodePools
     from trainium_cdk.charts.namespace import TrainingNamespace
-    from trainium_cdk.constructs.api_access import ApiAccessHost
-    from trainium_cdk.constructs.batch_tasks import BatchTaskRules
-    from trainium_cdk.constructs.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerOptions
-    from trainium_cdk.constructs.eks_workloads import TrainingWorkloadsOptions
-    from trainium_cdk.constructs.karpenter import KarpenterController, KarpenterOptions
-    from trainium_cdk.constructs.observability import ClusterObservability
-    from trainium_cdk.facts.versions import NEURON_TRACKS, AmiQuery, NeuronTrack
-    from trainium_cdk.constructs.prometheus import MetricsWorkspace
-    from trainium_cdk.parallelcluster.configuration import ClusterSettings, HeadNode, NewFileSystem, SlurmQueue
-    from trainium_cdk.facts.capacity import GroupNodes, NodeCapacity
-    from trainium_cdk.facts.catalog import DEFAULT_CATALOG, Catalog, InstanceSpec
-    from trainium_cdk.charts.efa_device_plugin import EfaDevicePlugin
-    from trainium_cdk.charts.fsx_storage import FsxStorage
     from trainium_cdk.charts.neuron_device_plugin import NeuronDevicePlugin
     from trainium_cdk.charts.training import (
-        DataLoaderJob, DistributedTrainingJob, ShellPod, SingleNodeTrainingJob, TensorBoard, VolcanoQueue,
+        DataLoaderJob,
+        DistributedTrainingJob,
+        ShellPod,
+        SingleNodeTrainingJob,
+        TensorBoard,
+        VolcanoQueue,
     )
+    from trainium_cdk.constructs.api_access import ApiAccessHost
     from trainium_cdk.constructs.batch import TrainiumBatch
     from trainium_cdk.constructs.batch_roles import BatchRoles
+    from trainium_cdk.constructs.batch_tasks import BatchTaskRules
+    from trainium_cdk.constructs.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerOptions
     from trainium_cdk.constructs.dev_instance import DevInstance
     from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
     from trainium_cdk.constructs.eks_cluster import TrainiumCluster
     from trainium_cdk.constructs.eks_cluster_import import ITrainiumCluster
     from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
-    from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
+    from trainium_cdk.constructs.eks_workloads import TrainingWorkloads, TrainingWorkloadsOptions
+    from trainium_cdk.constructs.karpenter import KarpenterController, KarpenterOptions
     from trainium_cdk.constructs.nag import NagAcknowledgments
     from trainium_cdk.constructs.network import ComputePlacement, ITrainingNetwork, TrainingNetwork
+    from trainium_cdk.constructs.observability import ClusterObservability
     from trainium_cdk.constructs.parallelcluster import SlurmCluster
+    from trainium_cdk.constructs.prometheus import MetricsWorkspace
     from trainium_cdk.constructs.storage import (
-        DataRepositoryProps, ILustreStorage, LustreConnections, LustreMount, LustreStorage,
+        DataRepositoryProps,
+        ILustreStorage,
+        LustreConnections,
+        LustreMount,
+        LustreStorage,
     )
     from trainium_cdk.constructs.training_images import TrainingImageRepository
     from trainium_cdk.errors import ConfigError
+    from trainium_cdk.facts.capacity import GroupNodes, NodeCapacity
+    from trainium_cdk.facts.catalog import DEFAULT_CATALOG, Catalog, InstanceSpec
+    from trainium_cdk.facts.versions import NEURON_TRACKS, AmiQuery, NeuronTrack
+    from trainium_cdk.parallelcluster.configuration import ClusterSettings, HeadNode, NewFileSystem, SlurmQueue
     from trainium_cdk.runtime.jobs import JobSpec

@@ -17,8 +17,8 @@ from moto import mock_aws
 
 from tests.support import apps
 from tests.support.helpers import config_with, resources, synth
-from trainium_cdk.constructs.alerts import KARPENTER_USERNAME
 from trainium_cdk.charts.node_health import NAME as NODE_HEALTH_NAME
+from trainium_cdk.constructs.alerts import KARPENTER_USERNAME
 from trainium_cdk.constructs.karpenter import KARPENTER_NAMESPACE, KARPENTER_SERVICE_ACCOUNT
 from trainium_cdk.facts.names import TRAINING_NAMESPACE
 

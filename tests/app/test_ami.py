@@ -22,19 +22,29 @@ from aws_cdk import aws_ec2 as ec2
 
 from tests.support.amis import publish_ami
 from tests.support.apps import VARIANTS, synthesized
-from tests.support.helpers import (
-    CDK_CONTEXT, cfn_lint_errors, config_with, nag_violations, quality_synth, resources, synth,
-)
 from tests.support.cli_support import AwsCalls
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG
+from tests.support.helpers import (
+    CDK_CONTEXT,
+    cfn_lint_errors,
+    config_with,
+    nag_violations,
+    quality_synth,
+    resources,
+    synth,
+)
 from trainium_cdk.app.config import ConfigError
 from trainium_cdk.constructs.ami_lookup import HANDLER_DIR, RESOURCE_TYPE, RUNTIME
 from trainium_cdk.constructs.dev_instance import DevInstance
-from trainium_cdk.lambdas.ami_lookup import index as handler
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.facts.versions import (
-    ECS_NEURON_AMI_NAME, NEURON_TRACKS, XLA_TRACK, AmiQuery, dlami_name, ecs_neuron_ami_parameter,
+    ECS_NEURON_AMI_NAME,
+    NEURON_TRACKS,
+    XLA_TRACK,
+    AmiQuery,
+    dlami_name,
+    ecs_neuron_ami_parameter,
 )
-
+from trainium_cdk.lambdas.ami_lookup import index as handler
 
 # The one parameter a template may read that neither AWS publishes nor the app creates: the CDK
 # bootstrap stack's version (every CDK template checks it); `cdk bootstrap` writes it and `trn doctor`

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import paths
 from tests.support.helpers import CDK_CONTEXT
 from trainium_cdk.app.app_context import KNOWN_KEYS, check_context, unknown_keys
 from trainium_cdk.app.config import ConfigError
-from tests.support import paths
 
 ROOT = paths.ROOT
 CONFIG = str(ROOT / "config" / "default.yaml")

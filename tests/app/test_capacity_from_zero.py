@@ -15,18 +15,18 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.support import paths
 from tests.support.apps import VARIANTS, synthesized
 from tests.support.helpers import helm_chart_name, resources, synth
 from tests.support.reachability import Reachability
+from trainium_cdk.app.config import ConfigError, load_config
+from trainium_cdk.app.cost import INTERFACE_ENDPOINT_COUNT, bill
+from trainium_cdk.charts.karpenter import NodePoolProps, network_interfaces
+from trainium_cdk.cli import main
+from trainium_cdk.constructs.volcano import VOLCANO_SCHEDULER_CONFIG
 from trainium_cdk.facts import prices, versions
 from trainium_cdk.facts.capacity import GroupNodes, NodeCapacity
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG
-from trainium_cdk.charts.karpenter import NodePoolProps, network_interfaces
-from trainium_cdk.cli import main
-from trainium_cdk.app.config import ConfigError, load_config
-from trainium_cdk.constructs.volcano import VOLCANO_SCHEDULER_CONFIG
-from trainium_cdk.app.cost import INTERFACE_ENDPOINT_COUNT, bill
-from tests.support import paths
 
 CRDS = paths.DATA / "karpenter"
 ALL_BACKENDS = "eks,batch,parallelcluster,instance"

@@ -14,7 +14,6 @@ docs/reference/day-2.md (the Day-2 table) tells users the same, change by change
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import re
 import shutil
@@ -29,8 +28,8 @@ import pytest
 
 from tests.support.helpers import Synthesized, resources, synth
 from tests.support.pcluster_schema import update_changes, venv_or_skip
-from trainium_cdk.facts import versions
 from trainium_cdk.app.config import Config, build_config
+from trainium_cdk.facts import versions
 
 BASE: dict[str, Any] = {
     "project": "t",
@@ -436,9 +435,8 @@ def test_the_day2_table_says_where_a_change_stops_running_jobs(pairs, policies, 
 def test_the_readme_holds_the_generated_day2_table():
     from pathlib import Path
 
-    from trainium_cdk.app import day2
-
     from tests.support.readme import page
+    from trainium_cdk.app import day2
 
     assert day2.block() in page("reference/day-2.md"), "run: make docs"
     assert sorted(c.key for c in day2.CHANGES) == sorted(CHANGES)
@@ -597,8 +595,8 @@ def test_the_native_track_s_patch_release_on_every_backend(native_patch):
     version (the driver is in its user data), an infrastructure update that stops running jobs after its
     UpdatePolicy's timeout; EKS nodes do not drift (the EKS AMI release did not move), only the jobs' image moves
     to the new tag; the development instance is replaced (a new DLAMI). Nothing stateful is replaced."""
-    from tests.support.lifecycle import batch_effects, instance_effects, karpenter_effects
     from tests.app.test_neuron_tracks import _manifest_objects
+    from tests.support.lifecycle import batch_effects, instance_effects, karpenter_effects
 
     before, now = native_patch
     assert replaced(before, now) == []

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.e2e.test_rehearsal import run_kubernetes_job
 from tests.support.helpers import ROOT, config_with
 from tests.support.rehearsal import Stage, assert_trained
-from tests.e2e.test_rehearsal import run_kubernetes_job
-from trainium_cdk.runtime import envsubst
 from trainium_cdk.app.dist import PLACEHOLDERS, write_dist
 from trainium_cdk.app.parallelcluster.cluster_config import placeholder_names
 from trainium_cdk.app.parallelcluster.image import IMAGE_PLACEHOLDERS
+from trainium_cdk.runtime import envsubst
 
 # With the example images built (eks.example_images): the BERT-large job and its ${BERT_IMAGE} placeholder exist.
 CONFIG = config_with(project="trainium", backends=["eks", "parallelcluster"], eks={"example_images": True})
@@ -98,7 +98,7 @@ def _expected(text: str, names: Iterable[str]) -> str:
         for name in names:
             line = line.replace(envsubst.placeholder(name), VALUES[name])
             if line.startswith("#"):
-                line = re.sub(r"\$" + name + r"(?![A-Za-z0-9_])", lambda _: VALUES[name], line)
+                line = re.sub(r"\$" + name + r"(?![A-Za-z0-9_])", lambda _, name=name: VALUES[name], line)
         return line
 
     return "".join(fill(line) for line in text.splitlines(keepends=True))

@@ -17,11 +17,19 @@ from aws_cdk import aws_iam as iam
 
 from tests.support.helpers import CDK_CONTEXT, add_nag_packs, cfn_lint_errors, new_outdir, resources
 from tests.support.reachability import Reachability
-from trainium_cdk.constructs.nag import NagAcknowledgments
 from trainium_cdk import (
-    DEFAULT_CATALOG, ComputePlacement, ConfigError, DataRepositoryProps, DevInstance, GroupNodes, LustreStorage,
-    TrainiumBatch, TrainiumCluster, TrainingNetwork,
+    DEFAULT_CATALOG,
+    ComputePlacement,
+    ConfigError,
+    DataRepositoryProps,
+    DevInstance,
+    GroupNodes,
+    LustreStorage,
+    TrainingNetwork,
+    TrainiumBatch,
+    TrainiumCluster,
 )
+from trainium_cdk.constructs.nag import NagAcknowledgments
 
 ENV = cdk.Environment(account="123456789012", region="us-west-2")
 STACK = "Importer"

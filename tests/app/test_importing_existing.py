@@ -20,8 +20,13 @@ import trainium_cdk
 from tests.support import readme
 from tests.support.helpers import CDK_CONTEXT, add_nag_packs, cfn_lint_errors, new_outdir, resources
 from trainium_cdk import (
-    DEFAULT_CATALOG, ComputePlacement, ConfigError, KarpenterController, KarpenterOptions, TrainiumCluster,
+    DEFAULT_CATALOG,
+    ComputePlacement,
+    ConfigError,
+    KarpenterController,
+    KarpenterOptions,
     TrainingNetwork,
+    TrainiumCluster,
 )
 
 ENV = cdk.Environment(account="111122223333", region="us-west-2")

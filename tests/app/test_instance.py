@@ -11,13 +11,18 @@ from aws_cdk.assertions import Template
 
 from tests.support import node_files
 from tests.support.helpers import (
-    cfn_lint_errors, config_with, nag_violations, quality_synth, resources, template_text,
+    cfn_lint_errors,
+    config_with,
+    nag_violations,
+    quality_synth,
+    resources,
+    template_text,
 )
 from trainium_cdk import node
 from trainium_cdk.app.config import ConfigError
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.constructs.dev_instance import DevInstance
-from trainium_cdk.facts.session_manager.cdk import RUN_COMMAND_ACTIONS, SESSION_MANAGER_ACTIONS
+from trainium_cdk.constructs.session_manager import RUN_COMMAND_ACTIONS, SESSION_MANAGER_ACTIONS
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 
 SSM_AMI_TYPE = "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
 OPEN = ("0.0.0.0/0", "::/0")

@@ -22,8 +22,8 @@ from tests.support.apps import VARIANTS, synthesized
 from tests.support.helpers import helm_chart_name, resources
 from tests.support.metadata_model import reaching_metadata
 from tests.support.reachability import Reachability
-from trainium_cdk.app.parallelcluster.cluster_config import cluster_configuration, placeholder_ids
 from trainium_cdk.app.dist.parallelcluster import fetched_digests
+from trainium_cdk.app.parallelcluster.cluster_config import cluster_configuration, placeholder_ids
 
 
 def _templates(name: str) -> dict[str, dict[str, Any]]:

@@ -13,8 +13,8 @@ from aws_cdk import aws_logs as logs
 
 from tests.support.apps import synthesized, synthesized_pipeline
 from tests.support.helpers import CDK_CONTEXT, add_nag_packs, new_outdir, resources, template_text
-from trainium_cdk.constructs.nag import NagAcknowledgments
 from trainium_cdk.constructs.log_encryption import LOGS_KEY_ACTIONS, encrypt_log_groups
+from trainium_cdk.constructs.nag import NagAcknowledgments
 
 
 def _templates(outdir):

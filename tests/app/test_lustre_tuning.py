@@ -25,10 +25,10 @@ from tests.support.apps import VARIANTS, synthesized
 from tests.support.helpers import resources
 from tests.unit.node.test_node_programs import TOKEN_TEXT as TOKEN
 from tests.unit.node.test_node_programs import _joined, shellcheck
-from trainium_cdk.runtime import eks_user_data
 from trainium_cdk import node
-from trainium_cdk.runtime.lustre_tuning import TUNER_PATH
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG
+from trainium_cdk.runtime import eks_user_data
+from trainium_cdk.runtime.lustre_tuning import TUNER_PATH
 
 MODULE_OPTIONS = ["options ptlrpc ptlrpcd_per_cpt_max=32", "options ksocklnd credits=2560"]
 RPCS = ["osc.*OST*.max_rpcs_in_flight=32", "mdc.*.max_rpcs_in_flight=64", "mdc.*.max_mod_rpcs_in_flight=50"]
@@ -277,10 +277,10 @@ def test_without_storage_no_node_is_tuned():
     import yaml
 
     from tests.support.helpers import config_with
-    from trainium_cdk.facts.catalog import DEFAULT_CATALOG
-    from trainium_cdk.constructs.batch_node import node_setup
-    from trainium_cdk.app.parallelcluster.cluster_config import render_cluster_yaml
     from trainium_cdk.app.dist.parallelcluster import fetched_digests
+    from trainium_cdk.app.parallelcluster.cluster_config import render_cluster_yaml
+    from trainium_cdk.constructs.batch_node import node_setup
+    from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 
     config = config_with(backends=["parallelcluster"], storage={
         "enabled": False, "deployment_type": "SCRATCH_2", "throughput_mb_per_tib": None, "capacity_gib": 2400})

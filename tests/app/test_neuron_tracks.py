@@ -223,8 +223,8 @@ def test_every_backend_s_jobs_carry_the_track_s_pins():
     """The launcher's preflight compares the node's driver and the image's runtime with TRN_NEURON_*:
     EKS jobs, the Batch job definition and the Slurm batch script all carry the configured track's pins."""
     from tests.support.apps import synthesized
-    from trainium_cdk.runtime.launcher import neuron_pins
     from trainium_cdk.app.parallelcluster.sbatch import render_sbatch
+    from trainium_cdk.runtime.launcher import neuron_pins
 
     app = synthesized("trn1.32xlarge")
     config = app.config

@@ -23,18 +23,24 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
+from tests.support import paths
 from tests.support.helpers import config_with, nag_violations, resources, synth
-from trainium_cdk.node import neuron_metrics
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG
+from trainium_cdk.app.dist.parallelcluster import SETUP_SCRIPT
+from trainium_cdk.app.parallelcluster.cluster_config import cluster_name
 from trainium_cdk.constructs.batch_node import node_setup, node_user_data
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
+from trainium_cdk.node import neuron_metrics
 from trainium_cdk.node.neuron_metrics import (
-    CORE_UTILIZATION, DEPLOYMENT_DIMENSION, DEVICE_MEMORY, HARDWARE_ERRORS, INSTANCE_DIMENSION, MONITOR_CONFIG,
-    NAMESPACE, NODE_PATH,
+    CORE_UTILIZATION,
+    DEPLOYMENT_DIMENSION,
+    DEVICE_MEMORY,
+    HARDWARE_ERRORS,
+    INSTANCE_DIMENSION,
+    MONITOR_CONFIG,
+    NAMESPACE,
+    NODE_PATH,
 )
-from trainium_cdk.app.parallelcluster.cluster_config import cluster_name
-from trainium_cdk.app.dist.parallelcluster import SETUP_SCRIPT
-from tests.support import paths
 
 REPORTS = paths.DATA / "neuron_monitor_reports.jsonl"
 INSTANCE = "i-0123456789abcdef0"

@@ -18,20 +18,20 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.app.parallelcluster.test_parallelcluster_image import make_host
+from tests.app.test_prometheus_metrics import _release
 from tests.support import node_files
 from tests.support.helpers import config_with, resources, synth, template_text
 from tests.support.pcluster_schema import validate_many, venv_or_skip
-from tests.app.parallelcluster.test_parallelcluster_image import make_host
-from tests.app.test_prometheus_metrics import _release
-from trainium_cdk.facts import names, versions
-from trainium_cdk.runtime import prometheus_setup
 from trainium_cdk.app.adapters.parallelcluster import cluster_name
-from trainium_cdk.constructs.dev_instance import PROMETHEUS_CLIENT_COMMAND
 from trainium_cdk.app.dist import write_dist
+from trainium_cdk.app.parallelcluster.cluster_config import SCRIPTS_BUCKET, SCRIPTS_PREFIX, cluster_file_name
+from trainium_cdk.constructs.dev_instance import PROMETHEUS_CLIENT_COMMAND
+from trainium_cdk.facts import names, versions
 from trainium_cdk.node import prometheus_node as node_program
 from trainium_cdk.node.prometheus_node import OPT, UNITS
-from trainium_cdk.app.parallelcluster.cluster_config import SCRIPTS_BUCKET, SCRIPTS_PREFIX, cluster_file_name
 from trainium_cdk.parallelcluster.parts import PROMETHEUS_NODE_NAME, PROMETHEUS_POLICY_NAME, SETUP_SCRIPT
+from trainium_cdk.runtime import prometheus_setup
 
 PROGRAM = Path(node_program.__file__)
 ENDPOINT = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-0123456789abcdef/"

@@ -10,8 +10,8 @@ import io
 import json
 import os
 import re
-import stat
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -24,12 +24,17 @@ import yaml
 from tests.support.chart_helpers import validate_all
 from tests.support.helpers import config_with, resources, synth
 from trainium_cdk import dashboards
-from trainium_cdk.facts import names
-from trainium_cdk.charts.metrics_exporters import NAME_LABEL
 from trainium_cdk.app.dist import write_dist
+from trainium_cdk.charts.metrics_exporters import NAME_LABEL
+from trainium_cdk.facts import names
 from trainium_cdk.node import prometheus_node as node_program
 from trainium_cdk.node.prometheus_node import (
-    EFA_COUNTERS, EFA_PREFIX, NEURON_MONITOR_METRICS, NEURON_MONITOR_PORT, NODE_EXPORTER_PORT, UNITS,
+    EFA_COUNTERS,
+    EFA_PREFIX,
+    NEURON_MONITOR_METRICS,
+    NEURON_MONITOR_PORT,
+    NODE_EXPORTER_PORT,
+    UNITS,
 )
 
 PROGRAM = Path(node_program.__file__)
@@ -299,7 +304,7 @@ def test_a_host_installs_and_starts_the_exporters_and_the_agent(host):
     assert "neuron-monitor-prometheus.py --port 8000" in (systemd / "trainium-neuron-prometheus.service").read_text()
     assert "--agent" in (systemd / "trainium-prometheus-agent.service").read_text()
     assert calls.read_text().splitlines() == [
-        f"python-standin -c import prometheus_client",
+        "python-standin -c import prometheus_client",
         "systemctl daemon-reload",
         "systemctl enable --now " + " ".join(f"{u}.service" for u in UNITS),
     ]
@@ -336,9 +341,9 @@ REMOTE_WRITE = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1/a
 def test_a_batch_node_setup_installs_and_starts_the_exporters_and_the_agent(host, tmp_path):
     """The setup a Batch node runs (its user data's program), the Prometheus lines as they are, with the releases
     served from stand-ins (their URLs and digests swapped for the pins') and the host's root under tmp_path."""
+    from trainium_cdk.constructs.batch_node import node_setup
     from trainium_cdk.facts import versions
     from trainium_cdk.facts.catalog import DEFAULT_CATALOG
-    from trainium_cdk.constructs.batch_node import node_setup
 
     root, downloads, bindir, calls = host
     setup = node_setup(DEFAULT_CATALOG.get("trn1.32xlarge"), None, metrics_deployment="t-batch",
@@ -371,8 +376,8 @@ def test_a_batch_node_setup_installs_and_starts_the_exporters_and_the_agent(host
 
 def test_a_failed_install_leaves_the_batch_node_to_its_work(host, tmp_path):
     """GitHub unreachable at boot: the node reports and goes on (its health check and ECS agent still run)."""
-    from trainium_cdk.facts.catalog import DEFAULT_CATALOG
     from trainium_cdk.constructs.batch_node import node_setup
+    from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 
     setup = node_setup(DEFAULT_CATALOG.get("trn1.32xlarge"), None, metrics_deployment="t-batch",
                        prometheus_remote_write=REMOTE_WRITE)

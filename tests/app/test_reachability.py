@@ -13,7 +13,15 @@ import pytest
 
 from tests.support.apps import VARIANTS, synthesized
 from tests.support.reachability import (
-    ACCESS_HOST, CONTROL_PLANE, EKS_CLUSTER_SG, LUSTRE_PORTS, VPC_DEFAULT_SG, Interface, NodeSet, Reachability, Rule,
+    ACCESS_HOST,
+    CONTROL_PLANE,
+    EKS_CLUSTER_SG,
+    LUSTRE_PORTS,
+    VPC_DEFAULT_SG,
+    Interface,
+    NodeSet,
+    Reachability,
+    Rule,
 )
 from trainium_cdk.facts.catalog import SUPPORTED_TRAINING_TYPES
 from trainium_cdk.runtime.training_env import MASTER_PORT

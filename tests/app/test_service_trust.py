@@ -18,7 +18,12 @@ import pytest
 
 from tests.support.apps import PIPELINE, VARIANTS, synthesized, synthesized_pipeline
 from tests.support.helpers import config_with, resources, synth
-from trainium_cdk.constructs.pod_identity import CLUSTER_ARN_TAG, NAMESPACE_TAG, POD_IDENTITY_PRINCIPAL, SERVICE_ACCOUNT_TAG
+from trainium_cdk.constructs.pod_identity import (
+    CLUSTER_ARN_TAG,
+    NAMESPACE_TAG,
+    POD_IDENTITY_PRINCIPAL,
+    SERVICE_ACCOUNT_TAG,
+)
 from trainium_cdk.constructs.service_trust import UNCONDITIONED
 
 WORKLOADS = {

@@ -15,8 +15,8 @@ import pytest
 
 from tests.support.apps import synthesized
 from tests.support.helpers import resources
-from trainium_cdk.facts.names import OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, output_key
 from trainium_cdk.app.stacks.batch_stack import TRAINING_IMAGES_LOGICAL_ID
+from trainium_cdk.facts.names import OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, output_key
 
 PULL_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
 

@@ -19,9 +19,9 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from trainium_cdk.facts import versions
 from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR
 from trainium_cdk.examples import BERT_LARGE_PHASE1_COMMAND, BERT_SCRIPT
+from trainium_cdk.facts import versions
 
 # End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
 pytestmark = pytest.mark.e2e

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.support import paths
 from tests.support.walkthrough import free_port
 

@@ -14,18 +14,18 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.helpers import resources
-from tests.support.rehearsal import Stage, neuron_ls, nccom_test, run_batch_node_properties, run_nodes
-from tests.support.cli_support import assert_one_clean_line, run_cli
-from tests.unit.jobs.test_own_job import config as all_backends  # noqa: F401 (the fixture: the default config, every backend)
 from tests.e2e.test_rehearsal import app, config, run_slurm_script  # noqa: F401
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG, FABRIC_REFERENCES, fabric_reference
+from tests.support import paths
+from tests.support.cli_support import assert_one_clean_line, run_cli
+from tests.support.helpers import resources
+from tests.support.rehearsal import Stage, nccom_test, neuron_ls, run_batch_node_properties, run_nodes
+from tests.unit.jobs.test_own_job import config as all_backends  # noqa: F401 (the fixture: the default config, every backend)
+from trainium_cdk.app.parallelcluster.sbatch import fabric_script_name, render_all
 from trainium_cdk.cli import main
 from trainium_cdk.cli.check import FABRIC_ENV, batch_request, eks_job
-from trainium_cdk.runtime.fabric import fabric_command, parse_report, parse_reports, verdict
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG, FABRIC_REFERENCES, fabric_reference
 from trainium_cdk.node.fabric_check import OPERATIONS, framed
-from trainium_cdk.app.parallelcluster.sbatch import fabric_script_name, render_all
-from tests.support import paths
+from trainium_cdk.runtime.fabric import fabric_command, parse_report, parse_reports, verdict
 
 # End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
 pytestmark = pytest.mark.e2e

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.cli_support import client_error, run_cli
 from tests.support.rehearsal import Stage
 from tests.support.ssm_host import Host, serve_run_command
-from tests.support.cli_support import client_error, run_cli
 from tests.unit.jobs.test_own_job import config  # noqa: F401 (the fixture: the default config with every backend)
 from trainium_cdk.app.parallelcluster.sbatch import head_node_files
 

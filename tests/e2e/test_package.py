@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import readme, wheel_env
-from tests.support import paths
+from tests.support import paths, readme, wheel_env
 
 # End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
 pytestmark = pytest.mark.e2e
@@ -64,8 +63,8 @@ def test_wheel_carries_the_package_data(installed):
     assert not default.is_symlink()
     assert default.read_bytes() == (ROOT / "config" / "default.yaml").read_bytes()
     # The vendored Helm charts the EKS stack deploys as assets, every file (.helmignore too): the pinned digests.
-    from trainium_cdk.facts import versions
     from trainium_cdk.constructs.vendored_charts import tree_digest
+    from trainium_cdk.facts import versions
 
     for name, digest in versions.HELM_CHART_DIGESTS.items():
         assert tree_digest(package / "helm_charts" / name) == digest, name

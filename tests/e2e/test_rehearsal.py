@@ -31,10 +31,10 @@ from tests.support.rehearsal import (
     run_slurm_script,
     run_volcano_job,
 )
-from trainium_cdk.facts import defaults
 from trainium_cdk.app.config import EXAMPLE_COMMAND, build_config
 from trainium_cdk.app.dist import write_dist
 from trainium_cdk.app.parallelcluster.sbatch import render_sbatch
+from trainium_cdk.facts import defaults
 from trainium_cdk.facts.versions import NATIVE_TRACK
 
 # End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
@@ -98,8 +98,8 @@ def assert_open_files(results: list, expected: int) -> None:
 def _template_objects(template: dict[str, Any]) -> list[dict[str, Any]]:
     """The Kubernetes objects the EKS stack applies (tokens such as the image URI left as text)."""
     objects = []
-    for resource in resources(template, "Custom::AWSCDK-EKS-KubernetesResource").values():
-        manifest = resource["Properties"]["Manifest"]
+    for custom in resources(template, "Custom::AWSCDK-EKS-KubernetesResource").values():
+        manifest = custom["Properties"]["Manifest"]
         if isinstance(manifest, dict):
             (parts,) = manifest.values()
             manifest = "".join(p if isinstance(p, str) else "TOKEN" for p in parts[1])
@@ -260,7 +260,6 @@ def test_native_track_batch_job_definition_trains(stage):
     """Batch only, to keep one more synth small."""
     native = synth(build_config({**NATIVE_RAW, "backends": ["batch"]}), nag=False)
     (definition,) = resources(native.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
-    container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
     assets = json.loads((native.outdir / f"{native.stacks.backends['batch'].artifact_id}.assets.json").read_text())
     (image,) = assets["dockerImages"].values()
     assert f"sdk{NATIVE_TRACK.neuron_release}" in image["source"]["dockerBuildArgs"]["BASE_TAG"]  # the example image on the native track's

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.test_rehearsal import app, config, dist, run_batch_job, run_slurm_script, run_volcano_job  # noqa: F401
 from tests.support.helpers import resources
 from tests.support.rehearsal import EXAMPLE_DIR, Stage, assert_trained, batch_retry_action
-from trainium_cdk.runtime.launcher import PEER_LOST_EXIT_CODE
-from tests.e2e.test_rehearsal import app, config, dist, run_batch_job, run_slurm_script, run_volcano_job  # noqa: F401
 from trainium_cdk.app.parallelcluster.sbatch import render_sbatch
+from trainium_cdk.runtime.launcher import PEER_LOST_EXIT_CODE
 
 # End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
 pytestmark = pytest.mark.e2e

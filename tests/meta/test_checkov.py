@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import paths
 from tests.support.apps import VARIANTS, synthesized, synthesized_pipeline
 from tests.support.checkov_env import CheckovUnavailable, ensure_venv, scan
 from trainium_cdk.app.dist import write_dist
-from tests.support import paths
 
 WAIVERS = paths.TESTS.joinpath("checkov_waivers.yaml")
 

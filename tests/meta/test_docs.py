@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainium_cdk.app import docs
 from tests.support import paths
+from trainium_cdk.app import docs
 
 ROOT = paths.ROOT
 README = ROOT / "README.md"
@@ -48,7 +48,7 @@ def test_the_architecture_is_generated_from_the_app():
 
 def test_the_waivers_are_listed_in_one_generated_file():
     """docs/waivers.md: every cdk-nag acknowledgment of the apps and every checkov waiver, as the code has them."""
-    from trainium_cdk.facts import waivers
+    from trainium_cdk.app import waivers
 
     listed = waivers.acknowledgments()
     generated = waivers.document(listed)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import paths
 from tests.support.apps import synthesized
 from tests.support.helpers import template_text
 from trainium_cdk.facts import names
-from tests.support import paths
 
 PACKAGE = paths.ROOT / "trainium_cdk"
 HOMES = {PACKAGE / "facts" / "names.py", PACKAGE / "facts" / "catalog.py"}  # the taint key is the catalog's Neuron resource name
@@ -89,8 +89,8 @@ def test_every_output_id_the_stacks_write_comes_from_names():
 def test_the_cli_reads_the_keys_the_synthesized_stacks_declare():
     """The exact keys the CLI asks for (Batch queue, definition, log group; the EKS image; dist/'s
     placeholders) are outputs of the synthesized stacks, for every group."""
-    from trainium_cdk.cli import eks_jobs
     from trainium_cdk.app.dist import PLACEHOLDERS
+    from trainium_cdk.cli import eks_jobs
 
     app = synthesized("trn1n.32xlarge+trn1.2xlarge")  # two groups, one of them named like a prefix
     outputs = app.template_json("batch")["Outputs"]

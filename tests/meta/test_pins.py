@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from tests.support import paths
 from tests.support.apps import VARIANTS, synthesized
 from tests.support.helpers import helm_chart_name, resources
 from trainium_cdk.facts import versions
-from tests.support import paths
 
 ROOT = paths.ROOT
 UPSTREAM = paths.DATA / "upstream"

@@ -9,8 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support import readme
-from tests.support import paths
+from tests.support import paths, readme
 
 ROOT = paths.ROOT
 README_MOST_LINES = 400
@@ -38,7 +37,7 @@ def test_the_readme_is_a_front_page_whose_links_lead_somewhere():
     assert len(text.splitlines()) <= README_MOST_LINES
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
     local = [link for link in links if not link.startswith(("http://", "https://"))]
-    assert local and all((ROOT / link).exists() for link in local), [l for l in local if not (ROOT / l).exists()]
+    assert local and all((ROOT / link).exists() for link in local), [link for link in local if not (ROOT / link).exists()]
     # Every guide, concepts, reference and contributing page is one click from the front page.
     linked = {(ROOT / link).resolve() for link in local}
     pages = [p for p in readme.DOCS.rglob("*.md") if p.name not in ("index.md", "changelog.md")]

@@ -16,10 +16,10 @@ from pathlib import Path
 import aws_cdk
 import pytest
 
-from tools.plan import changes, deploy_order, plan
-from trainium_cdk.node_runtime import bundled_node
 from tests.support import paths
 from tests.support.apps import synthesized
+from tools.plan import changes, deploy_order, plan
+from trainium_cdk.node_runtime import bundled_node
 
 ROOT = paths.ROOT
 CDK_JSON = json.loads((ROOT / "cdk.json").read_text())

@@ -16,9 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
+
 from tests.support import synth_cache
 from tests.support.helpers import (
-    CDK_CONTEXT, US_EAST_2, Synthesized, add_nag_packs, config_with, new_outdir, quality_synth,
+    CDK_CONTEXT,
+    US_EAST_2,
+    Synthesized,
+    add_nag_packs,
+    config_with,
+    new_outdir,
+    quality_synth,
 )
 
 ALL_BACKENDS = ["eks", "batch", "parallelcluster", "instance"]

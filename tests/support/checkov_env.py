@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.support.pcluster_schema import PclusterUnavailable, _lock, _run
 from tests.support import paths
+from tests.support.pcluster_schema import PclusterUnavailable, _lock, _run
 from trainium_cdk.cli.yaml_edit import write_atomic
 
 ROOT = paths.ROOT

@@ -22,8 +22,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from trainium_cdk.cli import jobs, main
 from tests.support import paths
+from trainium_cdk.cli import jobs, main
 
 ROOT = paths.ROOT
 DEFAULT_YAML = ROOT / "config" / "default.yaml"

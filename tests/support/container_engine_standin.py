@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
 from tests.support import paths
 
 LOG = "CONTAINER_ENGINE_LOG"

@@ -17,11 +17,17 @@ import sys
 from pathlib import Path
 
 from tests.support.helpers import config_with
-from trainium_cdk.app.parallelcluster.cluster_config import SCRIPTS_BUCKET, SCRIPTS_PREFIX, placeholder, placeholder_ids, setup_args
 from trainium_cdk.app.dist.parallelcluster import fetched_digests, fetched_files
+from trainium_cdk.app.parallelcluster.cluster_config import (
+    SCRIPTS_BUCKET,
+    SCRIPTS_PREFIX,
+    placeholder,
+    placeholder_ids,
+    setup_args,
+)
 from trainium_cdk.facts.names import CACHE_GROUP
-from trainium_cdk.parallelcluster.parts import SETUP_SCRIPT
 from trainium_cdk.facts.versions import XLA_TRACK
+from trainium_cdk.parallelcluster.parts import SETUP_SCRIPT
 
 # setfacl -d -m u::rwx,g::rwx,o::rx PATH...: the default ACL of each directory, as the kernel reads it
 # (system.posix_acl_default: version 2, then tag, permissions, id per entry; acl(5), linux/posix_acl_xattr.h).

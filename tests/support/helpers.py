@@ -16,10 +16,10 @@ import aws_cdk as cdk
 import cdk_nag
 from aws_cdk.assertions import Template
 
-from trainium_cdk.app.config import Config, build_config
-from trainium_cdk.facts.catalog import SUPPORTED_TRAINING_TYPES
-from trainium_cdk.app.stacks import TrainingApp, compose
 from tests.support import paths, synth_cache
+from trainium_cdk.app.config import Config, build_config
+from trainium_cdk.app.stacks import TrainingApp, compose
+from trainium_cdk.facts.catalog import SUPPORTED_TRAINING_TYPES
 
 ROOT = paths.ROOT
 # The feature flags of cdk.json, so that tests synthesize what `cdk synth` does.

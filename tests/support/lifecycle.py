@@ -47,6 +47,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
 from tests.support import paths
 
 ROOT = paths.ROOT

@@ -29,8 +29,8 @@ from tests.support.helpers import Synthesized, resources
 from tests.support.reachability import Reachability
 from tests.support.scheduling import PodTemplate, pod_templates
 from trainium_cdk.app.dist import write_dist
-from trainium_cdk.facts.names import TRAINING_NAMESPACE
 from trainium_cdk.app.workloads import render_job
+from trainium_cdk.facts.names import TRAINING_NAMESPACE
 
 # The node setup's line that turns the block on (trainium_cdk/node/batch_node.sh); what it does to the agent's
 # configuration is tested by running it (tests/app/batch/test_batch_node_setup.py).

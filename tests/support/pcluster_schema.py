@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainium_cdk.facts.versions import PARALLELCLUSTER_VERSION
 from tests.support import paths
+from trainium_cdk.facts.versions import PARALLELCLUSTER_VERSION
 
 ROOT = paths.ROOT
 VENV = ROOT / ".venv-pcluster"

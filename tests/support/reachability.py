@@ -416,7 +416,7 @@ class Reachability:
 
         # An interface endpoint's network interfaces carry its security groups (VPC user guide, "Access an AWS
         # service using an interface VPC endpoint").
-        for stack, logical_id, resource in self._resources("AWS::EC2::VPCEndpoint"):
+        for stack, _logical_id, resource in self._resources("AWS::EC2::VPCEndpoint"):
             props = resource["Properties"]
             if props.get("VpcEndpointType") == "Interface":
                 service = json.dumps(props["ServiceName"]).rsplit(".", 1)[-1].strip('"]}')
@@ -433,7 +433,7 @@ class Reachability:
                 mounts_fsx="LUSTRE_SOURCE=" in json.dumps(props.get("UserData")), instance_type=props["InstanceType"],
             ))
 
-        for stack, logical_id, resource in self._resources("Custom::PclusterCluster"):
+        for stack, _logical_id, resource in self._resources("Custom::PclusterCluster"):
             config = resource["Properties"]["ClusterConfiguration"]
             head, compute = f"{stack}/{PCLUSTER_HEAD_SG}", f"{stack}/{PCLUSTER_COMPUTE_SG}"
             self._pcluster_rules(head, compute, config["HeadNode"].get("Ssh", {}).get("AllowedIps"))
@@ -479,7 +479,7 @@ class Reachability:
                     expressions[marker] = part
                     text += marker
 
-            def restore(value: Any) -> Any:
+            def restore(value: Any, expressions: dict[str, Any] = expressions) -> Any:
                 if isinstance(value, dict):
                     return {k: restore(v) for k, v in value.items()}
                 if isinstance(value, list):
@@ -496,7 +496,7 @@ class Reachability:
         labels and taints, and the instance type of its requirement."""
         objects = [(stack, o) for stack, objs in self.manifests() for o in objs]
         classes = {o["metadata"]["name"]: (stack, o["spec"]) for stack, o in objects if o.get("kind") == "EC2NodeClass"}
-        for stack, pool in objects:
+        for _stack, pool in objects:
             if pool.get("kind") != "NodePool":
                 continue
             template = pool["spec"]["template"]

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from tests.support import paths
 
 ROOT = paths.ROOT

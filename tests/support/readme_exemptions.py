@@ -92,8 +92,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tests.support.readme import Command
 from tests.support import paths
+from tests.support.readme import Command
 
 if TYPE_CHECKING:
     from tests.support.walkthrough import Ran, Walkthrough
@@ -636,9 +636,7 @@ PRECOMPILE_LOG = "neuron-parallel-compile.jsonl"
 
 
 def rehearse_kubernetes_job(walk: Walkthrough, job: dict[str, Any]) -> list[tuple[int, str]]:
-    from tests.support.rehearsal import run_kubernetes_job, run_volcano_job
-
-    from tests.support.rehearsal import neuron_parallel_compile
+    from tests.support.rehearsal import neuron_parallel_compile, run_kubernetes_job, run_volcano_job
 
     stage = walk.stage()
     # The training image (the XLA track's Neuron image) carries torch-neuronx's neuron_parallel_compile: the

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
 from tests.support import paths
 
 LOG = "RECORDER_LOG"

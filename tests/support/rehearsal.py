@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tests.support import paths
 from trainium_cdk.rehearsal import (  # noqa: F401 (the names the tests import from here)
     EXAMPLE_DIR,
     LOOPBACK,
@@ -39,7 +40,6 @@ from trainium_cdk.rehearsal import (  # noqa: F401 (the names the tests import f
     run_volcano_job,
 )
 from trainium_cdk.rehearsal.stage import write_tool as _tool
-from tests.support import paths
 
 ROOT = paths.ROOT
 

@@ -16,7 +16,11 @@ from typing import Any
 
 from tests.support.reachability import NodeSet
 from trainium_cdk.facts.catalog import (
-    DEFAULT_CATALOG, EFA_RESOURCE, NEURON_RESOURCE, NEURONCORE_RESOURCE, node_capacity,
+    DEFAULT_CATALOG,
+    EFA_RESOURCE,
+    NEURON_RESOURCE,
+    NEURONCORE_RESOURCE,
+    node_capacity,
 )
 
 # EKS AL2023 kube-reserved: memory 255 MiB + 11 MiB per pod (110 pods assumed, the most any of our

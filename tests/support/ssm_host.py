@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.rehearsal import Stage
 from tests.support import paths
+from tests.support.rehearsal import Stage
 
 ROOT = paths.ROOT
 OUTPUT_LIMIT = 24_000  # Run Command's cap on StandardOutputContent

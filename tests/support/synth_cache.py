@@ -162,7 +162,7 @@ def share_assets(root: Path, outdir: Path) -> None:
         kept = store / path.name
         folder = path.is_dir()
 
-        def link(source: Path, target: Path) -> None:
+        def link(source: Path, target: Path, folder: bool = folder) -> None:
             if folder:
                 shutil.copytree(source, target, copy_function=os.link)
             else:

@@ -19,7 +19,6 @@ import select
 import shutil
 import subprocess
 import sys
-
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support import paths
 from tests.support import readme_exemptions as exemptions
 from tests.support.readme import Block, Command
-from tests.support import paths
 
 ROOT = paths.ROOT
 # Left as links to the checkout: installed environments, not the project's files.

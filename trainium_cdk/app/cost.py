@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainium_cdk.app import backends as backend_registry
-from trainium_cdk.facts import prices
 from trainium_cdk.app.config import Config
-from trainium_cdk.facts.storage_sizing import checkpoint_note
+from trainium_cdk.facts import prices
 from trainium_cdk.facts.names import ACCESS_HOST_INSTANCE_TYPE, ACCESS_HOST_ROOT_VOLUME_GIB, SYSTEM_NODE_DISK_GIB
+from trainium_cdk.facts.storage_sizing import checkpoint_note
 
 # Where the app writes the bill beside the templates (cdk.out/), for `make synth` to print.
 BILL_FILE = "bill.txt"

@@ -224,7 +224,7 @@ def write_docs() -> None:
 
 if __name__ == "__main__":
     if "--write" in sys.argv:
-        from trainium_cdk.facts import waivers
+        from trainium_cdk.app import waivers
 
         write_docs()
         waivers.write()

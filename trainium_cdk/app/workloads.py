@@ -21,16 +21,22 @@ import cdk8s
 from constructs import Construct
 
 from trainium_cdk import recipes
+from trainium_cdk.app.config import EXAMPLE_COMMAND, Config, TrainingJobSettings
 from trainium_cdk.charts.code import CodeConfigMap
 from trainium_cdk.charts.training import (
-    JOB_CHART_PREFIX, QUEUE_CHART_ID, DataLoaderJob, ServiceAccountChart, ShellPod, TensorBoard, VolcanoQueue,
+    JOB_CHART_PREFIX,
+    QUEUE_CHART_ID,
+    DataLoaderJob,
+    ServiceAccountChart,
+    ShellPod,
+    TensorBoard,
+    VolcanoQueue,
     training_job,
 )
-from trainium_cdk.app.config import EXAMPLE_COMMAND, Config, TrainingJobSettings
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.examples import BERT_LARGE_PHASE1_COMMAND, offers_bert_example, offers_multi_node_examples
-from trainium_cdk.runtime.jobs import JobSpec
 from trainium_cdk.facts.names import BERT_EXAMPLE_JOB, HF_TOKEN_SERVICE_ACCOUNT, PUSHGATEWAY_URL, SHARED_MOUNT
+from trainium_cdk.runtime.jobs import JobSpec
 
 # The MLP example's code when no example image is built: a ConfigMap of the training namespace (charts/code.py).
 MLP_CODE_CONFIG_MAP = "mlp-example"

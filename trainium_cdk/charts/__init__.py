@@ -14,14 +14,14 @@ from typing import Any
 import cdk8s
 from constructs import Construct
 
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG, Catalog
-from trainium_cdk.errors import ConfigError
 from trainium_cdk.charts.efa_device_plugin import EfaDevicePlugin
 from trainium_cdk.charts.fsx_storage import FsxStorage, FsxStorageProps
 from trainium_cdk.charts.job_metrics import JobMetricsGateway
-from trainium_cdk.charts.namespace import TrainingNamespace
 from trainium_cdk.charts.metrics_exporters import MetricsExporters
+from trainium_cdk.charts.namespace import TrainingNamespace
 from trainium_cdk.charts.neuron_device_plugin import NeuronDevicePlugin
+from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG, Catalog
 
 __all__ = [
     "EFA_CHART_ID", "FSX_CHART_ID", "JOB_METRICS_CHART_ID", "METRICS_CHART_ID", "NAMESPACE_CHART_ID", "NEURON_CHART_ID", "EfaDevicePlugin",

@@ -16,9 +16,9 @@ from typing import Any
 from cdk8s import ApiObject, JsonPatch
 from constructs import Construct
 
-from trainium_cdk.runtime import envsubst
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.facts.names import NEURON_TAINT_KEY
+from trainium_cdk.runtime import envsubst
 
 KUBE_SYSTEM = "kube-system"
 SYSTEM_NODE_CRITICAL = "system-node-critical"

@@ -11,14 +11,26 @@ from collections.abc import Sequence
 from cdk8s import Chart
 from constructs import Construct
 
-from trainium_cdk.facts import versions
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.charts._k8s import (
-    CHART_LABELS, CRITICAL_ADDONS_ONLY, DEVICE_PLUGIN_DIR, EFA_TAINT, KUBE_SYSTEM, NEURON_NO_SCHEDULE, POD_SECURITY,
-    SYSTEM_NODE_CRITICAL, check_instance_types, check_name, host_path, instance_type_affinity, is_token, toleration,
+    CHART_LABELS,
+    CRITICAL_ADDONS_ONLY,
+    DEVICE_PLUGIN_DIR,
+    EFA_TAINT,
+    KUBE_SYSTEM,
+    NEURON_NO_SCHEDULE,
+    POD_SECURITY,
+    SYSTEM_NODE_CRITICAL,
+    check_instance_types,
+    check_name,
+    host_path,
+    instance_type_affinity,
+    is_token,
+    toleration,
     workload,
 )
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 
 DEFAULT_NAMESPACE = KUBE_SYSTEM
 DEFAULT_INSTANCE_TYPES: tuple[str, ...] = DEFAULT_CATALOG.efa_types()

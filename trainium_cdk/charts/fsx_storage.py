@@ -13,13 +13,21 @@ from typing import Any, Protocol
 from cdk8s import ApiObject, Chart
 from constructs import Construct
 
-from trainium_cdk.facts.catalog import (
-    LUSTRE_COMPRESSION_TYPES, LUSTRE_MIN_CAPACITY_GIB, LUSTRE_THROUGHPUT_MB_PER_TIB, LUSTRE_VERSIONS,
-)
 from trainium_cdk.charts._k8s import (
-    CHART_LABELS, api_object, check_choice, check_name, check_not_number_token, is_token,
+    CHART_LABELS,
+    api_object,
+    check_choice,
+    check_name,
+    check_not_number_token,
+    is_token,
 )
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts.catalog import (
+    LUSTRE_COMPRESSION_TYPES,
+    LUSTRE_MIN_CAPACITY_GIB,
+    LUSTRE_THROUGHPUT_MB_PER_TIB,
+    LUSTRE_VERSIONS,
+)
 from trainium_cdk.facts.names import CLAIM_NAME, STORAGE_CLASS_NAME, TRAINING_NAMESPACE, VOLUME_NAME
 
 PROVISIONER = "fsx.csi.aws.com"

@@ -20,9 +20,9 @@ from typing import Any
 from cdk8s import ApiObject, Chart
 from constructs import Construct
 
-from trainium_cdk.facts import versions
 from trainium_cdk.charts._k8s import CHART_LABELS, POD_SECURITY, api_object, check_name, container_security, workload
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts import versions
 from trainium_cdk.facts.names import PUSHGATEWAY_NAME, PUSHGATEWAY_PORT, TRAINING_NAMESPACE
 
 NAME_LABEL = "app.kubernetes.io/name"

@@ -28,10 +28,18 @@ from typing import Any
 from cdk8s import Chart
 from constructs import Construct
 
-from trainium_cdk.facts.capacity import CapacityKind, GroupNodes
 from trainium_cdk.charts._k8s import CHART_LABELS, INSTANCE_TYPE_LABEL, api_object, check_name
-from trainium_cdk.facts.names import GROUP_LABEL, HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE, NEURON_TAINT_KEY, NEURON_TAINT_VALUE, NODE_EFA_LABEL, NODE_INSTANCE_TYPE_LABEL
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts.capacity import CapacityKind, GroupNodes
+from trainium_cdk.facts.names import (
+    GROUP_LABEL,
+    HEALTH_TAINT_KEY,
+    HEALTH_TAINT_VALUE,
+    NEURON_TAINT_KEY,
+    NEURON_TAINT_VALUE,
+    NODE_EFA_LABEL,
+    NODE_INSTANCE_TYPE_LABEL,
+)
 
 NODE_POOLS_CHART_ID = "karpenter-node-pools"
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"

@@ -17,16 +17,33 @@ from cdk8s import ApiObject, Chart
 from constructs import Construct
 
 from trainium_cdk import node
-from trainium_cdk.facts import versions
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.charts._k8s import (
-    CHART_LABELS, CRITICAL_ADDONS_ONLY, KUBE_SYSTEM, NEURON_NO_SCHEDULE, POD_SECURITY, SYSTEM_NODE_CRITICAL,
-    api_object, check_instance_types, check_name, container_security, host_path, instance_type_affinity, workload,
+    CHART_LABELS,
+    CRITICAL_ADDONS_ONLY,
+    KUBE_SYSTEM,
+    NEURON_NO_SCHEDULE,
+    POD_SECURITY,
+    SYSTEM_NODE_CRITICAL,
+    api_object,
+    check_instance_types,
+    check_name,
+    container_security,
+    host_path,
+    instance_type_affinity,
+    workload,
 )
 from trainium_cdk.charts.neuron_device_plugin import MONITOR_NAME
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.facts.names import NODE_METRICS_DIR, PUSHGATEWAY_NAME, PUSHGATEWAY_PORT, TRAINING_NAMESPACE
 from trainium_cdk.node.prometheus_node import (
-    DEPLOYMENT_LABEL, NEURON_JOB, NEURON_MONITOR_PORT, NODE_EXPORTER_PORT, NODE_JOB, NODE_LABEL, SCRAPE_INTERVAL,
+    DEPLOYMENT_LABEL,
+    NEURON_JOB,
+    NEURON_MONITOR_PORT,
+    NODE_EXPORTER_PORT,
+    NODE_JOB,
+    NODE_LABEL,
+    SCRAPE_INTERVAL,
     SYS_INFINIBAND,
 )
 

@@ -14,8 +14,8 @@ from cdk8s import Chart
 from constructs import Construct
 
 from trainium_cdk.charts._k8s import CHART_LABELS, api_object, check_choice, check_name
-from trainium_cdk.facts.names import TRAINING_NAMESPACE
 from trainium_cdk.facts import versions
+from trainium_cdk.facts.names import TRAINING_NAMESPACE
 
 PSA_LEVELS = ("privileged", "baseline", "restricted")
 DEFAULT_ENFORCE = "baseline"

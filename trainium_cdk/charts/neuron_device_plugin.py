@@ -13,14 +13,28 @@ import yaml
 from cdk8s import ApiObject, Chart
 from constructs import Construct
 
+from trainium_cdk.charts._k8s import (
+    CHART_LABELS,
+    CRITICAL_ADDONS_ONLY,
+    DEVICE_PLUGIN_DIR,
+    KUBE_SYSTEM,
+    NEURON_NO_SCHEDULE,
+    POD_SECURITY,
+    SYSTEM_NODE_CRITICAL,
+    api_object,
+    check_instance_types,
+    check_name,
+    cluster_role,
+    cluster_role_binding,
+    host_path,
+    instance_type_affinity,
+    rule,
+    service_account,
+    toleration,
+    workload,
+)
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG, NEURON_RESOURCE, NEURONCORE_RESOURCE
-from trainium_cdk.charts._k8s import (
-    CHART_LABELS, CRITICAL_ADDONS_ONLY, DEVICE_PLUGIN_DIR, KUBE_SYSTEM, NEURON_NO_SCHEDULE, POD_SECURITY,
-    SYSTEM_NODE_CRITICAL,
-    api_object, check_instance_types, check_name, cluster_role, cluster_role_binding, host_path,
-    instance_type_affinity, rule, service_account, toleration, workload,
-)
 from trainium_cdk.facts.names import HEALTH_TAINT_KEY
 
 DEFAULT_NAMESPACE = KUBE_SYSTEM

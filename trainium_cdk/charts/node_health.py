@@ -35,17 +35,31 @@ from cdk8s import Chart
 from constructs import Construct
 
 from trainium_cdk import node
-from trainium_cdk.facts import versions
 from trainium_cdk.charts._k8s import (
-    CHART_LABELS, CRITICAL_ADDONS_ONLY, KUBE_SYSTEM, NEURON_NO_SCHEDULE, POD_SECURITY, SYSTEM_NODE_CRITICAL,
-    INSTANCE_TYPE_LABEL, api_object, check_name, cluster_role, cluster_role_binding, container_security, host_path,
-    rule, service_account, toleration, workload,
+    CHART_LABELS,
+    CRITICAL_ADDONS_ONLY,
+    INSTANCE_TYPE_LABEL,
+    KUBE_SYSTEM,
+    NEURON_NO_SCHEDULE,
+    POD_SECURITY,
+    SYSTEM_NODE_CRITICAL,
+    api_object,
+    check_name,
+    cluster_role,
+    cluster_role_binding,
+    container_security,
+    host_path,
+    rule,
+    service_account,
+    toleration,
+    workload,
 )
-from trainium_cdk.node.health_check import COLLECTIVE_TIMEOUT_S
 from trainium_cdk.charts.training import TRAINING_SECURITY
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts import versions
 from trainium_cdk.facts.catalog import NEURON_RESOURCE
 from trainium_cdk.facts.names import GROUP_LABEL, HEALTH_TAINT_KEY, instance_type_dns_label
+from trainium_cdk.node.health_check import COLLECTIVE_TIMEOUT_S
 
 NODE_HEALTH_CHART_ID = "node-health"
 NAME = "trainium-node-health"

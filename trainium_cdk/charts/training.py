@@ -16,20 +16,35 @@ from typing import Any
 from cdk8s import Chart
 from constructs import Construct
 
+from trainium_cdk.charts._k8s import (
+    CHART_LABELS,
+    INSTANCE_TYPE_LABEL,
+    NEURON_NO_SCHEDULE,
+    POD_SECURITY,
+    api_object,
+    check_name,
+    container_security,
+    literal,
+    service_account,
+    workload,
+)
+from trainium_cdk.charts.admission import loader_admission
+from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.catalog import EFA_RESOURCE, NEURON_RESOURCE
-from trainium_cdk.charts.admission import loader_admission
-from trainium_cdk.charts._k8s import (
-    CHART_LABELS, INSTANCE_TYPE_LABEL, NEURON_NO_SCHEDULE, POD_SECURITY, api_object, check_name,
-    container_security, literal, service_account, workload,
+from trainium_cdk.facts.names import (
+    CLAIM_NAME,
+    DATA_LOADER_JOB,
+    DATA_LOADER_SERVICE_ACCOUNT,
+    GROUP_LABEL,
+    JOB_LABEL,
+    QUEUE_NAME,
+    RANK_LABEL,
+    SHARED_MOUNT,
+    TRAINING_NAMESPACE,
 )
-from trainium_cdk.errors import ConfigError
 from trainium_cdk.runtime.jobs import JobSpec
 from trainium_cdk.runtime.launcher import LEADER_TASK, RANK_OFFSET_VARIABLE, WORKER_TASK
-from trainium_cdk.facts.names import (
-    CLAIM_NAME, DATA_LOADER_JOB, DATA_LOADER_SERVICE_ACCOUNT, GROUP_LABEL, JOB_LABEL, QUEUE_NAME, RANK_LABEL,
-    SHARED_MOUNT, TRAINING_NAMESPACE,
-)
 
 # Karpenter neither consolidates nor drifts a node running a pod so annotated: a gang loses no member
 # to a voluntary disruption mid-run (Karpenter docs, concepts/disruption). Ignored without Karpenter.
@@ -53,8 +68,7 @@ TRAINING_SHARE = 0.75
 TRAINING_SECURITY = container_security(drop=("NET_RAW",))
 # The data pods: requests within a system node, memory limits against a runaway process.
 DATA_LOADER_RESOURCES = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
-# A CPU-only job (a data preparation: one process downloading and tokenizing): room within a system node (m7i.large
-# by default, 8 GiB), a memory limit against a runaway process.
+# A CPU-only job (a data preparation): room within a system node (m7i.large by default, 8 GiB), a memory limit.
 CPU_JOB_RESOURCES = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
 SHELL_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
 TENSORBOARD_RESOURCES = {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "4Gi"}}

@@ -10,13 +10,20 @@ import argparse
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG
+from trainium_cdk.app.config import BUILTIN_DEFAULTS, az_id_prefix, load_config
 from trainium_cdk.cli import yaml_edit
 from trainium_cdk.cli._common import (
-    NO_CONFIG, CliError, client, find_config_path, natural_az_key, session, synth_context, table,
+    NO_CONFIG,
+    CliError,
+    client,
+    find_config_path,
+    natural_az_key,
+    session,
+    synth_context,
+    table,
 )
-from trainium_cdk.app.config import BUILTIN_DEFAULTS, az_id_prefix, load_config
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 
 
 def add_parser(sub: Any) -> None:

@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
+from trainium_cdk.app.config import ComputeGroup, Config
+from trainium_cdk.app.config.fields import image_reference
 from trainium_cdk.cli._common import CliError, client, error_code, session, stack_outputs
 from trainium_cdk.cli.jobs import (
     CLOCK,
@@ -31,14 +33,21 @@ from trainium_cdk.cli.jobs import (
     user_job,
     watch,
 )
-from trainium_cdk.runtime.batch_job import (
-    BASED_ON_TAG, BatchSubmission, images_of, register_request, resource_name, same_but_image,
-)
-from trainium_cdk.app.config import ComputeGroup, Config
-from trainium_cdk.app.config.fields import image_reference
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts.names import (
-    BATCH_JOB_DEFINITION_ARN, BATCH_JOB_QUEUE_ARN, BATCH_LOG_GROUP_NAME, OUTPUT_BATCH_GROUPS, output_key,
+    BATCH_JOB_DEFINITION_ARN,
+    BATCH_JOB_QUEUE_ARN,
+    BATCH_LOG_GROUP_NAME,
+    OUTPUT_BATCH_GROUPS,
+    output_key,
+)
+from trainium_cdk.runtime.batch_job import (
+    BASED_ON_TAG,
+    BatchSubmission,
+    images_of,
+    register_request,
+    resource_name,
+    same_but_image,
 )
 
 STACK_PART = "batch"

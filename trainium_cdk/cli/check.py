@@ -22,15 +22,19 @@ from typing import Any, TextIO
 
 import yaml
 
+from trainium_cdk.app.config import Config
 from trainium_cdk.cli._common import client, parse_overrides, read_config, session, stack_outputs
 from trainium_cdk.cli.jobs import JOB_BACKENDS, backend_of, check_nodes, default_name, group_of, same_job_flags
-from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts.names import DIST_BACKEND_VARIABLE, NEURON_DEVICE, TORCH_DEVICE_VARIABLE
 from trainium_cdk.runtime.fabric import (
-    FABRIC_SIZES, check_applies, fabric_command, parse_reports, verdict,
+    FABRIC_SIZES,
+    check_applies,
+    fabric_command,
+    parse_reports,
+    verdict,
 )
 from trainium_cdk.runtime.launcher import launch_command
-from trainium_cdk.facts.names import DIST_BACKEND_VARIABLE, NEURON_DEVICE, TORCH_DEVICE_VARIABLE
 
 # One process per NeuronCore (the job definition's NPROC_PER_NODE), on TorchNeuron's device and process group.
 FABRIC_ENV = {TORCH_DEVICE_VARIABLE: NEURON_DEVICE, DIST_BACKEND_VARIABLE: NEURON_DEVICE, **FABRIC_SIZES}

@@ -32,7 +32,10 @@ from urllib.parse import urlparse
 
 from trainium_cdk.cli._common import CliError, client, parse_overrides, read_config, session, stack_outputs
 from trainium_cdk.facts.names import (
-    OUTPUT_ACCESS_HOST_ID, OUTPUT_CLUSTER_NAME, PORT_FORWARD_DOCUMENT, TRAINING_NAMESPACE,
+    OUTPUT_ACCESS_HOST_ID,
+    OUTPUT_CLUSTER_NAME,
+    PORT_FORWARD_DOCUMENT,
+    TRAINING_NAMESPACE,
 )
 
 DEFAULT_PORT = 8443

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from trainium_cdk.cli._common import parse_overrides, read_config
 from trainium_cdk.app.config import az_id_prefix
 from trainium_cdk.app.cost import bill, render
+from trainium_cdk.cli._common import parse_overrides, read_config
 
 
 def add_parser(sub: Any) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from trainium_cdk.app.config import Config
 from trainium_cdk.cli._common import (
     BAD_CREDENTIAL_CODES,
     ON_DEMAND_QUOTAS,
@@ -36,12 +37,19 @@ from trainium_cdk.cli._errors import CREDENTIALS_HINT
 from trainium_cdk.cli.doctor_amis import amis
 from trainium_cdk.cli.doctor_capacity import capacity
 from trainium_cdk.cli.doctor_deploy import addons, eks_nodes_ami, kubernetes, write_record
-from trainium_cdk.cli.doctor_images import images
 from trainium_cdk.cli.doctor_errors import is_api_error, unexpected
+from trainium_cdk.cli.doctor_images import images
 from trainium_cdk.cli.doctor_local import (
-    FAIL, PASS, WARN, Check, CommandRunner, container_engine, neuron_versions, run_command, session_manager_plugin,
+    FAIL,
+    PASS,
+    WARN,
+    Check,
+    CommandRunner,
+    container_engine,
+    neuron_versions,
+    run_command,
+    session_manager_plugin,
 )
-from trainium_cdk.app.config import Config
 
 DEFAULT_BOOTSTRAP_QUALIFIER = "hnb659fds"
 # Synthesized templates refuse bootstrap versions 1-5 (the CheckBootstrapVersion rule).

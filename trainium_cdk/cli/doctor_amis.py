@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from trainium_cdk.app.config import Config
 from trainium_cdk.cli._common import error_code
 from trainium_cdk.cli.doctor_local import FAIL, PASS, Check
-from trainium_cdk.app.config import Config
 
 
 def amis(config: Config, client: Callable[[str], Any]) -> list[Check]:

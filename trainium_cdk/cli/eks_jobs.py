@@ -13,6 +13,8 @@ from typing import Any, TextIO
 
 import yaml
 
+from trainium_cdk.app.config import Config
+from trainium_cdk.app.config.fields import image_reference
 from trainium_cdk.cli._common import CliError, client, session, stack_outputs
 from trainium_cdk.cli.eks_dry_run import in_namespace, launcher_once, summary
 from trainium_cdk.cli.jobs import (
@@ -28,18 +30,21 @@ from trainium_cdk.cli.jobs import (
     announce,
     chatter,
     default_name,
-    same_job_flags,
     user_job,
     watch,
 )
-from trainium_cdk.app.config import Config
-from trainium_cdk.app.config.fields import image_reference
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.runtime.launcher import WORKER_TASK
 from trainium_cdk.facts.names import (
-    BERT_EXAMPLE_JOB, GROUP_LABEL, JOB_LABEL, OUTPUT_BERT_IMAGE_URI, OUTPUT_EXAMPLE_IMAGE_URI, RANK_LABEL, TRAINING_NAMESPACE,
+    BERT_EXAMPLE_JOB,
+    GROUP_LABEL,
+    JOB_LABEL,
+    OUTPUT_BERT_IMAGE_URI,
+    OUTPUT_EXAMPLE_IMAGE_URI,
+    RANK_LABEL,
+    TRAINING_NAMESPACE,
     output_key,
 )
+from trainium_cdk.runtime.launcher import WORKER_TASK
 
 # Pod labels naming the job, tried in this order: the training chart's own (charts/training.py
 # JOB_LABEL), the one Kubernetes puts on batch/v1 Job pods, the one Volcano puts on its pods. Kept

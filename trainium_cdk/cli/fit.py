@@ -16,8 +16,8 @@ import argparse
 from typing import Any, TextIO
 
 from trainium_cdk.app.config import Config
-from trainium_cdk.errors import ConfigError
 from trainium_cdk.cli.jobs import UserJob, _common, add_job_arguments, load, user_job
+from trainium_cdk.errors import ConfigError
 from trainium_cdk.recipes import FitReport, FitUnknown, fit_of, gib, recipe_for
 
 

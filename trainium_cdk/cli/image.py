@@ -28,15 +28,27 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainium_cdk.facts import versions
+from trainium_cdk.app.config import Config
 from trainium_cdk.cli._common import (
-    CliError, client, error_code, find_config_path, has_credentials, parse_overrides, read_config, session,
+    CliError,
+    client,
+    error_code,
+    find_config_path,
+    has_credentials,
+    parse_overrides,
+    read_config,
+    session,
     stack_outputs,
 )
 from trainium_cdk.cli.doctor_local import CDK_DOCKER
-from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.facts.names import BASE_IMAGE_BUILD_ARG, BASE_TAG_BUILD_ARG, OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, output_key
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.names import (
+    BASE_IMAGE_BUILD_ARG,
+    BASE_TAG_BUILD_ARG,
+    OUTPUT_TRAINING_IMAGE_REPOSITORY_URI,
+    output_key,
+)
 
 # The backends whose stack has a training image repository (the others run code from /fsx: `trn sync`).
 IMAGE_BACKENDS = ("eks", "batch")

@@ -11,17 +11,31 @@ import re
 from dataclasses import replace
 from typing import TextIO
 
+from trainium_cdk.app.config import Config
 from trainium_cdk.cli._common import CliError, client, deployed_output, session, table
 from trainium_cdk.cli.jobs import (
-    CLOCK, FAILED, SUCCEEDED, Clock, JobState, announce, default_name, user_job, watch,
+    CLOCK,
+    FAILED,
+    SUCCEEDED,
+    Clock,
+    JobState,
+    announce,
+    default_name,
+    user_job,
+    watch,
 )
 from trainium_cdk.cli.ssm_run import LineFilter, checked, parse_chunk, print_log, run, send_request
-from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.runtime.instance_job import (
-    EXAMPLE_SCRIPT, InstanceSubmission, cancel_script, job_environment_of, jobs_script, log_script, status_script,
-)
 from trainium_cdk.facts.names import OUTPUT_INSTANCE_ID, output_key
+from trainium_cdk.runtime.instance_job import (
+    EXAMPLE_SCRIPT,
+    InstanceSubmission,
+    cancel_script,
+    job_environment_of,
+    jobs_script,
+    log_script,
+    status_script,
+)
 
 STACK_PART = "instance"
 BACKEND = "instance"

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO, cast
 
 from trainium_cdk.app import backends as backend_registry
-from trainium_cdk.cli._common import CliError, is_interactive, parse_overrides, read_config
-from trainium_cdk.cli import throughput
-from trainium_cdk.cli.compile_cache import SummaryWatch, describe
 from trainium_cdk.app.config import ComputeGroup, Config
 from trainium_cdk.app.config.fields import check_environment_name
+from trainium_cdk.cli import throughput
+from trainium_cdk.cli._common import CliError, is_interactive, parse_overrides, read_config
+from trainium_cdk.cli.compile_cache import SummaryWatch, describe
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.runtime.jobs import check_node_count
 from trainium_cdk.runtime.launcher import WORKDIR_VARIABLE

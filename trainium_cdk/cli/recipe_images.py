@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from trainium_cdk.cli._common import CliError, client, deployed_output, session
 from trainium_cdk.app.config import Config
+from trainium_cdk.cli._common import CliError, client, deployed_output, session
 from trainium_cdk.facts.names import OUTPUT_TRAINING_IMAGE_REPOSITORY_URI
 from trainium_cdk.recipes import Recipe
 

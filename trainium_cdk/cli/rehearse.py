@@ -21,11 +21,17 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from trainium_cdk.app.config import Config
 from trainium_cdk.cli._common import CliError
 from trainium_cdk.cli.jobs import (
-    _common, add_job_arguments, add_skip_fit_argument, check_fit, group_of, load, user_job,
+    _common,
+    add_job_arguments,
+    add_skip_fit_argument,
+    check_fit,
+    group_of,
+    load,
+    user_job,
 )
-from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts.names import REHEARSAL_FSX, SHARED_MOUNT
 from trainium_cdk.rehearsal import PROCESSES_PER_NODE, TIMEOUT_S, NodeResult, Stage
@@ -220,8 +226,8 @@ def _eks(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> t
 
 
 def _batch(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> tuple[str, list[NodeResult]]:
-    from trainium_cdk.runtime.batch_job import BatchSubmission, definition_container
     from trainium_cdk.rehearsal import run_batch_node_properties
+    from trainium_cdk.runtime.batch_job import BatchSubmission, definition_container
 
     _image_packages(stage, cwd)
     job = user_job(args, config)
@@ -245,10 +251,10 @@ def _batch(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) ->
 
 
 def _slurm(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> tuple[str, list[NodeResult]]:
-    from trainium_cdk.cli.slurm_jobs import submission
     from trainium_cdk.app.parallelcluster.cluster_config import queue_name
     from trainium_cdk.app.parallelcluster.sbatch import head_node_files
     from trainium_cdk.app.parallelcluster.submit import SCRIPTS_DIR
+    from trainium_cdk.cli.slurm_jobs import submission
     from trainium_cdk.rehearsal import run_slurm_script
 
     sub = submission(args, config)
@@ -283,9 +289,9 @@ def _slurm(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) ->
 
 def _instance(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> tuple[str, list[NodeResult]]:
     from trainium_cdk.cli.instance_jobs import submission
+    from trainium_cdk.rehearsal import run_nodes
     from trainium_cdk.runtime.instance_job import EXIT_RECORD, LAUNCH_SCRIPT, OUTPUT_LOG, RUN_SCRIPT
     from trainium_cdk.runtime.launcher import LAUNCHER
-    from trainium_cdk.rehearsal import run_nodes
 
     sub = submission(args, config)
     folder = stage.root / "job"

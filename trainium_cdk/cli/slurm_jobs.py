@@ -10,21 +10,36 @@ import argparse
 import json
 import re
 from dataclasses import replace
-from typing import Any, TextIO
+from typing import TextIO
 
+from trainium_cdk.app.config import Config
+from trainium_cdk.app.parallelcluster.cluster_config import EXAMPLE_SCRIPT_NAME, batch_script_name, queue_name
+from trainium_cdk.app.parallelcluster.submit import (
+    PARSABLE_SEPARATOR,
+    SCRIPTS_DIR,
+    SlurmSubmission,
+    cancel_script,
+    jobs_script,
+    log_script,
+    status_script,
+)
 from trainium_cdk.cli._common import CliError, client, deployed_output, session, table
 from trainium_cdk.cli.jobs import (
-    CLOCK, FAILED, SUCCEEDED, Clock, JobState, announce, default_name, group_of, same_job_flags, user_job,
+    CLOCK,
+    FAILED,
+    SUCCEEDED,
+    Clock,
+    JobState,
+    announce,
+    default_name,
+    group_of,
+    same_job_flags,
+    user_job,
     watch,
 )
 from trainium_cdk.cli.ssm_run import LineFilter, checked, parse_chunk, print_log, run, send_request
-from trainium_cdk.app.config import Config
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts.names import OUTPUT_HEAD_NODE_INSTANCE_ID, output_key
-from trainium_cdk.app.parallelcluster.cluster_config import EXAMPLE_SCRIPT_NAME, batch_script_name, queue_name
-from trainium_cdk.app.parallelcluster.submit import (
-    PARSABLE_SEPARATOR, SCRIPTS_DIR, SlurmSubmission, cancel_script, jobs_script, log_script, status_script,
-)
 
 STACK_PART = "parallelcluster"
 BACKEND = "parallelcluster"

@@ -30,11 +30,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainium_cdk.cli._common import CliError, client, has_credentials, parse_overrides, read_config, session, stack_outputs
 from trainium_cdk.app.config import Config, DataRepository
+from trainium_cdk.cli._common import (
+    CliError,
+    client,
+    has_credentials,
+    parse_overrides,
+    read_config,
+    session,
+    stack_outputs,
+)
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts.names import (
-    OUTPUT_DATA_BUCKET_NAME, OUTPUT_FILE_SYSTEM_ID, REHEARSAL_FSX, SHARED_MOUNT, output_key,
+    OUTPUT_DATA_BUCKET_NAME,
+    OUTPUT_FILE_SYSTEM_ID,
+    REHEARSAL_FSX,
+    SHARED_MOUNT,
+    output_key,
 )
 from trainium_cdk.rehearsal.seed import on_fsx, seed
 

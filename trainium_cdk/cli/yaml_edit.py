@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from trainium_cdk.cli._common import CliError
 from trainium_cdk.app.config.loading import parse_yaml
+from trainium_cdk.cli._common import CliError
 from trainium_cdk.errors import ConfigError
 
 KEY = "instance_offerings"

@@ -19,13 +19,16 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from trainium_cdk.facts.defaults.cdk import LOG_RETENTION
 from trainium_cdk.constructs.log_encryption import encrypt_log_groups
 from trainium_cdk.constructs.nag import (
-    NIST, acknowledge, acknowledge_custom_resource_lambda, acknowledge_default_policy,
+    NIST,
+    acknowledge,
+    acknowledge_custom_resource_lambda,
+    acknowledge_default_policy,
 )
-from trainium_cdk.lambdas import ami_lookup as handler_package
+from trainium_cdk.facts.defaults.cdk import LOG_RETENTION
 from trainium_cdk.facts.versions import AmiQuery
+from trainium_cdk.lambdas import ami_lookup as handler_package
 
 RESOURCE_TYPE = "Custom::AmiLookup"
 HANDLER_DIR = Path(handler_package.__file__).resolve().parent

@@ -26,7 +26,7 @@ from constructs import Construct
 
 from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT
 from trainium_cdk.constructs.nag import acknowledge, nag_form
-from trainium_cdk.facts.session_manager.cdk import session_manager_role
+from trainium_cdk.constructs.session_manager import session_manager_role
 from trainium_cdk.facts.names import ACCESS_HOST_INSTANCE_TYPE, ACCESS_HOST_ROOT_VOLUME_GIB, PORT_FORWARD_DOCUMENT
 
 HTTPS = 443

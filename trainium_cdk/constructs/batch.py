@@ -23,23 +23,23 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from trainium_cdk.facts import defaults
-from trainium_cdk.runtime.batch_job import ALL_NODES, SCRIPT_PARAMETER, default_script
-from trainium_cdk.facts.capacity import GroupNodes
-from trainium_cdk.facts.catalog import BATCH_MAX_ATTEMPTS, BATCH_MAX_UPDATE_TIMEOUT_MINUTES, InstanceSpec, check_ami_id
-from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.batch_grants import BatchGrants
 from trainium_cdk.constructs.batch_node import BatchNodeSetup, node_setup
 from trainium_cdk.constructs.batch_roles import BatchInstanceRole, BatchRoles
-from trainium_cdk.facts.defaults.cdk import LOG_RETENTION
+from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.log_encryption import encrypt_log_groups
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.errors import ConfigError, names_construct_path
+from trainium_cdk.facts import defaults
+from trainium_cdk.facts.capacity import GroupNodes
+from trainium_cdk.facts.catalog import BATCH_MAX_ATTEMPTS, BATCH_MAX_UPDATE_TIMEOUT_MINUTES, InstanceSpec, check_ami_id
+from trainium_cdk.facts.defaults.cdk import LOG_RETENTION
+from trainium_cdk.facts.names import BASE_TAG_BUILD_ARG, NODE_METRICS_DIR, SHARED_MOUNT
+from trainium_cdk.facts.versions import XLA_TRACK, NeuronTrack
+from trainium_cdk.runtime.batch_job import ALL_NODES, SCRIPT_PARAMETER, default_script
 from trainium_cdk.runtime.jobs import check_precompile_steps
 from trainium_cdk.runtime.launcher import PEER_LOST_EXIT_CODE, launch_command
-from trainium_cdk.facts.names import BASE_TAG_BUILD_ARG, NODE_METRICS_DIR, SHARED_MOUNT
 from trainium_cdk.runtime.training_env import cache_dir, job_environment
-from trainium_cdk.facts.versions import XLA_TRACK, NeuronTrack
 
 # The ECS agent registers less memory than the instance has (kernel, agent): a job asking for all of
 # it would never be placed. Docker's 64 MiB /dev/shm is too small for data loader workers.

@@ -21,19 +21,19 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from trainium_cdk import node
-from trainium_cdk.facts.catalog import InstanceSpec
 from trainium_cdk.constructs.storage import LustreMount
-from trainium_cdk.runtime.lustre_client import SCRIPT as LUSTRE_SCRIPT
-from trainium_cdk.runtime.lustre_client import mount_values as lustre_mount_values
-from trainium_cdk.runtime.lustre_tuning import install_commands as lustre_tuning_commands
+from trainium_cdk.facts.catalog import InstanceSpec
 from trainium_cdk.facts.names import SHARED_MOUNT
+from trainium_cdk.facts.versions import EFA_INSTALLER_SHA256, EFA_INSTALLER_URL, XLA_TRACK
 from trainium_cdk.node import neuron_metrics
 from trainium_cdk.node.health_check import COLLECTIVE_TIMEOUT_S
 from trainium_cdk.node.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
 from trainium_cdk.node.neuron_metrics import install_command as neuron_metrics_install
+from trainium_cdk.runtime.lustre_client import SCRIPT as LUSTRE_SCRIPT
+from trainium_cdk.runtime.lustre_client import mount_values as lustre_mount_values
+from trainium_cdk.runtime.lustre_tuning import install_commands as lustre_tuning_commands
 from trainium_cdk.runtime.prometheus_setup import REMOTE_WRITE_VARIABLE
 from trainium_cdk.runtime.prometheus_setup import setup_lines as prometheus_setup_lines
-from trainium_cdk.facts.versions import EFA_INSTALLER_SHA256, EFA_INSTALLER_URL, XLA_TRACK
 
 # The nodes run the "Amazon Linux 2023 (Neuron)" variant of the ECS-optimized AMI, pinned by AMI name
 # through AWS's immutable per-AMI-name public parameter (versions.py: never ECS's `recommended`, which

@@ -17,11 +17,11 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
-from trainium_cdk.facts import versions
 from trainium_cdk.constructs import vendored_charts
-from trainium_cdk.facts.catalog import EFA_RESOURCE, NEURON_RESOURCE, NEURONCORE_RESOURCE, InstanceSpec
 from trainium_cdk.constructs.nag import acknowledge, nag_form
 from trainium_cdk.constructs.pod_identity import pod_identity_role
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.catalog import EFA_RESOURCE, NEURON_RESOURCE, NEURONCORE_RESOURCE, InstanceSpec
 
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "cluster-autoscaler"

@@ -25,23 +25,23 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from trainium_cdk import node
-from trainium_cdk.facts import defaults
-from trainium_cdk.facts.catalog import InstanceSpec, check_ami_id
 from trainium_cdk.constructs.ami_lookup import AmiLookup, ImageIdImage
 from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.prometheus import MetricsWorkspace
-from trainium_cdk.facts.session_manager.cdk import session_manager_role
+from trainium_cdk.constructs.session_manager import session_manager_role
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.errors import ConfigError, names_construct_path
+from trainium_cdk.facts import defaults
+from trainium_cdk.facts.catalog import InstanceSpec, check_ami_id
+from trainium_cdk.facts.names import CACHE_DIR_NAME, SHARED_MOUNT
+from trainium_cdk.facts.versions import XLA_TRACK, AmiQuery, NeuronTrack
 from trainium_cdk.runtime.lustre_client import BOOT_SCRIPT as LUSTRE_BOOT_SCRIPT
 from trainium_cdk.runtime.lustre_client import SCRIPT as LUSTRE_SCRIPT
 from trainium_cdk.runtime.lustre_client import mount_values as lustre_mount_values
 from trainium_cdk.runtime.lustre_tuning import install_commands as lustre_tuning_commands
-from trainium_cdk.facts.names import CACHE_DIR_NAME, SHARED_MOUNT
 from trainium_cdk.runtime.prometheus_setup import REMOTE_WRITE_VARIABLE
 from trainium_cdk.runtime.prometheus_setup import setup_lines as prometheus_setup_lines
-from trainium_cdk.facts.versions import XLA_TRACK, AmiQuery, NeuronTrack
 
 # The MLP example, at the path the example image has it (Batch and EKS run it there).
 EXAMPLE_SOURCE = Path(__file__).resolve().parent.parent / "examples" / "mlp" / "train.py"

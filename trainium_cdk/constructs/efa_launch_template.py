@@ -13,9 +13,9 @@ from aws_cdk import Fn
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
+from trainium_cdk.errors import names_construct_path
 from trainium_cdk.facts.capacity import NodeCapacity
 from trainium_cdk.facts.catalog import InstanceSpec
-from trainium_cdk.errors import names_construct_path
 
 ROOT_DEVICE_NAME = "/dev/xvda"
 # Nothing in a container needs the node's role: EKS pods use Pod Identity and Batch tasks their ECS task
@@ -49,7 +49,7 @@ class EfaLaunchTemplate(Construct):
         security_groups: Sequence[ec2.ISecurityGroup],
         placement_group: ec2.IPlacementGroup | None,
         root_volume_gib: int,
-        capacity: NodeCapacity = NodeCapacity(),
+        capacity: NodeCapacity = NodeCapacity(),  # noqa: B008 (a frozen dataclass: one value, never changed)
         image_id: str | None = None,
         user_data: str | None = None,
         root_volume_throughput: int | None = None,

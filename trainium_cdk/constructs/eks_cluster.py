@@ -21,24 +21,26 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
-from trainium_cdk.facts import defaults
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG, Catalog
 from trainium_cdk.charts import FSX_CHART_ID, NAMESPACE_CHART_ID, FsxStorage, FsxStorageProps, cluster_charts
-from trainium_cdk.facts.defaults.cdk import LOG_RETENTION
 from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT, ROOT_DEVICE_NAME
 from trainium_cdk.constructs.eks_cluster_import import ImportedTrainiumCluster, ITrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import CNI_POLICY, NODE_MANAGED_POLICIES, without_cni_policy
 from trainium_cdk.constructs.log_encryption import encrypt_log_groups
 from trainium_cdk.constructs.nag import (
-    acknowledge, acknowledge_custom_resource_lambda, acknowledge_default_policy, nag_form,
+    acknowledge,
+    acknowledge_custom_resource_lambda,
+    acknowledge_default_policy,
+    nag_form,
 )
 from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.constructs.service_trust import restrict_service_trust
 from trainium_cdk.constructs.storage import ILustreStorage
 from trainium_cdk.constructs.volcano import add_volcano
 from trainium_cdk.errors import ConfigError, names_construct_path
+from trainium_cdk.facts import defaults, versions
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG, Catalog
+from trainium_cdk.facts.defaults.cdk import LOG_RETENTION
 from trainium_cdk.facts.names import NEURON_TAINT_KEY, SYSTEM_NODE_DISK_GIB, SYSTEM_NODE_LABELS
-from trainium_cdk.facts import versions
 from trainium_cdk.facts.versions import EKS_NODEGROUP_RELEASE_VERSION, eks_addon_version
 
 NEURON_TOLERATION = {"key": NEURON_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}

@@ -15,12 +15,12 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
-from trainium_cdk.facts.capacity import GroupNodes
 from trainium_cdk.charts.karpenter import compute_node_labels
 from trainium_cdk.constructs.cluster_autoscaler import node_template_tags
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.nag import acknowledge, acknowledge_default_policy
 from trainium_cdk.errors import ConfigError, names_construct_path
+from trainium_cdk.facts.capacity import GroupNodes
 from trainium_cdk.facts.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE, NEURON_TAINT_KEY, NEURON_TAINT_VALUE
 from trainium_cdk.facts.versions import EKS_NODEGROUP_RELEASE_VERSION
 

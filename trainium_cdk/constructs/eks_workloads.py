@@ -14,15 +14,18 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from trainium_cdk.facts import versions
 from trainium_cdk.charts.training import JOB_CHART_PREFIX, QUEUE_CHART_ID
 from trainium_cdk.constructs.nag import acknowledge
 from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.constructs.secrets import grant_secret_read
 from trainium_cdk.constructs.training_images import DEFAULT_REMOVAL_POLICY, IMAGES_KEPT, TrainingImageRepository
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts import versions
 from trainium_cdk.facts.names import (
-    BASE_TAG_BUILD_ARG, DATA_LOADER_SERVICE_ACCOUNT, HF_TOKEN_SERVICE_ACCOUNT, TRAINING_NAMESPACE,
+    BASE_TAG_BUILD_ARG,
+    DATA_LOADER_SERVICE_ACCOUNT,
+    HF_TOKEN_SERVICE_ACCOUNT,
+    TRAINING_NAMESPACE,
 )
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"

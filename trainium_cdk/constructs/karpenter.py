@@ -20,11 +20,11 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IConstruct
 
-from trainium_cdk.facts import versions
 from trainium_cdk.constructs import vendored_charts
 from trainium_cdk.constructs.eks_nodegroup import NODE_MANAGED_POLICIES, NODE_POLICIES
 from trainium_cdk.constructs.nag import acknowledge, acknowledge_default_policy, nag_form
 from trainium_cdk.constructs.pod_identity import pod_identity_role
+from trainium_cdk.facts import versions
 
 KARPENTER_NAMESPACE = "kube-system"
 KARPENTER_SERVICE_ACCOUNT = "karpenter"

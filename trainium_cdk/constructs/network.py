@@ -17,13 +17,13 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from trainium_cdk.facts.addressing import check_subnets_fit, check_vpc_cidr
-from trainium_cdk.facts.defaults.cdk import LOG_RETENTION
 from trainium_cdk.constructs.log_encryption import encrypt_log_groups
 from trainium_cdk.constructs.nag import NIST, acknowledge, acknowledge_default_policy
 from trainium_cdk.constructs.s3_endpoint_policy import restrict_s3_endpoint
 from trainium_cdk.constructs.service_trust import restrict_service_trust
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
+from trainium_cdk.facts.addressing import check_subnets_fit, check_vpc_cidr
+from trainium_cdk.facts.defaults.cdk import LOG_RETENTION
 
 DEFAULT_CIDR = "10.0.0.0/16"
 DEFAULT_PUBLIC_SUBNET_MASK = 24

@@ -28,12 +28,17 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sns as sns
 from constructs import Construct, IConstruct
 
-from trainium_cdk.facts import versions
 from trainium_cdk.constructs.alerts import alarm_to
 from trainium_cdk.constructs.nag import acknowledge, acknowledge_alarm_without_action, nag_form
 from trainium_cdk.constructs.pod_identity import pod_identity_role
+from trainium_cdk.facts import versions
 from trainium_cdk.node.neuron_metrics import (
-    CORE_UTILIZATION, DEPLOYMENT_DIMENSION, DEVICE_MEMORY, HARDWARE_ERRORS, INSTANCE_DIMENSION, NAMESPACE,
+    CORE_UTILIZATION,
+    DEPLOYMENT_DIMENSION,
+    DEVICE_MEMORY,
+    HARDWARE_ERRORS,
+    INSTANCE_DIMENSION,
+    NAMESPACE,
 )
 
 NODE_MONITORING_ADDON = "eks-node-monitoring-agent"

@@ -16,6 +16,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
+
 from aws_cdk import Annotations, Aws, CfnStack, CustomResource, RemovalPolicy, Stack, Stage
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -23,17 +24,25 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from trainium_cdk import node
-from trainium_cdk.constructs.prometheus import MetricsWorkspace
-from trainium_cdk.node import neuron_metrics, prometheus_node
 from trainium_cdk.constructs.nag import acknowledge, nag_text
+from trainium_cdk.constructs.prometheus import MetricsWorkspace
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
-from trainium_cdk.parallelcluster.configuration import ClusterSettings, render_configuration
-from trainium_cdk.parallelcluster.parts import (
-    HEAD_NODE_SCRIPT, LUSTRE_TUNING_NAME, NODE_POLICY_PATH, PROLOG_NAME, SETUP_SCRIPT, ClusterIds, NeuronMetrics, PrometheusWriter, S3Object,
-    neuron_metrics_policy,
-)
 from trainium_cdk.facts.session_manager import session_manager_policy
 from trainium_cdk.facts.versions import parallelcluster_provider_template_url
+from trainium_cdk.node import neuron_metrics, prometheus_node
+from trainium_cdk.parallelcluster.configuration import ClusterSettings, render_configuration
+from trainium_cdk.parallelcluster.parts import (
+    HEAD_NODE_SCRIPT,
+    LUSTRE_TUNING_NAME,
+    NODE_POLICY_PATH,
+    PROLOG_NAME,
+    SETUP_SCRIPT,
+    ClusterIds,
+    NeuronMetrics,
+    PrometheusWriter,
+    S3Object,
+    neuron_metrics_policy,
+)
 
 CLUSTER_RESOURCE_TYPE = "Custom::PclusterCluster"
 # ParallelCluster's DeletionPolicy of the cluster: what deleting the stack does to it.

@@ -19,10 +19,10 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from trainium_cdk.facts.catalog import LUSTRE_MIN_CAPACITY_GIB, check_lustre
-from trainium_cdk.facts.defaults import cdk as cdk_defaults
 from trainium_cdk.constructs.nag import NIST, acknowledge, acknowledge_bucket_logging
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
+from trainium_cdk.facts.catalog import LUSTRE_MIN_CAPACITY_GIB, check_lustre
+from trainium_cdk.facts.defaults import cdk as cdk_defaults
 from trainium_cdk.facts.names import CHECKPOINT_FILE_SYSTEM_PATH
 
 # Lustre network (LNET) ports: clients connect to 988; 1018-1023 are the reserved ports of both ends. FSx for Lustre

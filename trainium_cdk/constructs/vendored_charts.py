@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import cast
 
 import yaml
-
 from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct, IConstruct
 
-from trainium_cdk.facts import versions
 from trainium_cdk.constructs.nag import acknowledge, acknowledge_default_policy, nag_form
+from trainium_cdk.facts import versions
 
 CHARTS_DIR = Path(__file__).resolve().parent.parent / "helm_charts"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from trainium_cdk.facts.catalog import SUBNET_MAX_PREFIX, VPC_MIN_PREFIX
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts.catalog import SUBNET_MAX_PREFIX, VPC_MIN_PREFIX
 
 # The longest VPC prefix the project takes (AWS allows /28): room for a public and a private subnet per AZ.
 MAX_VPC_PREFIX = 24

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.facts import defaults
 from trainium_cdk.facts.catalog import InstanceSpec
-from trainium_cdk.errors import ConfigError, one_of
 
 # How a group's nodes are bought: on-demand, into an On-Demand Capacity Reservation (falling back to on-demand
 # where the service can), or into an EC2 Capacity Block for ML (reserved only, inside the block's window).

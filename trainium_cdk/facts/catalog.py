@@ -9,10 +9,10 @@ catalog does not know with :meth:`Catalog.register` or the config's ``custom_ins
 from __future__ import annotations
 
 import re
-from typing import Literal, get_args
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Literal, get_args
 
 from trainium_cdk.errors import ConfigError, one_of
 

@@ -23,7 +23,10 @@ from dataclasses import dataclass
 
 from trainium_cdk.facts import prices
 from trainium_cdk.facts.catalog import (
-    LUSTRE_CAPACITY_STEP_GIB, LUSTRE_MAX_CAPACITY_GIB, LUSTRE_MIN_CAPACITY_GIB, LUSTRE_THROUGHPUT_MB_PER_TIB,
+    LUSTRE_CAPACITY_STEP_GIB,
+    LUSTRE_MAX_CAPACITY_GIB,
+    LUSTRE_MIN_CAPACITY_GIB,
+    LUSTRE_THROUGHPUT_MB_PER_TIB,
 )
 
 BYTES_PER_PARAMETER = 14

@@ -131,8 +131,8 @@ def between_hosts(expected):
                 continue
             full = torch.ones(count, dtype=torch.bfloat16, device=device)
             part = torch.ones(count // ranks, dtype=torch.bfloat16, device=device)
-            run = {"allr": lambda: dist.all_reduce(full), "allg": lambda: gather(full, part),
-                   "redsct": lambda: scatter(part, full)}[op]
+            run = {"allr": lambda full=full: dist.all_reduce(full), "allg": lambda full=full, part=part: gather(full, part),
+                   "redsct": lambda full=full, part=part: scatter(part, full)}[op]
             for _ in range(WARMUP):
                 run()
             synchronize(full)

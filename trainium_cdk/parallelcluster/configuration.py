@@ -13,13 +13,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.facts import defaults, versions
 from trainium_cdk.facts.capacity import CapacityKind, GroupNodes
-from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.facts.names import CACHE_GROUP, SHARED_MOUNT
+from trainium_cdk.facts.versions import XLA_TRACK, NeuronTrack
 from trainium_cdk.node.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
 from trainium_cdk.parallelcluster.parts import ClusterIds, NeuronMetrics, PrometheusWriter, S3Object
-from trainium_cdk.facts.versions import XLA_TRACK, NeuronTrack
 
 # The OS comes from the Neuron track (versions.py): Ubuntu 24.04 for PyTorch 2.9 and later (the Neuron
 # AL2023 images cannot run them: glibc 2.34 < 2.35; Ubuntu 22.04 is end of support on Neuron).

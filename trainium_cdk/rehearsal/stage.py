@@ -16,12 +16,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainium_cdk.runtime.launcher import WORKDIR_VARIABLE
-from trainium_cdk.node.fabric_check import SIZES_VARIABLE as FABRIC_SIZES_VARIABLE
 from trainium_cdk.facts.names import (
-    COMPILE_BACKEND_VARIABLE, DIST_BACKEND_VARIABLE, NEURON_BIN, NEURON_DEVICE, NODE_METRICS_DIR, SHARED_MOUNT,
+    COMPILE_BACKEND_VARIABLE,
+    DIST_BACKEND_VARIABLE,
+    NEURON_BIN,
+    NEURON_DEVICE,
+    NODE_METRICS_DIR,
+    SHARED_MOUNT,
     TORCH_DEVICE_VARIABLE,
 )
+from trainium_cdk.node.fabric_check import SIZES_VARIABLE as FABRIC_SIZES_VARIABLE
+from trainium_cdk.runtime.launcher import WORKDIR_VARIABLE
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
 # Where the example images hold the MLP example (examples/mlp/Dockerfile); the rehearsal runs this package's copy.
@@ -239,7 +244,7 @@ class Stage:
         text substituted once stays as it is: a value may pass through more than one stand-in)."""
         for old, new in self.substitutions.items():
             pattern = r"(?<![\w./-])" + re.escape(old) + ("" if old.endswith("/") else r"(?![\w.-])")
-            text = re.sub(pattern, lambda _: new, text)
+            text = re.sub(pattern, _as_written(new), text)
         return text
 
     def value(self, key: str, value: str) -> str:
@@ -410,3 +415,8 @@ def run_nodes(
                                   stopped="" if ended[rank] else ("never started" if proc is None else why)))
         log.close()
     return results
+
+
+def _as_written(value: str) -> Callable[[re.Match[str]], str]:
+    """A re.sub replacement that is ``value`` as written (no backslash escapes), bound now, not at the loop's end."""
+    return lambda _: value

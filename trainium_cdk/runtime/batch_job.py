@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainium_cdk.runtime.launcher import launch_command
 from trainium_cdk.facts.names import SHARED_MOUNT
+from trainium_cdk.runtime.launcher import launch_command
 from trainium_cdk.runtime.training_env import cache_dir, job_environment
 
 if TYPE_CHECKING:  # the construct imports this module's names; it reads no config

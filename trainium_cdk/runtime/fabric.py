@@ -15,10 +15,16 @@ import re
 from dataclasses import dataclass
 
 from trainium_cdk import node
-from trainium_cdk.facts.catalog import FabricReference, InstanceSpec, fabric_reference
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts.catalog import FabricReference, InstanceSpec, fabric_reference
 from trainium_cdk.node.fabric_check import (
-    BETWEEN_HOSTS, DATATYPE, DEFAULT_SIZES, MULTI_HOST, OPERATIONS, REPORT, SIZES_VARIABLE,
+    BETWEEN_HOSTS,
+    DATATYPE,
+    DEFAULT_SIZES,
+    MULTI_HOST,
+    OPERATIONS,
+    REPORT,
+    SIZES_VARIABLE,
 )
 
 # nccom-test's bootstrap port on node 0 (NEURON_RT_ROOT_COMM_ID=<address>:<port>).

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from trainium_cdk.runtime.launcher import JOB_VENV, LAUNCHER
 from trainium_cdk.node import heredoc_end
+from trainium_cdk.runtime.launcher import JOB_VENV, LAUNCHER
 from trainium_cdk.runtime.training_env import cache_dir, job_environment
 
 if TYPE_CHECKING:

@@ -10,11 +10,11 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts import defaults
 from trainium_cdk.facts.catalog import InstanceSpec
-from trainium_cdk.errors import ConfigError
-from trainium_cdk.runtime.launcher import launch_command
 from trainium_cdk.facts.versions import NeuronTrack
+from trainium_cdk.runtime.launcher import launch_command
 from trainium_cdk.runtime.training_env import HF_HOME, cache_dir, job_environment  # noqa: F401 (HF_HOME: its old home)
 
 # A cache set names one directory: no slashes, nothing that climbs out of the cache root.

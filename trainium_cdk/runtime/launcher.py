@@ -121,10 +121,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trainium_cdk.facts import defaults
 from trainium_cdk import node
+from trainium_cdk.facts import defaults
 from trainium_cdk.facts.names import (
-    COMPILE_CACHE_HITS_METRIC, COMPILE_CACHE_MISSES_METRIC, METRICS_DIR_VARIABLE, METRICS_PUSH_URL_VARIABLE,
+    COMPILE_CACHE_HITS_METRIC,
+    COMPILE_CACHE_MISSES_METRIC,
+    METRICS_DIR_VARIABLE,
+    METRICS_PUSH_URL_VARIABLE,
 )
 from trainium_cdk.facts.versions import NeuronTrack
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from trainium_cdk import node
-from trainium_cdk.facts.catalog import InstanceSpec
 from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.facts.catalog import InstanceSpec
 from trainium_cdk.facts.names import CHECKPOINT_ROOT, DATASETS_DIR_NAME, SHARED_MOUNT
 
 SCRIPT = "lustre_tuning.sh"

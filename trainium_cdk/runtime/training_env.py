@@ -10,9 +10,9 @@ from collections.abc import Mapping
 
 from trainium_cdk.facts import defaults
 from trainium_cdk.facts.catalog import InstanceSpec
-from trainium_cdk.runtime.launcher import launch_environment
 from trainium_cdk.facts.names import CACHE_DIR_NAME, CHECKPOINT_ROOT, LOCAL_CACHE_ROOT, NODE_METRICS_DIR, SHARED_MOUNT
 from trainium_cdk.facts.versions import NeuronTrack
+from trainium_cdk.runtime.launcher import launch_environment
 
 # The paths (the shared mount, the compile cache, checkpoints) are in trainium_cdk.facts.names.
 # The interface a container's sockets (torchrun, the Neuron bootstrap) use to reach other nodes: a pod's

@@ -11,23 +11,29 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from aws_cdk.assertions import Template
 
+from tests.support import node_files
 from tests.support.helpers import (
-    US_EAST_2, cfn_lint_errors, config_with, nag_violations, quality_synth, resources, template_text,
+    US_EAST_2,
+    cfn_lint_errors,
+    config_with,
+    nag_violations,
+    quality_synth,
+    resources,
+    template_text,
 )
-from trainium_cdk.facts import versions
-from trainium_cdk.facts.capacity import GroupNodes
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES, InstanceSpec
+from trainium_cdk import node
+from trainium_cdk.app.stacks import compose
 from trainium_cdk.constructs.batch import (
     CONTAINER_MEMORY_FRACTION,
     TrainiumBatch,
     ecr_repository_arn,
 )
-from tests.support import node_files
-from trainium_cdk import node
-from trainium_cdk.runtime.launcher import launch_command
-from trainium_cdk.facts.names import METRICS_DIR_VARIABLE, NODE_METRICS_DIR
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.app.stacks import compose
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.capacity import GroupNodes
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES, InstanceSpec
+from trainium_cdk.facts.names import METRICS_DIR_VARIABLE, NODE_METRICS_DIR
+from trainium_cdk.runtime.launcher import launch_command
 
 # One app holds a group of every type, in us-east-2 where cfn-lint knows Trn1 and Trn2.
 AZ = {"trn1.2xlarge": "use2-az2"}

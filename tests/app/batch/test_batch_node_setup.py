@@ -13,8 +13,8 @@ import pytest
 
 from tests.support import node_files
 from tests.support.helpers import config_with, synth, template_text
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.constructs.batch_node import node_setup
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 
 REFUSED = ["systemctl mask --now ecs.service", "shutdown -h now"]
 

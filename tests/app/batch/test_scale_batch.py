@@ -16,8 +16,8 @@ from aws_cdk import NestedStack, Stack
 
 from tests.support.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, synth
 from tests.support.template_limits import MAX_OUTPUTS, MAX_RESOURCES, MAX_TEMPLATE_BYTES, template_limit_violations
-from trainium_cdk.facts.catalog import BATCH_MAX_COMPUTE_GROUPS
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts.catalog import BATCH_MAX_COMPUTE_GROUPS
 
 # The stability test's apps (27 groups, 28 after "add one") and the maximum: three sizes, no app of their own.
 STABLE_GROUPS = 27

@@ -10,12 +10,11 @@ from urllib.parse import urlparse
 import pytest
 
 from tests.support.apps import synthesized
+from tests.support.cli_support import REGION, assert_one_clean_line, run_cli
 from tests.support.helpers import BASE_CONFIG, config_with, resources, synth
 from tests.support.reachability import ACCESS_HOST, CONTROL_PLANE, EKS_CLUSTER_SG, VPC_ENDPOINT, Reachability
 from tests.unit.cli.test_cli_connect import HOST, OWN_CLUSTER, OWN_STACK, deployed, home, tools  # noqa: F401 (fixture)
-from tests.support.cli_support import REGION, assert_one_clean_line, run_cli
 from trainium_cdk.facts.names import OUTPUT_CONNECT_POLICY_ARN
-
 
 SESSION_MANAGER = ("ssm", "ssmmessages", "ec2messages")
 

@@ -8,15 +8,21 @@ import re
 
 import pytest
 
-from tests.support.helpers import (
-    US_EAST_2, cfn_lint_errors, config_with, helm_chart_name, quality_synth, resources, synth,
-)
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
-from trainium_cdk.runtime.eks_user_data import FAST_IMAGE_PULL_ROOT_VOLUME_THROUGHPUT
-from trainium_cdk.facts.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE
 from tests.support.chart_helpers import affinity_types
+from tests.support.helpers import (
+    US_EAST_2,
+    cfn_lint_errors,
+    config_with,
+    helm_chart_name,
+    quality_synth,
+    resources,
+    synth,
+)
 from trainium_cdk.facts import versions
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
+from trainium_cdk.facts.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE
 from trainium_cdk.facts.versions import KUBERNETES_VERSION
+from trainium_cdk.runtime.eks_user_data import FAST_IMAGE_PULL_ROOT_VOLUME_THROUGHPUT
 
 # One app holds a group of every type, in us-east-2 where cfn-lint knows Trn1 and Trn2.
 AZ = {"trn1.2xlarge": "use2-az2"}
@@ -95,7 +101,6 @@ def test_node_group_one_subnet_neuron_ami_taint_and_sizes(every_type, instance_t
         {"Effect": "NO_SCHEDULE", "Key": HEALTH_TAINT_KEY, "Value": HEALTH_TAINT_VALUE},
     ]
     assert nodegroup["Labels"]["trainium-cdk/instance-type"] == instance_type
-    expected = _group(instance_type)
     # Nothing runs until a pod asks: Cluster Autoscaler scales the group from zero.
     assert nodegroup["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 4}
     assert data["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1, "HttpTokens": "required"}

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from tests.support.helpers import Synthesized, synth
-from tests.support.lifecycle import control_plane_update, karpenter_drift, kubernetes_version, system_nodegroup_changes
 from tests.app.test_day2 import CHANGES, REVERSED, _config
 from tests.app.test_neuron_tracks import _manifest_objects
+from tests.support import paths
+from tests.support.helpers import Synthesized, synth
+from tests.support.lifecycle import control_plane_update, karpenter_drift, kubernetes_version, system_nodegroup_changes
 from trainium_cdk.app import day2
 from trainium_cdk.facts import versions
-from tests.support import paths
 
 UPSTREAM = paths.DATA / "upstream"
 # The changes that touch the EKS stack (an image change only re-applies workloads; a backend added is another stack).

@@ -8,11 +8,11 @@ import re
 import pytest
 
 from tests.support.helpers import US_EAST_2, config_with, helm_chart_name, resources, synth, template_text
+from trainium_cdk.app.adapters.eks import workloads_options
 from trainium_cdk.app.workloads import eks_image_build
+from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR, EXAMPLE_DIR
 from trainium_cdk.examples import offers_bert_example
 from trainium_cdk.facts import versions
-from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR, EXAMPLE_DIR
-from trainium_cdk.app.adapters.eks import workloads_options
 
 
 @pytest.fixture(scope="module")
@@ -140,11 +140,11 @@ def bare():
     from aws_cdk.assertions import Template
     from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 
-    from trainium_cdk.facts.catalog import DEFAULT_CATALOG
     from trainium_cdk.charts.training import QUEUE_CHART_ID, VolcanoQueue, training_job
     from trainium_cdk.constructs.eks_workloads import TrainingWorkloads, TrainingWorkloadsOptions
-    from trainium_cdk.runtime.jobs import JobSpec
+    from trainium_cdk.facts.catalog import DEFAULT_CATALOG
     from trainium_cdk.facts.versions import KUBERNETES_VERSION
+    from trainium_cdk.runtime.jobs import JobSpec
 
     stack = Stack(App(), "Bare")
     cluster = eks.Cluster(

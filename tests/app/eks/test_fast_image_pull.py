@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.helpers import resources, synth, template_text
 from tests.app.test_neuron_tracks import RAW as TRACK_RAW
 from tests.app.test_neuron_tracks import _manifest_objects
-from tests.unit.node.test_node_programs import shellcheck
-from trainium_cdk.runtime import eks_user_data
-from trainium_cdk.facts import versions
-from trainium_cdk.app.config import build_config
 from tests.support import paths
+from tests.support.helpers import resources, synth, template_text
+from tests.unit.node.test_node_programs import shellcheck
+from trainium_cdk.app.config import build_config
+from trainium_cdk.facts import versions
+from trainium_cdk.runtime import eks_user_data
 
 NODEADM = paths.DATA / "nodeadm"
 RAW = {"backends": ["eks"], "storage": {"enabled": False}}

@@ -8,10 +8,19 @@ import json
 import pytest
 
 from tests.support.helpers import (
-    cfn_lint_errors, config_with, helm_chart_name, nag_violations, quality_synth, resources, synth,
+    cfn_lint_errors,
+    config_with,
+    helm_chart_name,
+    nag_violations,
+    quality_synth,
+    resources,
+    synth,
 )
 from trainium_cdk.constructs.observability import (
-    CLOUDWATCH_ADDON, CLOUDWATCH_NAMESPACE, CLOUDWATCH_SERVICE_ACCOUNT, NODE_MONITORING_ADDON,
+    CLOUDWATCH_ADDON,
+    CLOUDWATCH_NAMESPACE,
+    CLOUDWATCH_SERVICE_ACCOUNT,
+    NODE_MONITORING_ADDON,
 )
 
 

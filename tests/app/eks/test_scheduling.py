@@ -15,11 +15,11 @@ import yaml
 from tests.support.apps import VARIANTS, synthesized
 from tests.support.reachability import LUSTRE_PORTS, Reachability
 from tests.support.scheduling import PodTemplate, lands_on, pod_templates, requests, why_not
-from trainium_cdk.charts.fsx_storage import DEFAULT_CLAIM_NAME
 from trainium_cdk.app.config.workload_settings import TrainingJobSettings
-from trainium_cdk.app.workloads import eks_job_spec, render_job
-from trainium_cdk.charts.training import training_job
 from trainium_cdk.app.dist import write_dist
+from trainium_cdk.app.workloads import eks_job_spec, render_job
+from trainium_cdk.charts.fsx_storage import DEFAULT_CLAIM_NAME
+from trainium_cdk.charts.training import training_job
 
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS), ids=sorted(VARIANTS))

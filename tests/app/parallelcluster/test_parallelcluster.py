@@ -19,19 +19,19 @@ from aws_cdk.assertions import Annotations, Match, Template
 
 from tests.support.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, quality_synth, resources
 from tests.support.pcluster_schema import PclusterUnavailable, update_changes, validate_many, venv_or_skip
+from trainium_cdk.app.config import ConfigError
+from trainium_cdk.app.dist.parallelcluster import fetched_digests
+from trainium_cdk.app.parallelcluster.cluster_config import placeholder_names, read_access
+from trainium_cdk.app.parallelcluster.sbatch import render_sbatch
+from trainium_cdk.app.stacks.storage_stack import FILE_SYSTEM_LOGICAL_ID
+from trainium_cdk.constructs.parallelcluster import SlurmCluster
 from trainium_cdk.facts.capacity import GroupNodes
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
-from trainium_cdk.app.config import ConfigError
-from trainium_cdk.constructs.parallelcluster import SlurmCluster
-from trainium_cdk.app.stacks.storage_stack import FILE_SYSTEM_LOGICAL_ID
+from trainium_cdk.facts.versions import PARALLELCLUSTER_VERSION, XLA_TRACK
 from trainium_cdk.parallelcluster import ClusterIds, S3Object, cluster_configuration, render_cluster_yaml, write_dist
-from trainium_cdk.app.parallelcluster.cluster_config import placeholder_names, read_access
-from trainium_cdk.app.dist.parallelcluster import fetched_digests
-from trainium_cdk.runtime.launcher import LAUNCHER
 from trainium_cdk.parallelcluster.configuration import ClusterSettings, HeadNode, NewFileSystem, SlurmQueue
 from trainium_cdk.parallelcluster.parts import HEAD_NODE_SCRIPT, SETUP_SCRIPT
-from trainium_cdk.app.parallelcluster.sbatch import render_sbatch
-from trainium_cdk.facts.versions import PARALLELCLUSTER_VERSION, XLA_TRACK
+from trainium_cdk.runtime.launcher import LAUNCHER
 
 # Batch scripts: a training script per type, and the fabric check (tests/e2e/test_fabric.py) per type with EFA.
 EFA_TYPES = [t for t in SUPPORTED_TRAINING_TYPES if DEFAULT_CATALOG.get(t).has_efa]

@@ -18,14 +18,22 @@ import yaml
 from tests.support.helpers import US_EAST_2, config_with
 from tests.support.pcluster_schema import update_changes, validate_images, validate_many, venv_or_skip
 from trainium_cdk.app.config import ConfigError
-from trainium_cdk.parallelcluster import ClusterIds, S3Object, cluster_configuration, write_dist
 from trainium_cdk.app.parallelcluster.cluster_config import setup_args
 from trainium_cdk.app.parallelcluster.image import (
-    COMPONENT_SCRIPT_NAME, DEFAULT_BUILD_INSTANCE_TYPE, IMAGE_ROOT_VOLUME_GIB, OFFICIAL_IMAGE_NAME_PART,
-    component_args, image_configuration, image_id, official_image_name, render_component_script, render_image_yaml,
+    COMPONENT_SCRIPT_NAME,
+    DEFAULT_BUILD_INSTANCE_TYPE,
+    IMAGE_ROOT_VOLUME_GIB,
+    OFFICIAL_IMAGE_NAME_PART,
+    component_args,
+    image_configuration,
+    image_id,
+    official_image_name,
+    render_component_script,
+    render_image_yaml,
 )
-from trainium_cdk.parallelcluster.parts import SETUP_SCRIPT
 from trainium_cdk.facts.versions import PARALLELCLUSTER_VERSION, XLA_TRACK
+from trainium_cdk.parallelcluster import ClusterIds, S3Object, cluster_configuration, write_dist
+from trainium_cdk.parallelcluster.parts import SETUP_SCRIPT
 
 AMI = "ami-0123456789abcdef0"
 GROUPS = [

@@ -15,8 +15,8 @@ import pytest
 from tests.support.helpers import cfn_lint_errors, config_with, nag_violations, resources, synth
 from tests.support.pcluster_schema import validate_many, venv_or_skip
 from tests.support.template_limits import template_limit_violations
-from trainium_cdk.facts.catalog import PARALLELCLUSTER_MAX_COMPUTE_RESOURCES, PARALLELCLUSTER_MAX_QUEUES
 from trainium_cdk.app.config import ConfigError
+from trainium_cdk.facts.catalog import PARALLELCLUSTER_MAX_COMPUTE_RESOURCES, PARALLELCLUSTER_MAX_QUEUES
 
 MAXIMUM = min(PARALLELCLUSTER_MAX_QUEUES, PARALLELCLUSTER_MAX_COMPUTE_RESOURCES)
 # Equal steps, so that the growth of each step can be compared.

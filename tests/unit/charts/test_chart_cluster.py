@@ -8,13 +8,21 @@ import pytest
 import yaml
 
 from tests.support.chart_helpers import container, of_kind, validate_all
+from trainium_cdk.charts import (
+    EFA_CHART_ID,
+    FSX_CHART_ID,
+    NAMESPACE_CHART_ID,
+    NEURON_CHART_ID,
+    EfaDevicePlugin,
+    FsxStorage,
+    FsxStorageProps,
+    NeuronDevicePlugin,
+    TrainingNamespace,
+    cluster_charts,
+    write_manifests,
+)
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.catalog import BUILTIN_INSTANCE_TYPES, Catalog
-from trainium_cdk.charts import (
-    EFA_CHART_ID, FSX_CHART_ID, NAMESPACE_CHART_ID, NEURON_CHART_ID, EfaDevicePlugin, FsxStorage, FsxStorageProps,
-    NeuronDevicePlugin, TrainingNamespace,
-    cluster_charts, write_manifests,
-)
 
 STORAGE = FsxStorageProps(
     subnet_id="subnet-0123456789abcdef0",

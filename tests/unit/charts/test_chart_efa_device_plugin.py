@@ -7,10 +7,10 @@ import cdk8s
 import pytest
 
 from tests.support.chart_helpers import affinity_types, container, host_paths, one, pod_spec, tolerations, validate_all
-from trainium_cdk.facts import versions
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.charts import EfaDevicePlugin
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 
 
 @pytest.fixture(scope="module")

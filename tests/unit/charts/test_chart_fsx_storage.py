@@ -9,11 +9,10 @@ import cdk8s
 import pytest
 
 from tests.support.chart_helpers import of_kind, one, validate_all
-from trainium_cdk.facts.catalog import LUSTRE_COMPRESSION_TYPES, LUSTRE_VERSIONS
-from trainium_cdk.charts import FsxStorage
-from trainium_cdk.charts import fsx_storage
 from trainium_cdk.app.config import StorageSettings
+from trainium_cdk.charts import FsxStorage, fsx_storage
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts.catalog import LUSTRE_COMPRESSION_TYPES, LUSTRE_VERSIONS
 
 NETWORK = {
     "subnet_id": "subnet-0123456789abcdef0",

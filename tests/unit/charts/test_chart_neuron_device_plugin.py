@@ -9,16 +9,24 @@ import cdk8s
 import pytest
 import yaml
 
+from tests.support import paths
 from tests.support.chart_helpers import (
-    K8S_VERSION, SUPPORTED_VERSIONS, affinity_types, container, host_paths, of_kind, one, pod_spec, tolerations,
+    K8S_VERSION,
+    SUPPORTED_VERSIONS,
+    affinity_types,
+    container,
+    host_paths,
+    of_kind,
+    one,
+    pod_spec,
+    tolerations,
     validate_all,
 )
+from trainium_cdk.charts import NeuronDevicePlugin
+from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.facts.names import HEALTH_TAINT_KEY
-from trainium_cdk.charts import NeuronDevicePlugin
-from trainium_cdk.errors import ConfigError
-from tests.support import paths
 
 # And the health taint (not upstream's: the project's own): the plugin advertises the devices of a node not yet checked,
 # for the health check's probe pod (tests/unit/node/test_node_health_probe.py).

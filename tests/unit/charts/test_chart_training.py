@@ -6,12 +6,25 @@ import cdk8s
 import pytest
 
 from tests.support.chart_helpers import as_run, validate_all
-from trainium_cdk.facts import versions
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG, EFA_RESOURCE, EFA_TRAINING_TYPES, NEURON_RESOURCE, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.charts.training import (
-    ArchiveLoaderJob, DataLoaderJob, DistributedTrainingJob, ShellPod, SingleNodeTrainingJob, TensorBoard, VolcanoQueue, training_job,
+    ArchiveLoaderJob,
+    DataLoaderJob,
+    DistributedTrainingJob,
+    ShellPod,
+    SingleNodeTrainingJob,
+    TensorBoard,
+    VolcanoQueue,
+    training_job,
 )
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts import versions
+from trainium_cdk.facts.catalog import (
+    DEFAULT_CATALOG,
+    EFA_RESOURCE,
+    EFA_TRAINING_TYPES,
+    NEURON_RESOURCE,
+    SUPPORTED_TRAINING_TYPES,
+)
 from trainium_cdk.runtime.jobs import JobSpec
 from trainium_cdk.runtime.launcher import LAUNCHER, launch_command
 

@@ -20,9 +20,9 @@ import yaml
 
 from tests.support.apps import synthesized
 from tests.support.helpers import ROOT, helm_chart_name, resources, vendored_chart_hashes
-from trainium_cdk.facts import versions
 from trainium_cdk.constructs import vendored_charts
 from trainium_cdk.constructs.vendored_charts import CHARTS_DIR, chart_versions, drift, tree_digest
+from trainium_cdk.facts import versions
 
 HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"
 # The Karpenter variant (Karpenter, its CRDs, Volcano) and the managed one (Cluster Autoscaler, Volcano).

@@ -14,9 +14,9 @@ from tests.support.cli_support import (
     run_cli,
     write_config,
 )
+from trainium_cdk.app.config import ConfigError, load_config
 from trainium_cdk.cli import yaml_edit
 from trainium_cdk.cli._common import CliError
-from trainium_cdk.app.config import ConfigError, load_config
 
 # What moto 5.2.5 answers in us-west-2 (its AZ names map to these IDs in its fake account).
 MOTO_TRN1 = {"us-west-2b": "usw2-az1", "us-west-2d": "usw2-az4"}

@@ -17,11 +17,16 @@ import pytest
 import yaml
 
 from tests.support.cli_support import (
-    REGION, AwsCalls, assert_one_clean_line, client_error, copy_default_config, run_cli, write_config,
+    REGION,
+    AwsCalls,
+    assert_one_clean_line,
+    client_error,
+    copy_default_config,
+    run_cli,
+    write_config,
 )
 from tests.support.walkthrough import free_port
 from trainium_cdk.cli.connect import role_arn_of
-
 
 EKS_STACK = "trainium-eks"
 HOST = "i-0123456789abcdef0"

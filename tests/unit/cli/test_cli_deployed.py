@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from tests.support import container_engine_standin as engine
+from tests.support.cli_support import ACCOUNT, DEFAULT_YAML, REGION, run_cli
 from tests.support.deployed import Account, assembly_stacks
 from tests.support.helpers import synth
-from tests.support.cli_support import ACCOUNT, DEFAULT_YAML, REGION, run_cli
 from trainium_cdk.app.config import build_config
 
 # The harness's stand-in stack body (deployed.py): moto's CloudFormation says it does not model it, which is fine.

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
+from tests.support.amis import publish_ami, publish_image
 from tests.support.cli_support import (
     ACCOUNT,
     DEFAULT_YAML,
@@ -30,14 +31,13 @@ from tests.support.cli_support import (
     client_error,
     run_cli,
 )
+from tests.support.eks_region import deployable
+from trainium_cdk.app.config import build_config
 from trainium_cdk.cli import doctor as doctor_module
 from trainium_cdk.cli.doctor import Doctor
 from trainium_cdk.cli.doctor_local import PASS, SKIP, WARN, CommandResult, neuron_versions
-from trainium_cdk.app.config import build_config
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.versions import NATIVE_TRACK, XLA_TRACK
-from tests.support.amis import publish_ami, publish_image
-from tests.support.eks_region import deployable
 
 RESERVATION = "cr-0123456789abcdef0"
 

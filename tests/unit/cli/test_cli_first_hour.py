@@ -11,8 +11,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from tests.unit.cli.test_cli_jobs import DEFINITION, NAMESPACE, QUEUE, batch, config, job, kube, pod, pods  # noqa: F401 - fixtures
 from tests.support.cli_support import REGION, ROOT, assert_one_clean_line, copy_default_config, run_cli
+from tests.unit.cli.test_cli_jobs import DEFINITION, NAMESPACE, QUEUE, batch, config, job, kube, pod, pods  # noqa: F401 - fixtures
 from trainium_cdk import __version__
 from trainium_cdk.cli._common import find_config_path
 from trainium_cdk.cli.jobs import CANCEL_REASON

@@ -62,9 +62,9 @@ def test_70b_on_one_node_at_batch_8_does_not_fit_and_the_named_change_does(confi
     assert verdict.startswith("does not fit: fits with --nodes 2 "), verdict
     # What it names, put in place of the command's own values, fits.
     words = shlex.split(verdict.removeprefix("does not fit: fits with "))
-    named = dict(zip(words[::2], words[1::2]))
+    named = dict(zip(words[::2], words[1::2], strict=True))
     env = {"TITAN_MODEL_FLAVOR": "70B", "TITAN_TRAINING_LOCAL_BATCH_SIZE": "8"}
-    env |= dict(pair.split("=", 1) for flag, pair in zip(words[::2], words[1::2]) if flag == "--env")
+    env |= dict(pair.split("=", 1) for flag, pair in zip(words[::2], words[1::2], strict=True) if flag == "--env")
     assert env == {"TITAN_MODEL_FLAVOR": "70B", "TITAN_TRAINING_LOCAL_BATCH_SIZE": "1",
                    "TITAN_ACTIVATION_CHECKPOINT_MODE": "full"}
     again = run_cli("fit", "--config", config, "--job", "titan-llama3", "--nodes", named["--nodes"],

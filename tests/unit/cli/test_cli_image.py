@@ -20,12 +20,18 @@ import yaml
 
 from tests.support import container_engine_standin as engine
 from tests.support.cli_support import (
-    ACCOUNT, DEFAULT_YAML, NATIVE_TRN2, REGION, AwsCalls, assert_one_clean_line, client_error, run_cli,
+    ACCOUNT,
+    DEFAULT_YAML,
+    NATIVE_TRN2,
+    REGION,
+    AwsCalls,
+    assert_one_clean_line,
+    client_error,
+    run_cli,
 )
-from trainium_cdk.facts import versions
 from trainium_cdk.cli import image
+from trainium_cdk.facts import versions
 from trainium_cdk.facts.names import OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, output_key
-
 
 NOW = dt.datetime(2026, 11, 26, 15, 30, 12, tzinfo=dt.UTC)
 TRACK = versions.XLA_TRACK  # the default config's track

@@ -37,7 +37,11 @@ from tests.support.cli_support import (
 from trainium_cdk.cli import batch_jobs, jobs
 from trainium_cdk.cli._common import CliError
 from trainium_cdk.facts.names import (
-    BATCH_JOB_DEFINITION_ARN, BATCH_JOB_QUEUE_ARN, BATCH_LOG_GROUP_NAME, OUTPUT_BATCH_GROUPS, output_key,
+    BATCH_JOB_DEFINITION_ARN,
+    BATCH_JOB_QUEUE_ARN,
+    BATCH_LOG_GROUP_NAME,
+    OUTPUT_BATCH_GROUPS,
+    output_key,
 )
 
 STACK = "trainium-batch"
@@ -512,8 +516,8 @@ def _in_namespace(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
 def expected_job(config_path: Path, *, name: str, nodes: int | None, image: str = IMAGE, job: str | None = None,
                  command: tuple[str, ...] = (), env: dict[str, str] | None = None) -> Any:
     """What the job chart renders for these arguments: the object the API must receive, whole."""
-    from trainium_cdk.app.workloads import render_job
     from trainium_cdk.app.config import load_config
+    from trainium_cdk.app.workloads import render_job
 
     (obj,) = render_job(load_config(config_path), name=name, image=image, nodes=nodes, group="train", job=job,
                         command=command, env=env or {})
@@ -780,8 +784,8 @@ def test_eks_submit_unknown_kind_is_one_line(aws, eks_stack, kube, config):
 
 def expected_fabric_job(config_path: Path, *, name: str, nodes: int, image: str = IMAGE) -> Any:
     """The fabric check's Volcano job for these arguments: the object the API must receive, whole."""
-    from trainium_cdk.cli.check import eks_job
     from trainium_cdk.app.config import load_config
+    from trainium_cdk.cli.check import eks_job
 
     (obj,) = eks_job(load_config(config_path), name=name, nodes=nodes, group_name="train", image=image)
     return obj

@@ -21,7 +21,6 @@ from tests.support.cli_support import DEFAULT_YAML, REGION, AwsCalls, assert_one
 from trainium_cdk.cli import sync
 from trainium_cdk.facts.names import OUTPUT_DATA_BUCKET_NAME, OUTPUT_FILE_SYSTEM_ID, output_key
 
-
 BUCKET = "trainium-storage-storagedatabucket-1a2b3c4d5e6f"
 FILE_SYSTEM = "fs-0123456789abcdef0"
 TRAIN = "import torch\nprint('training')\n"

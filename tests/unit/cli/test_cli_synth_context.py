@@ -22,7 +22,6 @@ from tests.support.cli_support import ROOT, Result, run_cli
 sys.path.insert(0, str(ROOT / "tools"))
 import synth as synth_tool  # noqa: E402
 
-
 NOTICE = "trn: using the context of the last `make synth` (cdk.out/trainium-cdk-synth.json): "
 
 # A stand-in for the CDK CLI's `cdk synth -o DIR ...`: an empty cloud assembly in DIR. What runs for real is

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from trainium_cdk.app.config import DEFAULT_CONFIG_PATH, ConfigError, az_id_prefix, build_config, load_config
 from tests.support.helpers import BASE_CONFIG, US_EAST_2
+from trainium_cdk.app.config import DEFAULT_CONFIG_PATH, ConfigError, az_id_prefix, build_config, load_config
 
 
 def _raw(**sections: Any) -> dict[str, Any]:

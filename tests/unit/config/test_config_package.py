@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import trainium_cdk.app.config as config_package
-from trainium_cdk.app.config import DEFAULT_CONFIG_PATH, PROJECT_CONFIG_PATH, ConfigError, build_config
 from tests.support import paths
+from trainium_cdk.app.config import DEFAULT_CONFIG_PATH, PROJECT_CONFIG_PATH, ConfigError, build_config
 
 ROOT = paths.ROOT
 PIPELINE = {

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli_support import DEFAULT_YAML, ROOT, assert_one_clean_line, run_cli
-from trainium_cdk.facts.catalog import MAX_NODES_PER_GROUP
 from trainium_cdk.app.config.fields import ENV_NAME, check_environment_name
+from trainium_cdk.facts.catalog import MAX_NODES_PER_GROUP
 
 
 def written(tmp_path: Path, text: str) -> Path:

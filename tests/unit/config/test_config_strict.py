@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.helpers import CDK_CONTEXT, config_with, resources
-from trainium_cdk.cli import yaml_edit
-from trainium_cdk.app.config import ConfigError, load_config, parse_yaml
 from tests.support import paths
+from tests.support.helpers import CDK_CONTEXT, config_with, resources
+from trainium_cdk.app.config import ConfigError, load_config, parse_yaml
+from trainium_cdk.cli import yaml_edit
 
 ROOT = paths.ROOT
 PIPELINE_EXAMPLE = "config/pipeline.example.yaml"

@@ -18,19 +18,37 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
-from tests.support.helpers import CDK_CONTEXT, add_nag_packs, config_with, helm_chart_name, new_outdir, resources
 from tests.e2e.test_package import readme_example
 from tests.meta.test_toolchain import recommended_flags
-from trainium_cdk.constructs.nag import NagAcknowledgments
+from tests.support.helpers import CDK_CONTEXT, add_nag_packs, config_with, helm_chart_name, new_outdir, resources
 from trainium_cdk import (
-    DEFAULT_CATALOG, BatchRoles, BatchTaskRules, ClusterAutoscaler, ClusterAutoscalerOptions, ClusterObservability,
-    ConfigError, EfaLaunchTemplate, GroupNodes, KarpenterController, KarpenterOptions, LustreStorage, NodePoolProps,
-    SlurmCluster, TrainingImageRepository, TrainingNetwork, TrainingWorkloads, TrainingWorkloadsOptions, TrainiumBatch,
-    TrainiumCluster, TrainiumNodeGroup, TrainiumNodePools,
+    DEFAULT_CATALOG,
+    BatchRoles,
+    BatchTaskRules,
+    ClusterAutoscaler,
+    ClusterAutoscalerOptions,
+    ClusterObservability,
+    ConfigError,
+    EfaLaunchTemplate,
+    GroupNodes,
+    KarpenterController,
+    KarpenterOptions,
+    LustreStorage,
+    NodePoolProps,
+    SlurmCluster,
+    TrainingImageRepository,
+    TrainingNetwork,
+    TrainingWorkloads,
+    TrainingWorkloadsOptions,
+    TrainiumBatch,
+    TrainiumCluster,
+    TrainiumNodeGroup,
+    TrainiumNodePools,
 )
 from trainium_cdk.app.adapters.parallelcluster import cluster_settings
 from trainium_cdk.constructs.api_access import ApiAccessHost
 from trainium_cdk.constructs.dev_instance import DevInstance
+from trainium_cdk.constructs.nag import NagAcknowledgments
 from trainium_cdk.constructs.network import ComputePlacement
 from trainium_cdk.facts.versions import KARPENTER_AMI_ALIAS
 

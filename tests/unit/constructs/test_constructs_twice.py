@@ -20,16 +20,32 @@ from aws_cdk import aws_iam as iam
 
 from tests.support.helpers import add_nag_packs, config_with, new_outdir
 from tests.unit.constructs.test_constructs_alone import CLUSTER_GROUP, ENV, STACK, TRN1, Imported
-from trainium_cdk.constructs.nag import NagAcknowledgments
 from trainium_cdk import (
-    DEFAULT_CATALOG, BatchRoles, BatchTaskRules, ClusterAutoscaler, ClusterAutoscalerOptions, ClusterObservability,
-    EfaLaunchTemplate, GroupNodes, KarpenterController, KarpenterOptions, LustreStorage, MetricsWorkspace, SlurmCluster,
-    TrainingImageRepository, TrainingNetwork, TrainingWorkloads, TrainingWorkloadsOptions, TrainiumBatch,
-    TrainiumCluster, TrainiumNodeGroup,
+    DEFAULT_CATALOG,
+    BatchRoles,
+    BatchTaskRules,
+    ClusterAutoscaler,
+    ClusterAutoscalerOptions,
+    ClusterObservability,
+    EfaLaunchTemplate,
+    GroupNodes,
+    KarpenterController,
+    KarpenterOptions,
+    LustreStorage,
+    MetricsWorkspace,
+    SlurmCluster,
+    TrainingImageRepository,
+    TrainingNetwork,
+    TrainingWorkloads,
+    TrainingWorkloadsOptions,
+    TrainiumBatch,
+    TrainiumCluster,
+    TrainiumNodeGroup,
 )
 from trainium_cdk.app.adapters.parallelcluster import cluster_settings
 from trainium_cdk.constructs.api_access import ApiAccessHost
 from trainium_cdk.constructs.dev_instance import DevInstance
+from trainium_cdk.constructs.nag import NagAcknowledgments
 from trainium_cdk.constructs.network import ComputePlacement
 
 
@@ -131,8 +147,9 @@ def test_two_in_one_stack(name):
 
 
 def test_every_exported_construct_is_tried():
-    import trainium_cdk
     from constructs import Construct
+
+    import trainium_cdk
 
     exported = {n for n in trainium_cdk.__all__
                 if isinstance(getattr(trainium_cdk, n), type) and issubclass(getattr(trainium_cdk, n), Construct)}

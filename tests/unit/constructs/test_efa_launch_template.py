@@ -8,10 +8,10 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
 from tests.support.helpers import resources
-from trainium_cdk.facts.capacity import NodeCapacity
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts.capacity import NodeCapacity
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 
 RESERVATION = "cr-0aaaaaaaaaaaaaaaa"
 

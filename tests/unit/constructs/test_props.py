@@ -1,8 +1,8 @@
 """Constructs and charts take props, never the config: every public construct's and chart's parameters,
 and the fields of every props dataclass they take (recursively), name no type of ``trainium_cdk.app.config``
 and no callable (a callable prop is how the config used to reach SlurmCluster and TrainingWorkloads,
-closed over). A static check of the types, beside test_layering's check of the imports; and the default
-app, built, hands no construct a Config at all."""
+closed over). A static check of the types, beside import-linter's contracts on the imports (pyproject.toml);
+and the default app, built, hands no construct a Config at all."""
 
 from __future__ import annotations
 

@@ -7,8 +7,12 @@ from aws_cdk.assertions import Match
 
 from tests.support.helpers import config_with, resources, synth
 from trainium_cdk.app.stacks.storage_stack import (
-    ASSOCIATION_LOGICAL_ID, BUCKET_LOGICAL_ID, CHECKPOINT_ASSOCIATION_LOGICAL_ID, CHECKPOINT_BUCKET_LOGICAL_ID,
-    FILE_SYSTEM_LOGICAL_ID, SECURITY_GROUP_LOGICAL_ID,
+    ASSOCIATION_LOGICAL_ID,
+    BUCKET_LOGICAL_ID,
+    CHECKPOINT_ASSOCIATION_LOGICAL_ID,
+    CHECKPOINT_BUCKET_LOGICAL_ID,
+    FILE_SYSTEM_LOGICAL_ID,
+    SECURITY_GROUP_LOGICAL_ID,
 )
 from trainium_cdk.facts.names import CHECKPOINT_ROOT
 

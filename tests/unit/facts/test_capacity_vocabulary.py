@@ -12,10 +12,10 @@ import pytest
 
 import trainium_cdk
 from tests.support.helpers import config_with
-from trainium_cdk.facts.capacity import CAPACITY_KINDS, CapacityKind, GroupNodes, NodeCapacity
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.charts.karpenter import capacity_types
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts.capacity import CAPACITY_KINDS, CapacityKind, GroupNodes, NodeCapacity
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 
 PACKAGE = Path(trainium_cdk.__file__).resolve().parent
 HOME = PACKAGE / "facts" / "capacity.py"

@@ -16,7 +16,12 @@ import pytest
 
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts.catalog import (
-    AZ_ID, BUILTIN_INSTANCE_TYPES, DEFAULT_CATALOG, EFA_TRAINING_TYPES, SUPPORTED_TRAINING_TYPES, InstanceSpec,
+    AZ_ID,
+    BUILTIN_INSTANCE_TYPES,
+    DEFAULT_CATALOG,
+    EFA_TRAINING_TYPES,
+    SUPPORTED_TRAINING_TYPES,
+    InstanceSpec,
     az_id_prefix,
 )
 

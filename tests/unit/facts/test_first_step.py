@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.helpers import synth
 from tests.app.eks.test_fast_image_pull import OWN_IMAGE, node_configs, prepulled
 from tests.app.test_neuron_tracks import _manifest_objects
+from tests.support import paths
+from tests.support.helpers import synth
 from trainium_cdk.app import first_step
 from trainium_cdk.app.config import build_config
-from tests.support import paths
 
 PAGE = paths.ROOT / "docs" / "concepts" / "launcher.md"
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainium_cdk.facts import storage_sizing
-from trainium_cdk.facts.catalog import check_lustre
+from tests.support import paths
 from trainium_cdk.cli import main
 from trainium_cdk.errors import ConfigError
-from tests.support import paths
+from trainium_cdk.facts import storage_sizing
+from trainium_cdk.facts.catalog import check_lustre
 
 README = paths.ROOT / "docs" / "concepts" / "storage.md"  # the page of the table
 PARAMETERS = {"1B": 1e9, "8B": 8e9, "70B": 70e9}
@@ -29,7 +29,7 @@ def _rows() -> list[dict[str, str]]:
     block = text[text.index(storage_sizing.BEGIN):text.index(storage_sizing.END)]
     lines = [ln for ln in block.splitlines() if ln.startswith("| ") and not ln.startswith("| Model")]
     header = ["model", "checkpoint", "capacity", "unit", "throughput", "write", "monthly"]
-    return [dict(zip(header, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines]
+    return [dict(zip(header, (c.strip() for c in ln.strip("|").split("|")), strict=True)) for ln in lines]
 
 
 def test_the_readme_table_is_generated():

@@ -12,10 +12,10 @@ import botocore.session
 import pytest
 
 from tests.support.helpers import cfn_lint_errors, resources, synth
-from trainium_cdk.facts import prices
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.app.config import build_config
 from trainium_cdk.app.cost import bill
+from trainium_cdk.facts import prices
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.facts.versions import NEURON_TRACKS
 
 # What a user would copy from `aws ec2 describe-instance-types` in an account that can launch the type.

@@ -23,9 +23,8 @@ import pytest
 from tests.support.cli_support import run_cli
 from tests.unit.jobs.test_own_job import config  # noqa: F401 (the fixture: the default config with every backend)
 from trainium_cdk.cli.compile_cache import summary_of
-from trainium_cdk.runtime.launcher import COMPILE_CACHE_SUMMARY, launch_command
 from trainium_cdk.facts.names import COMPILE_CACHE_HITS_METRIC, COMPILE_CACHE_MISSES_METRIC, METRICS_DIR_VARIABLE
-
+from trainium_cdk.runtime.launcher import COMPILE_CACHE_SUMMARY, launch_command
 
 CACHE = "/fsx/neuron-cache/train/neuronxcc-2.21.33363.0+82129205"
 # What torch-neuronx's compiler wrapper prints (Neuron, "Neuron Persistent Cache"; aws-neuron/aws-neuron-sdk#825):

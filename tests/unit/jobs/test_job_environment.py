@@ -23,11 +23,16 @@ import yaml
 from tests.support.apps import synthesized
 from tests.support.helpers import resources
 from trainium_cdk.app.dist import write_dist
-from trainium_cdk.runtime.launcher import PRECOMPILE_STEPS_VARIABLE
-from trainium_cdk.facts.names import (
-    CACHE_DIR_NAME, METRICS_DIR_VARIABLE, METRICS_PUSH_URL_VARIABLE, NODE_METRICS_DIR, PUSHGATEWAY_URL, SHARED_MOUNT,
-)
 from trainium_cdk.app.parallelcluster.cluster_config import batch_script_name
+from trainium_cdk.facts.names import (
+    CACHE_DIR_NAME,
+    METRICS_DIR_VARIABLE,
+    METRICS_PUSH_URL_VARIABLE,
+    NODE_METRICS_DIR,
+    PUSHGATEWAY_URL,
+    SHARED_MOUNT,
+)
+from trainium_cdk.runtime.launcher import PRECOMPILE_STEPS_VARIABLE
 from trainium_cdk.runtime.training_env import LARGE_MODEL_ENVIRONMENT
 
 CONTAINER_ONLY = {"CCOM_SOCKET_IFNAME"}

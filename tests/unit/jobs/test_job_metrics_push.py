@@ -17,19 +17,25 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.app.eks.test_network_policy import COREDNS, SYSTEM_PODS, Pod, _pods, _policies, connects
 from tests.support.chart_helpers import validate_all
 from tests.support.helpers import config_with, resources, synth
 from tests.support.reachability import Reachability
 from tests.unit.jobs.test_compile_cache import launch, torchrun_stand_in
-from tests.app.eks.test_network_policy import COREDNS, SYSTEM_PODS, Pod, _pods, _policies, connects
 from trainium_cdk import dashboards
-from trainium_cdk.facts import versions
-from trainium_cdk.charts.job_metrics import NAME_LABEL
 from trainium_cdk.app.dist import write_dist
+from trainium_cdk.charts.job_metrics import NAME_LABEL
+from trainium_cdk.facts import versions
 from trainium_cdk.facts.names import (
-    COMPILE_CACHE_HITS_METRIC, COMPILE_CACHE_MISSES_METRIC, METRICS_PUSH_URL_VARIABLE, PUSHGATEWAY_NAME,
-    PUSHGATEWAY_PORT, PUSHGATEWAY_URL, TRAINING_NAMESPACE,
+    COMPILE_CACHE_HITS_METRIC,
+    COMPILE_CACHE_MISSES_METRIC,
+    METRICS_PUSH_URL_VARIABLE,
+    PUSHGATEWAY_NAME,
+    PUSHGATEWAY_PORT,
+    PUSHGATEWAY_URL,
+    TRAINING_NAMESPACE,
 )
+
 
 # What the launcher pushes for tests.unit.jobs.test_compile_cache.NEURON_LINES: graphs 111 and 333 from the cache, 222 compiled.
 def _text(job: str, node: int) -> str:

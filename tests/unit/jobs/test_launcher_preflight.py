@@ -11,10 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from trainium_cdk.runtime.launcher import (
-    LAUNCHER, LAUNCHER_NAME, SHELL, launch_command, launch_environment, neuron_pins,
-)
 from trainium_cdk.facts.versions import NATIVE_TRACK, XLA_TRACK
+from trainium_cdk.runtime.launcher import (
+    LAUNCHER,
+    LAUNCHER_NAME,
+    SHELL,
+    launch_command,
+    launch_environment,
+    neuron_pins,
+)
+
 
 @pytest.fixture
 def bin_dir(tmp_path: Path) -> Path:

@@ -17,12 +17,11 @@ import boto3
 import pytest
 import yaml
 
-from tests.unit.cli.test_cli_jobs import DEFINITION, QUEUE
-from tests.support.cli_support import DEFAULT_YAML, REGION, assert_one_clean_line, run_cli
-from trainium_cdk.runtime.batch_job import BASED_ON_TAG, register_request
 from tests.support.chart_helpers import as_run
+from tests.support.cli_support import DEFAULT_YAML, REGION, assert_one_clean_line, run_cli
+from tests.unit.cli.test_cli_jobs import DEFINITION, QUEUE
+from trainium_cdk.runtime.batch_job import BASED_ON_TAG, register_request
 from trainium_cdk.runtime.launcher import launch_command
-
 
 COMMAND = ("--", "train.py", "--lr", "3e-4")
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/team/train:2"

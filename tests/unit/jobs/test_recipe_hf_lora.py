@@ -24,7 +24,6 @@ from tests.support.tiny_llama import DATASET, MODEL, jsonl, make_all, make_tiny_
 from trainium_cdk.facts.names import HF_TOKEN_SERVICE_ACCOUNT
 from trainium_cdk.recipes.hf_lora import DATA_DIR, FOLDER
 
-
 SECRET = "hf-token"
 TOKEN = "hf_TheTokenOfThisTestNeverInATemplate"  # noqa: S105 (a test's stand-in)
 IMAGE = "123456789012.dkr.ecr.us-east-2.amazonaws.com/trainium-eks-trainingimages:recipe-hf-lora-20261126-000000"

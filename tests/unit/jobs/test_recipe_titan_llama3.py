@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import paths
 from tests.support.chart_helpers import validate_all
 from tests.support.cli_support import NATIVE_TRN2, assert_one_clean_line, batch_dry_run_request, run_cli
 from tests.support.tiny_titan import WORDS, make_tokenizer_and_texts
@@ -27,8 +28,6 @@ from tests.unit.jobs.test_job_metrics_push import gateway  # noqa: F401  (a fixt
 from trainium_cdk.facts import versions
 from trainium_cdk.recipes.titan_llama3 import DATA_DIR, FOLDER, fit_plan, parallel_sizes
 from trainium_cdk.recipes.titan_llama3.knobs import FLAVORS
-from tests.support import paths
-
 
 IMAGE = "123456789012.dkr.ecr.us-east-2.amazonaws.com/trainium-eks-trainingimages:recipe-titan-llama3-20261126-000000"
 NATIVE = NATIVE_TRN2

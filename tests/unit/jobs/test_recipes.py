@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.chart_helpers import as_run
 from tests.support.cli_support import DEFAULT_YAML, assert_one_clean_line, client_error, run_cli
 from trainium_cdk import recipes
 from trainium_cdk.app.config import TrainingJobSettings
-from tests.support.chart_helpers import as_run
 from trainium_cdk.runtime.launcher import launch_command
-
 
 TOY_SCRIPT = """import json, os, sys
 import torch.distributed as dist
@@ -100,8 +99,8 @@ def test_without_image_submit_takes_the_newest_recipe_image_of_the_stack(aws, to
     aws.fake("DescribeStacks", outputs)
     aws.fake("DescribeImages", {"imageDetails": [
         {"imageTags": [tag], "imagePushedAt": dt.datetime(2026, 11, day, tzinfo=dt.UTC)} for tag, day in pushed]})
-    from trainium_cdk.cli.recipe_images import recipe_image
     from trainium_cdk.app.config import load_config
+    from trainium_cdk.cli.recipe_images import recipe_image
 
     image = recipe_image(load_config(config), toy, "batch", given=None, dry_run=False)
     assert image == f"{repository}:recipe-toy-20261120-000000"

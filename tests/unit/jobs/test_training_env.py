@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG, EFA_TRAINING_TYPES, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG, EFA_TRAINING_TYPES, SUPPORTED_TRAINING_TYPES
+from trainium_cdk.facts.versions import NATIVE_TRACK, NEURON_TRACKS, XLA_TRACK
 from trainium_cdk.runtime.jobs import JobSpec
 from trainium_cdk.runtime.training_env import LARGE_MODEL_ENVIRONMENT, cache_dir, efa_environment, neuron_environment
-from trainium_cdk.facts.versions import NATIVE_TRACK, NEURON_TRACKS, XLA_TRACK
 
 EFA_KEYS = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
 

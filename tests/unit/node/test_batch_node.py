@@ -16,9 +16,9 @@ import pytest
 
 from tests.support import node_files
 from trainium_cdk import node
+from trainium_cdk.constructs.batch_node import node_setup
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG
-from trainium_cdk.constructs.batch_node import node_setup
 
 DRIVER = versions.XLA_TRACK.driver
 # What the ECS agent's unit is asked on a host: held while the user data runs, then let go, or masked.

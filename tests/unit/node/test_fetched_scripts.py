@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.app.parallelcluster.test_parallelcluster_image import make_host
 from tests.support.head_node import CONFIG, HeadNode
 from tests.support.helpers import resources, synth
-from tests.app.parallelcluster.test_parallelcluster_image import make_host
-from trainium_cdk.app.parallelcluster.cluster_config import cluster_configuration, placeholder_ids
 from trainium_cdk.app.dist.parallelcluster import fetched_digests, fetched_files
-from trainium_cdk.parallelcluster.parts import NEURON_METRICS_NAME, PROLOG_NAME, SETUP_SCRIPT
+from trainium_cdk.app.parallelcluster.cluster_config import cluster_configuration, placeholder_ids
 from trainium_cdk.app.parallelcluster.sbatch import head_node_files
+from trainium_cdk.parallelcluster.parts import NEURON_METRICS_NAME, PROLOG_NAME, SETUP_SCRIPT
 
 HOSTILE = "#!/bin/bash\ntouch \"$HOME/owned\"  # written by someone who can write the bucket\n"
 
@@ -89,7 +89,7 @@ def _compute_node(tmp_path: Path, program: str) -> tuple[subprocess.CompletedPro
     host = make_host(tmp_path)
     config = cluster_configuration(CONFIG, placeholder_ids(CONFIG, fetched_digests(CONFIG)))
     args = config["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]["Args"]
-    url = dict(zip(args[::2], args[1::2]))["--metrics-program"].split("@", 1)[1]
+    url = dict(zip(args[::2], args[1::2], strict=True))["--metrics-program"].split("@", 1)[1]
     bucket = tmp_path / "s3"
     (bucket / url.removeprefix("s3://")).parent.mkdir(parents=True)
     (bucket / url.removeprefix("s3://")).write_text(program)

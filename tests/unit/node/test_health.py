@@ -15,8 +15,8 @@ from tests.support import node_files
 from tests.support.helpers import config_with
 from tests.support.rehearsal import neuron_ls, scontrol_recorder
 from tests.unit.node.test_node_health import DATA, host_tree, nccom_test
-from trainium_cdk.app.parallelcluster.cluster_config import placeholder_ids, cluster_configuration
 from trainium_cdk.app.dist.parallelcluster import fetched_digests
+from trainium_cdk.app.parallelcluster.cluster_config import cluster_configuration, placeholder_ids
 from trainium_cdk.app.parallelcluster.health import PROLOG_NAME, SCRIPT, render_prolog
 
 NODE = "train-st-trn1-32xlarge-3"

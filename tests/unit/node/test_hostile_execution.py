@@ -43,15 +43,14 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.chart_helpers import as_run
 from tests.support import recorder_standin
+from tests.support.chart_helpers import as_run
 from tests.support.helpers import Synthesized, resources, synth, template_text
 from tests.support.rehearsal import Stage
 from tests.unit.config.test_hostile_inputs import FREE_TEXT, FULL, PATHS, _get, _set
-from trainium_cdk.rehearsal.schedulers import container_env
 from trainium_cdk.app.config import ConfigError, build_config
 from trainium_cdk.app.dist import write_dist
-
+from trainium_cdk.rehearsal.schedulers import container_env
 
 # Where a value that ran as code leaves its marker: a folder of this run, empty unless something ran.
 MARKERS = Path(tempfile.mkdtemp(prefix="trn-hostile-"))
@@ -283,8 +282,8 @@ def _env_flags() -> list[str]:
 
 
 def test_trn_submit_to_slurm_queues_the_command_as_sbatch_arguments(aws, no_sleep, config_file, tmp_path):
-    from tests.support.ssm_host import Host, serve_run_command
     from tests.support.cli_support import run_cli
+    from tests.support.ssm_host import Host, serve_run_command
     from trainium_cdk.app.config import load_config
     from trainium_cdk.app.parallelcluster.sbatch import head_node_files
 
@@ -304,8 +303,8 @@ def test_trn_submit_to_slurm_queues_the_command_as_sbatch_arguments(aws, no_slee
 
 def test_trn_submit_to_the_development_instance_runs_the_command_as_arguments(aws, no_sleep, config_file, tmp_path):
     """The unit's run script runs the launcher (the stage's systemd-run runs it in the foreground) up to torchrun."""
-    from tests.support.ssm_host import Host, serve_run_command
     from tests.support.cli_support import run_cli
+    from tests.support.ssm_host import Host, serve_run_command
 
     host = Host(tmp_path / "dev-instance", Stage(tmp_path / "nodes"))
     recorded = tmp_path / "recorded.jsonl"

@@ -19,17 +19,17 @@ from typing import Any
 
 import pytest
 
+from tests.support import paths
 from tests.support.apps import synthesized
 from tests.support.chart_helpers import validate_all
 from tests.support.fake_kube import _certificates
 from tests.support.reachability import Reachability
 from tests.support.scheduling import lands_on, pod_templates, why_not
 from trainium_cdk import node
+from trainium_cdk.charts.node_health import NAME, NodeHealthCheck, NodeHealthProps
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG
-from trainium_cdk.charts.node_health import NAME, NodeHealthCheck, NodeHealthProps
 from trainium_cdk.facts.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE, NEURON_TAINT_KEY, STARTUP_TAINT_PREFIX
-from tests.support import paths
 
 PROGRAM = node.FOLDER / "health_check.py"
 DRIVER = versions.XLA_TRACK.driver
@@ -477,7 +477,7 @@ def probe_calls(model: Reachability, group: str, *, polls: int = 1) -> list[tupl
 def _expected(model: Reachability, group: str) -> tuple[int, int, int]:
     """(devices, NeuronCores, EFA interfaces) the type's checker expects, from its command line."""
     args = run_args(model, group)
-    value = dict(zip(args[0::2], args[1::2]))
+    value = dict(zip(args[0::2], args[1::2], strict=False))
     return int(value["--devices"]), int(value["--cores"].split(",")[0]), int(value["--efa"])
 
 

@@ -17,8 +17,22 @@ from tests.support.chart_helpers import validate_all
 from tests.support.reachability import Reachability
 from tests.support.scheduling import lands_on, pod_templates
 from tests.unit.node.test_node_health import (  # noqa: F401 - eks_app is a fixture
-    DATA, INSTANCE, NODE, PODS, StandInApi, _condition_patch, _expected, _first_type, _health_objects, _node_object,
-    eks_app, host_tree, nccom_test, probe_calls, probe_pod, run_checker,
+    DATA,
+    INSTANCE,
+    NODE,
+    PODS,
+    StandInApi,
+    _condition_patch,
+    _expected,
+    _first_type,
+    _health_objects,
+    _node_object,
+    eks_app,
+    host_tree,
+    nccom_test,
+    probe_calls,
+    probe_pod,
+    run_checker,
 )
 from trainium_cdk.charts.node_health import NAME, NODE_NAME_EXTRA, PROBE_DEADLINE_S
 from trainium_cdk.facts import versions

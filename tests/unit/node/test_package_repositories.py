@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
+from tests.support import paths
 from tests.support.helpers import synth, template_text, vendored_chart_hashes
 from tests.unit.config.test_hostile_inputs import FULL
 from trainium_cdk.app.config import build_config
 from trainium_cdk.app.dist import write_dist
-from trainium_cdk.parallelcluster.configuration import setup_args
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.versions import NEURON_TRACKS
-from tests.support import paths
+from trainium_cdk.parallelcluster.configuration import setup_args
 
 # A dnf repository section: from its [id] line to the next section, heredoc end or blank line.
 YUM_SECTION = re.compile(r"^\[[\w.-]+\]\n(?:(?!\n\n|\n\[|\nEOF)[\s\S])*?\bbaseurl=.*(?:\n(?!\[|EOF)[^\n]+)*", re.M)

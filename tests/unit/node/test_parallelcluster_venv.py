@@ -20,8 +20,8 @@ import pytest
 from tests.support.head_node import NEW_PINS, HeadNode
 from tests.support.helpers import config_with
 from trainium_cdk.app.parallelcluster.cluster_config import VENV
-from trainium_cdk.parallelcluster.parts import HEAD_NODE_SCRIPT, SETUP_SCRIPT
 from trainium_cdk.facts.versions import XLA_TRACK
+from trainium_cdk.parallelcluster.parts import HEAD_NODE_SCRIPT, SETUP_SCRIPT
 
 
 def _tree(path: Path) -> dict[str, tuple[int, int]]:

@@ -29,9 +29,9 @@ import pytest
 from tests.support.head_node import NEW_PINS, OS_USER_UID, HeadNode
 from tests.support.helpers import config_with
 from tests.support.rehearsal import Stage, run_slurm_script
+from trainium_cdk.app.parallelcluster.sbatch import render_sbatch
 from trainium_cdk.facts.names import CACHE_GROUP
 from trainium_cdk.parallelcluster.configuration import SHARED_SCRIPTS, VENV
-from trainium_cdk.app.parallelcluster.sbatch import render_sbatch
 
 ROOT_USER = os.geteuid() == 0
 # The gid the head node's system gives the group (a test as root picks one no account of this machine has).

@@ -8,16 +8,16 @@ from collections.abc import Sequence
 
 import cdk8s
 
-from trainium_cdk.runtime import eks_user_data
-from trainium_cdk.facts import versions
+from trainium_cdk.app.config import ComputeGroup, Config
+from trainium_cdk.app.workloads import workload_charts
 from trainium_cdk.charts.karpenter import NodePoolProps
 from trainium_cdk.charts.node_health import NodeHealthProps
-from trainium_cdk.app.config import ComputeGroup, Config
 from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR, EXAMPLE_DIR, TrainingWorkloadsOptions
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.examples import offers_bert_example
+from trainium_cdk.facts import versions
+from trainium_cdk.runtime import eks_user_data
 from trainium_cdk.runtime.lustre_tuning import eks_node_script
-from trainium_cdk.app.workloads import workload_charts
 
 
 def cluster_name(config: Config) -> str:

@@ -4,8 +4,8 @@ the SlurmCluster's props. No CDK: ``trn`` and dist/ render the pcluster CLI's YA
 from __future__ import annotations
 
 from trainium_cdk.app.config import Config
-from trainium_cdk.runtime.lustre_tuning import install_args as lustre_tuning_args
 from trainium_cdk.parallelcluster.configuration import ClusterSettings, HeadNode, NewFileSystem, SlurmQueue
+from trainium_cdk.runtime.lustre_tuning import install_args as lustre_tuning_args
 
 
 def cluster_name(config: Config) -> str:

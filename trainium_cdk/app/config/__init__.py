@@ -11,7 +11,6 @@ The AWS facts the checks use (Lustre sizes, log retentions, AZ IDs) live in :mod
 
 from __future__ import annotations
 
-from trainium_cdk.facts.catalog import LOG_RETENTION_DAYS, LUSTRE_THROUGHPUT_MB_PER_TIB, SLURM_RESERVED_QUEUE_NAMES, az_id_prefix
 from trainium_cdk.app.config.loading import (
     BUILTIN_DEFAULTS,
     DEFAULT_CONFIG_PATH,
@@ -25,14 +24,12 @@ from trainium_cdk.app.config.loading import (
 )
 from trainium_cdk.app.config.models import (
     BACKENDS,
-    EXAMPLE_COMMAND,
     REMOVAL_POLICIES,
     BatchSettings,
     Capacity,
     ComputeGroup,
     Config,
     CustomInstanceType,
-    DataLoaderSettings,
     DataRepository,
     EksSettings,
     HuggingFaceSettings,
@@ -42,14 +39,20 @@ from trainium_cdk.app.config.models import (
     NotificationSettings,
     ObservabilitySettings,
     ParallelClusterSettings,
-    PipelineEnvironment,
     PipelineSettings,
     StorageSettings,
     TrainingJobSettings,
     WorkloadSettings,
 )
 from trainium_cdk.app.config.validation import OFFERINGS_SHAPE
+from trainium_cdk.app.config.workload_settings import EXAMPLE_COMMAND, DataLoaderSettings, PipelineEnvironment
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts.catalog import (
+    LOG_RETENTION_DAYS,
+    LUSTRE_THROUGHPUT_MB_PER_TIB,
+    SLURM_RESERVED_QUEUE_NAMES,
+    az_id_prefix,
+)
 
 __all__ = [
     "BACKENDS",

@@ -7,12 +7,12 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from trainium_cdk.facts.addressing import check_ingress_cidr
-from trainium_cdk.facts.catalog import BATCH_MAX_ATTEMPTS, BATCH_MAX_UPDATE_TIMEOUT_MINUTES, GP3_MAX_GIB
 from trainium_cdk.app.config.base import _Model
 from trainium_cdk.app.config.fields import AmiId, AzId, Image, LogRetentionDays, check_az_id
-from trainium_cdk.facts import defaults
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts import defaults
+from trainium_cdk.facts.addressing import check_ingress_cidr
+from trainium_cdk.facts.catalog import BATCH_MAX_ATTEMPTS, BATCH_MAX_UPDATE_TIMEOUT_MINUTES, GP3_MAX_GIB
 from trainium_cdk.facts.versions import DLAMI_FLAVOUR_RULE, dlami_name
 
 

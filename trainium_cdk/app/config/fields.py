@@ -11,8 +11,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator
 
-from trainium_cdk.facts.catalog import AMI_ID, AMI_ID_RULE, AZ_ID, LOG_RETENTION_DAYS
 from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.facts.catalog import AMI_ID, AMI_ID_RULE, AZ_ID, LOG_RETENTION_DAYS
 
 # A name that goes into resource names, Kubernetes labels and Slurm queues: a project, a compute
 # group, a pipeline stage. 23 characters leave room for the suffixes stack and resource names add.

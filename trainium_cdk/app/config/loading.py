@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from trainium_cdk.facts.catalog import BUILTIN_INSTANCE_TYPES, az_id_prefix
 from trainium_cdk.app.config.models import ComputeGroup, Config
 from trainium_cdk.errors import ConfigError, one_of, shown
+from trainium_cdk.facts.catalog import BUILTIN_INSTANCE_TYPES, az_id_prefix
 
 OVERRIDES = ("region", "backends", "instance_type", "nodes", "max_nodes", "az_ids")
 # `-c config=default`: the model's built-in defaults, no file (an empty file is an error instead).

@@ -12,31 +12,50 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from trainium_cdk.facts.addressing import check_subnets_fit, check_vpc_cidr
-from trainium_cdk.facts.catalog import AZ_ID, BUILTIN_INSTANCE_TYPES, GP3_MAX_GIB, MAX_NODES_PER_GROUP, Catalog, InstanceSpec
+from trainium_cdk.app import backends as backend_registry
+
 # The sections of the backends and of what runs have modules of their own; their names stay importable here.
 from trainium_cdk.app.config.backend_settings import (
-    BatchSettings, EksSettings, InstanceSettings, ParallelClusterSettings,
+    BatchSettings,
+    EksSettings,
+    InstanceSettings,
+    ParallelClusterSettings,
 )
 from trainium_cdk.app.config.base import _Model
 from trainium_cdk.app.config.fields import AZ_ID_RULE, AzId, BucketName, LogRetentionDays, Name, check_tags
 from trainium_cdk.app.config.notification_settings import NotificationSettings
 from trainium_cdk.app.config.observability_settings import ObservabilitySettings
 from trainium_cdk.app.config.storage_settings import (  # noqa: F401 (REMOVAL_POLICIES, DataRepository: re-exported)
-    REMOVAL_POLICIES, DataRepository, StorageSettings,
+    REMOVAL_POLICIES,
+    DataRepository,
+    StorageSettings,
+)
+from trainium_cdk.app.config.validation import (
+    check_backends,
+    check_deployment,
+    check_offerings_shape,
+    check_single_node_types,
+    check_track,
 )
 from trainium_cdk.app.config.workload_settings import (
-    EXAMPLE_COMMAND, DataLoaderSettings, PipelineEnvironment, PipelineSettings, TrainingJobSettings, WorkloadSettings,
-)
-from trainium_cdk.app import backends as backend_registry
-from trainium_cdk.facts import defaults
-from trainium_cdk.facts.capacity import CapacityKind, GroupNodes, NodeCapacity
-from trainium_cdk.app.config.validation import (
-    check_backends, check_deployment, check_offerings_shape, check_single_node_types, check_track,
+    PipelineSettings,
+    TrainingJobSettings,
+    WorkloadSettings,
 )
 from trainium_cdk.errors import ConfigError, one_of
-from trainium_cdk.runtime.jobs import JobSpec
+from trainium_cdk.facts import defaults
+from trainium_cdk.facts.addressing import check_subnets_fit, check_vpc_cidr
+from trainium_cdk.facts.capacity import CapacityKind, GroupNodes, NodeCapacity
+from trainium_cdk.facts.catalog import (
+    AZ_ID,
+    BUILTIN_INSTANCE_TYPES,
+    GP3_MAX_GIB,
+    MAX_NODES_PER_GROUP,
+    Catalog,
+    InstanceSpec,
+)
 from trainium_cdk.facts.versions import NEURON_TRACKS, NeuronTrack
+from trainium_cdk.runtime.jobs import JobSpec
 
 BACKENDS = backend_registry.names()  # trainium_cdk/app/backends.py, in stack order
 

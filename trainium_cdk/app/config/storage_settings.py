@@ -8,11 +8,16 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from trainium_cdk.app.config.base import _Model
-from trainium_cdk.app.config.fields import BucketName, S3Prefix
+from trainium_cdk.app.config.fields import S3Prefix
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.facts import defaults
 from trainium_cdk.facts.catalog import (
-    LUSTRE_COMPRESSION_TYPES, LUSTRE_VERSIONS, LustreCompression, LustreDeploymentType, LustreVersion, check_lustre,
+    LUSTRE_COMPRESSION_TYPES,
+    LUSTRE_VERSIONS,
+    LustreCompression,
+    LustreDeploymentType,
+    LustreVersion,
+    check_lustre,
 )
 from trainium_cdk.facts.names import CHECKPOINT_FILE_SYSTEM_PATH
 

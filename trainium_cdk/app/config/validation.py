@@ -10,13 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainium_cdk.facts.catalog import (
-    AZ_ID, BATCH_MAX_COMPUTE_GROUPS, PARALLELCLUSTER_MAX_COMPUTE_RESOURCES, PARALLELCLUSTER_MAX_QUEUES, REGION_CODE,
-    SLURM_RESERVED_QUEUE_NAMES, az_id_prefix,
-)
-from trainium_cdk.errors import ConfigError, one_of
-from trainium_cdk.facts.versions import NEURON_TRACKS, PARALLELCLUSTER_VERSION
 from trainium_cdk.app import backends as backend_registry
+from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.facts.catalog import (
+    AZ_ID,
+    BATCH_MAX_COMPUTE_GROUPS,
+    PARALLELCLUSTER_MAX_COMPUTE_RESOURCES,
+    PARALLELCLUSTER_MAX_QUEUES,
+    REGION_CODE,
+    SLURM_RESERVED_QUEUE_NAMES,
+    az_id_prefix,
+)
+from trainium_cdk.facts.versions import NEURON_TRACKS, PARALLELCLUSTER_VERSION
 
 if TYPE_CHECKING:
     from trainium_cdk.app.config.models import Config

@@ -12,7 +12,6 @@ from trainium_cdk.app.config.fields import S3_PREFIX, AccountId, Image, Name, Re
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts.names import DATA_LOADER_SERVICE_ACCOUNT, DATASETS_DIR_NAME, QUEUE_NAME
 
-
 # The example image's script; torchrun runs it with python (a command starting with python3 works too).
 EXAMPLE_COMMAND = ("/opt/trainium-cdk/examples/mlp/train.py",)
 

@@ -14,21 +14,39 @@ from typing import Any
 
 import yaml
 
-from trainium_cdk.runtime import envsubst
-from trainium_cdk.app.config import ComputeGroup, Config
 from trainium_cdk.app.adapters.parallelcluster import cluster_name, cluster_settings
+from trainium_cdk.app.config import ComputeGroup, Config
 from trainium_cdk.facts.names import OUTPUT_PROMETHEUS_REMOTE_WRITE_URL, OUTPUT_PROMETHEUS_WORKSPACE_ARN
-from trainium_cdk.node.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
-from trainium_cdk.parallelcluster.configuration import (  # noqa: F401 (the names this module has always offered)
-    OS_USER, QUEUE_UPDATE_STRATEGY, SHARED_STORAGE_NAME, VENV, apt_args, metrics_args, read_access,
-    render_configuration, setup_args,
-)
-from trainium_cdk.parallelcluster.parts import (
-    HEAD_NODE_SCRIPT_NAME, LUSTRE_TUNING_NAME, NEURON_METRICS_NAME, NEURON_METRICS_POLICY_NAME, NODE_POLICY_PATH, PROLOG_NAME,
-    PROMETHEUS_NODE_NAME, PROMETHEUS_POLICY_NAME, SETUP_SCRIPT_NAME, ClusterIds, NeuronMetrics, PrometheusWriter, S3Object,
-)
 from trainium_cdk.facts.session_manager import POLICY_FILE_NAME as SESSION_MANAGER_POLICY_FILE
 from trainium_cdk.facts.versions import PARALLELCLUSTER_VERSION
+from trainium_cdk.node.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
+from trainium_cdk.parallelcluster.configuration import (  # noqa: F401 (the names this module has always offered)
+    OS_USER,
+    QUEUE_UPDATE_STRATEGY,
+    SHARED_STORAGE_NAME,
+    VENV,
+    apt_args,
+    metrics_args,
+    read_access,
+    render_configuration,
+    setup_args,
+)
+from trainium_cdk.parallelcluster.parts import (
+    HEAD_NODE_SCRIPT_NAME,
+    LUSTRE_TUNING_NAME,
+    NEURON_METRICS_NAME,
+    NEURON_METRICS_POLICY_NAME,
+    NODE_POLICY_PATH,
+    PROLOG_NAME,
+    PROMETHEUS_NODE_NAME,
+    PROMETHEUS_POLICY_NAME,
+    SETUP_SCRIPT_NAME,
+    ClusterIds,
+    NeuronMetrics,
+    PrometheusWriter,
+    S3Object,
+)
+from trainium_cdk.runtime import envsubst
 
 
 def queue_name(group: ComputeGroup) -> str:

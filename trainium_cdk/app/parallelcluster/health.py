@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from trainium_cdk import node
 from trainium_cdk.app.config import Config
+from trainium_cdk.app.parallelcluster.cluster_config import compute_resource_name
 from trainium_cdk.facts.names import NEURON_BIN, SHARED_MOUNT
 from trainium_cdk.node.health_check import COLLECTIVE_TIMEOUT_S
-from trainium_cdk.app.parallelcluster.cluster_config import compute_resource_name
 from trainium_cdk.parallelcluster.parts import PROLOG_NAME
 
 PROLOG_DIR = "/opt/slurm/etc/scripts/prolog.d"

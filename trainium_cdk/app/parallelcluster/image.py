@@ -19,12 +19,12 @@ from typing import Any
 
 import yaml
 
-from trainium_cdk.runtime import envsubst
 from trainium_cdk.app.config import Config
-from trainium_cdk.errors import ConfigError
 from trainium_cdk.app.parallelcluster.cluster_config import SCRIPTS_BUCKET, SCRIPTS_PREFIX, apt_args, placeholder
-from trainium_cdk.parallelcluster.parts import SETUP_SCRIPT
+from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts.versions import PARALLELCLUSTER_VERSION, NeuronTrack
+from trainium_cdk.parallelcluster.parts import SETUP_SCRIPT
+from trainium_cdk.runtime import envsubst
 
 # The instance that builds the image: building the driver needs the kernel headers and a compiler, not a
 # Neuron device (public Neuron ParallelCluster AMI recipes build on non-Neuron types too), and a general

@@ -27,10 +27,10 @@ import shlex
 from pathlib import Path
 
 from trainium_cdk.app.config import ComputeGroup, Config
-from trainium_cdk.runtime.fabric import fabric_command
-from trainium_cdk.runtime.launcher import JOB_VENV, LAUNCHER, LAUNCHER_NAME, PRECOMPILE_STEPS_VARIABLE, SHELL
 from trainium_cdk.app.parallelcluster.cluster_config import EXAMPLE_SCRIPT_NAME, VENV, batch_script_name, queue_name
 from trainium_cdk.facts.names import NEURON_BIN
+from trainium_cdk.runtime.fabric import fabric_command
+from trainium_cdk.runtime.launcher import JOB_VENV, LAUNCHER, LAUNCHER_NAME, PRECOMPILE_STEPS_VARIABLE, SHELL
 from trainium_cdk.runtime.training_env import cache_dir, job_environment, large_model_environment
 
 # Heredoc delimiter of the launcher inside the script (quoted: nothing in it is expanded).
@@ -153,7 +153,7 @@ def render_fabric_sbatch(config: Config, group: ComputeGroup) -> str:
     lines = [
         "#!/bin/bash",
         f"# trainium-cdk: fabric check of {spec.name} nodes, queue {queue_name(group)}: neuron-ls on every node, then an",
-        f"# nccom-test bf16 all-reduce, all-gather, reduce-scatter across them. Usage: sbatch [-N NODES] $0; then: trn check fabric --report fabric-<job id>.out",
+        "# nccom-test bf16 all-reduce, all-gather, reduce-scatter across them. Usage: sbatch [-N NODES] $0; then: trn check fabric --report fabric-<job id>.out",
         f"#SBATCH --job-name=fabric-{group.name}",
         f"#SBATCH --partition={queue_name(group)}",
         f"#SBATCH --nodes={nodes}",

@@ -13,9 +13,9 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from trainium_cdk.app.parallelcluster.sbatch import EXIT_RECORD_SUFFIX, JOB_ENV_VARIABLE
 from trainium_cdk.node import heredoc_end
 from trainium_cdk.parallelcluster.configuration import OS_USER
-from trainium_cdk.app.parallelcluster.sbatch import EXIT_RECORD_SUFFIX, JOB_ENV_VARIABLE
 
 # The folder of the batch scripts in the OS user's home (cluster_config.SCRIPTS_PREFIX on the head node).
 SCRIPTS_DIR = "trainium"

@@ -23,17 +23,23 @@ from trainium_cdk.constructs.alerts import batch_job_failed, batch_job_failed_me
 from trainium_cdk.constructs.batch import SCRIPT_PARAMETER, TrainiumBatch
 from trainium_cdk.constructs.batch_roles import BatchRoles
 from trainium_cdk.constructs.batch_tasks import BatchTaskRules
-from trainium_cdk.facts.defaults.cdk import retention
 from trainium_cdk.constructs.nag import acknowledge_default_policy
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
+from trainium_cdk.constructs.prometheus import MetricsWorkspace
 from trainium_cdk.constructs.secrets import grant_secret_read
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.constructs.training_images import TrainingImageRepository
-from trainium_cdk.constructs.prometheus import MetricsWorkspace
+from trainium_cdk.facts.defaults.cdk import retention
 from trainium_cdk.facts.names import (
-    BATCH_JOB_DEFINITION_ARN, BATCH_JOB_DEFINITION_NAME, BATCH_JOB_QUEUE_ARN, BATCH_JOB_QUEUE_NAME,
-    BATCH_LOG_GROUP_NAME, BATCH_SUBMIT_JOB, OUTPUT_BATCH_GROUPS, OUTPUT_DASHBOARD_NAME,
+    BATCH_JOB_DEFINITION_ARN,
+    BATCH_JOB_DEFINITION_NAME,
+    BATCH_JOB_QUEUE_ARN,
+    BATCH_JOB_QUEUE_NAME,
+    BATCH_LOG_GROUP_NAME,
+    BATCH_SUBMIT_JOB,
+    OUTPUT_BATCH_GROUPS,
+    OUTPUT_DASHBOARD_NAME,
     OUTPUT_TRAINING_IMAGE_REPOSITORY_URI,
 )
 

@@ -12,14 +12,14 @@ from constructs import Construct
 
 from trainium_cdk.app.adapters.eks import cluster_name as eks_cluster_name
 from trainium_cdk.app.adapters.eks import node_pool_props
-from trainium_cdk.charts.karpenter import NODE_POOLS_CHART_ID, TrainiumNodePools
 from trainium_cdk.app.config import Config
+from trainium_cdk.charts.karpenter import NODE_POOLS_CHART_ID, TrainiumNodePools
 from trainium_cdk.constructs.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerOptions
 from trainium_cdk.constructs.eks_cluster import TrainiumCluster
-from trainium_cdk.facts.names import SYSTEM_NODE_LABELS
 from trainium_cdk.constructs.karpenter import KarpenterController, KarpenterOptions
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.storage import LustreMount
+from trainium_cdk.facts.names import SYSTEM_NODE_LABELS
 
 
 def trainium_capacity(

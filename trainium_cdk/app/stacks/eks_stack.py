@@ -6,33 +6,41 @@ import cdk8s
 from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_ssm as ssm
 from aws_cdk import aws_sns as sns
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from trainium_cdk.runtime import eks_user_data
+from trainium_cdk.app.adapters import eks as adapter
+from trainium_cdk.app.config import Config
+from trainium_cdk.app.stacks.eks_capacity import trainium_capacity
 from trainium_cdk.charts import FSX_CHART_ID
 from trainium_cdk.charts._k8s import KUBE_SYSTEM
-from trainium_cdk.charts.node_health import NAME as NODE_HEALTH_NAME, NODE_HEALTH_CHART_ID, NodeHealthCheck
-from trainium_cdk.app.config import Config
+from trainium_cdk.charts.metrics_exporters import scrape_configuration
+from trainium_cdk.charts.node_health import NAME as NODE_HEALTH_NAME
+from trainium_cdk.charts.node_health import NODE_HEALTH_CHART_ID, NodeHealthCheck
+from trainium_cdk.constructs.alerts import SERVICE_ACCOUNT_USERNAME, KarpenterInterruptions
 from trainium_cdk.constructs.api_access import ApiAccessHost
-from trainium_cdk.facts.defaults.cdk import retention
 from trainium_cdk.constructs.eks_cluster import TrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import TrainiumNodeGroup
 from trainium_cdk.constructs.eks_workloads import TrainingWorkloads
-from trainium_cdk.constructs.alerts import SERVICE_ACCOUNT_USERNAME, KarpenterInterruptions
 from trainium_cdk.constructs.karpenter import KARPENTER_NAMESPACE, KARPENTER_SERVICE_ACCOUNT, KarpenterController
-from trainium_cdk.app.stacks.eks_capacity import trainium_capacity
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import ClusterObservability
-from trainium_cdk.constructs.storage import LustreStorage
-from trainium_cdk.charts.metrics_exporters import scrape_configuration
 from trainium_cdk.constructs.prometheus import ClusterScraper, MetricsWorkspace
-from trainium_cdk.app.adapters import eks as adapter
+from trainium_cdk.constructs.storage import LustreStorage
+from trainium_cdk.facts.defaults.cdk import retention
 from trainium_cdk.facts.names import (
-    OUTPUT_ACCESS_HOST_ID, OUTPUT_BERT_IMAGE_URI, OUTPUT_CLUSTER_NAME, OUTPUT_CONNECT_POLICY_ARN, OUTPUT_DASHBOARD_NAME,
-    OUTPUT_EXAMPLE_IMAGE_URI, OUTPUT_TRAINING_IMAGE_REPOSITORY_URI, OUTPUT_UPDATE_KUBECONFIG, TRAINING_NAMESPACE,
+    OUTPUT_ACCESS_HOST_ID,
+    OUTPUT_BERT_IMAGE_URI,
+    OUTPUT_CLUSTER_NAME,
+    OUTPUT_CONNECT_POLICY_ARN,
+    OUTPUT_DASHBOARD_NAME,
+    OUTPUT_EXAMPLE_IMAGE_URI,
+    OUTPUT_TRAINING_IMAGE_REPOSITORY_URI,
+    OUTPUT_UPDATE_KUBECONFIG,
+    TRAINING_NAMESPACE,
 )
+from trainium_cdk.runtime import eks_user_data
 
 
 class EksStack(Stack):

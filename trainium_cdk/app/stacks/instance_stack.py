@@ -10,8 +10,8 @@ from constructs import Construct
 from trainium_cdk.app.config import Config
 from trainium_cdk.constructs.dev_instance import DevInstance
 from trainium_cdk.constructs.network import TrainingNetwork
-from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.constructs.prometheus import MetricsWorkspace
+from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.facts.names import OUTPUT_INSTANCE_CONNECT_SSH, OUTPUT_INSTANCE_ID, OUTPUT_START_SESSION
 
 

@@ -8,13 +8,19 @@ from constructs import Construct
 
 from trainium_cdk.app.config import Config
 from trainium_cdk.constructs.alerts import EC2_SCHEDULED_CHANGE, AlarmTopic, ec2_scheduled_change_message, notify
-from trainium_cdk.facts.defaults.cdk import retention
 from trainium_cdk.constructs.network import ComputePlacement, TrainingNetwork
-from trainium_cdk.examples import BERT_DATASET_ARCHIVE, offers_bert_example
 from trainium_cdk.constructs.prometheus import MetricsWorkspace
+from trainium_cdk.examples import BERT_DATASET_ARCHIVE, offers_bert_example
+from trainium_cdk.facts.defaults.cdk import retention
 from trainium_cdk.facts.names import (
-    OUTPUT_ALARM_TOPIC_ARN, OUTPUT_PROMETHEUS_REMOTE_WRITE_URL, OUTPUT_PROMETHEUS_WORKSPACE_ARN,
-    OUTPUT_PROMETHEUS_WORKSPACE_ID, OUTPUT_COMPUTE_SUBNET, OUTPUT_EFA_SECURITY_GROUP_ID, OUTPUT_VPC_ID, group_output,
+    OUTPUT_ALARM_TOPIC_ARN,
+    OUTPUT_COMPUTE_SUBNET,
+    OUTPUT_EFA_SECURITY_GROUP_ID,
+    OUTPUT_PROMETHEUS_REMOTE_WRITE_URL,
+    OUTPUT_PROMETHEUS_WORKSPACE_ARN,
+    OUTPUT_PROMETHEUS_WORKSPACE_ID,
+    OUTPUT_VPC_ID,
+    group_output,
 )
 
 

@@ -7,19 +7,22 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from trainium_cdk.app.adapters.parallelcluster import cluster_name, cluster_settings
 from trainium_cdk.app.config import Config
+from trainium_cdk.app.parallelcluster.health import render_prolog
+from trainium_cdk.app.parallelcluster.sbatch import head_node_files
 from trainium_cdk.constructs.alerts import notify, parallelcluster_alarm_message, parallelcluster_alarms
 from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
-from trainium_cdk.app.adapters.parallelcluster import cluster_name, cluster_settings
 from trainium_cdk.constructs.parallelcluster import DELETION_POLICIES, SlurmCluster
-from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.constructs.prometheus import MetricsWorkspace
+from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError, one_of
-from trainium_cdk.app.parallelcluster.health import render_prolog
-from trainium_cdk.app.parallelcluster.sbatch import head_node_files
 from trainium_cdk.facts.names import (
-    OUTPUT_CLUSTER_NAME, OUTPUT_DASHBOARD_NAME, OUTPUT_HEAD_NODE_INSTANCE_ID, OUTPUT_HEAD_NODE_SESSION,
+    OUTPUT_CLUSTER_NAME,
+    OUTPUT_DASHBOARD_NAME,
+    OUTPUT_HEAD_NODE_INSTANCE_ID,
+    OUTPUT_HEAD_NODE_SESSION,
     OUTPUT_VALIDATION_MESSAGES,
 )
 

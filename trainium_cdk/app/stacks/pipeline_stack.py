@@ -8,23 +8,25 @@ check of the deployed stacks after each, run in the stage's account through a ro
 
 from __future__ import annotations
 
-
 import shlex
 
-from aws_cdk import Aspects, Aws, Environment, Stack, Stage
+from aws_cdk import Aspects, Aws, Environment, Stack, Stage, pipelines
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_codepipeline as codepipeline
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
-from aws_cdk import pipelines
 from constructs import Construct
 
 from trainium_cdk.app.config import Config, PipelineEnvironment
+from trainium_cdk.app.stacks.composition import TrainingApp, compose
 from trainium_cdk.constructs.nag import (
-    NIST, NagAcknowledgments, acknowledge, acknowledge_bucket_logging, acknowledge_default_policy,
+    NIST,
+    NagAcknowledgments,
+    acknowledge,
+    acknowledge_bucket_logging,
+    acknowledge_default_policy,
 )
 from trainium_cdk.constructs.service_trust import ServiceTrustConditions
-from trainium_cdk.app.stacks.composition import TrainingApp, compose
 from trainium_cdk.facts.versions import CDK_CLI_VERSION
 
 # The synth step installs what `cdk synth` needs (requirements.txt), not the test tools.

@@ -8,12 +8,16 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
 from trainium_cdk.app.config import Config
-from trainium_cdk.constructs.network import TrainingNetwork
-from trainium_cdk.facts.defaults.cdk import removal_policy
 from trainium_cdk.constructs.nag import NIST, acknowledge, acknowledge_bucket_logging
+from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.storage import DataRepositoryProps, LustreStorage
+from trainium_cdk.facts.defaults.cdk import removal_policy
 from trainium_cdk.facts.names import (
-    OUTPUT_CHECKPOINT_BUCKET_NAME, OUTPUT_DATA_BUCKET_NAME, OUTPUT_FILE_SYSTEM_DNS_NAME, OUTPUT_FILE_SYSTEM_ID, OUTPUT_FILE_SYSTEM_MOUNT_NAME,
+    OUTPUT_CHECKPOINT_BUCKET_NAME,
+    OUTPUT_DATA_BUCKET_NAME,
+    OUTPUT_FILE_SYSTEM_DNS_NAME,
+    OUTPUT_FILE_SYSTEM_ID,
+    OUTPUT_FILE_SYSTEM_MOUNT_NAME,
     OUTPUT_FILE_SYSTEM_SECURITY_GROUP_ID,
 )
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_logs as logs
 
+from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.facts import defaults
 from trainium_cdk.facts.catalog import LOG_RETENTION_DAYS
-from trainium_cdk.errors import ConfigError, one_of
 
 # The config's removal policy -> CloudFormation's.
 REMOVAL_POLICIES = {name: RemovalPolicy[name.upper()] for name in defaults.REMOVAL_POLICIES}

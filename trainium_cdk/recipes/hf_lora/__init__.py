@@ -19,9 +19,23 @@ from pathlib import Path
 from trainium_cdk.app.config import TrainingJobSettings
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts.names import (
-    DIST_BACKEND_VARIABLE, HF_TOKEN_SERVICE_ACCOUNT, NEURON_DEVICE, REHEARSAL_FSX, SHARED_MOUNT, TORCH_DEVICE_VARIABLE,
+    DIST_BACKEND_VARIABLE,
+    HF_TOKEN_SERVICE_ACCOUNT,
+    NEURON_DEVICE,
+    REHEARSAL_FSX,
+    SHARED_MOUNT,
+    TORCH_DEVICE_VARIABLE,
 )
-from trainium_cdk.recipes import FitReport, FitUnknown, Recipe, RecipeContext, core_label, core_memory_gib, gib, register
+from trainium_cdk.recipes import (
+    FitReport,
+    FitUnknown,
+    Recipe,
+    RecipeContext,
+    core_label,
+    core_memory_gib,
+    gib,
+    register,
+)
 from trainium_cdk.recipes.hf_lora import fit_plan, knobs
 from trainium_cdk.recipes.hf_lora.knobs import DEFAULTS
 

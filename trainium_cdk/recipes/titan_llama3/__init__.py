@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.app.config import TrainingJobSettings
 from trainium_cdk.errors import ConfigError
+from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 from trainium_cdk.facts.names import (
     COMPILE_BACKEND_VARIABLE,
     DIST_BACKEND_VARIABLE,
@@ -31,7 +31,8 @@ from trainium_cdk.facts.names import (
 from trainium_cdk.recipes import FOLDER as RECIPES_FOLDER
 from trainium_cdk.recipes import FitReport, Recipe, RecipeContext, core_label, core_memory_gib, register
 from trainium_cdk.recipes.titan_llama3 import fit_plan
-from trainium_cdk.recipes.titan_llama3.knobs import CONFIG_ENV, FLAVORS, job_config as read_job_config, override_name
+from trainium_cdk.recipes.titan_llama3.knobs import CONFIG_ENV, FLAVORS, override_name
+from trainium_cdk.recipes.titan_llama3.knobs import job_config as read_job_config
 
 FOLDER = Path(__file__).resolve().parent
 NAME = "titan-llama3"

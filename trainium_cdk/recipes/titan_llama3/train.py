@@ -55,7 +55,6 @@ from knobs import fail, say
 from sharding import checkpointed_blocks, clip_grad_norm, materialize, parallelize
 from token_data import TokenWindows, load_tokens
 
-
 # -- model ------------------------------------------------------------------------------------------------
 
 

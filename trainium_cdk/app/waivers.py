@@ -17,12 +17,13 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from trainium_cdk.constructs.nag import PENDING as ACKNOWLEDGED  # recorded by each construct, read before synth
+
+ROOT = Path(__file__).resolve().parent.parent.parent  # trainium_cdk/app/waivers.py: the repository
 WAIVERS_DOC = ROOT / "docs" / "waivers.md"
 CHECKOV_WAIVERS = ROOT / "tests" / "checkov_waivers.yaml"
 PIPELINE_EXAMPLE = ROOT / "config" / "pipeline.example.yaml"
-# What a construct records for the NagAcknowledgments aspect (constructs/nag.py PENDING), read before any synth.
-ACKNOWLEDGED = "trainium-cdk:nag-acknowledgment"
+
 # The cdk-nag packs the tests run (tests/support/helpers.py add_nag_packs); aws-cdk-lib acknowledges a few cfn-lint
 # rules of its own constructs the same way (W3010 on literal AZs), which are not ours to list.
 NAG_PACKS = ("AwsSolutions", "NIST.800.53.R5")

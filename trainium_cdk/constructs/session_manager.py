@@ -1,4 +1,4 @@
-"""Session Manager's minimal instance policy on a role of ours (trainium_cdk/facts/session_manager/__init__.py says why)."""
+"""Session Manager's minimal instance policy on a role of ours (its actions, and why: trainium_cdk/facts/session_manager/)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from constructs import Construct
 
 from trainium_cdk.constructs.nag import acknowledge, acknowledge_default_policy, nag_form
 from trainium_cdk.facts.session_manager import (
-    CHANNEL_ACTIONS, REGISTRATION_ACTIONS, RUN_COMMAND_ACTIONS, SESSION_MANAGER_ACTIONS,
+    CHANNEL_ACTIONS,
+    REGISTRATION_ACTIONS,
+    RUN_COMMAND_ACTIONS,
+    SESSION_MANAGER_ACTIONS,
 )
 
 __all__ = ["RUN_COMMAND_ACTIONS", "SESSION_MANAGER_ACTIONS", "grant_session_manager", "session_manager_role"]

@@ -157,6 +157,7 @@ CHANGES: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[], Any]]] =
     "karpenter": (lambda raw: None, _karpenter),
     "eks_ami_release": (lambda raw: None, _eks_ami_release),
     "device_plugin": (lambda raw: None, _device_plugin),
+    "teams_added": (_changed(teams=[{"name": "research", "share": 3}, {"name": "eval", "share": 1}]), _nothing),
     # The reverse of group_added: deployed with the second group, then without it (pairs()).
     "group_removed": (lambda raw: None, _nothing),
 }
@@ -398,6 +399,7 @@ def test_readme_tells_each_day2_change():
         "group_added": "compute group added", "backend_added": "backend added", "instance_type": "instance type",
         "kubernetes_version": "Kubernetes version", "karpenter": "Karpenter upgrade", "eks_ami_release": "EKS AMI release",
         "device_plugin": "Neuron device plugin", "group_removed": "compute group removed",
+        "teams_added": "`teams` added",
     }
     assert sorted(words) == sorted(CHANGES)
     for change, word in words.items():
@@ -443,11 +445,23 @@ def test_the_readme_holds_the_generated_day2_table():
 
 
 def test_the_lifecycle_model_sees_a_removed_group_stop_its_jobs(pairs):
-    """Removing a group deletes its managed node group and its Batch compute environment (their jobs stop); the
-    other group's resources stay as they are."""
+    """Removing a group deletes its managed node group and its Batch compute environment and job queue (their jobs
+    stop); the other group's resources stay as they are."""
     effects = _running_jobs_effects(*pairs["group_removed"])
     assert sorted((e.backend, e.why) for e in effects) == [
-        ("batch", "the compute environment is deleted"), ("eks", "the node group is deleted")]
+        ("batch", "the compute environment is deleted"), ("batch", "the job queue is deleted: Batch terminates its jobs"),
+        ("eks", "the node group is deleted")]
+
+
+def test_adding_teams_replaces_each_queue_and_the_model_sees_its_jobs_go(pairs):
+    """Teams make each group's queue a new fair-share queue (a FIFO queue takes no policy later): the old queue is
+    deleted, which terminates its jobs (issue 46); the compute environment, its instances and nothing stateful
+    change."""
+    before, after = pairs["teams_added"]
+    effects = _running_jobs_effects(before, after)
+    assert [(e.backend, e.why) for e in effects] == [("batch", "the job queue is deleted: Batch terminates its jobs")]
+    (queue,) = resources(after.template_with_nested("batch"), "AWS::Batch::JobQueue").values()
+    assert queue["Properties"]["JobQueueName"] == "t-batch-train-teams" and "SchedulingPolicyArn" in queue["Properties"]
 
 
 def test_a_pin_change_lets_batch_jobs_run_five_days_then_stops_them(base, after):

@@ -53,6 +53,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "trn2.48xlarge+trn2u.48xlarge": {
         **US_EAST_2,
         "backends": ALL_BACKENDS,
+        # Two teams with a name and a share (issue 46): Batch's fair-share queues under every quality gate.
+        "teams": [{"name": "research", "share": 3}, {"name": "platform-eng", "share": 1}],
         "compute_groups": [
             _group("trn2", "trn2.48xlarge", "use2-az3"), _group("ultra", "trn2u.48xlarge", "use2-az3"),
         ],

@@ -92,6 +92,11 @@ def batch_effects(before: dict[str, Any], after: dict[str, Any]) -> list[Effect]
         for d in _resources(after, "AWS::Batch::JobDefinition").values()
     ]
     longest = max(attempt_minutes, default=0)
+    # "All jobs in the queue are eventually terminated when you delete a job queue" (AWS Batch API reference,
+    # DeleteJobQueue): a queue gone from the template (replaced, or its group removed) takes its jobs with it.
+    new_queues = _resources(after, "AWS::Batch::JobQueue")
+    effects.extend(Effect("batch", logical, True, "the job queue is deleted: Batch terminates its jobs")
+                   for logical in _resources(before, "AWS::Batch::JobQueue") if logical not in new_queues)
     new_environments = _resources(after, "AWS::Batch::ComputeEnvironment")
     for logical, resource in _resources(before, "AWS::Batch::ComputeEnvironment").items():
         old = resource["Properties"]

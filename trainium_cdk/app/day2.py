@@ -151,6 +151,16 @@ CHANGES: tuple[Change, ...] = (
         "time; nodes, node groups and NodePools do not change",
         batch="unchanged", parallelcluster="unchanged",
     ),
+    Change(
+        "teams_added", "`teams` added ([Sharing between teams](../guide/teams.md))",
+        eks="unchanged (teams share Batch only so far)",
+        batch="each group's FIFO job queue is replaced by a fair-share queue, `<queue>-teams`, with a scheduling "
+        "policy of a share per team (Batch gives a queue its policy when it creates it); later share changes update "
+        "the policy in place",
+        parallelcluster="unchanged",
+        stops={"batch": "the old queue's jobs, running or waiting, are terminated with it (Batch terminates a "
+               "deleted queue's jobs): let it drain first (`trn jobs`)"},
+    ),
 )
 
 

@@ -41,6 +41,7 @@ from trainium_cdk.facts.names import (
     OUTPUT_BATCH_GROUPS,
     output_key,
 )
+from trainium_cdk.facts.teams import FAIR_SHARE_QUEUE_SUFFIX
 from trainium_cdk.runtime.batch_job import (
     BASED_ON_TAG,
     BatchSubmission,
@@ -135,7 +136,8 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
     if args.image is not None and not image_reference(args.image):
         raise ConfigError("--image", args.image, "an image URI such as 123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1")
     if args.dry_run:
-        return _dry_run(config, group, job, name=name, nodes=nodes, image=image, out=out)
+        return _dry_run(config, group, job, name=name, nodes=nodes, image=image, out=out, team=args.team,
+                        priority=args.priority or 0)
     sess = session(config.region)
     stack = config.stack_name(STACK_PART)
     outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend="batch")
@@ -150,22 +152,24 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
         raise ConfigError("--nodes", nodes, f"1: job definition {definition} is a single-node (container) job")
     if image is not None and image not in images_of(described):
         definition = revision_for_image(batch, described, image, chatter(args, out, err))
-    submission = BatchSubmission(name=name, nodes=nodes, multinode=multinode, program=job.program, env=job.env)
+    submission = BatchSubmission(name=name, nodes=nodes, multinode=multinode, program=job.program, env=job.env,
+                                 team=args.team, priority=args.priority or 0)
     response = batch.submit_job(**submission.request(queue=queue, definition=definition))
     job_id = response["jobId"]
     summary = (f"submitted {response.get('jobName', name)}: job id {job_id} ({nodes} x {group.instance_type}, "
-               f"group {group.name})")
+               f"group {group.name}{f', team {args.team}' if args.team else ''})")
     announce(args, out, err, job=job_id, summary=summary, backend="batch")
     return 0
 
 
 def _dry_run(config: Config, group: ComputeGroup, job: UserJob, *, name: str, nodes: int, image: str | None,
-             out: TextIO) -> int:
+             out: TextIO, team: str | None = None, priority: int = 0) -> int:
     """What submit would send, from the config alone (no AWS call): the queue and job definition by name (at
     submit time, the ARNs of the stack's output), and, for a new image, the revision it would register."""
     resource = resource_name(config, group)
     multinode = True  # the stack's job definitions: multi-node parallel for every type (constructs/batch.py)
-    submission = BatchSubmission(name=name, nodes=nodes, multinode=multinode, program=job.program, env=job.env)
+    submission = BatchSubmission(name=name, nodes=nodes, multinode=multinode, program=job.program, env=job.env,
+                                 team=team, priority=priority)
     out.write(f"dry run: would send to AWS Batch in {config.region} (no AWS call made):\n")
     if image is not None:
         out.write(
@@ -173,7 +177,8 @@ def _dry_run(config: Config, group: ComputeGroup, job: UserJob, *, name: str, no
             f"revision's properties, with image {image} on every container, tagged {BASED_ON_TAG}=<that revision's "
             f"ARN>; the job then runs on the new revision\n"
         )
-    request = submission.request(queue=resource, definition=resource)
+    queue = f"{resource}{FAIR_SHARE_QUEUE_SUFFIX}" if config.teams else resource  # its fair-share queue
+    request = submission.request(queue=queue, definition=resource)
     out.write(f"SubmitJob:\n{json.dumps(request, indent=2)}\n")
     return 0
 

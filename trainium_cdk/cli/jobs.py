@@ -22,6 +22,7 @@ from trainium_cdk.cli import throughput
 from trainium_cdk.cli._common import CliError, is_interactive, parse_overrides, read_config
 from trainium_cdk.cli.compile_cache import SummaryWatch, describe
 from trainium_cdk.errors import ConfigError, one_of
+from trainium_cdk.facts.teams import MAX_PRIORITY
 from trainium_cdk.runtime.jobs import check_node_count
 from trainium_cdk.runtime.launcher import WORKDIR_VARIABLE
 
@@ -136,6 +137,10 @@ def add_parsers(sub: Any) -> None:
     )
     add_job_arguments(p)
     p.add_argument("--name", help="job name (default: <group>-<date>-<time>)")
+    p.add_argument("--team", metavar="NAME", help="the job's team, one of the config's teams: (Batch: its share of the "
+                   "fair-share queue, and the job's tag team=NAME); required on Batch when the config has teams")
+    p.add_argument("--priority", type=int, metavar="N", help="with --team: the job's priority within its team's share, "
+                   "0 to 9999 (Batch's schedulingPriorityOverride; default 0)")
     p.add_argument(
         "--image", metavar="URI",
         help="training image (EKS and Batch; `trn image push` builds yours). EKS default: workloads.image, else "
@@ -324,6 +329,27 @@ def check_fit(args: argparse.Namespace, config: Config, job: UserJob, backend: s
                    "submits anyway", code=1)
 
 
+def check_team(args: argparse.Namespace, config: Config, backend: str) -> None:
+    """`trn submit --team/--priority`, checked before anything is sent: a team of the config, required on Batch when
+    the config has teams (its fair-share queues take no job without a share identifier), refused elsewhere."""
+    team, priority = getattr(args, "team", None), getattr(args, "priority", None)
+    names = [t.name for t in config.teams]
+    if team is not None and not names:
+        raise ConfigError("--team", team, "left out: the config has no teams: (docs/guide/teams.md)")
+    if team is None and names and backend == "batch":
+        raise ConfigError("--team", None, f"a team of the config ({', '.join(names)}): its fair-share queues take "
+                          "no job without one")
+    if team is not None and team not in names:
+        raise ConfigError("--team", team, "a team of the config; " + one_of(names))
+    if team is not None and backend != "batch":
+        raise ConfigError("--team", team, f"left out on {backend}: teams share the batch backend only so far "
+                          "(docs/guide/teams.md)")
+    if priority is not None and team is None:
+        raise ConfigError("--priority", priority, "with --team only (a priority within the team's share)")
+    if priority is not None and not 0 <= priority <= MAX_PRIORITY:
+        raise ConfigError("--priority", priority, f"0 to {MAX_PRIORITY} (AWS Batch's scheduling priority)")
+
+
 def say_where_cpu_work_runs(args: argparse.Namespace, config: Config, job: UserJob, backend: str, err: TextIO) -> None:
     """Before `trn submit --backend eks --job` sends a CPU-only recipe (a data preparation): one line saying that it
     runs on the system nodes, not on a Trainium node (issue 44). Batch has no CPU queue: there it takes a node of its
@@ -420,6 +446,7 @@ def _client(backend: str) -> Any:
 def submit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config, backend = load(args)
     job = user_job(args, config)
+    check_team(args, config, backend)
     check_fit(args, config, job, backend, err)
     say_where_cpu_work_runs(args, config, job, backend, err)
     return _client(backend).submit(args, config, out, err)

@@ -10,7 +10,7 @@ across nodes, so its jobs are one-node multi-node parallel jobs (why: the job de
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import jsii
@@ -25,6 +25,7 @@ from constructs import Construct
 
 from trainium_cdk.constructs.batch_grants import BatchGrants
 from trainium_cdk.constructs.batch_node import BatchNodeSetup, node_setup
+from trainium_cdk.constructs.batch_queue import DEFAULT_RUNNABLE_TIMEOUT, job_queue
 from trainium_cdk.constructs.batch_roles import BatchInstanceRole, BatchRoles
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.log_encryption import encrypt_log_groups
@@ -48,7 +49,6 @@ SHARED_MEMORY_FRACTION = 0.25
 # The MLP example's build context (the EKS stack builds the same image); its script's path in the image,
 # the job definition's script parameter and its defaults are batch_job's (what `trn` submits and rehearses).
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
-JOB_QUEUE_PRIORITY = 1
 DEFAULT_NODES = 2
 # Pre-training runs for days: an attempt stops after a week unless the config says otherwise (a host failure
 # retries before that, and resumes from the newest checkpoint).
@@ -58,17 +58,6 @@ DEFAULT_JOB_TIMEOUT = Duration.days(7)
 # replaced, and retried from its checkpoint (Batch documents no status reason for it: a terminated host reads
 # "Host EC2 (instance ...) terminated.", which the retry strategy's "Host EC2*" matches).
 MAX_UPDATE_TIMEOUT_MINUTES = BATCH_MAX_UPDATE_TIMEOUT_MINUTES
-# A queue is first in, first out: a job that cannot get its instances (no capacity, a group too small for it)
-# blocks every job behind it. After this long in RUNNABLE for one of those reasons Batch cancels it, and the
-# reason is in its status ("Canceled by JobStateTimeLimit action due to reason: CAPACITY:..."; AWS Batch user
-# guide, "Jobs stuck in RUNNABLE", whose example waits 4 hours). Batch takes 10 minutes to 1 day.
-DEFAULT_RUNNABLE_TIMEOUT = Duration.hours(4)
-RUNNABLE_TIMEOUT_RANGE_MINUTES = (10, 1440)
-STUCK_REASONS = (
-    batch.JobStateTimeLimitActionsReason.INSUFFICIENT_INSTANCE_CAPACITY,
-    batch.JobStateTimeLimitActionsReason.COMPUTE_ENVIRONMENT_MAX_RESOURCE,
-    batch.JobStateTimeLimitActionsReason.JOB_RESOURCE_REQUIREMENT,
-)
 DEFAULT_RETRY_ATTEMPTS = defaults.BATCH_RETRY_ATTEMPTS
 DEFAULT_LOG_RETENTION = LOG_RETENTION
 # Job logs are not the training record (checkpoints and metrics live on FSx or S3): they go with the stack.
@@ -141,6 +130,10 @@ class TrainiumBatch(Construct, BatchGrants):
         group grants them its image pulls and log writes. Default: roles of its own. The nodes' instance role
         and profile are always the group's own (:class:`BatchInstanceRole`): its ECS agent reaches this
         compute environment's ECS cluster only.
+    :param shares: fair-share scheduling between teams: each share identifier (letters, digits, '_') with its share,
+        more getting more (``{"research": 3, "eval": 1}``: research three nodes for one while both wait); jobs then
+        name their share identifier. A fair-share queue is a new queue (``FairShareJobQueue``, its name with
+        ``-teams``): Batch gives a queue its policy when it creates it. Default: none (a FIFO queue).
     """
 
     @names_construct_path
@@ -171,6 +164,7 @@ class TrainiumBatch(Construct, BatchGrants):
         prometheus_remote_write: str | None = None,
         ami_id: str | None = None,
         roles: BatchRoles | None = None,
+        shares: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         group_name, spec, maximum = group.group_name, group.spec, group.max_nodes
@@ -282,16 +276,8 @@ class TrainiumBatch(Construct, BatchGrants):
         cfn_ce.add_property_override("ComputeResources.LaunchTemplate.Version", self.launch_template.latest_version)
 
         name = f"{name_prefix}-{group_name}" if name_prefix else None
-        self.job_queue = batch.JobQueue(
-            self,
-            "JobQueue",
-            job_queue_name=name,
-            priority=JOB_QUEUE_PRIORITY,
-            compute_environments=[
-                batch.OrderedComputeEnvironment(compute_environment=self.compute_environment, order=1)
-            ],
-            job_state_time_limit_actions=_stuck_job_actions(None if capacity_block else runnable_timeout),
-        )
+        self.job_queue = job_queue(self, name=name, compute_environment=self.compute_environment, shares=shares,
+                                   runnable_timeout=None if capacity_block else runnable_timeout)
         self.log_group = logs.LogGroup(
             self,
             "Logs",
@@ -414,23 +400,6 @@ class TrainiumBatch(Construct, BatchGrants):
             logging=ecs.LogDriver.aws_logs(stream_prefix=self.group_name, log_group=self.log_group),
             volumes=volumes,
         )
-
-
-def _stuck_job_actions(timeout: Duration | None) -> list[batch.JobStateTimeLimitAction] | None:
-    """Cancel a job stuck in RUNNABLE for ``timeout`` for want of instances (one action per reason)."""
-    if timeout is None:
-        return None
-    low, high = RUNNABLE_TIMEOUT_RANGE_MINUTES
-    if not low <= timeout.to_minutes() <= high:
-        raise ConfigError("runnable_timeout", f"{timeout.to_minutes()} minutes", f"{low} to {high} minutes "
-                          "(AWS Batch jobStateTimeLimitActions maxTimeSeconds), or None to wait")
-    return [
-        batch.JobStateTimeLimitAction(
-            action=batch.JobStateTimeLimitActionsAction.CANCEL, max_time=timeout, reason=reason,
-            state=batch.JobStateTimeLimitActionsState.RUNNABLE,
-        )
-        for reason in STUCK_REASONS
-    ]
 
 
 def infrastructure_update_timeout(job_timeout: Duration, update_timeout: Duration | None = None) -> Duration:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainium_cdk.facts.names import SHARED_MOUNT
+from trainium_cdk.facts.teams import TEAM_TAG, share_identifier
 from trainium_cdk.runtime.launcher import launch_command
 from trainium_cdk.runtime.training_env import cache_dir, job_environment
 
@@ -86,6 +87,8 @@ class BatchSubmission:
     multinode: bool
     program: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    team: str | None = None  # a fair-share queue's: its share identifier, its scheduling priority, the team tag
+    priority: int = 0
 
     def container_overrides(self) -> dict[str, Any]:
         overrides: dict[str, Any] = {}
@@ -107,6 +110,9 @@ class BatchSubmission:
                 ]
         elif overrides:
             request["containerOverrides"] = overrides
+        if self.team is not None:
+            request.update(shareIdentifier=share_identifier(self.team), schedulingPriorityOverride=self.priority,
+                           tags={TEAM_TAG: self.team}, propagateTags=True)
         return request
 
     def applied_to(self, container: BatchContainer) -> BatchContainer:

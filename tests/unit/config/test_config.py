@@ -98,6 +98,14 @@ BAD_INPUT: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, ...]]] = {
         _raw(group={"max_nodes": 4}), {"nodes": "16"}, ("compute_groups[0].nodes", "= 16", "max_nodes (4)"),
     ),
     "nodes override not a number": (_raw(), {"nodes": "two"}, ("nodes", "'two'", "whole number")),
+    "team name not a DNS label": (
+        _raw(teams=[{"name": "Research", "share": 3}]), {}, ("teams[0].name", "'Research'", "DNS label"),
+    ),
+    "team share zero": (_raw(teams=[{"name": "research", "share": 0}]), {}, ("teams[0].share", "0", "1 to 999")),
+    "team share above Batch's range": (
+        _raw(teams=[{"name": "research", "share": 1000}]), {}, ("teams[0].share", "1000", "1 to 999"),
+    ),
+    "team twice": (_raw(teams=[{"name": "a"}, {"name": "a"}]), {}, ("teams", "['a', 'a']", "each team's name once")),
     "min above nodes": (_raw(group={"min_nodes": 3}), {}, ("compute_groups[0].min_nodes", "= 3", "between 0")),
     "FSx capacity not accepted": (
         _raw(storage={"capacity_gib": 1000}), {},

@@ -44,6 +44,7 @@ from trainium_cdk.app.config.models import (
     TrainingJobSettings,
     WorkloadSettings,
 )
+from trainium_cdk.app.config.team_settings import TeamSettings
 from trainium_cdk.app.config.validation import OFFERINGS_SHAPE
 from trainium_cdk.app.config.workload_settings import EXAMPLE_COMMAND, DataLoaderSettings, PipelineEnvironment
 from trainium_cdk.errors import ConfigError
@@ -55,6 +56,7 @@ from trainium_cdk.facts.catalog import (
 )
 
 __all__ = [
+    "TeamSettings",
     "BACKENDS",
     "BUILTIN_DEFAULTS",
     "DEFAULT_CONFIG_PATH",

@@ -30,6 +30,7 @@ from trainium_cdk.app.config.storage_settings import (  # noqa: F401 (REMOVAL_PO
     DataRepository,
     StorageSettings,
 )
+from trainium_cdk.app.config.team_settings import TeamSettings
 from trainium_cdk.app.config.validation import (
     check_backends,
     check_deployment,
@@ -54,6 +55,7 @@ from trainium_cdk.facts.catalog import (
     Catalog,
     InstanceSpec,
 )
+from trainium_cdk.facts.teams import share_identifier
 from trainium_cdk.facts.versions import NEURON_TRACKS, NeuronTrack
 from trainium_cdk.runtime.jobs import JobSpec
 
@@ -287,6 +289,10 @@ class Config(_Model):
     custom_instance_types: tuple[CustomInstanceType, ...] = Field(
         (), description="Instance types the catalog does not know."
     )
+    teams: tuple[TeamSettings, ...] = Field(
+        (), description="Teams that share the compute groups, each with its share: AWS Batch queues schedule by fair "
+        "share between them and `trn submit --team` names a job's (docs/guide/teams.md); none: one tenant, FIFO queues."
+    )
     tags: dict[str, str] = Field(
         default_factory=dict, description="Tags on every resource: at most 40, keys of 1-128 and values of at most 256 "
         "letters, digits, spaces and + - = . _ : / @, neither starting with aws: (reserved)."
@@ -319,12 +325,19 @@ class Config(_Model):
     def _whole(self) -> Config:
         # Once every section is valid on its own: the checks across sections (validation.py).
         check_tags(self.tags)
+        names = [team.name for team in self.teams]
+        if len(set(names)) != len(names):
+            raise ConfigError("teams", names, "each team's name once")
         check_deployment(self)
         check_backends(self)
         check_track(self)
         check_single_node_types(self)
         self.notifications.check_region(self.region)
         return self
+
+    def team_shares(self) -> dict[str, int] | None:
+        """Each team's share by its AWS Batch share identifier; None without teams (FIFO queues)."""
+        return {share_identifier(team.name): team.share for team in self.teams} or None
 
     @property
     def neuron_track(self) -> NeuronTrack:

@@ -161,6 +161,7 @@ def _training(
         metrics_deployment=name_prefix,
         prometheus_remote_write=prometheus_remote_write,
         roles=roles,
+        shares=config.team_shares(),
         group=config.group_nodes(group),
         nodes=group.nodes,
         image_uri=settings.image_uri,

@@ -1,0 +1,23 @@
+"""Teams (issue 46): what a team's name may be, how large a share, and how each service spells it."""
+
+from __future__ import annotations
+
+import re
+
+# A team's name: a Kubernetes namespace name and a tag value take it as it is; AWS Batch's share identifier takes
+# letters, digits and '_' (and a trailing '*'), so a '-' becomes '_' there (share_identifier).
+TEAM_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
+# Batch's weight factors run 0.0001 to 999.9999 (constructs/batch_queue.py): shares of 1 and 999 are 999.0 and 1.0.
+MAX_SHARE = 999
+# The tag (and label) a team's jobs carry: cost allocation reads it.
+TEAM_TAG = "team"
+# A fair-share Batch queue's name: the FIFO queue's and this suffix (constructs/batch_queue.py says why).
+FAIR_SHARE_QUEUE_SUFFIX = "-teams"
+# `trn submit --priority`: AWS Batch's schedulingPriorityOverride, 0 to 9999 (higher goes first within a team's
+# share); 0 unless given.
+MAX_PRIORITY = 9999
+
+
+def share_identifier(team: str) -> str:
+    """A team's AWS Batch share identifier: its name with '_' for '-'."""
+    return team.replace("-", "_")

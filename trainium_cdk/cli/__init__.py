@@ -36,7 +36,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trainium_cdk.cli import azs, check, connect, cost, doctor, fit, image, jobs, rehearse, sync
+    from trainium_cdk.cli import azs, check, connect, cost, doctor, fit, image, jobs, rehearse, sync, usage
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_parser(sub)
     rehearse.add_parser(sub)
     cost.add_parser(sub)
+    usage.add_parser(sub, jobs._common)
     check.add_parser(sub)
     image.add_parser(sub)
     sync.add_parser(sub)

@@ -406,6 +406,20 @@ def logs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clo
 JOB_STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", SUCCEEDED, FAILED)
 
 
+def queue_jobs(batch: Any, queue: str) -> list[dict[str, Any]]:
+    """Every job of ``queue`` Batch still knows, in every state (ListJobs, page by page), newest first."""
+    summaries: list[dict[str, Any]] = []
+    for status_ in JOB_STATUSES:
+        request: dict[str, Any] = {"jobQueue": queue, "jobStatus": status_}
+        while True:
+            page = batch.list_jobs(**request)
+            summaries += page.get("jobSummaryList", [])
+            if not page.get("nextToken"):
+                break
+            request["nextToken"] = page["nextToken"]
+    return sorted(summaries, key=lambda s: s.get("createdAt", 0), reverse=True)
+
+
 def list_jobs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -> int:
     """The jobs of the group's queue Batch still knows (about 7 days after they end), newest first."""
     import datetime as dt
@@ -418,17 +432,7 @@ def list_jobs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO
     stack = config.stack_name(STACK_PART)
     outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend="batch")
     queue = group_output_value(outputs, BATCH_JOB_QUEUE_ARN, group=group.name, stack=stack)
-    batch = client(sess, "batch")
-    summaries = []
-    for status_ in JOB_STATUSES:
-        request: dict[str, Any] = {"jobQueue": queue, "jobStatus": status_}
-        while True:
-            page = batch.list_jobs(**request)
-            summaries += page.get("jobSummaryList", [])
-            if not page.get("nextToken"):
-                break
-            request["nextToken"] = page["nextToken"]
-    summaries.sort(key=lambda s: s.get("createdAt", 0), reverse=True)
+    summaries = queue_jobs(client(sess, "batch"), queue)
     if not summaries:
         out.write(f"no jobs in queue {queue.rsplit('/', 1)[-1]} (group {group.name})\n")
         return 0

@@ -70,7 +70,8 @@ def workload_charts(app: Construct, config: Config, *, image: str) -> dict[str, 
     workloads = config.workloads
     charts: dict[str, cdk8s.Chart] = example_code_chart(app, config)
     if workloads.volcano:
-        charts[QUEUE_CHART_ID] = VolcanoQueue(app, QUEUE_CHART_ID, name=workloads.queue)
+        charts[QUEUE_CHART_ID] = VolcanoQueue(app, QUEUE_CHART_ID, name=workloads.queue,
+                                              teams={t.name: t.share for t in config.teams})
     for job in workloads.jobs:
         chart_id = f"{JOB_CHART_PREFIX}{job.name}"
         charts[chart_id] = training_job(
@@ -128,6 +129,7 @@ def render_job(
     job: str | None = None,
     command: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
+    team: str | None = None,
 ) -> list[dict[str, Any]]:
     """The Kubernetes objects of one training job, as dicts, for `trn submit --backend eks`.
 
@@ -141,6 +143,7 @@ def render_job(
     :param command: the user's own command (``train.py --lr 3e-4``), as one process runs it, instead of a
         workload: a job of that command on ``group`` with every default (its compile cache: the group's).
     :param env: environment added to the workload's (the user's wins).
+    :param team: the team whose job it is (``trn submit --team``): its queue and its label. Default: none.
     :param group: compute group; default: the workload's.
     :param nodes: nodes; default: the workload's. Above 1 it becomes a gang-scheduled Volcano job.
     """
@@ -167,7 +170,7 @@ def render_job(
     if env:
         update["env"] = {**settings.env, **env}
     try:
-        spec = eks_job_spec(config, settings.model_copy(update=update), image=image)
+        spec = replace(eks_job_spec(config, settings.model_copy(update=update), image=image), team=team)
     except ConfigError as err:
         field = {"nodes": "--nodes", "name": "--name"}.get(err.field, err.field)
         raise ConfigError(field, err.value, err.allowed) from None

@@ -43,6 +43,7 @@ from trainium_cdk.facts.names import (
     SHARED_MOUNT,
     TRAINING_NAMESPACE,
 )
+from trainium_cdk.facts.teams import TEAM_TAG, team_queue
 from trainium_cdk.runtime.jobs import JobSpec
 from trainium_cdk.runtime.launcher import LEADER_TASK, RANK_OFFSET_VARIABLE, WORKER_TASK
 
@@ -53,18 +54,16 @@ DEFAULT_CLAIM = CLAIM_NAME
 DEFAULT_NAMESPACE = TRAINING_NAMESPACE
 DEFAULT_QUEUE = QUEUE_NAME
 VOLCANO_SCHEDULER = "volcano"
-# Chart ids of the workloads (file names in dist/, construct ids in the EKS stack): the queue, and
-# each training job as job-<name>; both need Volcano's CRDs first.
+QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"  # a pod's queue (Volcano's example/deploy-with-volcano)
+# Chart ids (dist/ file names, EKS stack construct ids): the queues, each job as job-<name>; both need Volcano's CRDs.
 QUEUE_CHART_ID = "volcano-queue"
 JOB_CHART_PREFIX = "job-"
 DATA_VOLUME = "data"
 SHM_VOLUME = "dshm"
-# A training pod requests three quarters of the node's vCPUs and memory (Burstable: no CPU or memory
-# limit, so it may use the rest): enough to be evicted last, while the kubelet, the device plugins and
-# the CSI node driver keep the other quarter.
+# A training pod requests three quarters of the node's vCPUs and memory (Burstable: it may use the rest), the
+# kubelet, the device plugins and the CSI node driver keep the other quarter.
 TRAINING_SHARE = 0.75
-# Neuron training images run as root and were validated with the runtime's default capabilities (EFA
-# memory registration, the Neuron runtime): only NET_RAW, which nothing uses, is dropped.
+# Neuron images run as root with the runtime's default capabilities (EFA, the Neuron runtime): only NET_RAW dropped.
 TRAINING_SECURITY = container_security(drop=("NET_RAW",))
 # The data pods: requests within a system node, memory limits against a runaway process.
 DATA_LOADER_RESOURCES = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
@@ -74,15 +73,9 @@ SHELL_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"c
 TENSORBOARD_RESOURCES = {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "4Gi"}}
 # TensorBoard only reads event files: it runs as nobody.
 NOBODY = 65534
-
-
-# The archive loader's unpack step ($1 the archive, $2 the directory): POSIX sh and tar options that
-# BusyBox and GNU tar both take.
+# The archive loader's unpack step ($1 the archive, $2 the directory): options BusyBox and GNU tar both take.
 UNPACK_SCRIPT = 'tar -x -o -f "$1" -C "$2" && rm -f "$1"'
-
-
-# The volume of a job's code from a ConfigMap (JobSpec.code).
-CODE_VOLUME = "code"
+CODE_VOLUME = "code"  # the volume of a job's code from a ConfigMap (JobSpec.code)
 
 
 def _check_path(field: str, path: str) -> None:
@@ -169,16 +162,14 @@ class SingleNodeTrainingJob(Chart):
         if job.distributed:
             raise ConfigError("SingleNodeTrainingJob.job.nodes", job.nodes, "1; use DistributedTrainingJob")
         super().__init__(scope, id, labels=CHART_LABELS)
-        labels = {JOB_LABEL: job.name, RANK_LABEL: "0"}
+        labels = {JOB_LABEL: job.name, RANK_LABEL: "0", **_team_label(job)}
+        pod, annotations = training_pod_spec(job, env=job.environment(), claim_name=claim_name), dict(DO_NOT_DISRUPT)
+        if job.team:  # Volcano schedules it in the team's queue (its controller makes the pod a PodGroup)
+            pod, annotations[QUEUE_ANNOTATION] = {**pod, "schedulerName": VOLCANO_SCHEDULER}, team_queue(job.team)
         self.job = api_object(
             self, "Job", api_version="batch/v1", kind="Job", name=job.name, namespace=namespace, labels=labels,
-            spec={
-                "backoffLimit": job.retries,
-                "template": {
-                    "metadata": {"labels": labels, "annotations": dict(DO_NOT_DISRUPT)},
-                    "spec": training_pod_spec(job, env=job.environment(), claim_name=claim_name),
-                },
-            },
+            spec={"backoffLimit": job.retries,
+                  "template": {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod}},
         )
 
 
@@ -213,10 +204,10 @@ class DistributedTrainingJob(Chart):
         ]
         self.volcano_job = api_object(
             self, "Job", api_version="batch.volcano.sh/v1alpha1", kind="Job", name=job.name, namespace=namespace,
-            labels={JOB_LABEL: job.name},
+            labels={JOB_LABEL: job.name, **_team_label(job)},
             spec={
                 "schedulerName": VOLCANO_SCHEDULER,
-                "queue": queue,
+                "queue": team_queue(job.team) if job.team else queue,
                 "minAvailable": job.nodes,  # the gang: all nodes start together or none does
                 "maxRetry": job.retries,
                 "policies": [
@@ -236,7 +227,8 @@ class DistributedTrainingJob(Chart):
             "name": name,
             "replicas": replicas,
             "template": {
-                "metadata": {"labels": {JOB_LABEL: job.name, RANK_LABEL: rank}, "annotations": dict(DO_NOT_DISRUPT)},
+                "metadata": {"labels": {JOB_LABEL: job.name, RANK_LABEL: rank, **_team_label(job)},
+                             "annotations": dict(DO_NOT_DISRUPT)},
                 "spec": training_pod_spec(job, env=env, claim_name=claim_name),
             },
         }
@@ -257,21 +249,25 @@ class ServiceAccountChart(Chart):
 
 
 class VolcanoQueue(Chart):
-    """The Volcano queue training jobs are submitted to.
+    """The Volcano queue training jobs are submitted to, and one per team (``team-<team>``, weighted by its share:
+    Volcano's proportion plugin gives each queue the part of the cluster its weight deserves).
 
     :param name: Default: ``training``.
     :param weight: share of the cluster against other queues. Default: 1.
+    :param teams: each team's share. Default: none.
     """
 
-    def __init__(self, scope: Construct, id: str, *, name: str = DEFAULT_QUEUE, weight: int = 1) -> None:
+    def __init__(self, scope: Construct, id: str, *, name: str = DEFAULT_QUEUE, weight: int = 1,
+                 teams: Mapping[str, int] | None = None) -> None:
         check_name("VolcanoQueue.name", name)
-        if weight < 1:
-            raise ConfigError("VolcanoQueue.weight", weight, "at least 1")
         super().__init__(scope, id, labels=CHART_LABELS)
-        self.queue = api_object(
-            self, "Queue", api_version="scheduling.volcano.sh/v1beta1", kind="Queue", name=name,
-            spec={"weight": weight, "reclaimable": False},
-        )
+        for queue, share, team in ((name, weight, None), *((team_queue(t), s, t) for t, s in (teams or {}).items())):
+            if share < 1:
+                raise ConfigError("VolcanoQueue.weight", share, "at least 1")
+            self.queue = api_object(
+                self, f"Queue-{team}" if team else "Queue", api_version="scheduling.volcano.sh/v1beta1", kind="Queue",
+                name=queue, labels={TEAM_TAG: team} if team else None, spec={"weight": share, "reclaimable": False},
+            )
 
 
 class DataLoaderJob(Chart):
@@ -490,6 +486,10 @@ class TensorBoard(Chart):
             labels=labels,
             spec={"type": "ClusterIP", "selector": labels, "ports": [{"name": "http", "port": self.PORT, "targetPort": self.PORT}]},
         )
+
+
+def _team_label(job: JobSpec) -> dict[str, str]:
+    return {TEAM_TAG: job.team} if job.team else {}
 
 
 def training_job(scope: Construct, id: str, *, job: JobSpec, **kwargs: Any) -> Chart:

@@ -155,12 +155,12 @@ def _recipe(config: Config, name: str | None) -> Any:
     return recipes.recipe_for(config, name, STACK_PART) if recipes.find(name) is not None else None
 
 
-def render(config: Config, job: UserJob, *, name: str, image: str) -> list[dict[str, Any]]:
+def render(config: Config, job: UserJob, *, name: str, image: str, team: str | None = None) -> list[dict[str, Any]]:
     from trainium_cdk.app.workloads import render_job
 
     objects = render_job(
         config, group=job.group.name, name=name, nodes=job.nodes, job=job.job, image=image,
-        command=job.program, env=job.env,
+        command=job.program, env=job.env, team=team,
     )
     if not objects:
         raise CliError(f"the training job chart rendered no objects for group {job.group.name}")
@@ -171,7 +171,7 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
     job = user_job(args, config)
     name = args.name or default_name(job.group)
     image = training_image(args, config, dry_run=args.dry_run)
-    objects = render(config, job, name=name, image=image)
+    objects = render(config, job, name=name, image=image, team=getattr(args, "team", None))
     if args.dry_run:
         # The namespace a submit would use: --namespace, else the kubeconfig context's, else the stack's.
         namespace = args.namespace or _context_namespace(args) or DEFAULT_NAMESPACE

@@ -138,7 +138,8 @@ def add_parsers(sub: Any) -> None:
     add_job_arguments(p)
     p.add_argument("--name", help="job name (default: <group>-<date>-<time>)")
     p.add_argument("--team", metavar="NAME", help="the job's team, one of the config's teams: (Batch: its share of the "
-                   "fair-share queue, and the job's tag team=NAME); required on Batch when the config has teams")
+                   "fair-share queue and the tag team=NAME; EKS: its Volcano queue team-NAME and the label team=NAME); "
+                   "required on Batch when the config has teams")
     p.add_argument("--priority", type=int, metavar="N", help="with --team: the job's priority within its team's share, "
                    "0 to 9999 (Batch's schedulingPriorityOverride; default 0)")
     p.add_argument(
@@ -341,8 +342,8 @@ def check_team(args: argparse.Namespace, config: Config, backend: str) -> None:
                           "no job without one")
     if team is not None and team not in names:
         raise ConfigError("--team", team, "a team of the config; " + one_of(names))
-    if team is not None and backend != "batch":
-        raise ConfigError("--team", team, f"left out on {backend}: teams share the batch backend only so far "
+    if team is not None and backend not in ("batch", "eks"):
+        raise ConfigError("--team", team, f"left out on {backend}: teams share Batch and EKS only so far "
                           "(docs/guide/teams.md)")
     if priority is not None and team is None:
         raise ConfigError("--priority", priority, "with --team only (a priority within the team's share)")

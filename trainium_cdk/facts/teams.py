@@ -18,6 +18,11 @@ FAIR_SHARE_QUEUE_SUFFIX = "-teams"
 MAX_PRIORITY = 9999
 
 
+def team_queue(team: str) -> str:
+    """A team's Volcano queue on EKS (cluster-wide names: never the training queue's or Volcano's own default)."""
+    return f"team-{team}"
+
+
 def share_identifier(team: str) -> str:
     """A team's AWS Batch share identifier: its name with '_' for '-'."""
     return team.replace("-", "_")

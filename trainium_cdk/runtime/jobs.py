@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts import defaults
 from trainium_cdk.facts.catalog import InstanceSpec
+from trainium_cdk.facts.teams import TEAM_NAME
 from trainium_cdk.facts.versions import NeuronTrack
 from trainium_cdk.runtime.launcher import launch_command
 from trainium_cdk.runtime.training_env import HF_HOME, cache_dir, job_environment  # noqa: F401 (HF_HOME: its old home)
@@ -75,6 +76,8 @@ class JobSpec:
         Default: none (the pods get no credentials and no Kubernetes API token).
     :param metrics_push_url: the Pushgateway its launcher pushes the job's metrics to (``TRN_METRICS_PUSH_URL``):
         EKS with observability.prometheus. Default: none.
+    :param team: the team whose job it is (the config's ``teams:``): on EKS its pods carry the label ``team`` and
+        are scheduled in the team's Volcano queue (``team-<team>``), a one-node job too. Default: none.
     :param cpu_only: CPU work on one node (a data preparation): on EKS its pod asks for no Neuron device, tolerates
         no Trainium node's taint and so runs on the system nodes. Default: False.
     :param code: EKS: a ConfigMap of the job's namespace mounted read-only at a directory, (name, directory):
@@ -100,6 +103,7 @@ class JobSpec:
     metrics_push_url: str | None = None
     code: tuple[str, str] | None = None
     cpu_only: bool = False
+    team: str | None = None
 
     def __post_init__(self) -> None:
         if not _JOB_NAME.fullmatch(self.name):
@@ -108,6 +112,8 @@ class JobSpec:
             )
         if not self.command:
             raise ConfigError("command", list(self.command), "the training program and its arguments")
+        if self.team is not None and not TEAM_NAME.fullmatch(self.team):
+            raise ConfigError("team", self.team, "a team's name: a lower-case DNS label of at most 32 characters")
         if self.cpu_only and self.nodes != 1:
             raise ConfigError("nodes", self.nodes, "1 for a CPU-only job (cpu_only: one process of CPU work)")
         maximum = self.max_nodes if self.max_nodes is not None else self.nodes

@@ -60,7 +60,6 @@ def test_the_dry_run_names_the_fair_share_queue(aws, batch, teams_config):
     ((), ["--team", "a team of the config", "research", "platform-eng"]),
     (("--team", "ops"), ["--team", "'ops'", "research", "platform-eng"]),
     (("--team", "research", "--priority", "10000"), ["--priority", "10000", "0 to 9999"]),
-    (("--team", "research", "--backend", "eks"), ["--team", "batch"]),
 ])
 def test_team_misuse_is_one_clean_line(aws, batch, teams_config, argv, words):
     result = run_cli("submit", "--config", str(teams_config), *argv)
@@ -72,3 +71,32 @@ def test_a_config_without_teams_takes_no_team(aws, batch, default_config):
     config = default_config("batch", name="solo.yaml")
     result = run_cli("submit", "--config", str(config), "--team", "research")
     assert_one_clean_line(result, "--team", "'research'", "teams:")
+
+
+def test_on_eks_a_team_s_job_goes_to_its_volcano_queue_with_its_label(aws, teams_config):
+    """A gang job in the team's queue, a one-node job too (Volcano schedules its pod in that queue); both labelled
+    team=NAME, which EKS split cost allocation imports."""
+    import yaml as yaml_
+
+    from tests.support.chart_helpers import validate_all
+
+    multi = run_cli("submit", "--config", str(teams_config), "--backend", "eks", "--team", "research", "--nodes", "2", "--name", "r1",
+                    "--image", "example.com/train:1", "--dry-run")
+    assert multi.code == 0, multi.err
+    (job,) = [o for o in yaml_.safe_load_all(multi.out) if o]
+    assert (job["kind"], job["spec"]["queue"], job["metadata"]["labels"]["team"]) == ("Job", "team-research", "research")
+    assert {t["template"]["metadata"]["labels"]["team"] for t in job["spec"]["tasks"]} == {"research"}
+    single = run_cli("submit", "--config", str(teams_config), "--backend", "eks", "--team", "platform-eng",
+                     "--nodes", "1", "--name", "e1", "--image", "example.com/train:1", "--dry-run")
+    assert single.code == 0, single.err
+    (job,) = [o for o in yaml_.safe_load_all(single.out) if o]
+    validate_all([job])
+    template = job["spec"]["template"]
+    assert (job["apiVersion"], template["spec"]["schedulerName"]) == ("batch/v1", "volcano")
+    assert template["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] == "team-platform-eng"
+    assert template["metadata"]["labels"]["team"] == "platform-eng"
+    # Without --team on EKS: the training queue, as before (teams are required on Batch only).
+    plain = run_cli("submit", "--config", str(teams_config), "--backend", "eks", "--nodes", "2", "--name", "p1",
+                    "--image", "example.com/train:1", "--dry-run")
+    (job,) = [o for o in yaml_.safe_load_all(plain.out) if o]
+    assert job["spec"]["queue"] == "training" and "team" not in job["metadata"]["labels"]

@@ -205,7 +205,8 @@ def delivered(pattern: dict[str, Any], events: list[dict[str, Any]], region: str
             }])
         received = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages", [])
         details = [json.loads(m["Body"])["detail"] for m in received]
-        return [d.get("jobId") or d.get("eventTypeCode") or d["alarmName"] for d in details]
+        return [d.get("jobId") or d.get("eventTypeCode") or d.get("capacity-reservation-id") or d["alarmName"]
+                for d in details]
 
 
 def mail(target: dict[str, Any], event: dict[str, Any]) -> str:
@@ -509,3 +510,36 @@ def test_the_karpenter_alarm_counts_its_filters_matches(karpenter_filter):
 def test_managed_node_groups_have_no_karpenter_alarm():
     result = apps.synthesized("trn1n.32xlarge+trn1.2xlarge")  # eks.capacity: managed
     assert not resources(result.template_json("eks"), "AWS::Logs::MetricFilter")
+
+
+def capacity_block_event(detail_type: str, block: str) -> dict[str, Any]:
+    """An EC2 Capacity Block event as the EC2 User Guide shows it ("Monitor Capacity Blocks using EventBridge")."""
+    return {
+        "version": "0", "id": "4d0f7a36-2f1a-4f4c-9e1e-6a1c7d3b5e01", "detail-type": detail_type, "source": "aws.ec2",
+        "account": ACCOUNT, "time": "2026-12-09T10:50:00Z", "region": "us-west-2",
+        "resources": [f"arn:aws:ec2:us-west-2:{ACCOUNT}:capacity-reservation/{block}"],
+        "detail": {"capacity-reservation-id": block, "end-date": "2026-12-09T11:30:00.000Z"},
+    }
+
+
+def test_a_capacity_block_s_start_and_expiration_warning_are_mailed_in_both_spellings():
+    """Issue 47: EC2 sends "Delivered" at a block's start and "Expiration Warning" 40 minutes before its end; the
+    guide spells them with and without "Reservation". This deployment's blocks only; nothing without a block."""
+    result = synth(config_with(**apps.CAPACITY), nag=False)
+    found = rule(result.template_json("network"), "EC2 Capacity Blocks")
+    ours, theirs = apps.CAPACITY_BLOCK_ID, "cr-0ccccccccccccccccc"
+    samples = [
+        capacity_block_event("Capacity Block Reservation Expiration Warning", ours),
+        capacity_block_event("Capacity Block Delivered", ours),
+        capacity_block_event("Capacity Block Reservation Delivered", theirs),
+        capacity_block_event("EC2 Capacity Reservation Active", ours),
+    ]
+    assert delivered(resolved(found["EventPattern"], "us-west-2"), samples, "us-west-2") == [ours, ours]
+    (target,) = found["Targets"]
+    assert mail(target, samples[0]).splitlines()[0] == (
+        f"EC2 Capacity Block {ours}: Capacity Block Reservation Expiration Warning (the block ends "
+        "2026-12-09T11:30:00.000Z).")
+    # The reserved (not block) group's reservation is no block: not matched.
+    assert found["EventPattern"]["detail"] == {"capacity-reservation-id": [ours]}
+    assert not [r for r in resources(synth(config_with(), nag=False).template_json("network"), "AWS::Events::Rule")
+                .values() if r["Properties"].get("Description", "").startswith("EC2 Capacity Blocks")]

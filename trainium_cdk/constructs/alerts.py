@@ -60,6 +60,33 @@ EC2_SCHEDULED_CHANGE = events.EventPattern(
     detail={"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]},
 )
 
+# EC2 Capacity Blocks (EC2 User Guide, "Monitor Capacity Blocks using EventBridge"): "Delivered" when a block starts,
+# "Expiration Warning" 40 minutes before it ends (its instances start terminating 10 minutes later); detail names the
+# block (capacity-reservation-id) and its end-date. The guide spells the detail type with "Reservation" in its
+# examples and without it in its headings: both are matched.
+CAPACITY_BLOCK_EVENTS = (
+    "Capacity Block Reservation Delivered", "Capacity Block Delivered",
+    "Capacity Block Reservation Expiration Warning", "Capacity Block Expiration Warning",
+)
+
+
+def capacity_block_events(reservation_ids: Sequence[str]) -> events.EventPattern:
+    """A block of ``reservation_ids`` started, or ends in 40 minutes."""
+    return events.EventPattern(source=["aws.ec2"], detail_type=list(CAPACITY_BLOCK_EVENTS),
+                               detail={"capacity-reservation-id": sorted(reservation_ids)})
+
+
+def capacity_block_message() -> events.RuleTargetInput:
+    field = events.EventField.from_path
+    block = field("$.detail.capacity-reservation-id")
+    return events.RuleTargetInput.from_multiline_text("\n".join((
+        f"EC2 Capacity Block {block}: {field('$.detail-type')} (the block ends {field('$.detail.end-date')}).",
+        "Delivered: the block is active: its nodes can start (trn doctor shows its state).",
+        "Expiration Warning: EC2 terminates the block's instances from 30 minutes before its end, 10 minutes from "
+        "this warning: a job still running loses what it did since its last checkpoint.",
+    )))
+
+
 # ParallelCluster creates CloudWatch alarms for the head node and "doesn't configure alarm actions" (ParallelCluster
 # User Guide, "Amazon CloudWatch alarms for cluster metrics": <cluster>-HeadNode-Health, -Cpu, -Mem, -Disk and, from
 # 3.15 with CloudWatch logging, -ClustermgtdHeartbeat; the composite <cluster>-HeadNode is red when any is); its

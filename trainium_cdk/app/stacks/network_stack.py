@@ -7,7 +7,14 @@ from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
 from trainium_cdk.app.config import Config
-from trainium_cdk.constructs.alerts import EC2_SCHEDULED_CHANGE, AlarmTopic, ec2_scheduled_change_message, notify
+from trainium_cdk.constructs.alerts import (
+    EC2_SCHEDULED_CHANGE,
+    AlarmTopic,
+    capacity_block_events,
+    capacity_block_message,
+    ec2_scheduled_change_message,
+    notify,
+)
 from trainium_cdk.constructs.network import ComputePlacement, TrainingNetwork
 from trainium_cdk.constructs.prometheus import MetricsWorkspace
 from trainium_cdk.examples import BERT_DATASET_ARCHIVE, offers_bert_example
@@ -64,6 +71,14 @@ class NetworkStack(Stack):
             message=ec2_scheduled_change_message(),
             description="AWS Health: EC2 scheduled changes (maintenance, retirement, reboot, stop) to the alarm topic",
         )
+        # The config's Capacity Blocks: their start and their expiration warning, mailed (issue 47).
+        blocks = [g.capacity.reservation_id for g in config.compute_groups
+                  if g.capacity.type == "capacity-block" and g.capacity.reservation_id]
+        self.capacity_blocks = notify(
+            self, "CapacityBlockEvents", topic=self.alerts.topic, pattern=capacity_block_events(blocks),
+            message=capacity_block_message(),
+            description="EC2 Capacity Blocks of this deployment: delivered, and 40 minutes before their end",
+        ) if blocks else None
         CfnOutput(self, OUTPUT_ALARM_TOPIC_ARN, value=self.alerts.topic.topic_arn,
                   description="Alarms and events of this deployment: `aws sns subscribe --topic-arn ... --protocol email`")
         # One metrics workspace per deployment, here for the same reason: every backend writes into it.

@@ -25,7 +25,7 @@ from constructs import Construct
 
 from trainium_cdk.constructs.batch_grants import BatchGrants
 from trainium_cdk.constructs.batch_node import BatchNodeSetup, node_setup
-from trainium_cdk.constructs.batch_queue import DEFAULT_RUNNABLE_TIMEOUT, job_queue
+from trainium_cdk.constructs.batch_queue import DEFAULT_RUNNABLE_TIMEOUT, job_queue, queue_name
 from trainium_cdk.constructs.batch_roles import BatchInstanceRole, BatchRoles
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.log_encryption import encrypt_log_groups
@@ -276,7 +276,9 @@ class TrainiumBatch(Construct, BatchGrants):
         cfn_ce.add_property_override("ComputeResources.LaunchTemplate.Version", self.launch_template.latest_version)
 
         name = f"{name_prefix}-{group_name}" if name_prefix else None
-        self.job_queue = job_queue(self, name=name, compute_environment=self.compute_environment, shares=shares,
+        self.shares = dict(shares or {})  # share identifier -> share; none: a FIFO queue
+        queue = queue_name(name, fair_share=bool(shares))
+        self.job_queue = job_queue(self, name=queue, compute_environment=self.compute_environment, shares=shares,
                                    runnable_timeout=None if capacity_block else runnable_timeout)
         self.log_group = logs.LogGroup(
             self,
@@ -318,7 +320,7 @@ class TrainiumBatch(Construct, BatchGrants):
         cfn_definition.add_property_override("NodeProperties.NodeRangeProperties.0.TargetNodes", ALL_NODES)
 
         # The L2 name of a job definition is its ARN (with the revision): keep the plain names.
-        self.job_queue_name = name or self.job_queue.job_queue_name
+        self.job_queue_name = queue or self.job_queue.job_queue_name
         self.job_definition_name = name or self.job_definition.job_definition_arn
 
     @property

@@ -47,6 +47,11 @@ def weight_factors(shares: Mapping[str, int]) -> dict[str, float]:
     return factors
 
 
+def queue_name(name: str | None, *, fair_share: bool) -> str | None:
+    """A group's queue name: ``name``, and a fair-share queue's with ``-teams``."""
+    return f"{name}{FAIR_SHARE_SUFFIX}" if name and fair_share else name
+
+
 def job_queue(
     scope: Construct,
     *,
@@ -56,9 +61,9 @@ def job_queue(
     shares: Mapping[str, int] | None,
     share_decay: Duration = DEFAULT_SHARE_DECAY,
 ) -> batch.JobQueue:
-    """The queue of ``compute_environment``: FIFO (construct id ``JobQueue``, named ``name``), or with ``shares`` a
-    fair-share queue (``FairShareJobQueue``, named ``name`` + ``-teams``) whose scheduling policy weighs each share
-    identifier by its share. A FIFO queue cancels a job stuck in RUNNABLE after ``runnable_timeout``; a fair-share
+    """The queue of ``compute_environment``: FIFO (construct id ``JobQueue``), or with ``shares`` a fair-share queue
+    (``FairShareJobQueue``; name it apart from a FIFO queue it replaces: queue_name) whose scheduling policy weighs
+    each share identifier by its share. A FIFO queue cancels a job stuck in RUNNABLE after ``runnable_timeout``; a fair-share
     queue too (Batch's job state time limit actions work on both)."""
     environments = [batch.OrderedComputeEnvironment(compute_environment=compute_environment, order=1)]
     actions = _stuck_job_actions(runnable_timeout)
@@ -69,7 +74,7 @@ def job_queue(
         scope, "SchedulingPolicy", share_decay=share_decay,
         shares=[batch.Share(share_identifier=k, weight_factor=v) for k, v in sorted(weight_factors(shares).items())],
     )
-    return batch.JobQueue(scope, "FairShareJobQueue", job_queue_name=name and f"{name}{FAIR_SHARE_SUFFIX}",
+    return batch.JobQueue(scope, "FairShareJobQueue", job_queue_name=name,
                           priority=JOB_QUEUE_PRIORITY, compute_environments=environments,
                           job_state_time_limit_actions=actions, scheduling_policy=policy)
 

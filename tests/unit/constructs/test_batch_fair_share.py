@@ -10,7 +10,7 @@ from trainium_cdk import ConfigError, GroupNodes, TrainiumBatch
 from trainium_cdk.constructs.batch_queue import weight_factors
 
 
-def _queue(shares=None):
+def _queue(shares=None, keep=None):
     def build(stack, imported):
         return TrainiumBatch(stack, "Queue", group=GroupNodes("pretrain", TRN1, max_nodes=2), vpc=imported.vpc,
                              subnets=[imported.subnet], security_groups=[imported.efa_group], name_prefix="ml",
@@ -23,7 +23,10 @@ def _of(template, kind):
 
 
 def test_shares_make_a_fair_share_queue_weighing_each_team():
-    _, template = _queue({"research": 3, "platform_eng": 1})
+    built, template = _queue({"research": 3, "platform_eng": 1})
+    # What the stack's outputs, its failed-job rule and its submit command name: the new queue's name (they named
+    # the FIFO queue's before, which no longer exists).
+    assert built.job_queue_name == "ml-pretrain-teams"
     ((policy_id, policy),) = _of(template, "AWS::Batch::SchedulingPolicy").items()
     # Batch's weight factor: lower gets more. Share 3 against 1: research 1.0, platform 3.0 (a third of the nodes).
     assert policy["Properties"]["FairsharePolicy"] == {

@@ -194,13 +194,16 @@ def group_entry(region: str, training: TrainiumBatch) -> dict[str, str]:
 
 
 def submit_job_command(region: str, training: TrainiumBatch) -> str:
-    """The `aws batch submit-job` command of one compute group (its default script, or the configured one)."""
+    """The `aws batch submit-job` command of one compute group (its default script, or the configured one). A
+    fair-share queue takes no job without a share identifier: TEAM stands for the submitter's (`trn submit --team`
+    fills it in)."""
     parts = [
         "aws batch submit-job",
         f"--region {region}",
         f"--job-name {training.group_name}-training",
         f"--job-queue {training.job_queue_name}",
         f"--job-definition {training.job_definition_name}",
+        *(["--share-identifier TEAM --scheduling-priority-override 0"] if training.shares else []),
     ]
     parameters = training.job_definition.parameters
     if parameters and SCRIPT_PARAMETER in parameters:

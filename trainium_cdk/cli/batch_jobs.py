@@ -41,7 +41,7 @@ from trainium_cdk.facts.names import (
     OUTPUT_BATCH_GROUPS,
     output_key,
 )
-from trainium_cdk.facts.teams import FAIR_SHARE_QUEUE_SUFFIX
+from trainium_cdk.facts.teams import queue_name
 from trainium_cdk.runtime.batch_job import (
     BASED_ON_TAG,
     BatchSubmission,
@@ -177,8 +177,7 @@ def _dry_run(config: Config, group: ComputeGroup, job: UserJob, *, name: str, no
             f"revision's properties, with image {image} on every container, tagged {BASED_ON_TAG}=<that revision's "
             f"ARN>; the job then runs on the new revision\n"
         )
-    queue = f"{resource}{FAIR_SHARE_QUEUE_SUFFIX}" if config.teams else resource  # its fair-share queue
-    request = submission.request(queue=queue, definition=resource)
+    request = submission.request(queue=queue_name(resource, fair_share=bool(config.teams)), definition=resource)
     out.write(f"SubmitJob:\n{json.dumps(request, indent=2)}\n")
     return 0
 

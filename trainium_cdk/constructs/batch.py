@@ -25,7 +25,7 @@ from constructs import Construct
 
 from trainium_cdk.constructs.batch_grants import BatchGrants
 from trainium_cdk.constructs.batch_node import BatchNodeSetup, node_setup
-from trainium_cdk.constructs.batch_queue import DEFAULT_RUNNABLE_TIMEOUT, job_queue, queue_name
+from trainium_cdk.constructs.batch_queue import DEFAULT_RUNNABLE_TIMEOUT, job_queue
 from trainium_cdk.constructs.batch_roles import BatchInstanceRole, BatchRoles
 from trainium_cdk.constructs.efa_launch_template import EfaLaunchTemplate
 from trainium_cdk.constructs.log_encryption import encrypt_log_groups
@@ -36,6 +36,7 @@ from trainium_cdk.facts.capacity import GroupNodes
 from trainium_cdk.facts.catalog import BATCH_MAX_ATTEMPTS, BATCH_MAX_UPDATE_TIMEOUT_MINUTES, InstanceSpec, check_ami_id
 from trainium_cdk.facts.defaults.cdk import LOG_RETENTION
 from trainium_cdk.facts.names import BASE_TAG_BUILD_ARG, NODE_METRICS_DIR, SHARED_MOUNT
+from trainium_cdk.facts.teams import queue_name
 from trainium_cdk.facts.versions import XLA_TRACK, NeuronTrack
 from trainium_cdk.runtime.batch_job import ALL_NODES, SCRIPT_PARAMETER, default_script
 from trainium_cdk.runtime.jobs import check_precompile_steps

@@ -9,7 +9,6 @@ from aws_cdk import aws_batch as batch
 from constructs import Construct
 
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.facts.teams import FAIR_SHARE_QUEUE_SUFFIX
 
 JOB_QUEUE_PRIORITY = 1
 # A FIFO queue: a job that cannot get its instances (no capacity, a group too small for it) blocks every job behind
@@ -29,9 +28,6 @@ DEFAULT_SHARE_DECAY = Duration.days(1)
 # Batch's weight factors: 0.0001 to 999.9999, lower gets more ("a weight factor of 0.125 (1/8) gets 8 times the
 # compute resources of 1": AWS Batch user guide, "Fair-share scheduling policies").
 MAX_WEIGHT_FACTOR = 999.9999
-# A fair-share queue's name: not the FIFO queue's, which CloudFormation replaces by a new one (a queue takes its
-# scheduling policy when it is created) and cannot create under the name the old one still holds.
-FAIR_SHARE_SUFFIX = FAIR_SHARE_QUEUE_SUFFIX
 
 
 def weight_factors(shares: Mapping[str, int]) -> dict[str, float]:
@@ -47,11 +43,6 @@ def weight_factors(shares: Mapping[str, int]) -> dict[str, float]:
     return factors
 
 
-def queue_name(name: str | None, *, fair_share: bool) -> str | None:
-    """A group's queue name: ``name``, and a fair-share queue's with ``-teams``."""
-    return f"{name}{FAIR_SHARE_SUFFIX}" if name and fair_share else name
-
-
 def job_queue(
     scope: Construct,
     *,
@@ -62,7 +53,7 @@ def job_queue(
     share_decay: Duration = DEFAULT_SHARE_DECAY,
 ) -> batch.JobQueue:
     """The queue of ``compute_environment``: FIFO (construct id ``JobQueue``), or with ``shares`` a fair-share queue
-    (``FairShareJobQueue``; name it apart from a FIFO queue it replaces: queue_name) whose scheduling policy weighs
+    (``FairShareJobQueue``; name it apart from a FIFO queue it replaces: facts.teams.queue_name) whose scheduling policy weighs
     each share identifier by its share. A FIFO queue cancels a job stuck in RUNNABLE after ``runnable_timeout``; a fair-share
     queue too (Batch's job state time limit actions work on both)."""
     environments = [batch.OrderedComputeEnvironment(compute_environment=compute_environment, order=1)]

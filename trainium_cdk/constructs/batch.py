@@ -169,7 +169,6 @@ class TrainiumBatch(Construct, BatchGrants):
     ) -> None:
         super().__init__(scope, construct_id)
         group_name, spec, maximum = group.group_name, group.spec, group.max_nodes
-        capacity_block = group.capacity.is_capacity_block
         _check(
             spec=spec, subnets=subnets, security_groups=security_groups, nodes=nodes, maximum=maximum,
             command=command, retry_attempts=retry_attempts,
@@ -178,148 +177,37 @@ class TrainiumBatch(Construct, BatchGrants):
             check_ami_id(ami_id)
         self.track = track
         self.precompile_steps = check_precompile_steps("precompile_steps", precompile_steps)
-        self.group_name = group_name
-        self.spec = spec
-        self.nodes = nodes
-        self.max_nodes = maximum
+        self.group_name, self.spec, self.nodes, self.max_nodes = group_name, spec, nodes, maximum
         self.multi_node = spec.has_efa
         self._connections = ec2.Connections(security_groups=list(security_groups))
-        # Without an image of the user's, the job runs the MLP example from its image: nothing to copy to /fsx
-        # before the first job (a bare Neuron container would need the script put on the file system first).
-        self.example_image: ecr_assets.DockerImageAsset | None = None
-        if image_uri is None:
-            self.example_image = ecr_assets.DockerImageAsset(
-                self,
-                "ExampleImage",
-                directory=str(EXAMPLE_DIR),
-                platform=ecr_assets.Platform.LINUX_AMD64,
-                build_args={BASE_TAG_BUILD_ARG: track.training_image_tag},
-            )
-            image_uri = self.example_image.image_uri
-        self.image = image_uri
+        self.image = self._image(image_uri, track)
         self.cache_dir = cache_dir(group_name, shared=storage is not None)
         self._shared_storage = storage is not None
-        if capacity_block:
+        if group.capacity.is_capacity_block:
             Annotations.of(self).add_warning_v2(
                 "trainium-cdk:batch-capacity-block",
                 f"compute group {group_name}: AWS Batch ignores the launch template's instance market options, "
                 "which a Capacity Block needs; use the EKS backend for capacity blocks.",
             )
-
-        # AWS publishes the parameter in every region: the template reads it at deploy, synth stays offline.
-        self.image_parameter = None if ami_id is not None else track.ecs_neuron_ami_parameter
-        image_id = ami_id or ec2.MachineImage.from_ssm_parameter(track.ecs_neuron_ami_parameter).get_image(self).image_id
-        self.node_setup = BatchNodeSetup(self, "NodeSetup", setup=node_setup(
-            spec, storage, driver=track.driver, runtime=track.runtime, collectives=track.collectives,
-            metrics_deployment=metrics_deployment,
-            prometheus_remote_write=prometheus_remote_write))
-        self.launch_template = EfaLaunchTemplate(
-            self,
-            "LaunchTemplate",
-            spec=spec,
-            security_groups=security_groups,
-            placement_group=placement_group,
-            root_volume_gib=group.root_volume_gib,
-            capacity=group.capacity,
-            image_id=image_id,
-            user_data=self.node_setup.user_data,
-        )
-        # A host whose setup failed shuts down (node/batch_bootstrap.sh): terminated, not stopped, so that Batch
-        # replaces it (AWS Batch takes the launch template's other settings; its user guide lists what it ignores).
-        self.launch_template.resource.add_property_override(
-            "LaunchTemplateData.InstanceInitiatedShutdownBehavior", "terminate")
-        self.metrics_deployment = metrics_deployment
-        self.roles = roles or BatchRoles(self, "Roles", description=f"compute group {group_name}")
-        self.node_role = BatchInstanceRole(
-            self, "InstanceRole", description=f"compute group {group_name}", metrics=metrics_deployment is not None
-        )
-        self.instance_role = self.node_role.role
-        self.job_role = self.roles.job_role
-        self.execution_role = self.roles.execution_role
-        # Depending on its configuration the ECS agent pulls with the execution or the instance role: both may.
-        self._grant_pull(self.instance_role)
-        self._grant_pull(self.execution_role)
-        self.node_setup.grant_read(self.instance_role)
-        self.compute_environment = batch.ManagedEc2EcsComputeEnvironment(
-            self,
-            "ComputeEnvironment",
-            vpc=vpc,
-            vpc_subnets=ec2.SubnetSelection(subnets=list(subnets)),
-            instance_types=[ec2.InstanceType(spec.name)],
-            use_optimal_instance_classes=False,
-            minv_cpus=0,
-            maxv_cpus=maximum * spec.vcpus,
-            placement_group=placement_group,
-            launch_template=ec2.LaunchTemplate.from_launch_template_attributes(
-                self,
-                "LaunchTemplateRef",
-                launch_template_id=self.launch_template.launch_template_id,
-                version_number=self.launch_template.latest_version,
-            ),
-            instance_role=self.instance_role,
-            security_groups=list(security_groups),
-            images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2023)],
-            allocation_strategy=batch.AllocationStrategy.BEST_FIT_PROGRESSIVE,
-            spot=False,
-            # An infrastructure update (a new launch template version: a Neuron pin, the AMI, the user data)
-            # lets running jobs run as long as Batch allows, never kills them at once (default: 30 minutes).
-            terminate_on_update=False,
-            update_timeout=infrastructure_update_timeout(job_timeout, update_timeout),
-        )
-        cfn_ce = self.compute_environment.node.default_child
-        assert isinstance(cfn_ce, batch.CfnComputeEnvironment)
-        # The group's ECS agent on this environment's cluster only (the L2 makes the role's instance profile).
-        self.ecs_agent_policy = self.node_role.scope_to(cfn_ce)
-        if spec.has_efa:
-            # EC2 rejects instance-level security groups next to the template's network interfaces.
-            cfn_ce.add_property_deletion_override("ComputeResources.SecurityGroupIds")
-        # The L2 leaves the version out ($Default); pin it so a template change updates the nodes.
-        cfn_ce.add_property_override("ComputeResources.LaunchTemplate.Version", self.launch_template.latest_version)
+        self._node_setup(group, security_groups, placement_group, storage, ami_id, metrics_deployment,
+                         prometheus_remote_write)
+        self._roles(roles, metrics=metrics_deployment is not None)
+        self.compute_environment = self._compute_environment(
+            vpc, subnets, security_groups, placement_group, infrastructure_update_timeout(job_timeout, update_timeout))
 
         name = f"{name_prefix}-{group_name}" if name_prefix else None
         self.shares = dict(shares or {})  # share identifier -> share; none: a FIFO queue
         queue = queue_name(name, fair_share=bool(shares))
         self.job_queue = job_queue(self, name=queue, compute_environment=self.compute_environment, shares=shares,
-                                   runnable_timeout=None if capacity_block else runnable_timeout)
-        self.log_group = logs.LogGroup(
-            self,
-            "Logs",
-            retention=log_retention,
-            removal_policy=log_removal_policy,
-        )
+                                   runnable_timeout=None if group.capacity.is_capacity_block else runnable_timeout)
+        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=log_removal_policy)
         encrypt_log_groups(self)
         self.container = self._container(command, storage)
         Annotations.of(self.container).acknowledge_warning(
             "@aws-cdk/aws-ecs:ecrImageRequiresPolicy",
             "The instance and execution roles are granted pulls from the training image's repository.",
         )
-        script = default_script(example_image=self.example_image is not None, shared_storage=storage is not None)
-        parameters = None if command else {SCRIPT_PARAMETER: script}
-        # Multi-node parallel even for one node (a type without EFA): Batch runs those in awsvpc mode (AWS Batch
-        # user guide, "Compute environment considerations for MNP"), where the node setup's ECS_AWSVPC_BLOCK_IMDS
-        # keeps the job from the instance metadata and so from the instance role. A container job runs in the
-        # host's network, where neither that setting nor the hop limit of 1 applies, and an iptables block of
-        # 169.254.169.254 cannot tell the job from the ECS agent, which shares that network and needs the role
-        # (ECS developer guide, "Amazon ECS task IAM role": blocks for awsvpc and bridge tasks only).
-        self.job_definition = batch.MultiNodeJobDefinition(
-            self,
-            "JobDefinition",
-            job_definition_name=name,
-            containers=[batch.MultiNodeContainer(container=self.container, start_node=0, end_node=nodes - 1)],
-            main_node=0,
-            instance_type=ec2.InstanceType(spec.name),
-            parameters=parameters,
-            retry_attempts=retry_attempts,
-            retry_strategies=retry_strategies(),
-            timeout=job_timeout,
-            propagate_tags=True,
-        )
-        # The L2 closes the node range at the default count ("0:1"); an open range ("0:") lets a
-        # submit-time numNodes override reach every node (escape hatch: the L2 has no open range).
-        cfn_definition = self.job_definition.node.default_child
-        assert isinstance(cfn_definition, batch.CfnJobDefinition)
-        cfn_definition.add_property_override("NodeProperties.NodeRangeProperties.0.TargetNodes", ALL_NODES)
-
+        self.job_definition = self._job_definition(name, command, storage, retry_attempts, job_timeout)
         # The L2 name of a job definition is its ARN (with the revision): keep the plain names.
         self.job_queue_name = queue or self.job_queue.job_queue_name
         self.job_definition_name = name or self.job_definition.job_definition_arn
@@ -337,6 +225,138 @@ class TrainiumBatch(Construct, BatchGrants):
             container=True, shared_storage=self._shared_storage, track=self.track,
             precompile_steps=self.precompile_steps, node_metrics=True,
         )
+
+    def _image(self, image_uri: str | None, track: NeuronTrack) -> str:
+        """The configured image; without one, the MLP example's, built from its folder: nothing to copy to /fsx
+        before the first job (a bare Neuron container would need the script put on the file system first)."""
+        self.example_image: ecr_assets.DockerImageAsset | None = None
+        if image_uri is not None:
+            return image_uri
+        self.example_image = ecr_assets.DockerImageAsset(
+            self,
+            "ExampleImage",
+            directory=str(EXAMPLE_DIR),
+            platform=ecr_assets.Platform.LINUX_AMD64,
+            build_args={BASE_TAG_BUILD_ARG: track.training_image_tag},
+        )
+        return self.example_image.image_uri
+
+    def _node_setup(
+        self,
+        group: GroupNodes,
+        security_groups: Sequence[ec2.ISecurityGroup],
+        placement_group: ec2.IPlacementGroup | None,
+        storage: LustreMount | None,
+        ami_id: str | None,
+        metrics_deployment: str | None,
+        prometheus_remote_write: str | None,
+    ) -> None:
+        """What a node runs at boot (``node_setup``) and the launch template that carries it."""
+        track, spec = self.track, group.spec
+        # AWS publishes the parameter in every region: the template reads it at deploy, synth stays offline.
+        self.image_parameter = None if ami_id is not None else track.ecs_neuron_ami_parameter
+        image_id = ami_id or ec2.MachineImage.from_ssm_parameter(track.ecs_neuron_ami_parameter).get_image(self).image_id
+        self.node_setup = BatchNodeSetup(self, "NodeSetup", setup=node_setup(
+            spec, storage, driver=track.driver, runtime=track.runtime, collectives=track.collectives,
+            metrics_deployment=metrics_deployment,
+            prometheus_remote_write=prometheus_remote_write))
+        self.launch_template = EfaLaunchTemplate(
+            self, "LaunchTemplate", spec=spec, security_groups=security_groups, placement_group=placement_group,
+            root_volume_gib=group.root_volume_gib, capacity=group.capacity, image_id=image_id,
+            user_data=self.node_setup.user_data,
+        )
+        # A host whose setup failed shuts down (node/batch_bootstrap.sh): terminated, not stopped, so that Batch
+        # replaces it (AWS Batch takes the launch template's other settings; its user guide lists what it ignores).
+        self.launch_template.resource.add_property_override(
+            "LaunchTemplateData.InstanceInitiatedShutdownBehavior", "terminate")
+        self.metrics_deployment = metrics_deployment
+
+    def _roles(self, roles: BatchRoles | None, *, metrics: bool) -> None:
+        description = f"compute group {self.group_name}"
+        self.roles = roles or BatchRoles(self, "Roles", description=description)
+        self.node_role = BatchInstanceRole(self, "InstanceRole", description=description, metrics=metrics)
+        self.instance_role = self.node_role.role
+        self.job_role = self.roles.job_role
+        self.execution_role = self.roles.execution_role
+        # Depending on its configuration the ECS agent pulls with the execution or the instance role: both may.
+        self._grant_pull(self.instance_role)
+        self._grant_pull(self.execution_role)
+        self.node_setup.grant_read(self.instance_role)
+
+    def _compute_environment(
+        self,
+        vpc: ec2.IVpc,
+        subnets: Sequence[ec2.ISubnet],
+        security_groups: Sequence[ec2.ISecurityGroup],
+        placement_group: ec2.IPlacementGroup | None,
+        update_timeout: Duration,
+    ) -> batch.ManagedEc2EcsComputeEnvironment:
+        spec = self.spec
+        environment = batch.ManagedEc2EcsComputeEnvironment(
+            self,
+            "ComputeEnvironment",
+            vpc=vpc,
+            vpc_subnets=ec2.SubnetSelection(subnets=list(subnets)),
+            instance_types=[ec2.InstanceType(spec.name)],
+            use_optimal_instance_classes=False,
+            minv_cpus=0,
+            maxv_cpus=self.max_nodes * spec.vcpus,
+            placement_group=placement_group,
+            launch_template=ec2.LaunchTemplate.from_launch_template_attributes(
+                self, "LaunchTemplateRef", launch_template_id=self.launch_template.launch_template_id,
+                version_number=self.launch_template.latest_version),
+            instance_role=self.instance_role,
+            security_groups=list(security_groups),
+            images=[batch.EcsMachineImage(image_type=batch.EcsMachineImageType.ECS_AL2023)],
+            allocation_strategy=batch.AllocationStrategy.BEST_FIT_PROGRESSIVE,
+            spot=False,
+            # An infrastructure update (a new launch template version: a Neuron pin, the AMI, the user data)
+            # lets running jobs run as long as Batch allows, never kills them at once (default: 30 minutes).
+            terminate_on_update=False,
+            update_timeout=update_timeout,
+        )
+        cfn_ce = environment.node.default_child
+        assert isinstance(cfn_ce, batch.CfnComputeEnvironment)
+        # The group's ECS agent on this environment's cluster only (the L2 makes the role's instance profile).
+        self.ecs_agent_policy = self.node_role.scope_to(cfn_ce)
+        if spec.has_efa:
+            # EC2 rejects instance-level security groups next to the template's network interfaces.
+            cfn_ce.add_property_deletion_override("ComputeResources.SecurityGroupIds")
+        # The L2 leaves the version out ($Default); pin it so a template change updates the nodes.
+        cfn_ce.add_property_override("ComputeResources.LaunchTemplate.Version", self.launch_template.latest_version)
+        return environment
+
+    def _job_definition(
+        self, name: str | None, command: Sequence[str] | None, storage: LustreMount | None, retry_attempts: int,
+        job_timeout: Duration,
+    ) -> batch.MultiNodeJobDefinition:
+        script = default_script(example_image=self.example_image is not None, shared_storage=storage is not None)
+        parameters = None if command else {SCRIPT_PARAMETER: script}
+        # Multi-node parallel even for one node (a type without EFA): Batch runs those in awsvpc mode (AWS Batch
+        # user guide, "Compute environment considerations for MNP"), where the node setup's ECS_AWSVPC_BLOCK_IMDS
+        # keeps the job from the instance metadata and so from the instance role. A container job runs in the
+        # host's network, where neither that setting nor the hop limit of 1 applies, and an iptables block of
+        # 169.254.169.254 cannot tell the job from the ECS agent, which shares that network and needs the role
+        # (ECS developer guide, "Amazon ECS task IAM role": blocks for awsvpc and bridge tasks only).
+        definition = batch.MultiNodeJobDefinition(
+            self,
+            "JobDefinition",
+            job_definition_name=name,
+            containers=[batch.MultiNodeContainer(container=self.container, start_node=0, end_node=self.nodes - 1)],
+            main_node=0,
+            instance_type=ec2.InstanceType(self.spec.name),
+            parameters=parameters,
+            retry_attempts=retry_attempts,
+            retry_strategies=retry_strategies(),
+            timeout=job_timeout,
+            propagate_tags=True,
+        )
+        # The L2 closes the node range at the default count ("0:1"); an open range ("0:") lets a
+        # submit-time numNodes override reach every node (escape hatch: the L2 has no open range).
+        cfn_definition = definition.node.default_child
+        assert isinstance(cfn_definition, batch.CfnJobDefinition)
+        cfn_definition.add_property_override("NodeProperties.NodeRangeProperties.0.TargetNodes", ALL_NODES)
+        return definition
 
     def _grant_pull(self, role: iam.Role) -> None:
         """Pull the training image: the example image's asset repository, or the one ECR repository of the

@@ -25,12 +25,12 @@ from trainium_cdk.charts import FSX_CHART_ID, NAMESPACE_CHART_ID, FsxStorage, Fs
 from trainium_cdk.constructs.efa_launch_template import METADATA_HOP_LIMIT, ROOT_DEVICE_NAME
 from trainium_cdk.constructs.eks_cluster_import import ImportedTrainiumCluster, ITrainiumCluster
 from trainium_cdk.constructs.eks_nodegroup import CNI_POLICY, NODE_MANAGED_POLICIES, without_cni_policy
+from trainium_cdk.constructs.fsx_csi import FSX_CSI_ADDON, fsx_csi_addon, fsx_csi_role
 from trainium_cdk.constructs.log_encryption import encrypt_log_groups
 from trainium_cdk.constructs.nag import (
     acknowledge,
     acknowledge_custom_resource_lambda,
     acknowledge_default_policy,
-    nag_form,
 )
 from trainium_cdk.constructs.pod_identity import pod_identity_role
 from trainium_cdk.constructs.service_trust import restrict_service_trust
@@ -40,15 +40,9 @@ from trainium_cdk.errors import ConfigError, names_construct_path
 from trainium_cdk.facts import defaults, versions
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG, Catalog
 from trainium_cdk.facts.defaults.cdk import LOG_RETENTION
-from trainium_cdk.facts.names import NEURON_TAINT_KEY, SYSTEM_NODE_DISK_GIB, SYSTEM_NODE_LABELS
+from trainium_cdk.facts.names import SYSTEM_NODE_DISK_GIB, SYSTEM_NODE_LABELS
 from trainium_cdk.facts.versions import EKS_NODEGROUP_RELEASE_VERSION, eks_addon_version
 
-NEURON_TOLERATION = {"key": NEURON_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
-CRITICAL_ADDONS_TOLERATION = {"key": "CriticalAddonsOnly", "operator": "Exists"}
-FSX_CSI_ADDON = "aws-fsx-csi-driver"
-FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
-# Services whose service-linked roles the FSx CSI controller may create (the second for S3 links).
-FSX_SERVICE_LINKED_ROLES = ("fsx.amazonaws.com", "s3.data-source.lustre.fsx.amazonaws.com")
 # Add-ons EKS manages for us, each at the version versions.EKS_ADDON_VERSIONS pins for the cluster's minor:
 # EKS does not move them when the cluster version changes ("Update an Amazon EKS add-on").
 ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
@@ -67,22 +61,6 @@ DEFAULT_SYSTEM_INSTANCE_TYPE = ec2.InstanceType("m7i.large")
 DEFAULT_SYSTEM_NODES = defaults.SYSTEM_NODES
 MAX_SYSTEM_NODES = defaults.MAX_SYSTEM_NODES
 DEFAULT_LOG_RETENTION = LOG_RETENTION
-
-# The FSx CSI controller tags every file system it creates with CSIVolumeName (aws-fsx-csi-driver
-# pkg/cloud): it may create only file systems so tagged, and update or delete only those, never the
-# storage stack's file system (a static volume, which needs no IAM at all).
-FSX_CSI_TAG = "CSIVolumeName"
-FSX_CSI_CREATE_ACTIONS = ("fsx:CreateFileSystem", "fsx:TagResource")
-FSX_CSI_OWN_ACTIONS = ("fsx:DeleteFileSystem", "fsx:UpdateFileSystem")
-# Describe calls have no resource-level permissions.
-FSX_CSI_DESCRIBE_ACTIONS = (
-    "fsx:DescribeFileSystems",
-    "ec2:DescribeSubnets",
-    "ec2:DescribeSecurityGroups",
-    "ec2:DescribeNetworkInterfaces",
-)
-FSX_CSI_ACTIONS = (*FSX_CSI_CREATE_ACTIONS, *FSX_CSI_OWN_ACTIONS, *FSX_CSI_DESCRIBE_ACTIONS)
-
 
 @jsii.implements(ec2.IConnectable)
 class TrainiumCluster(Construct):
@@ -159,7 +137,30 @@ class TrainiumCluster(Construct):
             )
         cluster_name = cluster_name or Names.unique_resource_name(self, max_length=100, separator="-")
         self.cluster_name = cluster_name
-        retention = log_retention
+        self._control_plane(vpc, subnets, public_access_cidrs, creator_admin, log_retention)
+        for i, arn in enumerate(admin_role_arns):
+            self.cluster.grant_cluster_admin(f"Admin{i}", arn)
+        self._vpc_cni()
+        self._system_node_group(subnets, system_instance_type, system_nodes, system_release_version)
+        self._addons()
+        self.volcano: eks.HelmChart | None = add_volcano(self.cluster_ref, after=self.system_nodes) if volcano else None
+
+        # The same charts `make synth` writes to dist/, here with the deployed values as tokens.
+        self.manifests: dict[str, eks.KubernetesManifest] = {}
+        charts = cluster_charts(
+            cdk8s.App(), region=Stack.of(self).region, catalog=catalog,
+            scheduler_extension=neuron_scheduler_extension, monitor=neuron_monitor, prometheus=metrics_exporters,
+            collector_cidr=vpc.vpc_cidr_block,
+        )
+        for chart in charts:
+            if device_plugins or chart.node.id == NAMESPACE_CHART_ID:
+                self._add_chart(chart)
+
+    def _control_plane(
+        self, vpc: ec2.IVpc, subnets: Sequence[ec2.ISubnet], public_access_cidrs: Sequence[str], creator_admin: bool,
+        retention: logs.RetentionDays,
+    ) -> None:
+        cluster_name = self.cluster_name
         # EKS writes control-plane logs to /aws/eks/<name>/cluster and creates that group, without a
         # retention, unless it exists: create it first, named, so that it expires.
         self.control_plane_logs = logs.LogGroup(
@@ -174,7 +175,6 @@ class TrainiumCluster(Construct):
             if private_endpoint
             else eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*public_access_cidrs)
         )
-        private = ec2.SubnetSelection(subnets=list(subnets))
         self.cluster = eks.Cluster(
             self,
             "Cluster",
@@ -183,7 +183,7 @@ class TrainiumCluster(Construct):
             version=eks.KubernetesVersion.of(versions.KUBERNETES_VERSION),
             cluster_name=cluster_name,
             vpc=vpc,
-            vpc_subnets=[private],
+            vpc_subnets=[ec2.SubnetSelection(subnets=list(subnets))],
             endpoint_access=endpoint,
             default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
             default_capacity=0,
@@ -214,9 +214,8 @@ class TrainiumCluster(Construct):
         self._log_lambdas_with_retention(retention)
         encrypt_log_groups(self)
         self._acknowledge_cdk_internals()
-        for i, arn in enumerate(admin_role_arns):
-            self.cluster.grant_cluster_admin(f"Admin{i}", arn)
 
+    def _vpc_cni(self) -> None:
         # The VPC CNI (aws-node) gets its own role through Pod Identity: on the node role, its policy (ENIs and
         # addresses of the whole VPC) was every pod's that reaches the metadata service.
         self.cni_role, self.cni_association = pod_identity_role(
@@ -228,6 +227,10 @@ class TrainiumCluster(Construct):
             self.cni_role, "AwsSolutions-IAM4", [f"Policy::arn:<AWS::Partition>:iam::aws:policy/{CNI_POLICY}"],
             "The policy AWS documents for the VPC CNI, kept current by AWS as the plugin's calls change.",
         )
+
+    def _system_node_group(
+        self, subnets: Sequence[ec2.ISubnet], instance_type: ec2.InstanceType, nodes: int, release_version: str,
+    ) -> None:
         # A launch template for IMDSv2 with one hop (EKS's own allows two): the data shell, TensorBoard and the
         # data loader run as root here and must not take the node role; what runs here reads the metadata
         # service from the host network or not at all. Its encrypted gp3 root volume replaces EKS's disk size.
@@ -252,12 +255,12 @@ class TrainiumCluster(Construct):
                 version=self.system_launch_template.latest_version_number,
             ),
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
-            release_version=system_release_version,
-            instance_types=[system_instance_type],
-            subnets=private,
-            min_size=system_nodes,
-            desired_size=system_nodes,
-            max_size=system_nodes * 2,
+            release_version=release_version,
+            instance_types=[instance_type],
+            subnets=ec2.SubnetSelection(subnets=list(subnets)),
+            min_size=nodes,
+            desired_size=nodes,
+            max_size=nodes * 2,
             labels=dict(SYSTEM_NODE_LABELS),
         )
         # The node group names the role, so it waits for the association too.
@@ -269,6 +272,7 @@ class TrainiumCluster(Construct):
             "EKS managed nodes need the AWS-managed worker and ECR read-only policies, kept current by AWS.",
         )
 
+    def _addons(self) -> None:
         self.addons = {
             name: eks.Addon(self, f"Addon-{name}", cluster=self.cluster_ref, addon_name=name,
                             addon_version=eks_addon_version(name),
@@ -278,83 +282,12 @@ class TrainiumCluster(Construct):
         for name, resolution in ADDON_RESOLVE_CONFLICTS.items():
             # The L2 Addon has no prop for it: set on its CfnAddon.
             cast(eks.CfnAddon, self.addons[name].node.default_child).resolve_conflicts = resolution
-        self.fsx_csi_role, self.fsx_csi_association = pod_identity_role(
-            self,
-            "FsxCsi",
-            cluster=self.cluster_ref,
-            namespace="kube-system",
-            service_account=FSX_CSI_SERVICE_ACCOUNT,
-            description="FSx for Lustre CSI controller (EKS pod identity)",
-        )
-        self.fsx_csi_role.add_to_policy(iam.PolicyStatement(actions=list(FSX_CSI_DESCRIBE_ACTIONS), resources=["*"]))
-        self.fsx_csi_role.add_to_policy(
-            iam.PolicyStatement(
-                actions=list(FSX_CSI_CREATE_ACTIONS),
-                resources=["*"],
-                conditions={"Null": {f"aws:RequestTag/{FSX_CSI_TAG}": "false"}},
-            )
-        )
-        self.fsx_csi_role.add_to_policy(
-            iam.PolicyStatement(
-                actions=list(FSX_CSI_OWN_ACTIONS),
-                resources=["*"],
-                conditions={"Null": {f"aws:ResourceTag/{FSX_CSI_TAG}": "false"}},
-            )
-        )
-        stack = Stack.of(self)
-        self.fsx_csi_role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["iam:CreateServiceLinkedRole", "iam:AttachRolePolicy", "iam:PutRolePolicy"],
-                resources=[
-                    f"arn:{stack.partition}:iam::{stack.account}:role/aws-service-role/{service}/*"
-                    for service in FSX_SERVICE_LINKED_ROLES
-                ],
-            )
-        )
-        acknowledge(
-            self.fsx_csi_role,
-            "AwsSolutions-IAM5",
-            [
-                "Resource::*",
-                *(
-                    # As the template shows them: references, or the literals of a stack with an account (and,
-                    # with @aws-cdk/core:enablePartitionLiterals, a partition).
-                    "Resource::" + nag_form(
-                        stack, f"arn:{stack.partition}:iam::{stack.account}:role/aws-service-role/{service}/*"
-                    )
-                    for service in FSX_SERVICE_LINKED_ROLES
-                ),
-            ],
-            "The FSx CSI controller creates file systems whose IDs do not exist yet (only with its "
-            "CSIVolumeName tag, and deletes or updates only those), Describe calls have no resource-level "
-            "permissions, and the FSx service-linked roles have names AWS chooses.",
-        )
-        self.addons[FSX_CSI_ADDON] = eks.Addon(
-            self,
-            f"Addon-{FSX_CSI_ADDON}",
-            cluster=self.cluster_ref,
-            addon_name=FSX_CSI_ADDON,
-            addon_version=eks_addon_version(FSX_CSI_ADDON),
-            # Trainium nodes carry the Neuron taint: the node DaemonSet must run there to mount Lustre.
-            configuration_values={"node": {"tolerations": [NEURON_TOLERATION, CRITICAL_ADDONS_TOLERATION]}},
-        )
+        self.fsx_csi_role, self.fsx_csi_association = fsx_csi_role(self, self.cluster_ref)
+        self.addons[FSX_CSI_ADDON] = fsx_csi_addon(self, self.cluster_ref)
         # Its controller authenticates through the pod identity agent.
         self.addons[FSX_CSI_ADDON].node.add_dependency(self.fsx_csi_association, self.addons["eks-pod-identity-agent"])
         for name in ADDONS_NEEDING_NODES:
             self.addons[name].node.add_dependency(self.system_nodes)
-
-        self.volcano: eks.HelmChart | None = add_volcano(self.cluster_ref, after=self.system_nodes) if volcano else None
-
-        # The same charts `make synth` writes to dist/, here with the deployed values as tokens.
-        self.manifests: dict[str, eks.KubernetesManifest] = {}
-        charts = cluster_charts(
-            cdk8s.App(), region=Stack.of(self).region, catalog=catalog,
-            scheduler_extension=neuron_scheduler_extension, monitor=neuron_monitor, prometheus=metrics_exporters,
-            collector_cidr=vpc.vpc_cidr_block,
-        )
-        for chart in charts:
-            if device_plugins or chart.node.id == NAMESPACE_CHART_ID:
-                self._add_chart(chart)
 
     @staticmethod
     def from_cluster_attributes(

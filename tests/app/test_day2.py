@@ -607,8 +607,10 @@ def _example_image_tags(result: Synthesized, backend: str) -> set[str]:
 def test_the_native_track_s_patch_release_on_every_backend(native_patch):
     """2.33.1 -> 2.34.0 on eks (Karpenter), batch and the development instance: Batch gets a new launch template
     version (the driver is in its user data), an infrastructure update that stops running jobs after its
-    UpdatePolicy's timeout; EKS nodes do not drift (the EKS AMI release did not move), only the jobs' image moves
-    to the new tag; the development instance is replaced (a new DLAMI). Nothing stateful is replaced."""
+    UpdatePolicy's timeout; EKS nodes drift, since their AMI release (v20260930) predates both Neuron releases and
+    their user data installs the track's driver (node/eks_neuron_driver.sh): Karpenter replaces each node once its
+    do-not-disrupt job ends, and the jobs' image moves to the new tag; the development instance is replaced (a new
+    DLAMI). Nothing stateful is replaced."""
     from tests.app.test_neuron_tracks import _manifest_objects
     from tests.support.lifecycle import batch_effects, instance_effects, karpenter_effects
 
@@ -618,8 +620,14 @@ def test_the_native_track_s_patch_release_on_every_backend(native_patch):
     assert batch.stops_jobs and "LaunchTemplate (a new version)" in batch.why
     node_classes = [[o["spec"] for o in _manifest_objects(r.template_json("eks")) if o.get("kind") == "EC2NodeClass"]
                     for r in (before, now)]
-    assert node_classes[0] and node_classes[0] == node_classes[1]  # no drift: Karpenter replaces no node
-    assert karpenter_effects([], []) == []
+    assert node_classes[0] and len(node_classes[0]) == len(node_classes[1])
+    for old, new in zip(*node_classes, strict=True):  # drift: only the user data's driver pin moved
+        assert {key for key in {*old, *new} if old.get(key) != new.get(key)} == {"userData"}
+        assert (old["userData"].replace("NEURON_DRIVER=2.31.8.0", f"NEURON_DRIVER={versions.NATIVE_TRACK.driver}")
+                == new["userData"])
+    objects = _manifest_objects(now.template_json("eks"))
+    (effect,) = karpenter_effects(objects, [{"karpenter.sh/do-not-disrupt": "true"}])
+    assert not effect.stops_jobs and "after its job" in effect.why
     assert (_example_image_tags(before, "eks"), _example_image_tags(now, "eks")) == (
         {"2.14.0-neuronx-py314-sdk2.33.1-ubuntu26.04"}, {versions.NATIVE_TRACK.training_image_tag})
     (instance,) = instance_effects(before.template_json("instance"), now.template_json("instance"))

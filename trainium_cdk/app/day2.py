@@ -67,8 +67,10 @@ CHANGES: tuple[Change, ...] = (
         "neuron_pin", "Neuron pin (`versions.py`)",
         eks="the example image is rebuilt on the new training image. The Neuron driver of EKS nodes is the EKS AMI "
         "release's (`eks_ami_release`), so a Neuron release moves it too, as the next row says: managed node groups "
-        "(system nodes too) roll, Karpenter's nodes drift and are replaced once their job ends. A pin that moves the "
-        "runtime without the AMI release would run the new runtime on the old driver: the launcher's preflight stops such a node before torchrun when its driver is older than the pin",
+        "(system nodes too) roll, Karpenter's nodes drift and are replaced once their job ends. Where that AMI "
+        "release predates the track's Neuron release, the Trainium nodes install the pinned driver at boot (their "
+        "user data): a pin change then rolls their node groups and drifts Karpenter's nodes the same way; the "
+        "launcher's preflight still stops a node whose driver is older than the pin",
         batch=f"new job definition revision (default image); the driver pin and the ECS Neuron AMI are in the launch "
         f"template: {BATCH_UPDATE}",
         parallelcluster="the queues' setup arguments change: with `DRAIN`, each compute node is replaced with the new "

@@ -24,7 +24,7 @@ from trainium_cdk import node
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.facts.catalog import InstanceSpec
 from trainium_cdk.facts.names import SHARED_MOUNT
-from trainium_cdk.facts.versions import EFA_INSTALLER_SHA256, EFA_INSTALLER_URL, XLA_TRACK
+from trainium_cdk.facts.versions import EFA_INSTALLER_SHA256, EFA_INSTALLER_URL, NEURON_YUM_REPO, XLA_TRACK
 from trainium_cdk.node import neuron_metrics
 from trainium_cdk.node.health_check import COLLECTIVE_TIMEOUT_S
 from trainium_cdk.node.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
@@ -39,7 +39,6 @@ from trainium_cdk.runtime.prometheus_setup import setup_lines as prometheus_setu
 # through AWS's immutable per-AMI-name public parameter (versions.py: never ECS's `recommended`, which
 # moves under a running compute environment). The user data then installs the track's driver version
 # if the AMI carries another one, so that driver and container agree whatever AMI build is pinned.
-NEURON_YUM_REPO = "https://yum.repos.neuron.amazonaws.com"
 MIME_BOUNDARY = node.MIME_BOUNDARY
 # What every Batch node runs (trainium_cdk/node/batch_node.sh), then, with storage, the Lustre client; the
 # client's tuning goes first (lustre_tuning.py): its module options must be in place before the mount.

@@ -22,6 +22,10 @@ EKS_AL2023_KUBERNETES_PATCHES: Mapping[str, str] = {"1.35": "1.35.8"}
 EKS_AL2023_KUBERNETES_PATCH = EKS_AL2023_KUBERNETES_PATCHES[KUBERNETES_VERSION]
 
 
+# Neuron's yum repository (Amazon Linux 2023 nodes: Batch's and EKS's).
+NEURON_YUM_REPO = "https://yum.repos.neuron.amazonaws.com"
+
+
 def eks_al2023_kubernetes_patch(minor: str | None = None) -> str:
     """The Kubernetes patch of the pinned EKS AMI release for ``minor`` (default: the shipped minor, read when
     called, so that a test that moves KUBERNETES_VERSION moves what the app synthesizes)."""
@@ -297,6 +301,14 @@ class NeuronTrack:
         return self.apt_packages["aws-neuronx-collectives"]
 
     @property
+    def eks_ami_predates_driver(self) -> bool:
+        """Whether this track's EKS AMI release was built before its Neuron release (``vYYYYMMDD`` before
+        ``released``): such an AMI cannot carry the track's driver, which the EKS nodes then install at boot
+        (node/eks_neuron_driver.sh). An AMI release after the Neuron release drops the install by itself."""
+        built = self.eks_ami_release.removeprefix("v")
+        return f"{built[:4]}-{built[4:6]}-{built[6:]}" < self.released
+
+    @property
     def karpenter_ami_alias(self) -> str:
         """The Karpenter EC2NodeClass AMI alias of this track's EKS AMI release (``al2023@vYYYYMMDD``)."""
         return f"al2023@{self.eks_ami_release}"
@@ -366,8 +378,9 @@ XLA_TRACK = NeuronTrack(
 # where each comes from (the release content page and torch-neuronx's v2.34.0 release; Neuron's manifest with 2.34.0
 # was not reachable). Neuron DLCs are Ubuntu 26.04 / Python 3.14 only since 2.33.0 (setup/pytorch/update-dlc); the
 # training tag follows that naming and is not checked against a published tag list (`trn doctor` asks the registry).
-# The EKS AMI release stays v20260930: no release note says which EKS AMI carries driver 2.32 (the launcher's
-# preflight stops a node whose driver is older than the pin, warns when it differs otherwise).
+# The EKS AMI release stays v20260930, built before 2.34.0: no EKS AMI with driver 2.32 could be read
+# (amazon-eks-ami's CHANGELOG lists each release's driver; v20260714, the newest readable, has 2.29.0.0), so the
+# Trainium nodes install the pinned driver at boot (eks_ami_predates_driver; node/eks_neuron_driver.sh).
 NATIVE_TRACK = NeuronTrack(
     name="native",
     neuron_release="2.34.0",

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trainium_cdk import node
+from trainium_cdk.facts.versions import NEURON_YUM_REPO
 
 # A part of the user data: (content type, body).
 Part = tuple[str, str]
@@ -40,6 +41,7 @@ PREPULL_REGION_VARIABLE = "TRN_PREPULL_REGION"
 # than without the feature (nodeadm docs, "Enabling fast image pull (experimental)"). gp3 allows it at its
 # baseline 3000 IOPS (a gp3 volume's throughput may be up to 0.25 MiB/s per provisioned IOPS).
 FAST_IMAGE_PULL_ROOT_VOLUME_THROUGHPUT = 600
+DRIVER_SCRIPT = "eks_neuron_driver.sh"
 
 
 def node_config() -> str:
@@ -58,6 +60,16 @@ def prepull_parts(parameter: str | None, *, region: str = "") -> list[Part]:
     if parameter is None:
         return []
     program = node.program("prepull_images.sh", {PREPULL_PARAMETER_VARIABLE: parameter, PREPULL_REGION_VARIABLE: region},
+                           shebang="/bin/bash")
+    return [(SHELL_CONTENT_TYPE, program)]
+
+
+def driver_parts(driver: str | None) -> list[Part]:
+    """The shell part that installs Neuron driver ``driver`` at boot where the AMI's is older
+    (node/eks_neuron_driver.sh), or none."""
+    if driver is None:
+        return []
+    program = node.program(DRIVER_SCRIPT, {"NEURON_DRIVER": driver, "NEURON_YUM_REPO": NEURON_YUM_REPO},
                            shebang="/bin/bash")
     return [(SHELL_CONTENT_TYPE, program)]
 

@@ -41,7 +41,8 @@ def dialect_of(text: str) -> str:
 def test_the_folder_has_the_programs():
     assert {p.name for p in SCRIPTS} == {
         "launcher.sh", "lustre_client.sh", "lustre_client_boot.sh", "lustre_tuning.sh", "slurm_prolog.sh", "batch_node.sh",
-        "prepull_images.sh", "batch_bootstrap.sh", "neuron_setup.sh", "head_node_setup.sh", "job_venv.sh"}
+        "prepull_images.sh", "batch_bootstrap.sh", "neuron_setup.sh", "head_node_setup.sh", "job_venv.sh",
+        "eks_neuron_driver.sh"}
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)

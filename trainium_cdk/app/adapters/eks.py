@@ -27,12 +27,14 @@ def cluster_name(config: Config) -> str:
 def node_user_data(config: Config, group: ComputeGroup, storage: LustreMount | None) -> str | None:
     """A group's Trainium nodes' user data (the same for Karpenter's EC2NodeClass and the node groups' launch
     templates): each feature's MIME parts, joined once by ``eks_user_data.mime``: the NodeConfig (fast image
-    pull), with storage the FSx client's tuning for the instance type and the stripe layout (lustre_tuning.py,
+    pull), the track's Neuron driver where the AMI predates it, with storage the FSx client's tuning for the instance type and the stripe layout (lustre_tuning.py,
     before the CSI driver mounts), and the image pre-pull."""
     tuning = ([(eks_user_data.SHELL_CONTENT_TYPE, eks_node_script(config.spec(group), storage.mount_name))]
               if storage is not None else [])
+    track = config.neuron_track
     return eks_user_data.mime([
         *eks_user_data.node_config_parts(fast_image_pull=config.eks.fast_image_pull),
+        *eks_user_data.driver_parts(track.driver if track.eks_ami_predates_driver else None),
         *tuning,
         *eks_user_data.prepull_parts(prepull_parameter(config) if config.eks.prepull_images else None,
                                      region=config.region),

@@ -62,6 +62,7 @@ _PUBLIC = {
     "TrainingWorkloadsOptions": "trainium_cdk.constructs.eks_workloads",
     "TrainingImageRepository": "trainium_cdk.constructs.training_images",
     "TrainiumBatch": "trainium_cdk.constructs.batch",
+    "BatchCpuQueue": "trainium_cdk.constructs.batch_cpu",
     "BatchRoles": "trainium_cdk.constructs.batch_roles",
     "BatchTaskRules": "trainium_cdk.constructs.batch_tasks",
     "SlurmCluster": "trainium_cdk.constructs.parallelcluster",
@@ -134,6 +135,7 @@ if TYPE_CHECKING:  # static type checkers see the real names
     )
     from trainium_cdk.constructs.api_access import ApiAccessHost
     from trainium_cdk.constructs.batch import TrainiumBatch
+    from trainium_cdk.constructs.batch_cpu import BatchCpuQueue
     from trainium_cdk.constructs.batch_roles import BatchRoles
     from trainium_cdk.constructs.batch_tasks import BatchTaskRules
     from trainium_cdk.constructs.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerOptions

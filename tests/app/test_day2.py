@@ -160,9 +160,13 @@ CHANGES: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[], Any]]] =
     "teams_added": (_changed(teams=[{"name": "research", "share": 3}, {"name": "eval", "share": 1}]), _nothing),
     # The reverse of group_added: deployed with the second group, then without it (pairs()).
     "group_removed": (lambda raw: None, _nothing),
+    # An upgrade: deployed without the Batch CPU queue (before it existed), then with the default config (pairs()).
+    "cpu_queue_added": (lambda raw: None, _nothing),
 }
 # Changes whose "before" is another change's "after".
 REVERSED = {"group_removed": "group_added"}
+# Changes whose "before" is a config of its own and whose "after" is the base config.
+UPGRADES = {"cpu_queue_added": _changed(batch__cpu_instance_type=None)}
 
 # Stateful (or holding running jobs) resources and the properties whose change replaces them
 # (CloudFormation resource reference: "Update requires: Replacement"). A subnet, VPC or security
@@ -205,7 +209,7 @@ def base() -> Synthesized:
 def after() -> dict[str, Synthesized]:
     results = {}
     for name, (change, context) in CHANGES.items():
-        if name in REVERSED:
+        if name in REVERSED or name in UPGRADES:
             continue
         with context():
             results[name] = synth(_config(change), nag=False)
@@ -217,6 +221,7 @@ def pairs(base, after) -> dict[str, tuple[Synthesized, Synthesized]]:
     """Each change as (deployed, deployed after the change)."""
     found = {name: (base, result) for name, result in after.items()}
     found.update({name: (after[of], base) for name, of in REVERSED.items()})
+    found.update({name: (synth(_config(change), nag=False), base) for name, change in UPGRADES.items()})
     return found
 
 
@@ -399,7 +404,7 @@ def test_readme_tells_each_day2_change():
         "group_added": "compute group added", "backend_added": "backend added", "instance_type": "instance type",
         "kubernetes_version": "Kubernetes version", "karpenter": "Karpenter upgrade", "eks_ami_release": "EKS AMI release",
         "device_plugin": "Neuron device plugin", "group_removed": "compute group removed",
-        "teams_added": "`teams` added",
+        "teams_added": "`teams` added", "cpu_queue_added": "Batch CPU queue added",
     }
     assert sorted(words) == sorted(CHANGES)
     for change, word in words.items():
@@ -454,14 +459,15 @@ def test_the_lifecycle_model_sees_a_removed_group_stop_its_jobs(pairs):
 
 
 def test_adding_teams_replaces_each_queue_and_the_model_sees_its_jobs_go(pairs):
-    """Teams make each group's queue a new fair-share queue (a FIFO queue takes no policy later): the old queue is
-    deleted, which terminates its jobs (issue 46); the compute environment, its instances and nothing stateful
-    change."""
+    """Teams make each group's queue, and the CPU queue, a new fair-share queue (a FIFO queue takes no policy later):
+    the old queue is deleted, which terminates its jobs (issue 46); the compute environments, their instances and
+    nothing stateful change."""
     before, after = pairs["teams_added"]
     effects = _running_jobs_effects(before, after)
-    assert [(e.backend, e.why) for e in effects] == [("batch", "the job queue is deleted: Batch terminates its jobs")]
-    (queue,) = resources(after.template_with_nested("batch"), "AWS::Batch::JobQueue").values()
-    assert queue["Properties"]["JobQueueName"] == "t-batch-train-teams" and "SchedulingPolicyArn" in queue["Properties"]
+    assert [(e.backend, e.why) for e in effects] == [("batch", "the job queue is deleted: Batch terminates its jobs")] * 2
+    queues = resources(after.template_with_nested("batch"), "AWS::Batch::JobQueue").values()
+    assert sorted(q["Properties"]["JobQueueName"] for q in queues) == ["t-batch-train-teams", "t-batch_cpu-teams"]
+    assert all("SchedulingPolicyArn" in q["Properties"] for q in queues)
 
 
 def test_a_pin_change_lets_batch_jobs_run_five_days_then_stops_them(base, after):

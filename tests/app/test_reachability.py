@@ -99,6 +99,20 @@ def test_every_node_set_that_mounts_fsx_reaches_it_and_back(app):
     assert _failures(model, _fsx) == []
 
 
+def test_the_batch_cpu_queue_reaches_the_file_system_and_no_training_node(app):
+    """The CPU queue's nodes (the recipes' data jobs, issue 44 item 8) mount /fsx: Lustre's ports both ways; they are
+    not in the EFA group, and no training node's group lets them in on any port (torchrun's included)."""
+    result, model = app
+    (cpu,) = [n for n in model.of_backend("batch") if not n.instance_type.startswith("trn")]
+    assert cpu.instance_type == result.config.batch.cpu_instance_type == "m7i.2xlarge"
+    assert cpu.mounts_fsx and not cpu.efa_interfaces and cpu.rendezvous is None
+    assert _fsx(model, cpu) == []
+    for node in model.of_backend("batch"):
+        if node.instance_type.startswith("trn"):
+            for port in (22, 988, MASTER_PORT):
+                assert not model.reaches(cpu.all_groups, node.all_groups, "tcp", port), (node, port)
+
+
 def test_torchrun_rendezvous_between_training_nodes(app):
     result, model = app
     training = [n for n in model.node_sets if n.rendezvous is not None]

@@ -240,7 +240,8 @@ def test_a_batch_only_synth_lists_no_stale_files(project, first_synth):
     listed, _, bill = done.stdout.partition("\n\n")
     assert listed.splitlines() == ["cdk.out/trainium-batch.template.json", "cdk.out/trainium-network.template.json",
                                    "cdk.out/trainium-storage.template.json",
-                                   # the compute group's own template (stacks/batch_stack.py)
+                                   # the CPU queue's and the compute group's own templates (stacks/batch_stack.py)
+                                   "cdk.out/trainiumbatchCpuQueue14AF71F7.nested.template.json",
                                    "cdk.out/trainiumbatchGrouptrainA1A79672.nested.template.json"]
     assert "total idle floor" in bill
     assert not (project / "dist").exists()  # a Batch-only synth writes no dist/ files
@@ -249,7 +250,8 @@ def test_a_batch_only_synth_lists_no_stale_files(project, first_synth):
     plan_lines = plan(project / "cdk.out")
     assert plan_lines[0].startswith("trainium-network (us-west-2): ")
     stacks = [line.split(" ")[0] for line in plan_lines if not line.startswith(" ")][:-1]
-    assert stacks == ["trainium-network", "trainium-storage", "trainium-batch", "trainiumbatchGrouptrainA1A79672"]
+    assert stacks == ["trainium-network", "trainium-storage", "trainium-batch", "trainiumbatchCpuQueue14AF71F7",
+                      "trainiumbatchGrouptrainA1A79672"]
 
 
 # -- make plan ---------------------------------------------------------------------------------------

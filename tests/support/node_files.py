@@ -40,11 +40,14 @@ def split(text: str, *names: str) -> dict[str, str]:
     return values
 
 
-def run(name: str, values: Mapping[str, str], env: Mapping[str, str], *, shell: str = "bash",
+def run(name: str | tuple[str, ...], values: Mapping[str, str], env: Mapping[str, str], *, shell: str = "bash",
         args: tuple[str, ...] = (), timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run node file ``name`` with ``values`` (a header's, possibly overridden) in its environment."""
-    return subprocess.run([shell, str(node.FOLDER / name), *args], env={**env, **values}, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    """Run node file ``name`` (or files, one program as node.program joins them) with ``values`` (a header's,
+    possibly overridden) in its environment."""
+    command = ([shell, str(node.FOLDER / name)] if isinstance(name, str)
+               else [shell, "-c", "".join(node.source(n) for n in name), name[0]])
+    return subprocess.run([*command, *args], env={**env, **values}, capture_output=True, text=True, timeout=timeout,
+                          check=False)
 
 
 def fetched_setup(user_data: str, outdir: Path) -> tuple[dict[str, str], str]:

@@ -85,6 +85,13 @@ CHANGES: tuple[Change, ...] = (
         "ones (a node not yet replaced has the old driver, a new job the new venv)",
     ),
     Change(
+        "cpu_queue_added", "Batch CPU queue added (`batch.cpu_instance_type`, on by default from this release)",
+        eks="unchanged (the data jobs run on the system nodes)", parallelcluster="unchanged",
+        batch="new nested stack `CpuQueue`: a compute environment of 0 to 4 general-purpose nodes, its job queue "
+        "`<stack>_cpu` and job definition; the file system's Lustre rules for its security group; no group changes",
+        running="keep running; from then on `trn submit --job <recipe>-data` sends the data jobs to the CPU queue",
+    ),
+    Change(
         "group_added", "compute group added",
         eks="new NodePool (managed: node group) and launch template",
         batch="new compute environment, job queue, job definition",
@@ -156,7 +163,7 @@ CHANGES: tuple[Change, ...] = (
     Change(
         "teams_added", "`teams` added ([Sharing between teams](../guide/teams.md))",
         eks="unchanged (teams share Batch only so far)",
-        batch="each group's FIFO job queue is replaced by a fair-share queue, `<queue>-teams`, with a scheduling "
+        batch="each group's FIFO job queue, and the CPU queue's, is replaced by a fair-share queue, `<queue>-teams`, with a scheduling "
         "policy of a share per team (Batch gives a queue its policy when it creates it); later share changes update "
         "the policy in place",
         parallelcluster="unchanged",

@@ -28,6 +28,7 @@ from trainium_cdk.cli.jobs import (
     UserJob,
     announce,
     chatter,
+    cpu_only_recipe,
     default_name,
     same_job_flags,
     user_job,
@@ -38,6 +39,7 @@ from trainium_cdk.facts.names import (
     BATCH_JOB_DEFINITION_ARN,
     BATCH_JOB_QUEUE_ARN,
     BATCH_LOG_GROUP_NAME,
+    OUTPUT_BATCH_CPU,
     OUTPUT_BATCH_GROUPS,
     output_key,
 )
@@ -45,6 +47,7 @@ from trainium_cdk.facts.teams import queue_name
 from trainium_cdk.runtime.batch_job import (
     BASED_ON_TAG,
     BatchSubmission,
+    cpu_resource_name,
     images_of,
     register_request,
     resource_name,
@@ -77,6 +80,18 @@ def batch_groups(outputs: Mapping[str, str], *, stack: str) -> dict[str, dict[st
     return groups
 
 
+def cpu_output_value(outputs: Mapping[str, str], field: str, *, stack: str) -> str:
+    """The ``field`` of the CPU queue in the batch stack's names.OUTPUT_BATCH_CPU output."""
+    key = output_key(OUTPUT_BATCH_CPU)
+    try:
+        return str(json.loads(outputs[key])[field])
+    except KeyError:
+        raise CliError(f"stack {stack} has no CPU queue ({key}: {field}): redeploy it (make deploy), or set "
+                       "batch.cpu_instance_type: null to run CPU work on a node of its group") from None
+    except (json.JSONDecodeError, TypeError):
+        raise CliError(f"output {key} of stack {stack} is not the JSON the batch stack writes") from None
+
+
 def group_output_value(outputs: Mapping[str, str], field: str, *, group: str, stack: str) -> str:
     """The ``field`` (names.BATCH_JOB_QUEUE_ARN, ...) of compute group ``group`` in the batch stack's
     outputs."""
@@ -99,19 +114,20 @@ def group_output_value(outputs: Mapping[str, str], field: str, *, group: str, st
 # -- submit ------------------------------------------------------------------------------------------
 
 
-def recipe_job(config: Config, job: UserJob) -> UserJob:
+def recipe_job(config: Config, job: UserJob, *, cpu: bool = False) -> UserJob:
     """A job of a recipe (``--job NAME``) as Batch runs it: the recipe's command, and the environment in which
-    the recipe's job differs from the job definition's (its compile cache set, its precompile steps, its own
-    variables), the user's --env last."""
+    the recipe's job differs from the group's job definition (its compile cache set, its precompile steps, its own
+    variables), the user's --env last. ``cpu``: for the CPU queue, whose job definition sets none: all of it, on
+    one node."""
     from trainium_cdk import recipes
     from trainium_cdk.runtime.batch_job import definition_container
     from trainium_cdk.runtime.jobs import JOB_NAME_VARIABLE
 
     assert job.job is not None
     settings = recipes.job(config, job.job, group=job.group, backend="batch", nodes=job.nodes)
-    nodes = job.nodes or settings.nodes or job.group.nodes
+    nodes = 1 if cpu else job.nodes or settings.nodes or job.group.nodes
     wanted = config.job_spec(settings.model_copy(update={"nodes": nodes}), image="recipe").environment()
-    deployed = definition_container(config, job.group).environment
+    deployed = {} if cpu else definition_container(config, job.group).environment
     env = {k: v for k, v in wanted.items() if deployed.get(k) != v and k != JOB_NAME_VARIABLE}
     return UserJob(group=job.group, nodes=nodes, program=tuple(settings.command), job=job.job, env={**env, **job.env})
 
@@ -119,12 +135,13 @@ def recipe_job(config: Config, job: UserJob) -> UserJob:
 def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -> int:
     job = user_job(args, config)
     image = args.image
+    cpu = config.batch.cpu_instance_type is not None and cpu_only_recipe(job.job)
     if job.job is not None:
         from trainium_cdk import recipes
         from trainium_cdk.cli.recipe_images import recipe_image
 
         recipe = recipes.recipe_for(config, job.job, STACK_PART)
-        job = recipe_job(config, job)
+        job = recipe_job(config, job, cpu=cpu)
         image = recipe_image(config, recipe, STACK_PART, given=args.image, dry_run=args.dry_run)
     group = job.group
     nodes = job.nodes or group.nodes
@@ -137,12 +154,16 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
         raise ConfigError("--image", args.image, "an image URI such as 123456789012.dkr.ecr.us-west-2.amazonaws.com/train:1")
     if args.dry_run:
         return _dry_run(config, group, job, name=name, nodes=nodes, image=image, out=out, team=args.team,
-                        priority=args.priority or 0)
+                        priority=args.priority or 0, cpu=cpu)
     sess = session(config.region)
     stack = config.stack_name(STACK_PART)
     outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend="batch")
-    queue = group_output_value(outputs, BATCH_JOB_QUEUE_ARN, group=group.name, stack=stack)
-    definition = group_output_value(outputs, BATCH_JOB_DEFINITION_ARN, group=group.name, stack=stack)
+    if cpu:
+        queue, definition = (cpu_output_value(outputs, field, stack=stack)
+                             for field in (BATCH_JOB_QUEUE_ARN, BATCH_JOB_DEFINITION_ARN))
+    else:
+        queue = group_output_value(outputs, BATCH_JOB_QUEUE_ARN, group=group.name, stack=stack)
+        definition = group_output_value(outputs, BATCH_JOB_DEFINITION_ARN, group=group.name, stack=stack)
     batch = client(sess, "batch")
     described = describe_definition(batch, definition)
     if described is None:
@@ -156,17 +177,18 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
                                  team=args.team, priority=args.priority or 0)
     response = batch.submit_job(**submission.request(queue=queue, definition=definition))
     job_id = response["jobId"]
-    summary = (f"submitted {response.get('jobName', name)}: job id {job_id} ({nodes} x {group.instance_type}, "
-               f"group {group.name}{f', team {args.team}' if args.team else ''})")
+    where = (f"1 x {config.batch.cpu_instance_type}, the CPU queue" if cpu
+             else f"{nodes} x {group.instance_type}, group {group.name}")
+    summary = f"submitted {response.get('jobName', name)}: job id {job_id} ({where}{f', team {args.team}' if args.team else ''})"
     announce(args, out, err, job=job_id, summary=summary, backend="batch")
     return 0
 
 
 def _dry_run(config: Config, group: ComputeGroup, job: UserJob, *, name: str, nodes: int, image: str | None,
-             out: TextIO, team: str | None = None, priority: int = 0) -> int:
+             out: TextIO, team: str | None = None, priority: int = 0, cpu: bool = False) -> int:
     """What submit would send, from the config alone (no AWS call): the queue and job definition by name (at
     submit time, the ARNs of the stack's output), and, for a new image, the revision it would register."""
-    resource = resource_name(config, group)
+    resource = cpu_resource_name(config) if cpu else resource_name(config, group)
     multinode = True  # the stack's job definitions: multi-node parallel for every type (constructs/batch.py)
     submission = BatchSubmission(name=name, nodes=nodes, multinode=multinode, program=job.program, env=job.env,
                                  team=team, priority=priority)

@@ -240,7 +240,7 @@ def group_of(config: Config, name: str | None) -> ComputeGroup:
     raise ConfigError("--group", name, "a compute group of the config; " + one_of(names))
 
 
-def _cpu_only_recipe(name: str | None) -> bool:
+def cpu_only_recipe(name: str | None) -> bool:
     from trainium_cdk import recipes
 
     recipe = recipes.find(name) if name else None
@@ -352,12 +352,18 @@ def check_team(args: argparse.Namespace, config: Config, backend: str) -> None:
 
 
 def say_where_cpu_work_runs(args: argparse.Namespace, config: Config, job: UserJob, backend: str, err: TextIO) -> None:
-    """Before `trn submit --backend eks --job` sends a CPU-only recipe (a data preparation): one line saying that it
-    runs on the system nodes, not on a Trainium node (issue 44). Batch has no CPU queue: there it takes a node of its
-    group, as before."""
-    if backend == "eks" and _cpu_only_recipe(job.job):
-        err.write(f"trn {args.command} --job {job.job}: CPU work, on the system nodes ({config.eks.system_instance_type}), "
-                  "no Trainium node\n")
+    """Before `trn submit --job` sends a CPU-only recipe (a data preparation): one line saying where it runs, not on
+    a Trainium node (issue 44): on EKS the system nodes, on Batch the CPU queue (without one, ``batch.cpu_instance_type:
+    null``, a node of its group)."""
+    if not cpu_only_recipe(job.job):
+        return
+    if backend == "eks":
+        where = f"the system nodes ({config.eks.system_instance_type})"
+    elif backend == "batch" and config.batch.cpu_instance_type is not None:
+        where = f"the Batch CPU queue ({config.batch.cpu_instance_type})"
+    else:
+        return
+    err.write(f"trn {args.command} --job {job.job}: CPU work, on {where}, no Trainium node\n")
 
 
 def chatter(args: argparse.Namespace, out: TextIO, err: TextIO) -> TextIO:

@@ -23,8 +23,8 @@ from constructs import Construct
 from trainium_cdk import node
 from trainium_cdk.constructs.storage import LustreMount
 from trainium_cdk.facts.catalog import InstanceSpec
-from trainium_cdk.facts.names import SHARED_MOUNT
-from trainium_cdk.facts.versions import EFA_INSTALLER_SHA256, EFA_INSTALLER_URL, NEURON_YUM_REPO, XLA_TRACK
+from trainium_cdk.facts.names import NEURON_YUM_REPO, SHARED_MOUNT
+from trainium_cdk.facts.versions import EFA_INSTALLER_SHA256, EFA_INSTALLER_URL, XLA_TRACK
 from trainium_cdk.node import neuron_metrics
 from trainium_cdk.node.health_check import COLLECTIVE_TIMEOUT_S
 from trainium_cdk.node.neuron_metrics import NODE_PATH as NEURON_METRICS_PATH
@@ -68,6 +68,10 @@ MIME_BOUNDARY = node.MIME_BOUNDARY
 # (the reason stays in `ec2 get-console-output`); the launch template's InstanceInitiatedShutdownBehavior
 # (constructs/batch.py) makes that a termination, so the instance never registers and Batch launches another.
 BATCH_NODE_SCRIPT = "batch_node.sh"
+# The first part, every Batch node's (the CPU queue's too, cpu_node_setup): the ECS agent held until the setup
+# succeeded, else masked and the host shut down; awsvpc tasks kept from the instance metadata.
+BATCH_AGENT_SCRIPT = "batch_agent.sh"
+BATCH_NODE_FILES = (BATCH_AGENT_SCRIPT, BATCH_NODE_SCRIPT)
 # The metrics program the node setup writes onto each node (compressed: one line of the setup program).
 NEURON_METRICS_SOURCE = Path(neuron_metrics.__file__)
 # The user data: fetch the setup, check it, run it (trainium_cdk/node/batch_bootstrap.sh).
@@ -112,7 +116,7 @@ def node_setup(
               "NEURON_YUM_REPO": NEURON_YUM_REPO}
     if spec.has_efa:
         values |= {"EFA_INSTALLER_URL": EFA_INSTALLER_URL, "EFA_INSTALLER_SHA256": EFA_INSTALLER_SHA256}
-    files = [BATCH_NODE_SCRIPT]
+    files = list(BATCH_NODE_FILES)
     lines = ["#!/bin/bash"]
     if storage is not None:
         values.update(lustre_mount_values("amazon-linux", storage.dns_name, storage.mount_name))  # ECS AL2023
@@ -135,6 +139,17 @@ def node_setup(
     values |= health_values(spec)
     lines.append(health_check_command(SHARED_MOUNT if storage is not None else None))
     return NodeSetup(program="\n".join(lines) + "\n", values=values)
+
+
+def cpu_node_setup(storage: LustreMount | None) -> NodeSetup:
+    """A node of the Batch CPU queue (``BatchCpuQueue``): the agent's part of every Batch node and, with storage, the
+    Lustre client and the mount. No Neuron, no EFA, no health check of either, no client tuning (a CPU job reads
+    and writes a dataset, not a training step's checkpoint)."""
+    files, values = [BATCH_AGENT_SCRIPT], {}
+    if storage is not None:
+        values = lustre_mount_values("amazon-linux", storage.dns_name, storage.mount_name)  # ECS AL2023
+        files.append(LUSTRE_SCRIPT)
+    return NodeSetup(program=node.program(files), values=values)
 
 
 def health_values(spec: InstanceSpec) -> dict[str, str]:

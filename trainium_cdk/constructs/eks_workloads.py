@@ -31,7 +31,7 @@ from trainium_cdk.facts.names import (
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "mlp"
 # The BERT-large example image's build context: a Dockerfile that fetches the pinned sample script.
 BERT_EXAMPLE_DIR = EXAMPLE_DIR.parent / "bert"
-DEFAULT_BASE_IMAGE_TAG = versions.NEURON_TRAINING_IMAGE_TAG
+DEFAULT_BASE_IMAGE_TAG = versions.XLA_TRACK.training_image_tag
 DEFAULT_REPOSITORY_REMOVAL_POLICY = DEFAULT_REMOVAL_POLICY
 
 

@@ -169,6 +169,10 @@ BATCH_JOB_DEFINITION_NAME = "JobDefinitionName"
 BATCH_JOB_DEFINITION_ARN = "JobDefinitionArn"
 BATCH_LOG_GROUP_NAME = "LogGroupName"
 BATCH_SUBMIT_JOB = "SubmitJob"
+# batch: the CPU queue's job queue, job definition and log group (JSON, the BATCH_* fields above), when it has one.
+OUTPUT_BATCH_CPU = "BatchCpu"
+# Its queue's and job definition's name after the stack's: no compute group's name has a '_', so none can take it.
+BATCH_CPU_SUFFIX = "_cpu"
 # parallelcluster
 OUTPUT_HEAD_NODE_INSTANCE_ID = "HeadNodeInstanceId"
 OUTPUT_HEAD_NODE_SESSION = "HeadNodeSession"
@@ -195,3 +199,5 @@ def instance_type_dns_label(instance_type: str) -> str:
 def output_key(output_id: str) -> str:
     """The key CloudFormation lists for a stack-level CfnOutput of this id: ``JobQueueArntrain``."""
     return _NOT_IN_LOGICAL_ID.sub("", output_id)
+# Neuron's yum repository (Amazon Linux 2023 nodes: Batch's and EKS's).
+NEURON_YUM_REPO = "https://yum.repos.neuron.amazonaws.com"

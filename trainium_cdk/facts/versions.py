@@ -22,10 +22,6 @@ EKS_AL2023_KUBERNETES_PATCHES: Mapping[str, str] = {"1.35": "1.35.8"}
 EKS_AL2023_KUBERNETES_PATCH = EKS_AL2023_KUBERNETES_PATCHES[KUBERNETES_VERSION]
 
 
-# Neuron's yum repository (Amazon Linux 2023 nodes: Batch's and EKS's).
-NEURON_YUM_REPO = "https://yum.repos.neuron.amazonaws.com"
-
-
 def eks_al2023_kubernetes_patch(minor: str | None = None) -> str:
     """The Kubernetes patch of the pinned EKS AMI release for ``minor`` (default: the shipped minor, read when
     called, so that a test that moves KUBERNETES_VERSION moves what the app synthesizes)."""
@@ -409,10 +405,6 @@ NATIVE_TRACK = NeuronTrack(
 
 NEURON_TRACKS: Mapping[str, NeuronTrack] = {t.name: t for t in (XLA_TRACK, NATIVE_TRACK)}
 DEFAULT_NEURON_TRACK = "xla"
-
-# The pins of the default track under their former names, for code and users that import them.
-NEURON_TRAINING_IMAGE_TAG = XLA_TRACK.training_image_tag
-NEURON_SDK_VERSION = XLA_TRACK.neuron_release
 
 
 # Volcano (gang scheduling for multi-node jobs), installed by the EKS stack from its vendored chart (HELM_CHART_DIGESTS).

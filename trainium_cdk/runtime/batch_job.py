@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainium_cdk.facts.names import SHARED_MOUNT
+from trainium_cdk.facts.names import BATCH_CPU_SUFFIX, SHARED_MOUNT
 from trainium_cdk.facts.teams import TEAM_TAG, share_identifier
 from trainium_cdk.runtime.launcher import launch_command
 from trainium_cdk.runtime.training_env import cache_dir, job_environment
@@ -35,6 +35,11 @@ BASED_ON_TAG = "trainium-cdk:based-on"
 def resource_name(config: Config, group: ComputeGroup) -> str:
     """The job queue's and the job definition's name: ``<project>-batch-<group>``."""
     return f"{config.stack_name('batch')}-{group.name}"
+
+
+def cpu_resource_name(config: Config) -> str:
+    """The CPU queue's job queue and job definition name: ``<project>-batch_cpu``."""
+    return f"{config.stack_name('batch')}{BATCH_CPU_SUFFIX}"
 
 
 def default_script(*, example_image: bool, shared_storage: bool) -> str:
@@ -75,6 +80,15 @@ def definition_container(config: Config, group: ComputeGroup) -> BatchContainer:
         command=tuple(launch_command(command or [f"Ref::{SCRIPT_PARAMETER}"])), environment=environment,
         parameters=parameters, multinode=True,
     )
+
+
+# The CPU queue's job definition (constructs/batch_cpu.py): nothing runs unless a submit says what, and how.
+CPU_DEFINITION_COMMAND = ("true",)
+
+
+def cpu_definition_container() -> BatchContainer:
+    """The container of the CPU queue's job definition: every submit brings its command and whole environment."""
+    return BatchContainer(command=CPU_DEFINITION_COMMAND, environment={}, parameters={}, multinode=True)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trainium_cdk import node
-from trainium_cdk.facts.versions import NEURON_YUM_REPO
+from trainium_cdk.facts.names import NEURON_YUM_REPO
 
 # A part of the user data: (content type, body).
 Part = tuple[str, str]

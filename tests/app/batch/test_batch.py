@@ -28,6 +28,7 @@ from trainium_cdk.constructs.batch import (
     TrainiumBatch,
     ecr_repository_arn,
 )
+from trainium_cdk.constructs.batch_node import BATCH_NODE_FILES
 from trainium_cdk.errors import ConfigError
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.capacity import GroupNodes
@@ -83,17 +84,19 @@ def reserved():
     )
 
 
+CPU = "(the CPU queue)"  # Group's name of the CPU queue: no compute group's name has a space
+
 class Group:
-    """The synthesized resources of one compute group's TrainiumBatch."""
+    """The synthesized resources of one compute group's TrainiumBatch (or, named CPU, the CPU queue's)."""
 
     def __init__(self, result, name: str) -> None:
         self.stack = result.stacks.backends["batch"]
-        self.construct: TrainiumBatch = self.stack.groups[name]
+        self.construct: TrainiumBatch = self.stack.cpu if name == CPU else self.stack.groups[name]
         # Each group is a nested stack of the Batch stack (stacks/batch_stack.py): its own template.
         self.holder = cdk.Stack.of(self.construct)
         self.template = json.loads((result.outdir / self.holder.template_file).read_text())
         self.parent = result.template_json("batch")
-        self.spec = self.construct.spec
+        self.spec = getattr(self.construct, "spec", None)
         self.outdir = result.outdir
 
     def logical_id(self, construct) -> str:
@@ -368,7 +371,7 @@ def test_image_retries_timeout_and_logs_defaults(every_type):
     assert "cdk-hnb659fds-container-assets" in json.dumps(group.container["Image"])
     assets = json.loads((every_type.outdir / f"{group.stack.artifact_id}.assets.json").read_text())
     (image,) = assets["dockerImages"].values()
-    assert image["source"]["dockerBuildArgs"] == {"BASE_TAG": versions.NEURON_TRAINING_IMAGE_TAG}
+    assert image["source"]["dockerBuildArgs"] == {"BASE_TAG": versions.XLA_TRACK.training_image_tag}
     assert (every_type.outdir / image["source"]["directory"] / "train.py").is_file()
     assert group.job_definition["RetryStrategy"]["Attempts"] == 2  # which exits retry: tests/e2e/test_resume.py
     # A week per attempt: pre-training runs for days (the old 24 hours stopped every longer run).
@@ -479,18 +482,13 @@ def test_job_role_has_no_permissions_and_execution_role_writes_its_logs(every_ty
         "Fn::GetAtt": [group.logical_id(group.construct.job_role), "Arn"]}
     assert _statements(group, group.construct.job_role) == []
     logs = [s for s in _statements(group, group.construct.execution_role) if "logs:PutLogEvents" in s["Action"]]
-    # One execution role for every group: it writes to the groups' own log groups, named one by one.
-    groups = every_type.stacks.backends["batch"].groups.values()
-    assert logs == [
-        {
-            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
-            "Effect": "Allow",
-            "Resource": [
-                (each := Group(every_type, g.group_name)).to_parent({"Fn::GetAtt": [each.logical_id(g.log_group), "Arn"]})
-                for g in groups
-            ],
-        }
-    ]
+    # One execution role for every group and the CPU queue: it writes to their own log groups, named one by one.
+    names = [CPU, *every_type.stacks.backends["batch"].groups]
+    (statement,) = logs
+    assert statement["Action"] == ["logs:CreateLogStream", "logs:PutLogEvents"] and statement["Effect"] == "Allow"
+    expected = [(each := Group(every_type, name)).to_parent({"Fn::GetAtt": [each.logical_id(each.construct.log_group), "Arn"]})
+                for name in names]
+    assert sorted(statement["Resource"], key=json.dumps) == sorted(expected, key=json.dumps)
 
 
 def test_groups_share_the_job_roles_and_each_has_its_own_instance_role(every_type):
@@ -519,7 +517,7 @@ def _batch_groups(result) -> dict[str, dict[str, str]]:
 
 def test_one_output_names_queues_definitions_and_the_submit_command(every_type):
     outputs = every_type.template_json("batch")["Outputs"]
-    assert sorted(outputs) == ["BatchGroups", "DashboardName", "TrainingImageRepositoryUri"]  # not six per group
+    assert sorted(outputs) == ["BatchCpu", "BatchGroups", "DashboardName", "TrainingImageRepositoryUri"]  # not six per group
     groups = _batch_groups(every_type)
     assert sorted(groups) == sorted(g.name for g in every_type.config.compute_groups)
     values = groups["trn1-32xlarge"]
@@ -710,7 +708,7 @@ def test_tasks_cannot_reach_the_instance_metadata(every_type, tmp_path):
         config.write_text("ECS_CLUSTER=batch-cluster\n")
         env = {"PATH": f"{bindir}:/usr/bin:/bin", "ECS_CONFIG": str(config)}
         for _ in range(2):
-            result = node_files.run("batch_node.sh", values, env)
+            result = node_files.run(BATCH_NODE_FILES, values, env)
             assert result.returncode == 0, result.stderr
         assert config.read_text() == "ECS_CLUSTER=batch-cluster\nECS_AWSVPC_BLOCK_IMDS=true\n"
 

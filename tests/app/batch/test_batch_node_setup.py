@@ -21,11 +21,13 @@ REFUSED = ["systemctl mask --now ecs.service", "shutdown -h now"]
 
 @pytest.fixture(scope="module")
 def app():
-    """Two Batch groups of one type and one of another, without storage."""
+    """Two Batch groups of one type and one of another, without storage (nor the CPU queue, whose node setup is its
+    own: tests/unit/constructs/test_batch_cpu.py)."""
     groups = [{"name": n, "instance_type": t, "nodes": 2, "az_ids": "usw2-az4"}
               for n, t in (("a", "trn1.32xlarge"), ("b", "trn1.32xlarge"), ("c", "trn1n.32xlarge"))]
     groups[2]["az_ids"] = "usw2-az3"
-    return synth(config_with(backends=["batch"], compute_groups=groups, storage={"enabled": False}), nag=False)
+    return synth(config_with(backends=["batch"], compute_groups=groups, storage={"enabled": False},
+                             batch={"cpu_instance_type": None}), nag=False)
 
 
 def _launch_template(app, name: str) -> dict:

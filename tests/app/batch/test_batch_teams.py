@@ -17,7 +17,7 @@ def test_every_name_of_a_group_queue_is_the_fair_share_queue_s():
     template = result.template_with_nested("batch")
     stack = result.config.stack_name("batch")
     queues = {q["Properties"]["JobQueueName"] for q in resources(template, "AWS::Batch::JobQueue").values()}
-    assert queues == {f"{stack}-trn2-teams", f"{stack}-ultra-teams"}
+    assert queues == {f"{stack}-trn2-teams", f"{stack}-ultra-teams", f"{stack}_cpu-teams"}
     (rule,) = [r["Properties"] for r in resources(template, "AWS::Events::Rule").values()
                if r["Properties"].get("Description", "").startswith("AWS Batch jobs")]
     watched = json.dumps(rule["EventPattern"]["detail"]["jobQueue"])
@@ -25,7 +25,7 @@ def test_every_name_of_a_group_queue_is_the_fair_share_queue_s():
     # The groups output (what trn reads): a JSON object joined with the queue's ARN; the literal parts, parsed.
     value = result.template_json("batch")["Outputs"][output_key(OUTPUT_BATCH_GROUPS)]["Value"]
     groups = json.loads("".join(p if isinstance(p, str) else "token" for p in value["Fn::Join"][1]))
-    assert {g[BATCH_JOB_QUEUE_NAME] for g in groups.values()} == queues
+    assert {g[BATCH_JOB_QUEUE_NAME] for g in groups.values()} == queues - {f"{stack}_cpu-teams"}
     # The command printed for the AWS CLI names the new queue and the share identifier it requires.
     assert all("-teams --job-definition" in g[BATCH_SUBMIT_JOB] and "--share-identifier TEAM" in g[BATCH_SUBMIT_JOB]
                for g in groups.values())

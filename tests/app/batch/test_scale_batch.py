@@ -31,8 +31,10 @@ def _groups(count: int) -> list[dict[str, Any]]:
     return [{"name": f"group-{i}", "instance_type": TYPE, "nodes": 2, "az_ids": "use2-az3"} for i in range(count)]
 
 
-def _config(groups: list[dict[str, Any]]) -> Any:
-    return config_with(backends=["batch"], compute_groups=groups, **US_EAST_2)
+def _config(groups: list[dict[str, Any]], **batch: Any) -> Any:
+    """Without the CPU queue (a job queue and compute environment too): the groups alone reach Batch's limit."""
+    return config_with(backends=["batch"], compute_groups=groups, batch={"cpu_instance_type": None, **batch},
+                       **US_EAST_2)
 
 
 @functools.cache
@@ -132,6 +134,11 @@ def test_the_largest_group_type_fits_the_templates_too():
 def test_one_group_past_the_maximum_is_refused_by_the_config():
     with pytest.raises(ConfigError, match=rf"compute_groups = {BATCH_MAX_COMPUTE_GROUPS + 1}: at most "):
         _config(_groups(BATCH_MAX_COMPUTE_GROUPS + 1))
+    # The CPU queue takes one of Batch's 50 queues and environments: 50 groups beside it are one too many.
+    with pytest.raises(ConfigError, match=rf"compute_groups = {BATCH_MAX_COMPUTE_GROUPS}: at most "
+                                          rf"{BATCH_MAX_COMPUTE_GROUPS - 1} groups .*batch.cpu_instance_type: null"):
+        _config(_groups(BATCH_MAX_COMPUTE_GROUPS), cpu_instance_type="m7i.2xlarge")
+    _config(_groups(BATCH_MAX_COMPUTE_GROUPS - 1), cpu_instance_type="m7i.2xlarge")
 
 
 def _group_templates(groups: list[dict[str, Any]]) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:

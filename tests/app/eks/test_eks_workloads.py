@@ -89,8 +89,8 @@ def test_example_image_builds_from_the_example_folder(result):
     image = _images(result)["mlp"]
     built = image["built"]
     assert (built / "Dockerfile").exists() and (built / "train.py").exists()
-    assert image["source"]["dockerBuildArgs"]["BASE_TAG"] == versions.NEURON_TRAINING_IMAGE_TAG
-    assert image["source"]["dockerBuildArgs"] == {"BASE_TAG": versions.NEURON_TRAINING_IMAGE_TAG}
+    assert image["source"]["dockerBuildArgs"]["BASE_TAG"] == versions.XLA_TRACK.training_image_tag
+    assert image["source"]["dockerBuildArgs"] == {"BASE_TAG": versions.XLA_TRACK.training_image_tag}
     # A public base: building needs no `docker login` (the DLC account's registries would).
     (base,) = [line.split()[1] for line in (built / "Dockerfile").read_text().splitlines() if line.startswith("FROM ")]
     assert base == f"{versions.NEURON_TRAINING_IMAGE_PUBLIC_REPOSITORY}:${{BASE_TAG}}"
@@ -220,7 +220,7 @@ def test_bert_image_builds_the_pinned_sample_on_the_same_base(result):
     assert dockerfile == (BERT_EXAMPLE_DIR / "Dockerfile").read_text()
     script = r"^ADD .*--checksum=sha256:[0-9a-f]{64} \$\{SAMPLE\}/dp_bert_large_hf_pretrain_hdf5.py "
     assert re.search(script, dockerfile, re.M)
-    assert bert["source"]["dockerBuildArgs"] == {"BASE_TAG": versions.NEURON_TRAINING_IMAGE_TAG}
+    assert bert["source"]["dockerBuildArgs"] == {"BASE_TAG": versions.XLA_TRACK.training_image_tag}
     assert bert["source"]["platform"] == images["mlp"]["source"]["platform"] == "linux/amd64"
     outputs = result.template_json("eks")["Outputs"]
     assert "BertImageUri" in outputs

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import aws_cdk as cdk
+import cdk8s
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
@@ -22,6 +23,7 @@ from tests.support.helpers import add_nag_packs, config_with, new_outdir
 from tests.unit.constructs.test_constructs_alone import CLUSTER_GROUP, ENV, STACK, TRN1, Imported
 from trainium_cdk import (
     DEFAULT_CATALOG,
+    BatchCpuQueue,
     BatchRoles,
     BatchTaskRules,
     ClusterAutoscaler,
@@ -103,6 +105,8 @@ BUILDERS: dict[str, Callable[[cdk.Stack, Shared, str], Any]] = {
     "TrainiumBatch": lambda s, i, n: TrainiumBatch(
         s, n, group=GroupNodes(n.lower(), TRN1, max_nodes=2), vpc=i.vpc, subnets=[i.subnet],
         security_groups=[i.efa_group], storage=i.file_system(s)),
+    "BatchCpuQueue": lambda s, i, n: BatchCpuQueue(
+        s, n, vpc=i.vpc, subnets=[i.subnet], image_uri="public.ecr.aws/neuron/train:1", storage=i.file_system(s)),
     "BatchRoles": lambda s, i, n: BatchRoles(s, n),
     "MetricsWorkspace": lambda s, i, n: MetricsWorkspace(s, n, alias=f"their-metrics-{n.lower()}"),
     "BatchTaskRules": lambda s, i, n: BatchTaskRules(s, n, vpc=i.vpc, default_security_group_id="sg-0ddddddddddddddd1"),
@@ -153,6 +157,5 @@ def test_every_exported_construct_is_tried():
 
     exported = {n for n in trainium_cdk.__all__
                 if isinstance(getattr(trainium_cdk, n), type) and issubclass(getattr(trainium_cdk, n), Construct)}
-    charts = {n for n in exported if n.endswith(("Plugin", "Storage", "Namespace", "NodePools", "Job", "Queue",
-                                                   "Pod", "TensorBoard")) and n != "LustreStorage"}
+    charts = {n for n in exported if issubclass(getattr(trainium_cdk, n), cdk8s.Chart)}
     assert exported - charts == set(BUILDERS)

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support import node_files
 from trainium_cdk import node
-from trainium_cdk.constructs.batch_node import node_setup
+from trainium_cdk.constructs.batch_node import BATCH_NODE_FILES, node_setup
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG
 
@@ -90,7 +90,7 @@ class Host:
         }
 
     def run(self, values: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        return node_files.run("batch_node.sh", values, self.env)
+        return node_files.run(BATCH_NODE_FILES, values, self.env)
 
     def run_text(self, text: str) -> subprocess.CompletedProcess[str]:
         """Run a generated shell text as it is (the user data's shell part)."""

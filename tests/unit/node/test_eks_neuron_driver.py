@@ -15,6 +15,7 @@ import pytest
 from tests.support.helpers import US_EAST_2, config_with
 from trainium_cdk.app.adapters.eks import node_user_data
 from trainium_cdk.facts import versions
+from trainium_cdk.facts.names import NEURON_YUM_REPO
 
 PINNED = versions.NATIVE_TRACK.driver
 NATIVE = {**US_EAST_2, "neuron": {"track": "native"},
@@ -66,7 +67,7 @@ def test_native_track_nodes_install_the_pinned_driver_over_an_older_one_before_k
     assert calls["modprobe"] == ["-r neuron", "neuron"]
     assert "shutdown" not in calls and "systemctl" not in calls
     repo = (tmp_path / "neuron.repo").read_text()
-    assert f"baseurl={versions.NEURON_YUM_REPO}\n" in repo and "gpgcheck=1\n" in repo
+    assert f"baseurl={NEURON_YUM_REPO}\n" in repo and "gpgcheck=1\n" in repo
 
 
 @pytest.mark.parametrize("ami_driver", [PINNED, "2.33.1.0"], ids=["the pin", "newer"])

@@ -42,12 +42,18 @@ def test_the_folder_has_the_programs():
     assert {p.name for p in SCRIPTS} == {
         "launcher.sh", "lustre_client.sh", "lustre_client_boot.sh", "lustre_tuning.sh", "slurm_prolog.sh", "batch_node.sh",
         "prepull_images.sh", "batch_bootstrap.sh", "neuron_setup.sh", "head_node_setup.sh", "job_venv.sh",
-        "eks_neuron_driver.sh"}
+        "eks_neuron_driver.sh", "batch_agent.sh"}
+
+
+# Files that go on another (node.program joins them): checked after it, as the node runs them.
+FRAGMENTS = {"batch_node.sh": "batch_agent.sh"}
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
 def test_every_script_of_the_folder_passes_shellcheck(path):
     text = path.read_text()
+    if path.name in FRAGMENTS:
+        text = node.source(FRAGMENTS[path.name]) + text
     assert shellcheck(text, dialect_of(text)) == ""
 
 

@@ -238,7 +238,7 @@ def _images(texts: list[tuple[str, str]]) -> list[tuple[str, str]]:
             found.append((where, f"{values.get('repository', 'registry.k8s.io/(chart default)')}:{values.get('tag')}"))
         for match in FROM_LINE.finditer(text):
             # The examples' base tag is a build argument: the EKS stack passes the track's (tests/app/eks/test_eks_workloads.py).
-            found.append((where, match.group(1).replace("${BASE_TAG}", versions.NEURON_TRAINING_IMAGE_TAG)))
+            found.append((where, match.group(1).replace("${BASE_TAG}", versions.XLA_TRACK.training_image_tag)))
     return found
 
 

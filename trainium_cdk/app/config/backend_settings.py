@@ -9,10 +9,15 @@ from pydantic import Field, field_validator, model_validator
 
 from trainium_cdk.app.config.base import _Model
 from trainium_cdk.app.config.fields import AmiId, AzId, Image, LogRetentionDays, check_az_id
-from trainium_cdk.errors import ConfigError
+from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.facts import defaults
 from trainium_cdk.facts.addressing import check_ingress_cidr
-from trainium_cdk.facts.catalog import BATCH_MAX_ATTEMPTS, BATCH_MAX_UPDATE_TIMEOUT_MINUTES, GP3_MAX_GIB
+from trainium_cdk.facts.catalog import (
+    BATCH_MAX_ATTEMPTS,
+    BATCH_MAX_UPDATE_TIMEOUT_MINUTES,
+    GENERAL_PURPOSE_TYPES,
+    GP3_MAX_GIB,
+)
 from trainium_cdk.facts.versions import DLAMI_FLAVOUR_RULE, dlami_name
 
 
@@ -121,6 +126,10 @@ class BatchSettings(_Model):
         None, description="Command of each node; default: torchrun of the job definition's script parameter (the "
         "example's train.py in the example image, else /fsx/code/train.py) on all NeuronCores."
     )
+    cpu_instance_type: str | None = Field(
+        "m7i.2xlarge", description="General-purpose instance type of the CPU queue, where the recipes' data jobs run "
+        "(0 instances when idle); null: no CPU queue, and those jobs take a node of their compute group."
+    )
     job_timeout_minutes: int = Field(
         10080, description="A job attempt is stopped after this many minutes (default 7 days)."
     )
@@ -146,6 +155,13 @@ class BatchSettings(_Model):
         description="AMI of the nodes (ECS-optimized, with the Neuron driver); default: the track's ECS-optimized "
         "AL2023 Neuron AMI, read from AWS's public per-AMI-name parameter (versions.py).",
     )
+
+    @field_validator("cpu_instance_type")
+    @classmethod
+    def _cpu_instance_type(cls, value: str | None) -> str | None:
+        if value is not None and value not in GENERAL_PURPOSE_TYPES:
+            raise ValueError("a general-purpose type; " + one_of(GENERAL_PURPOSE_TYPES))
+        return value
 
     @field_validator("retry_attempts")
     @classmethod

@@ -157,11 +157,13 @@ def check_backends(config: Config) -> None:
 
 
 def check_batch(config: Config) -> None:
-    if len(config.compute_groups) > BATCH_MAX_COMPUTE_GROUPS:
+    cpu_queue = config.batch.cpu_instance_type is not None  # a queue and compute environment of its own
+    if len(config.compute_groups) + cpu_queue > BATCH_MAX_COMPUTE_GROUPS:
         raise ConfigError(
             "compute_groups", len(config.compute_groups),
-            f"at most {BATCH_MAX_COMPUTE_GROUPS} groups with the batch backend: each is an AWS Batch job queue and "
-            f"compute environment, and Batch allows {BATCH_MAX_COMPUTE_GROUPS} of each per account and region",
+            f"at most {BATCH_MAX_COMPUTE_GROUPS - cpu_queue} groups with the batch backend: each is an AWS Batch job "
+            f"queue and compute environment{', as is the CPU queue (batch.cpu_instance_type: null leaves it out)' if cpu_queue else ''}, "
+            f"and Batch allows {BATCH_MAX_COMPUTE_GROUPS} of each per account and region",
         )
     for i, group in enumerate(config.compute_groups):
         if not config.spec(group).for_training:

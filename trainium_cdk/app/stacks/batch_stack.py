@@ -21,6 +21,7 @@ from constructs import Construct
 from trainium_cdk.app.config import ComputeGroup, Config
 from trainium_cdk.constructs.alerts import batch_job_failed, batch_job_failed_message, notify
 from trainium_cdk.constructs.batch import SCRIPT_PARAMETER, TrainiumBatch
+from trainium_cdk.constructs.batch_cpu import BatchCpuQueue
 from trainium_cdk.constructs.batch_roles import BatchRoles
 from trainium_cdk.constructs.batch_tasks import BatchTaskRules
 from trainium_cdk.constructs.nag import acknowledge_default_policy
@@ -30,6 +31,7 @@ from trainium_cdk.constructs.prometheus import MetricsWorkspace
 from trainium_cdk.constructs.secrets import grant_secret_read
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.constructs.training_images import TrainingImageRepository
+from trainium_cdk.facts import versions
 from trainium_cdk.facts.defaults.cdk import retention
 from trainium_cdk.facts.names import (
     BATCH_JOB_DEFINITION_ARN,
@@ -38,6 +40,7 @@ from trainium_cdk.facts.names import (
     BATCH_JOB_QUEUE_NAME,
     BATCH_LOG_GROUP_NAME,
     BATCH_SUBMIT_JOB,
+    OUTPUT_BATCH_CPU,
     OUTPUT_BATCH_GROUPS,
     OUTPUT_DASHBOARD_NAME,
     OUTPUT_TRAINING_IMAGE_REPOSITORY_URI,
@@ -45,6 +48,8 @@ from trainium_cdk.facts.names import (
 
 # The id of a compute group's nested stack: its name only (see the module docstring).
 GROUP_STACK_ID = "Group-{name}"
+# The CPU queue's nested stack: no group's id ("Group-" first).
+CPU_STACK_ID = "CpuQueue"
 # The logical id of the repository of the team's own training images: pinned, because a new id would make
 # CloudFormation create a second repository and leave the first (retained) with every image in it.
 TRAINING_IMAGES_LOGICAL_ID = "TrainingImageRepository"
@@ -105,6 +110,7 @@ class BatchStack(Stack):
             if metrics_workspace is not None:
                 # The nodes' Prometheus agents remote-write into the deployment's workspace (prometheus_node.py).
                 metrics_workspace.grant_remote_write(training.instance_role)
+        self.cpu = self._cpu_queue(config, network, storage, name_prefix=construct_id)
         if any(training.multi_node for training in self.groups.values()):
             self.task_rules = BatchTaskRules(self, "TaskRules", vpc=network.vpc)
         # Every group's nodes publish neuron-monitor's metrics under the stack's name (the Deployment dimension).
@@ -116,8 +122,9 @@ class BatchStack(Stack):
         self.job_failed = notify(
             self, "JobFailed", topic=alarm_topic, message=batch_job_failed_message(),
             pattern=batch_job_failed([
-                self.format_arn(service="batch", resource="job-queue", resource_name=training.job_queue_name)
-                for training in self.groups.values()
+                self.format_arn(service="batch", resource="job-queue", resource_name=name)
+                for name in [*(training.job_queue_name for training in self.groups.values()),
+                             *([self.cpu.job_queue_name] if self.cpu else [])]
             ]),
             description="AWS Batch jobs of this deployment's queues that FAILED, to the alarm topic",
         )
@@ -134,6 +141,28 @@ class BatchStack(Stack):
                 {name: group_entry(config.region, training) for name, training in self.groups.items()}
             ),
         )
+        if self.cpu is not None:
+            CfnOutput(self, OUTPUT_BATCH_CPU, description="The CPU queue's job queue, job definition and log group (JSON)",
+                      value=self.to_json_string(cpu_entry(self.cpu)))
+
+    def _cpu_queue(self, config: Config, network: TrainingNetwork, storage: LustreStorage | None, *,
+                   name_prefix: str) -> BatchCpuQueue | None:
+        """The CPU queue of the recipes' data jobs (``batch.cpu_instance_type``), in a nested stack of its own, on
+        the file system's subnet and open to it; its nodes pull the team's images as the groups' do."""
+        instance_type = config.batch.cpu_instance_type
+        if instance_type is None:
+            return None
+        scope = NestedStack(self, CPU_STACK_ID, description="trainium-cdk: AWS Batch CPU queue (data preparation)")
+        cpu = BatchCpuQueue(
+            scope, "CpuQueue", vpc=network.vpc, subnets=[network.compute_subnet(config.storage_group.name)],
+            image_uri=config.batch.image_uri or versions.neuron_public_training_image(config.neuron_track.name),
+            instance_type=instance_type, storage=storage, roles=self.roles, name_prefix=name_prefix,
+            shares=config.team_shares(),
+        )
+        if storage is not None:
+            storage.connections.allow_default_port_from(cpu)
+        self.training_images.grant_pull(cpu.instance_role)
+        return cpu
 
 
 def _training(
@@ -179,6 +208,15 @@ def _training(
 
 def _minutes(minutes: int | None) -> Duration | None:
     return Duration.minutes(minutes) if minutes is not None else None
+
+
+def cpu_entry(cpu: BatchCpuQueue) -> dict[str, str]:
+    """The CPU queue's OUTPUT_BATCH_CPU output (tokens until deploy)."""
+    return {
+        BATCH_JOB_QUEUE_NAME: cpu.job_queue_name, BATCH_JOB_QUEUE_ARN: cpu.job_queue.job_queue_arn,
+        BATCH_JOB_DEFINITION_NAME: cpu.job_definition_name, BATCH_JOB_DEFINITION_ARN: cpu.job_definition.job_definition_arn,
+        BATCH_LOG_GROUP_NAME: cpu.log_group.log_group_name,
+    }
 
 
 def group_entry(region: str, training: TrainiumBatch) -> dict[str, str]:

@@ -204,11 +204,11 @@ def block_fee(ec2: Any, reservation_id: str) -> BlockFee:
                         "rate")
     latest = periods[-1]
     ext = latest.extension
-    others = f" and {len(periods) - 1} earlier extension(s) at theirs" if len(periods) > 1 else ""
+    others = f"; {len(periods) - 1} earlier extension(s) at their own fees" if len(periods) > 1 else ""
     return BlockFee(reservation_id, periods, (
-        f"capacity block {reservation_id}: {latest.usd_per_node_hour:,.2f} USD per node-hour, the fee of its extension "
-        f"from {when(latest.start)} ({ext.fee_text} for {ext.hours} h x {ext.instances} instances){others}; EC2 does "
-        "not tell the fee of the block as first bought: its other hours at the on-demand rate"))
+        f"capacity block {reservation_id}: {latest.usd_per_node_hour:,.2f} USD per node-hour, the fee of its latest "
+        f"paid extension ({ext.fee_text} for {ext.hours} h x {ext.instances} instances from {when(latest.start)})"
+        f"{others}; EC2 does not tell the fee of the block as first bought"))
 
 
 def _periods(extensions: Iterable[Extension]) -> Iterable[FeePeriod]:

@@ -61,6 +61,14 @@ OFFERING = {
 }
 
 
+def purchased(params: dict) -> dict:
+    """PurchaseCapacityBlockExtension's answer: the offering's extension, payment-pending from NOW."""
+    return {"CapacityBlockExtensions": [{
+        **{k: v for k, v in OFFERING.items() if k not in ("StartDate", "Tenancy")},
+        "CapacityReservationId": params["CapacityReservationId"], "CapacityBlockExtensionStatus": "payment-pending",
+        "CapacityBlockExtensionPurchaseDate": NOW}]}
+
+
 class Terminal(io.StringIO):
     """What the user types at a terminal."""
 
@@ -76,10 +84,7 @@ def ec2(aws, monkeypatch):
                                      EndDate=END + NEXT_WEEK, AvailableInstanceCount=0))
     history(aws)
     answer(aws, "DescribeCapacityBlockExtensionOfferings", {"CapacityBlockExtensionOfferings": [OFFERING]})
-    answer(aws, "PurchaseCapacityBlockExtension", lambda params: {"CapacityBlockExtensions": [{
-        **{k: v for k, v in OFFERING.items() if k not in ("StartDate", "Tenancy")},
-        "CapacityReservationId": params["CapacityReservationId"], "CapacityBlockExtensionStatus": "payment-pending",
-        "CapacityBlockExtensionPurchaseDate": NOW}]})
+    answer(aws, "PurchaseCapacityBlockExtension", purchased)
     yield aws
     assert_valid_requests(aws)
 
@@ -301,3 +306,29 @@ def test_an_extension_still_unpaid_is_refused(ec2, config):
     result = run_cli("block", "extend", "--group", "train", "--days", "1", "--yes", "--config", str(config))
     assert_one_clean_line(result, "still payment-pending", "to be paid by 2026-12-08 23:00 UTC")
     assert ops(ec2) == ["DescribeCapacityReservations", "DescribeCapacityBlockExtensionHistory"]
+
+
+# -- the docs ------------------------------------------------------------------------------------------------------
+
+def test_the_docs_transcript_is_what_trn_block_prints(ec2, config, monkeypatch):
+    """docs/concepts/backends/eks.md, 'Following a block': each command as typed, what it prints, the user's yes."""
+    from tests.support.cli_support import readme_transcript, run_transcript
+
+    extensions: list[dict] = []  # the block's history: what the transcript buys
+
+    def purchase(params: dict) -> dict:
+        answered = purchased(params)
+        extensions.extend(answered["CapacityBlockExtensions"])
+        return answered
+
+    answer(ec2, "DescribeCapacityBlockExtensionHistory", lambda params: {"CapacityBlockExtensions": extensions})
+    answer(ec2, "PurchaseCapacityBlockExtension", purchase)
+    monkeypatch.setenv("TRN_CONFIG", str(config))
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.setattr("sys.stdin", Terminal("yes\n"))
+    steps = readme_transcript("$ trn block list")
+    assert [command for command, _ in steps] == [
+        "trn block list", "trn block status", "trn block extend --group train --days 2", "trn block status"]
+    # The terminal shows the typed yes after the question, and its newline.
+    run_transcript(steps, lambda result: result.out.replace("Type yes to buy: ", "Type yes to buy: yes\n").splitlines())
+    assert len(bought(ec2)) == 1

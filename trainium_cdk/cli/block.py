@@ -26,6 +26,7 @@ from trainium_cdk.cli.reservations import (
     money,
     read_reservation,
     relative,
+    reservation_id,
     when,
 )
 from trainium_cdk.errors import ConfigError, one_of
@@ -79,7 +80,7 @@ def add_parser(sub: Any) -> None:
 def _now() -> dt.datetime:
     from trainium_cdk.cli.jobs import CLOCK
 
-    return CLOCK.now(dt.UTC)
+    return CLOCK.now().astimezone(dt.UTC)
 
 
 def block_groups(config: Config, name: str | None) -> list[ComputeGroup]:
@@ -107,7 +108,7 @@ def _one_group(config: Config, name: str | None, *, verb: str) -> ComputeGroup:
 
 
 def _read(ec2: Any, config: Config, group: ComputeGroup) -> Reservation:
-    rid = group.capacity.reservation_id
+    rid = reservation_id(group)
     found = read_reservation(ec2, rid)
     if found is None:
         raise CliError(f"block {rid} of group {group.name} does not exist in {config.region} for this account: check "
@@ -130,7 +131,7 @@ def list_blocks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     now = _now()
     rows, missing = [], []
     for group in groups:
-        rid = group.capacity.reservation_id
+        rid = reservation_id(group)
         r = read_reservation(ec2, rid)
         if r is None:
             missing.append(rid)
@@ -241,9 +242,9 @@ def extend(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if sys.stdin.readline().strip().lower() not in YES:
             out.write("not bought\n")
             return 1
-    bought = ec2.purchase_capacity_block_extension(
+    bought = (ec2.purchase_capacity_block_extension(
         CapacityBlockExtensionOfferingId=offer["CapacityBlockExtensionOfferingId"], CapacityReservationId=r.id,
-    ).get("CapacityBlockExtensions", [{}])[0]
+    ).get("CapacityBlockExtensions") or [{}])[0]
     state = bought.get("CapacityBlockExtensionStatus", "payment-pending")
     out.write(f"bought: the extension of {r.id} to {when(offer.get('CapacityBlockExtensionEndDate'))} is {state}")
     if state == EXTENSION_PENDING and r.end is not None:

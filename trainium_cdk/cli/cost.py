@@ -42,7 +42,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def block_rates(config: Config, err: TextIO) -> dict[str, BlockRate]:
     """Each capacity-block group's rate as EC2 tells its block's fee (reservations.block_fee)."""
     from trainium_cdk.cli._common import client, session
-    from trainium_cdk.cli.reservations import block_fee
+    from trainium_cdk.cli.reservations import block_fee, reservation_id
 
     groups = [g for g in config.compute_groups if g.capacity.type == "capacity-block"]
     if not groups:
@@ -51,7 +51,7 @@ def block_rates(config: Config, err: TextIO) -> dict[str, BlockRate]:
     ec2 = client(session(config.region), "ec2")
     rates = {}
     for group in groups:
-        fee = block_fee(ec2, group.capacity.reservation_id)
+        fee = block_fee(ec2, reservation_id(group))
         latest = fee.latest
         rates[group.name] = BlockRate(latest.usd_per_node_hour if latest else None, fee.said)
     return rates

@@ -17,6 +17,7 @@ from trainium_cdk.cli.reservations import (
     extensions_or_denied,
     read_reservation,
     relative,
+    reservation_id,
     when,
 )
 from trainium_cdk.facts.capacity_blocks import (
@@ -41,7 +42,7 @@ def capacity(config: Config, client: Callable[[str], Any], now: dt.datetime) -> 
         if not group.capacity.reserved:
             checks.append(_open_reservations(config, client, group))
             continue
-        found = read_reservation(client("ec2"), group.capacity.reservation_id)
+        found = read_reservation(client("ec2"), reservation_id(group))
         checks.append(_reservation(config, group, found, now))
         if found is not None and found.is_block and group.capacity.type == "capacity-block":
             checks += _extensions(client, group, found, now)
@@ -98,11 +99,13 @@ def _ending(group: ComputeGroup, r: Reservation, now: dt.datetime) -> Check:
 
 def _extensions(client: Callable[[str], Any], group: ComputeGroup, r: Reservation, now: dt.datetime) -> list[Check]:
     """A block's extension that still has to be paid (or whose payment failed, the block keeping its old end)."""
+    if r.end is None or r.state not in EXTENDABLE_STATES:
+        return []  # a block that has ended (or not been paid for) has no extension to pay
     name = f"extension {group.name}"
     extensions, denied = extensions_or_denied(client("ec2"), r.id)
     if denied:
         return [Check(WARN, name, f"could not check: {denied}", f"allow {HISTORY_ACTION} (read-only) for this identity")]
-    if not extensions or r.end is None or r.state not in EXTENDABLE_STATES:
+    if not extensions:
         return []
     last = extensions[-1]
     if last.status == EXTENSION_PENDING:

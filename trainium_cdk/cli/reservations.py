@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from trainium_cdk.cli._common import error_code, is_denied
+from trainium_cdk.app.config import ComputeGroup
+from trainium_cdk.cli._common import CliError, error_code, is_denied
 from trainium_cdk.facts.capacity_blocks import EXTENSION_PAID
 
 CAPACITY_BLOCK = "capacity-block"  # DescribeCapacityReservations ReservationType of a block
@@ -82,6 +83,15 @@ class Extension:
         if self.fee is None or self.hours <= 0 or self.instances <= 0:
             return None
         return self.fee / (self.hours * self.instances)
+
+
+def reservation_id(group: ComputeGroup) -> str:
+    """The ``cr-...`` id of a group bought into a reservation or block (the config requires it there)."""
+    rid = group.capacity.reservation_id
+    if rid is None:
+        raise CliError(f"compute group {group.name} has no capacity.reservation_id (capacity.type is "
+                       f"{group.capacity.type})")
+    return rid
 
 
 def read_reservation(ec2: Any, reservation_id: str) -> Reservation | None:

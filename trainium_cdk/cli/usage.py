@@ -84,13 +84,13 @@ def _utc_ms(ms: int) -> dt.datetime:
 def _block_fees(groups: list[ComputeGroup], sess: Any) -> dict[str, BlockFee]:
     """The fee EC2 tells of each capacity-block group's block."""
     from trainium_cdk.cli._common import client
-    from trainium_cdk.cli.reservations import block_fee
+    from trainium_cdk.cli.reservations import block_fee, reservation_id
 
     blocks = [g for g in groups if g.capacity.type == "capacity-block"]
     if not blocks:
         return {}
     ec2 = client(sess, "ec2")
-    return {g.name: block_fee(ec2, g.capacity.reservation_id) for g in blocks}
+    return {g.name: block_fee(ec2, reservation_id(g)) for g in blocks}
 
 
 def _since(value: str | None) -> int:

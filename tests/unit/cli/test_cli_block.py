@@ -79,7 +79,7 @@ class Terminal(io.StringIO):
 @pytest.fixture
 def ec2(aws, monkeypatch):
     """The account at NOW: block `train` active from START to END, no extension yet."""
-    monkeypatch.setattr(jobs.CLOCK, "now", lambda tz=None: NOW)
+    monkeypatch.setattr(jobs.CLOCK, "now", lambda: NOW)
     reservations(aws, block(), block(OTHER_BLOCK, State="scheduled", StartDate=START + NEXT_WEEK,
                                      EndDate=END + NEXT_WEEK, AvailableInstanceCount=0))
     history(aws)
@@ -177,7 +177,7 @@ def test_status_shows_an_extension_waiting_for_payment_and_its_deadline(ec2, con
 def test_an_extension_bought_late_must_be_paid_35_minutes_before_the_end(ec2, config, monkeypatch):
     """12 hours after the purchase, or 35 minutes before the block's end, whichever comes first."""
     late = END - dt.timedelta(hours=3)
-    monkeypatch.setattr(jobs.CLOCK, "now", lambda tz=None: late)
+    monkeypatch.setattr(jobs.CLOCK, "now", lambda: late)
     history(ec2, extension(CapacityBlockExtensionStatus="payment-pending", CapacityBlockExtensionPurchaseDate=late))
     result = run_cli("block", "status", "--config", str(config))
     assert "to be paid by 2026-12-10 10:55 UTC (in 2 h 25 min)" in result.out

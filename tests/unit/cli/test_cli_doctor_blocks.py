@@ -105,3 +105,12 @@ def test_a_denied_extension_history_is_a_warning_naming_the_action(blocks, tmp_p
     assert "ec2:DescribeCapacityBlockExtensionHistory was denied (UnauthorizedOperation)" in line(
         result, "WARN", "extension train")
     assert "allow ec2:DescribeCapacityBlockExtensionHistory" in fix_after(result, "WARN", "extension train")
+
+
+def test_an_expired_block_fails_and_its_extensions_are_not_asked_for(blocks, tmp_path):
+    reservations(blocks, block(State="expired", StartDate=minute(-dt.timedelta(days=3)),
+                               EndDate=minute(-dt.timedelta(days=1))))
+    result = doctor(config_file(tmp_path, group=BLOCK_GROUP))
+    assert result.code == 1
+    assert "buy or create a new one" in fix_after(result, "FAIL", "capacity train")
+    assert blocks.of("DescribeCapacityBlockExtensionHistory") == []

@@ -233,15 +233,9 @@ def extend(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _print_offer(offer, r, group, days, now, out)
     if denied:
         out.write(f"  (its earlier extensions were not read: {denied})\n")
-    if not args.yes:
-        if not is_interactive(sys.stdin):
-            raise CliError("not bought: stdin is not a terminal to confirm on; run again with --yes to buy this "
-                           "offering")
-        out.write(f"Buy it for {_fee(offer)}? Type yes to buy: ")
-        out.flush()
-        if sys.stdin.readline().strip().lower() not in YES:
-            out.write("not bought\n")
-            return 1
+    if not (args.yes or _confirmed(offer, out)):
+        out.write("not bought\n")
+        return 1
     bought = (ec2.purchase_capacity_block_extension(
         CapacityBlockExtensionOfferingId=offer["CapacityBlockExtensionOfferingId"], CapacityReservationId=r.id,
     ).get("CapacityBlockExtensions") or [{}])[0]
@@ -254,6 +248,15 @@ def extend(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                   "is pending")
     out.write("\n")
     return 0
+
+
+def _confirmed(offer: dict[str, Any], out: TextIO) -> bool:
+    """Whether the user typed yes at the terminal; no terminal (a script, a pipe) is one line, never a purchase."""
+    if not is_interactive(sys.stdin):
+        raise CliError("not bought: stdin is not a terminal to confirm on; run again with --yes to buy this offering")
+    out.write(f"Buy it for {_fee(offer)}? Type yes to buy: ")
+    out.flush()
+    return sys.stdin.readline().strip().lower() in YES
 
 
 def _extendable(r: Reservation, now: dt.datetime) -> None:

@@ -4,15 +4,18 @@ The idle floor is what the stacks keep running with no job: the EKS control plan
 NAT gateways, interface endpoints, the FSx file system at its capacity and throughput, the Slurm head
 node and the development instance. Trainium compute is not in it: every backend starts its compute
 groups at zero nodes (Karpenter NodePools, node groups at min 0, Batch minvCpus 0, Slurm MinCount 0).
-Prices come from :mod:`trainium_cdk.facts.prices`; the synth path and `trn cost` print the same table.
+Prices come from :mod:`trainium_cdk.facts.prices`; the synth path and `trn cost` print the same table. A
+capacity-block group is priced at the on-demand rate too, unless the caller read its block's fee from EC2
+(`trn cost --blocks`: :class:`BlockRate`), which is then used and said.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from trainium_cdk.app import backends as backend_registry
-from trainium_cdk.app.config import Config
+from trainium_cdk.app.config import ComputeGroup, Config
 from trainium_cdk.facts import prices
 from trainium_cdk.facts.names import ACCESS_HOST_INSTANCE_TYPE, ACCESS_HOST_ROOT_VOLUME_GIB, SYSTEM_NODE_DISK_GIB
 from trainium_cdk.facts.storage_sizing import checkpoint_note
@@ -34,6 +37,7 @@ class Line:
     hourly: float  # USD per hour for the whole line
     assumed: bool
     note: str = ""
+    block_fee: bool = False  # priced at a Capacity Block's fee as EC2 told it, not the price table's rate
 
     @property
     def monthly(self) -> float:
@@ -55,14 +59,24 @@ class Bill:
         return self.idle_hourly * prices.HOURS_PER_MONTH
 
 
+@dataclass(frozen=True)
+class BlockRate:
+    """A capacity-block group's price as EC2 told it (`trn cost --blocks` reads it): USD per node-hour, or None where
+    EC2 tells no fee (the group stays at the on-demand rate); ``said`` is the line saying which."""
+
+    usd_per_node_hour: float | None
+    said: str
+
+
 def _line(item: str, quantity: float, unit: str, price: prices.Price, region: str, note: str = "") -> Line:
     price = prices.in_region(price, region)
     notes = "; ".join(n for n in (note, price.note) if n)
     return Line(item, quantity, unit, price.usd * quantity, price.assumed, notes)
 
 
-def bill(config: Config, region: str | None = None) -> Bill:
-    """The idle floor and full-size group prices of ``config`` in ``region`` (default: the config's)."""
+def bill(config: Config, region: str | None = None, *, block_rates: Mapping[str, BlockRate] | None = None) -> Bill:
+    """The idle floor and full-size group prices of ``config`` in ``region`` (default: the config's); a
+    capacity-block group named in ``block_rates`` at its block's fee where EC2 told one."""
     region = region or config.region
     azs = len(config.vpc_az_ids)
     idle = [
@@ -82,13 +96,26 @@ def bill(config: Config, region: str | None = None) -> Bill:
                               storage.capacity_gib, storage.throughput_mb_per_tib)]))))
     for backend in backend_registry.deployed(config):
         idle += backend.idle_lines(config, region)
-    groups = []
-    for group in config.compute_groups:
-        note = "" if group.capacity.type == "on-demand" else (
-            f"{group.capacity.type}: billed by the reservation, shown at the on-demand rate")
-        groups.append(_line(f"compute group {group.name}: {group.maximum} x {group.instance_type}", group.maximum,
-                            "node", prices.instance_price(group.instance_type), region, note))
+    groups = [_group_line(group, region, (block_rates or {}).get(group.name)) for group in config.compute_groups]
     return Bill(region, tuple(idle), tuple(groups))
+
+
+def _group_line(group: ComputeGroup, region: str, rate: BlockRate | None) -> Line:
+    item = f"compute group {group.name}: {group.maximum} x {group.instance_type}"
+    kind = group.capacity.type
+    if kind == "capacity-block" and rate is not None and rate.usd_per_node_hour is not None:
+        # EC2's own fee for this block: neither the table's nor assumed, whatever the region.
+        return Line(item, group.maximum, "node", rate.usd_per_node_hour * group.maximum, False, rate.said, True)
+    if kind == "capacity-block" and rate is not None:
+        note = rate.said
+    elif kind == "capacity-block":
+        note = "capacity-block: paid up front for the block, shown at the on-demand rate (`trn cost --blocks` reads " \
+               "what EC2 tells of its fee)"
+    elif kind == "reservation":
+        note = "reservation: billed by the reservation, shown at the on-demand rate"
+    else:
+        note = ""
+    return _line(item, group.maximum, "node", prices.instance_price(group.instance_type), region, note)
 
 
 def _hourly(per_gb_month: prices.Price) -> prices.Price:
@@ -144,7 +171,7 @@ def render(result: Bill) -> str:
         return f"  {line.item:<{width}} ${line.hourly:>10,.3f}/h  ${line.monthly:>12,.2f}/month{mark}"
 
     def group_row(line: Line) -> str:
-        mark = " *" if line.assumed else ""
+        mark = " *" if line.assumed else " (block fee)" if line.block_fee else ""
         return f"  {line.item:<{width}} ${line.hourly:>10,.3f}/h  (${line.hourly / line.quantity:,.3f} per node-hour){mark}"
 
     rows.append("Idle floor (nothing training; no Trainium node runs):")

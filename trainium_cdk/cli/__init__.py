@@ -12,7 +12,9 @@
     trn logs JOB [--rank N] [--follow]
     trn cancel JOB
     trn jobs [--group G]
-    trn cost [--config PATH] [--region REGION]
+    trn cost [--config PATH] [--region REGION] [--blocks]
+    trn block list|status [--group G]
+    trn block extend --group G --days N [--yes]
     trn check fabric --nodes N [--backend batch|eks] [--min-fraction F] [--report LOG]
     trn image init [DIR]
     trn image push [--dockerfile PATH] [--context DIR] [--tag TAG] [--backend eks|batch] [--dry-run]
@@ -36,7 +38,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trainium_cdk.cli import azs, check, connect, cost, doctor, fit, image, jobs, rehearse, sync, usage
+    from trainium_cdk.cli import azs, block, check, connect, cost, doctor, fit, image, jobs, rehearse, sync, usage
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -52,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     rehearse.add_parser(sub)
     cost.add_parser(sub)
     usage.add_parser(sub, jobs._common)
+    block.add_parser(sub)
     check.add_parser(sub)
     image.add_parser(sub)
     sync.add_parser(sub)

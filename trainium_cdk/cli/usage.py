@@ -4,7 +4,9 @@ records (every job of each group's queue Batch still knows: about 7 days after i
 A job's use is its run time (startedAt to stoppedAt, or now while it runs) times its nodes; a job that never ran
 used nothing. Its team is its `team` tag (`trn submit --team`), else its share identifier, else "-". Dollars are
 node-hours at the catalog's on-demand price (facts/prices.py): instances start before a job and stop after it, and a
-Capacity Block is paid whether used or not, so this is each team's part of the bill, not the bill."""
+Capacity Block is paid whether used or not, so this is each team's part of the bill, not the bill. A capacity-block
+group's hours inside its block's paid extensions are at their fee per node-hour, the one fee EC2 tells
+(reservations.block_fee); its other hours at the on-demand price, and a line per such group says so."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from trainium_cdk.app.config import ComputeGroup, Config
+from trainium_cdk.cli.reservations import BlockFee
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.facts import prices
 from trainium_cdk.facts.teams import TEAM_TAG, share_identifier
@@ -51,20 +54,43 @@ class JobUse:
     usd: float
 
 
-def job_use(job: dict[str, Any], group: ComputeGroup, config: Config, *, now_ms: int) -> JobUse | None:
-    """What ``job`` (a DescribeJobs record) used, or None: it never ran."""
+def job_use(job: dict[str, Any], group: ComputeGroup, config: Config, *, now_ms: int,
+            fee: BlockFee | None = None) -> JobUse | None:
+    """What ``job`` (a DescribeJobs record) used, or None: it never ran. ``fee``: the group's block's, for the hours
+    it tells a price of."""
     started = job.get("startedAt")
     if not started:
         return None
     nodes = int((job.get("nodeProperties") or {}).get("numNodes") or 1)
-    node_hours = max(0, (job.get("stoppedAt") or now_ms) - started) / 3_600_000 * nodes
+    stopped = max(started, job.get("stoppedAt") or now_ms)
+    node_hours = (stopped - started) / 3_600_000 * nodes
     spec = config.spec(group)
     teams = {share_identifier(t.name): t.name for t in config.teams}
     team = (job.get("tags") or {}).get(TEAM_TAG) or teams.get(job.get("shareIdentifier", ""), NO_TEAM)
     hourly = prices.in_region(prices.instance_price(spec.name), config.region).usd
+    usd = node_hours * hourly
+    if fee is not None and fee.periods:
+        priced, outside = fee.split(_utc_ms(started), _utc_ms(stopped))
+        usd = nodes * (sum(hours * rate for hours, rate in priced) + outside * hourly)
     return JobUse(job_id=job["jobId"], name=job.get("jobName", ""), team=team, group=group.name,
                   state=job.get("status", ""), nodes=nodes, node_hours=node_hours,
-                  core_hours=node_hours * spec.neuron_cores, usd=node_hours * hourly)
+                  core_hours=node_hours * spec.neuron_cores, usd=usd)
+
+
+def _utc_ms(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+
+
+def _block_fees(groups: list[ComputeGroup], sess: Any) -> dict[str, BlockFee]:
+    """The fee EC2 tells of each capacity-block group's block."""
+    from trainium_cdk.cli._common import client
+    from trainium_cdk.cli.reservations import block_fee, reservation_id
+
+    blocks = [g for g in groups if g.capacity.type == "capacity-block"]
+    if not blocks:
+        return {}
+    ec2 = client(sess, "ec2")
+    return {g.name: block_fee(ec2, reservation_id(g)) for g in blocks}
 
 
 def _since(value: str | None) -> int:
@@ -97,16 +123,22 @@ def usage(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     outputs = stack_outputs(client(sess, "cloudformation"), stack, config.region, backend="batch")
     batch = client(sess, "batch")
     now_ms = int(dt.datetime.now(dt.UTC).timestamp() * 1000)
+    fees = _block_fees(groups, sess)
     used: list[JobUse] = []
     for group in groups:
         queue = group_output_value(outputs, BATCH_JOB_QUEUE_ARN, group=group.name, stack=stack)
         ids = [s["jobId"] for s in queue_jobs(batch, queue)]
         for job in describe(batch, ids):
-            use = job_use(job, group, config, now_ms=now_ms)
+            use = job_use(job, group, config, now_ms=now_ms, fee=fees.get(group.name))
             if use is not None and job["startedAt"] >= since and args.team in (None, use.team):
                 used.append(use)
     window = f"since {args.since}" if args.since else "of every job Batch still knows (about 7 days)"
-    out.write(f"usage {window}, run time x nodes, at on-demand prices of {prices.PRICES_AS_OF}:\n")
+    out.write(f"usage {window}, run time x nodes, at on-demand prices of {prices.PRICES_AS_OF}"
+              + (" (capacity-block groups: below)" if fees else "") + ":\n")
+    for name, fee in fees.items():
+        tail = ("; a job's hours inside its paid extensions at their fees, its other hours at the on-demand price"
+                if fee.periods else "")
+        out.write(f"  group {name}: {fee.said}{tail}\n")
     if not used:
         out.write("no job ran\n")
         return 0

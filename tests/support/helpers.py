@@ -211,6 +211,16 @@ def resources(template: dict[str, Any], type_name: str) -> dict[str, dict[str, A
     return {k: v for k, v in template["Resources"].items() if v["Type"] == type_name}
 
 
+def imported(result: Synthesized, value: Any) -> Any:
+    """What an ``Fn::ImportValue`` of the app reads (the exporting output's value, such as ``{"Ref": id}``); any other
+    value as it is."""
+    if not (isinstance(value, dict) and set(value) == {"Fn::ImportValue"}):
+        return value
+    (exported,) = [o["Value"] for p in result.template_paths() for o in json.loads(p.read_text()).get("Outputs", {}).values()
+                   if o.get("Export", {}).get("Name") == value["Fn::ImportValue"]]
+    return exported
+
+
 def template_text(value: Any) -> str:
     """A template value as text: an Fn::Join's parts joined, any other token as "<token>"."""
     if isinstance(value, str):

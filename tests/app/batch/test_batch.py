@@ -295,14 +295,12 @@ def test_a_node_that_shuts_itself_down_is_terminated(every_type):
 
 
 def test_user_data_mounts_the_storage_stack_file_system(every_type):
-    parts = Group(every_type, "trn1-32xlarge").launch_template["UserData"]["Fn::Base64"]["Fn::Join"][1]
-    (start,) = [i for i, p in enumerate(parts) if isinstance(p, str) and p.endswith("\nLUSTRE_SOURCE='")]
+    source = node_files.header_value(Group(every_type, "trn1-32xlarge").launch_template["UserData"], "LUSTRE_SOURCE")
     (file_system,) = resources(every_type.template_json("storage"), "AWS::FSx::FileSystem")
     # The file system's DNS name is <id>.fsx.<region>.amazonaws.com; its mount name an attribute.
-    assert [imported(every_type, p) for p in parts[start + 1:start + 6]] == [
-        {"Ref": file_system}, ".fsx.us-east-2.", {"Ref": "AWS::URLSuffix"}, "@tcp:/",
-        {"Fn::GetAtt": [file_system, "LustreMountName"]}]
-    assert parts[start + 6].startswith("'\n")
+    assert [imported(every_type, p) for p in source] == [
+        "'", {"Ref": file_system}, ".fsx.us-east-2.", {"Ref": "AWS::URLSuffix"}, "@tcp:/",
+        {"Fn::GetAtt": [file_system, "LustreMountName"]}, "'"]
 
 
 # -- job definition --------------------------------------------------------------------------------

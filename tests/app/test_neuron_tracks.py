@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import node_files
 from tests.support.helpers import ROOT, resources, synth
 from trainium_cdk.app.config import build_config
 from trainium_cdk.app.dist import write_dist
@@ -70,13 +71,15 @@ def _pins(name: str, config, app) -> dict[str, dict[str, str]]:
     (definition,) = resources(batch, "AWS::Batch::JobDefinition").values()
     container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
     (template,) = resources(batch, "AWS::EC2::LaunchTemplate").values()
-    user_data = json.dumps(template["Properties"]["LaunchTemplateData"]["UserData"])
-    (driver,) = set(re.findall(r"NEURON_DRIVER=([0-9.]+[0-9])", user_data))  # node/batch_node.sh's header
+    # node/batch_node.sh's header
+    (driver,) = node_files.header_value(template["Properties"]["LaunchTemplateData"]["UserData"], "NEURON_DRIVER")
     # Batch builds the MLP example image on the track's training image (the tag is the build argument).
-    assert "container-assets" in json.dumps(container["Image"])
     assets = json.loads((app.outdir / f"{app.stacks.backends['batch'].artifact_id}.assets.json").read_text())
-    (tag,) = {image["source"]["dockerBuildArgs"]["BASE_TAG"] for image in assets["dockerImages"].values()}
-    pins["batch"] = {"image_tag": tag}
+    (image,) = assets["dockerImages"].values()
+    (destination,) = image["destinations"].values()
+    assert container["Image"] == {"Fn::Sub": f"${{AWS::AccountId}}.dkr.ecr.{config.region}.${{AWS::URLSuffix}}/"
+                                             f"{destination['repositoryName']}:{destination['imageTag']}"}
+    pins["batch"] = {"image_tag": image["source"]["dockerBuildArgs"]["BASE_TAG"]}
     # EKS builds none by default (eks.example_images): its jobs run in the track's training image itself.
     (image,) = {app.template_json("eks")["Outputs"]["ExampleImageUri"]["Value"]}
     pins["eks"] = {"image_tag": image.rsplit(":", 1)[1]}

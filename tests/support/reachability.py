@@ -47,6 +47,34 @@ PCLUSTER_COMPUTE_SG = "pcluster:ComputeSecurityGroup"
 Groups = frozenset[str]
 
 
+
+def manifest_objects(manifest: Any) -> list[dict[str, Any]]:
+    """The Kubernetes objects of a synthesized ``Custom::AWSCDK-EKS-KubernetesResource`` manifest, CloudFormation
+    expressions left in place of the values only known at deploy (a manifest with tokens is an Fn::Join of JSON text:
+    a value that is one expression comes back as it; one with text around it keeps a marker in its place)."""
+    if isinstance(manifest, str):
+        return json.loads(manifest)
+    (fn, (separator, parts)), = manifest.items()
+    assert fn == "Fn::Join" and separator == "", manifest
+    expressions: dict[str, Any] = {}
+    text = ""
+    for part in parts:
+        if isinstance(part, str):
+            text += part
+        else:
+            marker = f"@@expr{len(expressions)}@@"
+            expressions[marker] = part
+            text += marker
+
+    def restore(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: restore(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [restore(v) for v in value]
+        return expressions.get(value, value) if isinstance(value, str) else value
+
+    return restore(json.loads(text))
+
 @dataclass(frozen=True)
 class Rule:
     """One security group rule: ``group`` allows ``direction`` traffic to/from ``peer`` or ``cidr``."""
@@ -460,35 +488,9 @@ class Reachability:
                     ))
 
     def manifests(self) -> Iterable[tuple[str, list[dict[str, Any]]]]:
-        """The Kubernetes objects of every manifest the stacks apply, CloudFormation expressions left in
-        place of the values only known at deploy (a manifest with tokens is an Fn::Join of JSON text)."""
+        """The Kubernetes objects of every manifest the stacks apply (manifest_objects)."""
         for stack, _, resource in self._resources("Custom::AWSCDK-EKS-KubernetesResource"):
-            manifest = resource["Properties"]["Manifest"]
-            if isinstance(manifest, str):
-                yield stack, json.loads(manifest)
-                continue
-            (fn, (separator, parts)), = manifest.items()
-            assert fn == "Fn::Join" and separator == "", manifest
-            expressions: dict[str, Any] = {}
-            text = ""
-            for part in parts:
-                if isinstance(part, str):
-                    text += part
-                else:
-                    marker = f"@@expr{len(expressions)}@@"
-                    expressions[marker] = part
-                    text += marker
-
-            def restore(value: Any, expressions: dict[str, Any] = expressions) -> Any:
-                if isinstance(value, dict):
-                    return {k: restore(v) for k, v in value.items()}
-                if isinstance(value, list):
-                    return [restore(v) for v in value]
-                if isinstance(value, str) and value in expressions:
-                    return expressions[value]
-                return value
-
-            yield stack, restore(json.loads(text))
+            yield stack, manifest_objects(resource["Properties"]["Manifest"])
 
     def _read_karpenter_node_pools(self, fsx: bool) -> None:
         """Karpenter NodePools are node sets: the nodes a pool would launch carry its EC2NodeClass's

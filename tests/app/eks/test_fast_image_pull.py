@@ -24,7 +24,7 @@ from tests.app.test_neuron_tracks import RAW as TRACK_RAW
 from tests.app.test_neuron_tracks import _manifest_objects
 from tests.support import paths
 from tests.support.helpers import resources, synth, template_text
-from tests.support.reachability import Reachability
+from tests.support.reachability import manifest_objects
 from tests.unit.node.test_node_programs import shellcheck
 from trainium_cdk.app.config import build_config
 from trainium_cdk.facts import versions
@@ -294,5 +294,5 @@ def _list(value: Any) -> list[Any]:
 
 def _node_class_roles(template: dict[str, Any]) -> list[str]:
     """The roles the EC2NodeClasses name (spec.role: the role's Ref)."""
-    return sorted({o["spec"]["role"]["Ref"] for _, objects in Reachability({"eks": template}).manifests()
-                   for o in objects if o.get("kind") == "EC2NodeClass"})
+    return sorted({o["spec"]["role"]["Ref"] for r in resources(template, "Custom::AWSCDK-EKS-KubernetesResource").values()
+                   for o in manifest_objects(r["Properties"]["Manifest"]) if o.get("kind") == "EC2NodeClass"})

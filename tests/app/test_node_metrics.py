@@ -166,7 +166,8 @@ def test_batch_instance_role_may_put_metrics_in_the_namespace_only(app):
     template = app.template_with_nested("batch")  # each group's instance role is in its nested stack
     statements = [s for p in resources(template, "AWS::IAM::Policy").values()
                   for s in p["Properties"]["PolicyDocument"]["Statement"]]
-    cloudwatch = [s for s in statements if "cloudwatch" in json.dumps(s["Action"])]
+    cloudwatch = [s for s in statements
+                  if any(a.startswith("cloudwatch:") for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))]
     assert cloudwatch == [{
         "Action": "cloudwatch:PutMetricData", "Effect": "Allow", "Resource": "*",
         "Condition": {"StringEquals": {"cloudwatch:namespace": NAMESPACE}},

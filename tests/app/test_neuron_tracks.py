@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support import node_files
-from tests.support.helpers import ROOT, resources, synth
+from tests.support.helpers import ROOT, resources, strings, synth
 from trainium_cdk.app.config import build_config
 from trainium_cdk.app.dist import write_dist
 from trainium_cdk.errors import ConfigError
@@ -52,16 +52,6 @@ def deployed(request, tmp_path_factory):
     config = build_config({"network": {"az_ids": ["usw2-az4", "usw2-az3"]}, **RAW[request.param]})
     dist = tmp_path_factory.mktemp(f"dist-{request.param}")
     return request.param, config, synth(config, nag=False), write_dist(config, dist)
-
-
-def _strings(node: Any) -> list[str]:
-    if isinstance(node, str):
-        return [node]
-    if isinstance(node, dict):
-        return [s for v in node.values() for s in _strings(v)]
-    if isinstance(node, list):
-        return [s for v in node for s in _strings(v)]
-    return []
 
 
 def _pins(name: str, config, app) -> dict[str, dict[str, str]]:
@@ -125,8 +115,8 @@ def test_no_ami_or_image_reference_follows_latest_or_recommended(deployed):
     moving = []
     for where, text in texts.items():
         data: Any = json.loads(text) if where.endswith(".json") else None
-        strings = _strings(data) if data is not None else text.split()
-        moving += [(where, s) for s in strings if ("image" in s.lower() or "ami" in s.lower() or ":" in s) and MOVING.search(s)]
+        words = strings(data) if data is not None else text.split()
+        moving += [(where, s) for s in words if ("image" in s.lower() or "ami" in s.lower() or ":" in s) and MOVING.search(s)]
     assert moving == []
 
 

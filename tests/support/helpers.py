@@ -221,6 +221,14 @@ def imported(result: Synthesized, value: Any) -> Any:
     return exported
 
 
+def strings(value: Any) -> list[str]:
+    """Every string of a template value (or any JSON value), at any depth."""
+    if isinstance(value, str):
+        return [value]
+    inner = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return [s for v in inner for s in strings(v)]
+
+
 def template_text(value: Any) -> str:
     """A template value as text: an Fn::Join's parts joined, any other token as "<token>"."""
     if isinstance(value, str):

@@ -45,7 +45,7 @@ import yaml
 
 from tests.support import recorder_standin
 from tests.support.chart_helpers import as_run
-from tests.support.helpers import Synthesized, resources, synth, template_text
+from tests.support.helpers import Synthesized, resources, strings, synth, template_text
 from tests.support.rehearsal import Stage
 from tests.unit.config.test_hostile_inputs import FREE_TEXT, FULL, PATHS, _get, _set
 from trainium_cdk.app.config import ConfigError, build_config
@@ -235,14 +235,6 @@ def test_the_slurm_batch_scripts_run_the_command_and_the_env_as_data(synthesized
         assert {k: call["env"][k] for k in ENV} == ENV
 
 
-def _strings(value: Any) -> Iterator[str]:
-    """Every string of a template value, at any depth."""
-    if isinstance(value, str):
-        yield value
-    for inner in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
-        yield from _strings(inner)
-
-
 def test_no_value_reaches_a_node_setup(synthesized):
     """No user data, launch template or node setup of any backend carries a value (they come from fields that
     refuse them); the jobs do."""
@@ -251,7 +243,7 @@ def test_no_value_reaches_a_node_setup(synthesized):
     carriers = []
     for path in result.template_paths():
         for name, resource in json.loads(path.read_text()).get("Resources", {}).items():
-            if any(marker in text for text in _strings(resource)):
+            if any(marker in text for text in strings(resource)):
                 carriers.append(resource["Type"])
                 props = resource.get("Properties", {})
                 assert "UserData" not in props and "UserData" not in props.get("LaunchTemplateData", {}), name

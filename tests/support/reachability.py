@@ -75,6 +75,13 @@ def manifest_objects(manifest: Any) -> list[dict[str, Any]]:
 
     return restore(json.loads(text))
 
+
+def _names_a_file_system(user_data: Any) -> bool:
+    """Whether a synthesized user data has a LUSTRE_SOURCE header line (the node setup mounts that file system)."""
+    body = user_data.get("Fn::Base64", "") if isinstance(user_data, dict) else user_data or ""
+    parts = body["Fn::Join"][1] if isinstance(body, dict) else [body]
+    return any(isinstance(p, str) and "\nLUSTRE_SOURCE=" in p for p in parts)
+
 @dataclass(frozen=True)
 class Rule:
     """One security group rule: ``group`` allows ``direction`` traffic to/from ``peer`` or ``cidr``."""
@@ -430,7 +437,7 @@ class Reachability:
             self.node_sets.append(NodeSet(
                 "batch", logical_id, interfaces, rendezvous=task_groups if trains else None,
                 # The node setup (an S3 asset) mounts the file system its user data names (LUSTRE_SOURCE).
-                mounts_fsx="LUSTRE_SOURCE=" in json.dumps(user_data), instance_type=compute["InstanceTypes"][0],
+                mounts_fsx=_names_a_file_system(user_data), instance_type=compute["InstanceTypes"][0],
             ))
 
         # The API endpoint's interfaces in the VPC carry the cluster security group and the groups of
@@ -458,7 +465,7 @@ class Reachability:
             # The setup (an S3 asset) mounts the file system its user data names (LUSTRE_SOURCE).
             self.node_sets.append(NodeSet(
                 ACCESS_HOST if stack in clusters else "instance", logical_id, (Interface(groups),),
-                mounts_fsx="LUSTRE_SOURCE=" in json.dumps(props.get("UserData")), instance_type=props["InstanceType"],
+                mounts_fsx=_names_a_file_system(props.get("UserData")), instance_type=props["InstanceType"],
             ))
 
         for stack, _logical_id, resource in self._resources("Custom::PclusterCluster"):

@@ -283,7 +283,8 @@ def test_the_lookup_function_may_describe_images_and_write_its_log_only(instance
     (log_group_id,) = resources(template, "AWS::Logs::LogGroup")
     assert props["LoggingConfig"] == {"LogGroup": {"Ref": log_group_id}}
     lambda_roles = {k: r for k, r in resources(template, "AWS::IAM::Role").items()
-                    if "lambda.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])}
+                    if [s["Principal"] for s in r["Properties"]["AssumeRolePolicyDocument"]["Statement"]]
+                    == [{"Service": "lambda.amazonaws.com"}]}
     ((role_id, role),) = lambda_roles.items()
     assert "ManagedPolicyArns" not in role["Properties"]
     statements = [s for p in resources(template, "AWS::IAM::Policy").values() if {"Ref": role_id} in p["Properties"]["Roles"]

@@ -17,7 +17,7 @@ import yaml
 
 from tests.support import paths
 from tests.support.apps import VARIANTS, synthesized
-from tests.support.helpers import helm_chart_name, resources, synth
+from tests.support.helpers import helm_chart_name, imported, resources, synth
 from tests.support.reachability import Reachability
 from trainium_cdk.app.config import ConfigError, load_config
 from trainium_cdk.app.cost import INTERFACE_ENDPOINT_COUNT, bill
@@ -154,7 +154,10 @@ def test_ec2_node_class_has_every_efa_interface_the_placement_group_and_a_locked
         efa = [i for i in spec["networkInterfaces"] if i["interfaceType"] == "efa-only"]
         assert sorted(i["networkCardIndex"] for i in efa) == list(range(result.config.spec(group).efa_interfaces))
         assert {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"} in spec["networkInterfaces"]
-        assert "PlacementGroup" in json.dumps(spec["placementGroupSelector"])
+        network = result.stacks.network
+        placement = network.network.placement_group(group.name).node.default_child
+        assert {k: imported(result, v) for k, v in spec["placementGroupSelector"].items()} == {
+            "name": {"Fn::GetAtt": [network.resolve(network.get_logical_id(placement)), "GroupName"]}}
         assert spec["amiSelectorTerms"] == [{"alias": result.config.neuron_track.karpenter_ami_alias}]
         assert spec["metadataOptions"]["httpPutResponseHopLimit"] == 1
         assert spec["metadataOptions"]["httpTokens"] == "required"
@@ -199,26 +202,28 @@ def test_karpenter_controller_pod_identity_queue_and_rules(default_app):
     karpenter = charts["karpenter"]
     assert "Version" not in karpenter and "Repository" not in karpenter  # the vendored chart (test_vendored_charts.py)
     # The values are JSON text joined with the queue's name (known at deploy).
-    values = karpenter["Values"]
-    text = values if isinstance(values, str) else "".join(p for p in values["Fn::Join"][1] if isinstance(p, str))
-    assert '"nodeSelector":{"trainium-cdk/role":"system"}' in text
-    assert f'"tag":"{versions.KARPENTER_VERSION}"' in text
-    assert "QueueName" in json.dumps(values)
+    parts = karpenter["Values"]["Fn::Join"][1]
+    (queue_name,) = [p for p in parts if not isinstance(p, str)]
+    values = json.loads("".join(p if isinstance(p, str) else "<queue name>" for p in parts))
+    assert values["nodeSelector"] == {"trainium-cdk/role": "system"}
+    assert values["controller"]["image"]["tag"] == versions.KARPENTER_VERSION
+    (queue_id,) = resources(template, "AWS::SQS::Queue")
+    assert values["settings"]["interruptionQueue"] == "<queue name>"
+    assert queue_name == {"Fn::GetAtt": [queue_id, "QueueName"]}
     associations = [a["Properties"] for a in resources(template, "AWS::EKS::PodIdentityAssociation").values()]
     assert {"karpenter", "fsx-csi-controller-sa"} <= {a["ServiceAccount"] for a in associations}
-    (queue_id,) = resources(template, "AWS::SQS::Queue")
     rules = [r["Properties"] for r in resources(template, "AWS::Events::Rule").values()]
     assert {tuple(r["EventPattern"]["detail-type"]) for r in rules} == {
         ("AWS Health Event",), ("EC2 Spot Instance Interruption Warning",),
         ("EC2 Instance Rebalance Recommendation",), ("EC2 Instance State-change Notification",),
         ("EC2 Capacity Reservation Instance Interruption Warning",),
     }
-    assert all(queue_id in json.dumps(r["Targets"]) for r in rules)
+    assert all([t["Arn"] for t in r["Targets"]] == [{"Fn::GetAtt": [queue_id, "Arn"]}] for r in rules)
     entries = [e["Properties"] for e in resources(template, "AWS::EKS::AccessEntry").values()]
     assert any(e.get("Type") == "EC2_LINUX" for e in entries)
     # Volcano shows Karpenter the gang's pods: no enqueue action.
-    assert "enqueue" not in json.dumps(charts["volcano"].get("Values"))
-    assert "allocate, backfill" in json.dumps(charts["volcano"].get("Values"))
+    scheduler = yaml.safe_load(json.loads(charts["volcano"]["Values"])["custom"]["scheduler_config_override"])
+    assert scheduler["actions"] == "allocate, backfill"
     assert "enqueue" not in VOLCANO_SCHEDULER_CONFIG
 
 

@@ -146,7 +146,8 @@ def test_lustre_is_open_to_the_imported_cluster_security_group_both_ways(app):
     found = {key(r["Type"].rsplit("::", 1)[1], p["GroupId"],
                  p.get("SourceSecurityGroupId") or p.get("DestinationSecurityGroupId"), p["FromPort"], p["ToPort"])
              for r in template["Resources"].values() if r["Type"].startswith("AWS::EC2::SecurityGroup")
-             and r["Type"] != "AWS::EC2::SecurityGroup" and CLUSTER_GROUP in json.dumps(p := r["Properties"])}
+             and r["Type"] != "AWS::EC2::SecurityGroup" and CLUSTER_GROUP in (
+                 (p := r["Properties"])["GroupId"], p.get("SourceSecurityGroupId"), p.get("DestinationSecurityGroupId"))}
     assert found == {rule for low, high in LUSTRE for rule in (
         key("SecurityGroupIngress", fsx, CLUSTER_GROUP, low, high),
         key("SecurityGroupEgress", fsx, CLUSTER_GROUP, low, high),
@@ -254,4 +255,5 @@ def test_karpenter_runs_on_the_imported_cluster_through_its_kubectl_provider(sta
     # The cluster's VPC CNI is not this app's: the Karpenter node role keeps the CNI policy.
     (node_role,) = [r["Properties"] for r in resources(template, "AWS::IAM::Role").values()
                     if r["Properties"].get("Description") == "Trainium nodes launched by Karpenter"]
-    assert any("AmazonEKS_CNI_Policy" in json.dumps(arn) for arn in node_role["ManagedPolicyArns"])
+    assert {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonEKS_CNI_Policy"]]} \
+        in node_role["ManagedPolicyArns"]

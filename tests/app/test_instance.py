@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import aws_cdk as cdk
 import pytest
@@ -13,6 +14,7 @@ from tests.support import node_files
 from tests.support.helpers import (
     cfn_lint_errors,
     config_with,
+    imported,
     nag_violations,
     quality_synth,
     resources,
@@ -112,7 +114,7 @@ def test_instance_type_and_private_subnet_of_the_chosen_az(default, variant):
         network = result.stacks.network
         (subnet,) = [s for s in network.network.private_subnets if s.availability_zone == az_id]
         logical = network.resolve(network.get_logical_id(subnet.node.default_child))
-        assert logical in json.dumps(props["SubnetId"])
+        assert imported(result, props["SubnetId"]) == {"Ref": logical}
         assert "NetworkInterfaces" not in props  # no public address
 
 
@@ -123,7 +125,8 @@ def test_role_is_session_manager_and_run_command_only(default):
     template = default.template_json("instance")
     (role_id, role), = [
         (k, r) for k, r in resources(template, "AWS::IAM::Role").items()
-        if "ec2.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])
+        if [s["Principal"] for s in r["Properties"]["AssumeRolePolicyDocument"]["Statement"]]
+        == [{"Service": "ec2.amazonaws.com"}]
     ]
     assert "ManagedPolicyArns" not in role["Properties"] and "Policies" not in role["Properties"]
     (policy,) = [p for p in resources(template, "AWS::IAM::Policy").values() if {"Ref": role_id} in p["Properties"]["Roles"]]
@@ -132,7 +135,7 @@ def test_role_is_session_manager_and_run_command_only(default):
     (fetch,) = [s for s in statements if s["Action"] == "s3:GetObject"]
     (key,) = [p.name.removeprefix("asset.") for p in default.outdir.glob("asset.*.sh")
               if p.read_text().startswith("#!/bin/bash\n# trainium-cdk: the development instance's setup")]
-    assert json.dumps(fetch["Resource"]).endswith(f'/{key}"]]}}')
+    assert fetch["Resource"]["Fn::Join"][1][-1] == f"/{key}"
     assert_session_manager_only([s for s in statements if s is not fetch], run_command=True)
 
 
@@ -141,7 +144,8 @@ def assert_session_manager_only(statements: list, *, run_command: bool = False) 
     allowed = [*SESSION_MANAGER_ACTIONS, *(RUN_COMMAND_ACTIONS if run_command else ())]
     assert sorted(actions) == sorted(allowed) and all(s["Effect"] == "Allow" for s in statements)
     (register,) = [s for s in statements if s["Action"] == "ssm:UpdateInstanceInformation"]
-    assert json.dumps(register["Resource"]).endswith(':instance/*"]]}')  # its own kind of resource only
+    # Its own kind of resource only.
+    assert re.fullmatch(r"arn:<token>:ec2:[a-z0-9-]+:<token>:instance/\*", template_text(register["Resource"]))
 
 
 def _setup(result) -> tuple[dict[str, str], str]:
@@ -151,17 +155,24 @@ def _setup(result) -> tuple[dict[str, str], str]:
 
 def test_fsx_mounted_with_the_efa_group_when_storage_is_deployed(default, variant):
     props = _instance(default)
-    user_data = json.dumps(props["UserData"])
-    assert "ExportsOutputFnGetAttLustreFileSystemLustreMountName" in user_data
-    assert "@tcp:/" in user_data and "LUSTRE_MOUNT_POINT=/fsx" in user_data and "LUSTRE_FAMILY=ubuntu" in user_data
-    _, program = _setup(default)
+    (file_system,) = resources(default.template_json("storage"), "AWS::FSx::FileSystem")
+    assert [imported(default, p) for p in node_files.header_value(props["UserData"], "LUSTRE_SOURCE")] == [
+        "'", {"Ref": file_system}, ".fsx.us-west-2.", {"Ref": "AWS::URLSuffix"}, "@tcp:/",
+        {"Fn::GetAtt": [file_system, "LustreMountName"]}, "'"]
+    values, program = _setup(default)
+    assert values["LUSTRE_MOUNT_POINT"] == "/fsx" and values["LUSTRE_FAMILY"] == "ubuntu"
     assert node.source("lustre_client.sh") in program  # as it is in the package
-    assert "EfaSecurityGroup" in json.dumps(props["SecurityGroupIds"])
-    assert len(props["SecurityGroupIds"]) == 2
+    (own,) = resources(default.template_json("instance"), "AWS::EC2::SecurityGroup")
+    efa = default.stacks.network.network.efa_security_group.node.default_child
+    efa_id = default.stacks.network.resolve(default.stacks.network.get_logical_id(efa))
+    assert [imported(default, g) for g in props["SecurityGroupIds"]] == [
+        {"Fn::GetAtt": [own, "GroupId"]}, {"Fn::GetAtt": [efa_id, "GroupId"]}]
 
     props = _instance(variant)
-    assert "lustre" not in json.dumps(props.get("UserData", "")).lower() and "lustre" not in _setup(variant)[1]
-    assert "EfaSecurityGroup" not in json.dumps(props["SecurityGroupIds"])
+    assert "lustre" not in template_text(props["UserData"]["Fn::Base64"]).lower() and "lustre" not in _setup(variant)[1]
+    (own,) = [k for k, g in resources(variant.template_json("instance"), "AWS::EC2::SecurityGroup").items()
+              if "SecurityGroupEgress" in g["Properties"]]  # not the Instance Connect endpoint's
+    assert props["SecurityGroupIds"] == [{"Fn::GetAtt": [own, "GroupId"]}]
 
 
 def _bootstrap(result, tmp_path, program: str, *, digest: str | None = None):
@@ -216,8 +227,11 @@ def test_instance_connect_endpoint_only_on_request_and_only_ssh(default, variant
     assert endpoint["Properties"]["PreserveClientIp"] is False
     (rule,) = _ingress_rules(template)
     assert (rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) == ("tcp", 22, 22)
-    assert "InstanceConnectSecurityGroup" in json.dumps(rule["SourceSecurityGroupId"])
-    assert "aws ec2-instance-connect ssh" in json.dumps(template["Outputs"]["InstanceConnectSsh"])
+    assert endpoint["Properties"]["SecurityGroupIds"] == [rule["SourceSecurityGroupId"]]  # from the endpoint alone
+    (instance_id,) = resources(template, "AWS::EC2::Instance")
+    assert template["Outputs"]["InstanceConnectSsh"]["Value"] == {"Fn::Join": ["", [
+        "aws ec2-instance-connect ssh --region us-west-2 --instance-id ", {"Ref": instance_id},
+        " --connection-type eice --os-user ec2-user"]]}
 
 
 def test_outputs_instance_id_and_session_command(default):

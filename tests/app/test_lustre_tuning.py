@@ -111,7 +111,9 @@ def node_user_data(variant: str) -> list[tuple[str, str, str, str]]:
             for queue in cluster["Properties"]["ClusterConfiguration"]["Scheduling"]["SlurmQueues"]:
                 (compute,) = queue["ComputeResources"]
                 start = queue["CustomActions"]["OnNodeStart"]
-                assert ".sh" in json.dumps(start["Script"])
+                # The S3 object of the script, an asset of the cloud assembly: node/lustre_tuning.sh as it is.
+                (*_, key) = start["Script"]["Fn::Join"][1]
+                assert (result.outdir / f"asset.{key.rsplit('/', 1)[1]}").read_text() == node.source("lustre_tuning.sh")
                 # As ParallelCluster runs it: the script (lustre_tuning.sh, tests/app/parallelcluster/test_parallelcluster.py) with Args.
                 text = shlex.join([TUNER_PATH, *start["Args"]])
                 found.append(("parallelcluster", f"{stack}/queue {queue['Name']}", compute["InstanceType"], text))

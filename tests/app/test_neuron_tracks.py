@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.helpers import ROOT, resources, synth
+from tests.support import node_files
+from tests.support.helpers import ROOT, resources, strings, synth
 from trainium_cdk.app.config import build_config
 from trainium_cdk.app.dist import write_dist
 from trainium_cdk.errors import ConfigError
@@ -53,16 +54,6 @@ def deployed(request, tmp_path_factory):
     return request.param, config, synth(config, nag=False), write_dist(config, dist)
 
 
-def _strings(node: Any) -> list[str]:
-    if isinstance(node, str):
-        return [node]
-    if isinstance(node, dict):
-        return [s for v in node.values() for s in _strings(v)]
-    if isinstance(node, list):
-        return [s for v in node for s in _strings(v)]
-    return []
-
-
 def _pins(name: str, config, app) -> dict[str, dict[str, str]]:
     """What each backend of the deployment actually pins: release, driver, image tag."""
     pins: dict[str, dict[str, str]] = {}
@@ -70,13 +61,15 @@ def _pins(name: str, config, app) -> dict[str, dict[str, str]]:
     (definition,) = resources(batch, "AWS::Batch::JobDefinition").values()
     container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
     (template,) = resources(batch, "AWS::EC2::LaunchTemplate").values()
-    user_data = json.dumps(template["Properties"]["LaunchTemplateData"]["UserData"])
-    (driver,) = set(re.findall(r"NEURON_DRIVER=([0-9.]+[0-9])", user_data))  # node/batch_node.sh's header
+    # node/batch_node.sh's header
+    (driver,) = node_files.header_value(template["Properties"]["LaunchTemplateData"]["UserData"], "NEURON_DRIVER")
     # Batch builds the MLP example image on the track's training image (the tag is the build argument).
-    assert "container-assets" in json.dumps(container["Image"])
     assets = json.loads((app.outdir / f"{app.stacks.backends['batch'].artifact_id}.assets.json").read_text())
-    (tag,) = {image["source"]["dockerBuildArgs"]["BASE_TAG"] for image in assets["dockerImages"].values()}
-    pins["batch"] = {"image_tag": tag}
+    (image,) = assets["dockerImages"].values()
+    (destination,) = image["destinations"].values()
+    assert container["Image"] == {"Fn::Sub": f"${{AWS::AccountId}}.dkr.ecr.{config.region}.${{AWS::URLSuffix}}/"
+                                             f"{destination['repositoryName']}:{destination['imageTag']}"}
+    pins["batch"] = {"image_tag": image["source"]["dockerBuildArgs"]["BASE_TAG"]}
     # EKS builds none by default (eks.example_images): its jobs run in the track's training image itself.
     (image,) = {app.template_json("eks")["Outputs"]["ExampleImageUri"]["Value"]}
     pins["eks"] = {"image_tag": image.rsplit(":", 1)[1]}
@@ -122,8 +115,8 @@ def test_no_ami_or_image_reference_follows_latest_or_recommended(deployed):
     moving = []
     for where, text in texts.items():
         data: Any = json.loads(text) if where.endswith(".json") else None
-        strings = _strings(data) if data is not None else text.split()
-        moving += [(where, s) for s in strings if ("image" in s.lower() or "ami" in s.lower() or ":" in s) and MOVING.search(s)]
+        words = strings(data) if data is not None else text.split()
+        moving += [(where, s) for s in words if ("image" in s.lower() or "ami" in s.lower() or ":" in s) and MOVING.search(s)]
     assert moving == []
 
 
@@ -235,9 +228,8 @@ def test_every_backend_s_jobs_carry_the_track_s_pins():
     jobs = example_jobs(config, image="x")
     assert jobs and all(pins.items() <= job.environment().items() for job in jobs)
     (definition,) = resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
-    text = json.dumps(definition)
-    for key, value in pins.items():
-        assert json.dumps({"Name": key, "Value": value})[1:-1] in text, key
+    (node_range,) = definition["Properties"]["NodeProperties"]["NodeRangeProperties"]
+    assert pins.items() <= {e["Name"]: e["Value"] for e in node_range["Container"]["Environment"]}.items()
     script = render_sbatch(config, config.compute_groups[0])
     for key, value in pins.items():
         # The value the shell gives the variable, all of it: `export KEY=<word>` read as bash reads it.

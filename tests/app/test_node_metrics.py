@@ -13,6 +13,7 @@ import base64
 import gzip
 import hashlib
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -166,7 +167,8 @@ def test_batch_instance_role_may_put_metrics_in_the_namespace_only(app):
     template = app.template_with_nested("batch")  # each group's instance role is in its nested stack
     statements = [s for p in resources(template, "AWS::IAM::Policy").values()
                   for s in p["Properties"]["PolicyDocument"]["Statement"]]
-    cloudwatch = [s for s in statements if "cloudwatch" in json.dumps(s["Action"])]
+    cloudwatch = [s for s in statements
+                  if any(a.startswith("cloudwatch:") for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))]
     assert cloudwatch == [{
         "Action": "cloudwatch:PutMetricData", "Effect": "Allow", "Resource": "*",
         "Condition": {"StringEquals": {"cloudwatch:namespace": NAMESPACE}},
@@ -189,24 +191,25 @@ def test_parallelcluster_compute_nodes_start_the_monitor(app, tmp_path):
         args = queue["CustomActions"]["OnNodeConfigured"]["Args"]
         pairs = dict(zip(args[::2], args[1::2], strict=True))
         assert pairs["--metrics-namespace"] == NAMESPACE and pairs["--metrics-deployment"] == deployment
-        program_url = json.dumps(pairs["--metrics-program"])
-        assert "s3://" in program_url and ".py" in program_url
+        # <sha256>@s3://<asset bucket>/<key>.py
+        (checked, bucket, key) = pairs["--metrics-program"]["Fn::Join"][1]
+        assert re.fullmatch(r"[0-9a-f]{64}@s3://", checked) and set(bucket) == {"Fn::Sub"}
+        # The asset the compute nodes fetch is the program itself (another .py asset is the MLP example, which
+        # the head node copies to ~/trainium).
+        staged = (app.outdir / f"asset.{key.rsplit('/', 1)[1]}").read_text()
+        assert staged == Path(neuron_metrics.__file__).read_text()
+        # The nodes refuse any other content: the argument carries the sha256 of the asset's
+        # (tests/unit/node/test_fetched_scripts.py).
+        assert checked == f"{hashlib.sha256(staged.encode()).hexdigest()}@s3://"
     # The head node runs no Neuron workload: no monitor there.
     assert "--metrics-program" not in config["HeadNode"]["CustomActions"]["OnNodeUpdated"]["Args"]
-    # The asset the compute nodes fetch is the program itself (another .py asset is the MLP example, which
-    # the head node copies to ~/trainium).
-    staged = {p.name.removeprefix("asset."): p.read_text() for p in app.outdir.glob("asset.*.py")}
-    (key,) = [k for k in staged if k in program_url]
-    assert staged[key] == Path(neuron_metrics.__file__).read_text()
-    # The nodes refuse any other content: the argument carries the sha256 of the asset's (tests/unit/node/test_fetched_scripts.py).
-    assert f'"{hashlib.sha256(staged[key].encode()).hexdigest()}@s3://' in program_url
     # neuron_setup.sh, on a compute node, copies it to NODE_PATH once checked and runs its install with the arguments.
     setup = SETUP_SCRIPT.read_text()
     assert f'fetch_checked "${{METRICS_PROGRAM}}" {NODE_PATH} 0644' in setup
     assert (f'/usr/bin/python3 {NODE_PATH} install \\\n      --namespace "${{METRICS_NAMESPACE}}" '
             '--deployment "${METRICS_DEPLOYMENT}"') in setup
     install = ["/usr/bin/python3", NODE_PATH, "install", "--namespace", NAMESPACE, "--deployment", deployment]
-    node, _ = _install_and_run(tmp_path, staged[key], install)
+    node, _ = _install_and_run(tmp_path, staged, install)
     _assert_published(node, deployment)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -62,42 +63,86 @@ def test_the_config_path_is_a_repository_path():
     assert json.loads(Path("cdk.json").read_text())["context"]["config"] == "config/default.yaml"
 
 
+def _commands(project: dict, phase: str = "build") -> list[str]:
+    return json.loads(project["Properties"]["Source"]["BuildSpec"])["phases"].get(phase, {}).get("commands", [])
+
+
+def _smoke_projects(template: dict) -> dict[str, dict]:
+    """The smoke steps' CodeBuild projects, by logical id: the ones that check the cluster."""
+    return {k: p for k, p in resources(template, "AWS::CodeBuild::Project").items()
+            if any(c.startswith("aws eks describe-cluster ") for c in _commands(p))}
+
+
+def _arn(account: str, role: str) -> dict:
+    return {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, f":iam::{account}:role/{role}"]]}
+
+
+def _actions(statement: dict) -> list[str]:
+    return [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
+
+
 def test_cli_is_pinned(synthesized):
     _, assembly, _ = synthesized
-    projects = [json.dumps(p) for p in resources(_template(assembly), "AWS::CodeBuild::Project").values()]
-    assert cli_version() == json.loads(Path("package.json").read_text())["devDependencies"]["aws-cdk"]
-    assert any(f"aws-cdk@{cli_version()}" in p for p in projects)  # self-mutation uses the pinned CLI
+    pinned = json.loads(Path("package.json").read_text())["devDependencies"]["aws-cdk"]
+    assert cli_version() == pinned
+    # Self-mutation uses the pinned CLI.
+    (mutation,) = [p for p in resources(_template(assembly), "AWS::CodeBuild::Project").values()
+                   if any(c.startswith("cdk -a . deploy t-pipeline ") for c in _commands(p))]
+    assert _commands(mutation, "install") == [f"npm install -g aws-cdk@{pinned}"]
+
+
+# What the smoke step reads, from which stack of its stage.
+SMOKE_VARIABLES = {"VPC_ID": ("network", "VpcId"), "FILE_SYSTEM_ID": ("storage", "FileSystemId"),
+                   "CLUSTER_NAME": ("eks", "ClusterName")}
 
 
 def test_smoke_step_reads_the_stage_outputs(synthesized):
-    _, assembly, _ = synthesized
-    projects = [json.dumps(p) for p in resources(_template(assembly), "AWS::CodeBuild::Project").values()]
-    smoke = [p for p in projects if "describe-cluster" in p]
-    assert len(smoke) == 2  # dev and prod
-    assert all("describe-vpcs" in p and "describe-file-systems" in p for p in smoke)
+    _, assembly, outdir = synthesized
+    template = _template(assembly)
+    projects = _smoke_projects(template)
+    assert len(projects) == 2  # dev and prod
+    (pipeline,) = resources(template, "AWS::CodePipeline::Pipeline").values()
+    for stage in [s for s in pipeline["Properties"]["Stages"] if s["Name"] in ("dev", "prod")]:
+        (smoke,) = [a for a in stage["Actions"] if a["Name"] == "Smoke"]
+        variables = {v["name"]: v["value"] for v in json.loads(smoke["Configuration"]["EnvironmentVariables"])}
+        assert sorted(variables) == sorted(SMOKE_VARIABLES)
+        for name, (stack, output) in SMOKE_VARIABLES.items():
+            namespace = re.fullmatch(rf"#{{(tpipeline{stage['Name']}t{stack}[0-9A-F]{{8}})\.{output}}}", variables[name])
+            assert namespace, variables[name]  # the output of that stack of the stage, which it has:
+            stage_template = outdir / f"assembly-t-pipeline-{stage['Name']}" / f"{namespace[1]}.template.json"
+            assert output in json.loads(stage_template.read_text())["Outputs"]
+        commands = _commands(projects[smoke["Configuration"]["ProjectName"]["Ref"]])[1:]
+        assert [c.split(" --")[0] for c in commands] == [
+            "aws ec2 describe-vpcs", "aws fsx describe-file-systems", "aws eks describe-cluster"]
+        assert all(f'"${name}"' in command for name, command in zip(SMOKE_VARIABLES, commands, strict=True))
 
 
 def test_smoke_step_runs_in_the_stage_account(synthesized):
     stack, assembly, _ = synthesized
     template = _template(assembly)
-    projects = [p for p in resources(template, "AWS::CodeBuild::Project").values() if "describe-cluster" in json.dumps(p)]
+    projects = _smoke_projects(template).values()
     for project in projects:
-        spec = json.loads(project["Properties"]["Source"]["BuildSpec"])
-        commands = spec["phases"]["build"]["commands"]
+        commands = _commands(project)
         assert commands[0].startswith('eval "$(aws sts assume-role --role-arn "$SMOKE_ROLE_ARN"')
-    arns = json.dumps([p["Properties"]["Environment"]["EnvironmentVariables"] for p in projects])
-    for account in ("222222222222", "333333333333"):
-        assert f":iam::{account}:role/t-pipeline-smoke-us-west-2" in arns
-    # The step's own role may only assume those roles.
-    policies = json.dumps(resources(template, "AWS::IAM::Policy"))
-    assert "sts:AssumeRole" in policies and "ec2:DescribeVpcs" not in policies
+    smoke_roles = [_arn(account, "t-pipeline-smoke-us-west-2") for account in ("222222222222", "333333333333")]
+    assert sorted((p["Properties"]["Environment"]["EnvironmentVariables"] for p in projects), key=json.dumps) == [
+        [{"Name": "SMOKE_ROLE_ARN", "Type": "PLAINTEXT", "Value": arn}] for arn in smoke_roles]
+    # The step's own role may only assume those roles; no role of the pipeline's account describes what they do.
+    (step_role,) = [k for k, r in resources(template, "AWS::IAM::Role").items()
+                    if r["Properties"].get("RoleName") == "t-pipeline-smoke-step-us-west-2"]
+    assumes = [s for lid, s in _statements(template) if "sts:AssumeRole" in _actions(s)
+               and {"Ref": step_role} in template["Resources"][lid]["Properties"]["Roles"]]
+    assert [s["Resource"] for s in assumes] == [smoke_roles]
+    assert not [a for _, s in _statements(template) for a in _actions(s) if a.startswith(("ec2:", "eks:", "fsx:"))]
     # Each stage creates its role, trusting the smoke steps' role, with describe calls only.
     for name, account in (("dev", "222222222222"), ("prod", "333333333333")):
         stage_stack = stack.stages[name].smoke
         template = cdk.assertions.Template.from_stack(stage_stack).to_json()
         (role,) = resources(template, "AWS::IAM::Role").values()
         assert role["Properties"]["RoleName"] == "t-pipeline-smoke-us-west-2"
-        assert "111111111111" in json.dumps(role["Properties"]["AssumeRolePolicyDocument"])
+        assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [{
+            "Action": "sts:AssumeRole", "Effect": "Allow",
+            "Principal": {"AWS": _arn("111111111111", "t-pipeline-smoke-step-us-west-2")}}]
         actions = role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"]
         assert sorted(actions) == ["ec2:DescribeVpcs", "eks:DescribeCluster", "fsx:DescribeFileSystems"]
         assert stage_stack.account == account
@@ -177,17 +222,16 @@ def test_no_policy_starts_builds_outside_the_pipeline(synthesized):
     own projects."""
     _, assembly, _ = synthesized
     template = _template(assembly)
-    projects = {
-        json.dumps({"Fn::GetAtt": [logical_id, "Arn"]}) for logical_id in resources(template, "AWS::CodeBuild::Project")
-    }
-    starts = [(lid, s) for lid, s in _statements(template) if "codebuild:StartBuild" in json.dumps(s["Action"])]
+    projects = [{"Fn::GetAtt": [logical_id, "Arn"]} for logical_id in resources(template, "AWS::CodeBuild::Project")]
+    starts = [(lid, s) for lid, s in _statements(template) if "codebuild:StartBuild" in _actions(s)]
     # No Docker asset role: the deployed app (EKS, eks.example_images off) builds no image.
     assert {lid.split("DefaultPolicy")[0] for lid, _ in starts} >= {"PipelineAssetsFileRole", "PipelineCodeBuildActionRole"}
     assert not [lid for lid, _ in starts if "Docker" in lid]
     for logical_id, statement in starts:
         arns = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-        assert arns and all(json.dumps(arn) in projects for arn in arns), (logical_id, statement["Resource"])
-    assert not [lid for lid, s in _statements(template) if s["Resource"] == "*" and "codebuild:" in json.dumps(s["Action"])]
+        assert arns and all(arn in projects for arn in arns), (logical_id, statement["Resource"])
+    assert not [lid for lid, s in _statements(template)
+                if s["Resource"] == "*" and any(a.startswith("codebuild:") for a in _actions(s))]
 
 
 def test_each_smoke_role_trusts_only_the_smoke_steps_role(synthesized):
@@ -195,16 +239,14 @@ def test_each_smoke_role_trusts_only_the_smoke_steps_role(synthesized):
     template = _template(assembly)
     (step_role_id,) = [k for k, r in resources(template, "AWS::IAM::Role").items()
                        if r["Properties"].get("RoleName") == "t-pipeline-smoke-step-us-west-2"]
-    smoke_projects = [p for p in resources(template, "AWS::CodeBuild::Project").values() if "describe-cluster" in json.dumps(p)]
+    smoke_projects = list(_smoke_projects(template).values())
     assert len(smoke_projects) == 2
     assert all(p["Properties"]["ServiceRole"] == {"Fn::GetAtt": [step_role_id, "Arn"]} for p in smoke_projects)
     for name in ("dev", "prod"):
         role_template = cdk.assertions.Template.from_stack(stack.stages[name].smoke).to_json()
         (role,) = resources(role_template, "AWS::IAM::Role").values()
         (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
-        principal = json.dumps(statement["Principal"])
-        assert ":root" not in principal and "Service" not in principal
-        assert principal.endswith(':iam::111111111111:role/t-pipeline-smoke-step-us-west-2"]]}}')
+        assert statement["Principal"] == {"AWS": _arn("111111111111", "t-pipeline-smoke-step-us-west-2")}
 
 
 def test_cdk_nag_reports_nothing_unacknowledged(synthesized):

@@ -21,7 +21,7 @@ import yaml
 from tests.app.parallelcluster.test_parallelcluster_image import make_host
 from tests.app.test_prometheus_metrics import _release
 from tests.support import node_files
-from tests.support.helpers import config_with, resources, synth, template_text
+from tests.support.helpers import config_with, imported, resources, synth, template_text
 from tests.support.pcluster_schema import validate_many, venv_or_skip
 from trainium_cdk.app.adapters.parallelcluster import cluster_name
 from trainium_cdk.app.dist import write_dist
@@ -104,6 +104,10 @@ def _instance(template: dict[str, Any]) -> dict[str, Any]:
     return instance["Properties"]
 
 
+def _actions(statement: dict[str, Any]) -> list[str]:
+    return [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
+
+
 def _setup(app) -> tuple[dict[str, str], str]:
     """The instance's user data header values (the workspace's endpoint and the other deploy-time values as
     "<token>") and the setup it fetches: an asset of the cloud assembly, by its digest (tests/support/node_files.py)."""
@@ -114,10 +118,11 @@ def _setup(app) -> tuple[dict[str, str], str]:
 def test_the_dev_instance_installs_the_exporters_into_the_deployments_workspace(instance_app):
     values, script = _setup(instance_app)
     # The deploy-time value: the network stack's workspace endpoint (an import of its PrometheusEndpoint).
-    parts = _instance(instance_app.template_json("instance"))["UserData"]["Fn::Base64"]["Fn::Join"][1]
-    (token,) = [p for p in parts if not isinstance(p, str) and "PrometheusEndpoint" in json.dumps(p)]
-    workspace = next(iter(resources(instance_app.template_json("network"), "AWS::APS::Workspace")))
-    assert workspace in json.dumps(token)
+    user_data = _instance(instance_app.template_json("instance"))["UserData"]
+    (workspace,) = resources(instance_app.template_json("network"), "AWS::APS::Workspace")
+    value = node_files.header_value(user_data, prometheus_setup.REMOTE_WRITE_VARIABLE)
+    assert [imported(instance_app, p) for p in value] == [
+        "'", {"Fn::GetAtt": [workspace, "PrometheusEndpoint"]}, "api/v1/remote_write'"]
     assert values[prometheus_setup.REMOTE_WRITE_VARIABLE] == "<token>api/v1/remote_write"
     stack = instance_app.stacks.backends["instance"].stack_name
     lines = [PROMETHEUS_CLIENT_COMMAND["ubuntu"], *prometheus_setup.setup_lines(deployment=stack)]
@@ -131,17 +136,17 @@ def test_the_dev_instance_role_may_remote_write_into_that_workspace_alone(instan
     template = instance_app.template_json("instance")
     role = next(iter(resources(template, "AWS::IAM::Role")))
     statements = [(policy, s) for policy in resources(template, "AWS::IAM::Policy").values()
-                  for s in policy["Properties"]["PolicyDocument"]["Statement"] if "aps:" in json.dumps(s["Action"])]
+                  for s in policy["Properties"]["PolicyDocument"]["Statement"]
+                  if any(a.startswith("aps:") for a in _actions(s))]
     ((policy, statement),) = statements
     assert policy["Properties"]["Roles"] == [{"Ref": role}]
     assert statement["Action"] == "aps:RemoteWrite" and statement["Effect"] == "Allow"
-    workspace = next(iter(resources(instance_app.template_json("network"), "AWS::APS::Workspace")))
-    assert workspace in json.dumps(statement["Resource"]) and "Arn" in json.dumps(statement["Resource"])
-    assert "*" not in json.dumps(statement["Resource"])
+    (workspace,) = resources(instance_app.template_json("network"), "AWS::APS::Workspace")
+    assert imported(instance_app, statement["Resource"]) == {"Fn::GetAtt": [workspace, "Arn"]}
     # The setup's one object in the asset bucket, and nothing else of that bucket.
     values, _ = _setup(instance_app)
     (read,) = [s for p in resources(template, "AWS::IAM::Policy").values()
-               for s in p["Properties"]["PolicyDocument"]["Statement"] if "s3:" in json.dumps(s["Action"])]
+               for s in p["Properties"]["PolicyDocument"]["Statement"] if any(a.startswith("s3:") for a in _actions(s))]
     (key,) = [f.name.removeprefix("asset.") for f in instance_app.outdir.glob("asset.*.sh")
               if hashlib.sha256(f.read_bytes()).hexdigest() == values["NODE_SETUP_SHA256"]]
     assert read["Action"] == "s3:GetObject" and read["Resource"]["Fn::Join"][1][-1] == f"/{key}"
@@ -177,9 +182,11 @@ def test_the_dev_instance_boot_installs_and_starts_the_exporters_and_the_agent(i
 def test_without_prometheus_the_dev_instance_has_no_agent_and_no_remote_write():
     app = synth(config_with(backends=["instance"]), nag=False)
     template = app.template_json("instance")
-    assert "prometheus" not in json.dumps(_instance(template)["UserData"]).lower()
+    assert "prometheus" not in template_text(_instance(template)["UserData"]["Fn::Base64"]).lower()
     assert "prometheus" not in _setup(app)[1].lower()
-    assert "aps:" not in json.dumps(template)
+    actions = [a for kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy") for p in resources(template, kind).values()
+               for s in p["Properties"]["PolicyDocument"]["Statement"] for a in _actions(s)]
+    assert actions and not [a for a in actions if a.startswith("aps:")]
 
 
 # -- the pcluster CLI path: dist/parallelcluster/ ---------------------------------------------------------------
@@ -261,8 +268,8 @@ def test_the_network_stack_outputs_what_the_cli_path_fills():
     outputs = app.template_json("network")["Outputs"]
     workspace = next(iter(resources(app.template_json("network"), "AWS::APS::Workspace")))
     assert outputs[names.OUTPUT_PROMETHEUS_WORKSPACE_ARN]["Value"] == {"Fn::GetAtt": [workspace, "Arn"]}
-    url = json.dumps(outputs[names.OUTPUT_PROMETHEUS_REMOTE_WRITE_URL]["Value"])
-    assert workspace in url and "PrometheusEndpoint" in url and "api/v1/remote_write" in url
+    assert outputs[names.OUTPUT_PROMETHEUS_REMOTE_WRITE_URL]["Value"] == {
+        "Fn::Join": ["", [{"Fn::GetAtt": [workspace, "PrometheusEndpoint"]}, "api/v1/remote_write"]]}
     # The stack's cluster: every policy the nodes are given, the remote-write one included, sits where the
     # provider's role may attach it (tests/app/parallelcluster/test_parallelcluster_provider.py evaluates that).
     template = app.template_json("parallelcluster")

@@ -21,12 +21,13 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import node_files
 from tests.support.chart_helpers import validate_all
-from tests.support.helpers import config_with, resources, synth
+from tests.support.helpers import config_with, imported, resources, synth
 from trainium_cdk import dashboards
 from trainium_cdk.app.dist import write_dist
 from trainium_cdk.charts.metrics_exporters import NAME_LABEL
-from trainium_cdk.facts import names
+from trainium_cdk.facts import names, versions
 from trainium_cdk.node import prometheus_node as node_program
 from trainium_cdk.node.prometheus_node import (
     EFA_COUNTERS,
@@ -175,16 +176,23 @@ def _one(template: dict[str, Any], type_name: str) -> dict[str, Any]:
 
 def test_eks_synthesizes_the_workspace_and_a_collector_writing_into_it(eks_app):
     network, eks = eks_app.template_json("network"), eks_app.template_json("eks")
-    workspace_id = next(iter(resources(network, "AWS::APS::Workspace")))
+    (workspace_id,) = resources(network, "AWS::APS::Workspace")
+    (scraper_id,) = resources(eks, "AWS::APS::Scraper")
     scraper = _one(eks, "AWS::APS::Scraper")
-    assert json.dumps(scraper["Destination"]).count(workspace_id) == 1
+    assert list(scraper["Destination"]) == ["AmpConfiguration"]
+    assert {k: imported(eks_app, v) for k, v in scraper["Destination"]["AmpConfiguration"].items()} == {
+        "WorkspaceArn": {"Fn::GetAtt": [workspace_id, "Arn"]}}
     source = scraper["Source"]["EksConfiguration"]
-    assert len(source["SubnetIds"]) >= 2 and len(source["SecurityGroupIds"]) == 1
-    assert "ClusterSecurityGroupId" in json.dumps(source["SecurityGroupIds"])
+    (cluster_id,) = resources(eks, "AWS::EKS::Cluster")
+    assert len(source["SubnetIds"]) >= 2
+    assert source["SecurityGroupIds"] == [{"Fn::GetAtt": [cluster_id, "ClusterSecurityGroupId"]}]
     entry = _one(eks, "AWS::EKS::AccessEntry") if len(resources(eks, "AWS::EKS::AccessEntry")) == 1 else next(
         r["Properties"] for r in resources(eks, "AWS::EKS::AccessEntry").values() if r["Properties"].get("Username"))
     assert entry["Username"] == "aps-collector-user"
-    assert "RoleArn" in json.dumps(entry["PrincipalArn"])
+    # The collector's role, as an IAM role ARN (its RoleArn names an assumed-role path).
+    assert entry["PrincipalArn"] == {"Fn::Join": ["", [
+        "arn:", {"Ref": "AWS::Partition"}, ":iam::", {"Ref": "AWS::AccountId"}, ":role/",
+        {"Fn::Select": [3, {"Fn::Split": ["/", {"Fn::GetAtt": [scraper_id, "RoleArn"]}]}]}]]}
     assert any(o.get("Description", "").startswith("The Amazon Managed Service for Prometheus workspace")
                for o in network["Outputs"].values())
 
@@ -394,19 +402,33 @@ def test_every_host_backend_writes_into_the_workspace_with_remote_write_on_it_al
     from tests.support.apps import synthesized
 
     app = synthesized("trn1.32xlarge")
-    workspace = next(iter(resources(app.template_json("network"), "AWS::APS::Workspace")))
+    (workspace,) = resources(app.template_json("network"), "AWS::APS::Workspace")
+    endpoint = [{"Fn::GetAtt": [workspace, "PrometheusEndpoint"]}, "api/v1/remote_write"]
     groups = {"batch": len(app.config.compute_groups), "parallelcluster": 1}  # Batch: each group's own instance role
     for role, count in groups.items():
         statements = [s for t in (app.template_with_nested(role),)
                       for r in t["Resources"].values() if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
-                      for s in r["Properties"]["PolicyDocument"]["Statement"] if "aps:RemoteWrite" in json.dumps(s)]
+                      for s in r["Properties"]["PolicyDocument"]["Statement"]
+                      if "aps:RemoteWrite" in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
         assert len(statements) == count and all(s["Action"] == "aps:RemoteWrite" for s in statements), role
-        for statement in statements:  # the workspace's ARN, or the nested stack's parameter that carries it
-            assert workspace in json.dumps(statement["Resource"]) and "*" not in json.dumps(statement["Resource"])
+        for statement in statements:  # the workspace's ARN, imported from the network stack
+            assert imported(app, statement["Resource"]) == {"Fn::GetAtt": [workspace, "Arn"]}
     # Batch: the groups' user data (nested stacks) name the workspace for the setup they fetch.
-    nested = [p.read_text() for p in app.outdir.glob("*.nested.template.json")]
-    assert any("PROMETHEUS_REMOTE_WRITE=" in text for text in nested)
+    launch_templates = resources(app.template_with_nested("batch"), "AWS::EC2::LaunchTemplate").values()
+    assert len(launch_templates) == len(app.config.compute_groups)
+    for launch_template in launch_templates:
+        user_data = launch_template["Properties"]["LaunchTemplateData"]["UserData"]
+        value = node_files.header_value(user_data, "PROMETHEUS_REMOTE_WRITE")
+        assert [imported(app, p) for p in value] == ["'", endpoint[0], f"{endpoint[1]}'"]
     # ParallelCluster: the compute nodes' setup gets the program, the workspace and the pinned releases.
-    pcluster = json.dumps(app.template_json("parallelcluster"))
-    for flag in ("--prometheus-program", "--prometheus-remote-write", "--prometheus-release", "--prometheus-client"):
-        assert flag in pcluster, flag
+    (cluster,) = resources(app.template_json("parallelcluster"), "Custom::PclusterCluster").values()
+    for queue in cluster["Properties"]["ClusterConfiguration"]["Scheduling"]["SlurmQueues"]:
+        args = queue["CustomActions"]["OnNodeConfigured"]["Args"]
+        values = [(a, args[i + 1]) for i, a in enumerate(args) if isinstance(a, str) and a.startswith("--prometheus-")]
+        assert [a for a, _ in values] == ["--prometheus-program", "--prometheus-remote-write", "--prometheus-deployment",
+                                          "--prometheus-release", "--prometheus-release", "--prometheus-client"]
+        remote_write = dict(values)["--prometheus-remote-write"]["Fn::Join"]
+        assert remote_write[0] == "" and [imported(app, p) for p in remote_write[1]] == endpoint
+        assert [v for a, v in values if a == "--prometheus-release"] == [
+            f"{versions.NODE_EXPORTER_SHA256}@{versions.NODE_EXPORTER_URL}", f"{versions.PROMETHEUS_SHA256}@{versions.PROMETHEUS_URL}"]
+        assert dict(values)["--prometheus-client"] == versions.PROMETHEUS_CLIENT_VERSION

@@ -118,5 +118,5 @@ def test_the_cluster_role_names_its_cluster(templates):
         for cluster in resources(template, "AWS::EKS::Cluster").values():
             role_id = cluster["Properties"]["RoleArn"]["Fn::GetAtt"][0]
             (statement,) = resources(template, "AWS::IAM::Role")[role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
-            arn = json.dumps(_condition(statement, "aws:SourceArn"))
-            assert arn.endswith(f':cluster/{cluster["Properties"]["Name"]}"]]}}'), name
+            arn = _condition(statement, "aws:SourceArn")
+            assert arn["Fn::Join"][1][-1].endswith(f':cluster/{cluster["Properties"]["Name"]}'), name

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import paths, readme, wheel_env
+from tests.support.reachability import manifest_objects
 
 # End to end (README walkthroughs, jobs on CPU torch, the wheel): `make test-e2e`, which CI runs.
 pytestmark = pytest.mark.e2e
@@ -119,12 +120,10 @@ def test_a_separate_cdk_app_imports_and_synthesizes_the_constructs(installed):
     for lt in launch_templates:  # trn1n.32xlarge: all 16 EFA interfaces
         assert len(lt["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]) == 16
     # The cluster can run a Neuron pod as it comes: both device plugins, and the claim jobs mount.
-    manifests = json.dumps([
-        r["Properties"]["Manifest"] for r in template["Resources"].values()
-        if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
-    ])
-    for name in ("neuron-device-plugin", "aws-efa-k8s-device-plugin", "fsx-lustre"):
-        assert name in manifests, name
+    objects = {(o["kind"], o["metadata"]["name"]) for r in template["Resources"].values()
+               if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" for o in manifest_objects(r["Properties"]["Manifest"])}
+    assert {("DaemonSet", "neuron-device-plugin"), ("DaemonSet", "aws-efa-k8s-device-plugin"),
+            ("PersistentVolumeClaim", "fsx-lustre")} <= objects
     # And someone can reach it: an admin's access entry, and the access host `trn connect --stack` forwards through.
     entries = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::EKS::AccessEntry"]
     assert "arn:aws:iam::111122223333:role/Admin" in [e["PrincipalArn"] for e in entries]

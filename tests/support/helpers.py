@@ -211,6 +211,24 @@ def resources(template: dict[str, Any], type_name: str) -> dict[str, dict[str, A
     return {k: v for k, v in template["Resources"].items() if v["Type"] == type_name}
 
 
+def imported(result: Synthesized, value: Any) -> Any:
+    """What an ``Fn::ImportValue`` of the app reads (the exporting output's value, such as ``{"Ref": id}``); any other
+    value as it is."""
+    if not (isinstance(value, dict) and set(value) == {"Fn::ImportValue"}):
+        return value
+    (exported,) = [o["Value"] for p in result.template_paths() for o in json.loads(p.read_text()).get("Outputs", {}).values()
+                   if o.get("Export", {}).get("Name") == value["Fn::ImportValue"]]
+    return exported
+
+
+def strings(value: Any) -> list[str]:
+    """Every string of a template value (or any JSON value), at any depth."""
+    if isinstance(value, str):
+        return [value]
+    inner = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return [s for v in inner for s in strings(v)]
+
+
 def template_text(value: Any) -> str:
     """A template value as text: an Fn::Join's parts joined, any other token as "<token>"."""
     if isinstance(value, str):

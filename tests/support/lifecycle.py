@@ -221,11 +221,16 @@ def _minor(version: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def _names(resource: dict[str, Any], logical: str) -> bool:
+def _names(resource: Any, logical: str) -> bool:
     """Whether ``resource`` references ``logical`` (Ref, GetAtt or DependsOn): CloudFormation orders it after."""
-    depends = resource.get("DependsOn", [])
-    return logical in ([depends] if isinstance(depends, str) else depends) or (
-        f'"Ref": "{logical}"' in json.dumps(resource) or f'["{logical}",' in json.dumps(resource))
+    if isinstance(resource, list):
+        return any(_names(v, logical) for v in resource)
+    if not isinstance(resource, dict):
+        return False
+    depends, target = resource.get("DependsOn", []), resource.get("Fn::GetAtt", [""])
+    return (logical in ([depends] if isinstance(depends, str) else depends) or resource.get("Ref") == logical
+            or (target if isinstance(target, str) else target[0]).split(".")[0] == logical
+            or any(_names(v, logical) for v in resource.values()))
 
 
 def kubernetes_version(template: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ import shlex
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from trainium_cdk import node
 
@@ -38,6 +39,25 @@ def split(text: str, *names: str) -> dict[str, str]:
         name, _, value = line.partition("=")
         (values[name],) = shlex.split(value)
     return values
+
+
+def header_value(user_data: Any, name: str) -> list[Any]:
+    """A header value (``NAME=...`` line) of a synthesized user data (``{"Fn::Base64": {"Fn::Join": ...}}``), as its
+    text and CloudFormation expressions in order, quotes included: what the node gets at deploy."""
+    body = user_data.get("Fn::Base64", user_data)
+    parts = body["Fn::Join"][1] if isinstance(body, dict) else [body]
+    found: list[Any] | None = None
+    for part in parts:
+        if found is None:
+            if not (isinstance(part, str) and f"\n{name}=" in part):
+                continue
+            found, part = [], part.split(f"\n{name}=", 1)[1]
+        if isinstance(part, str) and "\n" in part:
+            found.append(part.split("\n", 1)[0])
+            break
+        found.append(part)
+    assert found is not None, f"no {name}= line in the user data"
+    return [p for p in found if p != ""]
 
 
 def run(name: str | tuple[str, ...], values: Mapping[str, str], env: Mapping[str, str], *, shell: str = "bash",

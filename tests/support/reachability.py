@@ -47,6 +47,41 @@ PCLUSTER_COMPUTE_SG = "pcluster:ComputeSecurityGroup"
 Groups = frozenset[str]
 
 
+
+def manifest_objects(manifest: Any) -> list[dict[str, Any]]:
+    """The Kubernetes objects of a synthesized ``Custom::AWSCDK-EKS-KubernetesResource`` manifest, CloudFormation
+    expressions left in place of the values only known at deploy (a manifest with tokens is an Fn::Join of JSON text:
+    a value that is one expression comes back as it; one with text around it keeps a marker in its place)."""
+    if isinstance(manifest, str):
+        return json.loads(manifest)
+    (fn, (separator, parts)), = manifest.items()
+    assert fn == "Fn::Join" and separator == "", manifest
+    expressions: dict[str, Any] = {}
+    text = ""
+    for part in parts:
+        if isinstance(part, str):
+            text += part
+        else:
+            marker = f"@@expr{len(expressions)}@@"
+            expressions[marker] = part
+            text += marker
+
+    def restore(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: restore(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [restore(v) for v in value]
+        return expressions.get(value, value) if isinstance(value, str) else value
+
+    return restore(json.loads(text))
+
+
+def _names_a_file_system(user_data: Any) -> bool:
+    """Whether a synthesized user data has a LUSTRE_SOURCE header line (the node setup mounts that file system)."""
+    body = user_data.get("Fn::Base64", "") if isinstance(user_data, dict) else user_data or ""
+    parts = body["Fn::Join"][1] if isinstance(body, dict) else [body]
+    return any(isinstance(p, str) and "\nLUSTRE_SOURCE=" in p for p in parts)
+
 @dataclass(frozen=True)
 class Rule:
     """One security group rule: ``group`` allows ``direction`` traffic to/from ``peer`` or ``cidr``."""
@@ -402,7 +437,7 @@ class Reachability:
             self.node_sets.append(NodeSet(
                 "batch", logical_id, interfaces, rendezvous=task_groups if trains else None,
                 # The node setup (an S3 asset) mounts the file system its user data names (LUSTRE_SOURCE).
-                mounts_fsx="LUSTRE_SOURCE=" in json.dumps(user_data), instance_type=compute["InstanceTypes"][0],
+                mounts_fsx=_names_a_file_system(user_data), instance_type=compute["InstanceTypes"][0],
             ))
 
         # The API endpoint's interfaces in the VPC carry the cluster security group and the groups of
@@ -430,7 +465,7 @@ class Reachability:
             # The setup (an S3 asset) mounts the file system its user data names (LUSTRE_SOURCE).
             self.node_sets.append(NodeSet(
                 ACCESS_HOST if stack in clusters else "instance", logical_id, (Interface(groups),),
-                mounts_fsx="LUSTRE_SOURCE=" in json.dumps(props.get("UserData")), instance_type=props["InstanceType"],
+                mounts_fsx=_names_a_file_system(props.get("UserData")), instance_type=props["InstanceType"],
             ))
 
         for stack, _logical_id, resource in self._resources("Custom::PclusterCluster"):
@@ -460,35 +495,9 @@ class Reachability:
                     ))
 
     def manifests(self) -> Iterable[tuple[str, list[dict[str, Any]]]]:
-        """The Kubernetes objects of every manifest the stacks apply, CloudFormation expressions left in
-        place of the values only known at deploy (a manifest with tokens is an Fn::Join of JSON text)."""
+        """The Kubernetes objects of every manifest the stacks apply (manifest_objects)."""
         for stack, _, resource in self._resources("Custom::AWSCDK-EKS-KubernetesResource"):
-            manifest = resource["Properties"]["Manifest"]
-            if isinstance(manifest, str):
-                yield stack, json.loads(manifest)
-                continue
-            (fn, (separator, parts)), = manifest.items()
-            assert fn == "Fn::Join" and separator == "", manifest
-            expressions: dict[str, Any] = {}
-            text = ""
-            for part in parts:
-                if isinstance(part, str):
-                    text += part
-                else:
-                    marker = f"@@expr{len(expressions)}@@"
-                    expressions[marker] = part
-                    text += marker
-
-            def restore(value: Any, expressions: dict[str, Any] = expressions) -> Any:
-                if isinstance(value, dict):
-                    return {k: restore(v) for k, v in value.items()}
-                if isinstance(value, list):
-                    return [restore(v) for v in value]
-                if isinstance(value, str) and value in expressions:
-                    return expressions[value]
-                return value
-
-            yield stack, restore(json.loads(text))
+            yield stack, manifest_objects(resource["Properties"]["Manifest"])
 
     def _read_karpenter_node_pools(self, fsx: bool) -> None:
         """Karpenter NodePools are node sets: the nodes a pool would launch carry its EC2NodeClass's

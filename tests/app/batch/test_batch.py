@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
@@ -16,6 +17,7 @@ from tests.support.helpers import (
     US_EAST_2,
     cfn_lint_errors,
     config_with,
+    imported,
     nag_violations,
     quality_synth,
     resources,
@@ -166,6 +168,17 @@ def _name(instance_type: str) -> str:
     return _group(instance_type)["name"]
 
 
+def _network_id(result, construct) -> str:
+    """The logical id of a resource of the network stack."""
+    network = result.stacks.network
+    return network.resolve(network.get_logical_id(_resource(construct)))
+
+
+def _efa_group(result) -> dict[str, Any]:
+    """How the network stack's EFA security group is named in a group's properties (once imported)."""
+    return {"Fn::GetAtt": [_network_id(result, result.stacks.network.network.efa_security_group), "GroupId"]}
+
+
 # -- compute environment ---------------------------------------------------------------------------
 
 
@@ -198,20 +211,17 @@ def test_compute_environment_uses_the_launch_template_at_its_latest_version(ever
 def test_compute_environment_in_the_one_compute_subnet(every_type, instance_type):
     group = Group(every_type, _name(instance_type))
     (subnet,) = group.compute["Subnets"]
-    network = every_type.stacks.network
-    subnet_resource = network.network.compute_subnet(_name(instance_type)).node.default_child
-    expected = network.resolve(network.get_logical_id(subnet_resource))
-    assert expected in json.dumps(subnet)
+    expected = _network_id(every_type, every_type.stacks.network.network.compute_subnet(_name(instance_type)))
+    assert imported(every_type, subnet) == {"Ref": expected}
 
 
 @pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
 def test_on_demand_uses_the_cluster_placement_group(every_type, instance_type):
     group = Group(every_type, _name(instance_type))
-    network = every_type.stacks.network
-    placement = network.network.placement_group(_name(instance_type))
-    expected = network.resolve(network.get_logical_id(placement.node.default_child))
-    assert expected in json.dumps(group.compute["PlacementGroup"])
-    assert expected in json.dumps(group.launch_template["Placement"]["GroupName"])
+    placement = every_type.stacks.network.network.placement_group(_name(instance_type))
+    expected = {"Fn::GetAtt": [_network_id(every_type, placement), "GroupName"]}
+    assert imported(every_type, group.compute["PlacementGroup"]) == expected
+    assert imported(every_type, group.launch_template["Placement"]["GroupName"]) == expected
     assert "CapacityReservationSpecification" not in group.launch_template
 
 
@@ -223,7 +233,7 @@ def test_security_groups_live_on_the_efa_interfaces_only(every_type, instance_ty
         assert "SecurityGroupIds" not in group.compute
         assert "SecurityGroupIds" not in group.launch_template
     else:
-        assert "EfaSecurityGroup" in json.dumps(group.compute["SecurityGroupIds"])
+        assert [imported(every_type, g) for g in group.compute["SecurityGroupIds"]] == [_efa_group(every_type)]
 
 
 # -- launch template -------------------------------------------------------------------------------
@@ -237,7 +247,8 @@ def test_launch_template_wires_every_efa_interface_of_the_catalog(every_type, in
     assert data["InstanceType"] == instance_type
     assert len(interfaces) == group.spec.efa_interfaces
     assert sorted(i["NetworkCardIndex"] for i in interfaces) == list(range(group.spec.efa_interfaces))
-    assert all(i["InterfaceType"] == "efa" and "EfaSecurityGroup" in json.dumps(i["Groups"]) for i in interfaces)
+    assert all(i["InterfaceType"] == "efa" for i in interfaces)
+    assert all([imported(every_type, g) for g in i["Groups"]] == [_efa_group(every_type)] for i in interfaces)
     assert not any("AssociatePublicIpAddress" in i for i in interfaces)  # private subnets only
     assert data["MetadataOptions"]["HttpTokens"] == "required"
     assert data["BlockDeviceMappings"][0]["Ebs"] == {
@@ -287,9 +298,12 @@ def test_a_node_that_shuts_itself_down_is_terminated(every_type):
 
 
 def test_user_data_mounts_the_storage_stack_file_system(every_type):
-    raw = json.dumps(Group(every_type, "trn1-32xlarge").launch_template["UserData"])
+    source = node_files.header_value(Group(every_type, "trn1-32xlarge").launch_template["UserData"], "LUSTRE_SOURCE")
+    (file_system,) = resources(every_type.template_json("storage"), "AWS::FSx::FileSystem")
     # The file system's DNS name is <id>.fsx.<region>.amazonaws.com; its mount name an attribute.
-    assert "ExportsOutputRefLustreFileSystem" in raw and ".fsx." in raw and "LustreMountName" in raw
+    assert [imported(every_type, p) for p in source] == [
+        "'", {"Ref": file_system}, ".fsx.us-east-2.", {"Ref": "AWS::URLSuffix"}, "@tcp:/",
+        {"Fn::GetAtt": [file_system, "LustreMountName"]}, "'"]
 
 
 # -- job definition --------------------------------------------------------------------------------
@@ -368,9 +382,12 @@ def test_the_launcher_runs_the_script_parameter(every_type, instance_type):
 def test_image_retries_timeout_and_logs_defaults(every_type):
     group = Group(every_type, "trn1-32xlarge")
     # The MLP example image, built at deploy on the track's Neuron training container.
-    assert "cdk-hnb659fds-container-assets" in json.dumps(group.container["Image"])
     assets = json.loads((every_type.outdir / f"{group.stack.artifact_id}.assets.json").read_text())
     (image,) = assets["dockerImages"].values()
+    (destination,) = image["destinations"].values()
+    assert destination["repositoryName"] == "cdk-hnb659fds-container-assets-${AWS::AccountId}-us-east-2"
+    assert group.container["Image"] == {"Fn::Sub": "${AWS::AccountId}.dkr.ecr.us-east-2.${AWS::URLSuffix}/"
+                                                   f"{destination['repositoryName']}:{destination['imageTag']}"}
     assert image["source"]["dockerBuildArgs"] == {"BASE_TAG": versions.XLA_TRACK.training_image_tag}
     assert (every_type.outdir / image["source"]["directory"] / "train.py").is_file()
     assert group.job_definition["RetryStrategy"]["Attempts"] == 2  # which exits retry: tests/e2e/test_resume.py
@@ -465,15 +482,23 @@ def test_instance_role_is_the_ecs_agent_and_one_image_repository(every_type):
                 # CDK merges statements on *: the ECR token (the image pull) joins these.
                 assert set(acts) <= {"ecs:DiscoverPollEndpoint", "ec2:DescribeTags", "ecr:GetAuthorizationToken"}, statement
             else:
-                assert f'"Ref": "{environment}"' in json.dumps(statement["Resource"]), statement
-                assert ":cluster/AWSBatch-" in json.dumps(statement["Resource"]) or \
-                    ":container-instance/AWSBatch-" in json.dumps(statement["Resource"]), statement
+                # Batch names the cluster AWSBatch-<environment name>-<uuid>; the Ref is the environment's ARN.
+                name = {"Fn::Select": [1, {"Fn::Split": ["/", {"Ref": environment}]}]}
+                arn = ["arn:", {"Ref": "AWS::Partition"}, ":ecs:us-east-2:", {"Ref": "AWS::AccountId"}]
+                assert statement["Resource"] in (
+                    {"Fn::Join": ["", [*arn, ":cluster/AWSBatch-", name, "-*"]]},
+                    {"Fn::Join": ["", [*arn, ":container-instance/AWSBatch-", name, "-*/*"]]},
+                ), statement
     assert not {"ecs:CreateCluster", "logs:PutLogEvents"} & actions
     (pull,) = [s for s in statements if "ecr:BatchGetImage" in s["Action"]]
-    assert "cdk-hnb659fds-container-assets" in json.dumps(pull["Resource"])  # the example image's repository
+    example_repository = {"Fn::Join": ["", [  # the example image's repository
+        "arn:", {"Ref": "AWS::Partition"}, ":ecr:us-east-2:", {"Ref": "AWS::AccountId"}, ":repository/",
+        {"Fn::Sub": "cdk-hnb659fds-container-assets-${AWS::AccountId}-us-east-2"}]]}
+    assert example_repository in pull["Resource"]
     role = group.properties(group.construct.instance_role)
     assert "ManagedPolicyArns" not in role
-    assert "ec2.amazonaws.com" in json.dumps(role["AssumeRolePolicyDocument"])
+    assert role["AssumeRolePolicyDocument"]["Statement"] == [
+        {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}}]
 
 
 def test_job_role_has_no_permissions_and_execution_role_writes_its_logs(every_type):
@@ -567,7 +592,8 @@ def test_custom_image_command_retries_timeout_and_retention(reserved):
         "JobExecutionTimeoutMinutes": 120, "TerminateJobsOnUpdate": False}
     assert group.properties(group.construct.log_group)["RetentionInDays"] == 7
     (pull,) = [s for s in _statements(group, group.construct.instance_role) if "ecr:BatchGetImage" in s["Action"]]
-    assert "123456789012:repository/ml/train" in json.dumps(pull["Resource"])
+    assert {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ecr:us-east-2:123456789012:repository/ml/train"]]} \
+        in pull["Resource"]
 
 
 def test_without_storage_no_mount_and_a_local_compile_cache(reserved):
@@ -643,25 +669,38 @@ def test_the_node_counts_are_checked():
 
 
 
-def test_default_image_pull_is_granted_in_an_environment_agnostic_stack():
-    training = _bare()()
-    template = Template.from_stack(cdk.Stack.of(training)).to_json()
+def _pulled_repositories(training: TrainiumBatch) -> list[Any]:
+    """The repositories of the image pull of the instance role and of the execution role, in a bare stack."""
+    stack = cdk.Stack.of(training)
+    template = Template.from_stack(stack).to_json()
+    pulled = []
     for role in (training.instance_role, training.execution_role):
-        statements = [s for p in resources(template, "AWS::IAM::Policy").values()
-                      if {"Ref": cdk.Stack.of(training).get_logical_id(role.node.default_child)} in p["Properties"]["Roles"]
-                      for s in p["Properties"]["PolicyDocument"]["Statement"]]
-        pulls = json.dumps([s for s in statements if "ecr:BatchGetImage" in s["Action"]])
-        assert "cdk-hnb659fds-container-assets" in pulls and '"AWS::Region"' in pulls, role
+        (pull,) = [s for p in resources(template, "AWS::IAM::Policy").values()
+                   if {"Ref": stack.resolve(stack.get_logical_id(role.node.default_child))} in p["Properties"]["Roles"]
+                   for s in p["Properties"]["PolicyDocument"]["Statement"] if "ecr:BatchGetImage" in s["Action"]]
+        pulled.append(pull["Resource"])
+    return pulled
+
+
+def test_default_image_pull_is_granted_in_an_environment_agnostic_stack():
+    example_repository = {"Fn::Join": ["", [
+        "arn:", {"Ref": "AWS::Partition"}, ":ecr:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"}, ":repository/",
+        {"Fn::Sub": "cdk-hnb659fds-container-assets-${AWS::AccountId}-${AWS::Region}"}]]}
+    assert _pulled_repositories(_bare()()) == [example_repository, example_repository]
 
 
 def test_a_configured_image_is_pulled_from_its_own_repository():
     image = "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.29.1-ubuntu24.04"
     training = _bare(image_uri=image)()
-    template = Template.from_stack(cdk.Stack.of(training)).to_json()
-    policies = json.dumps(resources(template, "AWS::IAM::Policy"))
-    assert policies.count(":763104351884:repository/pytorch-training-neuronx") == 2  # instance and execution roles
-    assert "container-assets" not in json.dumps(template)
+    repository = {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ecr:us-west-2:763104351884:repository/pytorch-training-neuronx"]]}
+    assert _pulled_repositories(training) == [repository, repository]  # instance and execution roles
+    stack = cdk.Stack.of(training)
+    assembly = cdk.Stage.of(stack).synth()
+    assets = json.loads((Path(assembly.directory) / f"{stack.artifact_id}.assets.json").read_text())
+    assert assets["dockerImages"] == {}  # no example image built
+    template = Template.from_stack(stack).to_json()
     (definition,) = resources(template, "AWS::Batch::JobDefinition").values()
+    assert definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]["Image"] == image
     # The user's script: on FSx with the storage stack, else in the image's working directory.
     assert definition["Properties"]["Parameters"] == {"script": "train.py"}
 

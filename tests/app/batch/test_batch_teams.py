@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from tests.support.apps import synthesized
-from tests.support.helpers import resources
+from tests.support.helpers import resources, template_text
 from trainium_cdk.facts.names import BATCH_JOB_QUEUE_NAME, BATCH_SUBMIT_JOB, OUTPUT_BATCH_GROUPS, output_key
 
 TEAMS = "trn2.48xlarge+trn2u.48xlarge"  # the variant with two teams (tests/support/apps.py)
@@ -20,8 +20,8 @@ def test_every_name_of_a_group_queue_is_the_fair_share_queue_s():
     assert queues == {f"{stack}-trn2-teams", f"{stack}-ultra-teams", f"{stack}_cpu-teams"}
     (rule,) = [r["Properties"] for r in resources(template, "AWS::Events::Rule").values()
                if r["Properties"].get("Description", "").startswith("AWS Batch jobs")]
-    watched = json.dumps(rule["EventPattern"]["detail"]["jobQueue"])
-    assert all(f"job-queue/{name}" in watched for name in queues), watched
+    watched = [template_text(arn) for arn in rule["EventPattern"]["detail"]["jobQueue"]]
+    assert sorted(watched) == sorted(f"arn:<token>:batch:us-east-2:<token>:job-queue/{name}" for name in queues)
     # The groups output (what trn reads): a JSON object joined with the queue's ARN; the literal parts, parsed.
     value = result.template_json("batch")["Outputs"][output_key(OUTPUT_BATCH_GROUPS)]["Value"]
     groups = json.loads("".join(p if isinstance(p, str) else "token" for p in value["Fn::Join"][1]))

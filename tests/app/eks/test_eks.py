@@ -4,7 +4,6 @@ group. The Karpenter path, the default: tests/app/test_capacity_from_zero.py."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
@@ -14,10 +13,13 @@ from tests.support.helpers import (
     cfn_lint_errors,
     config_with,
     helm_chart_name,
+    imported,
     quality_synth,
     resources,
     synth,
+    template_text,
 )
+from tests.support.reachability import Reachability
 from trainium_cdk.facts import versions
 from trainium_cdk.facts.catalog import DEFAULT_CATALOG, SUPPORTED_TRAINING_TYPES
 from trainium_cdk.facts.names import HEALTH_TAINT_KEY, HEALTH_TAINT_VALUE
@@ -72,6 +74,29 @@ def _launch_template_of(template: dict, group_name: str) -> dict:
     return template["Resources"][lt_id]["Properties"]["LaunchTemplateData"], nodegroup["Properties"]
 
 
+def _network_id(result, construct) -> str:
+    """The logical id of a network stack's resource (an L1 or an L2's default child)."""
+    network = result.stacks.network
+    resource = construct if construct.node.default_child is None else construct.node.default_child
+    return network.resolve(network.get_logical_id(resource))
+
+
+def _node_groups(result) -> list[dict]:
+    """The security groups of a Trainium node (once imported): the network stack's EFA group and the cluster's."""
+    (cluster_id,) = resources(result.template_json("eks"), "AWS::EKS::Cluster")
+    efa = _network_id(result, result.stacks.network.network.efa_security_group)
+    return [{"Fn::GetAtt": [efa, "GroupId"]}, {"Fn::GetAtt": [cluster_id, "ClusterSecurityGroupId"]}]
+
+
+def _managed_policy(name: str) -> dict:
+    return {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, f":iam::aws:policy/{name}"]]}
+
+
+def _policy_names(arns: list) -> set[str]:
+    """The names of managed policies, whatever form their ARNs take."""
+    return {template_text(arn).rsplit("/", 1)[-1] for arn in arns}
+
+
 @pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
 def test_launch_template_has_every_efa_interface_on_its_own_card(every_type, instance_type):
     spec = DEFAULT_CATALOG.get(instance_type)
@@ -83,10 +108,9 @@ def test_launch_template_has_every_efa_interface_on_its_own_card(every_type, ins
     assert all(i["InterfaceType"] == "efa" for i in interfaces)
     assert [i["DeviceIndex"] for i in interfaces] == ([0] + [1] * (spec.efa_interfaces - 1) if spec.has_efa else [])
     for interface in interfaces:
-        groups = json.dumps(interface["Groups"])
-        assert "EfaSecurityGroup" in groups and "ClusterSecurityGroupId" in groups
+        assert [imported(every_type, g) for g in interface["Groups"]] == _node_groups(every_type)
     if not spec.has_efa:
-        assert "EfaSecurityGroup" in json.dumps(data["SecurityGroupIds"])
+        assert [imported(every_type, g) for g in data["SecurityGroupIds"]] == _node_groups(every_type)
 
 
 @pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
@@ -113,16 +137,16 @@ def test_node_group_one_subnet_neuron_ami_taint_and_sizes(every_type, instance_t
 @pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
 def test_node_group_subnet_is_the_compute_subnet(every_type, instance_type):
     _, nodegroup = _launch_template_of(every_type.template_json("eks"), _group(instance_type)["name"])
-    network = every_type.stacks.network
-    subnet = network.network.compute_subnet(_group(instance_type)["name"])
-    expected_logical = network.get_logical_id(subnet.node.default_child)
-    assert network.resolve(expected_logical) in json.dumps(nodegroup["Subnets"])
+    subnet = every_type.stacks.network.network.compute_subnet(_group(instance_type)["name"])
+    assert [imported(every_type, s) for s in nodegroup["Subnets"]] == [{"Ref": _network_id(every_type, subnet)}]
 
 
 @pytest.mark.parametrize("instance_type", SUPPORTED_TRAINING_TYPES)
 def test_placement_group_attached_on_demand(every_type, instance_type):
     data, _ = _launch_template_of(every_type.template_json("eks"), _group(instance_type)["name"])
-    assert "PlacementGroup" in json.dumps(data["Placement"]["GroupName"])
+    placement = every_type.stacks.network.network.placement_group(_group(instance_type)["name"])
+    assert imported(every_type, data["Placement"]["GroupName"]) == {
+        "Fn::GetAtt": [_network_id(every_type, placement), "GroupName"]}
     assert "CapacityReservationSpecification" not in data
 
 
@@ -172,14 +196,16 @@ def test_fsx_csi_role_deletes_and_updates_only_what_it_created(every_type):
         if {"Ref": role_id} in p["Properties"]["Roles"]
         for s in p["Properties"]["PolicyDocument"]["Statement"]
     ]
+    deleting = []
     for statement in statements:
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        deleting += [statement] if "fsx:DeleteFileSystem" in actions else []
         if {"fsx:DeleteFileSystem", "fsx:UpdateFileSystem", "fsx:CreateFileSystem"} & set(actions):
             assert statement["Resource"] == "*"
             assert statement["Condition"]["Null"] in (
                 {"aws:ResourceTag/CSIVolumeName": "false"}, {"aws:RequestTag/CSIVolumeName": "false"}
             ), statement
-    assert any("fsx:DeleteFileSystem" in json.dumps(s["Action"]) for s in statements)
+    assert deleting
 
 
 def test_control_plane_and_kubectl_log_groups_are_created_with_a_retention(every_type):
@@ -239,13 +265,14 @@ def test_no_node_role_carries_the_cni_policy_the_vpc_cni_has_its_own(request, fi
         if r["Properties"]["ServiceAccount"] == "aws-node"]
     assert association["Properties"]["Namespace"] == "kube-system"
     cni_role = template["Resources"][association["Properties"]["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
-    assert "AmazonEKS_CNI_Policy" in json.dumps(cni_role["ManagedPolicyArns"])
+    assert cni_role["ManagedPolicyArns"] == [_managed_policy("AmazonEKS_CNI_Policy")]
     node_roles = {k: r for k, r in resources(template, "AWS::IAM::Role").items()
-                  if "ec2.amazonaws.com" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])
-                  and "AmazonEKSWorkerNodePolicy" in json.dumps(r["Properties"].get("ManagedPolicyArns", []))}
+                  if [s["Principal"] for s in r["Properties"]["AssumeRolePolicyDocument"]["Statement"]]
+                  == [{"Service": "ec2.amazonaws.com"}]
+                  and "AmazonEKSWorkerNodePolicy" in _policy_names(r["Properties"].get("ManagedPolicyArns", []))}
     assert len(node_roles) >= 2  # the system nodes' and the Trainium nodes'
     for logical_id, role in node_roles.items():
-        assert "AmazonEKS_CNI_Policy" not in json.dumps(role["Properties"]["ManagedPolicyArns"]), logical_id
+        assert "AmazonEKS_CNI_Policy" not in _policy_names(role["Properties"]["ManagedPolicyArns"]), logical_id
         assert association_id in role.get("DependsOn", []), logical_id
 
 
@@ -258,7 +285,11 @@ def test_admin_role_gets_an_access_entry(reserved):
     entries = [e["Properties"] for e in resources(reserved.template_json("eks"), "AWS::EKS::AccessEntry").values()]
     admin = [e for e in entries if e["PrincipalArn"] == "arn:aws:iam::123456789012:role/ml-platform-admin"]
     assert len(admin) == 1
-    assert "AmazonEKSClusterAdminPolicy" in json.dumps(admin[0]["AccessPolicies"])
+    assert admin[0]["AccessPolicies"] == [{
+        "AccessScope": {"Type": "cluster"},
+        "PolicyArn": {"Fn::Join": ["", [
+            "arn:", {"Ref": "AWS::Partition"}, ":eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"]]},
+    }]
 
 
 def test_system_node_group(every_type):
@@ -288,8 +319,9 @@ def test_managed_addons_and_fsx_csi_pod_identity(every_type):
     assert association["Properties"]["Namespace"] == "kube-system"
     roles = resources(template, "AWS::IAM::Role")
     role_id = association["Properties"]["RoleArn"]["Fn::GetAtt"][0]
-    trust = json.dumps(roles[role_id]["Properties"]["AssumeRolePolicyDocument"])
-    assert "pods.eks.amazonaws.com" in trust and "sts:TagSession" in trust
+    (trust,) = roles[role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert trust["Action"] == ["sts:AssumeRole", "sts:TagSession"]
 
 
 def _cluster_objects(template: dict) -> list[dict]:
@@ -322,19 +354,20 @@ def test_efa_plugin_runs_on_efa_types_only(every_type):
 
 
 def test_fsx_volume_is_bound_to_the_storage_stack(every_type):
-    (resource,) = [
-        r for r in resources(every_type.template_json("eks"), "Custom::AWSCDK-EKS-KubernetesResource").values()
-        if not isinstance(r["Properties"]["Manifest"], str)
-    ]
-    text = json.dumps(resource["Properties"]["Manifest"])
-    imports = re.findall(r'ImportValue": "([^"]+)"', text)
-    assert any(i.startswith("t-storage:ExportsOutputRefLustreFileSystem") for i in imports)  # volumeHandle, DNS name
-    assert any("LustreMountName" in i for i in imports)
-    assert any("LustreSecurityGroup" in i for i in imports)
-    network = every_type.stacks.network
-    subnet = network.network.compute_subnet(every_type.config.storage_group.name)  # first group: use2-az2
-    assert any(network.resolve(network.get_logical_id(subnet.node.default_child)) in i for i in imports)
-    assert '\\"ReadWriteMany\\"' in text or "ReadWriteMany" in text
+    objects = [o for stack, objs in Reachability.from_dir(every_type.outdir).manifests() if stack == "t-eks" for o in objs]
+    (storage_class,) = [o for o in objects if o["kind"] == "StorageClass"]
+    (volume,) = [o for o in objects if o["kind"] == "PersistentVolume"]
+    storage = every_type.template_json("storage")
+    (file_system,) = resources(storage, "AWS::FSx::FileSystem")
+    (lustre_group,) = resources(storage, "AWS::EC2::SecurityGroup")
+    subnet = every_type.stacks.network.network.compute_subnet(every_type.config.storage_group.name)  # first group
+    parameters = {k: imported(every_type, v) for k, v in storage_class["parameters"].items()}
+    assert parameters["subnetId"] == {"Ref": _network_id(every_type, subnet)}
+    assert parameters["securityGroupIds"] == {"Fn::GetAtt": [lustre_group, "GroupId"]}
+    assert volume["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert imported(every_type, volume["spec"]["csi"]["volumeHandle"]) == {"Ref": file_system}
+    assert imported(every_type, volume["spec"]["csi"]["volumeAttributes"]["mountname"]) == {
+        "Fn::GetAtt": [file_system, "LustreMountName"]}
 
 
 def test_every_type_in_one_cluster_passes_cfn_lint(every_type):
@@ -361,8 +394,10 @@ def test_a_cluster_alone_can_run_a_neuron_pod():
     stack, cluster = _bare_cluster(system_nodes=1)
     assert set(cluster.manifests) == {"training-namespace", "neuron-device-plugin", "efa-device-plugin"}
     template = assertions.Template.from_stack(stack)
-    manifests = json.dumps(template.find_resources("Custom::AWSCDK-EKS-KubernetesResource"))
-    assert "neuron-device-plugin" in manifests and "aws-efa-k8s-device-plugin" in manifests
+    daemon_sets = {o["metadata"]["name"]: o for o in _cluster_objects(template.to_json()) if o["kind"] == "DaemonSet"}
+    assert set(daemon_sets) == {"neuron-device-plugin", "aws-efa-k8s-device-plugin"}
+    assert [c["image"] for c in daemon_sets["neuron-device-plugin"]["spec"]["template"]["spec"]["containers"]] == [
+        versions.NEURON_DEVICE_PLUGIN_IMAGE]
     template.has_resource_properties("AWS::EKS::Nodegroup", {"ScalingConfig": {"MinSize": 1, "DesiredSize": 1}})
     # The endpoint is private unless CIDRs are given.
     template.has_resource_properties(

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from tests.support.helpers import US_EAST_2, config_with, helm_chart_name, resources, synth, template_text
+from tests.support.reachability import manifest_objects
 from trainium_cdk.app.adapters.eks import workloads_options
 from trainium_cdk.app.workloads import eks_image_build
 from trainium_cdk.constructs.eks_workloads import BERT_EXAMPLE_DIR, EXAMPLE_DIR
@@ -40,6 +41,31 @@ def _manifests(template):
     }
 
 
+def _objects(template) -> list[dict]:
+    """The Kubernetes objects of the stack's manifests, deploy-time values as their expressions."""
+    return [o for m in _manifests(template).values() for o in manifest_objects(m["Properties"]["Manifest"])]
+
+
+def _containers(job: dict) -> list[dict]:
+    """The containers of a Job: of every task of a Volcano Job (several nodes), or of a Kubernetes Job's pod."""
+    templates = [task["template"] for task in job["spec"]["tasks"]] if "tasks" in job["spec"] else [job["spec"]["template"]]
+    return [c for template in templates for c in template["spec"]["containers"]]
+
+
+def _image_uri(image: dict) -> dict:
+    """The URI a Docker image asset (an assets.json entry) has once published, as the template writes it."""
+    (destination,) = image["destinations"].values()
+    return {"Fn::Sub": f"${{AWS::AccountId}}.dkr.ecr.{destination['region']}.${{AWS::URLSuffix}}/"
+                       f"{destination['repositoryName']}:{destination['imageTag']}"}
+
+
+def _lifecycle_count(repository: dict) -> int:
+    """How many images a repository's one lifecycle rule keeps."""
+    (rule,) = json.loads(repository["Properties"]["LifecyclePolicy"]["LifecyclePolicyText"])["rules"]
+    assert rule["selection"]["countType"] == "imageCountMoreThan"
+    return rule["selection"]["countNumber"]
+
+
 def test_volcano_from_its_vendored_helm_chart(result):
     (chart,) = [c for c in resources(result.template_json("eks"), "Custom::AWSCDK-EKS-HelmChart").values()
                 if helm_chart_name(c["Properties"]) == "volcano"]
@@ -65,13 +91,18 @@ def test_queue_and_jobs_wait_for_volcano_and_the_volume(result):
 
 def test_jobs_use_the_example_image_asset(result):
     template = result.template_json("eks")
-    text = json.dumps([m for k, m in _manifests(template).items() if "jobbert" in k])
-    assert "cdk-hnb659fds-container-assets" in text  # the asset's repository, resolved at deploy
-    assert re.search(r'TRN_PRECOMPILE\W+value\W+1\W', text)  # precompile asked of the launcher
-    assert re.search(r'TRN_PRECOMPILE_STEPS\W+value\W+4\W', text)  # over the job's own step cap
-    mlp = json.dumps([m for k, m in _manifests(template).items() if "jobmlp" in k])
-    assert re.search(r'TRN_PRECOMPILE_STEPS\W+value\W+10\W', mlp)  # neuron.precompile_steps, by default
-    assert "ExampleImageUri" in template["Outputs"]
+    jobs = {o["metadata"]["name"]: o for o in _objects(template) if o["kind"] == "Job"}
+    assert {"bert", "mlp"} <= set(jobs)
+    example = _image_uri(_images(result)["mlp"])  # the asset's repository and tag, resolved at deploy
+    for name, steps in (("bert", "4"), ("mlp", "10")):  # the job's own step cap; neuron.precompile_steps by default
+        containers = _containers(jobs[name])
+        assert containers and all(c["image"] == example for c in containers), name
+        for container in containers:
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert env["TRN_PRECOMPILE_STEPS"] == steps, name
+    # Precompile asked of the launcher.
+    assert {e["name"]: e.get("value") for e in _containers(jobs["bert"])[0]["env"]}["TRN_PRECOMPILE"] == "1"
+    assert template["Outputs"]["ExampleImageUri"]["Value"] == example
 
 
 def _images(result) -> dict[str, dict]:
@@ -108,14 +139,17 @@ def test_data_loader_reads_its_bucket_through_pod_identity(result):
         p["Properties"] for p in resources(template, "AWS::IAM::Policy").values()
         if p["Properties"]["Roles"] == [{"Ref": role_id}]
     ]
-    actions = {st["Action"] for st in policy["PolicyDocument"]["Statement"]}
-    assert actions == {"s3:ListBucket", "s3:GetObject"}  # read only, under its prefix (tests/app/eks/test_scoped_grants.py)
-    assert "my-datasets/wiki/*" in json.dumps(policy)
+    statements = {st["Action"]: st for st in policy["PolicyDocument"]["Statement"]}
+    assert set(statements) == {"s3:ListBucket", "s3:GetObject"}  # read only (tests/app/eks/test_scoped_grants.py)
+    # Under its prefix.
+    assert statements["s3:GetObject"]["Resource"] == {
+        "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":s3:::my-datasets/wiki/*"]]}
+    assert statements["s3:ListBucket"]["Condition"] == {"StringLike": {"s3:prefix": ["wiki/*"]}}
 
 
 def test_shell_and_tensorboard_installed(result):
-    text = json.dumps(_manifests(result.template_json("eks")))
-    assert "data-shell" in text and "tensorboard" in text
+    objects = {(o["kind"], o["metadata"]["name"]) for o in _objects(result.template_json("eks"))}
+    assert {("Pod", "data-shell"), ("Deployment", "tensorboard"), ("Service", "tensorboard")} <= objects
 
 
 def test_training_image_repository(result):
@@ -125,7 +159,7 @@ def test_training_image_repository(result):
     props = repo["Properties"]
     assert props["ImageScanningConfiguration"] == {"ScanOnPush": True}
     assert props["ImageTagMutability"] == "IMMUTABLE"
-    assert '"countNumber":100' in props["LifecyclePolicy"]["LifecyclePolicyText"]
+    assert _lifecycle_count(repo) == 100
     assert "TrainingImageRepositoryUri" in template["Outputs"]
 
 
@@ -183,12 +217,13 @@ def test_builds_alone_from_its_props(bare):
     stack, workloads, template = bare
     (repo,) = resources(template, "AWS::ECR::Repository").values()
     assert repo["DeletionPolicy"] == "Delete"
-    assert '"countNumber":7' in repo["Properties"]["LifecyclePolicy"]["LifecyclePolicyText"]
+    assert _lifecycle_count(repo) == 7
     assert set(workloads.manifests) == {"volcano-queue", "job-demo"}
     # The job runs the image the construct builds, and waits for Volcano and its queue.
-    job = stack.resolve(workloads.charts["job-demo"].to_json())
-    assert "research" in json.dumps(job)
-    assert json.dumps(stack.resolve(workloads.image.image_uri)) in json.dumps(job)
+    (job,) = [o for o in stack.resolve(workloads.charts["job-demo"].to_json()) if o["kind"] == "Job"]
+    assert job["spec"]["queue"] == "research"
+    containers = _containers(job)
+    assert containers and all(c["image"] == stack.resolve(workloads.image.image_uri) for c in containers)
     depends = template["Resources"][_logical_id(stack, workloads.manifests["job-demo"])]["DependsOn"]
     assert _logical_id(stack, workloads.volcano) in depends
     assert _logical_id(stack, workloads.manifests["volcano-queue"]) in depends
@@ -223,8 +258,7 @@ def test_bert_image_builds_the_pinned_sample_on_the_same_base(result):
     assert bert["source"]["dockerBuildArgs"] == {"BASE_TAG": versions.XLA_TRACK.training_image_tag}
     assert bert["source"]["platform"] == images["mlp"]["source"]["platform"] == "linux/amd64"
     outputs = result.template_json("eks")["Outputs"]
-    assert "BertImageUri" in outputs
-    assert "container-assets" in json.dumps(outputs["BertImageUri"]["Value"])
+    assert outputs["BertImageUri"]["Value"] == _image_uri(bert)
     assert outputs["BertImageUri"]["Value"] != outputs["ExampleImageUri"]["Value"]
     # Staging BERT's ~48 GB corpus is a step a user takes once (dist/), not one every deploy repeats.
     assert not [k for k in _manifests(result.template_json("eks")) if "stagebertdata" in k.lower()]

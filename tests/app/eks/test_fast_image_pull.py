@@ -24,6 +24,7 @@ from tests.app.test_neuron_tracks import RAW as TRACK_RAW
 from tests.app.test_neuron_tracks import _manifest_objects
 from tests.support import paths
 from tests.support.helpers import resources, synth, template_text
+from tests.support.reachability import manifest_objects
 from tests.unit.node.test_node_programs import shellcheck
 from trainium_cdk.app.config import build_config
 from trainium_cdk.facts import versions
@@ -32,7 +33,7 @@ from trainium_cdk.runtime import eks_user_data
 NODEADM = paths.DATA / "nodeadm"
 RAW = {"backends": ["eks"], "storage": {"enabled": False}}
 OWN_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/train:v1"
-ECR_READ = "AmazonEC2ContainerRegistryReadOnly"
+ECR_READ = {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonEC2ContainerRegistryReadOnly"]]}
 
 
 def parts(user_data: str) -> list[tuple[str, str]]:
@@ -163,7 +164,7 @@ def test_karpenter_nodes_pull_the_tracks_image_fast_from_boot(karpenter):
     roles = _node_class_roles(template)
     assert roles
     for logical in roles:
-        assert ECR_READ in json.dumps(template["Resources"][logical]["Properties"]["ManagedPolicyArns"])
+        assert ECR_READ in template["Resources"][logical]["Properties"]["ManagedPolicyArns"]
 
 
 def test_karpenter_nodes_without_either_cut_get_no_user_data_of_ours():
@@ -203,7 +204,7 @@ def test_managed_node_groups_pull_fast_from_boot(managed):
         validate_node_config(node_config)
         assert prepulled(text, template)[:2] == [versions.neuron_public_training_image("xla"), OWN_IMAGE]
         role = group["NodeRole"]["Fn::GetAtt"][0]
-        assert ECR_READ in json.dumps(template["Resources"][role]["Properties"]["ManagedPolicyArns"])
+        assert ECR_READ in template["Resources"][role]["Properties"]["ManagedPolicyArns"]
 
 
 def test_batch_nodes_keep_their_own_user_data_and_volume():
@@ -214,7 +215,7 @@ def test_batch_nodes_keep_their_own_user_data_and_volume():
     for resource in resources(template, "AWS::EC2::LaunchTemplate").values():
         data = resource["Properties"]["LaunchTemplateData"]
         assert "Throughput" not in data["BlockDeviceMappings"][0]["Ebs"]
-        assert "trn-prepull-images" not in json.dumps(data.get("UserData", ""))
+        assert "trn-prepull-images" not in template_text(data["UserData"]["Fn::Base64"])
 
 
 # -- the pre-pull script, run against stand-ins ----------------------------------------------------------------
@@ -272,8 +273,10 @@ def test_the_prepull_hands_itself_to_systemd_after_nodeadm_run_and_pulls_where_k
 def test_the_nodes_may_read_the_image_list_and_nothing_else_of_ssm(karpenter, managed):
     """The pre-pull reads its list with the node's own role: every Trainium node role may get that one parameter."""
     on, managed_template, groups = managed
-    for template, roles in [(karpenter[2], _node_class_roles(karpenter[2])),
-                            (managed_template, [g["NodeRole"]["Fn::GetAtt"][0] for g in groups] if on else [])]:
+    for template, roles, region in [
+        (karpenter[2], _node_class_roles(karpenter[2]), karpenter[1].region),
+        (managed_template, [g["NodeRole"]["Fn::GetAtt"][0] for g in groups] if on else [], "us-west-2"),
+    ]:
         (parameter,) = [k for k, r in resources(template, "AWS::SSM::Parameter").items()
                         if r["Properties"].get("Name") == "/trainium-eks/prepull-images"] if roles else [None]
         for role in roles:
@@ -283,7 +286,9 @@ def test_the_nodes_may_read_the_image_list_and_nothing_else_of_ssm(karpenter, ma
                           if any(a.startswith("ssm:") for a in _list(s["Action"]))]
             (statement,) = statements
             assert "ssm:GetParameter" in statement["Action"] and statement["Effect"] == "Allow"
-            assert parameter in json.dumps(statement["Resource"])
+            assert statement["Resource"] == {"Fn::Join": ["", [
+                "arn:", {"Ref": "AWS::Partition"}, f":ssm:{region}:", {"Ref": "AWS::AccountId"}, ":parameter",
+                {"Ref": parameter}]]}
 
 
 def _list(value: Any) -> list[Any]:
@@ -291,7 +296,6 @@ def _list(value: Any) -> list[Any]:
 
 
 def _node_class_roles(template: dict[str, Any]) -> list[str]:
-    refs = {json.dumps(resource["Properties"]["Manifest"]) for resource in
-            resources(template, "Custom::AWSCDK-EKS-KubernetesResource").values()
-            if "EC2NodeClass" in json.dumps(resource["Properties"]["Manifest"])}
-    return [logical for logical in resources(template, "AWS::IAM::Role") if any(f'"Ref": "{logical}"' in t for t in refs)]
+    """The roles the EC2NodeClasses name (spec.role: the role's Ref)."""
+    return sorted({o["spec"]["role"]["Ref"] for r in resources(template, "Custom::AWSCDK-EKS-KubernetesResource").values()
+                   for o in manifest_objects(r["Properties"]["Manifest"]) if o.get("kind") == "EC2NodeClass"})

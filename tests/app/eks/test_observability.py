@@ -4,6 +4,7 @@ and EFA metrics through Pod Identity, alarms, and the cluster's dashboard."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -15,6 +16,7 @@ from tests.support.helpers import (
     quality_synth,
     resources,
     synth,
+    template_text,
 )
 from trainium_cdk.constructs.observability import (
     CLOUDWATCH_ADDON,
@@ -77,7 +79,8 @@ def test_cloudwatch_observability_authenticates_through_pod_identity(eks):
     assert association["Properties"]["Namespace"] == CLOUDWATCH_NAMESPACE
     assert association_id in addon["DependsOn"]  # the agent starts with credentials
     role = eks["Resources"][association["Properties"]["RoleArn"]["Fn::GetAtt"][0]]
-    assert "pods.eks.amazonaws.com" in json.dumps(role["Properties"]["AssumeRolePolicyDocument"])
+    assert [s["Principal"] for s in role["Properties"]["AssumeRolePolicyDocument"]["Statement"]] == [
+        {"Service": "pods.eks.amazonaws.com"}]
     # CloudWatchAgentServerPolicy's actions, its log actions on this cluster's Container Insights groups only: the
     # managed policy's logs:PutRetentionPolicy on * could shorten the EKS audit log's retention.
     assert "ManagedPolicyArns" not in role["Properties"]
@@ -90,8 +93,10 @@ def test_cloudwatch_observability_authenticates_through_pod_identity(eks):
             assert not [a for a in actions if a.startswith("logs:") and a != "logs:DescribeLogGroups"], statement
             assert not [a for a in actions if a.startswith(("ssm:", "xray:"))], statement
         else:
-            for resource in statement["Resource"]:
-                assert ":log-group:/aws/containerinsights/t-eks/*" in json.dumps(resource), resource
+            groups = ["arn:", {"Ref": "AWS::Partition"}, ":logs:us-west-2:", {"Ref": "AWS::AccountId"},
+                      ":log-group:/aws/containerinsights/t-eks/*"]
+            assert statement["Resource"] == [
+                {"Fn::Join": ["", groups]}, {"Fn::Join": ["", [*groups[:-1], groups[-1] + ":log-stream:*"]]}]
     granted = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     assert {"logs:PutRetentionPolicy", "logs:PutLogEvents", "cloudwatch:PutMetricData"} <= granted
 
@@ -112,11 +117,20 @@ def test_alarms_on_neuron_hardware_errors_and_failed_nodes(eks):
 
 def test_dashboard_shows_neuron_efa_and_fsx(app, eks):
     (dashboard,) = resources(eks, "AWS::CloudWatch::Dashboard").values()
-    body = json.dumps(dashboard["Properties"]["DashboardBody"])
-    for metric in ("node_neuroncore_utilization", "node_neuroncore_memory_usage_total", "node_efa_rx_bytes",
-                   "node_efa_tx_bytes", "DataReadBytes", "DataWriteBytes"):
-        assert metric in body, metric
-    assert "ClusterName,InstanceId,NodeName" in body  # per node
+    body = json.loads(template_text(dashboard["Properties"]["DashboardBody"]))
+    searched, listed = set(), set()
+    for metric in [m for widget in body["widgets"] for m in widget["properties"].get("metrics", [])]:
+        if isinstance(metric[0], dict):  # a search: its schema, metric name and cluster
+            found = re.fullmatch(r"SEARCH\('\{([^}]*)\} MetricName=\"(\w+)\" ClusterName=\"([^\"]*)\"', '\w+', \d+\)",
+                                 metric[0]["expression"])
+            assert found, metric
+            searched.add(found.groups())
+        else:
+            listed.add(tuple(metric[:3]))
+    per_node = "ContainerInsights,ClusterName,InstanceId,NodeName"
+    assert searched >= {(per_node, m, "t-eks") for m in ("node_neuroncore_utilization", "node_neuroncore_memory_usage_total",
+                                                         "node_efa_rx_bytes", "node_efa_tx_bytes")}
+    assert listed >= {("AWS/FSx", "DataReadBytes", "FileSystemId"), ("AWS/FSx", "DataWriteBytes", "FileSystemId")}
     assert dashboard["Properties"]["DashboardName"] == f"{app.config.stack_name('eks')}-training"
 
 

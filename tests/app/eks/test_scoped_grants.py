@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.support.admission_cel import Request, evaluate
-from tests.support.helpers import config_with, resources, synth
+from tests.support.helpers import config_with, resources, synth, template_text
 from tests.support.reachability import Reachability
 from trainium_cdk.app.dist import write_dist
 from trainium_cdk.errors import ConfigError
@@ -156,8 +156,8 @@ def _cluster_admins(template: dict[str, Any]) -> set[str]:
         admins.add(CREATOR)
     for entry in resources(template, "AWS::EKS::AccessEntry").values():
         props = entry["Properties"]
-        policies = json.dumps(props.get("AccessPolicies", []))
-        if any(p in policies for p in ADMIN_POLICIES) or "system:masters" in props.get("KubernetesGroups", []):
+        policies = {template_text(p["PolicyArn"]).rsplit("/", 1)[-1] for p in props.get("AccessPolicies", [])}
+        if policies & set(ADMIN_POLICIES) or "system:masters" in props.get("KubernetesGroups", []):
             principal = props["PrincipalArn"]
             admins.add(principal if isinstance(principal, str) else f"role {principal['Fn::GetAtt'][0]}")
     return admins

@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -17,7 +18,17 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Annotations, Match, Template
 
-from tests.support.helpers import US_EAST_2, cfn_lint_errors, config_with, nag_violations, quality_synth, resources
+from tests.support.helpers import (
+    US_EAST_2,
+    cfn_lint_errors,
+    config_with,
+    imported,
+    nag_violations,
+    quality_synth,
+    resources,
+    strings,
+    template_text,
+)
 from tests.support.pcluster_schema import PclusterUnavailable, update_changes, validate_many, venv_or_skip
 from trainium_cdk.app.config import ConfigError
 from trainium_cdk.app.dist.parallelcluster import fetched_digests
@@ -117,6 +128,18 @@ def _queue(result, group_name: str) -> dict:
 
 def _logical_ref(stack, construct) -> str:
     return stack.resolve(stack.get_logical_id(construct.node.default_child))
+
+
+# The asset bucket of the cluster's scripts, as the configuration names it.
+ASSET_BUCKET = {"Fn::Sub": "cdk-hnb659fds-assets-${AWS::AccountId}-us-east-2"}
+
+
+def _script_key(url: dict) -> str:
+    """The object key of an s3:// URL in the asset bucket (an Fn::Join), checked to be of that form."""
+    assert url["Fn::Join"][0] == "", url
+    (scheme, bucket, key) = url["Fn::Join"][1]
+    assert (scheme, bucket) == ("s3://", ASSET_BUCKET) and key.startswith("/"), url
+    return key.removeprefix("/")
 
 
 # -- ParallelCluster's own schema ------------------------------------------------------------------
@@ -262,9 +285,11 @@ def test_queue_uses_the_group_compute_subnet_and_efa_security_group(every_type, 
     queue = _queue(every_type, _name(instance_type))
     network = every_type.stacks.network
     subnet = network.network.compute_subnet(_name(instance_type))
-    assert len(queue["Networking"]["SubnetIds"]) == 1
-    assert _logical_ref(network, subnet) in json.dumps(queue["Networking"]["SubnetIds"])
-    assert "EfaSecurityGroup" in json.dumps(queue["Networking"]["AdditionalSecurityGroups"])
+    networking = {k: [imported(every_type, v) for v in values] for k, values in queue["Networking"].items()
+                  if k in ("SubnetIds", "AdditionalSecurityGroups")}
+    efa = _logical_ref(network, network.network.efa_security_group)
+    assert networking == {"SubnetIds": [{"Ref": _logical_ref(network, subnet)}],
+                          "AdditionalSecurityGroups": [{"Fn::GetAtt": [efa, "GroupId"]}]}
 
 
 def test_reservation_and_capacity_block_skip_the_placement_group(reserved):
@@ -289,7 +314,8 @@ def test_storage_stack_file_system_mounted_at_fsx(every_type):
     assert storage["StorageType"] == "FsxLustre" and storage["MountDir"] == "/fsx"
     assert set(storage["FsxLustreSettings"]) == {"FileSystemId"}
     # The storage stack's file system (its pinned logical ID), imported across stacks.
-    assert f'"t-storage:ExportsOutputRef{FILE_SYSTEM_LOGICAL_ID}' in json.dumps(storage["FsxLustreSettings"])
+    assert FILE_SYSTEM_LOGICAL_ID in resources(every_type.template_json("storage"), "AWS::FSx::FileSystem")
+    assert imported(every_type, storage["FsxLustreSettings"]["FileSystemId"]) == {"Ref": FILE_SYSTEM_LOGICAL_ID}
 
 
 def test_without_storage_stack_parallelcluster_creates_the_file_system(reserved):
@@ -306,7 +332,7 @@ def test_head_node_private_by_default_next_to_the_file_system(every_type):
     head = config["HeadNode"]
     network = every_type.stacks.network
     subnet = network.network.compute_subnet(EVERY_TYPE.storage_group.name)
-    assert _logical_ref(network, subnet) in json.dumps(head["Networking"]["SubnetId"])
+    assert imported(every_type, head["Networking"]["SubnetId"]) == {"Ref": _logical_ref(network, subnet)}
     assert head["InstanceType"] == "m7i.xlarge"
     assert head["Ssh"] == {"AllowedIps": "10.0.0.0/16"}  # the VPC CIDR: never the internet
     # Session Manager's minimal policy, the stack's own: not AmazonSSMManagedInstanceCore, whose
@@ -318,9 +344,9 @@ def test_head_node_private_by_default_next_to_the_file_system(every_type):
     actions = [a for st in ssm_policy["Properties"]["PolicyDocument"]["Statement"]
                for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])]
     assert not [a for a in actions if a.startswith("ssm:Get")] and "ssm:UpdateInstanceInformation" in actions
-    assert "AmazonSSMManagedInstanceCore" not in json.dumps(template)
+    assert not [text for text in strings(template) if "AmazonSSMManagedInstanceCore" in text]
     for queue in config["Scheduling"]["SlurmQueues"]:  # compute nodes: reached from the head node, no SSM
-        assert "SessionManager" not in json.dumps(queue["Iam"]["AdditionalIamPolicies"])
+        assert {"Policy": {"Ref": ssm_id}} not in queue["Iam"]["AdditionalIamPolicies"]
     assert head["Imds"] == {"Secured": True}
     assert head["LocalStorage"]["RootVolume"]["Encrypted"] is True
     assert config["Image"] == {"Os": "ubuntu2404"} and config["Region"] == "us-east-2"
@@ -332,7 +358,7 @@ def test_public_head_node_with_key_and_cidr(reserved):
     head = _cluster(reserved)["ClusterConfiguration"]["HeadNode"]
     network = reserved.stacks.network
     (public,) = [s for s in network.network.vpc.public_subnets if s.availability_zone == "use2-az3"]
-    assert _logical_ref(network, public) in json.dumps(head["Networking"]["SubnetId"])
+    assert imported(reserved, head["Networking"]["SubnetId"]) == {"Ref": _logical_ref(network, public)}
     assert head["Ssh"] == {"AllowedIps": "203.0.113.0/24", "KeyName": "ml-team"}
     tags = _cluster(reserved)["ClusterConfiguration"]["Tags"]
     assert {"Key": "cost-center", "Value": "ml"} in tags and {"Key": "project", "Value": "t"} in tags
@@ -342,14 +368,14 @@ def test_setup_script_is_an_asset_nodes_may_read_and_only_the_clusters_assets(ev
     config = _cluster(every_type)["ClusterConfiguration"]
     head = config["HeadNode"]
     queues = config["Scheduling"]["SlurmQueues"]
-    script_url = json.dumps(queues[0]["CustomActions"]["OnNodeConfigured"]["Script"])
-    assert json.dumps(head["CustomActions"]["OnNodeUpdated"]["Script"]) == script_url
-    head_url = json.dumps(head["CustomActions"]["OnNodeConfigured"]["Script"])
+    script_url = queues[0]["CustomActions"]["OnNodeConfigured"]["Script"]
+    assert head["CustomActions"]["OnNodeUpdated"]["Script"] == script_url
+    head_url = head["CustomActions"]["OnNodeConfigured"]["Script"]
     for url in (script_url, head_url):
-        assert "s3://" in url and "cdk-hnb659fds-assets" in url and ".sh" in url and "/t-cluster/" in url
+        assert re.fullmatch(r"t-cluster/[0-9a-f]{64}\.sh", _script_key(url)), url
     # One entry, the cluster's key prefix, in the head node and in every queue, however many scripts.
     (access,) = head["Iam"]["S3Access"]
-    assert "cdk-hnb659fds-assets" in json.dumps(access["BucketName"])
+    assert access["BucketName"] == ASSET_BUCKET
     assert (access["KeyName"], access["EnableWriteAccess"]) == ("t-cluster/*", False)
     for queue in queues:
         # The same scripts; OnNodeStart's arguments are the queue's instance type's Lustre tuning
@@ -368,9 +394,8 @@ def test_setup_script_is_an_asset_nodes_may_read_and_only_the_clusters_assets(ev
     assert kinds == ["json"] + ["py"] * 2 + ["sbatch"] * BATCH_SCRIPTS + ["sh"] * 4
     # The staged assets are the scripts from the source tree.
     for url, source in ((script_url, SETUP_SCRIPT), (head_url, HEAD_NODE_SCRIPT)):
-        digest = url.split("/t-cluster/")[1][:64]
-        staged = [p for p in every_type.outdir.glob("asset.*") if p.name.endswith(digest + ".sh")]
-        assert staged and staged[0].read_bytes() == source.read_bytes()
+        staged = every_type.outdir / f"asset.{_script_key(url).removeprefix('t-cluster/')}"
+        assert staged.read_bytes() == source.read_bytes()
 
 
 # ParallelCluster cannot update a head node's OnNodeConfigured, and the script's S3 key is the cluster's key
@@ -386,7 +411,7 @@ def test_head_node_action_never_changes(every_type):
     actions = _cluster(every_type)["ClusterConfiguration"]["HeadNode"]["CustomActions"]
     assert set(actions) == {"OnNodeConfigured", "OnNodeUpdated"}
     assert set(actions["OnNodeConfigured"]) == {"Script"}  # it runs OnNodeUpdated, which carries the arguments
-    assert json.dumps(actions["OnNodeConfigured"]["Script"]).endswith(f'"/{HEAD_NODE_SCRIPT_KEY}"]]}}')
+    assert _script_key(actions["OnNodeConfigured"]["Script"]) == HEAD_NODE_SCRIPT_KEY
     assert hashlib.sha256(HEAD_NODE_SCRIPT.read_bytes()).hexdigest() == HEAD_NODE_SCRIPT_SHA256
     subprocess.run(["bash", "-n", str(HEAD_NODE_SCRIPT)], check=True)
     assert "/opt/parallelcluster/shared/cluster-config.yaml" in HEAD_NODE_SCRIPT.read_text()
@@ -416,7 +441,8 @@ def test_a_running_cluster_takes_the_lustre_tuning_as_an_update(pcluster):
     ids = concrete_ids(EVERY_TYPE)
     before = dataclasses.replace(ids, lustre_tuning=None)
     pair = (cluster_configuration(EVERY_TYPE, before), cluster_configuration(EVERY_TYPE, ids))
-    assert "OnNodeStart" in json.dumps(pair[1]) and "OnNodeStart" not in json.dumps(pair[0])
+    started = [["OnNodeStart" in q["CustomActions"] for q in c["Scheduling"]["SlurmQueues"]] for c in pair]
+    assert not any(started[0]) and started[1] and all(started[1])
     changes = update_changes({"tuned": pair}, cluster_name="t-cluster")["tuned"]
     assert any("OnNodeStart" in c.path for c in changes)
     assert [c.path for c in changes if c.policy == "UNSUPPORTED"] == []
@@ -458,15 +484,15 @@ def test_setup_script_arguments_carry_the_pinned_versions(every_type, where):
     # Only the head node copies batch scripts (and the MLP example): a changed script must not replace
     # compute nodes.
     assert len(batch) == (BATCH_SCRIPTS + 1 if where == "head node" else 0)
-    assert all(json.dumps(v).startswith('{"Fn::Join"') for v in batch)
+    assert all(set(v) == {"Fn::Join"} for v in batch)
 
 
 def test_provider_nested_stack_and_custom_resource(every_type):
     template = every_type.template_json("parallelcluster")
     (provider_id, provider), = resources(template, "AWS::CloudFormation::Stack").items()
-    url = json.dumps(provider["Properties"]["TemplateURL"])
-    assert "https://us-east-2-aws-parallelcluster.s3.us-east-2." in url
-    assert f"/parallelcluster/{PARALLELCLUSTER_VERSION}/templates/custom_resource/cluster.yaml" in url
+    assert template_text(provider["Properties"]["TemplateURL"]) == (
+        "https://us-east-2-aws-parallelcluster.s3.us-east-2.<token>"
+        f"/parallelcluster/{PARALLELCLUSTER_VERSION}/templates/custom_resource/cluster.yaml")
     # The provider's own role gets one policy: read the cluster's scripts (tests/app/parallelcluster/
     # test_parallelcluster_provider.py evaluates it with ParallelCluster's own statements).
     policies = resources(template, "AWS::IAM::ManagedPolicy")
@@ -480,8 +506,11 @@ def test_provider_nested_stack_and_custom_resource(every_type):
     assert cluster["DeletionPolicy"] == "Delete"
     assert cluster["ClusterName"] not in {s.stack_name for s in every_type.stacks.stacks}
     outputs = template["Outputs"]
-    assert "aws ssm start-session --region us-east-2 --target" in json.dumps(outputs["HeadNodeSession"])
-    assert "headNode.instanceId" in json.dumps(outputs["HeadNodeInstanceId"])
+    (cluster_id,) = resources(template, "Custom::PclusterCluster")
+    head_node = {"Fn::GetAtt": [cluster_id, "headNode.instanceId"]}
+    assert outputs["HeadNodeInstanceId"]["Value"] == head_node
+    assert outputs["HeadNodeSession"]["Value"] == {
+        "Fn::Join": ["", ["aws ssm start-session --region us-east-2 --target ", head_node]]}
 
 
 @pytest.mark.parametrize("fixture", ["every_type", "reserved"])
@@ -613,8 +642,12 @@ def test_slurm_cluster_built_alone_from_props_in_a_bare_stack():
     assert queue["Networking"]["SubnetIds"] == [stack.resolve(vpc.private_subnets[0].subnet_id)]
     assert queue["Networking"]["AdditionalSecurityGroups"] == [stack.resolve(group.security_group_id)]
     assert configuration["HeadNode"]["Networking"]["SubnetId"] == stack.resolve(vpc.public_subnets[0].subnet_id)
-    assert "cdk-hnb659fds-assets" in json.dumps(queue["CustomActions"]["OnNodeConfigured"]["Script"])
-    assert '"train-pretrain.sbatch=' in json.dumps(configuration["HeadNode"]["CustomActions"]["OnNodeUpdated"]["Args"])
+    assert re.fullmatch(r"[0-9a-f]{64}\.sh", _script_key(queue["CustomActions"]["OnNodeConfigured"]["Script"]))
+    args = configuration["HeadNode"]["CustomActions"]["OnNodeUpdated"]["Args"]
+    (sbatch,) = [args[i + 1] for i, a in enumerate(args) if a == "--sbatch"]
+    (named, bucket, key) = sbatch["Fn::Join"][1]  # name=sha256@s3://bucket/key
+    assert re.fullmatch(r"train-pretrain\.sbatch=[0-9a-f]{64}@s3://", named) and bucket == ASSET_BUCKET
+    assert re.fullmatch(r"/[0-9a-f]{64}\.sbatch", key)
     assert configuration["Tags"] == [{"Key": "project", "Value": "research"}]
     assert slurm.prolog is None and slurm.ids.file_system_id is None
 

@@ -20,6 +20,7 @@ from aws_cdk.assertions import Template
 
 from tests.e2e.test_package import readme_example
 from tests.meta.test_toolchain import recommended_flags
+from tests.support import node_files
 from tests.support.helpers import CDK_CONTEXT, add_nag_packs, config_with, helm_chart_name, new_outdir, resources
 from trainium_cdk import (
     DEFAULT_CATALOG,
@@ -164,8 +165,12 @@ def test_trainium_cluster_alone_under_any_id(cluster_alone):
 
 def test_trainium_cluster_takes_an_imported_file_system(cluster_alone):
     _, template = cluster_alone
-    manifests = json.dumps(resources(template, "Custom::AWSCDK-EKS-KubernetesResource"))
-    assert "fs-0123456789abcdef0" in manifests and "abcdefgh" in manifests
+    objects = [o for r in resources(template, "Custom::AWSCDK-EKS-KubernetesResource").values()
+               for o in json.loads(r["Properties"]["Manifest"])]
+    (volume,) = [o for o in objects if o["kind"] == "PersistentVolume"]
+    assert volume["spec"]["csi"]["volumeHandle"] == "fs-0123456789abcdef0"
+    assert volume["spec"]["csi"]["volumeAttributes"] == {
+        "dnsname": "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com", "mountname": "abcdefgh"}
     rules = resources(template, "AWS::EC2::SecurityGroupIngress").values()
     assert any(r["Properties"]["GroupId"] == "sg-0fffffffffffffff1" for r in rules)
 
@@ -225,8 +230,8 @@ def test_cluster_autoscaler_alone_on_an_imported_cluster():
         options=ClusterAutoscalerOptions(node_selector={"role": "system"}), after=[],
     ))
     (chart,) = resources(template, "Custom::AWSCDK-EKS-HelmChart").values()
-    assert chart["Properties"]["Values"]
-    assert CLUSTER_NAME in json.dumps(chart["Properties"]["Values"])
+    values = json.loads(chart["Properties"]["Values"])
+    assert values["autoDiscovery"] == {"clusterName": CLUSTER_NAME} and values["nodeSelector"] == {"role": "system"}
 
 
 def test_cluster_observability_alone_on_an_imported_cluster():
@@ -257,7 +262,8 @@ def test_trainium_batch_alone_with_an_imported_file_system():
     (environment,) = resources(template, "AWS::Batch::ComputeEnvironment").values()
     assert environment["Properties"]["ComputeResources"]["Subnets"] == [PRIVATE_SUBNETS[0]]
     (lt,) = resources(template, "AWS::EC2::LaunchTemplate").values()
-    assert "fs-0123456789abcdef0.fsx" in json.dumps(lt["Properties"]["LaunchTemplateData"]["UserData"])
+    assert node_files.header_value(lt["Properties"]["LaunchTemplateData"]["UserData"], "LUSTRE_SOURCE") == [
+        "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com@tcp:/abcdefgh"]
 
 
 def test_batch_roles_alone():
@@ -271,7 +277,8 @@ def test_training_image_repository_alone():
     (repository,) = resources(template, "AWS::ECR::Repository").values()
     assert repository["Properties"]["ImageTagMutability"] == "IMMUTABLE"
     assert repository["Properties"]["ImageScanningConfiguration"] == {"ScanOnPush": True}
-    assert '"countNumber":10' in repository["Properties"]["LifecyclePolicy"]["LifecyclePolicyText"]
+    (rule,) = json.loads(repository["Properties"]["LifecyclePolicy"]["LifecyclePolicyText"])["rules"]
+    assert rule["selection"]["countType"] == "imageCountMoreThan" and rule["selection"]["countNumber"] == 10
     assert repository["DeletionPolicy"] == "Retain"
 
 
@@ -301,7 +308,10 @@ def test_slurm_cluster_alone():
         security_group=imported.efa_group,
     ))
     (cluster,) = [r for r in template["Resources"].values() if r["Type"] == "Custom::PclusterCluster"]
-    assert PRIVATE_SUBNETS[0] in json.dumps(cluster["Properties"]["ClusterConfiguration"])
+    configuration = cluster["Properties"]["ClusterConfiguration"]
+    assert configuration["HeadNode"]["Networking"]["SubnetId"] == PRIVATE_SUBNETS[0]
+    (queue,) = configuration["Scheduling"]["SlurmQueues"]
+    assert queue["Name"] == "pretrain" and queue["Networking"]["SubnetIds"] == [PRIVATE_SUBNETS[0]]
 
 
 def test_dev_instance_alone_with_an_imported_file_system():
@@ -311,7 +321,8 @@ def test_dev_instance_alone_with_an_imported_file_system():
     ))
     (instance,) = resources(template, "AWS::EC2::Instance").values()
     assert instance["Properties"]["SubnetId"] == PRIVATE_SUBNETS[0]
-    assert "fs-0123456789abcdef0.fsx" in json.dumps(instance["Properties"]["UserData"])
+    assert node_files.header_value(instance["Properties"]["UserData"], "LUSTRE_SOURCE") == [
+        "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com@tcp:/abcdefgh"]
 
 
 def test_api_access_host_alone_on_an_imported_group():
@@ -391,11 +402,14 @@ def test_the_readmes_own_app_synthesizes_under_cdk_nag_with_every_id_changed():
     (file_system,) = resources(template, "AWS::FSx::FileSystem")
     assert file_system.startswith("TheirStorageFileSystem")  # of the app's path: the library pins no id
     # The guide's grant_submit_job and connections: the CI role may submit; the data hosts' group reaches Lustre.
-    policies = json.dumps(resources(template, "AWS::IAM::Policy"))
-    assert '"batch:SubmitJob"' in policies
+    submitting = [p["Properties"]["Roles"] for p in resources(template, "AWS::IAM::Policy").values()
+                  for s in p["Properties"]["PolicyDocument"]["Statement"]
+                  if "batch:SubmitJob" in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])]
+    assert submitting == [["ci"]]
+    (data_prep,) = [k for k in resources(template, "AWS::EC2::SecurityGroup") if k.startswith("TheirDataPrep")]
     rules = [r["Properties"] for r in resources(template, "AWS::EC2::SecurityGroupIngress").values()]
-    assert {(r["FromPort"], r["ToPort"]) for r in rules if "TheirDataPrep" in json.dumps(r["SourceSecurityGroupId"])} \
-        == {(988, 988), (1018, 1023)}
+    assert {(r["FromPort"], r["ToPort"]) for r in rules
+            if r["SourceSecurityGroupId"] == {"Fn::GetAtt": [data_prep, "GroupId"]}} == {(988, 988), (1018, 1023)}
 
 
 def test_an_imported_file_system_is_a_construct_of_the_tree_as_aws_cdk_libs_imports_are():

@@ -45,7 +45,7 @@ import yaml
 
 from tests.support import recorder_standin
 from tests.support.chart_helpers import as_run
-from tests.support.helpers import Synthesized, resources, synth, template_text
+from tests.support.helpers import Synthesized, resources, strings, synth, template_text
 from tests.support.rehearsal import Stage
 from tests.unit.config.test_hostile_inputs import FREE_TEXT, FULL, PATHS, _get, _set
 from trainium_cdk.app.config import ConfigError, build_config
@@ -159,8 +159,7 @@ def _the_command_arrived(call: dict[str, Any]) -> None:
 def test_a_batch_job_definition_runs_the_command_as_arguments(synthesized, tmp_path):
     result, _ = synthesized
     template = result.template_with_nested("batch")
-    (definition,) = [d for d in resources(template, "AWS::Batch::JobDefinition").values()
-                     if str(MARKERS) in json.dumps(d)]
+    (definition,) = resources(template, "AWS::Batch::JobDefinition").values()  # the one group's
     props = definition["Properties"]
     container = props["NodeProperties"]["NodeRangeProperties"][0]["Container"]
     parameters = props.get("Parameters", {})
@@ -244,11 +243,10 @@ def test_no_value_reaches_a_node_setup(synthesized):
     carriers = []
     for path in result.template_paths():
         for name, resource in json.loads(path.read_text()).get("Resources", {}).items():
-            text = json.dumps(resource)
-            if marker in text:
+            if any(marker in text for text in strings(resource)):
                 carriers.append(resource["Type"])
                 props = resource.get("Properties", {})
-                assert "UserData" not in json.dumps(props), name
+                assert "UserData" not in props and "UserData" not in props.get("LaunchTemplateData", {}), name
     # The Batch job definition, and the EKS stack's manifest of the job (applied through the Kubernetes API: JSON).
     assert set(carriers) == {"AWS::Batch::JobDefinition", "Custom::AWSCDK-EKS-KubernetesResource"}, carriers
     setups = [p for p in written if p.suffix == ".sh" or "prolog" in p.name or p.name.endswith(".yaml")]

@@ -27,7 +27,7 @@ SHELL := /bin/bash
 PIP_INSTALL = PYTHONUNBUFFERED=1 $(PIP) install --progress-bar off --no-compile
 PROGRESS = 2>&1 | { grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR)' || true; } | sed -u 's/^/  /'
 
-.PHONY: help setup setup-dev synth plan pins vendor-chart test lint test-e2e bootstrap pcluster-schema checkov-env docs bench deploy destroy destroy-kept destroy-removed diff lock clean
+.PHONY: help setup setup-dev synth plan pins vendor-chart test lint test-e2e bootstrap pcluster-schema checkov-env docs site bench deploy destroy destroy-kept destroy-removed diff lock clean
 .DEFAULT_GOAL := help
 
 ## help: this list
@@ -60,8 +60,16 @@ $(VENV)/bin/trn: pyproject.toml | $(RUNTIME)
 
 ## setup: the runtime dependencies only (.venv, node_modules, `trn`): what `make synth` installs
 setup: $(RUNTIME) node_modules/.installed $(VENV)/bin/trn
-## setup-dev: `setup` and the test tools, with the CPU build of torch that `trn rehearse` runs your job on
-setup-dev: setup $(DEV)
+# The documentation site's own npm package (mermaid, for its diagrams: tools/docs-site/hooks.py), apart from the CDK CLI's:
+# `make synth` does not need its 150 MB.
+SITE_NODE := tools/docs-site/node_modules/.installed
+$(SITE_NODE): tools/docs-site/package.json tools/docs-site/package-lock.json | $(RUNTIME)
+	@echo "installing the documentation site's mermaid (tools/docs-site/package-lock.json) into tools/docs-site/node_modules..."
+	@$(NPM) ci --prefix tools/docs-site --no-audit --no-fund --loglevel=error --silent
+	@touch $@
+
+## setup-dev: `setup` and the test tools (with the CPU build of torch that `trn rehearse` runs your job on, and the site's mermaid)
+setup-dev: setup $(DEV) $(SITE_NODE)
 
 ## synth: CloudFormation templates into cdk.out/, Kubernetes and Slurm files into dist/ (ARGS="-c key=value")
 synth: setup
@@ -121,6 +129,11 @@ checkov-env: $(DEV)
 ## docs: regenerate the generated pages of the site (docs/: config reference, architecture, Day-2 table, API reference, waivers) from the code
 docs: setup
 	$(RUN) $(PY) -m trainium_cdk.app.docs --write
+
+## site: the documentation site into site/ (`mkdocs build --strict`): its diagrams drawn by the pinned mermaid, nothing loaded from outside
+site: setup-dev
+	@NO_MKDOCS_2_WARNING=1 $(RUN) $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+	@echo "site/: open site/index.html through a web server (python3 -m http.server -d site), or .venv/bin/mkdocs serve"
 
 ## bench: cold synth time and peak memory through the CDK CLI, median of 3 (not a test)
 bench: setup

@@ -78,6 +78,9 @@ def make_dry(target: str, tmp_path: Path) -> str:
     for name in ("Makefile", "requirements.txt", "requirements-dev.txt", "requirements-rehearsal.txt", "constraints.txt", "package.json",
                  "package-lock.json", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "tools" / "docs-site").mkdir(parents=True, exist_ok=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy(ROOT / "tools" / "docs-site" / name, tmp_path / "tools" / "docs-site" / name)
     done = subprocess.run(["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, check=True)
     return done.stdout
 
@@ -89,11 +92,15 @@ def test_make_synth_installs_runtime_dependencies_only(tmp_path):
     assert len(installs) == 2 and "-r requirements.txt" in installs[0], installs
     assert "--no-deps -e ." in installs[1], installs
     assert "requirements-dev" not in commands
+    assert "tools/docs-site" not in commands  # the site's mermaid (150 MB of npm packages): not for a synth
     assert "installing runtime dependencies" in commands  # a progress line before pip starts
 
 
 def test_make_test_adds_the_dev_tools_on_top(tmp_path):
-    installs = [line for line in make_dry("test", tmp_path).splitlines() if " install " in line and " -r " in line]
+    commands = make_dry("test", tmp_path)
+    installs = [line for line in commands.splitlines() if " install " in line and " -r " in line]
+    # The site's mermaid, which tests/meta/test_site.py's build serves, from its own lock file.
+    assert re.search(r"npm-cli\.js\" ci --prefix tools/docs-site ", commands), commands
     assert [re.search(r"-r (\S+)", line).group(1) for line in installs] == [
         "requirements.txt", "requirements-dev.txt", "requirements-rehearsal.txt"]
     # TorchTitan for the rehearsal, without the resolver: tyro asks for typeguard>=4, jsii pins 2.13.3.

@@ -102,7 +102,7 @@ def architecture_mermaid() -> str:
         app = cdk.App(outdir=outdir)
         stacks = compose(app, config).stacks
         app.synth()
-    lines = ["```mermaid", "flowchart LR"]
+    lines = ["```mermaid", "flowchart TB"]  # stacks side by side, constructs down: LR drew it at a third of its size
     for stack in stacks:
         sid = stack.stack_name.replace("-", "_")
         lines.append(f'  subgraph {sid}["{stack.stack_name}"]')

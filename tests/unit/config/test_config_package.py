@@ -25,7 +25,9 @@ PIPELINE = {
 def _imported_from_config() -> set[str]:
     """Every name a module of the repository imports with ``from trainium_cdk.app.config import ...``."""
     names: set[str] = set()
-    files = [ROOT / "app.py", *(path for d in ("trainium_cdk", "tests", "tools") for path in (ROOT / d).rglob("*.py"))]
+    files = [ROOT / "app.py", *(path for d in ("trainium_cdk", "tests", "tools") for path in (ROOT / d).rglob("*.py")
+                                # the site's npm packages (tools/docs-site/node_modules): katex ships Python scripts
+                                if "node_modules" not in path.parts)]
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module == "trainium_cdk.app.config":

@@ -15,6 +15,7 @@ runs ``sbatch --account=TEAM``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from trainium_cdk.errors import ConfigError
@@ -40,6 +41,15 @@ ORGANIZATION = "trainium-cdk"
 # The file of sacctmgr commands the head node fetches (neuron_setup.sh --accounting): one command a line, its words
 # separated by tabs (no word holds a tab or a newline: team and user names are checked).
 COMMANDS_FILE_NAME = "slurm-accounting.tsv"
+
+
+# ParallelCluster's Database.DatabaseName: 0-9, a-z and _, at most 64.
+_DATABASE_NAME_LENGTH = 64
+
+
+def database_name(cluster_name: str) -> str:
+    """The database (schema) of a cluster's accounting: ``slurm_`` and the cluster's name in MySQL's letters."""
+    return ("slurm_" + re.sub(r"[^0-9a-z_]", "_", cluster_name.lower()))[:_DATABASE_NAME_LENGTH]
 
 
 @dataclass(frozen=True)

@@ -125,12 +125,10 @@ CDK_CLI_VERSION = "2.1148.1"
 # AWS ParallelCluster: the custom resource provider template (per version and region), the pcluster
 # CLI users run, and the package whose schema the tests validate our cluster configuration against.
 PARALLELCLUSTER_VERSION = "3.16.1"
-# The Slurm that version ships (its release notes: "Upgrade Slurm to version 25.11.8 (from 25.11.6)"), for the docs and
-# the tests that say where Debian's Slurm, which they run, differs from it.
+# The Slurm it ships (release notes: "Upgrade Slurm to version 25.11.8"); the real-Slurm test runs Debian's 22.05.
 PARALLELCLUSTER_SLURM_VERSION = "25.11.8"
-# Aurora MySQL of Slurm's accounting database (a ParallelCluster cluster with teams): 3.10, a long-term support release
-# compatible with MySQL 8.0.42 (Aurora MySQL release notes, version 3.10.0, 2025-07-31), at the newest 3.10 patch
-# aws-cdk-lib 2.275 names (AuroraMysqlEngineVersion.VER_3_10_4).
+# Slurm's accounting database (ParallelCluster with teams): Aurora MySQL 3.10, long-term support, MySQL 8.0.42 (release
+# notes 3.10.0, 2025-07-31), at the newest patch aws-cdk-lib 2.275 names (AuroraMysqlEngineVersion.VER_3_10_4).
 AURORA_MYSQL_VERSION = "3.10.4"
 
 

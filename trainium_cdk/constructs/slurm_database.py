@@ -22,6 +22,7 @@ from constructs import Construct
 from trainium_cdk.constructs.nag import NIST, acknowledge
 from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 from trainium_cdk.facts.versions import AURORA_MYSQL_VERSION
+from trainium_cdk.parallelcluster.accounting import DATABASE_MIN_CAPACITY_ACU
 from trainium_cdk.parallelcluster.parts import SlurmDatabase
 
 # MySQL's port: ParallelCluster's Database.Uri names it; only the client group reaches it.
@@ -29,7 +30,7 @@ DATABASE_PORT = 3306
 DEFAULT_USER_NAME = "slurm"
 # Aurora capacity units: 0.5 (1 GiB) while slurmdbd writes a few records a minute, up to 4 for a month's rollup.
 # slurmdbd keeps its connection open, so the database never pauses: 0 would save nothing.
-DEFAULT_MIN_CAPACITY = 0.5
+DEFAULT_MIN_CAPACITY = DATABASE_MIN_CAPACITY_ACU
 DEFAULT_MAX_CAPACITY = 4.0
 DEFAULT_BACKUP_RETENTION_DAYS = 7
 # A final snapshot when the stack goes: the teams' history stays restorable, and nothing runs.

@@ -38,6 +38,9 @@ PRIORITY_CALC_PERIOD = "1"
 ACCOUNTING_STORAGE_ENFORCE = "associations,limits,qos"
 # Each account's organization in sacctmgr (a label: `sacctmgr show account` lists the teams this project made).
 ORGANIZATION = "trainium-cdk"
+# The accounting database's least Aurora Serverless v2 capacity (ACUs): slurmdbd keeps a connection open, so it never
+# pauses and this is what it costs while nothing runs (app/cost.py's idle floor).
+DATABASE_MIN_CAPACITY_ACU = 0.5
 # The file of sacctmgr commands the head node fetches (neuron_setup.sh --accounting): one command a line, its words
 # separated by tabs (no word holds a tab or a newline: team and user names are checked).
 COMMANDS_FILE_NAME = "slurm-accounting.tsv"

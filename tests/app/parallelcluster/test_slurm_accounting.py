@@ -295,3 +295,11 @@ def test_cfn_lint_and_cdk_nag_clean_with_teams(teams_app):
     assert nag_violations(teams_app) == []
     for path in teams_app.template_paths():
         assert cfn_lint_errors(path, teams_app.config.region) == []
+
+
+def test_the_bill_counts_the_accounting_database_at_its_least_capacity():
+    from trainium_cdk.app.cost import bill
+
+    (line,) = [line for line in bill(TWO_TEAMS).idle if "accounting database" in line.item]
+    assert (line.quantity, round(line.hourly, 3), line.assumed) == (0.5, 0.06, True)  # 0.5 ACU x $0.12
+    assert not any("accounting database" in line.item for line in bill(config_with(backends=["parallelcluster"])).idle)

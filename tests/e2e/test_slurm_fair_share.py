@@ -87,7 +87,7 @@ def slurm(folder: Path, config_path: Path) -> Iterator[LocalSlurm]:
     config = load_config(config_path)
     (group,) = config.compute_groups
     cluster = LocalSlurm(folder / "cluster", cluster=cluster_name(config), database=database_name(cluster_name(config)),
-                         partition=queue_name(group), settings=slurm_conf_settings(slurm_accounting(config)),
+                         partition=queue_name(group), settings=slurm_conf_settings(),
                          users=USERS)
     try:
         cluster.start()

@@ -83,13 +83,14 @@ def sacct_uses(text: str, config: Config, groups: list[ComputeGroup], *, since: 
     """The uses of sacct's jobs (:data:`trainium_cdk.app.parallelcluster.submit.SACCT_FIELDS`, '|' between, one job
     a line) in ``groups`` (a group's jobs are its Slurm partition's) that started on or after ``since`` (ms)."""
     from trainium_cdk.app.parallelcluster.cluster_config import queue_name
+    from trainium_cdk.app.parallelcluster.submit import SACCT_FIELDS
 
     by_partition = {queue_name(group): group for group in groups}
     teams = {t.name for t in config.teams}
     used = []
     for line in text.splitlines():
         fields = line.split("|")
-        if len(fields) != 8:
+        if len(fields) != len(SACCT_FIELDS):
             continue  # a line of sacct's that is no job (a warning), not ours to price
         job_id, name, account, partition, state, nodes, elapsed, start = fields
         group = by_partition.get(partition)

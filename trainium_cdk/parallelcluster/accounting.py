@@ -107,11 +107,10 @@ class SlurmAccounting:
         return members
 
 
-def slurm_conf_settings(accounting: SlurmAccounting) -> list[tuple[str, str]]:
-    """The slurm.conf settings of fair share and enforced accounting, in order. ParallelCluster sets the rest of
-    accounting itself from ``SlurmSettings.Database`` (AccountingStorageType, -Host, -Port, -User and
-    JobAcctGatherType are on its deny-list for CustomSlurmSettings)."""
-    del accounting  # the same settings for any teams: the shares live in the accounts
+def slurm_conf_settings() -> list[tuple[str, str]]:
+    """The slurm.conf settings of fair share and enforced accounting, in order: the same for any teams (their shares
+    live in the accounts). ParallelCluster sets the rest of accounting itself from ``SlurmSettings.Database``
+    (AccountingStorageType, -Host, -Port, -User and JobAcctGatherType are on its deny-list for CustomSlurmSettings)."""
     return [
         ("PriorityType", "priority/multifactor"),
         ("PriorityWeightFairshare", str(PRIORITY_WEIGHT_FAIRSHARE)),
@@ -123,10 +122,10 @@ def slurm_conf_settings(accounting: SlurmAccounting) -> list[tuple[str, str]]:
     ]
 
 
-def custom_slurm_settings(accounting: SlurmAccounting) -> list[dict[str, str]]:
+def custom_slurm_settings() -> list[dict[str, str]]:
     """:func:`slurm_conf_settings` as ParallelCluster's ``SlurmSettings.CustomSlurmSettings``: one mapping per
     setting."""
-    return [{key: value} for key, value in slurm_conf_settings(accounting)]
+    return [{key: value} for key, value in slurm_conf_settings()]
 
 
 def sacctmgr_commands(accounting: SlurmAccounting) -> list[tuple[str, ...]]:

@@ -229,7 +229,7 @@ def render_configuration(settings: ClusterSettings, ids: ClusterIds) -> dict[str
         slurm_settings["Database"] = {"Uri": database.uri, "UserName": database.user_name,
                                       "PasswordSecretArn": database.password_secret_arn,
                                       "DatabaseName": database.database_name}
-        slurm_settings["CustomSlurmSettings"] = custom_slurm_settings(settings.accounting)
+        slurm_settings["CustomSlurmSettings"] = custom_slurm_settings()
         # The head node applies the teams' accounts once slurmdbd answers (neuron_setup.sh --accounting), and alone
         # reaches the database.
         head_args += ["--accounting", commands.checked_url]

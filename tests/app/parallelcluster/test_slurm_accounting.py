@@ -85,7 +85,7 @@ def test_the_commands_file_is_the_commands_a_line_each_words_by_tabs():
 
 
 def test_the_slurm_conf_settings_are_multifactor_fair_share_with_enforced_accounting():
-    settings = custom_slurm_settings(ACCOUNTING)
+    settings = custom_slurm_settings()
     assert all(len(s) == 1 for s in settings)  # ParallelCluster's form: one setting per mapping
     merged = {k: v for s in settings for k, v in s.items()}
     assert merged["PriorityType"] == "priority/multifactor"
@@ -182,7 +182,7 @@ def test_with_teams_the_cluster_keeps_its_accounting_in_the_stack_s_database(tea
     assert database["PasswordSecretArn"] == {"Ref": DATABASE_LOGICAL_IDS["secret"]}
     assert database["Uri"] == {"Fn::Join": ["", [
         {"Fn::GetAtt": [DATABASE_LOGICAL_IDS["cluster"], "Endpoint.Address"]}, ":3306"]]}
-    assert settings["CustomSlurmSettings"] == custom_slurm_settings(ACCOUNTING)
+    assert settings["CustomSlurmSettings"] == custom_slurm_settings()
     assert settings["QueueUpdateStrategy"] == "DRAIN"
     # Aurora Serverless v2 (MySQL, the pinned long-term release) in the private subnets, encrypted, snapshot on delete.
     cluster = teams_app.template_json("parallelcluster")["Resources"][DATABASE_LOGICAL_IDS["cluster"]]

@@ -10,7 +10,7 @@ list, one {"errors": [...], "warnings": [...]} per request item, each message "P
 
 What runs: the marshmallow schema (ClusterSchema(cluster_name=...).load: types, ranges, required
 and unknown keys) and the validators that need no AWS account (names, node counts, EFA placement
-groups, duplicates). The others describe instance types, subnets and file systems through AWS: they
+groups, duplicates, custom Slurm settings against ParallelCluster's deny-lists, the accounting database's URI). The others describe instance types, subnets and file systems through AWS: they
 run at `pcluster create-cluster` or in the custom resource, not here. Every AWS call is refused
 before it leaves the process, so a validator this list forgets fails loudly instead of hanging.
 """
@@ -39,6 +39,13 @@ from pcluster.validators.cluster_validators import (  # noqa: E402
     NameValidator,
     SharedStorageMountDirValidator,
     SharedStorageNameValidator,
+)
+from pcluster.validators.database_validators import DatabaseUriValidator  # noqa: E402
+from pcluster.validators.slurm_settings_validator import (  # noqa: E402
+    SLURM_SETTINGS_DENY_LIST,
+    CustomSlurmNodeNamesValidator,
+    CustomSlurmSettingLevel,
+    CustomSlurmSettingsValidator,
 )
 
 
@@ -83,6 +90,24 @@ def _offline_validators(cluster, name):  # noqa: ANN001
                 "capacity_type": capacity_type,
                 "queue_name": queue.name,
             }
+    # SlurmSettings as SlurmSettings._register_validators registers them: the custom settings against ParallelCluster's
+    # deny-lists (the accounting one too when a database is given), and the database's URI.
+    settings = cluster.scheduling.settings
+    custom = settings.custom_slurm_settings or []
+    at = "Scheduling.SlurmSettings"
+    if custom:
+        deny = SLURM_SETTINGS_DENY_LIST["SlurmConf"]
+        yield f"{at}.CustomSlurmSettings", CustomSlurmSettingsValidator, {
+            "custom_settings": custom, "deny_list": deny["Global"], "settings_level": CustomSlurmSettingLevel.SLURM_CONF,
+        }
+        yield f"{at}.CustomSlurmSettings", CustomSlurmNodeNamesValidator, {"custom_settings": custom}
+        if settings.database:
+            yield f"{at}.CustomSlurmSettings", CustomSlurmSettingsValidator, {
+                "custom_settings": custom, "deny_list": deny["Accounting"],
+                "settings_level": CustomSlurmSettingLevel.SLURM_CONF,
+            }
+    if settings.database and settings.database.uri:
+        yield f"{at}.Database.Uri", DatabaseUriValidator, {"uri": settings.database.uri}
     storages = cluster.shared_storage or []
     yield "SharedStorage", DuplicateNameValidator, {"name_list": [s.name for s in storages], "resource_name": "Shared Storage"}
     yield "SharedStorage", DuplicateMountDirValidator, {

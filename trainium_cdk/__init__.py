@@ -70,6 +70,10 @@ _PUBLIC = {
     "HeadNode": "trainium_cdk.parallelcluster.configuration",
     "SlurmQueue": "trainium_cdk.parallelcluster.configuration",
     "NewFileSystem": "trainium_cdk.parallelcluster.configuration",
+    "SlurmAccounting": "trainium_cdk.parallelcluster.accounting",
+    "SlurmAccount": "trainium_cdk.parallelcluster.accounting",
+    "SlurmDatabase": "trainium_cdk.parallelcluster.parts",
+    "SlurmAccountingDatabase": "trainium_cdk.constructs.slurm_database",
     "MetricsWorkspace": "trainium_cdk.constructs.prometheus",
     "DevInstance": "trainium_cdk.constructs.dev_instance",
     "NagAcknowledgments": "trainium_cdk.constructs.nag",
@@ -151,6 +155,7 @@ if TYPE_CHECKING:  # static type checkers see the real names
     from trainium_cdk.constructs.observability import ClusterObservability
     from trainium_cdk.constructs.parallelcluster import SlurmCluster
     from trainium_cdk.constructs.prometheus import MetricsWorkspace
+    from trainium_cdk.constructs.slurm_database import SlurmAccountingDatabase
     from trainium_cdk.constructs.storage import (
         DataRepositoryProps,
         ILustreStorage,
@@ -163,5 +168,7 @@ if TYPE_CHECKING:  # static type checkers see the real names
     from trainium_cdk.facts.capacity import GroupNodes, NodeCapacity
     from trainium_cdk.facts.catalog import DEFAULT_CATALOG, Catalog, InstanceSpec
     from trainium_cdk.facts.versions import NEURON_TRACKS, AmiQuery, NeuronTrack
+    from trainium_cdk.parallelcluster.accounting import SlurmAccount, SlurmAccounting
     from trainium_cdk.parallelcluster.configuration import ClusterSettings, HeadNode, NewFileSystem, SlurmQueue
+    from trainium_cdk.parallelcluster.parts import SlurmDatabase
     from trainium_cdk.runtime.jobs import JobSpec

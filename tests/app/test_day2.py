@@ -186,6 +186,13 @@ REPLACED_BY: dict[str, tuple[str, ...]] = {
     "AWS::EC2::Subnet": ("AvailabilityZoneId", "CidrBlock", "VpcId"),
     "AWS::EC2::SecurityGroup": ("GroupDescription", "GroupName", "VpcId"),
     "Custom::PclusterCluster": ("ClusterName", "ServiceToken"),
+    # Slurm's accounting database (a ParallelCluster cluster with teams): job history and each team's use.
+    "AWS::RDS::DBCluster": (
+        "DBClusterIdentifier", "DatabaseName", "DBSubnetGroupName", "Engine", "EngineMode", "KmsKeyId", "MasterUsername",
+        "SnapshotIdentifier", "SourceDBClusterIdentifier", "StorageEncrypted", "AvailabilityZones",
+    ),
+    "AWS::RDS::DBSubnetGroup": ("DBSubnetGroupName",),
+    "AWS::SecretsManager::Secret": ("Name",),
 }
 # A managed node group is replaced when one of these changes; the launch template version is not one.
 NODEGROUP_REPLACED_BY = (
@@ -368,7 +375,9 @@ def test_no_parallelcluster_setting_unsupported_for_update_changes(policies, cha
 # --status STOP_REQUESTED`): a new instance type is a new compute resource, and removing the old one
 # with running nodes needs QueueUpdateStrategy TERMINATE, which would kill running jobs.
 NEEDS_FLEET_STOPPED = {"instance_type": ["Scheduling.SlurmQueues[train].ComputeResources"],
-                       "group_removed": ["Scheduling.SlurmQueues"]}
+                       "group_removed": ["Scheduling.SlurmQueues"],
+                       # Slurm's accounting database (issue 46): ParallelCluster's COMPUTE_FLEET_STOP policy.
+                       "teams_added": ["Scheduling.SlurmSettings.Database"]}
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))

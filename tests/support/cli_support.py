@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import shutil
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,9 +96,9 @@ def _shared_loader(search_path_string: str | None = None) -> botocore.loaders.Lo
     return _LOADERS[search_path_string]
 
 
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Fake credentials and a region, and no shared config that could point anywhere real."""
+def fake_aws_environment(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """Fake credentials and a region, and no shared config that could point anywhere real; ``folder`` the working
+    directory (no cdk.json or config/ of the repo: tests pass --config)."""
     monkeypatch.setattr(botocore.session, "create_loader", _shared_loader)
     # moto's EC2 otherwise creates its ~1,300 public AMIs, each with a volume and a snapshot, in every region a test
     # touches (moto settings.ec2_load_default_amis): a test's AMIs are the ones it registers or fakes.
@@ -107,10 +108,16 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(folder / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(folder / "no-aws-credentials"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.chdir(tmp_path)  # no cdk.json or config/ of the repo: tests pass --config
+    monkeypatch.chdir(folder)
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Fake credentials and a region, and no shared config that could point anywhere real."""
+    fake_aws_environment(monkeypatch, tmp_path)
 
 
 @pytest.fixture
@@ -125,9 +132,9 @@ def no_credentials(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
 
 
-@pytest.fixture
-def aws(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsCalls]:
-    """moto for every AWS call (Batch without Docker), recorded; fakes win over moto."""
+@contextmanager
+def recorded_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsCalls]:
+    """moto for every AWS call (Batch without Docker), recorded; fakes win over moto (after fake_aws_environment)."""
     recorder = AwsCalls()
     original = botocore.client.BaseClient._make_api_call
 
@@ -139,6 +146,13 @@ def aws(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsCalls]:
 
     with mock_aws(config={"batch": {"use_docker": False}}):
         monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", make_api_call)
+        yield recorder
+
+
+@pytest.fixture
+def aws(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsCalls]:
+    """moto for every AWS call (Batch without Docker), recorded; fakes win over moto."""
+    with recorded_aws(monkeypatch) as recorder:
         yield recorder
 
 

@@ -17,10 +17,12 @@ import sys
 from pathlib import Path
 
 from tests.support.helpers import config_with
+from trainium_cdk.app.config import Config
 from trainium_cdk.app.dist.parallelcluster import fetched_digests, fetched_files
 from trainium_cdk.app.parallelcluster.cluster_config import (
     SCRIPTS_BUCKET,
     SCRIPTS_PREFIX,
+    cluster_configuration,
     placeholder,
     placeholder_ids,
     setup_args,
@@ -109,10 +111,12 @@ NEW_PINS = dataclasses.replace(
 
 @dataclasses.dataclass
 class HeadNode:
-    """``root`` stands for the head node's /; ``gid``: the group the system gives CACHE_GROUP."""
+    """``root`` stands for the head node's /; ``gid``: the group the system gives CACHE_GROUP; ``config``: the
+    deployment's (its teams give the head node their Slurm accounts to apply)."""
 
     root: Path
     gid: int = dataclasses.field(default_factory=os.getgid)
+    config: Config = CONFIG
 
     def __post_init__(self) -> None:
         script = SETUP_SCRIPT.read_text()
@@ -144,7 +148,7 @@ class HeadNode:
         self.s3 = self.root / "s3"
         self.bucket = self.s3 / placeholder(SCRIPTS_BUCKET) / SCRIPTS_PREFIX
         self.bucket.mkdir(parents=True)
-        for name, text in fetched_files(CONFIG).items():
+        for name, text in fetched_files(self.config).items():
             (self.bucket / name).write_text(text)
         self.env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STANDIN_LOG": str(self.log),
                     "STANDIN_PIP": str(bin_dir / "pip"), "STANDIN_GID": str(self.gid),
@@ -157,8 +161,13 @@ class HeadNode:
 
     def args(self, track=XLA_TRACK) -> list[str]:
         """The head node's OnNodeUpdated arguments (configuration.render_configuration's) for ``track``."""
-        ids = placeholder_ids(CONFIG, fetched_digests(CONFIG))
+        ids = placeholder_ids(self.config, fetched_digests(self.config))
         args = setup_args(ids.batch_scripts, track, ids.prologs, cache_group=CACHE_GROUP)
+        # A config with teams: the accounts' file, as the cluster configuration gives it to the head node.
+        rendered = cluster_configuration(self.config, ids)["HeadNode"]["CustomActions"]["OnNodeUpdated"]["Args"]
+        if "--accounting" in rendered:
+            at = rendered.index("--accounting")
+            args += rendered[at:at + 2]
         return [a.replace("/home/", f"{self.root}/home/") for a in args]
 
     def run(self, track=XLA_TRACK, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:

@@ -49,7 +49,7 @@ def _state(spool: Path, job: dict[str, Any]) -> tuple[str, str]:
 
 
 def sbatch(args: list[str]) -> int:
-    parsable, nodes, name = False, None, None
+    parsable, nodes, name, account = False, None, None, None
     rest = list(args)
     while rest and rest[0].startswith("-"):
         option = rest.pop(0)
@@ -63,6 +63,8 @@ def sbatch(args: list[str]) -> int:
             nodes = int(option[2:])
         elif option.startswith("--job-name="):
             name = option.split("=", 1)[1]
+        elif option.startswith("--account="):
+            account = option.split("=", 1)[1]
         else:
             print(f"sbatch stand-in: option {option} is not one trn or the README uses", file=sys.stderr)
             return 2
@@ -79,7 +81,7 @@ def sbatch(args: list[str]) -> int:
     (spool / f"job-{job_id}.json").write_text(json.dumps({
         "id": job_id, "script": str(script.resolve()), "args": rest[1:], "cwd": os.getcwd(),
         "nodes": nodes or int(_directive("nodes", text)), "name": name or _directive("job-name", text),
-        "partition": _directive("partition", text),
+        "partition": _directive("partition", text), "account": account,
         "env": {k: v for k, v in os.environ.items() if k in KEPT_ENVIRONMENT},
     }))
     print(job_id if parsable else f"Submitted batch job {job_id}")

@@ -143,12 +143,19 @@ def eks_idle(config: Config, region: str) -> list[Line]:
 
 
 def parallelcluster_idle(config: Config, region: str) -> list[Line]:
+    from trainium_cdk.parallelcluster.accounting import DATABASE_MIN_CAPACITY_ACU
+
     settings = config.parallelcluster
     head = settings.head_node_instance_type
-    return [
+    lines = [
         _line(f"Slurm head node ({head})", 1, "node", prices.instance_price(head), region),
         _volumes("Slurm head node root volume", 1, settings.head_node_root_volume_gib, region),
     ]
+    if config.teams:  # Slurm's accounting: its database at its least capacity, which slurmdbd's connection keeps up
+        acus = DATABASE_MIN_CAPACITY_ACU
+        lines.append(_line(f"Slurm accounting database (Aurora Serverless v2, {acus} ACU)", acus, "ACU",
+                           prices.AURORA_SERVERLESS_ACU_HOURLY, region))
+    return lines
 
 
 def instance_idle(config: Config, region: str) -> list[Line]:

@@ -166,9 +166,14 @@ CHANGES: tuple[Change, ...] = (
         batch="each group's FIFO job queue, and the CPU queue's, is replaced by a fair-share queue, `<queue>-teams`, with a scheduling "
         "policy of a share per team (Batch gives a queue its policy when it creates it); later share changes update "
         "the policy in place",
-        parallelcluster="unchanged",
+        parallelcluster="Slurm accounting: the stack adds an Aurora Serverless (MySQL) database, and the cluster "
+        "`SlurmSettings.Database`, fair-share priority and an account per team (the head node's OnNodeUpdated). "
+        "ParallelCluster adds a database only with the compute fleet stopped: `pcluster update-compute-fleet --status "
+        "STOP_REQUESTED`, deploy, then `START_REQUESTED` (otherwise the update fails and the stack rolls back); later "
+        "share and member changes apply in place",
         stops={"batch": "the old queue's jobs, running or waiting, are terminated with it (Batch terminates a "
-               "deleted queue's jobs): let it drain first (`trn jobs`)"},
+               "deleted queue's jobs): let it drain first (`trn jobs`)",
+               "parallelcluster": "every job, with the fleet"},
     ),
 )
 

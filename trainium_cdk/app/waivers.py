@@ -3,8 +3,9 @@ cdk-nag findings the constructs acknowledge, with their reasons, and checkov's w
 
 The acknowledgments are read from the apps as built, not as synthesized: each construct records its own as metadata
 (constructs/nag.py: what the NagAcknowledgments aspect acknowledges, for the construct's subtree). The apps: the default
-config with every backend, the same with EKS managed node groups and interface endpoints, and the example
-pipeline (config/pipeline.example.yaml), whose stages deploy the same stacks (listed once).
+config with every backend, the same with EKS managed node groups and interface endpoints, the same on ParallelCluster
+with two teams (its accounting database), and the example pipeline (config/pipeline.example.yaml), whose stages deploy
+the same stacks (listed once).
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ def _apps() -> Iterator[Any]:
         {**default, "backends": list(BACKENDS)},
         {**default, "backends": ["eks"], "eks": {**default.get("eks", {}), "capacity": "managed"},
          "network": {**default.get("network", {}), "interface_endpoints": True}},
+        # Teams: ParallelCluster's Slurm accounting database (issue 46).
+        {**default, "backends": ["parallelcluster"], "teams": [{"name": "research", "share": 3},
+                                                               {"name": "platform-eng", "share": 1}]},
     ]
     for raw in variants:
         app = cdk.App()

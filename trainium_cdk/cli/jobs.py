@@ -138,8 +138,9 @@ def add_parsers(sub: Any) -> None:
     add_job_arguments(p)
     p.add_argument("--name", help="job name (default: <group>-<date>-<time>)")
     p.add_argument("--team", metavar="NAME", help="the job's team, one of the config's teams: (Batch: its share of the "
-                   "fair-share queue and the tag team=NAME; EKS: its Volcano queue team-NAME and the label team=NAME); "
-                   "required on Batch when the config has teams")
+                   "fair-share queue and the tag team=NAME; EKS: its Volcano queue team-NAME and the label team=NAME; "
+                   "ParallelCluster: its Slurm account, sbatch --account=NAME); required on Batch and ParallelCluster "
+                   "when the config has teams")
     p.add_argument("--priority", type=int, metavar="N", help="with --team: the job's priority within its team's share, "
                    "0 to 9999 (Batch's schedulingPriorityOverride; default 0)")
     p.add_argument(
@@ -332,7 +333,8 @@ def check_fit(args: argparse.Namespace, config: Config, job: UserJob, backend: s
 
 def check_team(args: argparse.Namespace, config: Config, backend: str) -> None:
     """`trn submit --team/--priority`, checked before anything is sent: a team of the config, required on Batch when
-    the config has teams (its fair-share queues take no job without a share identifier), refused elsewhere."""
+    the config has teams (its fair-share queues take no job without a share identifier) and on ParallelCluster (Slurm
+    would charge the job to the OS user's default account, the first team's), refused on the development instance."""
     team, priority = getattr(args, "team", None), getattr(args, "priority", None)
     names = [t.name for t in config.teams]
     if team is not None and not names:
@@ -340,13 +342,19 @@ def check_team(args: argparse.Namespace, config: Config, backend: str) -> None:
     if team is None and names and backend == "batch":
         raise ConfigError("--team", None, f"a team of the config ({', '.join(names)}): its fair-share queues take "
                           "no job without one")
+    if team is None and names and backend == "parallelcluster":
+        raise ConfigError("--team", None, f"a team of the config ({', '.join(names)}): the job runs in its Slurm "
+                          "account's fair share, and Slurm would charge it to the first team's without one")
     if team is not None and team not in names:
         raise ConfigError("--team", team, "a team of the config; " + one_of(names))
-    if team is not None and backend not in ("batch", "eks"):
-        raise ConfigError("--team", team, f"left out on {backend}: teams share Batch and EKS only so far "
+    if team is not None and backend not in ("batch", "eks", "parallelcluster"):
+        raise ConfigError("--team", team, f"left out on {backend}: teams share Batch, EKS and ParallelCluster "
                           "(docs/guide/teams.md)")
     if priority is not None and team is None:
         raise ConfigError("--priority", priority, "with --team only (a priority within the team's share)")
+    if priority is not None and backend == "parallelcluster":
+        raise ConfigError("--priority", priority, "left out on ParallelCluster: a Slurm job's priority is its team's "
+                          "fair share and its age (sbatch --nice lowers one's own)")
     if priority is not None and not 0 <= priority <= MAX_PRIORITY:
         raise ConfigError("--priority", priority, f"0 to {MAX_PRIORITY} (AWS Batch's scheduling priority)")
 

@@ -59,7 +59,8 @@ def head_node(config: Config) -> str:
     return deployed_output(config, STACK_PART, OUTPUT_HEAD_NODE_INSTANCE_ID)
 
 
-def _run(config: Config, script: str, *, comment: str, doing: str, clock: Clock = CLOCK) -> str:
+def run_on_head_node(config: Config, script: str, *, comment: str, doing: str, clock: Clock = CLOCK) -> str:
+    """``script`` on the head node through SSM Run Command; its output (``doing`` names it in an error)."""
     instance = head_node(config)
     ssm = client(session(config.region), "ssm")
     what = f"head node {instance}"
@@ -96,6 +97,7 @@ def submission(args: argparse.Namespace, config: Config) -> SlurmSubmission:
     program = job.program or (f"~/{SCRIPTS_DIR}/{EXAMPLE_SCRIPT_NAME}",)
     return SlurmSubmission(
         script=batch_script_name(group), name=name, nodes=job.nodes or group.nodes, program=program, env=job.env,
+        account=getattr(args, "team", None),
     )
 
 
@@ -110,12 +112,14 @@ def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -
         out.write(f"dry run: would run on the head node through SSM Run Command in {config.region} (no AWS call "
                   f"made):\n{script}SendCommand:\n{json.dumps(request, indent=2)}\n")
         return 0
-    said = _run(config, script, comment=f"trn submit {sub.name}", doing="sbatch")
+    said = run_on_head_node(config, script, comment=f"trn submit {sub.name}", doing="sbatch")
     lines = said.strip().splitlines()
     job_id = lines[-1].split(PARSABLE_SEPARATOR)[0].strip() if lines else ""
     if not _JOB_ID.fullmatch(job_id):
         raise CliError(f"sbatch printed no job id: {said.strip()[-300:] or 'nothing'}", code=1)
-    summary = f"submitted {sub.name}: Slurm job {job_id} ({sub.nodes} x {group.instance_type}, queue {queue_name(group)})"
+    team = f", account {sub.account}" if sub.account else ""
+    summary = (f"submitted {sub.name}: Slurm job {job_id} ({sub.nodes} x {group.instance_type}, queue "
+               f"{queue_name(group)}{team})")
     announce(args, out, err, job=job_id, summary=summary, backend=BACKEND)
     return 0
 
@@ -155,7 +159,7 @@ def status(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, c
     job_id = _check_job_id(args.job)
 
     def fetch() -> JobState:
-        return parse_status(_run(config, status_script(job_id), comment=f"trn status {job_id}", doing="scontrol",
+        return parse_status(run_on_head_node(config, status_script(job_id), comment=f"trn status {job_id}", doing="scontrol",
                                  clock=clock), job_id)
 
     final = watch(fetch, out=out, wait=args.wait, label=f"job {job_id}", timeout=args.timeout, clock=clock)
@@ -164,11 +168,11 @@ def status(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, c
 
 def cancel(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -> int:
     job_id = _check_job_id(args.job)
-    state = parse_status(_run(config, status_script(job_id), comment=f"trn status {job_id}", doing="scontrol"), job_id)
+    state = parse_status(run_on_head_node(config, status_script(job_id), comment=f"trn status {job_id}", doing="scontrol"), job_id)
     if state.done:
         out.write(f"job {job_id} is already {state.state}: nothing to cancel\n")
         return 0
-    _run(config, cancel_script(job_id), comment=f"trn cancel {job_id}", doing="scancel")
+    run_on_head_node(config, cancel_script(job_id), comment=f"trn cancel {job_id}", doing="scancel")
     out.write(f"cancelled Slurm job {job_id} (was {state.state})\n")
     out.write(f"  trn status {job_id} {same_job_flags(args, BACKEND)} --wait\n")
     return 0
@@ -183,11 +187,11 @@ def logs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clo
         raise ConfigError("--rank", args.rank, "a node rank, 0 or more")
 
     def read(offset: int, size: int) -> tuple[str, int, str]:
-        return parse_chunk(_run(config, log_script(job_id, offset=offset, size=size), comment=f"trn logs {job_id}",
+        return parse_chunk(run_on_head_node(config, log_script(job_id, offset=offset, size=size), comment=f"trn logs {job_id}",
                                 doing="reading the output file", clock=clock))
 
     def ended() -> str | None:
-        state = parse_status(_run(config, status_script(job_id), comment=f"trn status {job_id}", doing="scontrol",
+        state = parse_status(run_on_head_node(config, status_script(job_id), comment=f"trn status {job_id}", doing="scontrol",
                                   clock=clock), job_id)
         return state.state if state.done else None
 
@@ -200,7 +204,7 @@ def logs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO, clo
 
 def list_jobs(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -> int:
     group = group_of(config, args.group)
-    said = _run(config, jobs_script(queue_name(group), limit=args.limit), comment="trn jobs", doing="squeue")
+    said = run_on_head_node(config, jobs_script(queue_name(group), limit=args.limit), comment="trn jobs", doing="squeue")
     queued, _, ended = said.partition("--- ended")
     rows: list[tuple[str, ...]] = []
     for line in queued.strip().splitlines():

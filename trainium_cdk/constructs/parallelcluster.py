@@ -30,6 +30,7 @@ from trainium_cdk.errors import ConfigError, names_construct_path, one_of
 from trainium_cdk.facts.session_manager import session_manager_policy
 from trainium_cdk.facts.versions import parallelcluster_provider_template_url
 from trainium_cdk.node import neuron_metrics, prometheus_node
+from trainium_cdk.parallelcluster.accounting import COMMANDS_FILE_NAME, render_commands
 from trainium_cdk.parallelcluster.configuration import ClusterSettings, render_configuration
 from trainium_cdk.parallelcluster.parts import (
     HEAD_NODE_SCRIPT,
@@ -41,6 +42,7 @@ from trainium_cdk.parallelcluster.parts import (
     NeuronMetrics,
     PrometheusWriter,
     S3Object,
+    SlurmDatabase,
     neuron_metrics_policy,
 )
 
@@ -79,6 +81,10 @@ class SlurmCluster(Construct):
     :param metrics_workspace: with ``metrics_deployment``, the compute nodes also run the Prometheus-format
         exporters and agent (trainium_cdk/node/prometheus_node.py, an asset) and remote-write into this
         workspace (a managed policy with aps:RemoteWrite on it alone). Default: none.
+    :param database: the database of Slurm's accounting (``SlurmAccountingDatabase.for_cluster()``), which
+        ``settings.accounting`` (a cluster with teams) needs: the head node gets its client security group and
+        applies the teams' accounts (their sacctmgr commands, an asset); ParallelCluster's provider may describe its
+        secret (its configuration check). Default: none.
     """
 
     @names_construct_path
@@ -100,10 +106,14 @@ class SlurmCluster(Construct):
         removal_policy: RemovalPolicy = DEFAULT_REMOVAL_POLICY,
         metrics_deployment: str | None = None,
         metrics_workspace: MetricsWorkspace | None = None,
+        database: SlurmDatabase | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if removal_policy not in DELETION_POLICIES:
             raise ConfigError("removal_policy", removal_policy, one_of(DELETION_POLICIES))
+        if settings.accounting is not None and database is None:
+            raise ConfigError("database", None, "a Slurm accounting database (SlurmAccountingDatabase): "
+                              "settings.accounting gives the cluster teams, whose accounts live in it")
         self.cluster_name = cluster_name
         self._buckets: dict[str, str] = {}
         self._sha256: dict[str, str] = {}  # asset node id -> the sha256 of its file (what the nodes check)
@@ -118,6 +128,12 @@ class SlurmCluster(Construct):
         self.prolog = (
             self._asset("HealthProlog", self._stage(PROLOG_NAME, health_prolog))
             if health_prolog is not None
+            else None
+        )
+        # The teams' sacctmgr commands, which the head node applies (neuron_setup.sh --accounting).
+        self.accounting_commands = (
+            self._asset("SlurmAccounting", self._stage(COMMANDS_FILE_NAME, render_commands(settings.accounting)))
+            if settings.accounting is not None and database is not None
             else None
         )
         self.metrics_program: s3_assets.Asset | None = None
@@ -177,6 +193,8 @@ class SlurmCluster(Construct):
             prometheus=prometheus,
             session_manager_policy_arn=self.session_manager_policy.managed_policy_arn,
             lustre_tuning=self._object(self.lustre_tuning),
+            database=database if self.accounting_commands is not None else None,
+            accounting=self._object(self.accounting_commands) if self.accounting_commands is not None else None,
         )
         if any("/" not in a.s3_object_key for a in self._assets()):
             Annotations.of(self).add_warning_v2(
@@ -202,6 +220,19 @@ class SlurmCluster(Construct):
             [f"Resource::{nag_text(Stack.of(self), s)}" for s in scripts if s.endswith("*")],
             "The objects under the cluster's own key prefix of the asset bucket: its scripts, which the nodes read too.",
         )
+        provider_policies = [self.provider_policy.managed_policy_arn]
+        self.provider_secret_policy: iam.ManagedPolicy | None = None
+        if self.ids.database is not None:
+            # The configuration check of SlurmSettings.Database describes the password's secret (its
+            # PasswordSecretArnValidator); without this it is a WARNING in validationMessages. The head node's role
+            # reads the secret by ParallelCluster's own grant (AllowGettingSlurmDbSecretValue).
+            self.provider_secret_policy = iam.ManagedPolicy(
+                self, "ProviderDescribesDatabaseSecret",
+                description="ParallelCluster's provider: describe the Slurm accounting database's password secret",
+                statements=[iam.PolicyStatement(actions=["secretsmanager:DescribeSecret"],
+                                                resources=[self.ids.database.password_secret_arn])],
+            )
+            provider_policies.append(self.provider_secret_policy.managed_policy_arn)
         # L1: ParallelCluster publishes the provider as a plain template at an S3 URL; NestedStack is
         # for stacks written in CDK, and including the template would copy it into ours at synth.
         self.provider = CfnStack(
@@ -211,7 +242,7 @@ class SlurmCluster(Construct):
             # Its AdditionalIamPolicies are attached to the provider's own role (the Lambda function that creates
             # the cluster: cluster.yaml, PclusterLambdaRole). The node roles' policies need no grant here: their
             # path lets the provider's role attach them (NODE_POLICY_PATH).
-            parameters={"AdditionalIamPolicies": self.provider_policy.managed_policy_arn},
+            parameters={"AdditionalIamPolicies": ",".join(provider_policies)},
         )
         # A custom resource of ParallelCluster's provider: no CloudFormation type describes a cluster.
         self.cluster = CustomResource(
@@ -229,7 +260,7 @@ class SlurmCluster(Construct):
         self.validation_messages = self.cluster.get_att_string("validationMessages")
 
     def _assets(self) -> list[s3_assets.Asset]:
-        optional = [self.prolog, self.metrics_program]
+        optional = [self.prolog, self.metrics_program, self.accounting_commands]
         return [self.setup_script, self.head_node_script, self.lustre_tuning, *self.batch_scripts.values(),
                 *filter(None, optional)]
 

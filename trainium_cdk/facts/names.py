@@ -177,6 +177,8 @@ BATCH_CPU_SUFFIX = "_cpu"
 OUTPUT_HEAD_NODE_INSTANCE_ID = "HeadNodeInstanceId"
 OUTPUT_HEAD_NODE_SESSION = "HeadNodeSession"
 OUTPUT_VALIDATION_MESSAGES = "ValidationMessages"
+# With teams: the secret of Slurm's accounting database password (the database user's, for an administrator's mysql)
+OUTPUT_ACCOUNTING_DATABASE_SECRET_ARN = "AccountingDatabaseSecretArn"
 # instance
 OUTPUT_INSTANCE_ID = "InstanceId"
 OUTPUT_START_SESSION = "StartSession"

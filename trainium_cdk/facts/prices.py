@@ -62,6 +62,11 @@ NAT_GATEWAY_HOURLY = Price(0.045, note="plus 0.045 per GB processed, not counted
 # gp3, USD per GB-month: billed while the volume exists, a stopped instance's too.
 EBS_GP3_GB_MONTH = Price(0.08)
 INTERFACE_ENDPOINT_HOURLY = Price(0.01, note="per endpoint per AZ; plus 0.01 per GB, not counted")
+# Aurora Serverless v2 (Slurm's accounting database of a ParallelCluster cluster with teams), USD per ACU-hour.
+AURORA_SERVERLESS_ACU_HOURLY = Price(
+    0.12, assumed=True, note="us-east-1's rate as published compilations give it, not read from AWS's page; plus "
+    "storage (0.10 per GB-month) and I/O, not counted",
+)
 # FSx for Lustre, USD per GB-month of provisioned capacity, by deployment type and MB/s/TiB.
 LUSTRE_GB_MONTH: Mapping[tuple[str, int | None], Price] = MappingProxyType({
     ("PERSISTENT_2", 125): Price(0.145),

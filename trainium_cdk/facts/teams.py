@@ -8,6 +8,9 @@ from typing import overload
 # A team's name: a Kubernetes namespace name and a tag value take it as it is; AWS Batch's share identifier takes
 # letters, digits and '_' (and a trailing '*'), so a '-' becomes '_' there (share_identifier).
 TEAM_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
+# A team member's POSIX user name on a Slurm cluster (useradd's portable names: a lower-case letter or '_' first, then
+# letters, digits, '_' and '-', at most 32): the name Slurm's accounting associates with the team's account.
+SLURM_USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 # Batch's weight factors run 0.0001 to 999.9999 (constructs/batch_queue.py): shares of 1 and 999 are 999.0 and 1.0.
 MAX_SHARE = 999
 # The tag (and label) a team's jobs carry: cost allocation reads it.

@@ -125,6 +125,11 @@ CDK_CLI_VERSION = "2.1148.1"
 # AWS ParallelCluster: the custom resource provider template (per version and region), the pcluster
 # CLI users run, and the package whose schema the tests validate our cluster configuration against.
 PARALLELCLUSTER_VERSION = "3.16.1"
+# The Slurm it ships (release notes: "Upgrade Slurm to version 25.11.8"); the real-Slurm test runs Debian's 22.05.
+PARALLELCLUSTER_SLURM_VERSION = "25.11.8"
+# Slurm's accounting database (ParallelCluster with teams): Aurora MySQL 3.10, long-term support, MySQL 8.0.42 (release
+# notes 3.10.0, 2025-07-31), at the newest patch aws-cdk-lib 2.275 names (AuroraMysqlEngineVersion.VER_3_10_4).
+AURORA_MYSQL_VERSION = "3.10.4"
 
 
 def parallelcluster_provider_template_url(region: str, url_suffix: str = "amazonaws.com") -> str:

@@ -18,6 +18,9 @@
 #   --cache-group NAME   the group that shares the compile cache /fsx/neuron-cache (head node; ubuntu joins it)
 #   --prolog NAME=SHA256@S3URL
 #                        a Slurm prolog the head node installs in the shared prolog.d (repeatable)
+#   --accounting SHA256@S3URL
+#                        head node, a cluster with teams: the teams' Slurm accounts, applied with sacctmgr once slurmdbd
+#                        answers (the file: trainium_cdk/parallelcluster/accounting.py's sacctmgr commands)
 #   --boot-check NAME    compute nodes: run that prolog (the node health check, trainium_cdk/parallelcluster/
 #                        health.py) once, with its on-node collective, last: a failure fails the node's bootstrap
 #   --metrics-program SHA256@S3URL, --metrics-namespace NS, --metrics-deployment NAME
@@ -49,7 +52,7 @@ COMPILE_CACHE="/fsx/neuron-cache"
 PIP_INDEX="https://pip.repos.neuron.amazonaws.com"   # Neuron's pip repository: the --pip packages, nothing else
 PUBLIC_INDEX="https://pypi.org/simple"                 # everything else: their dependencies (torch, torch-xla, ...)
 VENV_COMPLETE=".trainium-complete"   # written last: a venv without it is a build that did not end
-APT=() PIP=() SBATCH=() PROLOG=() BOOT_CHECK=""
+APT=() PIP=() SBATCH=() PROLOG=() BOOT_CHECK="" ACCOUNTING=""
 # The prologs' folder: /opt/slurm is the head node's, shared with every compute node (another only under stand-ins).
 PROLOG_DIR="${TRN_PROLOG_DIR:-/opt/slurm/etc/scripts/prolog.d}"
 METRICS_PROGRAM="" METRICS_NAMESPACE="" METRICS_DEPLOYMENT=""
@@ -65,6 +68,7 @@ while (($#)); do
     --cache-group) CACHE_GROUP="$2"; shift 2 ;;
     --prolog) PROLOG+=("$2"); shift 2 ;;
     --boot-check) BOOT_CHECK="$2"; shift 2 ;;
+    --accounting) ACCOUNTING="$2"; shift 2 ;;
     --metrics-program) METRICS_PROGRAM="$2"; shift 2 ;;
     --metrics-namespace) METRICS_NAMESPACE="$2"; shift 2 ;;
     --metrics-deployment) METRICS_DEPLOYMENT="$2"; shift 2 ;;
@@ -286,6 +290,38 @@ share_compile_cache() {
     || echo "neuron_setup: no default ACL on ${COMPILE_CACHE}: a job's umask decides whether its group may write" >&2
 }
 
+# The teams' Slurm accounts (--accounting): a file of sacctmgr commands, one a line, its words separated by tabs. On a
+# cluster with SlurmSettings.Database, ParallelCluster starts slurmdbd and adds the cluster to its database before the
+# head node's custom actions; the commands wait for it to answer. Run again after every update, they change what
+# differs: an `add` of what exists answers "Nothing new added" (exit 1), which is done already; any other failure
+# fails the head node's setup (the cluster's creation or update says so).
+SACCTMGR="/opt/slurm/bin/sacctmgr"
+ACCOUNTING_WAIT_S="${TRN_ACCOUNTING_WAIT_S:-300}"
+apply_accounting() {
+  local commands said rc waited=0 words=()
+  commands="$(mktemp)"
+  fetch_checked "${ACCOUNTING}" "${commands}" 0600
+  until "${SACCTMGR}" --noheader list cluster >/dev/null 2>&1; do
+    if ((waited >= ACCOUNTING_WAIT_S)); then
+      echo "neuron_setup: slurmdbd did not answer in ${ACCOUNTING_WAIT_S}s: the teams have no Slurm accounts" >&2
+      exit 1
+    fi
+    sleep 5
+    waited=$((waited + 5))
+  done
+  while IFS=$'\t' read -r -a words; do
+    ((${#words[@]})) || continue
+    rc=0
+    said="$("${SACCTMGR}" -i "${words[@]}" 2>&1)" || rc=$?
+    echo "neuron_setup: sacctmgr ${words[*]}: $(tr -s ' \n' ' ' <<<"${said}")"
+    if ((rc)) && [[ "${said}" != *"Nothing new added"* ]]; then
+      echo "neuron_setup: sacctmgr ${words[*]} failed (exit ${rc}); the teams' accounts are incomplete" >&2
+      exit 1
+    fi
+  done <"${commands}"
+  rm -f "${commands}"
+}
+
 # neuron_metrics.py needs boto3; an image carries it, so that its nodes run no apt at all.
 install_boto3() {
   if ! dpkg-query -W -f='${Status}' python3-boto3 2>/dev/null | grep -q "ok installed"; then
@@ -377,6 +413,7 @@ else
   for spec in "${PROLOG[@]}"; do
     fetch_checked "${spec#*=}" "${PROLOG_DIR}/${spec%%=*}" 0755
   done
+  if [[ -n "${ACCOUNTING}" ]]; then apply_accounting; fi
 fi
 echo "${SDK}" > /etc/neuron-sdk-version
 echo "neuron_setup: done"

@@ -19,7 +19,8 @@ from trainium_cdk.facts.capacity import CapacityKind, GroupNodes
 from trainium_cdk.facts.names import CACHE_GROUP, SHARED_MOUNT
 from trainium_cdk.facts.versions import XLA_TRACK, NeuronTrack
 from trainium_cdk.node.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
-from trainium_cdk.parallelcluster.parts import ClusterIds, NeuronMetrics, PrometheusWriter, S3Object
+from trainium_cdk.parallelcluster.accounting import SlurmAccounting, custom_slurm_settings
+from trainium_cdk.parallelcluster.parts import ClusterIds, NeuronMetrics, PrometheusWriter, S3Object, SlurmDatabase
 
 # The OS comes from the Neuron track (versions.py): Ubuntu 24.04 for PyTorch 2.9 and later (the Neuron
 # AL2023 images cannot run them: glibc 2.34 < 2.35; Ubuntu 22.04 is end of support on Neuron).
@@ -119,6 +120,9 @@ class ClusterSettings:
     :param new_file_system: the file system ParallelCluster creates when the ids name none.
     :param track: the Neuron track the nodes install. Default: the XLA track.
     :param tags: tags of every resource, in order. Default: none.
+    :param accounting: the teams' Slurm accounts: accounting in the ids' database (``ClusterIds.database``),
+        multifactor fair share, and the head node's sacctmgr commands (``ClusterIds.accounting``). Default: none (one
+        tenant: no database, Slurm's basic priority).
     """
 
     region: str
@@ -127,6 +131,7 @@ class ClusterSettings:
     new_file_system: NewFileSystem
     track: NeuronTrack = XLA_TRACK
     tags: tuple[tuple[str, str], ...] = field(default=())
+    accounting: SlurmAccounting | None = None
 
 
 def setup_args(
@@ -205,6 +210,8 @@ def render_configuration(settings: ClusterSettings, ids: ClusterIds) -> dict[str
         scripts.append(ids.prometheus.program)
     if ids.lustre_tuning is not None:
         scripts.append(ids.lustre_tuning)
+    if ids.accounting is not None:
+        scripts.append(ids.accounting)
     s3_access = read_access(scripts)
     track = settings.track
     # Compute nodes run the health prolog once at boot, with its on-node collective (parallelcluster/health.py).
@@ -214,10 +221,22 @@ def render_configuration(settings: ClusterSettings, ids: ClusterIds) -> dict[str
                                            + prometheus_args(ids.prometheus) + boot_checks}}
     # ParallelCluster cannot update a head node's OnNodeConfigured: it is a fixed script that runs the
     # head node's OnNodeUpdated (which may change, and which ParallelCluster reruns after an update).
+    slurm_settings: dict[str, Any] = {"QueueUpdateStrategy": QUEUE_UPDATE_STRATEGY}
+    head_args = setup_args(ids.batch_scripts, track, ids.prologs, cache_group=CACHE_GROUP)
+    head_groups = [ids.efa_security_group_id]
+    if settings.accounting is not None:
+        database, commands = _accounting_ids(ids)
+        slurm_settings["Database"] = {"Uri": database.uri, "UserName": database.user_name,
+                                      "PasswordSecretArn": database.password_secret_arn,
+                                      "DatabaseName": database.database_name}
+        slurm_settings["CustomSlurmSettings"] = custom_slurm_settings()
+        # The head node applies the teams' accounts once slurmdbd answers (neuron_setup.sh --accounting), and alone
+        # reaches the database.
+        head_args += ["--accounting", commands.checked_url]
+        head_groups.append(database.client_security_group_id)
     head_actions = {
         "OnNodeConfigured": {"Script": ids.head_node_script.url},
-        "OnNodeUpdated": {"Script": ids.setup_script.url,
-                          "Args": setup_args(ids.batch_scripts, track, ids.prologs, cache_group=CACHE_GROUP)},
+        "OnNodeUpdated": {"Script": ids.setup_script.url, "Args": head_args},
     }
     head = settings.head_node
     ssh: dict[str, Any] = {"AllowedIps": head.ssh_allowed_cidr}
@@ -227,7 +246,7 @@ def render_configuration(settings: ClusterSettings, ids: ClusterIds) -> dict[str
         "InstanceType": head.instance_type,
         "Networking": {
             "SubnetId": ids.head_node_subnet_id,
-            "AdditionalSecurityGroups": [ids.efa_security_group_id],
+            "AdditionalSecurityGroups": head_groups,
         },
         "Ssh": ssh,
         "LocalStorage": {
@@ -243,13 +262,22 @@ def render_configuration(settings: ClusterSettings, ids: ClusterIds) -> dict[str
         "HeadNode": head_node,
         "Scheduling": {
             "Scheduler": "slurm",
-            "SlurmSettings": {"QueueUpdateStrategy": QUEUE_UPDATE_STRATEGY},
+            "SlurmSettings": slurm_settings,
             "SlurmQueues": [_queue(queue, ids, action, s3_access) for queue in settings.queues],
         },
         "SharedStorage": [_shared_storage(settings.new_file_system, ids.file_system_id)],
         "Imds": {"ImdsSupport": "v2.0"},
         "Tags": [{"Key": k, "Value": v} for k, v in settings.tags],
     }
+
+
+def _accounting_ids(ids: ClusterIds) -> tuple[SlurmDatabase, S3Object]:
+    """The database and the sacctmgr commands' file a cluster with teams needs."""
+    if ids.database is None or ids.accounting is None:
+        missing = "database" if ids.database is None else "accounting"
+        raise ConfigError(f"ClusterIds.{missing}", None, "a Slurm accounting database and the head node's sacctmgr "
+                          "commands: a cluster with teams (ClusterSettings.accounting) needs both")
+    return ids.database, ids.accounting
 
 
 def _queue(

@@ -101,6 +101,28 @@ def prometheus_policy(workspace_arn: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class SlurmDatabase:
+    """The MySQL database of Slurm's accounting (ParallelCluster's ``SlurmSettings.Database``), which slurmdbd on the
+    head node writes to.
+
+    :param uri: ``host:port``.
+    :param user_name: the database user slurmdbd logs in as.
+    :param password_secret_arn: a Secrets Manager secret holding that user's password as plain text (not JSON:
+        ParallelCluster writes the secret's string into slurmdbd.conf as it is); the head node's role may read it
+        (ParallelCluster adds that to the role it makes).
+    :param database_name: the database (schema) slurmdbd creates and uses (0-9, a-z and _, at most 64).
+    :param client_security_group_id: a security group the database accepts connections from, given to the head
+        node alone.
+    """
+
+    uri: str
+    user_name: str
+    password_secret_arn: str
+    database_name: str
+    client_security_group_id: str
+
+
+@dataclass(frozen=True)
 class ClusterIds:
     """What the cluster configuration refers to but does not create.
 
@@ -121,6 +143,10 @@ class ClusterIds:
         (trainium_cdk/facts/session_manager/__init__.py), for the head node. Default: none (no Session Manager).
     :param lustre_tuning: trainium_cdk/node/lustre_tuning.sh, the queues' OnNodeStart with each queue's
         arguments (SlurmQueue.lustre_tuning). Default: none (no tuning).
+    :param database: the database of Slurm's accounting, which a cluster with teams needs
+        (``ClusterSettings.accounting``). Default: none.
+    :param accounting: the file of sacctmgr commands the head node runs (``accounting.render_commands``). Default:
+        none.
     """
 
     head_node_subnet_id: str
@@ -135,3 +161,5 @@ class ClusterIds:
     prometheus: PrometheusWriter | None = None
     session_manager_policy_arn: str | None = None
     lustre_tuning: S3Object | None = None
+    database: SlurmDatabase | None = None
+    accounting: S3Object | None = None

@@ -3,6 +3,7 @@ in the SubmitJob request (asserted whole, sent to moto's Batch), and one clean l
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import boto3
@@ -100,3 +101,67 @@ def test_on_eks_a_team_s_job_goes_to_its_volcano_queue_with_its_label(aws, teams
                     "--image", "example.com/train:1", "--dry-run")
     (job,) = [o for o in yaml_.safe_load_all(plain.out) if o]
     assert job["spec"]["queue"] == "training" and "team" not in job["metadata"]["labels"]
+
+
+# -- ParallelCluster: the team's Slurm account ------------------------------------------------------------------------
+
+HEAD_NODE = "i-0123456789abcdef0"
+
+
+@pytest.fixture
+def slurm_teams(default_config) -> Path:
+    path = default_config("parallelcluster", name="slurm-teams.yaml")
+    raw = yaml.safe_load(path.read_text())
+    raw["teams"] = TEAMS
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def head_node(aws, tmp_path, slurm_teams):
+    """The head node Run Command reaches (tests/support/ssm_host.py: its sbatch is the Slurm stand-in), with the batch
+    scripts the cluster's setup copies to ~/trainium."""
+    import datetime as dt
+
+    from tests.support.rehearsal import Stage
+    from tests.support.ssm_host import Host, serve_run_command
+    from trainium_cdk.app.config import load_config
+    from trainium_cdk.app.parallelcluster.sbatch import head_node_files
+
+    host = Host(tmp_path / "head-node", Stage(tmp_path / "nodes"))
+    (host.home / "trainium").mkdir()
+    for name, text in head_node_files(load_config(slurm_teams)).items():
+        (host.home / "trainium" / name).write_text(text)
+    aws.fake("DescribeStacks", lambda params: {"Stacks": [{
+        "StackName": "trainium-parallelcluster", "StackStatus": "CREATE_COMPLETE", "CreationTime": dt.datetime(2026, 11, 1),
+        "Outputs": [{"OutputKey": "HeadNodeInstanceId", "OutputValue": HEAD_NODE}]}]})
+    serve_run_command(aws, {HEAD_NODE: host})
+    return host
+
+
+def test_on_slurm_a_team_s_job_is_submitted_to_its_account(aws, head_node, slurm_teams):
+    result = run_cli("submit", "--config", str(slurm_teams), "--team", "platform-eng", "--name", "eval-1")
+    assert result.code == 0, result.err
+    (request,) = aws.of("SendCommand")
+    script = request["Parameters"]["commands"]
+    assert [line for line in script if line.startswith("sbatch ")] == [
+        'sbatch --parsable --nodes=2 --job-name=eval-1 --account=platform-eng "$HOME"/trainium/train-train.sbatch '
+        '"$HOME"/trainium/mlp_train.py']
+    (job,) = [json.loads(p.read_text()) for p in head_node.spool.glob("job-*.json")]
+    assert (job["account"], job["name"], job["nodes"]) == ("platform-eng", "eval-1", 2)
+    assert "account platform-eng" in result.out
+
+
+def test_on_slurm_the_dry_run_shows_the_account(aws, slurm_teams):
+    result = run_cli("submit", "--config", str(slurm_teams), "--team", "research", "--name", "r1", "--dry-run")
+    assert result.code == 0, result.err
+    assert "--account=research" in result.out and aws.of("SendCommand") == []
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    ((), ["--team", "a team of the config", "research", "platform-eng", "Slurm account"]),
+    (("--team", "research", "--priority", "5"), ["--priority", "5", "left out on ParallelCluster", "fair share"]),
+])
+def test_on_slurm_team_misuse_is_one_clean_line(aws, slurm_teams, argv, words):
+    assert_one_clean_line(run_cli("submit", "--config", str(slurm_teams), *argv), *words)
+    assert aws.of("SendCommand") == []

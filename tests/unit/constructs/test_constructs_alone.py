@@ -36,6 +36,7 @@ from trainium_cdk import (
     KarpenterOptions,
     LustreStorage,
     NodePoolProps,
+    SlurmAccountingDatabase,
     SlurmCluster,
     TrainingImageRepository,
     TrainingNetwork,
@@ -312,6 +313,33 @@ def test_slurm_cluster_alone():
     assert configuration["HeadNode"]["Networking"]["SubnetId"] == PRIVATE_SUBNETS[0]
     (queue,) = configuration["Scheduling"]["SlurmQueues"]
     assert queue["Name"] == "pretrain" and queue["Networking"]["SubnetIds"] == [PRIVATE_SUBNETS[0]]
+
+
+def test_slurm_cluster_with_teams_alone_keeps_accounting_in_its_database():
+    """A cluster with teams needs a database (a one-line error without); with SlurmAccountingDatabase on an imported
+    VPC, its configuration names the database and the head node alone joins the database's client group."""
+    settings = cluster_settings(config_with(backends=["parallelcluster"], compute_groups=[
+        {"name": "pretrain", "instance_type": "trn1.32xlarge", "nodes": 2, "az_ids": "usw2-az4"}],
+        teams=[{"name": "research", "share": 3}, {"name": "platform-eng", "share": 1}]))
+
+    def build(stack: cdk.Stack, imported: Imported) -> Any:
+        database = SlurmAccountingDatabase(stack, "Accounting", vpc=imported.vpc, subnets=imported.vpc.private_subnets,
+                                           database_name="slurm_their_slurm")
+        return SlurmCluster(stack, "Hpc", cluster_name="their-slurm", settings=settings, database=database.for_cluster(),
+                            head_node_subnet=imported.subnet, compute_subnets={"pretrain": imported.subnet},
+                            security_group=imported.efa_group)
+
+    _, template = synth_alone(build)
+    (cluster,) = [r for r in template["Resources"].values() if r["Type"] == "Custom::PclusterCluster"]
+    configuration = cluster["Properties"]["ClusterConfiguration"]
+    assert configuration["Scheduling"]["SlurmSettings"]["Database"]["DatabaseName"] == "slurm_their_slurm"
+    assert len(configuration["HeadNode"]["Networking"]["AdditionalSecurityGroups"]) == 2
+    app = cdk.App(outdir=str(new_outdir()))
+    stack = cdk.Stack(app, STACK, env=ENV)
+    imported = Imported(stack)
+    with pytest.raises(ConfigError, match=r"Alone/Hpc\.database = None: a Slurm accounting database"):
+        SlurmCluster(stack, "Hpc", cluster_name="their-slurm", settings=settings, head_node_subnet=imported.subnet,
+                     compute_subnets={"pretrain": imported.subnet}, security_group=imported.efa_group)
 
 
 def test_dev_instance_alone_with_an_imported_file_system():

@@ -35,6 +35,7 @@ from trainium_cdk import (
     KarpenterOptions,
     LustreStorage,
     MetricsWorkspace,
+    SlurmAccountingDatabase,
     SlurmCluster,
     TrainingImageRepository,
     TrainingNetwork,
@@ -114,6 +115,8 @@ BUILDERS: dict[str, Callable[[cdk.Stack, Shared, str], Any]] = {
     "SlurmCluster": lambda s, i, n: SlurmCluster(
         s, n, cluster_name=f"their-slurm-{n.lower()}", settings=_slurm_settings(), head_node_subnet=i.subnet,
         compute_subnets={"pretrain": i.subnet}, security_group=i.efa_group),
+    "SlurmAccountingDatabase": lambda s, i, n: SlurmAccountingDatabase(
+        s, n, vpc=i.vpc, subnets=i.vpc.private_subnets, database_name=f"slurm_{n.lower()}"),
     "DevInstance": lambda s, i, n: DevInstance(
         s, n, vpc=i.vpc, spec=DEFAULT_CATALOG.get("trn1.2xlarge"), storage=i.file_system(s),
         storage_client_group=i.efa_group),

@@ -4,7 +4,8 @@ the SlurmCluster's props. No CDK: ``trn`` and dist/ render the pcluster CLI's YA
 from __future__ import annotations
 
 from trainium_cdk.app.config import Config
-from trainium_cdk.parallelcluster.configuration import ClusterSettings, HeadNode, NewFileSystem, SlurmQueue
+from trainium_cdk.parallelcluster.accounting import SlurmAccount, SlurmAccounting
+from trainium_cdk.parallelcluster.configuration import OS_USER, ClusterSettings, HeadNode, NewFileSystem, SlurmQueue
 from trainium_cdk.runtime.lustre_tuning import install_args as lustre_tuning_args
 
 
@@ -44,4 +45,16 @@ def cluster_settings(config: Config) -> ClusterSettings:
         ),
         track=config.neuron_track,
         tags=(("project", config.project), *sorted(config.tags.items())),
+        accounting=slurm_accounting(config),
+    )
+
+
+def slurm_accounting(config: Config) -> SlurmAccounting | None:
+    """The teams' Slurm accounts (each team's share and members; the OS user, through which `trn submit` runs
+    sbatch, in every one); None without teams: one tenant, no accounting."""
+    if not config.teams:
+        return None
+    return SlurmAccounting(
+        accounts=tuple(SlurmAccount(team.name, team.share, team.slurm_users) for team in config.teams),
+        submitter=OS_USER,
     )

@@ -11,7 +11,9 @@ from pathlib import Path
 from trainium_cdk import node
 from trainium_cdk.node import neuron_metrics, prometheus_node
 from trainium_cdk.app.config import Config
-from trainium_cdk.app.parallelcluster.cluster_config import cluster_file_name, placeholder, render_cluster_yaml
+from trainium_cdk.app.parallelcluster.cluster_config import (
+    accounting_commands, cluster_file_name, placeholder, render_cluster_yaml,
+)
 from trainium_cdk.app.parallelcluster.health import render_prolog
 from trainium_cdk.app.parallelcluster.image import (
     COMPONENT_SCRIPT_NAME, image_file_name, render_component_script, render_image_yaml,
@@ -21,6 +23,7 @@ from trainium_cdk.parallelcluster.parts import (
     PROMETHEUS_POLICY_NAME, SETUP_SCRIPT, neuron_metrics_policy, prometheus_policy,
 )
 from trainium_cdk.app.parallelcluster.sbatch import head_node_files
+from trainium_cdk.parallelcluster.accounting import COMMANDS_FILE_NAME
 from trainium_cdk.facts.session_manager import POLICY_FILE_NAME as SESSION_MANAGER_POLICY_FILE
 from trainium_cdk.facts.session_manager import session_manager_policy
 
@@ -31,6 +34,9 @@ def fetched_files(config: Config) -> dict[str, str]:
              NEURON_METRICS_NAME: Path(neuron_metrics.__file__).read_text()}
     if config.observability.prometheus:
         files[PROMETHEUS_NODE_NAME] = Path(prometheus_node.__file__).read_text()
+    commands = accounting_commands(config)
+    if commands is not None:
+        files[COMMANDS_FILE_NAME] = commands
     return files
 
 

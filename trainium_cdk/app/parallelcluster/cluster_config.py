@@ -14,12 +14,13 @@ from typing import Any
 
 import yaml
 
-from trainium_cdk.app.adapters.parallelcluster import cluster_name, cluster_settings
+from trainium_cdk.app.adapters.parallelcluster import cluster_name, cluster_settings, slurm_accounting
 from trainium_cdk.app.config import ComputeGroup, Config
 from trainium_cdk.facts.names import OUTPUT_PROMETHEUS_REMOTE_WRITE_URL, OUTPUT_PROMETHEUS_WORKSPACE_ARN
 from trainium_cdk.facts.session_manager import POLICY_FILE_NAME as SESSION_MANAGER_POLICY_FILE
 from trainium_cdk.facts.versions import PARALLELCLUSTER_VERSION
 from trainium_cdk.node.neuron_metrics import NAMESPACE as NEURON_METRICS_NAMESPACE
+from trainium_cdk.parallelcluster.accounting import COMMANDS_FILE_NAME, database_name, render_commands
 from trainium_cdk.parallelcluster.configuration import (  # noqa: F401 (the names this module has always offered)
     OS_USER,
     QUEUE_UPDATE_STRATEGY,
@@ -45,8 +46,15 @@ from trainium_cdk.parallelcluster.parts import (
     NeuronMetrics,
     PrometheusWriter,
     S3Object,
+    SlurmDatabase,
 )
 from trainium_cdk.runtime import envsubst
+
+
+def accounting_commands(config: Config) -> str | None:
+    """The head node's sacctmgr commands of the config's teams (accounting.render_commands), or None without teams."""
+    accounting = slurm_accounting(config)
+    return render_commands(accounting) if accounting is not None else None
 
 
 def queue_name(group: ComputeGroup) -> str:
@@ -109,6 +117,13 @@ def placeholder_names(config: Config) -> dict[str, str]:
         f"a managed policy of yours with the document {NEURON_METRICS_POLICY_NAME}, {NODE_POLICY_NOTE} "
         f"(cloudwatch:PutMetricData in namespace {NEURON_METRICS_NAMESPACE} only)"
     )
+    if config.teams:
+        source = ("a MySQL database of yours that the head node reaches (ParallelCluster's guide, 'Slurm accounting "
+                  "with AWS ParallelCluster'); the ParallelCluster stack makes one for the cluster it deploys")
+        names["SLURM_DATABASE_URI"] = f"host:port of {source}"
+        names["SLURM_DATABASE_USER_NAME"] = "the database user slurmdbd logs in as"
+        names["SLURM_DATABASE_PASSWORD_SECRET_ARN"] = "a Secrets Manager secret holding that user's password as plain text"
+        names["SLURM_DATABASE_CLIENT_SECURITY_GROUP_ID"] = "a security group the database accepts MySQL from (the head node's)"
     if config.observability.prometheus:
         network = config.stack_name("network")
         names["PROMETHEUS_REMOTE_WRITE_URL"] = f"output {OUTPUT_PROMETHEUS_REMOTE_WRITE_URL} of {network}"
@@ -150,6 +165,13 @@ def placeholder_ids(config: Config, digests: Mapping[str, str]) -> ClusterIds:
         ) if config.observability.prometheus else None,
         session_manager_policy_arn=placeholder("SESSION_MANAGER_POLICY_ARN"),
         lustre_tuning=S3Object(bucket, f"{SCRIPTS_PREFIX}/{LUSTRE_TUNING_NAME}"),
+        database=SlurmDatabase(
+            uri=placeholder("SLURM_DATABASE_URI"), user_name=placeholder("SLURM_DATABASE_USER_NAME"),
+            password_secret_arn=placeholder("SLURM_DATABASE_PASSWORD_SECRET_ARN"),
+            database_name=database_name(cluster_name(config)),
+            client_security_group_id=placeholder("SLURM_DATABASE_CLIENT_SECURITY_GROUP_ID"),
+        ) if config.teams else None,
+        accounting=fetched(COMMANDS_FILE_NAME) if config.teams else None,
     )
 
 

@@ -41,13 +41,15 @@ def _word(word: str) -> str:
 
 @dataclass(frozen=True)
 class SlurmSubmission:
-    """``sbatch`` of a group's batch script: ``nodes`` nodes, the user's command and environment."""
+    """``sbatch`` of a group's batch script: ``nodes`` nodes, the user's command and environment, and the Slurm
+    account of its team (a cluster with teams: `trn submit --team`), whose fair share it runs in."""
 
     script: str  # the batch script's file name in ~/trainium
     name: str
     nodes: int
     program: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    account: str | None = None
 
     def sbatch_environment(self) -> dict[str, str]:
         """What sbatch must find in the submitter's environment: the job's own variables, as lines."""
@@ -56,7 +58,8 @@ class SlurmSubmission:
         return {JOB_ENV_VARIABLE: "\n".join(f"{k}={v}" for k, v in self.env.items())}
 
     def sbatch_argv(self) -> list[str]:
-        return ["sbatch", "--parsable", f"--nodes={self.nodes}", f"--job-name={self.name}",
+        account = [f"--account={self.account}"] if self.account else []
+        return ["sbatch", "--parsable", f"--nodes={self.nodes}", f"--job-name={self.name}", *account,
                 f"~/{SCRIPTS_DIR}/{self.script}", *self.program]
 
     def head_node_script(self) -> str:
@@ -107,3 +110,16 @@ def jobs_script(partition: str, *, limit: int) -> str:
         f"{{ ls -1t ~/*{EXIT_RECORD_SUFFIX} 2>/dev/null || true; }} | head -n {int(limit)} | while read -r f; do "
         'echo "$(basename "$f")|$(cat "$f")|$(date -u -r "$f" +%Y-%m-%dT%H:%M:%S)"; done',
     ]))
+
+
+# sacct's fields for `trn usage` (one job allocation a line, '|' between): what it prices, in this order.
+SACCT_FIELDS = ("JobID", "JobName", "Account", "Partition", "State", "NNodes", "ElapsedRaw", "Start")
+
+
+def usage_script(since: str) -> str:
+    """Every user's jobs (their allocations, not their steps) from ``since`` (``YYYY-MM-DDTHH:MM:SS``, UTC) until now,
+    from Slurm's accounting."""
+    return as_os_user(
+        f"TZ=UTC sacct --allusers --allocations --noheader --parsable2 --starttime {shlex.quote(since)} "
+        f"--endtime now --format {','.join(SACCT_FIELDS)}"
+    )

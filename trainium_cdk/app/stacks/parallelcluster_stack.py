@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, DefaultStackSynthesizer, Stack
+from aws_cdk import CfnOutput, CfnResource, DefaultStackSynthesizer, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_sns as sns
 from constructs import Construct
@@ -16,18 +16,33 @@ from trainium_cdk.constructs.network import TrainingNetwork
 from trainium_cdk.constructs.observability import NeuronNodeMetrics
 from trainium_cdk.constructs.parallelcluster import DELETION_POLICIES, SlurmCluster
 from trainium_cdk.constructs.prometheus import MetricsWorkspace
+from trainium_cdk.constructs.slurm_database import SlurmAccountingDatabase
 from trainium_cdk.constructs.storage import LustreStorage
 from trainium_cdk.errors import ConfigError, one_of
 from trainium_cdk.facts.names import (
+    OUTPUT_ACCOUNTING_DATABASE_SECRET_ARN,
     OUTPUT_CLUSTER_NAME,
     OUTPUT_DASHBOARD_NAME,
     OUTPUT_HEAD_NODE_INSTANCE_ID,
     OUTPUT_HEAD_NODE_SESSION,
     OUTPUT_VALIDATION_MESSAGES,
 )
+from trainium_cdk.parallelcluster.accounting import database_name
 
 # ParallelCluster's DeletionPolicy (the config's words) -> the construct's removal policy.
 REMOVAL_POLICIES = {deletion: removal for removal, deletion in DELETION_POLICIES.items()}
+# Logical ids of Slurm's accounting database (a cluster with teams) that must never change: a new one replaces the
+# database, and the teams' usage and the jobs' history with it. The stack pins them, not the construct
+# (tests/app/test_logical_ids.py records them).
+DATABASE_LOGICAL_IDS = {
+    "cluster": "SlurmAccountingDatabase",
+    "writer": "SlurmAccountingDatabaseWriter",
+    "subnets": "SlurmAccountingDatabaseSubnets",
+    "parameters": "SlurmAccountingDatabaseParameters",
+    "secret": "SlurmAccountingDatabasePassword",
+    "security_group": "SlurmAccountingDatabaseSecurityGroup",
+    "client_security_group": "SlurmAccountingDatabaseClients",
+}
 
 
 class ParallelClusterStack(Stack):
@@ -51,6 +66,11 @@ class ParallelClusterStack(Stack):
         super().__init__(
             scope, construct_id, description="trainium-cdk: AWS ParallelCluster (Slurm) with Trainium queues", **kwargs
         )
+        # Teams share the cluster through Slurm's accounting (fair share, an account per team): its database.
+        self.accounting_database = SlurmAccountingDatabase(
+            self, "AccountingDatabase", vpc=network.vpc, subnets=network.private_subnets,
+            database_name=database_name(cluster_name(config)),
+        ) if config.teams else None
         self.slurm = SlurmCluster(
             self,
             "Slurm",
@@ -65,7 +85,11 @@ class ParallelClusterStack(Stack):
             removal_policy=REMOVAL_POLICIES[config.parallelcluster.deletion_policy],
             metrics_deployment=cluster_name(config),
             metrics_workspace=metrics_workspace,
+            database=self.accounting_database.for_cluster() if self.accounting_database is not None else None,
         )
+        if self.accounting_database is not None:
+            self._pin_database_ids(self.accounting_database)
+            CfnOutput(self, OUTPUT_ACCOUNTING_DATABASE_SECRET_ARN, value=self.accounting_database.secret.secret_arn)
         self.metrics = NeuronNodeMetrics(
             self, "NeuronMetrics", deployment=cluster_name(config),
             file_system_id=storage.file_system_id if storage is not None else None, alarm_topic=alarm_topic,
@@ -85,6 +109,23 @@ class ParallelClusterStack(Stack):
             value=f"aws ssm start-session --region {config.region} --target {self.slurm.head_node_instance_id}",
         )
         CfnOutput(self, OUTPUT_VALIDATION_MESSAGES, value=self.slurm.validation_messages)
+
+
+    @staticmethod
+    def _pin_database_ids(database: SlurmAccountingDatabase) -> None:
+        cluster = database.cluster
+        children = {
+            "cluster": cluster.node.default_child,
+            "writer": cluster.node.find_child("Writer").node.default_child,
+            "subnets": cluster.node.find_child("Subnets").node.default_child,
+            "parameters": cluster.node.find_child("ParameterGroup").node.default_child,
+            "secret": database.secret.node.default_child,
+            "security_group": database.security_group.node.default_child,
+            "client_security_group": database.client_security_group.node.default_child,
+        }
+        for name, resource in children.items():
+            assert isinstance(resource, CfnResource), name
+            resource.override_logical_id(DATABASE_LOGICAL_IDS[name])
 
 
 def scripts_key_prefix(config: Config) -> str:

@@ -127,8 +127,7 @@ CDK_CLI_VERSION = "2.1148.1"
 PARALLELCLUSTER_VERSION = "3.16.1"
 # The Slurm it ships (release notes: "Upgrade Slurm to version 25.11.8"); the real-Slurm test runs Debian's 22.05.
 PARALLELCLUSTER_SLURM_VERSION = "25.11.8"
-# Slurm's accounting database (ParallelCluster with teams): Aurora MySQL 3.10, long-term support, MySQL 8.0.42 (release
-# notes 3.10.0, 2025-07-31), at the newest patch aws-cdk-lib 2.275 names (AuroraMysqlEngineVersion.VER_3_10_4).
+# Slurm's accounting database (teams): Aurora MySQL 3.10 LTS (MySQL 8.0.42), aws-cdk-lib 2.275's newest VER_3_10_4.
 AURORA_MYSQL_VERSION = "3.10.4"
 
 
@@ -303,9 +302,8 @@ class NeuronTrack:
 
     @property
     def eks_ami_predates_driver(self) -> bool:
-        """Whether this track's EKS AMI release was built before its Neuron release (``vYYYYMMDD`` before
-        ``released``): such an AMI cannot carry the track's driver, which the EKS nodes then install at boot
-        (node/eks_neuron_driver.sh). An AMI release after the Neuron release drops the install by itself."""
+        """Whether the EKS AMI release predates the Neuron release, so cannot carry its driver: the EKS nodes then
+        install it at boot (node/eks_neuron_driver.sh); a later AMI release drops the install by itself."""
         built = self.eks_ami_release.removeprefix("v")
         return f"{built[:4]}-{built[4:6]}-{built[6:]}" < self.released
 
@@ -379,9 +377,8 @@ XLA_TRACK = NeuronTrack(
 # where each comes from (the release content page and torch-neuronx's v2.34.0 release; Neuron's manifest with 2.34.0
 # was not reachable). Neuron DLCs are Ubuntu 26.04 / Python 3.14 only since 2.33.0 (setup/pytorch/update-dlc); the
 # training tag follows that naming and is not checked against a published tag list (`trn doctor` asks the registry).
-# The EKS AMI release stays v20260930, built before 2.34.0: no EKS AMI with driver 2.32 could be read
-# (amazon-eks-ami's CHANGELOG lists each release's driver; v20260714, the newest readable, has 2.29.0.0), so the
-# Trainium nodes install the pinned driver at boot (eks_ami_predates_driver; node/eks_neuron_driver.sh).
+# The EKS AMI stays v20260930, built before 2.34.0 (amazon-eks-ami's CHANGELOG lists each release's driver; v20260714,
+# the newest readable, has 2.29.0.0): the Trainium nodes install the pinned driver at boot (eks_ami_predates_driver).
 NATIVE_TRACK = NeuronTrack(
     name="native",
     neuron_release="2.34.0",
@@ -497,9 +494,7 @@ PER_MINOR_TABLES: Mapping[str, Mapping[str, Any]] = {
     "KUBE_SCHEDULER_TAGS": KUBE_SCHEDULER_TAGS, "CLUSTER_AUTOSCALER_IMAGE_TAGS": CLUSTER_AUTOSCALER_IMAGE_TAGS,
 }
 
-# The titan-llama3 recipe (trainium_cdk/recipes/titan_llama3): TorchTitan Neuron, aws-neuron/torchtitan-neuron
-# 0.2.2+neuron.2 (beta, Neuron 2.34, torch-neuronx 2.14; Llama3, Qwen3, DeepSeek-V3, GPT-OSS with FSDP2/TP/CP/EP/PP)
-# on the native track's training image (NATIVE_TRACK.training_image_tag); its requirements.txt pins the same
-# (tests/unit/jobs/test_recipe_titan_llama3.py checks). The CPU rehearsal runs PyPI's torchtitan (requirements-dev.txt).
+# titan-llama3's TorchTitan Neuron (beta, Neuron 2.34) on the native track's image, which its requirements.txt pins
+# (test_recipe_titan_llama3.py checks); the CPU rehearsal runs PyPI's torchtitan (requirements-rehearsal.txt).
 TORCHTITAN_NEURON_VERSION = "0.2.2+neuron.2"
 TORCHTITAN_REHEARSAL_VERSION = "0.3.0"

@@ -255,7 +255,9 @@ def test_a_failed_job_of_a_deployment_queue_is_mailed_and_nothing_else(mailed):
     pattern = resolved(found["EventPattern"], mailed.config.region)
     ours = (f"arn:aws:batch:us-west-2:{ACCOUNT}:job-queue/{mailed.config.stack_name('batch')}-"
             f"{mailed.config.compute_groups[0].name}")
-    assert pattern["detail"]["jobQueue"] == [ours]
+    # The group's queue and the CPU queue of the recipes' data jobs.
+    cpu = f"arn:aws:batch:us-west-2:{ACCOUNT}:job-queue/{mailed.config.stack_name('batch')}_cpu"
+    assert pattern["detail"]["jobQueue"] == [ours, cpu]
     samples = [
         batch_event(ours, "FAILED", "4c7599ae-0a82-49aa-ba5a-4727fcce14a8"),
         batch_event(ours, "SUCCEEDED", "11111111-0a82-49aa-ba5a-4727fcce14a8"),

@@ -27,6 +27,7 @@ from tests.support.helpers import (
     CDK_CONTEXT,
     cfn_lint_errors,
     config_with,
+    group_resources,
     nag_violations,
     quality_synth,
     resources,
@@ -343,7 +344,7 @@ def test_an_explicit_ami_id_replaces_the_lookup_and_the_parameter():
     (instance,) = resources(instance_template, "AWS::EC2::Instance").values()
     assert instance["Properties"]["ImageId"] == "ami-0123456789abcdef0"
     batch_template = result.template_with_nested("batch")
-    for template in resources(batch_template, "AWS::EC2::LaunchTemplate").values():
+    for template in group_resources(batch_template, "AWS::EC2::LaunchTemplate").values():
         assert template["Properties"]["LaunchTemplateData"]["ImageId"] == "ami-0fedcba9876543210"
     assert not [p for p in batch_template.get("Parameters", {}).values() if p.get("Default", "").startswith(PUBLIC_PREFIX)]
 

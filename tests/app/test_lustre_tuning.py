@@ -84,6 +84,8 @@ def node_user_data(variant: str) -> list[tuple[str, str, str, str]]:
         for name, env in resources(template, "AWS::Batch::ComputeEnvironment").items():
             compute = env["Properties"]["ComputeResources"]
             (instance_type,) = compute["InstanceTypes"]
+            if not instance_type.startswith("trn"):
+                continue  # the CPU queue: a general-purpose node, untuned (constructs/batch_node.py cpu_node_setup)
             data = templates[compute["LaunchTemplate"]["LaunchTemplateId"]["Ref"]]["Properties"]["LaunchTemplateData"]
             # The setup the user data fetches (an S3 asset in the cloud assembly): the tuning is there.
             _, program = node_files.fetched_setup(_shell_part(_joined(data["UserData"])), result.outdir)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support import node_files
-from tests.support.helpers import ROOT, resources, strings, synth
+from tests.support.helpers import ROOT, group_resources, resources, strings, synth
 from trainium_cdk.app.config import build_config
 from trainium_cdk.app.dist import write_dist
 from trainium_cdk.errors import ConfigError
@@ -58,9 +58,9 @@ def _pins(name: str, config, app) -> dict[str, dict[str, str]]:
     """What each backend of the deployment actually pins: release, driver, image tag."""
     pins: dict[str, dict[str, str]] = {}
     batch = app.template_with_nested("batch")
-    (definition,) = resources(batch, "AWS::Batch::JobDefinition").values()
+    (definition,) = group_resources(batch, "AWS::Batch::JobDefinition").values()
     container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
-    (template,) = resources(batch, "AWS::EC2::LaunchTemplate").values()
+    (template,) = group_resources(batch, "AWS::EC2::LaunchTemplate").values()
     # node/batch_node.sh's header
     (driver,) = node_files.header_value(template["Properties"]["LaunchTemplateData"]["UserData"], "NEURON_DRIVER")
     # Batch builds the MLP example image on the track's training image (the tag is the build argument).
@@ -227,7 +227,7 @@ def test_every_backend_s_jobs_carry_the_track_s_pins():
 
     jobs = example_jobs(config, image="x")
     assert jobs and all(pins.items() <= job.environment().items() for job in jobs)
-    (definition,) = resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
+    (definition,) = group_resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
     (node_range,) = definition["Properties"]["NodeProperties"]["NodeRangeProperties"]
     assert pins.items() <= {e["Name"]: e["Value"] for e in node_range["Container"]["Environment"]}.items()
     script = render_sbatch(config, config.compute_groups[0])

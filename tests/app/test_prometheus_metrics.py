@@ -23,7 +23,7 @@ import yaml
 
 from tests.support import node_files
 from tests.support.chart_helpers import validate_all
-from tests.support.helpers import config_with, imported, resources, synth
+from tests.support.helpers import config_with, group_resources, imported, resources, synth
 from trainium_cdk import dashboards
 from trainium_cdk.app.dist import write_dist
 from trainium_cdk.charts.metrics_exporters import NAME_LABEL
@@ -414,7 +414,7 @@ def test_every_host_backend_writes_into_the_workspace_with_remote_write_on_it_al
         for statement in statements:  # the workspace's ARN, imported from the network stack
             assert imported(app, statement["Resource"]) == {"Fn::GetAtt": [workspace, "Arn"]}
     # Batch: the groups' user data (nested stacks) name the workspace for the setup they fetch.
-    launch_templates = resources(app.template_with_nested("batch"), "AWS::EC2::LaunchTemplate").values()
+    launch_templates = group_resources(app.template_with_nested("batch"), "AWS::EC2::LaunchTemplate").values()
     assert len(launch_templates) == len(app.config.compute_groups)
     for launch_template in launch_templates:
         user_data = launch_template["Properties"]["LaunchTemplateData"]["UserData"]

@@ -211,6 +211,15 @@ def resources(template: dict[str, Any], type_name: str) -> dict[str, dict[str, A
     return {k: v for k, v in template["Resources"].items() if v["Type"] == type_name}
 
 
+# The Batch CPU queue's resources (stacks/batch_stack.py: construct CpuQueue in nested stack CpuQueue).
+CPU_QUEUE_PREFIX = "CpuQueue"
+
+
+def group_resources(template: dict[str, Any], type_name: str) -> dict[str, dict[str, Any]]:
+    """The resources of a type that belong to the compute groups: the Batch CPU queue's left out."""
+    return {k: v for k, v in resources(template, type_name).items() if not k.startswith(CPU_QUEUE_PREFIX)}
+
+
 def imported(result: Synthesized, value: Any) -> Any:
     """What an ``Fn::ImportValue`` of the app reads (the exporting output's value, such as ``{"Ref": id}``); any other
     value as it is."""

@@ -245,7 +245,8 @@ BAD_INPUT: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, ...]]] = {
         _raw(backends=["batch"], compute_groups=[
             {"name": f"g{i}", "instance_type": "trn1.32xlarge", "az_ids": "usw2-az4"} for i in range(51)
         ]), {},
-        ("compute_groups = 51", "at most 50 groups with the batch backend", "per account and region"),
+        ("compute_groups = 51", "at most 49 groups with the batch backend", "as is the CPU queue",
+         "batch.cpu_instance_type: null", "per account and region"),
     ),
     "a Batch stuck-job timeout below Batch's 10 minutes": (
         _raw(batch={"runnable_timeout_minutes": 5}), {},

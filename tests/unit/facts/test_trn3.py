@@ -11,7 +11,7 @@ from typing import Any
 import botocore.session
 import pytest
 
-from tests.support.helpers import cfn_lint_errors, resources, synth
+from tests.support.helpers import cfn_lint_errors, group_resources, resources, synth
 from trainium_cdk.app.config import build_config
 from trainium_cdk.app.cost import bill
 from trainium_cdk.facts import prices
@@ -62,7 +62,7 @@ def synthesized():
 
 
 def test_its_launch_template_carries_every_efa_interface_the_user_declared(synthesized):
-    (template,) = resources(synthesized.template_with_nested("batch"), "AWS::EC2::LaunchTemplate").values()
+    (template,) = group_resources(synthesized.template_with_nested("batch"), "AWS::EC2::LaunchTemplate").values()
     data = template["Properties"]["LaunchTemplateData"]
     assert data["InstanceType"] == "trn3.48xlarge"
     interfaces = data["NetworkInterfaces"]

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.support.apps import synthesized
-from tests.support.helpers import resources
+from tests.support.helpers import group_resources
 from trainium_cdk.app.dist import write_dist
 from trainium_cdk.app.parallelcluster.cluster_config import batch_script_name
 from trainium_cdk.facts.names import (
@@ -59,7 +59,7 @@ def environments(tmp_path_factory) -> dict[str, dict[str, str]]:
     eks_envs = [{e["name"]: e["value"] for e in c["env"] if e["name"] != SCHEDULER} for c in containers]
     assert len(eks_envs) == 2 and all(env == eks_envs[0] for env in eks_envs)
     definitions = [
-        d for d in resources(result.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
+        d for d in group_resources(result.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
         if "NodeProperties" in d["Properties"]
     ]
     (definition,) = definitions

@@ -45,7 +45,7 @@ import yaml
 
 from tests.support import recorder_standin
 from tests.support.chart_helpers import as_run
-from tests.support.helpers import Synthesized, resources, strings, synth, template_text
+from tests.support.helpers import Synthesized, group_resources, resources, strings, synth, template_text
 from tests.support.rehearsal import Stage
 from tests.unit.config.test_hostile_inputs import FREE_TEXT, FULL, PATHS, _get, _set
 from trainium_cdk.app.config import ConfigError, build_config
@@ -159,7 +159,7 @@ def _the_command_arrived(call: dict[str, Any]) -> None:
 def test_a_batch_job_definition_runs_the_command_as_arguments(synthesized, tmp_path):
     result, _ = synthesized
     template = result.template_with_nested("batch")
-    (definition,) = resources(template, "AWS::Batch::JobDefinition").values()  # the one group's
+    (definition,) = group_resources(template, "AWS::Batch::JobDefinition").values()  # the one group's
     props = definition["Properties"]
     container = props["NodeProperties"]["NodeRangeProperties"][0]["Container"]
     parameters = props.get("Parameters", {})

@@ -17,7 +17,7 @@ import yaml
 from tests.e2e.test_rehearsal import app, config, run_slurm_script  # noqa: F401
 from tests.support import paths
 from tests.support.cli_support import assert_one_clean_line, run_cli
-from tests.support.helpers import resources
+from tests.support.helpers import group_resources
 from tests.support.rehearsal import Stage, nccom_test, neuron_ls, run_batch_node_properties, run_nodes
 from tests.unit.jobs.test_own_job import config as all_backends  # noqa: F401 (the fixture: the default config, every backend)
 from trainium_cdk.app.parallelcluster.sbatch import fabric_script_name, render_all
@@ -143,7 +143,7 @@ def test_batch_fabric_job_measures_between_the_hosts_through_the_launcher(tmp_pa
     """The deployed definition with the CLI's overrides, as Batch applies them, on 2 nodes of 2 NeuronCores."""
     stage = Stage(tmp_path)
     neuron_ls(stage.bin, 16)
-    (definition,) = resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
+    (definition,) = group_resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
     container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
     request = batch_request(name="f", queue="q", definition="d", nodes=2, config=config,
                             group_name=config.compute_groups[0].name)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.helpers import ROOT, resources, synth
+from tests.support.helpers import ROOT, group_resources, resources, synth
 from tests.support.rehearsal import (
     EXAMPLE_DIR,
     Stage,
@@ -144,7 +144,7 @@ def test_a_job_rendered_by_trn_submit_trains(stage, config):
 
 
 def test_batch_multinode_job_definition_trains(stage, app):
-    (definition,) = resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
+    (definition,) = group_resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
     assert definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["TargetNodes"] == "0:"
     # The default command runs the script parameter: the example image's script, with nothing copied to /fsx
     # first (the old default, /fsx/code/train.py, was on no file system until the user put it there).
@@ -203,7 +203,7 @@ def assert_extracted_then_trained(results: list, log, checkpoints) -> None:
 
 
 def test_batch_job_precompiles_a_few_steps_then_trains(stage, app, node_limits):
-    (definition,) = resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
+    (definition,) = group_resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
     log = stage.root / "parallel-compile.log"
     neuron_parallel_compile(stage.bin, log)  # the training image carries the Neuron tools on its PATH
     submitted = submitted_to_batch(definition, {"TRN_PRECOMPILE": "1", "TRN_PRECOMPILE_STEPS": str(PRECOMPILE_STEPS)})
@@ -259,7 +259,7 @@ def assert_preflight_skipped(results: list) -> None:
 def test_native_track_batch_job_definition_trains(stage):
     """Batch only, to keep one more synth small."""
     native = synth(build_config({**NATIVE_RAW, "backends": ["batch"]}), nag=False)
-    (definition,) = resources(native.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
+    (definition,) = group_resources(native.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
     assets = json.loads((native.outdir / f"{native.stacks.backends['batch'].artifact_id}.assets.json").read_text())
     (image,) = assets["dockerImages"].values()
     assert f"sdk{NATIVE_TRACK.neuron_release}" in image["source"]["dockerBuildArgs"]["BASE_TAG"]  # the example image on the native track's

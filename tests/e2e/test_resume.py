@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.test_rehearsal import app, config, dist, run_batch_job, run_slurm_script, run_volcano_job  # noqa: F401
-from tests.support.helpers import resources
+from tests.support.helpers import group_resources
 from tests.support.rehearsal import EXAMPLE_DIR, Stage, assert_trained, batch_retry_action
 from trainium_cdk.app.parallelcluster.sbatch import render_sbatch
 from trainium_cdk.runtime.launcher import PEER_LOST_EXIT_CODE
@@ -78,7 +78,7 @@ def test_volcano_job_restarts_and_resumes_after_a_node_dies(stage, dist):
 
 
 def test_batch_job_retries_host_failures_and_resumes(stage, app):
-    (definition,) = resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
+    (definition,) = group_resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
     strategy = definition["Properties"]["RetryStrategy"]
     assert strategy["Attempts"] >= 2
     conditions = strategy["EvaluateOnExit"]
@@ -102,7 +102,7 @@ def test_batch_job_retries_host_failures_and_resumes(stage, app):
 
 
 def _longer_batch_definition(app, *extra: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    (definition,) = resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
+    (definition,) = group_resources(app.template_with_nested("batch"), "AWS::Batch::JobDefinition").values()
     definition = copy.deepcopy(definition)
     container = definition["Properties"]["NodeProperties"]["NodeRangeProperties"][0]["Container"]
     container["Command"] = [*container["Command"], *LONGER, *extra]

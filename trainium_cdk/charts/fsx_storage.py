@@ -140,39 +140,45 @@ class FsxStorage(Chart):
         self.volume: ApiObject | None = None
         self.claim: ApiObject | None = None
         if file_system_id is not None:
-            capacity = {"storage": f"{capacity_gib}Gi"}
-            self.volume = api_object(
-                self, "PersistentVolume", api_version="v1", kind="PersistentVolume", name=volume_name,
-                spec={
-                    "capacity": capacity,
-                    "volumeMode": "Filesystem",
-                    "accessModes": _RWX,
-                    "mountOptions": list(MOUNT_OPTIONS),
-                    # Never Delete: for a CSI volume that would make the driver delete the file system,
-                    # which this stack does not own.
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    # "" keeps the StorageClass above (and any default class) from provisioning a new one.
-                    "storageClassName": "",
-                    "csi": {
-                        "driver": PROVISIONER,
-                        "volumeHandle": file_system_id,
-                        "volumeAttributes": {"dnsname": dns_name, "mountname": mount_name},
-                    },
+            self._static_volume(file_system_id, dns_name, mount_name, capacity_gib, volume_name, claim_name, namespace)
+
+
+    def _static_volume(self, file_system_id: str, dns_name: str | None, mount_name: str | None,
+                       capacity_gib: int | str, volume_name: str, claim_name: str, namespace: str) -> None:
+        """The file system as a volume (never deleted with it: this chart does not own it) and the claim bound to it."""
+        capacity = {"storage": f"{capacity_gib}Gi"}
+        self.volume = api_object(
+            self, "PersistentVolume", api_version="v1", kind="PersistentVolume", name=volume_name,
+            spec={
+                "capacity": capacity,
+                "volumeMode": "Filesystem",
+                "accessModes": _RWX,
+                "mountOptions": list(MOUNT_OPTIONS),
+                # Never Delete: for a CSI volume that would make the driver delete the file system,
+                # which this stack does not own.
+                "persistentVolumeReclaimPolicy": "Retain",
+                # "" keeps the StorageClass above (and any default class) from provisioning a new one.
+                "storageClassName": "",
+                "csi": {
+                    "driver": PROVISIONER,
+                    "volumeHandle": file_system_id,
+                    "volumeAttributes": {"dnsname": dns_name, "mountname": mount_name},
                 },
-            )
-            self.claim = api_object(
-                self, "PersistentVolumeClaim", api_version="v1", kind="PersistentVolumeClaim", name=claim_name,
-                namespace=namespace,
-                spec={
-                    "accessModes": _RWX,
-                    # "" as on the volume: otherwise the default StorageClass admission fills in a class
-                    # and the claim never binds to the static volume.
-                    "storageClassName": "",
-                    "volumeName": volume_name,
-                    "resources": {"requests": capacity},
-                },
-            )
-            self.claim_name = claim_name
+            },
+        )
+        self.claim = api_object(
+            self, "PersistentVolumeClaim", api_version="v1", kind="PersistentVolumeClaim", name=claim_name,
+            namespace=namespace,
+            spec={
+                "accessModes": _RWX,
+                # "" as on the volume: otherwise the default StorageClass admission fills in a class
+                # and the claim never binds to the static volume.
+                "storageClassName": "",
+                "volumeName": volume_name,
+                "resources": {"requests": capacity},
+            },
+        )
+        self.claim_name = claim_name
 
 
 @dataclass(frozen=True)

@@ -66,21 +66,7 @@ class ApiAccessHost(Construct):
             description="EKS API access host: no inbound; HTTPS out to Session Manager and the API endpoint",
             allow_all_outbound=False,
         )
-        # The SSM agent's channels (ssm, ssmmessages, ec2messages) are HTTPS to regional endpoints. With the
-        # VPC's interface endpoints, to their groups only (they let the VPC's CIDR in). Through NAT, to the
-        # services' public addresses: AWS publishes no managed prefix list for Systems Manager (only S3,
-        # DynamoDB, CloudFront, Route 53 health checks, VPC Lattice and EC2 Instance Connect have one) and its
-        # ranges in ip-ranges.json are the whole "AMAZON" service's, so any address on 443 is what works.
-        # By group ID, so that CDK writes them inline: a group whose template lists no inline egress gets EC2's
-        # all-outbound rule, which separate SecurityGroupEgress resources do not remove (CloudFormation,
-        # AWS::EC2::SecurityGroup, SecurityGroupEgress), and CDK writes a rule to a group object separately.
-        for endpoint in ssm_endpoints:
-            for group in endpoint.connections.security_groups:
-                self.security_group.add_egress_rule(ec2.Peer.security_group_id(group.security_group_id),
-                                                    ec2.Port.tcp(HTTPS), "HTTPS to a Session Manager endpoint")
-        if not ssm_endpoints:
-            self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(HTTPS),
-                                                "HTTPS to Session Manager (through NAT)")
+        self._ssm_egress(ssm_endpoints)
         api.connections.allow_from(self.security_group, ec2.Port.tcp(HTTPS), "Kubernetes API from the access host")
 
         self.instance = ec2.Instance(
@@ -128,6 +114,23 @@ class ApiAccessHost(Construct):
         )
 
         self.connect_policy = connect_policy(self, "ConnectPolicy", self.instance.instance_id)
+
+    def _ssm_egress(self, ssm_endpoints: Sequence[ec2.IConnectable]) -> None:
+        # The SSM agent's channels (ssm, ssmmessages, ec2messages) are HTTPS to regional endpoints. With the
+        # VPC's interface endpoints, to their groups only (they let the VPC's CIDR in). Through NAT, to the
+        # services' public addresses: AWS publishes no managed prefix list for Systems Manager (only S3,
+        # DynamoDB, CloudFront, Route 53 health checks, VPC Lattice and EC2 Instance Connect have one) and its
+        # ranges in ip-ranges.json are the whole "AMAZON" service's, so any address on 443 is what works.
+        # By group ID, so that CDK writes them inline: a group whose template lists no inline egress gets EC2's
+        # all-outbound rule, which separate SecurityGroupEgress resources do not remove (CloudFormation,
+        # AWS::EC2::SecurityGroup, SecurityGroupEgress), and CDK writes a rule to a group object separately.
+        for endpoint in ssm_endpoints:
+            for group in endpoint.connections.security_groups:
+                self.security_group.add_egress_rule(ec2.Peer.security_group_id(group.security_group_id),
+                                                    ec2.Port.tcp(HTTPS), "HTTPS to a Session Manager endpoint")
+        if not ssm_endpoints:
+            self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(HTTPS),
+                                                "HTTPS to Session Manager (through NAT)")
 
     @property
     def instance_id(self) -> str:

@@ -152,6 +152,16 @@ class DevInstance(Construct):
             allow_all_outbound=True,
         )
 
+        user_data = self._user_data(spec, family, storage, metrics_workspace, metrics_deployment)
+        self._instance(vpc, subnet, spec, machine_image, user_data, root_volume_gib, ROOT_DEVICE[family])
+        if storage_client_group is not None and storage is not None:
+            self.instance.add_security_group(storage_client_group)
+        self.endpoint: ec2.CfnInstanceConnectEndpoint | None = None
+        if instance_connect_endpoint:
+            self.endpoint = self._instance_connect_endpoint(vpc, subnet)
+
+    def _user_data(self, spec: InstanceSpec, family: str, storage: LustreMount | None,
+                   metrics_workspace: MetricsWorkspace | None, metrics_deployment: str | None) -> ec2.UserData:
         # The setup (the Lustre client, its tuning and the mount, the example, the Prometheus exporters) is one
         # S3 asset, fetched and checked at boot as a Batch node's is: EC2 holds 16 KB of user data, and the setup
         # alone took 15 KB. The user data carries the deploy-time values and the fetch.
@@ -166,12 +176,14 @@ class DevInstance(Construct):
         self.role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[
             self.setup.bucket.arn_for_objects(self.setup.s3_object_key)]))
         # The values are the fetched setup's, which the bootstrap sources: unused in this text (shellcheck).
-        user_data = ec2.UserData.custom("#!/bin/bash\n# shellcheck disable=SC2034  # the values are the fetched setup's\n"
-                                        + node.program(BOOTSTRAP_SCRIPT, {
-                                            **values, "NODE_SETUP_URL": self.setup.s3_object_url,
-                                            "NODE_SETUP_SHA256": setup.sha256, "NODE_SETUP_REGION": Stack.of(self).region,
-                                            "NODE_SETUP_STAYS": "yes"}))
+        return ec2.UserData.custom("#!/bin/bash\n# shellcheck disable=SC2034  # the values are the fetched setup's\n"
+                                   + node.program(BOOTSTRAP_SCRIPT, {
+                                       **values, "NODE_SETUP_URL": self.setup.s3_object_url,
+                                       "NODE_SETUP_SHA256": setup.sha256, "NODE_SETUP_REGION": Stack.of(self).region,
+                                       "NODE_SETUP_STAYS": "yes"}))
 
+    def _instance(self, vpc: ec2.IVpc, subnet: ec2.ISubnet, spec: InstanceSpec, machine_image: ec2.IMachineImage,
+                  user_data: ec2.UserData, root_volume_gib: int, root_device: str) -> None:
         self.instance = ec2.Instance(
             self,
             "Instance",
@@ -184,7 +196,7 @@ class DevInstance(Construct):
             user_data=user_data,
             block_devices=[
                 ec2.BlockDevice(
-                    device_name=ROOT_DEVICE[family],
+                    device_name=root_device,
                     volume=ec2.BlockDeviceVolume.ebs(
                         root_volume_gib,
                         encrypted=True,
@@ -206,8 +218,6 @@ class DevInstance(Construct):
         cfn_instance = self.instance.node.default_child
         assert isinstance(cfn_instance, ec2.CfnInstance)
         cfn_instance.add_property_deletion_override("AvailabilityZone")
-        if storage_client_group is not None and storage is not None:
-            self.instance.add_security_group(storage_client_group)
         acknowledge(
             self.instance,
             "AwsSolutions::AwsSolutions-EC26",
@@ -224,25 +234,24 @@ class DevInstance(Construct):
             "termination protection would make `cdk destroy` fail.",
         )
 
-        self.endpoint: ec2.CfnInstanceConnectEndpoint | None = None
-        if instance_connect_endpoint:
-            endpoint_group = ec2.SecurityGroup(
-                self,
-                "InstanceConnectSecurityGroup",
-                vpc=vpc,
-                description="EC2 Instance Connect endpoint: SSH to the development instance only",
-                allow_all_outbound=False,
-            )
-            endpoint_group.add_egress_rule(self.security_group, ec2.Port.tcp(SSH_PORT), "SSH to the instance")
-            self.security_group.add_ingress_rule(endpoint_group, ec2.Port.tcp(SSH_PORT), "SSH from the endpoint")
-            # L1: aws-cdk-lib has no L2 for EC2 Instance Connect endpoints.
-            self.endpoint = ec2.CfnInstanceConnectEndpoint(
-                self,
-                "InstanceConnectEndpoint",
-                subnet_id=subnet.subnet_id,
-                security_group_ids=[endpoint_group.security_group_id],
-                preserve_client_ip=False,
-            )
+    def _instance_connect_endpoint(self, vpc: ec2.IVpc, subnet: ec2.ISubnet) -> ec2.CfnInstanceConnectEndpoint:
+        endpoint_group = ec2.SecurityGroup(
+            self,
+            "InstanceConnectSecurityGroup",
+            vpc=vpc,
+            description="EC2 Instance Connect endpoint: SSH to the development instance only",
+            allow_all_outbound=False,
+        )
+        endpoint_group.add_egress_rule(self.security_group, ec2.Port.tcp(SSH_PORT), "SSH to the instance")
+        self.security_group.add_ingress_rule(endpoint_group, ec2.Port.tcp(SSH_PORT), "SSH from the endpoint")
+        # L1: aws-cdk-lib has no L2 for EC2 Instance Connect endpoints.
+        return ec2.CfnInstanceConnectEndpoint(
+            self,
+            "InstanceConnectEndpoint",
+            subnet_id=subnet.subnet_id,
+            security_group_ids=[endpoint_group.security_group_id],
+            preserve_client_ip=False,
+        )
 
     @property
     def instance_id(self) -> str:

@@ -76,6 +76,25 @@ class KarpenterController(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
+        self._node_role(cluster, cni_association)
+        self._interruption_queue()
+        self.role, self.association = pod_identity_role(
+            self,
+            "Controller",
+            cluster=cluster,
+            namespace=KARPENTER_NAMESPACE,
+            service_account=KARPENTER_SERVICE_ACCOUNT,
+            description="Karpenter controller (EKS pod identity)",
+        )
+        self._grant(stack, cluster_name)
+        self.queue.grant_consume_messages(self.role)
+
+        self._charts(cluster, cluster_name, options)
+        self.chart.node.add_dependency(self.association, self.crd_chart, *after)
+        # The NodePools and EC2NodeClasses, applied after this chart (and so after the CRDs): set by the stack.
+        self.node_pools: eks.KubernetesManifest | None = None
+
+    def _node_role(self, cluster: eks.ICluster, cni_association: IConstruct | None) -> None:
         # The role of the nodes Karpenter launches: the EKS worker policies, and an access entry of
         # type EC2_LINUX so that its nodes may join (Karpenter creates the instance profile itself).
         policies = NODE_POLICIES if cni_association is not None else NODE_MANAGED_POLICIES
@@ -101,6 +120,7 @@ class KarpenterController(Construct):
             access_entry_type=eks.AccessEntryType.EC2_LINUX,
         )
 
+    def _interruption_queue(self) -> None:
         self.queue = sqs.Queue(
             self,
             "InterruptionQueue",
@@ -124,17 +144,8 @@ class KarpenterController(Construct):
             for name, (source, detail_type) in INTERRUPTION_EVENTS.items()
         }
 
-        self.role, self.association = pod_identity_role(
-            self,
-            "Controller",
-            cluster=cluster,
-            namespace=KARPENTER_NAMESPACE,
-            service_account=KARPENTER_SERVICE_ACCOUNT,
-            description="Karpenter controller (EKS pod identity)",
-        )
-        self._grant(stack, cluster_name)
-        self.queue.grant_consume_messages(self.role)
-
+    def _charts(self, cluster: eks.ICluster, cluster_name: str, options: KarpenterOptions) -> None:
+        stack = Stack.of(self)
         # The CRDs from their own chart, so that a Karpenter upgrade upgrades them too: Helm installs the
         # controller chart's crds/ once and never again (Karpenter's upgrade guide, "CRD Upgrades").
         self.crd_chart = cluster.add_helm_chart(
@@ -177,132 +188,9 @@ class KarpenterController(Construct):
                 },
             },
         )
-        self.chart.node.add_dependency(self.association, self.crd_chart, *after)
-        # The NodePools and EC2NodeClasses, applied after this chart (and so after the CRDs): set by the stack.
-        self.node_pools: eks.KubernetesManifest | None = None
 
     def _grant(self, stack: Stack, cluster_name: str) -> None:
-        region, partition, account = stack.region, stack.partition, stack.account
-        owned = {f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}": "owned"}
-        requested = {
-            f"aws:RequestTag/kubernetes.io/cluster/{cluster_name}": "owned",
-            "aws:RequestTag/eks:eks-cluster-name": cluster_name,
-        }
-        ec2 = f"arn:{partition}:ec2:{region}"
-        created = [f"{ec2}:*:{kind}/*" for kind in (
-            "fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request")]
-        profile = f"arn:{partition}:iam::{account}:instance-profile/*"
-        statements = [
-            iam.PolicyStatement(
-                sid="AllowScopedEC2InstanceAccessActions",
-                actions=["ec2:RunInstances", "ec2:CreateFleet"],
-                resources=[f"{ec2}::image/*", f"{ec2}::snapshot/*", f"{ec2}:*:security-group/*", f"{ec2}:*:subnet/*",
-                           f"{ec2}:*:capacity-reservation/*", f"{ec2}:*:placement-group/*"],
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedEC2LaunchTemplateAccessActions",
-                actions=["ec2:RunInstances", "ec2:CreateFleet"],
-                resources=[f"{ec2}:*:launch-template/*"],
-                conditions={"StringEquals": owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}},
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedEC2InstanceActionsWithTags",
-                actions=["ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"],
-                resources=created,
-                conditions={"StringEquals": requested, "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"}},
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedResourceCreationTagging",
-                actions=["ec2:CreateTags"],
-                resources=created,
-                conditions={
-                    "StringEquals": {**requested, "ec2:CreateAction": ["RunInstances", "CreateFleet", "CreateLaunchTemplate"]},
-                    "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"},
-                },
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedResourceTagging",
-                actions=["ec2:CreateTags"],
-                resources=[f"{ec2}:*:instance/*"],
-                conditions={
-                    "StringEquals": owned,
-                    "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
-                    "StringEqualsIfExists": {"aws:RequestTag/eks:eks-cluster-name": cluster_name},
-                    "ForAllValues:StringEquals": {"aws:TagKeys": ["eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name"]},
-                },
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedDeletion",
-                actions=["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
-                resources=[f"{ec2}:*:instance/*", f"{ec2}:*:launch-template/*"],
-                conditions={"StringEquals": owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}},
-            ),
-            iam.PolicyStatement(
-                sid="AllowPassingInstanceRole",
-                actions=["iam:PassRole"],
-                resources=[self.node_role.role_arn],
-                conditions={"StringEquals": {"iam:PassedToService": ["ec2.amazonaws.com", "ec2.amazonaws.com.cn"]}},
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedInstanceProfileCreationActions",
-                actions=["iam:CreateInstanceProfile"],
-                resources=[profile],
-                conditions={
-                    "StringEquals": {**requested, "aws:RequestTag/topology.kubernetes.io/region": region},
-                    "StringLike": {"aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*"},
-                },
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedInstanceProfileTagActions",
-                actions=["iam:TagInstanceProfile"],
-                resources=[profile],
-                conditions={
-                    "StringEquals": {
-                        **owned, "aws:ResourceTag/topology.kubernetes.io/region": region, **requested,
-                        "aws:RequestTag/topology.kubernetes.io/region": region,
-                    },
-                    "StringLike": {
-                        "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*",
-                        "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*",
-                    },
-                },
-            ),
-            iam.PolicyStatement(
-                sid="AllowScopedInstanceProfileActions",
-                actions=["iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile", "iam:DeleteInstanceProfile"],
-                resources=[profile],
-                conditions={
-                    "StringEquals": {**owned, "aws:ResourceTag/topology.kubernetes.io/region": region},
-                    "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*"},
-                },
-            ),
-            iam.PolicyStatement(
-                sid="AllowAPIServerEndpointDiscovery",
-                actions=["eks:DescribeCluster"],
-                resources=[f"arn:{partition}:eks:{region}:{account}:cluster/{cluster_name}"],
-            ),
-            iam.PolicyStatement(
-                sid="AllowRegionalReadActions",
-                actions=[
-                    "ec2:DescribeCapacityReservations", "ec2:DescribeImages", "ec2:DescribeInstances",
-                    "ec2:DescribeInstanceStatus", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
-                    "ec2:DescribeLaunchTemplates", "ec2:DescribePlacementGroups", "ec2:DescribeSecurityGroups",
-                    "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets",
-                ],
-                resources=["*"],
-                conditions={"StringEquals": {"aws:RequestedRegion": region}},
-            ),
-            iam.PolicyStatement(
-                sid="AllowSSMReadActions",
-                actions=["ssm:GetParameter"],
-                resources=[f"arn:{partition}:ssm:{region}::parameter/aws/service/*"],
-            ),
-            iam.PolicyStatement(sid="AllowPricingReadActions", actions=["pricing:GetProducts"], resources=["*"]),
-            iam.PolicyStatement(
-                sid="AllowUnscopedInstanceProfileListAction", actions=["iam:ListInstanceProfiles"], resources=["*"]
-            ),
-            iam.PolicyStatement(sid="AllowInstanceProfileReadActions", actions=["iam:GetInstanceProfile"], resources=[profile]),
-        ]
+        statements = controller_statements(stack, cluster_name, node_role_arn=self.node_role.role_arn)
         for statement in statements:
             self.role.add_to_policy(statement)
         wildcards = sorted({r for st in statements for r in st.resources if r.endswith("*")})
@@ -314,3 +202,144 @@ class KarpenterController(Construct):
             "exist yet: each action is scoped to the cluster's ownership tags and the region, as Karpenter's "
             "own CloudFormation template scopes it; Describe and pricing calls have no resource-level permissions.",
         )
+
+
+def controller_statements(stack: Stack, cluster_name: str, *, node_role_arn: str) -> list[iam.PolicyStatement]:
+    """The Karpenter controller's policy, as Karpenter's own CloudFormation template writes it for a cluster."""
+    region, partition, account = stack.region, stack.partition, stack.account
+    owned = {f"aws:ResourceTag/kubernetes.io/cluster/{cluster_name}": "owned"}
+    requested = {
+        f"aws:RequestTag/kubernetes.io/cluster/{cluster_name}": "owned",
+        "aws:RequestTag/eks:eks-cluster-name": cluster_name,
+    }
+    ec2 = f"arn:{partition}:ec2:{region}"
+    created = [f"{ec2}:*:{kind}/*" for kind in (
+        "fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request")]
+    profile = f"arn:{partition}:iam::{account}:instance-profile/*"
+    return [*_ec2_statements(ec2, created, owned, requested, cluster_name),
+            *_instance_profile_and_read_statements(stack, cluster_name, profile, owned, requested, node_role_arn)]
+
+
+def _ec2_statements(ec2: str, created: list[str], owned: dict[str, str], requested: dict[str, str],
+                    cluster_name: str) -> list[iam.PolicyStatement]:
+    """Launching, tagging and ending the instances and launch templates of the cluster's NodePools."""
+    return [
+        iam.PolicyStatement(
+            sid="AllowScopedEC2InstanceAccessActions",
+            actions=["ec2:RunInstances", "ec2:CreateFleet"],
+            resources=[f"{ec2}::image/*", f"{ec2}::snapshot/*", f"{ec2}:*:security-group/*", f"{ec2}:*:subnet/*",
+                       f"{ec2}:*:capacity-reservation/*", f"{ec2}:*:placement-group/*"],
+        ),
+        iam.PolicyStatement(
+            sid="AllowScopedEC2LaunchTemplateAccessActions",
+            actions=["ec2:RunInstances", "ec2:CreateFleet"],
+            resources=[f"{ec2}:*:launch-template/*"],
+            conditions={"StringEquals": owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}},
+        ),
+        iam.PolicyStatement(
+            sid="AllowScopedEC2InstanceActionsWithTags",
+            actions=["ec2:RunInstances", "ec2:CreateFleet", "ec2:CreateLaunchTemplate"],
+            resources=created,
+            conditions={"StringEquals": requested, "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"}},
+        ),
+        iam.PolicyStatement(
+            sid="AllowScopedResourceCreationTagging",
+            actions=["ec2:CreateTags"],
+            resources=created,
+            conditions={
+                "StringEquals": {**requested, "ec2:CreateAction": ["RunInstances", "CreateFleet", "CreateLaunchTemplate"]},
+                "StringLike": {"aws:RequestTag/karpenter.sh/nodepool": "*"},
+            },
+        ),
+        iam.PolicyStatement(
+            sid="AllowScopedResourceTagging",
+            actions=["ec2:CreateTags"],
+            resources=[f"{ec2}:*:instance/*"],
+            conditions={
+                "StringEquals": owned,
+                "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
+                "StringEqualsIfExists": {"aws:RequestTag/eks:eks-cluster-name": cluster_name},
+                "ForAllValues:StringEquals": {"aws:TagKeys": ["eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name"]},
+            },
+        ),
+        iam.PolicyStatement(
+            sid="AllowScopedDeletion",
+            actions=["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
+            resources=[f"{ec2}:*:instance/*", f"{ec2}:*:launch-template/*"],
+            conditions={"StringEquals": owned, "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"}},
+        ),
+    ]
+
+
+def _instance_profile_and_read_statements(
+    stack: Stack, cluster_name: str, profile: str, owned: dict[str, str], requested: dict[str, str], node_role_arn: str,
+) -> list[iam.PolicyStatement]:
+    """Passing the node role, the instance profiles Karpenter makes for it, and the reads it needs."""
+    region, partition, account = stack.region, stack.partition, stack.account
+    return [
+        iam.PolicyStatement(
+            sid="AllowPassingInstanceRole",
+            actions=["iam:PassRole"],
+            resources=[node_role_arn],
+            conditions={"StringEquals": {"iam:PassedToService": ["ec2.amazonaws.com", "ec2.amazonaws.com.cn"]}},
+        ),
+        iam.PolicyStatement(
+            sid="AllowScopedInstanceProfileCreationActions",
+            actions=["iam:CreateInstanceProfile"],
+            resources=[profile],
+            conditions={
+                "StringEquals": {**requested, "aws:RequestTag/topology.kubernetes.io/region": region},
+                "StringLike": {"aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*"},
+            },
+        ),
+        iam.PolicyStatement(
+            sid="AllowScopedInstanceProfileTagActions",
+            actions=["iam:TagInstanceProfile"],
+            resources=[profile],
+            conditions={
+                "StringEquals": {
+                    **owned, "aws:ResourceTag/topology.kubernetes.io/region": region, **requested,
+                    "aws:RequestTag/topology.kubernetes.io/region": region,
+                },
+                "StringLike": {
+                    "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*",
+                    "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*",
+                },
+            },
+        ),
+        iam.PolicyStatement(
+            sid="AllowScopedInstanceProfileActions",
+            actions=["iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile", "iam:DeleteInstanceProfile"],
+            resources=[profile],
+            conditions={
+                "StringEquals": {**owned, "aws:ResourceTag/topology.kubernetes.io/region": region},
+                "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*"},
+            },
+        ),
+        iam.PolicyStatement(
+            sid="AllowAPIServerEndpointDiscovery",
+            actions=["eks:DescribeCluster"],
+            resources=[f"arn:{partition}:eks:{region}:{account}:cluster/{cluster_name}"],
+        ),
+        iam.PolicyStatement(
+            sid="AllowRegionalReadActions",
+            actions=[
+                "ec2:DescribeCapacityReservations", "ec2:DescribeImages", "ec2:DescribeInstances",
+                "ec2:DescribeInstanceStatus", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
+                "ec2:DescribeLaunchTemplates", "ec2:DescribePlacementGroups", "ec2:DescribeSecurityGroups",
+                "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets",
+            ],
+            resources=["*"],
+            conditions={"StringEquals": {"aws:RequestedRegion": region}},
+        ),
+        iam.PolicyStatement(
+            sid="AllowSSMReadActions",
+            actions=["ssm:GetParameter"],
+            resources=[f"arn:{partition}:ssm:{region}::parameter/aws/service/*"],
+        ),
+        iam.PolicyStatement(sid="AllowPricingReadActions", actions=["pricing:GetProducts"], resources=["*"]),
+        iam.PolicyStatement(
+            sid="AllowUnscopedInstanceProfileListAction", actions=["iam:ListInstanceProfiles"], resources=["*"]
+        ),
+        iam.PolicyStatement(sid="AllowInstanceProfileReadActions", actions=["iam:GetInstanceProfile"], resources=[profile]),
+    ]

@@ -260,22 +260,7 @@ class TrainingNetwork(_ComputeGroups, Construct):
         encrypt_log_groups(self)
         self._acknowledge_public_subnets()
 
-        # Session Manager's interface endpoints, when the VPC has them (the access host opens HTTPS to these only).
-        self.session_manager_endpoints: list[ec2.InterfaceVpcEndpoint] = []
-        if interface_endpoints:
-            for name, service in INTERFACE_ENDPOINTS.items():
-                endpoint = self.vpc.add_interface_endpoint(
-                    name,
-                    service=service,
-                    subnets=ec2.SubnetSelection(subnet_group_name=PRIVATE_SUBNET_GROUP),
-                    private_dns_enabled=True,
-                )
-                # The rules cannot read the CIDR (a reference to the VPC, not a literal): the NIST ones throw.
-                for rule in ("AwsSolutions-EC23", f"{NIST}-EC2RestrictedCommonPorts", f"{NIST}-EC2RestrictedSSH"):
-                    acknowledge(endpoint, rule, None, "The endpoint accepts HTTPS (443) from the VPC CIDR only; the "
-                                "rule cannot read the CIDR because it is a reference to the VPC, not a literal.")
-                if name in SESSION_MANAGER_ENDPOINTS:
-                    self.session_manager_endpoints.append(endpoint)
+        self.session_manager_endpoints = self._interface_endpoints() if interface_endpoints else []
 
         self.efa_security_group = efa_security_group(self, self.vpc)
         self._add_compute_groups(self, compute_groups)
@@ -303,6 +288,25 @@ class TrainingNetwork(_ComputeGroups, Construct):
         """
         return _ImportedTrainingNetwork(scope, construct_id, vpc=vpc, compute_groups=compute_groups,
                                         private_subnets=private_subnets)
+
+    def _interface_endpoints(self) -> list[ec2.InterfaceVpcEndpoint]:
+        """Every interface endpoint of INTERFACE_ENDPOINTS; returns Session Manager's."""
+        # Session Manager's interface endpoints, when the VPC has them (the access host opens HTTPS to these only).
+        found: list[ec2.InterfaceVpcEndpoint] = []
+        for name, service in INTERFACE_ENDPOINTS.items():
+            endpoint = self.vpc.add_interface_endpoint(
+                name,
+                service=service,
+                subnets=ec2.SubnetSelection(subnet_group_name=PRIVATE_SUBNET_GROUP),
+                private_dns_enabled=True,
+            )
+            # The rules cannot read the CIDR (a reference to the VPC, not a literal): the NIST ones throw.
+            for rule in ("AwsSolutions-EC23", f"{NIST}-EC2RestrictedCommonPorts", f"{NIST}-EC2RestrictedSSH"):
+                acknowledge(endpoint, rule, None, "The endpoint accepts HTTPS (443) from the VPC CIDR only; the "
+                            "rule cannot read the CIDR because it is a reference to the VPC, not a literal.")
+            if name in SESSION_MANAGER_ENDPOINTS:
+                found.append(endpoint)
+        return found
 
     def _acknowledge_public_subnets(self) -> None:
         for subnet in self.vpc.public_subnets:

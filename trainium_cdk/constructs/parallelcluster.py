@@ -117,6 +117,41 @@ class SlurmCluster(Construct):
         self.cluster_name = cluster_name
         self._buckets: dict[str, str] = {}
         self._sha256: dict[str, str] = {}  # asset node id -> the sha256 of its file (what the nodes check)
+        self._scripts(settings, database, setup_script, head_node_script, batch_scripts, health_prolog)
+        metrics, prometheus = self._metrics(metrics_deployment, metrics_workspace)
+        self._session_manager_policy()
+        self.ids = ClusterIds(
+            head_node_subnet_id=head_node_subnet.subnet_id,
+            compute_subnet_ids={name: subnet.subnet_id for name, subnet in compute_subnets.items()},
+            efa_security_group_id=security_group.security_group_id,
+            file_system_id=file_system_id,
+            setup_script=self._object(self.setup_script),
+            head_node_script=self._object(self.head_node_script),
+            batch_scripts={n: self._object(a) for n, a in self.batch_scripts.items()},
+            prologs={PROLOG_NAME: self._object(self.prolog)} if self.prolog is not None else {},
+            neuron_metrics=metrics,
+            prometheus=prometheus,
+            session_manager_policy_arn=self.session_manager_policy.managed_policy_arn,
+            lustre_tuning=self._object(self.lustre_tuning),
+            database=database if self.accounting_commands is not None else None,
+            accounting=self._object(self.accounting_commands) if self.accounting_commands is not None else None,
+        )
+        if any("/" not in a.s3_object_key for a in self._assets()):
+            Annotations.of(self).add_warning_v2(
+                "trainium-cdk:scripts-key-prefix",
+                "The scripts are at the asset bucket's root: every queue's S3Access lists each of them, so the "
+                "configuration grows with queues x scripts. Give the stack DefaultStackSynthesizer(bucket_prefix=...).",
+            )
+        self.settings = settings
+        self.configuration = render_configuration(settings, self.ids)
+
+        self._provider(removal_policy)
+        self.head_node_instance_id = self.cluster.get_att_string("headNode.instanceId")
+        self.validation_messages = self.cluster.get_att_string("validationMessages")
+
+    def _scripts(self, settings: ClusterSettings, database: SlurmDatabase | None, setup_script: Path,
+                 head_node_script: Path, batch_scripts: Mapping[str, str] | None, health_prolog: str | None) -> None:
+        """The files the nodes fetch: the setup scripts, the batch scripts, the health prolog, the teams' accounts."""
         self.setup_script = s3_assets.Asset(self, "NeuronSetupScript", path=str(setup_script))
         self.head_node_script = s3_assets.Asset(self, "HeadNodeSetupScript", path=str(head_node_script))
         # The queues' OnNodeStart, with each queue's arguments (settings.queues[].lustre_tuning).
@@ -136,6 +171,10 @@ class SlurmCluster(Construct):
             if settings.accounting is not None and database is not None
             else None
         )
+
+    def _metrics(self, metrics_deployment: str | None, metrics_workspace: MetricsWorkspace | None,
+                 ) -> tuple[NeuronMetrics | None, PrometheusWriter | None]:
+        """neuron-monitor into CloudWatch and the Prometheus-format exporters' remote write: programs and policies."""
         self.metrics_program: s3_assets.Asset | None = None
         self.metrics_policy: iam.ManagedPolicy | None = None
         metrics = None
@@ -165,6 +204,9 @@ class SlurmCluster(Construct):
             prometheus = PrometheusWriter(program=self._object(program), policy_arn=policy.managed_policy_arn,
                                           remote_write_url=metrics_workspace.remote_write_url,
                                           deployment=metrics_deployment)
+        return metrics, prometheus
+
+    def _session_manager_policy(self) -> None:
         # Session Manager for the head node (the README reaches it with `aws ssm start-session`) and Run Command
         # (`trn submit` runs sbatch through it): the minimal instance policy, as a managed policy because
         # ParallelCluster attaches managed policies only.
@@ -180,31 +222,9 @@ class SlurmCluster(Construct):
             "Session Manager's minimal instance policy: the agent registers the instance it runs on (known only at "
             "run time) and opens its message channels (no resource ARN); nothing readable.",
         )
-        self.ids = ClusterIds(
-            head_node_subnet_id=head_node_subnet.subnet_id,
-            compute_subnet_ids={name: subnet.subnet_id for name, subnet in compute_subnets.items()},
-            efa_security_group_id=security_group.security_group_id,
-            file_system_id=file_system_id,
-            setup_script=self._object(self.setup_script),
-            head_node_script=self._object(self.head_node_script),
-            batch_scripts={n: self._object(a) for n, a in self.batch_scripts.items()},
-            prologs={PROLOG_NAME: self._object(self.prolog)} if self.prolog is not None else {},
-            neuron_metrics=metrics,
-            prometheus=prometheus,
-            session_manager_policy_arn=self.session_manager_policy.managed_policy_arn,
-            lustre_tuning=self._object(self.lustre_tuning),
-            database=database if self.accounting_commands is not None else None,
-            accounting=self._object(self.accounting_commands) if self.accounting_commands is not None else None,
-        )
-        if any("/" not in a.s3_object_key for a in self._assets()):
-            Annotations.of(self).add_warning_v2(
-                "trainium-cdk:scripts-key-prefix",
-                "The scripts are at the asset bucket's root: every queue's S3Access lists each of them, so the "
-                "configuration grows with queues x scripts. Give the stack DefaultStackSynthesizer(bucket_prefix=...).",
-            )
-        self.settings = settings
-        self.configuration = render_configuration(settings, self.ids)
 
+    def _provider(self, removal_policy: RemovalPolicy) -> None:
+        """ParallelCluster's provider (its own template) and the cluster, a custom resource of it."""
         # The provider's configuration validator reads every script the configuration names (UrlValidator:
         # HeadObject), and its own role reads only ParallelCluster's buckets: this policy lets it read the
         # scripts' key prefix, as the nodes do (S3Access), and nothing else. Unread, each script is a WARNING
@@ -256,8 +276,6 @@ class SlurmCluster(Construct):
                 "DeletionPolicy": DELETION_POLICIES[removal_policy],
             },
         )
-        self.head_node_instance_id = self.cluster.get_att_string("headNode.instanceId")
-        self.validation_messages = self.cluster.get_att_string("validationMessages")
 
     def _assets(self) -> list[s3_assets.Asset]:
         optional = [self.prolog, self.metrics_program, self.accounting_commands]

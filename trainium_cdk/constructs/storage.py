@@ -211,18 +211,8 @@ class LustreStorage(Construct):
         super().__init__(scope, construct_id)
         check_lustre(deployment_type.value, capacity_gib, throughput_mb_per_tib)
         persistent = deployment_type.value.startswith("PERSISTENT")
-        linked = data_repository is not None or checkpoint_bucket is not None
-        days = backup_retention_days
-        if days is None:
-            days = DEFAULT_BACKUP_RETENTION_DAYS if persistent and not linked else 0
-        if days and linked:
-            raise ConfigError("backup_retention_days", days, "0 with data_repository or checkpoint_bucket: FSx backs "
-                              "up no file system linked to S3")
-        if days and not persistent:
-            raise ConfigError("backup_retention_days", days, f"0 with {deployment_type.value} (FSx backs up only "
-                              "persistent file systems)")
-        if not 0 <= days <= MAX_BACKUP_RETENTION_DAYS:
-            raise ConfigError("backup_retention_days", days, f"0 to {MAX_BACKUP_RETENTION_DAYS} (FSx's limit)")
+        days = _backup_retention(backup_retention_days, deployment_type.value,
+                                 linked=data_repository is not None or checkpoint_bucket is not None)
         if removal_policy not in REMOVAL_POLICIES:
             raise ConfigError(
                 "removal_policy", removal_policy.value,
@@ -235,7 +225,34 @@ class LustreStorage(Construct):
         self.throughput_mb_per_tib = throughput_mb_per_tib
         self.compression: str = compression.value
         self.lustre_version = _lustre_version(file_system_type_version)
+        self._security_group(vpc, clients, removal)
+        self.file_system = fsx.LustreFileSystem(
+            self,
+            "FileSystem",
+            vpc=vpc,
+            vpc_subnet=subnet,
+            security_group=self.security_group,
+            storage_capacity_gib=capacity_gib,
+            file_system_type_version=file_system_type_version,
+            lustre_configuration=fsx.LustreConfiguration(
+                deployment_type=deployment_type,
+                per_unit_storage_throughput=throughput_mb_per_tib,
+                data_compression_type=compression,
+                automatic_backup_retention=Duration.days(days) if persistent else None,
+            ),
+            removal_policy=removal,
+        )
+        self.bucket: s3.IBucket | None = None
+        self.association: fsx.CfnDataRepositoryAssociation | None = None
+        self._data_prefix = data_repository.s3_prefix if data_repository is not None else ""
+        if data_repository is not None:
+            self._data_repository(data_repository, removal)
+        self.checkpoint_association: fsx.CfnDataRepositoryAssociation | None = None
+        if checkpoint_bucket is not None:
+            self._checkpoint_export(checkpoint_bucket, removal)
 
+    def _security_group(self, vpc: ec2.IVpc, clients: Sequence[ec2.ISecurityGroup], removal: RemovalPolicy) -> None:
+        """The file system's group: Lustre from and to its clients and itself, and the clients' rules for it."""
         self.security_group = ec2.SecurityGroup(
             self,
             "SecurityGroup",
@@ -270,95 +287,50 @@ class LustreStorage(Construct):
                     description="Lustre from FSx",
                 )
 
-        self.file_system = fsx.LustreFileSystem(
+    def _data_repository(self, repo: DataRepositoryProps, removal: RemovalPolicy) -> None:
+        """The S3 data repository: its bucket (named, or one made here) and the association with the file system."""
+        if repo.bucket_name:
+            self.bucket = s3.Bucket.from_bucket_name(self, "DataBucket", repo.bucket_name)
+        else:
+            self.bucket = _data_bucket(self, removal)
+        # No L2 exists for data repository associations.
+        self.association = fsx.CfnDataRepositoryAssociation(
             self,
-            "FileSystem",
-            vpc=vpc,
-            vpc_subnet=subnet,
-            security_group=self.security_group,
-            storage_capacity_gib=capacity_gib,
-            file_system_type_version=file_system_type_version,
-            lustre_configuration=fsx.LustreConfiguration(
-                deployment_type=deployment_type,
-                per_unit_storage_throughput=throughput_mb_per_tib,
-                data_compression_type=compression,
-                automatic_backup_retention=Duration.days(days) if persistent else None,
+            "DataRepositoryAssociation",
+            file_system_id=self.file_system.file_system_id,
+            file_system_path=repo.file_system_path,
+            data_repository_path=f"s3://{self.bucket.bucket_name}/{repo.s3_prefix}",
+            batch_import_meta_data_on_create=True,
+            s3=fsx.CfnDataRepositoryAssociation.S3Property(
+                auto_import_policy=(
+                    fsx.CfnDataRepositoryAssociation.AutoImportPolicyProperty(events=_S3_EVENTS)
+                    if repo.auto_import
+                    else None
+                ),
+                auto_export_policy=(
+                    fsx.CfnDataRepositoryAssociation.AutoExportPolicyProperty(events=_S3_EVENTS)
+                    if repo.auto_export
+                    else None
+                ),
             ),
-            removal_policy=removal,
         )
+        self.association.apply_removal_policy(removal)
 
-        self.bucket: s3.IBucket | None = None
-        self.association: fsx.CfnDataRepositoryAssociation | None = None
-        repo = data_repository
-        self._data_prefix = repo.s3_prefix if repo is not None else ""
-        if repo is not None:
-            if repo.bucket_name:
-                self.bucket = s3.Bucket.from_bucket_name(self, "DataBucket", repo.bucket_name)
-            else:
-                created = s3.Bucket(
-                    self,
-                    "DataBucket",
-                    encryption=s3.BucketEncryption.S3_MANAGED,
-                    block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-                    enforce_ssl=True,
-                    versioned=True,
-                    removal_policy=removal,
-                    auto_delete_objects=False,
-                )
-                logging = ("Training data bucket read in bulk by FSx for Lustre; per-request access logs of "
-                           "millions of shard reads cost more than they tell. Enable CloudTrail data events for audit.")
-                acknowledge_bucket_logging(created, logging)
-                acknowledge(
-                    created, f"{NIST}-S3BucketReplicationEnabled", None,
-                    "Versioned, so an overwrite or a delete can be undone; a replica in another region would double "
-                    "the storage of datasets of terabytes: a choice for the data's owner (an S3 replication rule).",
-                )
-                acknowledge(
-                    created, f"{NIST}-S3DefaultEncryptionKMS", None,
-                    "Encrypted at rest with S3-managed keys. A KMS key would have to admit each file system's FSx "
-                    "service-linked role (FSx for Lustre user guide, 'Working with server-side encrypted Amazon S3 "
-                    "buckets') and every reader, and costs a KMS request per object read.",
-                )
-                self.bucket = created
-            # No L2 exists for data repository associations.
-            self.association = fsx.CfnDataRepositoryAssociation(
-                self,
-                "DataRepositoryAssociation",
-                file_system_id=self.file_system.file_system_id,
-                file_system_path=repo.file_system_path,
-                data_repository_path=f"s3://{self.bucket.bucket_name}/{repo.s3_prefix}",
-                batch_import_meta_data_on_create=True,
-                s3=fsx.CfnDataRepositoryAssociation.S3Property(
-                    auto_import_policy=(
-                        fsx.CfnDataRepositoryAssociation.AutoImportPolicyProperty(events=_S3_EVENTS)
-                        if repo.auto_import
-                        else None
-                    ),
-                    auto_export_policy=(
-                        fsx.CfnDataRepositoryAssociation.AutoExportPolicyProperty(events=_S3_EVENTS)
-                        if repo.auto_export
-                        else None
-                    ),
-                ),
-            )
-            self.association.apply_removal_policy(removal)
-
-        self.checkpoint_association: fsx.CfnDataRepositoryAssociation | None = None
-        if checkpoint_bucket is not None:
-            # L1: no L2 exists for data repository associations. Export only: a checkpoint in the bucket shows up
-            # again in a new file system (the import of metadata on create), never over one being written.
-            self.checkpoint_association = fsx.CfnDataRepositoryAssociation(
-                self,
-                "CheckpointExport",
-                file_system_id=self.file_system.file_system_id,
-                file_system_path=CHECKPOINT_FILE_SYSTEM_PATH,
-                data_repository_path=f"s3://{checkpoint_bucket.bucket_name}/",
-                batch_import_meta_data_on_create=True,
-                s3=fsx.CfnDataRepositoryAssociation.S3Property(
-                    auto_export_policy=fsx.CfnDataRepositoryAssociation.AutoExportPolicyProperty(events=_S3_EVENTS),
-                ),
-            )
-            self.checkpoint_association.apply_removal_policy(removal)
+    def _checkpoint_export(self, bucket: s3.IBucket, removal: RemovalPolicy) -> None:
+        # L1: no L2 exists for data repository associations. Export only: a checkpoint in the bucket shows up
+        # again in a new file system (the import of metadata on create), never over one being written.
+        self.checkpoint_association = fsx.CfnDataRepositoryAssociation(
+            self,
+            "CheckpointExport",
+            file_system_id=self.file_system.file_system_id,
+            file_system_path=CHECKPOINT_FILE_SYSTEM_PATH,
+            data_repository_path=f"s3://{bucket.bucket_name}/",
+            batch_import_meta_data_on_create=True,
+            s3=fsx.CfnDataRepositoryAssociation.S3Property(
+                auto_export_policy=fsx.CfnDataRepositoryAssociation.AutoExportPolicyProperty(events=_S3_EVENTS),
+            ),
+        )
+        self.checkpoint_association.apply_removal_policy(removal)
 
     @property
     def connections(self) -> ec2.Connections:
@@ -465,3 +437,48 @@ def allow_lustre_client(
         ec2.CfnSecurityGroupIngress(rules, f"ToClient{low}", group_id=client.security_group_id,
                                     source_security_group_id=server_id, description="Lustre from FSx",
                                     ip_protocol="tcp", from_port=low, to_port=high)
+
+
+def _backup_retention(days: int | None, deployment_type: str, *, linked: bool) -> int:
+    """Days of automatic backups: the given ones, checked, else 7 for a persistent file system linked to no bucket."""
+    persistent = deployment_type.startswith("PERSISTENT")
+    if days is None:
+        return DEFAULT_BACKUP_RETENTION_DAYS if persistent and not linked else 0
+    if days and linked:
+        raise ConfigError("backup_retention_days", days, "0 with data_repository or checkpoint_bucket: FSx backs "
+                          "up no file system linked to S3")
+    if days and not persistent:
+        raise ConfigError("backup_retention_days", days, f"0 with {deployment_type} (FSx backs up only "
+                          "persistent file systems)")
+    if not 0 <= days <= MAX_BACKUP_RETENTION_DAYS:
+        raise ConfigError("backup_retention_days", days, f"0 to {MAX_BACKUP_RETENTION_DAYS} (FSx's limit)")
+    return days
+
+
+def _data_bucket(scope: Construct, removal: RemovalPolicy) -> s3.Bucket:
+    """The data repository's bucket, made here (``DataBucket``): versioned, encrypted, TLS only, not public."""
+    created = s3.Bucket(
+        scope,
+        "DataBucket",
+        encryption=s3.BucketEncryption.S3_MANAGED,
+        block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+        enforce_ssl=True,
+        versioned=True,
+        removal_policy=removal,
+        auto_delete_objects=False,
+    )
+    logging = ("Training data bucket read in bulk by FSx for Lustre; per-request access logs of "
+               "millions of shard reads cost more than they tell. Enable CloudTrail data events for audit.")
+    acknowledge_bucket_logging(created, logging)
+    acknowledge(
+        created, f"{NIST}-S3BucketReplicationEnabled", None,
+        "Versioned, so an overwrite or a delete can be undone; a replica in another region would double "
+        "the storage of datasets of terabytes: a choice for the data's owner (an S3 replication rule).",
+    )
+    acknowledge(
+        created, f"{NIST}-S3DefaultEncryptionKMS", None,
+        "Encrypted at rest with S3-managed keys. A KMS key would have to admit each file system's FSx "
+        "service-linked role (FSx for Lustre user guide, 'Working with server-side encrypted Amazon S3 "
+        "buckets') and every reader, and costs a KMS request per object read.",
+    )
+    return created

@@ -28,8 +28,8 @@ from trainium_cdk.cli.jobs import (
     UserJob,
     announce,
     chatter,
-    cpu_only_recipe,
     default_name,
+    on_batch_cpu_queue,
     same_job_flags,
     user_job,
     watch,
@@ -127,7 +127,7 @@ def recipe_job(config: Config, job: UserJob, *, cpu: bool = False) -> UserJob:
     settings = recipes.job(config, job.job, group=job.group, backend="batch", nodes=job.nodes)
     nodes = 1 if cpu else job.nodes or settings.nodes or job.group.nodes
     wanted = config.job_spec(settings.model_copy(update={"nodes": nodes}), image="recipe").environment()
-    deployed = {} if cpu else definition_container(config, job.group).environment
+    deployed = definition_container(config, job.group, cpu=cpu).environment
     env = {k: v for k, v in wanted.items() if deployed.get(k) != v and k != JOB_NAME_VARIABLE}
     return UserJob(group=job.group, nodes=nodes, program=tuple(settings.command), job=job.job, env={**env, **job.env})
 
@@ -135,7 +135,7 @@ def recipe_job(config: Config, job: UserJob, *, cpu: bool = False) -> UserJob:
 def submit(args: argparse.Namespace, config: Config, out: TextIO, err: TextIO) -> int:
     job = user_job(args, config)
     image = args.image
-    cpu = config.batch.cpu_instance_type is not None and cpu_only_recipe(job.job)
+    cpu = on_batch_cpu_queue(config, job.job)
     if job.job is not None:
         from trainium_cdk import recipes
         from trainium_cdk.cli.recipe_images import recipe_image

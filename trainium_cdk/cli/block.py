@@ -85,7 +85,7 @@ def _now() -> dt.datetime:
 
 def block_groups(config: Config, name: str | None) -> list[ComputeGroup]:
     """The capacity-block groups of the config (``name``: that one), or a line saying there is none."""
-    blocks = [g for g in config.compute_groups if g.capacity.type == "capacity-block"]
+    blocks = [g for g in config.compute_groups if g.capacity.is_capacity_block]
     if name is None:
         if not blocks:
             raise CliError(NO_BLOCKS)

@@ -44,7 +44,7 @@ def block_rates(config: Config, err: TextIO) -> dict[str, BlockRate]:
     from trainium_cdk.cli._common import client, session
     from trainium_cdk.cli.reservations import block_fee, reservation_id
 
-    groups = [g for g in config.compute_groups if g.capacity.type == "capacity-block"]
+    groups = [g for g in config.compute_groups if g.capacity.is_capacity_block]
     if not groups:
         err.write("trn cost --blocks: the config has no capacity-block group; every group is at the table's rate\n")
         return {}

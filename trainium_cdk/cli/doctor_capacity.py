@@ -44,7 +44,7 @@ def capacity(config: Config, client: Callable[[str], Any], now: dt.datetime) -> 
             continue
         found = read_reservation(client("ec2"), reservation_id(group))
         checks.append(_reservation(config, group, found, now))
-        if found is not None and found.is_block and group.capacity.type == "capacity-block":
+        if found is not None and found.is_block and group.capacity.is_capacity_block:
             checks += _extensions(client, group, found, now)
     return checks
 
@@ -73,7 +73,7 @@ def _reservation(config: Config, group: ComputeGroup, r: Reservation | None, now
     if r.state in USABLE_LATER:
         return Check(WARN, name, f"{what} is not active yet" + (f": starts {when(r.start)}" if r.start else ""),
                      "nodes launch only once it is active; deploy with nodes: 0 or wait until then")
-    expected = "capacity-block" if group.capacity.type == "capacity-block" else "default"
+    expected = "capacity-block" if group.capacity.is_capacity_block else "default"
     if r.kind != expected:
         return Check(WARN, name, f"{what} is a {r.label}, the config says capacity.type {group.capacity.type}",
                      f"set capacity.type: {'capacity-block' if r.is_block else 'reservation'}")

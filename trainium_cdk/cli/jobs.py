@@ -248,6 +248,11 @@ def cpu_only_recipe(name: str | None) -> bool:
     return recipe is not None and recipe.cpu_only
 
 
+def on_batch_cpu_queue(config: Config, job: str | None) -> bool:
+    """Whether Batch runs recipe ``job`` on the CPU queue: a CPU-only recipe, and the config deploys the queue."""
+    return config.batch.cpu_instance_type is not None and cpu_only_recipe(job)
+
+
 def check_nodes(config: Config, group: ComputeGroup, nodes: int | None) -> int:
     if nodes is None:
         return group.nodes
@@ -361,13 +366,12 @@ def check_team(args: argparse.Namespace, config: Config, backend: str) -> None:
 
 def say_where_cpu_work_runs(args: argparse.Namespace, config: Config, job: UserJob, backend: str, err: TextIO) -> None:
     """Before `trn submit --job` sends a CPU-only recipe (a data preparation): one line saying where it runs, not on
-    a Trainium node (issue 44): on EKS the system nodes, on Batch the CPU queue (without one, ``batch.cpu_instance_type:
-    null``, a node of its group)."""
+    a Trainium node (issue 44): on EKS the system nodes, on Batch the CPU queue (without one, a node of its group)."""
     if not cpu_only_recipe(job.job):
         return
     if backend == "eks":
         where = f"the system nodes ({config.eks.system_instance_type})"
-    elif backend == "batch" and config.batch.cpu_instance_type is not None:
+    elif backend == "batch" and on_batch_cpu_queue(config, job.job):
         where = f"the Batch CPU queue ({config.batch.cpu_instance_type})"
     else:
         return

@@ -28,9 +28,9 @@ from trainium_cdk.cli.jobs import (
     add_job_arguments,
     add_skip_fit_argument,
     check_fit,
-    cpu_only_recipe,
     group_of,
     load,
+    on_batch_cpu_queue,
     user_job,
 )
 from trainium_cdk.errors import ConfigError
@@ -228,17 +228,17 @@ def _eks(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> t
 
 def _batch(args: argparse.Namespace, config: Config, stage: Stage, cwd: Path) -> tuple[str, list[NodeResult]]:
     from trainium_cdk.rehearsal import run_batch_node_properties
-    from trainium_cdk.runtime.batch_job import BatchSubmission, cpu_definition_container, definition_container
+    from trainium_cdk.runtime.batch_job import BatchSubmission, definition_container
 
     _image_packages(stage, cwd)
     job = user_job(args, config)
     # A CPU-only recipe goes to the CPU queue, whose job definition sets no environment (batch_jobs.submit).
-    cpu = config.batch.cpu_instance_type is not None and cpu_only_recipe(job.job)
+    cpu = on_batch_cpu_queue(config, job.job)
     if job.job is not None:
         from trainium_cdk.cli.batch_jobs import recipe_job
 
         job = recipe_job(config, job, cpu=cpu)
-    container = cpu_definition_container() if cpu else definition_container(config, job.group)
+    container = definition_container(config, job.group, cpu=cpu)
     nodes = job.nodes or 1
     submission = BatchSubmission(name=JOB_NAME, nodes=nodes, multinode=container.multinode, program=job.program,
                                  env=job.env)

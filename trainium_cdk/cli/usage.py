@@ -64,10 +64,14 @@ class JobUse:
 def priced(config: Config, group: ComputeGroup, *, job_id: str, name: str, team: str, state: str, nodes: int,
            node_hours: float) -> JobUse:
     """A job's use, in NeuronCore-hours and dollars of its group's instance type."""
-    spec = config.spec(group)
-    hourly = prices.in_region(prices.instance_price(spec.name), config.region).usd
     return JobUse(job_id=job_id, name=name, team=team, group=group.name, state=state, nodes=nodes,
-                  node_hours=node_hours, core_hours=node_hours * spec.neuron_cores, usd=node_hours * hourly)
+                  node_hours=node_hours, core_hours=node_hours * config.spec(group).neuron_cores,
+                  usd=node_hours * _hourly(config, group))
+
+
+def _hourly(config: Config, group: ComputeGroup) -> float:
+    """A node-hour of the group's instance type at the catalog's on-demand price in the config's region."""
+    return prices.in_region(prices.instance_price(config.spec(group).name), config.region).usd
 
 
 def job_use(job: dict[str, Any], group: ComputeGroup, config: Config, *, now_ms: int,
@@ -86,9 +90,9 @@ def job_use(job: dict[str, Any], group: ComputeGroup, config: Config, *, now_ms:
                  state=job.get("status", ""), nodes=nodes, node_hours=node_hours)
     if fee is None or not fee.periods:
         return use
-    hourly = use.usd / node_hours if node_hours else 0.0
     inside, outside = fee.split(_utc_ms(started), _utc_ms(stopped))
-    return dataclasses.replace(use, usd=nodes * (sum(hours * rate for hours, rate in inside) + outside * hourly))
+    usd = nodes * (sum(hours * rate for hours, rate in inside) + outside * _hourly(config, group))
+    return dataclasses.replace(use, usd=usd)
 
 
 def _utc_ms(ms: int) -> dt.datetime:
@@ -100,7 +104,7 @@ def _block_fees(groups: list[ComputeGroup], sess: Any) -> dict[str, BlockFee]:
     from trainium_cdk.cli._common import client
     from trainium_cdk.cli.reservations import block_fee, reservation_id
 
-    blocks = [g for g in groups if g.capacity.type == "capacity-block"]
+    blocks = [g for g in groups if g.capacity.is_capacity_block]
     if not blocks:
         return {}
     ec2 = client(sess, "ec2")

@@ -363,12 +363,8 @@ class TrainiumBatch(Construct, BatchGrants):
         configured image (nothing for another registry)."""
         if self.example_image is not None:
             self.example_image.repository.grant_pull(role)
-            return
-        repository = ecr_repository_arn(self.image, partition=Stack.of(self).partition)
-        if repository is None:
-            return
-        role.add_to_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
-        role.add_to_policy(iam.PolicyStatement(actions=list(ECR_PULL_ACTIONS), resources=[repository]))
+        else:
+            grant_ecr_pull(role, self.image)
 
     def _container(
         self, command: Sequence[str] | None, storage: LustreMount | None
@@ -446,6 +442,14 @@ def retry_strategies() -> list[batch.RetryStrategy]:
         *(batch.RetryStrategy.of(batch.Action.RETRY, reason) for reason in retry),
         batch.RetryStrategy.of(batch.Action.EXIT, batch.Reason.custom(on_reason="*")),
     ]
+
+
+def grant_ecr_pull(role: iam.IRole, image: str) -> None:
+    """Let ``role`` pull ``image`` from its one ECR repository (nothing for another registry)."""
+    repository = ecr_repository_arn(image, partition=Stack.of(role).partition)
+    if repository is not None:
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
+        role.add_to_principal_policy(iam.PolicyStatement(actions=list(ECR_PULL_ACTIONS), resources=[repository]))
 
 
 def ecr_repository_arn(image: str, *, partition: str = "aws") -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import jsii
-from aws_cdk import Annotations, Duration, RemovalPolicy, Size, Stack
+from aws_cdk import Annotations, Duration, RemovalPolicy, Size
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
@@ -20,7 +20,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from trainium_cdk.constructs.batch import ECR_PULL_ACTIONS, ecr_repository_arn
+from trainium_cdk.constructs.batch import CONTAINER_MEMORY_FRACTION, grant_ecr_pull
 from trainium_cdk.constructs.batch_node import BatchNodeSetup, cpu_node_setup
 from trainium_cdk.constructs.batch_queue import DEFAULT_RUNNABLE_TIMEOUT, job_queue
 from trainium_cdk.constructs.batch_roles import BatchInstanceRole, BatchRoles
@@ -41,8 +41,6 @@ DEFAULT_MAX_NODES = 4
 DEFAULT_JOB_TIMEOUT = Duration.days(1)
 # The training image it runs is several GB (pulled and unpacked on the root volume).
 ROOT_VOLUME_GIB = 100
-# The ECS agent and the OS keep part of the memory (TrainiumBatch's CONTAINER_MEMORY_FRACTION, for the same reason).
-CONTAINER_MEMORY_FRACTION = 0.9
 
 
 @jsii.implements(ec2.IConnectable)
@@ -108,7 +106,7 @@ class BatchCpuQueue(Construct):
         encrypt_log_groups(self)
         container = self._container(storage)
         for role in (self.instance_role, self.roles.execution_role):  # the ECS agent pulls with either
-            self._grant_pull(role)
+            grant_ecr_pull(role, self.image)
         Annotations.of(container).acknowledge_warning(
             "@aws-cdk/aws-ecs:ecrImageRequiresPolicy",
             "The instance and execution roles are granted pulls from the image's repository.",
@@ -125,13 +123,6 @@ class BatchCpuQueue(Construct):
     @property
     def connections(self) -> ec2.Connections:
         return self._connections
-
-    def _grant_pull(self, role: iam.IRole) -> None:
-        """Pulls of the image's one ECR repository (nothing for another registry, such as the public Neuron one)."""
-        repository = ecr_repository_arn(self.image, partition=Stack.of(self).partition)
-        if repository is not None:
-            role.add_to_principal_policy(iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]))
-            role.add_to_principal_policy(iam.PolicyStatement(actions=list(ECR_PULL_ACTIONS), resources=[repository]))
 
     def _compute_environment(
         self, vpc: ec2.IVpc, subnets: Sequence[ec2.ISubnet], max_nodes: int, job_timeout: Duration,

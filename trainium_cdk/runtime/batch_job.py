@@ -64,8 +64,15 @@ class BatchContainer:
         return [self.parameters[a.removeprefix("Ref::")] if a.startswith("Ref::") else a for a in self.command]
 
 
-def definition_container(config: Config, group: ComputeGroup) -> BatchContainer:
-    """The container of the job definition the Batch stack deploys for ``group``."""
+# The CPU queue's job definition (constructs/batch_cpu.py): nothing runs unless a submit says what, and how.
+CPU_DEFINITION_COMMAND = ("true",)
+
+
+def definition_container(config: Config, group: ComputeGroup, *, cpu: bool = False) -> BatchContainer:
+    """The container of the job definition the Batch stack deploys for ``group`` (``cpu``: the CPU queue's, which
+    every submit gives its command and whole environment)."""
+    if cpu:
+        return BatchContainer(command=CPU_DEFINITION_COMMAND, environment={}, parameters={}, multinode=True)
     spec = config.spec(group)
     shared = config.storage.enabled
     command = config.batch.command
@@ -80,15 +87,6 @@ def definition_container(config: Config, group: ComputeGroup) -> BatchContainer:
         command=tuple(launch_command(command or [f"Ref::{SCRIPT_PARAMETER}"])), environment=environment,
         parameters=parameters, multinode=True,
     )
-
-
-# The CPU queue's job definition (constructs/batch_cpu.py): nothing runs unless a submit says what, and how.
-CPU_DEFINITION_COMMAND = ("true",)
-
-
-def cpu_definition_container() -> BatchContainer:
-    """The container of the CPU queue's job definition: every submit brings its command and whole environment."""
-    return BatchContainer(command=CPU_DEFINITION_COMMAND, environment={}, parameters={}, multinode=True)
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,12 @@ from aws_cdk import Duration
 from aws_cdk.assertions import Match, Template
 
 from tests.support import node_files
+from tests.support.helpers import config_with
 from tests.unit.constructs.test_constructs_alone import synth_alone
 from trainium_cdk import BatchCpuQueue
 from trainium_cdk.constructs.batch_node import BATCH_AGENT_SCRIPT
 from trainium_cdk.errors import ConfigError
-from trainium_cdk.runtime.batch_job import cpu_definition_container
+from trainium_cdk.runtime.batch_job import definition_container
 from trainium_cdk.runtime.lustre_client import SCRIPT as LUSTRE_SCRIPT
 
 IMAGE = "public.ecr.aws/neuron/pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.29.1-ubuntu24.04"
@@ -47,7 +48,7 @@ def test_general_purpose_nodes_from_zero_with_an_encrypted_root_volume_and_no_ac
 
 def test_one_node_job_with_fsx_and_no_device_whose_container_is_what_trn_submit_overrides():
     """A one-node multi-node parallel job (awsvpc: kept from the instance metadata), /fsx from the host, no Neuron
-    or EFA device; its command and empty environment are cpu_definition_container's, the one `trn submit` and
+    or EFA device; its command and empty environment are definition_container's for the CPU queue, the one `trn submit` and
     `trn rehearse` override with the recipe's."""
     _, template = _queue()
     (definition,) = template.find_resources("AWS::Batch::JobDefinition").values()
@@ -55,7 +56,8 @@ def test_one_node_job_with_fsx_and_no_device_whose_container_is_what_trn_submit_
     assert properties["Type"] == "multinode" and properties["NodeProperties"]["NumNodes"] == 1
     (node,) = properties["NodeProperties"]["NodeRangeProperties"]
     container = node["Container"]
-    expected = cpu_definition_container()
+    config = config_with()
+    expected = definition_container(config, config.compute_groups[0], cpu=True)
     assert tuple(container["Command"]) == expected.command and container["Environment"] == [] == list(expected.environment)
     assert container["InstanceType"] == "m7i.2xlarge" and "LinuxParameters" not in container
     assert container["MountPoints"] == [{"ContainerPath": "/fsx", "SourceVolume": "fsx"}]

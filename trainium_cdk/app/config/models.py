@@ -99,6 +99,10 @@ class Capacity(_Model):
     def reserved(self) -> bool:
         return self.type != "on-demand"
 
+    @property
+    def is_capacity_block(self) -> bool:
+        return self.type == "capacity-block"
+
 
 class ComputeGroup(_Model):
     """Nodes of one instance type in one AZ: a node group, a Batch compute environment, a Slurm queue."""

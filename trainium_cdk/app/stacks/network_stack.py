@@ -73,7 +73,7 @@ class NetworkStack(Stack):
         )
         # The config's Capacity Blocks: their start and their expiration warning, mailed (issue 47).
         blocks = [g.capacity.reservation_id for g in config.compute_groups
-                  if g.capacity.type == "capacity-block" and g.capacity.reservation_id]
+                  if g.capacity.is_capacity_block and g.capacity.reservation_id]
         self.capacity_blocks = notify(
             self, "CapacityBlockEvents", topic=self.alerts.topic, pattern=capacity_block_events(blocks),
             message=capacity_block_message(),
